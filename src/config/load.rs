@@ -1,0 +1,171 @@
+//! Reading the configuration file: JSON5 text, `${NAME}` substitution from the environment, and the
+//! typed document with unknown keys reported by their path.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::ConfigError;
+use super::model::FileConfig;
+
+/// Parses JSON5 `text`, substitutes `${NAME}` in every string from `env`, and deserialises the result.
+///
+/// `env` is a parameter rather than `std::env::var` so that loading stays a function of its inputs.
+/// `$${` is an escaped, literal `${`.
+pub fn parse_document(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<FileConfig, ConfigError> {
+    let mut value: Value = json5::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+    substitute_env(&mut value, &mut String::new(), env)?;
+    serde_path_to_error::deserialize(&value).map_err(describe_shape_error)
+}
+
+/// Reads and parses the file at `path` with the process environment.
+pub fn read_document(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    parse_document(&text, &|name| std::env::var(name).ok())
+}
+
+fn substitute_env(
+    value: &mut Value,
+    path: &mut String,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), ConfigError> {
+    match value {
+        Value::String(s) if s.contains('$') => *s = expand(s, path, env)?,
+        Value::Array(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                let len = path.len();
+                path.push_str(&format!("[{i}]"));
+                substitute_env(item, path, env)?;
+                path.truncate(len);
+            }
+        }
+        Value::Object(map) => {
+            for (key, item) in map.iter_mut() {
+                let len = path.len();
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(key);
+                substitute_env(item, path, env)?;
+                path.truncate(len);
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn expand(
+    input: &str,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, ConfigError> {
+    let mut out = String::with_capacity(input.len());
+    let mut rest = input;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        if let Some(after) = tail.strip_prefix("$${") {
+            out.push_str("${");
+            rest = after;
+        } else if let Some(after) = tail.strip_prefix("${") {
+            let end = after.find('}').ok_or_else(|| ConfigError::Invalid {
+                key: path.to_string(),
+                message: "unterminated ${ in value".into(),
+            })?;
+            let name = &after[..end];
+            if !is_env_name(name) {
+                return Err(ConfigError::Invalid {
+                    key: path.to_string(),
+                    message: format!("'${{{name}}}' is not a valid environment variable reference"),
+                });
+            }
+            let value = env(name).ok_or_else(|| ConfigError::Invalid {
+                key: path.to_string(),
+                message: format!("environment variable {name} is not set"),
+            })?;
+            out.push_str(&value);
+            rest = &after[end + 1..];
+        } else {
+            out.push('$');
+            rest = &tail[1..];
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
+/// Reports a shape error at its key; serde_path_to_error's path already ends with an unknown key,
+/// so "unknown field `x`, expected one of ..." becomes `a.b.x: unknown field`.
+fn describe_shape_error(err: serde_path_to_error::Error<serde_json::Error>) -> ConfigError {
+    let key = err.path().to_string();
+    let message = err.inner().to_string();
+    let message = if message.starts_with("unknown field") {
+        "unknown field".to_string()
+    } else {
+        message
+    };
+    ConfigError::Invalid { key, message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn unknown_key_is_reported_with_its_path() {
+        let text = "{ hooks: { mappings: [{}, {}, { chanel: 'x' }] } }";
+        let err = parse_document(text, &no_env).unwrap_err();
+        assert_eq!(err.to_string(), "hooks.mappings[2].chanel: unknown field");
+    }
+
+    #[test]
+    fn unknown_top_level_key_is_reported() {
+        let err = parse_document("{ hoks: {} }", &no_env).unwrap_err();
+        assert_eq!(err.to_string(), "hoks: unknown field");
+    }
+
+    #[test]
+    fn env_reference_is_substituted() {
+        let env = |name: &str| (name == "TOKEN").then(|| "s3cret".to_string());
+        let doc = parse_document("{ hooks: { path: 'a-${TOKEN}-b' } }", &env).unwrap();
+        assert_eq!(doc.hooks.path.as_deref(), Some("a-s3cret-b"));
+    }
+
+    #[test]
+    fn unset_env_reference_names_the_variable_and_key() {
+        let err = parse_document("{ hooks: { path: '${NOPE}' } }", &no_env).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "hooks.path: environment variable NOPE is not set"
+        );
+    }
+
+    #[test]
+    fn escaped_dollar_brace_is_literal() {
+        let doc = parse_document("{ hooks: { path: '$${X}' } }", &no_env).unwrap();
+        assert_eq!(doc.hooks.path.as_deref(), Some("${X}"));
+    }
+
+    #[test]
+    fn json5_syntax_error_is_reported() {
+        let err = parse_document("{ hooks: ", &no_env).unwrap_err();
+        assert!(matches!(err, ConfigError::Syntax(_)));
+    }
+}

@@ -1,0 +1,169 @@
+//! The configuration file as written: serde types that mirror the JSON5 document key for key.
+//!
+//! Nothing here is validated beyond its shape; `config::settings` turns these into the normalised
+//! [`Settings`](super::Settings) the server runs on. Every struct refuses unknown keys so that a typo
+//! is reported with its path instead of being silently ignored.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// The whole configuration file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FileConfig {
+    #[serde(default)]
+    pub gateway: GatewayConfig,
+    #[serde(default)]
+    pub hooks: HooksConfig,
+    #[serde(default)]
+    pub agents: AgentsConfig,
+    /// Delivery adapters; interpreted by the gateway runtime, kept as written until then.
+    #[serde(default)]
+    pub channels: Option<serde_json::Value>,
+}
+
+/// `gateway.*`: where the server listens and what guards the operator API.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GatewayConfig {
+    pub bind: Option<String>,
+    pub port: Option<u16>,
+    pub auth: Option<GatewayAuthConfig>,
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    pub state_dir: Option<String>,
+    /// Group commit of concurrent submissions (default true); off only to measure its worth.
+    pub group_commit: Option<bool>,
+}
+
+/// `gateway.auth.*`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GatewayAuthConfig {
+    pub token: Option<SecretValue>,
+}
+
+/// `hooks.*`: the webhook endpoint.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HooksConfig {
+    #[serde(default)]
+    pub enabled: bool,
+    pub token: Option<SecretValue>,
+    pub path: Option<String>,
+    pub max_body_bytes: Option<u64>,
+    /// Seconds a client may take to send its body (default 30).
+    pub body_timeout_seconds: Option<f64>,
+    pub allowed_agent_ids: Option<Vec<String>>,
+    pub default_session_key: Option<String>,
+    #[serde(default)]
+    pub allow_request_session_key: bool,
+    pub allowed_session_key_prefixes: Option<Vec<String>>,
+    #[serde(default)]
+    pub presets: Vec<String>,
+    #[serde(default)]
+    pub mappings: Vec<MappingConfig>,
+    pub transforms_dir: Option<String>,
+}
+
+/// One entry of `hooks.mappings`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MappingConfig {
+    pub id: Option<String>,
+    #[serde(rename = "match")]
+    pub match_rule: Option<MatchConfig>,
+    pub action: Option<String>,
+    pub wake_mode: Option<String>,
+    pub name: Option<String>,
+    pub agent_id: Option<String>,
+    pub session_key: Option<String>,
+    pub message_template: Option<String>,
+    pub text_template: Option<String>,
+    pub deliver: Option<bool>,
+    pub channel: Option<String>,
+    pub to: Option<String>,
+    pub model: Option<String>,
+    pub thinking: Option<String>,
+    pub timeout_seconds: Option<f64>,
+    #[serde(default)]
+    pub allow_unsafe_external_content: bool,
+    pub transform: Option<TransformConfig>,
+}
+
+/// `match` of a mapping.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MatchConfig {
+    pub path: Option<String>,
+    pub source: Option<String>,
+}
+
+/// `transform` of a mapping.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TransformConfig {
+    pub module: String,
+    pub config: Option<serde_json::Value>,
+}
+
+/// `agents.*`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AgentsConfig {
+    #[serde(default)]
+    pub defaults: AgentDefaultsConfig,
+    #[serde(default)]
+    pub list: Vec<AgentEntryConfig>,
+}
+
+/// `agents.defaults.*`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AgentDefaultsConfig {
+    /// The model allowlist: model id → options. Empty means any model is accepted.
+    #[serde(default)]
+    pub models: BTreeMap<String, ModelEntryConfig>,
+    pub heartbeat: Option<HeartbeatConfig>,
+}
+
+/// One model of the allowlist.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ModelEntryConfig {
+    pub alias: Option<String>,
+}
+
+/// `agents.defaults.heartbeat`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HeartbeatConfig {
+    pub every: Option<String>,
+}
+
+/// One entry of `agents.list`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AgentEntryConfig {
+    pub id: String,
+    #[serde(default)]
+    pub default: bool,
+    pub name: Option<String>,
+    pub model: Option<String>,
+}
+
+/// A secret: either the value itself or `{ "file": "path" }`, whose trimmed contents are the value.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum SecretValue {
+    Inline(String),
+    File(SecretFile),
+}
+
+/// The `{ "file": ... }` form of a secret.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretFile {
+    pub file: String,
+}

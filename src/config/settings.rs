@@ -1,0 +1,322 @@
+//! From the file as written to the [`Settings`] the server runs on: secrets read, values
+//! normalised, every startup refusal of behaviour §1 checked. All problems are collected, not just
+//! the first, so that `hookgate check` can list them together.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use super::ConfigError;
+use super::confine;
+use super::model::{FileConfig, HooksConfig, MappingConfig, SecretValue};
+use crate::hook::policy::{AllowedAgents, normalize_agent_id};
+use crate::hook::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy};
+
+/// Default `hooks.path`.
+pub const DEFAULT_HOOKS_PATH: &str = "/hooks";
+/// Default `hooks.maxBodyBytes`: 256 KiB.
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 256 * 1024;
+/// Default time a client has to send its whole body.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Paths the server itself answers; the hook prefix may not shadow them.
+const RESERVED_PATHS: &[&str] = &["/api", "/livez", "/readyz", "/metrics"];
+/// The presets hookgate ships.
+pub const KNOWN_PRESETS: &[&str] = &["gmail"];
+
+/// The validated, normalised configuration. Immutable: a reload builds a new one.
+#[derive(Debug)]
+pub struct Settings {
+    /// The directory of the configuration file; relative paths are resolved against it.
+    pub config_dir: PathBuf,
+    pub bind: String,
+    pub port: u16,
+    /// Guards the operator API; `None` leaves the API closed to everyone.
+    pub gateway_token: Option<String>,
+    pub trusted_proxies: Vec<IpNet>,
+    pub state_dir: PathBuf,
+    pub group_commit: bool,
+    /// `None` when `hooks.enabled` is false: the prefix is then not served at all.
+    pub hooks: Option<HookSettings>,
+    pub agents: AgentDirectory,
+}
+
+/// The webhook endpoint's settings, present only when hooks are enabled.
+#[derive(Debug)]
+pub struct HookSettings {
+    pub token: String,
+    /// Normalised: a leading `/`, no trailing `/`, never `/` alone.
+    pub path: String,
+    pub max_body_bytes: u64,
+    pub body_timeout: Duration,
+    pub policy: HookPolicy,
+    pub presets: Vec<String>,
+    pub mappings: Vec<MappingConfig>,
+    /// The effective transforms directory, inside `<config dir>/hooks/transforms`.
+    pub transforms_dir: PathBuf,
+}
+
+impl Settings {
+    /// Validates `file` (read from a file in `config_dir`) into settings, or every problem found.
+    pub fn build(file: FileConfig, config_dir: &Path) -> Result<Settings, Vec<ConfigError>> {
+        let mut problems = Vec::new();
+        let gateway_token = secret(
+            file.gateway.auth.as_ref().and_then(|a| a.token.clone()),
+            "gateway.auth.token",
+            config_dir,
+            &mut problems,
+        );
+        let trusted_proxies = trusted_proxies(&file.gateway.trusted_proxies, &mut problems);
+        let agents = agent_directory(&file, &mut problems);
+        let hooks = hook_settings(
+            file.hooks,
+            &file.agents.defaults.models,
+            &agents,
+            gateway_token.as_deref(),
+            config_dir,
+            &mut problems,
+        );
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        Ok(Settings {
+            config_dir: config_dir.to_path_buf(),
+            bind: file.gateway.bind.unwrap_or_else(|| "127.0.0.1".into()),
+            port: file.gateway.port.unwrap_or(8787),
+            gateway_token,
+            trusted_proxies,
+            state_dir: config_dir.join(file.gateway.state_dir.as_deref().unwrap_or("state")),
+            group_commit: file.gateway.group_commit.unwrap_or(true),
+            hooks,
+            agents,
+        })
+    }
+}
+
+fn secret(
+    value: Option<SecretValue>,
+    key: &str,
+    config_dir: &Path,
+    problems: &mut Vec<ConfigError>,
+) -> Option<String> {
+    let value = match value? {
+        SecretValue::Inline(value) => value,
+        SecretValue::File(file) => {
+            let path = config_dir.join(&file.file);
+            match std::fs::read_to_string(&path) {
+                Ok(contents) => contents.trim().to_string(),
+                Err(err) => {
+                    problems.push(ConfigError::invalid(
+                        key,
+                        format!("cannot read secret file {}: {err}", path.display()),
+                    ));
+                    return None;
+                }
+            }
+        }
+    };
+    (!value.trim().is_empty()).then_some(value)
+}
+
+fn trusted_proxies(entries: &[String], problems: &mut Vec<ConfigError>) -> Vec<IpNet> {
+    let mut nets = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let entry = entry.trim();
+        match entry
+            .parse::<IpNet>()
+            .or_else(|_| entry.parse::<IpAddr>().map(IpNet::from))
+        {
+            Ok(net) => nets.push(net),
+            Err(_) => problems.push(ConfigError::invalid(
+                format!("gateway.trustedProxies[{i}]"),
+                format!("'{entry}' is not an IP address or CIDR range"),
+            )),
+        }
+    }
+    nets
+}
+
+fn agent_directory(file: &FileConfig, problems: &mut Vec<ConfigError>) -> AgentDirectory {
+    let list = &file.agents.list;
+    let ids: Vec<String> = list.iter().map(|a| normalize_agent_id(&a.id)).collect();
+    let default_id = list
+        .iter()
+        .position(|a| a.default)
+        .or((!list.is_empty()).then_some(0))
+        .map_or_else(|| "main".to_string(), |i| ids[i].clone());
+    let mut known: BTreeSet<String> = ids.into_iter().collect();
+    known.insert(default_id.clone());
+    let allowed = match &file.hooks.allowed_agent_ids {
+        None => AllowedAgents::Any,
+        Some(ids) if ids.iter().any(|id| id.trim() == "*") => AllowedAgents::Any,
+        Some(ids) => AllowedAgents::Only(
+            ids.iter()
+                .filter(|id| !id.trim().is_empty())
+                .map(|id| normalize_agent_id(id))
+                .collect(),
+        ),
+    };
+    if list.iter().filter(|a| a.default).count() > 1 {
+        problems.push(ConfigError::invalid(
+            "agents.list",
+            "only one agent may be marked default",
+        ));
+    }
+    AgentDirectory::new(known, default_id, allowed)
+}
+
+/// Trims and strips trailing `/`s, adds a leading `/`; blank becomes `/hooks`. `None` for `/`.
+pub fn normalize_hooks_path(raw: Option<&str>) -> Option<String> {
+    let trimmed = raw.map(str::trim).unwrap_or("");
+    if trimmed.is_empty() {
+        return Some(DEFAULT_HOOKS_PATH.to_string());
+    }
+    let with_slash = if trimmed.starts_with('/') {
+        trimmed.to_string()
+    } else {
+        format!("/{trimmed}")
+    };
+    let path = with_slash.trim_end_matches('/');
+    (!path.is_empty()).then(|| path.to_string())
+}
+
+fn hook_settings(
+    hooks: HooksConfig,
+    models: &std::collections::BTreeMap<String, super::model::ModelEntryConfig>,
+    agents: &AgentDirectory,
+    gateway_token: Option<&str>,
+    config_dir: &Path,
+    problems: &mut Vec<ConfigError>,
+) -> Option<HookSettings> {
+    let token = secret(hooks.token.clone(), "hooks.token", config_dir, problems);
+    if hooks.enabled && token.is_none() {
+        problems.push(ConfigError::Refused(
+            "hooks.enabled requires hooks.token".into(),
+        ));
+    }
+    if token.is_some() && token.as_deref() == gateway_token {
+        problems.push(ConfigError::Refused(
+            "hooks.token must not match gateway auth token".into(),
+        ));
+    }
+    let path = normalize_hooks_path(hooks.path.as_deref());
+    match path.as_deref() {
+        None => problems.push(ConfigError::invalid("hooks.path", "must not be '/'")),
+        Some(path)
+            if RESERVED_PATHS
+                .iter()
+                .any(|r| path == *r || path.starts_with(&format!("{r}/"))) =>
+        {
+            problems.push(ConfigError::invalid(
+                "hooks.path",
+                format!(
+                    "must not overlap the server's own paths ({})",
+                    RESERVED_PATHS.join(", ")
+                ),
+            ))
+        }
+        Some(_) => {}
+    }
+    let max_body_bytes = hooks.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
+    if max_body_bytes == 0 {
+        problems.push(ConfigError::invalid(
+            "hooks.maxBodyBytes",
+            "must be greater than 0",
+        ));
+    }
+    let body_timeout = match hooks.body_timeout_seconds {
+        None => DEFAULT_BODY_TIMEOUT,
+        Some(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Duration::from_secs_f64(s),
+        Some(_) => {
+            problems.push(ConfigError::invalid(
+                "hooks.bodyTimeoutSeconds",
+                "must be a number of seconds between 0 and 3600",
+            ));
+            DEFAULT_BODY_TIMEOUT
+        }
+    };
+    let sessions = session_policy(&hooks, problems);
+    for (i, preset) in hooks.presets.iter().enumerate() {
+        if !KNOWN_PRESETS.contains(&preset.as_str()) {
+            problems.push(ConfigError::invalid(
+                format!("hooks.presets[{i}]"),
+                format!(
+                    "unknown preset '{preset}' (known: {})",
+                    KNOWN_PRESETS.join(", ")
+                ),
+            ));
+        }
+    }
+    let transforms_dir = confine::transforms_dir(config_dir, hooks.transforms_dir.as_deref())
+        .map_err(|e| problems.push(e))
+        .ok();
+    if let Some(dir) = &transforms_dir {
+        for (i, mapping) in hooks.mappings.iter().enumerate() {
+            if let Some(transform) = &mapping.transform {
+                let key = format!("hooks.mappings[{i}].transform.module");
+                if let Err(e) = confine::module_path(dir, &transform.module, &key) {
+                    problems.push(e);
+                }
+            }
+        }
+    }
+    let policy = HookPolicy {
+        agents: agents.clone(),
+        sessions,
+        models: ModelAllowlist::new(
+            models
+                .iter()
+                .map(|(id, entry)| (id.clone(), entry.alias.clone()))
+                .collect(),
+        ),
+    };
+    if !hooks.enabled {
+        return None;
+    }
+    Some(HookSettings {
+        token: token?,
+        path: path?,
+        max_body_bytes,
+        body_timeout,
+        policy,
+        presets: hooks.presets,
+        mappings: hooks.mappings,
+        transforms_dir: transforms_dir?,
+    })
+}
+
+fn session_policy(hooks: &HooksConfig, problems: &mut Vec<ConfigError>) -> SessionKeyPolicy {
+    let prefixes: Vec<String> = hooks
+        .allowed_session_key_prefixes
+        .iter()
+        .flatten()
+        .map(|p| p.trim().to_lowercase())
+        .filter(|p| !p.is_empty())
+        .collect();
+    let default_key = hooks
+        .default_session_key
+        .as_deref()
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(String::from);
+    let policy = SessionKeyPolicy {
+        default_key,
+        allow_request_key: hooks.allow_request_session_key,
+        prefixes,
+    };
+    if !policy.prefixes.is_empty() {
+        match &policy.default_key {
+            Some(key) if !policy.permits(key) => problems.push(ConfigError::Refused(
+                "hooks.defaultSessionKey must match hooks.allowedSessionKeyPrefixes".into(),
+            )),
+            None if !policy.permits("hook:example") => problems.push(ConfigError::Refused(
+                "hooks.allowedSessionKeyPrefixes must include 'hook:' when hooks.defaultSessionKey is unset"
+                    .into(),
+            )),
+            _ => {}
+        }
+    }
+    policy
+}

@@ -1,0 +1,34 @@
+//! What happens to an accepted hook: the durable embedded store of main-session events and queued
+//! runs. The agent runner, heartbeats, delivery and the forwarder build on it.
+
+mod record;
+mod store;
+
+pub use record::{EventKind, EventRecord, NewEvent, NewRun, RunRecord};
+pub use store::{DB_FILE, IdempotencyClaim, RunQueued, Store, StoreError};
+
+use crate::hook::AdmittedRun;
+
+impl NewRun {
+    /// The run record of an admitted agent request, with the prompt the agent will be given.
+    pub fn admitted(run_id: String, run: &AdmittedRun, prompt: String, created_at: String) -> Self {
+        NewRun {
+            run_id,
+            hook_name: run.name.clone(),
+            agent_id: run.agent_id.clone(),
+            target_agent: run.target_agent.clone(),
+            session_key: run.session_key.clone(),
+            message: run.message.clone(),
+            prompt,
+            deliver: run.deliver,
+            channel: run.channel.as_str().to_string(),
+            to: run.to.clone(),
+            model: run.model.clone(),
+            thinking: run.thinking.clone(),
+            timeout_seconds: run.timeout_seconds,
+            wake_mode: run.wake_mode.as_str().to_string(),
+            source: run.source.as_str().to_string(),
+            created_at,
+        }
+    }
+}

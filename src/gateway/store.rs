@@ -1,0 +1,348 @@
+//! The embedded store: one SQLite file in WAL mode under `gateway.stateDir`.
+//!
+//! All writes go through one writer thread that takes every submission waiting in its queue and
+//! commits them in one transaction (group commit): a caller is answered only after the commit that
+//! holds its write, so an acknowledged write survives a crash, and concurrent callers share the
+//! cost of one `fsync`. Reads use their own connection and never wait for the writer.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use tokio::sync::{mpsc, oneshot};
+
+use super::record::{EventRecord, NewEvent, NewRun, RunRecord};
+
+/// The most submissions one transaction takes; bounds the latency a batch adds to its first member.
+const MAX_BATCH: usize = 512;
+
+/// The file name of the database inside the state directory.
+pub const DB_FILE: &str = "hookgate.db";
+
+/// A failure of the store. The message is for the log, never for a client.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("cannot create state directory {path}: {source}")]
+    StateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the store is closed")]
+    Closed,
+    #[error("commit failed: {0}")]
+    Commit(String),
+}
+
+/// What became of a queued run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunQueued {
+    /// Newly committed with status `queued`.
+    New { run_id: String },
+    /// A repeat of an earlier request within the idempotency window: nothing was written.
+    Replayed { run_id: String },
+}
+
+/// Idempotency data for a run: its fingerprint, and the window in which a repeat is recognised.
+#[derive(Debug, Clone)]
+pub struct IdempotencyClaim {
+    pub fingerprint: String,
+    pub now_ms: i64,
+    pub window: Duration,
+}
+
+enum Write {
+    Event(NewEvent, oneshot::Sender<Result<i64, StoreError>>),
+    Run(
+        Box<NewRun>,
+        Option<IdempotencyClaim>,
+        oneshot::Sender<Result<RunQueued, StoreError>>,
+    ),
+    Probe(oneshot::Sender<Result<(), StoreError>>),
+}
+
+/// Handle to the store; cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    writes: mpsc::UnboundedSender<Write>,
+    reader: Arc<Mutex<Connection>>,
+    writer: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl Store {
+    /// Opens (creating when needed) the database in `state_dir` and starts the writer thread.
+    /// With `group_commit` false each write gets its own transaction (for measurement only).
+    pub fn open(state_dir: &Path, group_commit: bool) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(state_dir).map_err(|source| StoreError::StateDir {
+            path: state_dir.to_path_buf(),
+            source,
+        })?;
+        let path = state_dir.join(DB_FILE);
+        let writer_conn = open_connection(&path)?;
+        migrate(&writer_conn)?;
+        let reader = open_connection(&path)?;
+        let (writes, queue) = mpsc::unbounded_channel();
+        let batch = if group_commit { MAX_BATCH } else { 1 };
+        let writer = std::thread::Builder::new()
+            .name("hookgate-store".into())
+            .spawn(move || write_loop(writer_conn, queue, batch))
+            .map_err(|source| StoreError::StateDir {
+                path: state_dir.to_path_buf(),
+                source,
+            })?;
+        Ok(Store {
+            writes,
+            reader: Arc::new(Mutex::new(reader)),
+            writer: Arc::new(Mutex::new(Some(writer))),
+        })
+    }
+
+    /// Appends a main-session event; returns its sequence number once committed.
+    pub async fn append_event(&self, event: NewEvent) -> Result<i64, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Write::Event(event, reply))?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Queues a run, unless `claim` recognises it as a repeat; answers once committed.
+    pub async fn queue_run(
+        &self,
+        run: NewRun,
+        claim: Option<IdempotencyClaim>,
+    ) -> Result<RunQueued, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Write::Run(Box::new(run), claim, reply))?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Proves the store can commit a write transaction now.
+    pub async fn probe(&self) -> Result<(), StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Write::Probe(reply))?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    fn send(&self, write: Write) -> Result<(), StoreError> {
+        self.writes.send(write).map_err(|_| StoreError::Closed)
+    }
+
+    /// Events of `agent`'s main session with `seq > after`, oldest first.
+    pub async fn events(
+        &self,
+        agent: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let agent = agent.to_string();
+        self.read(move |conn| EventRecord::select_after(conn, &agent, after, limit))
+            .await
+    }
+
+    /// The run with this id, if any.
+    pub async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let run_id = run_id.to_string();
+        self.read(move |conn| RunRecord::select(conn, &run_id))
+            .await
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        query: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let reader = Arc::clone(&self.reader);
+        tokio::task::spawn_blocking(move || {
+            let conn = reader
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            query(&conn).map_err(StoreError::from)
+        })
+        .await
+        .map_err(|_| StoreError::Closed)?
+    }
+
+    /// Stops taking writes, commits what is queued, checkpoints the WAL and waits for the writer.
+    /// Writes sent after this fail with [`StoreError::Closed`].
+    pub fn close(self) {
+        let writer = self.writer.lock().ok().and_then(|mut w| w.take());
+        drop(self.writes);
+        if let Some(writer) = writer {
+            let _ = writer.join();
+        }
+    }
+}
+
+fn open_connection(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    // FULL: a commit is on disk before the client hears 200, even across a power cut.
+    conn.execute_batch(
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
+    )?;
+    Ok(conn)
+}
+
+const SCHEMA_V1: &str = "
+CREATE TABLE events (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent   TEXT NOT NULL,
+    kind    TEXT NOT NULL,
+    text    TEXT NOT NULL,
+    trusted INTEGER NOT NULL,
+    source  TEXT NOT NULL,
+    at      TEXT NOT NULL
+);
+CREATE INDEX events_by_agent ON events (agent, seq);
+CREATE TABLE runs (
+    run_id          TEXT PRIMARY KEY,
+    status          TEXT NOT NULL,
+    hook_name       TEXT NOT NULL,
+    agent_id        TEXT,
+    target_agent    TEXT NOT NULL,
+    session_key     TEXT NOT NULL,
+    message         TEXT NOT NULL,
+    prompt          TEXT NOT NULL,
+    deliver         INTEGER NOT NULL,
+    channel         TEXT NOT NULL,
+    to_addr         TEXT,
+    model           TEXT,
+    thinking        TEXT,
+    timeout_seconds INTEGER,
+    wake_mode       TEXT NOT NULL,
+    source          TEXT NOT NULL,
+    created_at      TEXT NOT NULL
+);
+CREATE INDEX runs_by_status ON runs (status);
+CREATE TABLE idempotency (
+    fingerprint TEXT PRIMARY KEY,
+    run_id      TEXT NOT NULL,
+    first_at_ms INTEGER NOT NULL
+);
+CREATE INDEX idempotency_by_age ON idempotency (first_at_ms);
+";
+
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    if version < 1 {
+        conn.execute_batch(&format!(
+            "BEGIN; {SCHEMA_V1} PRAGMA user_version = 1; COMMIT;"
+        ))?;
+    }
+    Ok(())
+}
+
+fn write_loop(mut conn: Connection, mut queue: mpsc::UnboundedReceiver<Write>, max_batch: usize) {
+    let mut batch = Vec::with_capacity(max_batch);
+    while let Some(first) = queue.blocking_recv() {
+        batch.push(first);
+        while batch.len() < max_batch {
+            match queue.try_recv() {
+                Ok(write) => batch.push(write),
+                Err(_) => break,
+            }
+        }
+        commit_batch(&mut conn, &mut batch);
+    }
+    if let Err(err) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);") {
+        tracing::warn!(%err, "store checkpoint at shutdown failed");
+    }
+}
+
+/// Tells one caller the outcome, given whether the batch's commit succeeded.
+type Answer = Box<dyn FnOnce(Result<(), String>)>;
+
+/// Applies each write inside its own savepoint, so one failing write does not undo the others, then
+/// commits and only then answers the callers.
+fn commit_batch(conn: &mut Connection, batch: &mut Vec<Write>) {
+    let mut answers: Vec<Answer> = Vec::with_capacity(batch.len());
+    let result = (|| -> rusqlite::Result<()> {
+        let mut tx = conn.transaction()?;
+        for write in batch.drain(..) {
+            answers.push(apply(&mut tx, write));
+        }
+        tx.commit()
+    })();
+    if let Err(err) = &result {
+        tracing::error!(%err, "store commit failed");
+    }
+    let outcome = result.map_err(|e| e.to_string());
+    for answer in answers {
+        answer(outcome.clone());
+    }
+    // Writes not reached before a failure were dropped with the batch; their callers see Closed.
+    batch.clear();
+}
+
+/// Applies one write; returns how to answer its caller once the commit outcome is known.
+fn apply(tx: &mut Transaction<'_>, write: Write) -> Answer {
+    match write {
+        Write::Event(event, reply) => {
+            let result = in_savepoint(tx, |sp| event.insert(sp));
+            Box::new(move |commit| {
+                let _ = reply.send(settle(result, commit));
+            })
+        }
+        Write::Run(run, claim, reply) => {
+            let result = in_savepoint(tx, |sp| queue_run(sp, &run, claim.as_ref()));
+            Box::new(move |commit| {
+                let _ = reply.send(settle(result, commit));
+            })
+        }
+        Write::Probe(reply) => Box::new(move |commit| {
+            let _ = reply.send(settle(Ok(()), commit));
+        }),
+    }
+}
+
+fn in_savepoint<T>(
+    tx: &mut Transaction<'_>,
+    work: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+) -> Result<T, StoreError> {
+    let sp = tx.savepoint()?;
+    let value = work(&sp)?;
+    sp.commit()?;
+    Ok(value)
+}
+
+fn settle<T>(result: Result<T, StoreError>, commit: Result<(), String>) -> Result<T, StoreError> {
+    match commit {
+        Ok(()) => result,
+        Err(message) => Err(StoreError::Commit(message)),
+    }
+}
+
+fn queue_run(
+    conn: &Connection,
+    run: &NewRun,
+    claim: Option<&IdempotencyClaim>,
+) -> rusqlite::Result<RunQueued> {
+    if let Some(claim) = claim {
+        let window_ms = i64::try_from(claim.window.as_millis()).unwrap_or(i64::MAX);
+        let earlier: Option<(String, i64)> = conn
+            .query_row(
+                "SELECT run_id, first_at_ms FROM idempotency WHERE fingerprint = ?1",
+                params![claim.fingerprint],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()?;
+        if let Some((run_id, first_at_ms)) = earlier {
+            if claim.now_ms.saturating_sub(first_at_ms) < window_ms {
+                return Ok(RunQueued::Replayed { run_id });
+            }
+        }
+        conn.execute(
+            "INSERT OR REPLACE INTO idempotency (fingerprint, run_id, first_at_ms) VALUES (?1, ?2, ?3)",
+            params![claim.fingerprint, run.run_id, claim.now_ms],
+        )?;
+        conn.execute(
+            "DELETE FROM idempotency WHERE first_at_ms < ?1",
+            params![claim.now_ms.saturating_sub(window_ms)],
+        )?;
+    }
+    run.insert(conn)?;
+    Ok(RunQueued::New {
+        run_id: run.run_id.clone(),
+    })
+}

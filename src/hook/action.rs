@@ -1,0 +1,147 @@
+//! What a hook asks for, as plain data: a wake (a system event for the main session) or an agent
+//! run, before and after policy.
+
+use serde::Serialize;
+
+use super::envelope::ContentSource;
+
+/// When the agent should look at what a hook delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WakeMode {
+    /// Trigger a heartbeat at once.
+    Now,
+    /// Wait for the next periodic heartbeat.
+    NextHeartbeat,
+}
+
+impl WakeMode {
+    /// `next-heartbeat` for exactly that JSON string; anything else (absent, other text, other
+    /// types) is `now`.
+    pub fn from_json(value: Option<&serde_json::Value>) -> Self {
+        match value.and_then(|v| v.as_str()) {
+            Some("next-heartbeat") => WakeMode::NextHeartbeat,
+            _ => WakeMode::Now,
+        }
+    }
+
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WakeMode::Now => "now",
+            WakeMode::NextHeartbeat => "next-heartbeat",
+        }
+    }
+}
+
+/// A messaging surface an agent's reply may be delivered to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Channel {
+    Last,
+    Whatsapp,
+    Telegram,
+    Discord,
+    Slack,
+    Mattermost,
+    Signal,
+    Imessage,
+    Msteams,
+}
+
+impl Channel {
+    /// The message of the rejection for a value that names no channel.
+    pub const EXPECTED: &'static str =
+        "channel must be last|whatsapp|telegram|discord|slack|mattermost|signal|imessage|msteams";
+
+    /// Parses a channel name, case-insensitively; `imsg` is an alias of `imessage`.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name.trim().to_ascii_lowercase().as_str() {
+            "last" => Channel::Last,
+            "whatsapp" => Channel::Whatsapp,
+            "telegram" => Channel::Telegram,
+            "discord" => Channel::Discord,
+            "slack" => Channel::Slack,
+            "mattermost" => Channel::Mattermost,
+            "signal" => Channel::Signal,
+            "imessage" | "imsg" => Channel::Imessage,
+            "msteams" => Channel::Msteams,
+            _ => return None,
+        })
+    }
+
+    /// The canonical, lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Channel::Last => "last",
+            Channel::Whatsapp => "whatsapp",
+            Channel::Telegram => "telegram",
+            Channel::Discord => "discord",
+            Channel::Slack => "slack",
+            Channel::Mattermost => "mattermost",
+            Channel::Signal => "signal",
+            Channel::Imessage => "imessage",
+            Channel::Msteams => "msteams",
+        }
+    }
+}
+
+/// A validated wake: the text of the system event and when to act on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WakeRequest {
+    pub text: String,
+    pub mode: WakeMode,
+}
+
+/// A validated agent request, before agent, model and session-key policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentRequest {
+    pub message: String,
+    /// Human-readable hook name, `Hook` when not given.
+    pub name: String,
+    pub agent_id: Option<String>,
+    pub session_key: Option<String>,
+    pub wake_mode: WakeMode,
+    pub deliver: bool,
+    pub channel: Channel,
+    pub to: Option<String>,
+    pub model: Option<String>,
+    pub thinking: Option<String>,
+    pub timeout_seconds: Option<u64>,
+}
+
+/// An agent request that passed every policy: what gets queued as a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmittedRun {
+    pub message: String,
+    pub name: String,
+    /// The resolved target agent when the request named one; `None` when it named none.
+    pub agent_id: Option<String>,
+    /// The agent that will run it: `agent_id` or the default agent.
+    pub target_agent: String,
+    /// The resolved session key.
+    pub session_key: String,
+    /// Whether `session_key` was chosen by the request, the mapping or `defaultSessionKey`, as
+    /// opposed to freshly generated; only a chosen key takes part in idempotency.
+    pub session_key_chosen: bool,
+    pub wake_mode: WakeMode,
+    pub deliver: bool,
+    pub channel: Channel,
+    pub to: Option<String>,
+    /// The resolved model id (aliases resolved).
+    pub model: Option<String>,
+    pub thinking: Option<String>,
+    pub timeout_seconds: Option<u64>,
+    pub source: ContentSource,
+    pub allow_unsafe_external_content: bool,
+}
+
+impl ContentSource {
+    /// `webhook` or `email`, as run records spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContentSource::Webhook => "webhook",
+            ContentSource::Email => "email",
+        }
+    }
+}

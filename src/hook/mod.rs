@@ -1,0 +1,23 @@
+//! The pure domain of a hook request: payload normalising, the agent/session/model policies, the
+//! idempotency key and the safety envelope. Nothing here does I/O, so every rule is a plain function
+//! that tests can call directly.
+
+pub mod action;
+pub mod envelope;
+pub mod idempotency;
+pub mod payload;
+pub mod policy;
+
+pub use action::{AdmittedRun, AgentRequest, Channel, WakeMode, WakeRequest};
+pub use policy::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy};
+
+/// A request the hook contract refuses, with the message the client gets (HTTP 400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Rejected(pub String);
+
+impl Rejected {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
+        Rejected(message.into())
+    }
+}

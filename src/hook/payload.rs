@@ -1,0 +1,202 @@
+//! Normalising the JSON bodies of `/wake` and `/agent` into [`WakeRequest`] and [`AgentRequest`],
+//! with the field rules and error texts of behaviour §3 and §4, checked in their stated order.
+
+use serde_json::{Map, Value};
+
+use super::Rejected;
+use super::action::{AgentRequest, Channel, WakeMode, WakeRequest};
+
+/// The fields of a body; a body that is not an object (an array, say) has none.
+fn fields(payload: &Value) -> Option<&Map<String, Value>> {
+    payload.as_object()
+}
+
+fn field<'a>(payload: &'a Value, key: &str) -> Option<&'a Value> {
+    fields(payload).and_then(|map| map.get(key))
+}
+
+/// A string field, trimmed; `None` when absent, not a string or blank.
+pub fn non_blank<'a>(payload: &'a Value, key: &str) -> Option<&'a str> {
+    field(payload, key)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+/// `POST /wake`: `text` is required (trimmed, non-blank); `mode` defaults to `now`.
+pub fn wake_request(payload: &Value) -> Result<WakeRequest, Rejected> {
+    let text = non_blank(payload, "text").ok_or_else(|| Rejected::new("text required"))?;
+    Ok(WakeRequest {
+        text: text.to_string(),
+        mode: WakeMode::from_json(field(payload, "mode")),
+    })
+}
+
+/// `POST /agent`: every field rule of behaviour §4 up to, not including, the policies.
+pub fn agent_request(payload: &Value) -> Result<AgentRequest, Rejected> {
+    let message = non_blank(payload, "message").ok_or_else(|| Rejected::new("message required"))?;
+    let owned = |key| non_blank(payload, key).map(str::to_string);
+    Ok(AgentRequest {
+        message: message.to_string(),
+        name: owned("name").unwrap_or_else(|| "Hook".to_string()),
+        agent_id: owned("agentId"),
+        session_key: owned("sessionKey"),
+        wake_mode: WakeMode::from_json(field(payload, "wakeMode")),
+        channel: channel(field(payload, "channel"))?,
+        model: model(
+            fields(payload).is_some_and(|m| m.contains_key("model")),
+            payload,
+        )?,
+        deliver: !matches!(field(payload, "deliver"), Some(Value::Bool(false))),
+        to: owned("to"),
+        thinking: owned("thinking"),
+        timeout_seconds: timeout_seconds(field(payload, "timeoutSeconds")),
+    })
+}
+
+/// Absent → `last`; present, it must be a string naming a channel (`null` included in "present").
+pub fn channel(value: Option<&Value>) -> Result<Channel, Rejected> {
+    match value {
+        None => Ok(Channel::Last),
+        Some(v) => v
+            .as_str()
+            .and_then(Channel::parse)
+            .ok_or_else(|| Rejected::new(Channel::EXPECTED)),
+    }
+}
+
+fn model(present: bool, payload: &Value) -> Result<Option<String>, Rejected> {
+    if !present {
+        return Ok(None);
+    }
+    non_blank(payload, "model")
+        .map(|m| Some(m.to_string()))
+        .ok_or_else(|| Rejected::new("model required"))
+}
+
+/// A finite number greater than zero, floored; anything else is absent.
+pub fn timeout_seconds(value: Option<&Value>) -> Option<u64> {
+    let seconds = value?.as_f64()?;
+    // `as` saturates, so 1e300 becomes u64::MAX rather than wrapping.
+    (seconds.is_finite() && seconds > 0.0).then(|| seconds.floor() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn agent(v: Value) -> Result<AgentRequest, Rejected> {
+        agent_request(&v)
+    }
+
+    #[test]
+    fn wake_text_required_and_trimmed() {
+        assert_eq!(wake_request(&json!({})).unwrap_err().0, "text required");
+        assert_eq!(
+            wake_request(&json!({"text": "  "})).unwrap_err().0,
+            "text required"
+        );
+        assert_eq!(
+            wake_request(&json!({"text": 5})).unwrap_err().0,
+            "text required"
+        );
+        assert_eq!(
+            wake_request(&json!({"text": " Ping "})).unwrap().text,
+            "Ping"
+        );
+    }
+
+    #[test]
+    fn wake_mode_is_next_heartbeat_only_for_that_exact_string() {
+        let mode = |m: Value| wake_request(&json!({"text": "x", "mode": m})).unwrap().mode;
+        assert_eq!(mode(json!("next-heartbeat")), WakeMode::NextHeartbeat);
+        assert_eq!(mode(json!("Next-Heartbeat")), WakeMode::Now);
+        assert_eq!(mode(json!(1)), WakeMode::Now);
+    }
+
+    #[test]
+    fn array_body_has_no_fields() {
+        assert_eq!(
+            wake_request(&json!([{"text": "x"}])).unwrap_err().0,
+            "text required"
+        );
+    }
+
+    #[test]
+    fn agent_message_checked_first() {
+        let err = agent(json!({"channel": "nope", "model": ""})).unwrap_err();
+        assert_eq!(err.0, "message required");
+    }
+
+    #[test]
+    fn agent_defaults() {
+        let req = agent(json!({"message": " hi "})).unwrap();
+        assert_eq!(req.message, "hi");
+        assert_eq!(req.name, "Hook");
+        assert_eq!(req.channel, Channel::Last);
+        assert!(req.deliver);
+        assert_eq!(req.wake_mode, WakeMode::Now);
+        assert_eq!((req.agent_id, req.session_key, req.to), (None, None, None));
+    }
+
+    #[test]
+    fn blank_optional_strings_are_absent() {
+        let req = agent(json!({"message": "m", "name": " ", "agentId": "", "to": 3})).unwrap();
+        assert_eq!(req.name, "Hook");
+        assert_eq!(req.agent_id, None);
+        assert_eq!(req.to, None);
+    }
+
+    #[test]
+    fn channel_null_is_rejected() {
+        let err = agent(json!({"message": "m", "channel": null})).unwrap_err();
+        assert_eq!(err.0, Channel::EXPECTED);
+    }
+
+    #[test]
+    fn channel_is_case_insensitive_with_imsg_alias() {
+        let ch = |c: &str| {
+            agent(json!({"message": "m", "channel": c}))
+                .unwrap()
+                .channel
+        };
+        assert_eq!(ch("Telegram"), Channel::Telegram);
+        assert_eq!(ch("IMSG"), Channel::Imessage);
+    }
+
+    #[test]
+    fn channel_checked_before_model() {
+        let err = agent(json!({"message": "m", "channel": "fax", "model": ""})).unwrap_err();
+        assert_eq!(err.0, Channel::EXPECTED);
+    }
+
+    #[test]
+    fn present_model_must_be_non_blank() {
+        for bad in [json!(""), json!(null), json!(7)] {
+            let err = agent(json!({"message": "m", "model": bad})).unwrap_err();
+            assert_eq!(err.0, "model required");
+        }
+    }
+
+    #[test]
+    fn deliver_is_false_only_for_json_false() {
+        let d = |v: Value| {
+            agent(json!({"message": "m", "deliver": v}))
+                .unwrap()
+                .deliver
+        };
+        assert!(!d(json!(false)));
+        assert!(d(json!("false")));
+        assert!(d(json!(0)));
+    }
+
+    #[test]
+    fn timeout_is_floored_and_positive() {
+        assert_eq!(timeout_seconds(Some(&json!(12.9))), Some(12));
+        assert_eq!(timeout_seconds(Some(&json!(0))), None);
+        assert_eq!(timeout_seconds(Some(&json!(-3))), None);
+        assert_eq!(timeout_seconds(Some(&json!("10"))), None);
+        assert_eq!(timeout_seconds(Some(&json!(1e300))), Some(u64::MAX));
+    }
+}

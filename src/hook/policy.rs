@@ -1,0 +1,419 @@
+//! Who a hook may address: which agents, which session keys, which models. Built once from the
+//! configuration; applied to every agent request (direct or mapped) by [`HookPolicy::admit`].
+
+use std::collections::BTreeSet;
+
+use super::Rejected;
+use super::action::{AdmittedRun, AgentRequest};
+use super::envelope::ContentSource;
+
+/// Agent ids are at most this long after normalising.
+const MAX_AGENT_ID_LEN: usize = 64;
+
+/// Normalises an agent id: trimmed, lower-cased, each run of characters outside `[a-z0-9_-]`
+/// replaced by one `-`, leading and trailing `-` removed, at most 64 characters; empty → `main`.
+pub fn normalize_agent_id(raw: &str) -> String {
+    let mut id = String::with_capacity(raw.len());
+    for c in raw.trim().to_lowercase().chars() {
+        if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-' {
+            id.push(c);
+        } else if !id.ends_with('-') {
+            id.push('-');
+        }
+    }
+    let id = id.trim_matches('-');
+    let id: String = id.chars().take(MAX_AGENT_ID_LEN).collect();
+    let id = id.trim_end_matches('-');
+    if id.is_empty() {
+        "main".to_string()
+    } else {
+        id.to_string()
+    }
+}
+
+/// Which agents a hook may name explicitly (`hooks.allowedAgentIds`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllowedAgents {
+    /// Omitted, or contains `"*"`.
+    Any,
+    /// Exactly these normalised ids; empty refuses every explicit `agentId`.
+    Only(BTreeSet<String>),
+}
+
+/// The agents this gateway knows, its default agent, and which of them hooks may name.
+#[derive(Debug, Clone)]
+pub struct AgentDirectory {
+    known: BTreeSet<String>,
+    default_id: String,
+    allowed: AllowedAgents,
+}
+
+impl AgentDirectory {
+    /// `known` and `default_id` are normalised ids; `default_id` need not be in `known`.
+    pub fn new(known: BTreeSet<String>, default_id: String, allowed: AllowedAgents) -> Self {
+        AgentDirectory {
+            known,
+            default_id,
+            allowed,
+        }
+    }
+
+    /// The agent that runs a request that named none.
+    pub fn default_id(&self) -> &str {
+        &self.default_id
+    }
+
+    /// Resolves an explicit agent id: itself when known, else the default agent; the result must be
+    /// allowed. `None` (the request named no agent) is always allowed and stays `None`.
+    pub fn resolve(&self, requested: Option<&str>) -> Result<Option<String>, Rejected> {
+        let Some(requested) = requested else {
+            return Ok(None);
+        };
+        let id = normalize_agent_id(requested);
+        let resolved = if self.known.contains(&id) {
+            id
+        } else {
+            self.default_id.clone()
+        };
+        match &self.allowed {
+            AllowedAgents::Only(ids) if !ids.contains(&resolved) => Err(Rejected::new(
+                "agentId is not allowed by hooks.allowedAgentIds",
+            )),
+            _ => Ok(Some(resolved)),
+        }
+    }
+}
+
+/// Where an explicit session key came from; only request payloads need `allowRequestSessionKey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyOrigin {
+    Request,
+    Mapping,
+}
+
+/// `hooks.defaultSessionKey`, `hooks.allowRequestSessionKey` and `hooks.allowedSessionKeyPrefixes`.
+#[derive(Debug, Clone, Default)]
+pub struct SessionKeyPolicy {
+    pub default_key: Option<String>,
+    pub allow_request_key: bool,
+    /// Trimmed, lower-cased, non-blank; empty means no restriction.
+    pub prefixes: Vec<String>,
+}
+
+/// A resolved session key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionKey {
+    pub key: String,
+    /// False when the key was generated for this run alone.
+    pub chosen: bool,
+}
+
+impl SessionKeyPolicy {
+    /// Whether `key` passes the prefix restriction (always, when there is none).
+    pub fn permits(&self, key: &str) -> bool {
+        let lower = key.to_lowercase();
+        self.prefixes.is_empty() || self.prefixes.iter().any(|p| lower.starts_with(p.as_str()))
+    }
+
+    /// Resolves the session key of a run: the explicit key (checked), else `defaultSessionKey`, else
+    /// `fresh()`. With an explicit agent, `agent:<x>:<rest>` is rebound to that agent and checked
+    /// again.
+    pub fn resolve(
+        &self,
+        explicit: Option<&str>,
+        origin: KeyOrigin,
+        agent: Option<&str>,
+        fresh: impl FnOnce() -> String,
+    ) -> Result<SessionKey, Rejected> {
+        let key = match explicit {
+            Some(key) => {
+                if origin == KeyOrigin::Request && !self.allow_request_key {
+                    return Err(Rejected::new(
+                        "sessionKey is disabled for external /hooks/agent payloads; set hooks.allowRequestSessionKey=true to enable",
+                    ));
+                }
+                self.check_prefix(key)?;
+                SessionKey {
+                    key: key.to_string(),
+                    chosen: true,
+                }
+            }
+            None => match &self.default_key {
+                Some(key) => SessionKey {
+                    key: key.clone(),
+                    chosen: true,
+                },
+                None => SessionKey {
+                    key: fresh(),
+                    chosen: false,
+                },
+            },
+        };
+        match agent.and_then(|agent| rebind(&key.key, agent)) {
+            Some(rebound) => {
+                self.check_prefix(&rebound)?;
+                Ok(SessionKey {
+                    key: rebound,
+                    ..key
+                })
+            }
+            None => Ok(key),
+        }
+    }
+
+    fn check_prefix(&self, key: &str) -> Result<(), Rejected> {
+        if self.permits(key) {
+            Ok(())
+        } else {
+            Err(Rejected::new(format!(
+                "sessionKey must start with one of: {}",
+                self.prefixes.join(", ")
+            )))
+        }
+    }
+}
+
+/// `agent:<x>:<rest>` → `agent:<agent>:<rest>`, lower-cased; `None` for keys of another shape.
+fn rebind(key: &str, agent: &str) -> Option<String> {
+    let rest = key.strip_prefix("agent:").or_else(|| {
+        key.get(..6)
+            .filter(|head| head.eq_ignore_ascii_case("agent:"))
+            .map(|_| &key[6..])
+    })?;
+    let (_, tail) = rest.split_once(':')?;
+    Some(format!("agent:{agent}:{tail}").to_lowercase())
+}
+
+/// `agents.defaults.models`: the allowed model ids and their aliases. Empty allows any model.
+#[derive(Debug, Clone, Default)]
+pub struct ModelAllowlist {
+    /// (model id, alias)
+    entries: Vec<(String, Option<String>)>,
+}
+
+impl ModelAllowlist {
+    pub fn new(entries: Vec<(String, Option<String>)>) -> Self {
+        ModelAllowlist { entries }
+    }
+
+    /// The model id `requested` stands for: itself or the model it is an alias of (both compared
+    /// case-insensitively). With an empty list every value is taken as is.
+    pub fn resolve(&self, requested: &str) -> Result<String, Rejected> {
+        if self.entries.is_empty() {
+            return Ok(requested.to_string());
+        }
+        self.entries
+            .iter()
+            .find(|(id, alias)| {
+                id.eq_ignore_ascii_case(requested)
+                    || alias
+                        .as_deref()
+                        .is_some_and(|a| a.eq_ignore_ascii_case(requested))
+            })
+            .map(|(id, _)| id.clone())
+            .ok_or_else(|| Rejected::new(format!("model not allowed: {requested}")))
+    }
+}
+
+/// Every policy an agent request passes before it is queued.
+#[derive(Debug, Clone)]
+pub struct HookPolicy {
+    pub agents: AgentDirectory,
+    pub sessions: SessionKeyPolicy,
+    pub models: ModelAllowlist,
+}
+
+impl HookPolicy {
+    /// Applies, in the order of behaviour §4, the model allowlist, the agent policy and the
+    /// session-key policy. `fresh_key` makes the `hook:<uuid>` key when no other applies.
+    pub fn admit(
+        &self,
+        request: AgentRequest,
+        origin: KeyOrigin,
+        allow_unsafe_external_content: bool,
+        fresh_key: impl FnOnce() -> String,
+    ) -> Result<AdmittedRun, Rejected> {
+        let model = request
+            .model
+            .as_deref()
+            .map(|m| self.models.resolve(m))
+            .transpose()?;
+        let agent_id = self.agents.resolve(request.agent_id.as_deref())?;
+        let session = self.sessions.resolve(
+            request.session_key.as_deref(),
+            origin,
+            agent_id.as_deref(),
+            fresh_key,
+        )?;
+        let source = if session.key.to_lowercase().starts_with("hook:gmail:") {
+            ContentSource::Email
+        } else {
+            ContentSource::Webhook
+        };
+        Ok(AdmittedRun {
+            target_agent: agent_id
+                .clone()
+                .unwrap_or_else(|| self.agents.default_id().to_string()),
+            agent_id,
+            session_key: session.key,
+            session_key_chosen: session.chosen,
+            message: request.message,
+            name: request.name,
+            wake_mode: request.wake_mode,
+            deliver: request.deliver,
+            channel: request.channel,
+            to: request.to,
+            model,
+            thinking: request.thinking,
+            timeout_seconds: request.timeout_seconds,
+            source,
+            allow_unsafe_external_content,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn directory(allowed: AllowedAgents) -> AgentDirectory {
+        let known = ["main", "ops"].map(String::from).into_iter().collect();
+        AgentDirectory::new(known, "main".into(), allowed)
+    }
+
+    fn only(ids: &[&str]) -> AllowedAgents {
+        AllowedAgents::Only(ids.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn agent_id_normalising() {
+        assert_eq!(normalize_agent_id("  Ops Team!! "), "ops-team");
+        assert_eq!(normalize_agent_id("a__b--c"), "a__b--c");
+        assert_eq!(normalize_agent_id("***"), "main");
+        assert_eq!(normalize_agent_id(""), "main");
+        assert_eq!(normalize_agent_id(&"x".repeat(80)).len(), 64);
+    }
+
+    #[test]
+    fn known_agent_resolves_to_itself_unknown_to_default() {
+        let dir = directory(AllowedAgents::Any);
+        assert_eq!(dir.resolve(Some("OPS")).unwrap().as_deref(), Some("ops"));
+        assert_eq!(dir.resolve(Some("ghost")).unwrap().as_deref(), Some("main"));
+        assert_eq!(dir.resolve(None).unwrap(), None);
+    }
+
+    #[test]
+    fn allowlist_checks_the_resolved_agent() {
+        let dir = directory(only(&["ops"]));
+        assert!(dir.resolve(Some("ops")).is_ok());
+        let err = dir.resolve(Some("ghost")).unwrap_err();
+        assert_eq!(err.0, "agentId is not allowed by hooks.allowedAgentIds");
+        assert_eq!(dir.resolve(None).unwrap(), None);
+    }
+
+    #[test]
+    fn empty_allowlist_refuses_every_explicit_agent() {
+        assert!(directory(only(&[])).resolve(Some("main")).is_err());
+    }
+
+    fn sessions(allow: bool, prefixes: &[&str], default: Option<&str>) -> SessionKeyPolicy {
+        SessionKeyPolicy {
+            default_key: default.map(String::from),
+            allow_request_key: allow,
+            prefixes: prefixes.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn request_key_needs_allow_request_session_key() {
+        let err = sessions(false, &[], None)
+            .resolve(Some("hook:x"), KeyOrigin::Request, None, || "f".into())
+            .unwrap_err();
+        assert!(
+            err.0
+                .starts_with("sessionKey is disabled for external /hooks/agent payloads")
+        );
+        let mapped = sessions(false, &[], None)
+            .resolve(Some("hook:x"), KeyOrigin::Mapping, None, || "f".into())
+            .unwrap();
+        assert_eq!(mapped.key, "hook:x");
+    }
+
+    #[test]
+    fn prefixes_are_checked_case_insensitively() {
+        let policy = sessions(true, &["hook:", "cron:"], None);
+        assert!(
+            policy
+                .resolve(Some("HOOK:a"), KeyOrigin::Request, None, String::new)
+                .is_ok()
+        );
+        let err = policy
+            .resolve(Some("other"), KeyOrigin::Request, None, String::new)
+            .unwrap_err();
+        assert_eq!(err.0, "sessionKey must start with one of: hook:, cron:");
+    }
+
+    #[test]
+    fn default_key_then_fresh_key() {
+        let with_default = sessions(false, &[], Some("hook:default"));
+        let key = with_default.resolve(None, KeyOrigin::Request, None, || "fresh".into());
+        assert_eq!(
+            key.unwrap(),
+            SessionKey {
+                key: "hook:default".into(),
+                chosen: true
+            }
+        );
+        let key =
+            sessions(false, &[], None).resolve(None, KeyOrigin::Request, None, || "fresh".into());
+        assert_eq!(
+            key.unwrap(),
+            SessionKey {
+                key: "fresh".into(),
+                chosen: false
+            }
+        );
+    }
+
+    #[test]
+    fn agent_scoped_key_is_rebound_and_rechecked() {
+        let policy = sessions(true, &[], None);
+        let key = policy
+            .resolve(
+                Some("agent:Other:Chat:1"),
+                KeyOrigin::Request,
+                Some("ops"),
+                String::new,
+            )
+            .unwrap();
+        assert_eq!(key.key, "agent:ops:chat:1");
+        let strict = sessions(true, &["agent:other:"], None);
+        let err = strict
+            .resolve(
+                Some("agent:other:x"),
+                KeyOrigin::Request,
+                Some("ops"),
+                String::new,
+            )
+            .unwrap_err();
+        assert_eq!(err.0, "sessionKey must start with one of: agent:other:");
+    }
+
+    #[test]
+    fn model_alias_resolves_to_its_model() {
+        let models = ModelAllowlist::new(vec![("openai/gpt-4.1-mini".into(), Some("mini".into()))]);
+        assert_eq!(models.resolve("mini").unwrap(), "openai/gpt-4.1-mini");
+        assert_eq!(
+            models.resolve("openai/gpt-4.1-mini").unwrap(),
+            "openai/gpt-4.1-mini"
+        );
+        assert_eq!(
+            models.resolve("gpt-5").unwrap_err().0,
+            "model not allowed: gpt-5"
+        );
+        assert_eq!(
+            ModelAllowlist::default().resolve("any/thing").unwrap(),
+            "any/thing"
+        );
+    }
+}

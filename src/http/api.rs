@@ -1,0 +1,85 @@
+//! The operator API: read access to the main session and to runs, behind the gateway token.
+
+use axum::Json;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::AppState;
+use super::auth::{presented_bearer, token_matches};
+use super::reply::{HookError, json_error};
+
+/// Events returned when `limit` is not given.
+const DEFAULT_LIMIT: u32 = 100;
+/// The most events one call returns.
+const MAX_LIMIT: u32 = 1000;
+
+/// Only `Authorization: Bearer <gateway.auth.token>` opens the API; with no gateway token
+/// configured, nothing does.
+fn authorize(app: &AppState, headers: &HeaderMap) -> Result<(), HookError> {
+    let settings = app.config.current();
+    match &settings.gateway_token {
+        Some(expected) if token_matches(presented_bearer(headers), expected) => Ok(()),
+        _ => Err(HookError::Unauthorized),
+    }
+}
+
+/// `GET /api/sessions/main/events?after=<seq>&limit=<n>`: the default agent's main session, in
+/// commit order.
+pub async fn main_session_events(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Result<Response, HookError> {
+    authorize(&app, &headers)?;
+    let (after, limit) = page(query.as_deref()).map_err(HookError::Invalid)?;
+    let agent = app.config.current().agents.default_id().to_string();
+    let events = app
+        .store
+        .events(&agent, after, limit)
+        .await
+        .map_err(|e| HookError::Internal(e.to_string()))?;
+    Ok(Json(json!({"events": events})).into_response())
+}
+
+fn page(query: Option<&str>) -> Result<(i64, u32), String> {
+    let mut after = 0i64;
+    let mut limit = DEFAULT_LIMIT;
+    for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        match &*name {
+            "after" => {
+                after = value
+                    .parse()
+                    .map_err(|_| "after must be an integer".to_string())?
+            }
+            "limit" => {
+                limit = value
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| format!("limit must be an integer from 1 to {MAX_LIMIT}"))?
+            }
+            _ => {}
+        }
+    }
+    Ok((after, limit))
+}
+
+/// `GET /api/runs/<runId>`: one run, 404 when unknown.
+pub async fn run(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(run_id): Path<String>,
+) -> Result<Response, HookError> {
+    authorize(&app, &headers)?;
+    let run = app
+        .store
+        .run(&run_id)
+        .await
+        .map_err(|e| HookError::Internal(e.to_string()))?;
+    Ok(match run {
+        Some(run) => Json(run).into_response(),
+        None => json_error(StatusCode::NOT_FOUND, "run not found"),
+    })
+}

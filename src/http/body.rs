@@ -1,0 +1,134 @@
+//! Reading a hook body: bounded in size and in time, then parsed as JSON (behaviour §2, step 6).
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::HeaderMap;
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use serde_json::Value;
+
+use super::reply::HookError;
+
+/// How much of an oversized body is still read (and discarded) before answering 413. Closing a
+/// socket with unread data makes the kernel send a reset, which can destroy the 413 before the
+/// client reads it; reading on lets the client finish sending and see the answer.
+const DRAIN_LIMIT: u64 = 8 * 1024 * 1024;
+/// How long that draining may take.
+const DRAIN_TIME: Duration = Duration::from_secs(2);
+
+/// Reads the whole body, refusing more than `limit` bytes or more than `timeout` of waiting.
+pub async fn read_limited(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    timeout: Duration,
+) -> Result<Bytes, HookError> {
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(length) = declared.filter(|&length| length > limit) {
+        // A client that waits for `100 Continue` has sent nothing yet: answer at once.
+        let waits = headers
+            .get(axum::http::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if !waits && length <= DRAIN_LIMIT {
+            drain(body).await;
+        }
+        return Err(HookError::PayloadTooLarge);
+    }
+    match tokio::time::timeout(timeout, collect(body, limit)).await {
+        Err(_) => Err(HookError::BodyTimeout),
+        Ok(Err(Overflow::TooLarge(rest))) => {
+            drain(rest).await;
+            Err(HookError::PayloadTooLarge)
+        }
+        Ok(Err(Overflow::Broken)) => {
+            Err(HookError::Invalid("request body could not be read".into()))
+        }
+        Ok(Ok(bytes)) => Ok(bytes),
+    }
+}
+
+enum Overflow {
+    TooLarge(Body),
+    Broken,
+}
+
+async fn collect(mut body: Body, limit: u64) -> Result<Bytes, Overflow> {
+    let mut buffer = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| Overflow::Broken)?;
+        if let Ok(data) = frame.into_data() {
+            if buffer.len() as u64 + data.len() as u64 > limit {
+                return Err(Overflow::TooLarge(body));
+            }
+            buffer.extend_from_slice(&data);
+        }
+    }
+    Ok(buffer.freeze())
+}
+
+/// Reads and discards the rest of a body, within [`DRAIN_LIMIT`] and [`DRAIN_TIME`].
+async fn drain(mut body: Body) {
+    let discard = async {
+        let mut seen = 0u64;
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(data) = frame.into_data() {
+                seen += data.len() as u64;
+                if seen > DRAIN_LIMIT {
+                    break;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIME, discard).await;
+}
+
+/// Parses a body as JSON: empty or blank is `{}`, a value that is neither an object nor an array
+/// counts as `{}`, invalid JSON is a 400 with the parser's message.
+pub fn parse_json(bytes: &[u8]) -> Result<Value, HookError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Object(Default::default()));
+    }
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| HookError::Invalid(e.to_string()))?;
+    Ok(match value {
+        Value::Object(_) | Value::Array(_) => value,
+        _ => Value::Object(Default::default()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn blank_body_is_an_empty_object() {
+        assert_eq!(parse_json(b"").unwrap(), json!({}));
+        assert_eq!(parse_json(b" \n\t ").unwrap(), json!({}));
+    }
+
+    #[test]
+    fn scalars_count_as_an_empty_object() {
+        assert_eq!(parse_json(b"42").unwrap(), json!({}));
+        assert_eq!(parse_json(b"\"x\"").unwrap(), json!({}));
+        assert_eq!(parse_json(b"[1]").unwrap(), json!([1]));
+    }
+
+    #[test]
+    fn invalid_json_carries_the_parser_message() {
+        let HookError::Invalid(message) = parse_json(b"{nope").unwrap_err() else {
+            panic!("expected Invalid");
+        };
+        assert!(message.contains("line 1"), "{message}");
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        let deep = "[".repeat(100_000);
+        assert!(parse_json(deep.as_bytes()).is_err());
+    }
+}

@@ -1,0 +1,67 @@
+//! The HTTP surface: the router (a table of contents of every endpoint), the state handlers share,
+//! and the headers every response carries.
+
+mod api;
+mod auth;
+mod body;
+mod client;
+mod health;
+mod hooks;
+mod reply;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::{HeaderValue, header};
+use axum::middleware::map_response;
+use axum::response::Response;
+use axum::routing::get;
+use tower_http::catch_panic::CatchPanicLayer;
+
+pub use auth::AuthFailureLimiter;
+
+use crate::config::LiveConfig;
+use crate::gateway::Store;
+
+/// What every handler can reach. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub config: LiveConfig,
+    pub store: Store,
+    pub limiter: Arc<AuthFailureLimiter>,
+}
+
+/// Every route of the server. Hooks live under a configurable, reloadable prefix, so they are
+/// served by the fallback, which checks the prefix of the configuration in force.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/livez", get(health::livez))
+        .route("/readyz", get(health::readyz))
+        .route("/api/sessions/main/events", get(api::main_session_events))
+        .route("/api/runs/{run_id}", get(api::run))
+        .fallback(hooks::dispatch)
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(map_response(security_headers))
+        .with_state(state)
+}
+
+async fn security_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
+}
+
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a request handler panicked");
+    reply::json_error(
+        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+        "internal error",
+    )
+}

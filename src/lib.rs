@@ -1,0 +1,11 @@
+//! hookgate: a webhook ingress for AI agents.
+//!
+//! External services POST webhooks; hookgate authenticates each request, turns it into a wake (a
+//! system event for the agent's main session) or an agent run, and answers 200 only once that is
+//! durably committed. See `DESIGN.md` for the architecture and the README for operation.
+
+pub mod config;
+pub mod gateway;
+pub mod hook;
+pub mod http;
+pub mod server;
