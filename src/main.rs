@@ -49,21 +49,17 @@ fn main() -> ExitCode {
     }
 }
 
-fn load_or_report(path: &std::path::Path) -> Option<Settings> {
-    match config::load(path) {
-        Ok(settings) => Some(settings),
-        Err(problems) => {
-            for problem in &problems {
-                eprintln!("error: {problem}");
-            }
-            None
-        }
+fn report(problems: &[config::ConfigError]) -> ExitCode {
+    for problem in problems {
+        eprintln!("error: {problem}");
     }
+    ExitCode::FAILURE
 }
 
 fn check(path: &std::path::Path) -> ExitCode {
-    let Some(settings) = load_or_report(path) else {
-        return ExitCode::FAILURE;
+    let settings: Settings = match config::load(path) {
+        Ok(settings) => settings,
+        Err(problems) => return report(&problems),
     };
     match &settings.hooks {
         Some(hooks) => println!(
@@ -80,8 +76,9 @@ fn check(path: &std::path::Path) -> ExitCode {
 }
 
 fn serve(path: PathBuf, listen: Option<SocketAddr>) -> ExitCode {
-    let Some(settings) = load_or_report(&path) else {
-        return ExitCode::FAILURE;
+    let config = match LiveConfig::open(path) {
+        Ok(config) => config,
+        Err(problems) => return report(&problems),
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -91,7 +88,7 @@ fn serve(path: PathBuf, listen: Option<SocketAddr>) -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let server = match Server::start(LiveConfig::new(path, settings), listen).await {
+        let server = match Server::start(config, listen).await {
             Ok(server) => server,
             Err(err) => {
                 eprintln!("error: {err:#}");

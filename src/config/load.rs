@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use serde_json::Value;
+use sha2::{Digest as _, Sha256};
 
 use super::ConfigError;
 use super::model::FileConfig;
@@ -21,13 +22,32 @@ pub fn parse_document(
     serde_path_to_error::deserialize(&value).map_err(describe_shape_error)
 }
 
-/// Reads and parses the file at `path` with the process environment.
-pub fn read_document(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+/// The SHA-256 of a configuration file's bytes: what the reload watcher compares.
+pub type Digest = [u8; 32];
+
+/// Reads the file at `path` and parses it with the process environment; also returns the digest
+/// of exactly the bytes parsed, so that a change made while loading is not mistaken for seen.
+pub fn read_document(path: &Path) -> Result<(FileConfig, Digest), ConfigError> {
+    let bytes = std::fs::read(path).map_err(|e| ConfigError::Read {
         path: path.display().to_string(),
         reason: e.to_string(),
     })?;
-    parse_document(&text, &|name| std::env::var(name).ok())
+    let digest = Sha256::digest(&bytes).into();
+    let text = String::from_utf8(bytes).map_err(|_| ConfigError::Read {
+        path: path.display().to_string(),
+        reason: "not UTF-8 text".into(),
+    })?;
+    Ok((
+        parse_document(&text, &|name| std::env::var(name).ok())?,
+        digest,
+    ))
+}
+
+/// The digest of the file as it is now, if it can be read.
+pub fn file_digest(path: &Path) -> Option<Digest> {
+    std::fs::read(path)
+        .ok()
+        .map(|bytes| Sha256::digest(bytes).into())
 }
 
 fn substitute_env(

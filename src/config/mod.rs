@@ -8,12 +8,12 @@ mod reload;
 mod settings;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
 pub use confine::{module_path, transforms_root};
-pub use load::{parse_document, read_document};
+pub use load::{Digest, file_digest, parse_document, read_document};
 pub use reload::watch;
 pub use settings::{HookSettings, Settings, normalize_hooks_path};
 
@@ -42,8 +42,12 @@ impl ConfigError {
 
 /// Reads, parses and validates the configuration file at `path`.
 pub fn load(path: &Path) -> Result<Settings, Vec<ConfigError>> {
-    let document = read_document(path).map_err(|e| vec![e])?;
-    Settings::build(document, &config_dir(path))
+    load_with_digest(path).map(|(settings, _)| settings)
+}
+
+fn load_with_digest(path: &Path) -> Result<(Settings, Digest), Vec<ConfigError>> {
+    let (document, digest) = read_document(path).map_err(|e| vec![e])?;
+    Ok((Settings::build(document, &config_dir(path))?, digest))
 }
 
 /// The directory relative paths in the file are resolved against.
@@ -65,14 +69,44 @@ pub fn config_dir(path: &Path) -> PathBuf {
 pub struct LiveConfig {
     path: Arc<PathBuf>,
     current: Arc<ArcSwap<Settings>>,
+    status: Arc<Mutex<ReloadStatus>>,
+}
+
+/// What became of the configuration file's changes, for operators.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReloadStatus {
+    /// 1 for the configuration loaded at start, plus one per accepted reload.
+    pub generation: u64,
+    /// The digest of the file version last looked at, accepted or not.
+    #[serde(skip)]
+    pub digest: Option<Digest>,
+    /// The problems of the last refused change, cleared by the next accepted one.
+    pub last_error: Option<Vec<String>>,
 }
 
 impl LiveConfig {
-    pub fn new(path: PathBuf, settings: Settings) -> Self {
-        LiveConfig {
+    /// Loads the configuration file at `path`, or returns every problem found in it.
+    pub fn open(path: PathBuf) -> Result<Self, Vec<ConfigError>> {
+        let (settings, digest) = load_with_digest(&path)?;
+        Ok(LiveConfig {
             path: Arc::new(path),
             current: Arc::new(ArcSwap::from_pointee(settings)),
-        }
+            status: Arc::new(Mutex::new(ReloadStatus {
+                generation: 1,
+                digest: Some(digest),
+                last_error: None,
+            })),
+        })
+    }
+
+    /// The generation in force and the last refusal.
+    pub fn status(&self) -> ReloadStatus {
+        self.lock_status().clone()
+    }
+
+    fn lock_status(&self) -> std::sync::MutexGuard<'_, ReloadStatus> {
+        self.status.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The settings in force now.
@@ -88,7 +122,18 @@ impl LiveConfig {
     /// Loads the file again; valid settings replace the current ones, invalid ones are returned
     /// and the current ones kept.
     pub fn reload(&self) -> Result<(), Vec<ConfigError>> {
-        let settings = load(&self.path)?;
+        let settings = match load_with_digest(&self.path) {
+            Ok((settings, digest)) => {
+                self.lock_status().digest = Some(digest);
+                settings
+            }
+            Err(problems) => {
+                let mut status = self.lock_status();
+                status.digest = file_digest(&self.path);
+                status.last_error = Some(problems.iter().map(ToString::to_string).collect());
+                return Err(problems);
+            }
+        };
         let old = self.current();
         if settings.state_dir != old.state_dir
             || (settings.bind.as_str(), settings.port) != (old.bind.as_str(), old.port)
@@ -97,7 +142,10 @@ impl LiveConfig {
                 "gateway.stateDir, gateway.bind and gateway.port take effect only after a restart"
             );
         }
+        let mut status = self.lock_status();
         self.current.store(Arc::new(settings));
+        status.generation += 1;
+        status.last_error = None;
         Ok(())
     }
 }

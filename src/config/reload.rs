@@ -3,23 +3,14 @@
 
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
-use super::LiveConfig;
+use super::{LiveConfig, file_digest};
 
 /// How often the file is checked. Polling a small file is cheap, needs no platform watcher, and
 /// also notices editors that replace the file instead of writing it in place.
 const POLL_EVERY: Duration = Duration::from_millis(500);
 
-fn fingerprint(config: &LiveConfig) -> Option<[u8; 32]> {
-    std::fs::read(config.path())
-        .ok()
-        .map(|bytes| Sha256::digest(bytes).into())
-}
-
 /// Watches the configuration file until the process ends.
 pub async fn watch(config: LiveConfig) {
-    let mut seen = fingerprint(&config);
     let mut hangup = hangup_signal();
     let mut tick = tokio::time::interval(POLL_EVERY);
     loop {
@@ -27,11 +18,10 @@ pub async fn watch(config: LiveConfig) {
             _ = tick.tick() => false,
             _ = recv(&mut hangup) => true,
         };
-        let now = fingerprint(&config);
-        if !forced && (now == seen || now.is_none()) {
+        let now = file_digest(config.path());
+        if !forced && (now.is_none() || now == config.status().digest) {
             continue;
         }
-        seen = now;
         match config.reload() {
             Ok(()) => tracing::info!(path = %config.path().display(), "configuration reloaded"),
             Err(problems) => {

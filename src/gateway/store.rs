@@ -258,7 +258,9 @@ type Answer = Box<dyn FnOnce(Result<(), String>)>;
 fn commit_batch(conn: &mut Connection, batch: &mut Vec<Write>) {
     let mut answers: Vec<Answer> = Vec::with_capacity(batch.len());
     let result = (|| -> rusqlite::Result<()> {
-        let mut tx = conn.transaction()?;
+        // IMMEDIATE takes the write lock up front, so a store that cannot be written fails here,
+        // before any caller is told anything, and the probe really proves writability.
+        let mut tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         for write in batch.drain(..) {
             answers.push(apply(&mut tx, write));
         }

@@ -83,3 +83,13 @@ pub async fn run(
         None => json_error(StatusCode::NOT_FOUND, "run not found"),
     })
 }
+
+/// `GET /api/config`: which configuration generation is in force and why the last change, if
+/// any, was refused.
+pub async fn config_status(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, HookError> {
+    authorize(&app, &headers)?;
+    Ok(Json(app.config.status()).into_response())
+}

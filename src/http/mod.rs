@@ -39,6 +39,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/api/sessions/main/events", get(api::main_session_events))
         .route("/api/runs/{run_id}", get(api::run))
+        .route("/api/config", get(api::config_status))
         .fallback(hooks::dispatch)
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(map_response(security_headers))

@@ -1,0 +1,256 @@
+//! Behaviour §1: loading, refusing and reloading the configuration.
+
+use serde_json::json;
+
+use crate::harness::*;
+
+fn refused(config: serde_json::Value, message: &str) {
+    let (status, output, _dir) = check(&config);
+    assert!(!status.success(), "check accepted it: {output}");
+    assert!(
+        output.contains(message),
+        "expected {message:?} in:\n{output}"
+    );
+}
+
+#[test]
+fn check_accepts_a_valid_config_with_a_one_line_summary() {
+    let (status, output, _dir) = check(&base_config());
+    assert!(status.success(), "{output}");
+    assert_eq!(output.lines().count(), 1, "{output}");
+    assert!(output.starts_with("ok: "), "{output}");
+}
+
+#[test]
+fn enabled_hooks_require_a_token() {
+    refused(
+        json!({"hooks": {"enabled": true}}),
+        "hooks.enabled requires hooks.token",
+    );
+    refused(
+        json!({"hooks": {"enabled": true, "token": "  "}}),
+        "hooks.enabled requires hooks.token",
+    );
+}
+
+#[test]
+fn hook_token_must_differ_from_gateway_token() {
+    let mut config = base_config();
+    set(&mut config, "gateway.auth.token", json!(HOOK_TOKEN));
+    refused(config, "hooks.token must not match gateway auth token");
+}
+
+#[test]
+fn hooks_path_must_not_normalise_to_root() {
+    for path in ["/", "///", " / "] {
+        let mut config = base_config();
+        set(&mut config, "hooks.path", json!(path));
+        refused(config, "hooks.path: must not be '/'");
+    }
+}
+
+#[test]
+fn default_session_key_must_match_prefixes() {
+    let mut config = base_config();
+    set(&mut config, "hooks.defaultSessionKey", json!("other:x"));
+    set(
+        &mut config,
+        "hooks.allowedSessionKeyPrefixes",
+        json!(["hook:"]),
+    );
+    refused(
+        config,
+        "hooks.defaultSessionKey must match hooks.allowedSessionKeyPrefixes",
+    );
+}
+
+#[test]
+fn prefixes_must_include_hook_without_default_session_key() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.allowedSessionKeyPrefixes",
+        json!(["cron:"]),
+    );
+    refused(
+        config,
+        "hooks.allowedSessionKeyPrefixes must include 'hook:' when hooks.defaultSessionKey is unset",
+    );
+}
+
+#[test]
+fn transforms_dir_outside_the_root_is_refused() {
+    let mut config = base_config();
+    set(&mut config, "hooks.transformsDir", json!("../../elsewhere"));
+    refused(config, "hooks.transformsDir: must stay inside");
+}
+
+#[test]
+fn transform_module_escaping_the_dir_is_refused() {
+    for (module, why) in [
+        ("", "must not be blank"),
+        ("/etc/passwd", "must be relative"),
+        ("~/x.wasm", "must not start with '~'"),
+        ("c:x.wasm", "must not contain ':'"),
+        ("../x.wasm", "must not contain a '..' segment"),
+        ("a\\..\\..\\x.wasm", "must not contain a '..' segment"),
+    ] {
+        let mut config = base_config();
+        set(
+            &mut config,
+            "hooks.mappings",
+            json!([{"match": {"path": "x"}, "transform": {"module": module}}]),
+        );
+        refused(
+            config,
+            &format!("hooks.mappings[0].transform.module: {why}"),
+        );
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn transform_module_symlink_leading_out_is_refused() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"match": {"path": "x"}, "transform": {"module": "evil.wasm"}}]),
+    );
+    let dir = ConfigDir::new(&config);
+    let root = dir.path().join("hooks/transforms");
+    std::fs::create_dir_all(&root).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", root.join("evil.wasm")).unwrap();
+    let (status, output) = check_in(&dir);
+    assert!(!status.success());
+    assert!(
+        output.contains("resolves outside the transforms directory"),
+        "{output}"
+    );
+}
+
+#[test]
+fn unknown_keys_are_refused_with_their_path() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{}, {}, {"chanel": "slack"}]),
+    );
+    refused(config, "hooks.mappings[2].chanel: unknown field");
+}
+
+#[test]
+fn check_lists_every_problem() {
+    let config = json!({
+        "gateway": {"auth": {"token": "same"}},
+        "hooks": {"enabled": true, "token": "same", "path": "/", "allowedSessionKeyPrefixes": ["cron:"]},
+    });
+    let (status, output, _dir) = check(&config);
+    assert!(!status.success());
+    for message in [
+        "hooks.token must not match gateway auth token",
+        "hooks.path: must not be '/'",
+        "hooks.allowedSessionKeyPrefixes must include 'hook:'",
+    ] {
+        assert!(
+            output.contains(message),
+            "missing {message:?} in:\n{output}"
+        );
+    }
+}
+
+#[test]
+fn serve_refuses_an_invalid_config_with_a_non_zero_exit() {
+    let dir = ConfigDir::new(&json!({"hooks": {"enabled": true}}));
+    let err = Hookgate::try_start_in(&dir, &[])
+        .err()
+        .expect("server must refuse to start");
+    assert!(err.contains("hooks.enabled requires hooks.token"), "{err}");
+}
+
+#[tokio::test]
+async fn env_references_and_secret_files_supply_tokens() {
+    let dir = ConfigDir::new(&json!({}));
+    std::fs::write(
+        dir.path().join("gateway.secret"),
+        format!("  {GATEWAY_TOKEN}\n"),
+    )
+    .unwrap();
+    dir.write_text(
+        "// JSON5 with comments\n{ gateway: { auth: { token: { file: 'gateway.secret' } } },\n  hooks: { enabled: true, token: '${TEST_HOOK_TOKEN}' } }",
+    );
+    let server = Hookgate::try_start_in(&dir, &[("TEST_HOOK_TOKEN", HOOK_TOKEN)]).unwrap();
+    let wake = server
+        .hook("/hooks/wake")
+        .json(&json!({"text": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wake.status(), 200);
+    let api = server
+        .api("/api/sessions/main/events")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(api.status(), 200);
+}
+
+#[test]
+fn unset_env_reference_is_refused_naming_it() {
+    let dir = ConfigDir::new(&json!({}));
+    dir.write_text("{ hooks: { enabled: true, token: '${HOOKGATE_TEST_UNSET_VAR}' } }");
+    let (status, output) = check_in(&dir);
+    assert!(!status.success());
+    assert!(
+        output.contains("hooks.token: environment variable HOOKGATE_TEST_UNSET_VAR is not set"),
+        "{output}"
+    );
+}
+
+#[tokio::test]
+async fn valid_config_change_is_picked_up_without_restart() {
+    let (server, dir) = Hookgate::start(&base_config());
+    let mut config = base_config();
+    set(&mut config, "hooks.path", json!("/ingress"));
+    dir.write(&config);
+    eventually("the new hooks.path to be served", async || {
+        let r = server
+            .hook("/ingress/wake")
+            .json(&json!({"text": "x"}))
+            .send()
+            .await
+            .unwrap();
+        r.status() == 200
+    })
+    .await;
+    let old = server
+        .hook("/hooks/wake")
+        .json(&json!({"text": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(old.status(), 404);
+}
+
+#[tokio::test]
+async fn invalid_config_change_keeps_the_old_config() {
+    let (server, dir) = Hookgate::start(&base_config());
+    dir.write_text("{ hooks: { enabled: true } }");
+    eventually("the refusal to be reported", async || {
+        let (_, status) = json_of(server.api("/api/config").send().await.unwrap()).await;
+        status["lastError"]
+            .to_string()
+            .contains("hooks.enabled requires hooks.token")
+    })
+    .await;
+    let still = server
+        .hook("/hooks/wake")
+        .json(&json!({"text": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(still.status(), 200);
+    let (_, status) = json_of(server.api("/api/config").send().await.unwrap()).await;
+    assert_eq!(status["generation"], 1);
+}

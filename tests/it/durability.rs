@@ -1,0 +1,146 @@
+//! What was answered 200 survives: a restart, a SIGTERM, a SIGKILL right after the answer.
+
+use serde_json::json;
+
+use crate::harness::*;
+
+async fn event_texts(server: &Hookgate) -> Vec<String> {
+    let (_, body) = json_of(
+        server
+            .api("/api/sessions/main/events?limit=1000")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["text"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn wake_events_queued_runs_and_idempotency_survive_a_restart() {
+    let dir = ConfigDir::new(&base_config());
+    let server = Hookgate::start_in(&dir);
+    server
+        .hook("/hooks/wake")
+        .json(&json!({"text": "before restart"}))
+        .send()
+        .await
+        .unwrap();
+    let (_, first) = json_of(
+        server
+            .hook("/hooks/agent")
+            .header("idempotency-key", "k1")
+            .json(&json!({"message": "m"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let (status, _) = server.terminate();
+    assert!(status.success());
+
+    let server = Hookgate::start_in(&dir);
+    assert_eq!(event_texts(&server).await, ["before restart"]);
+    let run_id = first["runId"].as_str().unwrap();
+    let (status, run) = json_of(
+        server
+            .api(&format!("/api/runs/{run_id}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, run["status"].as_str()), (200, Some("queued")));
+    let (_, again) = json_of(
+        server
+            .hook("/hooks/agent")
+            .header("idempotency-key", "k1")
+            .json(&json!({"message": "m"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(again["runId"], first["runId"]);
+}
+
+#[tokio::test]
+async fn nothing_answered_200_is_lost_on_sigkill() {
+    let dir = ConfigDir::new(&base_config());
+    let server = Hookgate::start_in(&dir);
+    let mut acknowledged = Vec::new();
+    let mut runs = Vec::new();
+    for i in 0..50 {
+        let text = format!("acked {i}");
+        let r = server
+            .hook("/hooks/wake")
+            .json(&json!({"text": text}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        acknowledged.push(text);
+        let (_, body) = json_of(
+            server
+                .hook("/hooks/agent")
+                .json(&json!({"message": i.to_string()}))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        runs.push(body["runId"].as_str().unwrap().to_string());
+    }
+    server.kill();
+
+    let server = Hookgate::start_in(&dir);
+    assert_eq!(event_texts(&server).await, acknowledged);
+    for run_id in runs {
+        let r = server
+            .api(&format!("/api/runs/{run_id}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "run {run_id} lost");
+    }
+}
+
+#[tokio::test]
+async fn sigterm_finishes_in_flight_requests_and_exits_zero() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut config = base_config();
+    set(&mut config, "hooks.bodyTimeoutSeconds", json!(20));
+    let dir = ConfigDir::new(&config);
+    let server = Hookgate::start_in(&dir);
+    let addr = server.base.trim_start_matches("http://").to_string();
+    // A request whose body is still arriving when the signal comes.
+    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let body = r#"{"text":"in flight"}"#;
+    let head = format!(
+        "POST /hooks/wake HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {HOOK_TOKEN}\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body.as_bytes()[..5]).await.unwrap();
+    server.signal("-TERM");
+    // Shutdown has begun once the listener is closed: new connections are refused.
+    eventually("the listener to close", async || {
+        tokio::net::TcpStream::connect(&addr).await.is_err()
+    })
+    .await;
+    stream.write_all(&body.as_bytes()[5..]).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let response = String::from_utf8_lossy(&response);
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let (status, _log) = server.wait();
+    assert!(status.success(), "{status:?}");
+
+    let server = Hookgate::start_in(&dir);
+    assert_eq!(event_texts(&server).await, ["in flight"]);
+}

@@ -1,0 +1,233 @@
+//! Runs the real `hookgate` binary on 127.0.0.1 with a configuration in a temporary directory.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+
+use serde_json::{Value, json};
+
+pub const HOOK_TOKEN: &str = "hook-token-0123456789";
+pub const GATEWAY_TOKEN: &str = "gateway-token-9876543210";
+
+/// A configuration with hooks enabled and the two tokens above.
+pub fn base_config() -> Value {
+    json!({
+        "gateway": { "auth": { "token": GATEWAY_TOKEN } },
+        "hooks": { "enabled": true, "token": HOOK_TOKEN },
+    })
+}
+
+/// Sets `value` at the dotted `path` inside `config`, creating objects on the way.
+pub fn set(config: &mut Value, path: &str, value: Value) {
+    let mut node = config;
+    let mut keys = path.split('.').peekable();
+    while let Some(key) = keys.next() {
+        if keys.peek().is_none() {
+            node[key] = value;
+            return;
+        }
+        if node.get(key).is_none() {
+            node[key] = json!({});
+        }
+        node = &mut node[key];
+    }
+}
+
+/// A configuration directory that outlives server restarts.
+pub struct ConfigDir {
+    dir: tempfile::TempDir,
+}
+
+impl ConfigDir {
+    pub fn new(config: &Value) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let this = ConfigDir { dir };
+        this.write(config);
+        this
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn config_file(&self) -> PathBuf {
+        self.dir.path().join("hookgate.json5")
+    }
+
+    /// Replaces the configuration file atomically (write then rename), as an editor would.
+    pub fn write(&self, config: &Value) {
+        self.write_text(&serde_json::to_string_pretty(config).unwrap());
+    }
+
+    pub fn write_text(&self, text: &str) {
+        let tmp = self.dir.path().join(".hookgate.json5.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.config_file()).unwrap();
+    }
+}
+
+/// A running server; killed when dropped.
+pub struct Hookgate {
+    pub base: String,
+    child: Child,
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_hookgate")
+}
+
+impl Hookgate {
+    /// Starts a server on `config` in a fresh directory; the directory lives as long as the server.
+    pub fn start(config: &Value) -> (Hookgate, ConfigDir) {
+        let dir = ConfigDir::new(config);
+        (Hookgate::start_in(&dir), dir)
+    }
+
+    /// Starts a server on the configuration in `dir` and waits for its `listening on` line.
+    pub fn start_in(dir: &ConfigDir) -> Hookgate {
+        Self::try_start_in(dir, &[]).unwrap_or_else(|e| panic!("hookgate did not start: {e}"))
+    }
+
+    pub fn try_start_in(dir: &ConfigDir, env: &[(&str, &str)]) -> Result<Hookgate, String> {
+        let mut child = Command::new(binary())
+            .args(["serve", "--config"])
+            .arg(dir.config_file())
+            .args(["--listen", "127.0.0.1:0"])
+            .envs(env.iter().copied())
+            .env("RUST_LOG", "hookgate=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn hookgate");
+        let mut stderr = child.stderr.take().unwrap();
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().and_then(Result::ok);
+        match first
+            .as_deref()
+            .and_then(|l| l.strip_prefix("listening on "))
+        {
+            Some(base) => {
+                let base = base.to_string();
+                // Keep draining stdout so the child never blocks on a full pipe.
+                std::thread::spawn(move || for _ in lines {});
+                Ok(Hookgate {
+                    base,
+                    child,
+                    stderr: Some(stderr),
+                })
+            }
+            None => {
+                let _ = child.wait();
+                Err(stderr.join().unwrap_or_default())
+            }
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// A POST to `path` carrying the hook token.
+    pub fn hook(&self, path: &str) -> reqwest::RequestBuilder {
+        client().post(self.url(path)).bearer_auth(HOOK_TOKEN)
+    }
+
+    /// A GET of the operator API carrying the gateway token.
+    pub fn api(&self, path: &str) -> reqwest::RequestBuilder {
+        client().get(self.url(path)).bearer_auth(GATEWAY_TOKEN)
+    }
+
+    /// Sends a signal (`-TERM`, `-HUP`, ...) without waiting.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([name, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// SIGTERM, then waits; returns the exit status and everything the server logged.
+    pub fn terminate(self) -> (ExitStatus, String) {
+        self.signal("-TERM");
+        self.wait()
+    }
+
+    /// Waits for the process to exit; returns the exit status and everything it logged.
+    pub fn wait(mut self) -> (ExitStatus, String) {
+        let status = self.child.wait().expect("wait");
+        let log = self
+            .stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        (status, log)
+    }
+
+    /// SIGKILL: the process gets no chance to flush anything.
+    pub fn kill(mut self) {
+        self.signal("-KILL");
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Hookgate {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+}
+
+/// Runs `hookgate check` on `config`; returns the exit status and stdout + stderr.
+pub fn check(config: &Value) -> (ExitStatus, String, ConfigDir) {
+    let dir = ConfigDir::new(config);
+    let (status, output) = check_in(&dir);
+    (status, output, dir)
+}
+
+pub fn check_in(dir: &ConfigDir) -> (ExitStatus, String) {
+    let out = Command::new(binary())
+        .args(["check", "--config"])
+        .arg(dir.config_file())
+        .output()
+        .expect("run check");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status, text)
+}
+
+/// Retries `probe` until it returns true, for at most ten seconds (for effects that happen in the
+/// background, such as a config reload). Fails the test when it never does.
+pub async fn eventually(what: &str, mut probe: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        if probe().await {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("{what} did not happen within 10 s");
+}
+
+/// The JSON body of a response, with its status.
+pub async fn json_of(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let body = response.json().await.expect("json body");
+    (status, body)
+}

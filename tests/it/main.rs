@@ -1,0 +1,10 @@
+//! Integration tests: each starts the real `hookgate` binary on 127.0.0.1 and speaks HTTP to it.
+
+mod harness;
+
+mod agent;
+mod api;
+mod config;
+mod durability;
+mod pipeline;
+mod wake;
