@@ -62,6 +62,8 @@ enum Write {
         oneshot::Sender<Result<RunQueued, StoreError>>,
     ),
     Probe(oneshot::Sender<Result<(), StoreError>>),
+    /// Commit what came before, then stop.
+    Close,
 }
 
 /// Handle to the store; cheap to clone.
@@ -163,11 +165,11 @@ impl Store {
         .map_err(|_| StoreError::Closed)?
     }
 
-    /// Stops taking writes, commits what is queued, checkpoints the WAL and waits for the writer.
-    /// Writes sent after this fail with [`StoreError::Closed`].
-    pub fn close(self) {
+    /// Commits every write sent before it, checkpoints the WAL and stops the writer, waiting for
+    /// it. Writes sent afterwards, through any clone, fail with [`StoreError::Closed`].
+    pub fn close(&self) {
+        let _ = self.writes.send(Write::Close);
         let writer = self.writer.lock().ok().and_then(|mut w| w.take());
-        drop(self.writes);
         if let Some(writer) = writer {
             let _ = writer.join();
         }
@@ -235,16 +237,26 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
 
 fn write_loop(mut conn: Connection, mut queue: mpsc::UnboundedReceiver<Write>, max_batch: usize) {
     let mut batch = Vec::with_capacity(max_batch);
-    while let Some(first) = queue.blocking_recv() {
-        batch.push(first);
-        while batch.len() < max_batch {
-            match queue.try_recv() {
-                Ok(write) => batch.push(write),
-                Err(_) => break,
+    let mut open = true;
+    while open {
+        let Some(first) = queue.blocking_recv() else {
+            break;
+        };
+        let mut next = Some(first);
+        while let Some(write) = next.take() {
+            if matches!(write, Write::Close) {
+                open = false;
+                break;
+            }
+            batch.push(write);
+            if batch.len() < max_batch {
+                next = queue.try_recv().ok();
             }
         }
         commit_batch(&mut conn, &mut batch);
     }
+    // Dropping the receiver makes every later send fail at once.
+    drop(queue);
     if let Err(err) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);") {
         tracing::warn!(%err, "store checkpoint at shutdown failed");
     }
@@ -295,6 +307,7 @@ fn apply(tx: &mut Transaction<'_>, write: Write) -> Answer {
         Write::Probe(reply) => Box::new(move |commit| {
             let _ = reply.send(settle(Ok(()), commit));
         }),
+        Write::Close => Box::new(|_| {}),
     }
 }
 
@@ -347,4 +360,89 @@ fn queue_run(
     Ok(RunQueued::New {
         run_id: run.run_id.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(run_id: &str) -> NewRun {
+        NewRun {
+            run_id: run_id.into(),
+            hook_name: "Hook".into(),
+            agent_id: None,
+            target_agent: "main".into(),
+            session_key: "hook:x".into(),
+            message: "m".into(),
+            prompt: "p".into(),
+            deliver: true,
+            channel: "last".into(),
+            to: None,
+            model: None,
+            thinking: None,
+            timeout_seconds: Some(u64::MAX),
+            wake_mode: "now".into(),
+            source: "webhook".into(),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+        }
+    }
+
+    fn claim(now_ms: i64) -> Option<IdempotencyClaim> {
+        Some(IdempotencyClaim {
+            fingerprint: "f".into(),
+            now_ms,
+            window: Duration::from_secs(300),
+        })
+    }
+
+    #[tokio::test]
+    async fn idempotency_window_counts_from_the_first_delivery() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), true).unwrap();
+        let first = store.queue_run(run("r1"), claim(0)).await.unwrap();
+        assert_eq!(
+            first,
+            RunQueued::New {
+                run_id: "r1".into()
+            }
+        );
+        let repeat = store.queue_run(run("r2"), claim(299_999)).await.unwrap();
+        assert_eq!(
+            repeat,
+            RunQueued::Replayed {
+                run_id: "r1".into()
+            }
+        );
+        let late = store.queue_run(run("r3"), claim(300_000)).await.unwrap();
+        assert_eq!(
+            late,
+            RunQueued::New {
+                run_id: "r3".into()
+            }
+        );
+        assert!(
+            store.run("r2").await.unwrap().is_none(),
+            "a replay writes nothing"
+        );
+        store.close();
+    }
+
+    #[tokio::test]
+    async fn huge_timeouts_are_stored_saturated() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), true).unwrap();
+        store.queue_run(run("r"), None).await.unwrap();
+        let record = store.run("r").await.unwrap().unwrap();
+        assert_eq!(record.timeout_seconds, Some(i64::MAX));
+        store.close();
+    }
+
+    #[tokio::test]
+    async fn writes_after_close_fail_cleanly() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), true).unwrap();
+        let handle = store.clone();
+        store.close();
+        assert!(matches!(handle.probe().await, Err(StoreError::Closed)));
+    }
 }
