@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use hookgate::config::LiveConfig;
 use hookgate::server::Server;
 
 const TOKEN: &str = "bench-hook-token";
@@ -21,8 +20,7 @@ async fn measure(group_commit: bool, connections: usize) -> f64 {
         "{{ gateway: {{ groupCommit: {group_commit} }}, hooks: {{ enabled: true, token: '{TOKEN}' }} }}"
     );
     std::fs::write(&path, config).unwrap();
-    let config = LiveConfig::open(path).unwrap();
-    let server = Server::start(config, Some("127.0.0.1:0".parse().unwrap()))
+    let server = Server::start(path, Some("127.0.0.1:0".parse().unwrap()))
         .await
         .unwrap();
     let url = format!("http://{}/hooks/wake", server.local_addr().unwrap());

@@ -8,4 +8,6 @@ pub mod config;
 pub mod gateway;
 pub mod hook;
 pub mod http;
+pub mod mapping;
 pub mod server;
+pub mod transform;

@@ -1,13 +1,14 @@
 //! The `hookgate` command: `serve`, `check`.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use hookgate::config::{self, LiveConfig, Settings};
-use hookgate::server::Server;
+use hookgate::config::{self, Settings};
+use hookgate::server::{self, Server, StartError};
+use hookgate::transform::{TransformEngine, TransformInput, TransformLimits};
 
 #[derive(Parser)]
 #[command(name = "hookgate", version, about = "A webhook ingress for AI agents")]
@@ -27,10 +28,37 @@ enum Command {
         #[arg(long)]
         listen: Option<SocketAddr>,
     },
-    /// Validate a configuration file and report every problem found.
+    /// Validate a configuration file, and every transform it names, and report every problem.
     Check {
         #[arg(long)]
         config: PathBuf,
+    },
+    /// Tools for transform authors.
+    #[command(subcommand)]
+    Transform(TransformCommand),
+}
+
+#[derive(Subcommand)]
+enum TransformCommand {
+    /// Run a transform component on a request and print its outcome as JSON.
+    Run {
+        /// The component (`.wasm`) to run.
+        module: PathBuf,
+        /// A file holding the request body.
+        #[arg(long)]
+        body: PathBuf,
+        /// The hook name the request is for.
+        #[arg(long, default_value = "test")]
+        name: String,
+        /// A request header, `Name: value` (repeatable).
+        #[arg(long = "header")]
+        headers: Vec<String>,
+        /// A query parameter, `name=value` (repeatable).
+        #[arg(long = "query")]
+        query: Vec<String>,
+        /// The mapping's `transform.config`, as JSON text.
+        #[arg(long)]
+        config: Option<String>,
     },
 }
 
@@ -42,10 +70,28 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "hookgate=info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     match cli.command {
         Command::Check { config } => check(&config),
         Command::Serve { config, listen } => serve(config, listen),
+        Command::Transform(TransformCommand::Run {
+            module,
+            body,
+            name,
+            headers,
+            query,
+            config,
+        }) => {
+            let input = match transform_input(&body, name, &headers, &query, config) {
+                Ok(input) => input,
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            run_transform(&module, input)
+        }
     }
 }
 
@@ -57,9 +103,13 @@ fn report(problems: &[config::ConfigError]) -> ExitCode {
 }
 
 fn check(path: &std::path::Path) -> ExitCode {
-    let settings: Settings = match config::load(path) {
-        Ok(settings) => settings,
-        Err(problems) => return report(&problems),
+    let settings: Settings = match server::check(path) {
+        Ok((settings, _)) => settings,
+        Err(StartError::Config(problems)) => return report(&problems),
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            return ExitCode::FAILURE;
+        }
     };
     match &settings.hooks {
         Some(hooks) => println!(
@@ -76,10 +126,6 @@ fn check(path: &std::path::Path) -> ExitCode {
 }
 
 fn serve(path: PathBuf, listen: Option<SocketAddr>) -> ExitCode {
-    let config = match LiveConfig::open(path) {
-        Ok(config) => config,
-        Err(problems) => return report(&problems),
-    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -88,8 +134,9 @@ fn serve(path: PathBuf, listen: Option<SocketAddr>) -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let server = match Server::start(config, listen).await {
+        let server = match Server::start(path, listen).await {
             Ok(server) => server,
+            Err(StartError::Config(problems)) => return report(&problems),
             Err(err) => {
                 eprintln!("error: {err:#}");
                 return ExitCode::FAILURE;
@@ -133,4 +180,64 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let _ = interrupt.await;
     tracing::info!("shutting down: finishing in-flight requests");
+}
+
+fn transform_input(
+    body: &std::path::Path,
+    name: String,
+    headers: &[String],
+    query: &[String],
+    config: Option<String>,
+) -> Result<TransformInput, String> {
+    let body = std::fs::read(body).map_err(|e| format!("cannot read {}: {e}", body.display()))?;
+    let headers = headers
+        .iter()
+        .map(|h| {
+            h.split_once(':')
+                .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+                .ok_or_else(|| format!("--header '{h}' is not 'Name: value'"))
+        })
+        .collect::<Result<_, _>>()?;
+    let query = query
+        .iter()
+        .map(|q| {
+            q.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("--query '{q}' is not 'name=value'"))
+        })
+        .collect::<Result<_, _>>()?;
+    if let Some(config) = &config {
+        serde_json::from_str::<serde_json::Value>(config)
+            .map_err(|e| format!("--config is not JSON: {e}"))?;
+    }
+    Ok(TransformInput {
+        name,
+        headers,
+        query,
+        body,
+        mapping_id: "cli".into(),
+        config,
+    })
+}
+
+fn run_transform(module: &std::path::Path, input: TransformInput) -> ExitCode {
+    let limits = TransformLimits::default();
+    let outcome = TransformEngine::new(&limits)
+        .map_err(|e| format!("cannot start the transform engine: {e:#}"))
+        .and_then(|engine| {
+            let loaded = engine.load_file(module).map_err(|e| e.to_string())?;
+            engine
+                .call_blocking(&loaded, input, &limits)
+                .map_err(|failure| format!("{} ({})", failure, failure.cause()))
+        });
+    match outcome {
+        Ok(outcome) => {
+            println!("{}", outcome.to_json());
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
 }

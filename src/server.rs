@@ -1,14 +1,82 @@
-//! Wiring: from a loaded configuration to a running server, and its orderly stop.
+//! Wiring: from a configuration file to a running server, and its orderly stop.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use crate::config::LiveConfig;
+use crate::config::{self, Admission, ConfigError, LiveConfig, Settings};
 use crate::gateway::{Store, StoreError};
 use crate::http::{AppState, AuthFailureLimiter, router};
+use crate::transform::{TransformEngine, TransformLimits, TransformRegistry};
+
+/// How often transform files are checked for replacement.
+const TRANSFORM_POLL: Duration = Duration::from_millis(500);
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration (or a transform it names) was refused; every problem is listed.
+    #[error("invalid configuration")]
+    Config(Vec<ConfigError>),
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+impl From<Vec<ConfigError>> for StartError {
+    fn from(problems: Vec<ConfigError>) -> Self {
+        StartError::Config(problems)
+    }
+}
+
+/// Loads the configuration at `path` with every transform it names, as `serve` would, without
+/// binding anything. `hookgate check` uses this.
+pub fn check(path: &Path) -> Result<(Settings, Arc<TransformRegistry>), StartError> {
+    let settings = config::load(path)?;
+    let registry = transform_registry(&settings)?;
+    transform_admission(Arc::clone(&registry))(&settings)?;
+    Ok((settings, registry))
+}
+
+fn transform_registry(settings: &Settings) -> Result<Arc<TransformRegistry>, StartError> {
+    let limits = settings
+        .hooks
+        .as_ref()
+        .map_or_else(TransformLimits::default, |h| h.transform_limits);
+    let engine = TransformEngine::new(&limits)
+        .map_err(|e| anyhow::anyhow!("cannot start the transform engine: {e:#}"))?;
+    Ok(Arc::new(TransformRegistry::new(
+        engine,
+        settings.state_dir.join("transform-cache"),
+    )))
+}
+
+/// Admits a configuration only when every transform it names loads; the loaded set then becomes
+/// the one in use.
+fn transform_admission(registry: Arc<TransformRegistry>) -> Admission {
+    Arc::new(move |settings: &Settings| {
+        let (dir, modules) = match &settings.hooks {
+            Some(hooks) => (hooks.transforms_dir.clone(), hooks.transform_modules()),
+            None => (PathBuf::new(), Vec::new()),
+        };
+        let names: Vec<String> = modules.iter().map(|(module, _)| module.clone()).collect();
+        registry.load_set(&dir, &names).map_err(|errors| {
+            errors
+                .into_iter()
+                .map(|err| {
+                    let key = modules
+                        .iter()
+                        .find(|(module, _)| *module == err.module)
+                        .map_or("hooks.mappings", |(_, key)| key.as_str());
+                    ConfigError::invalid(key, err.to_string())
+                })
+                .collect()
+        })
+    })
+}
 
 /// A started server's parts, before it accepts connections.
 pub struct Server {
@@ -17,18 +85,25 @@ pub struct Server {
 }
 
 impl Server {
-    /// Opens the store and binds `listen` (or `gateway.bind`:`gateway.port`).
-    pub async fn start(config: LiveConfig, listen: Option<SocketAddr>) -> anyhow::Result<Server> {
+    /// Loads the configuration at `path` and its transforms, opens the store and binds `listen`
+    /// (or `gateway.bind`:`gateway.port`).
+    pub async fn start(path: PathBuf, listen: Option<SocketAddr>) -> Result<Server, StartError> {
+        let initial = config::load(&path)?;
+        let transforms = transform_registry(&initial)?;
+        let config = LiveConfig::open(path, transform_admission(Arc::clone(&transforms)))?;
         let settings = config.current();
-        let store = Store::open(&settings.state_dir, settings.group_commit)?;
-        let listener = match listen {
-            Some(addr) => TcpListener::bind(addr).await?,
-            None => TcpListener::bind((settings.bind.as_str(), settings.port)).await?,
+        let store =
+            Store::open(&settings.state_dir, settings.group_commit).map_err(anyhow::Error::from)?;
+        let bound = match listen {
+            Some(addr) => TcpListener::bind(addr).await,
+            None => TcpListener::bind((settings.bind.as_str(), settings.port)).await,
         };
+        let listener = bound.map_err(|e| anyhow::anyhow!("cannot listen: {e}"))?;
         let state = AppState {
             config,
             store,
             limiter: Arc::new(AuthFailureLimiter::default()),
+            transforms,
         };
         Ok(Server { state, listener })
     }
@@ -45,11 +120,13 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), StoreError> {
         let watcher = tokio::spawn(crate::config::watch(self.state.config.clone()));
+        let refresher = tokio::spawn(refresh_transforms(Arc::clone(&self.state.transforms)));
         let app = router(self.state.clone()).into_make_service_with_connect_info::<SocketAddr>();
         let served = axum::serve(self.listener, app)
             .with_graceful_shutdown(shutdown)
             .await;
         watcher.abort();
+        refresher.abort();
         if let Err(err) = served {
             tracing::error!(%err, "server stopped with an error");
         }
@@ -57,5 +134,15 @@ impl Server {
         tokio::task::spawn_blocking(move || store.close())
             .await
             .map_err(|_| StoreError::Closed)
+    }
+}
+
+/// Picks up replaced transform files; compilation runs off the async threads.
+async fn refresh_transforms(registry: Arc<TransformRegistry>) {
+    let mut tick = tokio::time::interval(TRANSFORM_POLL);
+    loop {
+        tick.tick().await;
+        let registry = Arc::clone(&registry);
+        let _ = tokio::task::spawn_blocking(move || registry.refresh()).await;
     }
 }

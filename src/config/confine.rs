@@ -99,6 +99,11 @@ fn is_inside(path: &Path, root: &Path) -> bool {
     path.starts_with(root)
 }
 
+/// Whether `path` resolves (symlinks followed) to `root` or below it.
+pub fn is_within(path: &Path, root: &Path) -> bool {
+    is_inside(&resolve(path), &resolve(root))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -65,11 +65,25 @@ pub fn config_dir(path: &Path) -> PathBuf {
 ///
 /// Readers take one [`Arc<Settings>`] per request with [`LiveConfig::current`] (a lock-free atomic
 /// load), so a request never sees half of an old and half of a new configuration.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LiveConfig {
     path: Arc<PathBuf>,
     current: Arc<ArcSwap<Settings>>,
     status: Arc<Mutex<ReloadStatus>>,
+    admission: Admission,
+}
+
+/// A last check a new configuration must pass before it is taken, with effects of its own: the
+/// transform host loads the modules it names here, so a configuration whose transforms do not
+/// load is refused like any other invalid one.
+pub type Admission = Arc<dyn Fn(&Settings) -> Result<(), Vec<ConfigError>> + Send + Sync>;
+
+impl std::fmt::Debug for LiveConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveConfig")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What became of the configuration file's changes, for operators.
@@ -86,10 +100,12 @@ pub struct ReloadStatus {
 }
 
 impl LiveConfig {
-    /// Loads the configuration file at `path`, or returns every problem found in it.
-    pub fn open(path: PathBuf) -> Result<Self, Vec<ConfigError>> {
+    /// Loads the configuration file at `path` and admits it, or returns every problem found.
+    pub fn open(path: PathBuf, admission: Admission) -> Result<Self, Vec<ConfigError>> {
         let (settings, digest) = load_with_digest(&path)?;
+        admission(&settings)?;
         Ok(LiveConfig {
+            admission,
             path: Arc::new(path),
             current: Arc::new(ArcSwap::from_pointee(settings)),
             status: Arc::new(Mutex::new(ReloadStatus {
@@ -122,7 +138,10 @@ impl LiveConfig {
     /// Loads the file again; valid settings replace the current ones, invalid ones are returned
     /// and the current ones kept.
     pub fn reload(&self) -> Result<(), Vec<ConfigError>> {
-        let settings = match load_with_digest(&self.path) {
+        let loaded = load_with_digest(&self.path).and_then(|(settings, digest)| {
+            (self.admission)(&settings).map(|()| (settings, digest))
+        });
+        let settings = match loaded {
             Ok((settings, digest)) => {
                 self.lock_status().digest = Some(digest);
                 settings

@@ -65,6 +65,18 @@ pub struct HooksConfig {
     #[serde(default)]
     pub mappings: Vec<MappingConfig>,
     pub transforms_dir: Option<String>,
+    pub transform_limits: Option<TransformLimitsConfig>,
+}
+
+/// `hooks.transformLimits`: bounds on every transform call.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TransformLimitsConfig {
+    pub timeout_ms: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub output_bytes: Option<u64>,
+    pub log_bytes: Option<u64>,
+    pub max_concurrent: Option<u32>,
 }
 
 /// One entry of `hooks.mappings`.

@@ -11,9 +11,11 @@ use ipnet::IpNet;
 
 use super::ConfigError;
 use super::confine;
-use super::model::{FileConfig, HooksConfig, MappingConfig, SecretValue};
+use super::model::{FileConfig, HooksConfig, SecretValue, TransformLimitsConfig};
 use crate::hook::policy::{AllowedAgents, normalize_agent_id};
 use crate::hook::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy};
+use crate::mapping::Mapping;
+use crate::transform::TransformLimits;
 
 /// Default `hooks.path`.
 pub const DEFAULT_HOOKS_PATH: &str = "/hooks";
@@ -53,9 +55,29 @@ pub struct HookSettings {
     pub body_timeout: Duration,
     pub policy: HookPolicy,
     pub presets: Vec<String>,
-    pub mappings: Vec<MappingConfig>,
+    /// `hooks.mappings` in order, then each preset's mappings.
+    pub mappings: Vec<Mapping>,
     /// The effective transforms directory, inside `<config dir>/hooks/transforms`.
     pub transforms_dir: PathBuf,
+    pub transform_limits: TransformLimits,
+}
+
+impl HookSettings {
+    /// Every transform module the mappings name, once each, with the key that names it first.
+    pub fn transform_modules(&self) -> Vec<(String, String)> {
+        let mut seen = Vec::<(String, String)>::new();
+        for (i, mapping) in self.mappings.iter().enumerate() {
+            if let Some(spec) = &mapping.transform {
+                if !seen.iter().any(|(m, _)| *m == spec.module) {
+                    seen.push((
+                        spec.module.clone(),
+                        format!("hooks.mappings[{i}].transform.module"),
+                    ));
+                }
+            }
+        }
+        seen
+    }
 }
 
 impl Settings {
@@ -78,6 +100,15 @@ impl Settings {
             config_dir,
             &mut problems,
         );
+        let state_dir = config_dir.join(file.gateway.state_dir.as_deref().unwrap_or("state"));
+        if confine::is_within(&state_dir, &confine::transforms_root(config_dir)) {
+            // The compile cache in the state directory holds native code that hookgate loads
+            // unchecked; whoever may drop transforms must not be able to write there.
+            problems.push(ConfigError::invalid(
+                "gateway.stateDir",
+                "must not be inside the transforms root",
+            ));
+        }
         if !problems.is_empty() {
             return Err(problems);
         }
@@ -87,7 +118,7 @@ impl Settings {
             port: file.gateway.port.unwrap_or(8787),
             gateway_token,
             trusted_proxies,
-            state_dir: config_dir.join(file.gateway.state_dir.as_deref().unwrap_or("state")),
+            state_dir,
             group_commit: file.gateway.group_commit.unwrap_or(true),
             hooks,
             agents,
@@ -262,6 +293,23 @@ fn hook_settings(
             }
         }
     }
+    let mut mappings = Vec::new();
+    for (i, config) in hooks.mappings.iter().enumerate() {
+        match Mapping::from_config(i, config) {
+            Ok(mapping) => mappings.push(mapping),
+            Err(message) => problems.push(ConfigError::invalid(
+                format!("hooks.mappings[{i}]"),
+                message,
+            )),
+        }
+    }
+    mappings.extend(
+        hooks
+            .presets
+            .iter()
+            .filter_map(|name| crate::mapping::preset(name)),
+    );
+    let transform_limits = transform_limits(hooks.transform_limits.as_ref(), problems);
     let policy = HookPolicy {
         agents: agents.clone(),
         sessions,
@@ -282,8 +330,9 @@ fn hook_settings(
         body_timeout,
         policy,
         presets: hooks.presets,
-        mappings: hooks.mappings,
+        mappings,
         transforms_dir: transforms_dir?,
+        transform_limits,
     })
 }
 
@@ -319,4 +368,43 @@ fn session_policy(hooks: &HooksConfig, problems: &mut Vec<ConfigError>) -> Sessi
         }
     }
     policy
+}
+
+/// `hooks.transformLimits` over the defaults; each value must be positive.
+fn transform_limits(
+    config: Option<&TransformLimitsConfig>,
+    problems: &mut Vec<ConfigError>,
+) -> TransformLimits {
+    let mut limits = TransformLimits::default();
+    let Some(config) = config else {
+        return limits;
+    };
+    let mut positive = |key: &str, value: Option<u64>| -> Option<u64> {
+        match value {
+            Some(0) => {
+                problems.push(ConfigError::invalid(
+                    format!("hooks.transformLimits.{key}"),
+                    "must be greater than 0",
+                ));
+                None
+            }
+            other => other,
+        }
+    };
+    if let Some(ms) = positive("timeoutMs", config.timeout_ms) {
+        limits.timeout = Duration::from_millis(ms);
+    }
+    if let Some(bytes) = positive("memoryBytes", config.memory_bytes) {
+        limits.memory_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+    }
+    if let Some(bytes) = positive("outputBytes", config.output_bytes) {
+        limits.output_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+    }
+    if let Some(bytes) = positive("logBytes", config.log_bytes) {
+        limits.log_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+    }
+    if let Some(n) = positive("maxConcurrent", config.max_concurrent.map(u64::from)) {
+        limits.max_concurrent = u32::try_from(n).unwrap_or(u32::MAX);
+    }
+    limits
 }

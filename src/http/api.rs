@@ -91,5 +91,7 @@ pub async fn config_status(
     headers: HeaderMap,
 ) -> Result<Response, HookError> {
     authorize(&app, &headers)?;
-    Ok(Json(app.config.status()).into_response())
+    let mut status = serde_json::to_value(app.config.status()).unwrap_or_default();
+    status["transforms"] = serde_json::to_value(app.transforms.status()).unwrap_or_default();
+    Ok(Json(status).into_response())
 }

@@ -5,8 +5,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderMap, Method, request::Parts};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header, request::Parts};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -17,9 +18,11 @@ use super::client::client_address;
 use super::reply::HookError;
 use crate::config::{HookSettings, Settings};
 use crate::gateway::{EventKind, IdempotencyClaim, NewEvent, NewRun, RunQueued};
-use crate::hook::envelope::wrap_prompt;
+use crate::hook::envelope::{ContentSource, wrap_prompt};
 use crate::hook::policy::KeyOrigin;
-use crate::hook::{WakeMode, idempotency, payload};
+use crate::hook::{AgentRequest, WakeMode, WakeRequest, idempotency, payload};
+use crate::mapping::{self, FinishedAction, Mapping, TemplateContext};
+use crate::transform::{CallOutcome, Reply, TransformInput};
 
 /// Serves every path the router does not know: hooks under the configured prefix, 404 elsewhere.
 pub async fn dispatch(
@@ -62,11 +65,147 @@ async fn handle(
     )
     .await?;
     let payload = parse_json(&bytes)?;
+    let request = HookRequest {
+        name,
+        parts: &parts,
+        body: &bytes,
+        payload: &payload,
+    };
     match name {
-        "wake" => wake(app, settings, &payload).await,
-        "agent" => agent(app, hooks, &parts, &payload).await,
-        _ => Err(HookError::NotFound),
+        "wake" => {
+            let wake = payload::wake_request(&payload)?;
+            commit_wake(app, settings, wake, "hook:wake".into()).await
+        }
+        "agent" => {
+            let agent = payload::agent_request(&payload)?;
+            queue_agent(app, hooks, &request, agent, AgentOrigin::Direct).await
+        }
+        _ => mapped(app, settings, hooks, &request).await,
     }
+}
+
+/// One authenticated hook request with its body read.
+struct HookRequest<'a> {
+    name: &'a str,
+    parts: &'a Parts,
+    body: &'a Bytes,
+    payload: &'a Value,
+}
+
+/// Where an agent request came from, which decides the session-key rule and the content source.
+#[derive(Clone, Copy)]
+enum AgentOrigin<'a> {
+    Direct,
+    Mapped(&'a Mapping),
+}
+
+/// `POST {prefix}/<name>`: the first matching mapping's action, through its transform if any.
+async fn mapped(
+    app: &AppState,
+    settings: &Settings,
+    hooks: &HookSettings,
+    request: &HookRequest<'_>,
+) -> Result<Response, HookError> {
+    let mapping =
+        mapping::find(&hooks.mappings, request.name, request.payload).ok_or(HookError::NotFound)?;
+    let now = now_rfc3339();
+    let headers = transform_headers(&request.parts.headers);
+    let query = query_pairs(request.parts.uri.query());
+    let ctx = TemplateContext {
+        name: request.name,
+        now: &now,
+        headers: &headers,
+        query: &query,
+        payload: request.payload,
+    };
+    let mut action = mapping.render(&ctx);
+    if let Some(spec) = &mapping.transform {
+        let input = TransformInput {
+            name: request.name.to_string(),
+            headers,
+            query,
+            body: request.body.to_vec(),
+            mapping_id: mapping.id.clone(),
+            config: spec.config.clone(),
+        };
+        match run_transform(app, hooks, mapping, &spec.module, input).await? {
+            CallOutcome::Run(decided) => action = action.overlay(decided),
+            CallOutcome::Keep => {}
+            CallOutcome::Skip => return Ok(StatusCode::NO_CONTENT.into_response()),
+            CallOutcome::Respond(reply) => return Ok(own_reply(reply)),
+        }
+    }
+    match action.finish()? {
+        FinishedAction::Wake(wake) => {
+            commit_wake(app, settings, wake, format!("hook:{}", request.name)).await
+        }
+        FinishedAction::Agent(agent) => {
+            queue_agent(app, hooks, request, agent, AgentOrigin::Mapped(mapping)).await
+        }
+    }
+}
+
+async fn run_transform(
+    app: &AppState,
+    hooks: &HookSettings,
+    mapping: &Mapping,
+    module: &str,
+    input: TransformInput,
+) -> Result<CallOutcome, HookError> {
+    let Some(loaded) = app.transforms.get(module) else {
+        tracing::error!(mapping = %mapping.id, %module, "transform not loaded");
+        return Err(HookError::MappingFailed);
+    };
+    let started = Instant::now();
+    let outcome = app
+        .transforms
+        .engine()
+        .call(loaded, input, hooks.transform_limits)
+        .await;
+    match outcome {
+        Ok(outcome) => {
+            tracing::debug!(mapping = %mapping.id, elapsed = ?started.elapsed(), "transform answered");
+            Ok(outcome)
+        }
+        Err(failure) => {
+            tracing::error!(mapping = %mapping.id, %module, cause = failure.cause(), %failure, "transform failed");
+            Err(HookError::MappingFailed)
+        }
+    }
+}
+
+fn own_reply(reply: Reply) -> Response {
+    let content_type = HeaderValue::from_str(&reply.content_type)
+        .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
+    (status, [(header::CONTENT_TYPE, content_type)], reply.body).into_response()
+}
+
+/// Headers as transforms see them: names lower-case (as `http` keeps them), credentials removed.
+fn transform_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+    const CREDENTIALS: &[&str] = &[
+        "authorization",
+        "x-service-token",
+        "x-openclaw-token",
+        "cookie",
+        "proxy-authorization",
+    ];
+    headers
+        .iter()
+        .filter(|(name, _)| !CREDENTIALS.contains(&name.as_str()))
+        .map(|(name, value)| {
+            (
+                name.as_str().to_string(),
+                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .into_owned()
+        .collect()
 }
 
 /// The part of `path` after `prefix` when `path` is the prefix or below it; case-sensitive and not
@@ -114,15 +253,19 @@ fn internal(err: impl std::fmt::Display) -> HookError {
     HookError::Internal(err.to_string())
 }
 
-/// `POST {prefix}/wake`: a durable system event for the default agent's main session.
-async fn wake(app: &AppState, settings: &Settings, payload: &Value) -> Result<Response, HookError> {
-    let wake = payload::wake_request(payload)?;
+/// A wake: a durable, untrusted system event for the default agent's main session.
+async fn commit_wake(
+    app: &AppState,
+    settings: &Settings,
+    wake: WakeRequest,
+    source: String,
+) -> Result<Response, HookError> {
     let event = NewEvent {
         agent: settings.agents.default_id().to_string(),
         kind: EventKind::System,
         text: wake.text,
         trusted: false,
-        source: "hook:wake".into(),
+        source,
         at: now_rfc3339(),
     };
     let seq = app.store.append_event(event).await.map_err(internal)?;
@@ -133,17 +276,25 @@ async fn wake(app: &AppState, settings: &Settings, payload: &Value) -> Result<Re
     Ok(Json(json!({"ok": true, "mode": wake.mode.as_str()})).into_response())
 }
 
-/// `POST {prefix}/agent`: an isolated agent run, durably queued.
-async fn agent(
+/// An agent request through every policy, then durably queued as a run.
+async fn queue_agent(
     app: &AppState,
     hooks: &HookSettings,
-    parts: &Parts,
-    payload: &Value,
+    request: &HookRequest<'_>,
+    agent: AgentRequest,
+    origin: AgentOrigin<'_>,
 ) -> Result<Response, HookError> {
-    let request = payload::agent_request(payload)?;
-    let admitted = hooks.policy.admit(request, KeyOrigin::Request, false, || {
+    let (key_origin, allow_unsafe) = match origin {
+        AgentOrigin::Direct => (KeyOrigin::Request, false),
+        AgentOrigin::Mapped(m) => (KeyOrigin::Mapping, m.allow_unsafe_external_content),
+    };
+    let mut admitted = hooks.policy.admit(agent, key_origin, allow_unsafe, || {
         format!("hook:{}", Uuid::new_v4())
     })?;
+    if matches!(origin, AgentOrigin::Mapped(m) if m.is_email) {
+        admitted.source = ContentSource::Email;
+    }
+    let (parts, payload) = (request.parts, request.payload);
     let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
     let key = idempotency::choose_key([
         header("idempotency-key"),

@@ -22,6 +22,7 @@ pub use auth::AuthFailureLimiter;
 
 use crate::config::LiveConfig;
 use crate::gateway::Store;
+use crate::transform::TransformRegistry;
 
 /// What every handler can reach. Cheap to clone.
 #[derive(Clone)]
@@ -29,6 +30,7 @@ pub struct AppState {
     pub config: LiveConfig,
     pub store: Store,
     pub limiter: Arc<AuthFailureLimiter>,
+    pub transforms: Arc<TransformRegistry>,
 }
 
 /// Every route of the server. Hooks live under a configurable, reloadable prefix, so they are

@@ -32,6 +32,9 @@ pub enum HookError {
     BodyTimeout,
     #[error("{0}")]
     Invalid(String),
+    /// A mapping's transform failed (its cause is logged where it happened).
+    #[error("hook mapping failed")]
+    MappingFailed,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -91,6 +94,9 @@ impl IntoResponse for HookError {
                 "request body timeout",
             )),
             HookError::Invalid(message) => json_error(StatusCode::BAD_REQUEST, &message),
+            HookError::MappingFailed => {
+                json_error(StatusCode::INTERNAL_SERVER_ERROR, "hook mapping failed")
+            }
             HookError::Internal(cause) => {
                 tracing::error!(%cause, "hook request failed");
                 json_error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")

@@ -231,3 +231,55 @@ pub async fn json_of(response: reqwest::Response) -> (u16, Value) {
     let body = response.json().await.expect("json body");
     (status, body)
 }
+
+/// The example and fixture transforms, built once per test process for `wasm32-wasip2`.
+/// Returns the directory holding `<name>.wasm`.
+pub fn transforms() -> &'static Path {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("transforms");
+        // A target directory of its own: the outer `cargo test` may still hold its own lock.
+        let target = match std::env::var_os("CARGO_TARGET_DIR") {
+            Some(dir) => PathBuf::from(dir).join("wasm-transforms"),
+            None => root.join("target"),
+        };
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--release",
+                "--target",
+                "wasm32-wasip2",
+                "--manifest-path",
+            ])
+            .arg(root.join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", &target)
+            .status()
+            .expect("run cargo to build the transforms");
+        assert!(
+            status.success(),
+            "building the transforms failed (is the wasm32-wasip2 target installed?)"
+        );
+        target.join("wasm32-wasip2/release")
+    })
+}
+
+/// Copies built transforms (`github`, `hostile`, ...) into `dir`'s transforms root.
+pub fn install_transforms(dir: &ConfigDir, names: &[&str]) {
+    let root = dir.path().join("hooks/transforms");
+    std::fs::create_dir_all(&root).unwrap();
+    for name in names {
+        std::fs::copy(
+            transforms().join(format!("{name}.wasm")),
+            root.join(format!("{name}.wasm")),
+        )
+        .unwrap_or_else(|e| panic!("copy {name}.wasm: {e}"));
+    }
+}
+
+/// Replaces a file the way a deploy does: write aside, rename over.
+pub fn replace_file(path: &Path, bytes: &[u8]) {
+    let aside = path.with_extension("incoming");
+    std::fs::write(&aside, bytes).unwrap();
+    std::fs::rename(&aside, path).unwrap();
+}

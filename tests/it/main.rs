@@ -6,5 +6,7 @@ mod agent;
 mod api;
 mod config;
 mod durability;
+mod mapped;
 mod pipeline;
+mod transforms;
 mod wake;

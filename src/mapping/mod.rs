@@ -1,0 +1,306 @@
+//! Mapped hooks (behaviour §5): which mapping a request matches, and the action its templates, and
+//! optionally its transform, make of the payload. Pure: no HTTP, no wasmtime.
+
+pub mod template;
+
+use serde_json::Value;
+
+use crate::config::model::MappingConfig;
+use crate::hook::payload::timeout_seconds;
+use crate::hook::{AgentRequest, Channel, Rejected, WakeMode, WakeRequest};
+pub use template::TemplateContext;
+use template::{render, render_optional};
+
+/// Whether a mapping produces a wake or an agent run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActionKind {
+    Wake,
+    Agent,
+}
+
+/// A mapping ready to match and render.
+#[derive(Debug, Clone)]
+pub struct Mapping {
+    pub id: String,
+    match_path: Option<String>,
+    match_source: Option<String>,
+    pub kind: ActionKind,
+    wake_mode: WakeMode,
+    name: Option<String>,
+    agent_id: Option<String>,
+    session_key: Option<String>,
+    message_template: Option<String>,
+    text_template: Option<String>,
+    deliver: Option<bool>,
+    channel: Option<String>,
+    to: Option<String>,
+    model: Option<String>,
+    thinking: Option<String>,
+    timeout_seconds: Option<u64>,
+    pub allow_unsafe_external_content: bool,
+    /// The transform module, relative to the transforms directory, and its config as JSON text.
+    pub transform: Option<TransformSpec>,
+    /// Runs from this mapping carry e-mail content (`Source: Email`).
+    pub is_email: bool,
+}
+
+/// The `transform` of a mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransformSpec {
+    pub module: String,
+    pub config: Option<String>,
+}
+
+impl Mapping {
+    /// Builds the mapping at position `index` (0-based) of `hooks.mappings`.
+    pub fn from_config(index: usize, config: &MappingConfig) -> Result<Mapping, String> {
+        let kind = match config.action.as_deref().map(str::trim) {
+            None | Some("agent") => ActionKind::Agent,
+            Some("wake") => ActionKind::Wake,
+            Some(other) => return Err(format!("action must be wake or agent, not '{other}'")),
+        };
+        if let Some(channel) = &config.channel {
+            Channel::parse(channel).ok_or_else(|| Channel::EXPECTED.to_string())?;
+        }
+        let trimmed = |s: &Option<String>| {
+            s.as_deref()
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+        };
+        let strip_slashes = |s: &str| s.trim().trim_matches('/').to_string();
+        let rule = config.match_rule.clone().unwrap_or_default();
+        Ok(Mapping {
+            id: trimmed(&config.id).unwrap_or_else(|| format!("mapping-{}", index + 1)),
+            match_path: rule.path.as_deref().map(strip_slashes),
+            match_source: rule.source.clone(),
+            kind,
+            wake_mode: match config.wake_mode.as_deref() {
+                Some("next-heartbeat") => WakeMode::NextHeartbeat,
+                _ => WakeMode::Now,
+            },
+            name: config.name.clone(),
+            agent_id: trimmed(&config.agent_id),
+            session_key: config.session_key.clone(),
+            message_template: config.message_template.clone(),
+            text_template: config.text_template.clone(),
+            deliver: config.deliver,
+            channel: trimmed(&config.channel),
+            to: config.to.clone(),
+            model: config.model.clone(),
+            thinking: config.thinking.clone(),
+            timeout_seconds: config
+                .timeout_seconds
+                .and_then(|t| timeout_seconds(Some(&Value::from(t)))),
+            allow_unsafe_external_content: config.allow_unsafe_external_content,
+            transform: config.transform.as_ref().map(|t| TransformSpec {
+                module: t.module.trim().to_string(),
+                config: t.config.as_ref().map(Value::to_string),
+            }),
+            is_email: false,
+        })
+    }
+
+    /// `match.path` equals the name and `match.source` equals the payload's string `source`
+    /// field, each only when given; a mapping with neither matches every name.
+    pub fn matches(&self, name: &str, payload: &Value) -> bool {
+        let path_ok = self.match_path.as_deref().is_none_or(|p| p == name);
+        let source_ok = self
+            .match_source
+            .as_deref()
+            .is_none_or(|s| payload.get("source").and_then(Value::as_str) == Some(s));
+        path_ok && source_ok
+    }
+
+    /// Every field of the mapping rendered against one request.
+    pub fn render(&self, ctx: &TemplateContext<'_>) -> MappedAction {
+        MappedAction {
+            kind: self.kind,
+            text: self
+                .text_template
+                .as_deref()
+                .map(|t| render(t, ctx))
+                .unwrap_or_default(),
+            message: self
+                .message_template
+                .as_deref()
+                .map(|t| render(t, ctx))
+                .unwrap_or_default(),
+            name: render_optional(self.name.as_deref(), ctx),
+            agent_id: self.agent_id.clone(),
+            session_key: render_optional(self.session_key.as_deref(), ctx),
+            wake_mode: self.wake_mode,
+            deliver: self.deliver.unwrap_or(true),
+            channel: self.channel.clone(),
+            to: render_optional(self.to.as_deref(), ctx),
+            model: render_optional(self.model.as_deref(), ctx),
+            thinking: render_optional(self.thinking.as_deref(), ctx),
+            timeout_seconds: self.timeout_seconds,
+        }
+    }
+}
+
+/// The first mapping, in order, that matches; the first match is final.
+pub fn find<'a>(mappings: &'a [Mapping], name: &str, payload: &Value) -> Option<&'a Mapping> {
+    mappings.iter().find(|m| m.matches(name, payload))
+}
+
+/// The built-in mappings of the named presets (only `gmail` exists).
+pub fn preset(name: &str) -> Option<Mapping> {
+    (name == "gmail").then(|| Mapping {
+        id: "gmail".into(),
+        match_path: Some("gmail".into()),
+        match_source: None,
+        kind: ActionKind::Agent,
+        wake_mode: WakeMode::Now,
+        name: Some("Gmail".into()),
+        agent_id: None,
+        session_key: Some("hook:gmail:{{messages[0].id}}".into()),
+        message_template: Some(
+            "New email from {{messages[0].from}}\nSubject: {{messages[0].subject}}\n{{messages[0].snippet}}\n{{messages[0].body}}".into(),
+        ),
+        text_template: None,
+        deliver: None,
+        channel: None,
+        to: None,
+        model: None,
+        thinking: None,
+        timeout_seconds: None,
+        allow_unsafe_external_content: false,
+        transform: None,
+        is_email: true,
+    })
+}
+
+/// A mapping's action with every field rendered, before the checks of [`MappedAction::finish`].
+/// Both the wake text and the agent message are kept, so that a transform may change the kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappedAction {
+    pub kind: ActionKind,
+    pub text: String,
+    pub message: String,
+    pub name: Option<String>,
+    pub agent_id: Option<String>,
+    pub session_key: Option<String>,
+    pub wake_mode: WakeMode,
+    pub deliver: bool,
+    pub channel: Option<String>,
+    pub to: Option<String>,
+    pub model: Option<String>,
+    pub thinking: Option<String>,
+    pub timeout_seconds: Option<u64>,
+}
+
+/// An action a transform returned; `None` fields keep the mapping's values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransformAction {
+    Wake {
+        text: String,
+        mode: Option<WakeMode>,
+    },
+    Agent(Box<TransformAgent>),
+}
+
+/// The agent fields a transform may set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TransformAgent {
+    pub message: String,
+    pub name: Option<String>,
+    pub agent_id: Option<String>,
+    pub session_key: Option<String>,
+    pub wake_mode: Option<WakeMode>,
+    pub deliver: Option<bool>,
+    pub channel: Option<String>,
+    pub to: Option<String>,
+    pub model: Option<String>,
+    pub thinking: Option<String>,
+    pub timeout_seconds: Option<u64>,
+}
+
+/// A validated mapped action, ready for the policies of `/wake` or `/agent`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishedAction {
+    Wake(WakeRequest),
+    Agent(AgentRequest),
+}
+
+fn non_blank(value: Option<String>) -> Option<String> {
+    value
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+impl MappedAction {
+    /// Lays a transform's action over this one: the transform decides the kind, and each field it
+    /// set replaces the mapping's.
+    pub fn overlay(mut self, action: TransformAction) -> MappedAction {
+        match action {
+            TransformAction::Wake { text, mode } => {
+                self.kind = ActionKind::Wake;
+                self.text = text;
+                self.wake_mode = mode.unwrap_or(self.wake_mode);
+            }
+            TransformAction::Agent(agent) => {
+                let agent = *agent;
+                self.kind = ActionKind::Agent;
+                self.message = agent.message;
+                self.name = non_blank(agent.name).or(self.name);
+                self.agent_id = non_blank(agent.agent_id).or(self.agent_id);
+                self.session_key = non_blank(agent.session_key).or(self.session_key);
+                self.wake_mode = agent.wake_mode.unwrap_or(self.wake_mode);
+                self.deliver = agent.deliver.unwrap_or(self.deliver);
+                self.channel = non_blank(agent.channel).or(self.channel);
+                self.to = non_blank(agent.to).or(self.to);
+                self.model = non_blank(agent.model).or(self.model);
+                self.thinking = non_blank(agent.thinking).or(self.thinking);
+                self.timeout_seconds = agent
+                    .timeout_seconds
+                    .filter(|t| *t > 0)
+                    .or(self.timeout_seconds);
+            }
+        }
+        self
+    }
+
+    /// Checks what a mapped action needs: wake text, agent message, a known channel.
+    pub fn finish(self) -> Result<FinishedAction, Rejected> {
+        match self.kind {
+            ActionKind::Wake => {
+                let text = self.text.trim();
+                if text.is_empty() {
+                    return Err(Rejected::new("hook mapping requires text"));
+                }
+                Ok(FinishedAction::Wake(WakeRequest {
+                    text: text.to_string(),
+                    mode: self.wake_mode,
+                }))
+            }
+            ActionKind::Agent => {
+                let message = self.message.trim();
+                if message.is_empty() {
+                    return Err(Rejected::new("hook mapping requires message"));
+                }
+                let channel = match self.channel.as_deref() {
+                    None => Channel::Last,
+                    Some(c) => Channel::parse(c).ok_or_else(|| Rejected::new(Channel::EXPECTED))?,
+                };
+                Ok(FinishedAction::Agent(AgentRequest {
+                    message: message.to_string(),
+                    name: self.name.unwrap_or_else(|| "Hook".to_string()),
+                    agent_id: self.agent_id,
+                    session_key: self.session_key,
+                    wake_mode: self.wake_mode,
+                    deliver: self.deliver,
+                    channel,
+                    to: self.to,
+                    model: self.model,
+                    thinking: self.thinking,
+                    timeout_seconds: self.timeout_seconds,
+                }))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,245 @@
+//! `{{ expr }}` templates over a hook request (behaviour §5): the roots `path`, `now`,
+//! `headers.<name>`, `query.<name>` and `payload.<path>`, any other root being a payload path.
+
+use serde_json::Value;
+
+/// What a template can see of one request.
+#[derive(Debug, Clone, Copy)]
+pub struct TemplateContext<'a> {
+    /// The hook name from the URL.
+    pub name: &'a str,
+    /// The time of the request, RFC 3339 UTC.
+    pub now: &'a str,
+    /// Header names lower-cased.
+    pub headers: &'a [(String, String)],
+    pub query: &'a [(String, String)],
+    pub payload: &'a Value,
+}
+
+/// Keys that never resolve, wherever they appear in a path: templates written for the JavaScript
+/// gateway must not reach object internals there, and must behave the same here.
+const FORBIDDEN_KEYS: &[&str] = &["__proto__", "prototype", "constructor"];
+
+/// Renders `template`: each `{{ expr }}` is replaced by the value it names; a missing value or
+/// `null` renders as the empty string, strings as they are, numbers and booleans as text, objects
+/// and arrays as compact JSON. An unclosed `{{` is kept literally.
+pub fn render(template: &str, ctx: &TemplateContext<'_>) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find("{{") {
+        let Some(close) = rest[open + 2..].find("}}") else {
+            break;
+        };
+        out.push_str(&rest[..open]);
+        let expr = rest[open + 2..open + 2 + close].trim();
+        out.push_str(&resolve(expr, ctx));
+        rest = &rest[open + 2 + close + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Renders and trims; `None` when the result is empty (for optional fields).
+pub fn render_optional(template: Option<&str>, ctx: &TemplateContext<'_>) -> Option<String> {
+    let rendered = render(template?, ctx);
+    let trimmed = rendered.trim();
+    (!trimmed.is_empty()).then(|| trimmed.to_string())
+}
+
+fn resolve(expr: &str, ctx: &TemplateContext<'_>) -> String {
+    let (root, rest) = match expr.find(['.', '[']) {
+        Some(at) => (&expr[..at], &expr[at..]),
+        None => (expr, ""),
+    };
+    match root {
+        "path" if rest.is_empty() => ctx.name.to_string(),
+        "now" if rest.is_empty() => ctx.now.to_string(),
+        "headers" => lookup_pairs(ctx.headers, rest, true),
+        "query" => lookup_pairs(ctx.query, rest, false),
+        "payload" => text(walk(ctx.payload, rest)),
+        _ => text(walk(ctx.payload, expr)),
+    }
+}
+
+/// `.name` after `headers` or `query`; the last value of that name wins.
+fn lookup_pairs(pairs: &[(String, String)], rest: &str, lower: bool) -> String {
+    let Some(name) = rest.strip_prefix('.').filter(|n| !n.is_empty()) else {
+        return String::new();
+    };
+    let name = if lower {
+        name.to_ascii_lowercase()
+    } else {
+        name.to_string()
+    };
+    pairs
+        .iter()
+        .rev()
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value.clone())
+        .unwrap_or_default()
+}
+
+/// One step of a path.
+#[derive(Debug, PartialEq, Eq)]
+enum Step<'a> {
+    Key(&'a str),
+    Index(&'a str),
+}
+
+/// Splits `a.b[0]["c"]` into steps; `None` for a malformed path.
+fn steps(path: &str) -> Option<Vec<Step<'_>>> {
+    let mut steps = Vec::new();
+    let mut rest = path;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('[') {
+            let end = after.find(']')?;
+            let inner = after[..end].trim();
+            let inner = inner
+                .strip_prefix('"')
+                .and_then(|s| s.strip_suffix('"'))
+                .or_else(|| inner.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')))
+                .unwrap_or(inner);
+            steps.push(Step::Index(inner));
+            rest = &after[end + 1..];
+        } else {
+            let after = rest.strip_prefix('.').unwrap_or(rest);
+            let end = after.find(['.', '[']).unwrap_or(after.len());
+            if end == 0 {
+                return None;
+            }
+            steps.push(Step::Key(&after[..end]));
+            rest = &after[end..];
+        }
+    }
+    Some(steps)
+}
+
+fn walk<'v>(root: &'v Value, path: &str) -> Option<&'v Value> {
+    let steps = steps(path)?;
+    let mut node = root;
+    for step in steps {
+        let key = match step {
+            Step::Key(key) | Step::Index(key) => key,
+        };
+        if FORBIDDEN_KEYS.contains(&key) {
+            return None;
+        }
+        node = match node {
+            Value::Object(map) => map.get(key)?,
+            Value::Array(items) => items.get(key.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(node)
+}
+
+fn text(value: Option<&Value>) -> String {
+    match value {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other @ (Value::Number(_) | Value::Bool(_))) => other.to_string(),
+        Some(other) => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn with(payload: &Value, template: &str) -> String {
+        let headers = vec![
+            ("x-github-event".to_string(), "push".to_string()),
+            ("x-multi".to_string(), "first".to_string()),
+            ("x-multi".to_string(), "second".to_string()),
+        ];
+        let query = vec![
+            ("a".to_string(), "1".to_string()),
+            ("a".to_string(), "2".to_string()),
+        ];
+        let ctx = TemplateContext {
+            name: "github",
+            now: "2026-01-01T00:00:00.000Z",
+            headers: &headers,
+            query: &query,
+            payload,
+        };
+        render(template, &ctx)
+    }
+
+    #[test]
+    fn path_and_now_roots() {
+        assert_eq!(
+            with(&json!({}), "{{path}} at {{ now }}"),
+            "github at 2026-01-01T00:00:00.000Z"
+        );
+    }
+
+    #[test]
+    fn header_root_is_case_insensitive_and_last_value_wins() {
+        assert_eq!(with(&json!({}), "{{headers.X-GitHub-Event}}"), "push");
+        assert_eq!(with(&json!({}), "{{headers.x-multi}}"), "second");
+    }
+
+    #[test]
+    fn query_root_last_value_wins() {
+        assert_eq!(with(&json!({}), "{{query.a}}"), "2");
+        assert_eq!(with(&json!({}), "{{query.b}}"), "");
+    }
+
+    #[test]
+    fn payload_root_and_bare_paths() {
+        let p = json!({"repo": {"name": "hookgate"}, "items": [{"id": 7}]});
+        assert_eq!(with(&p, "{{payload.repo.name}}"), "hookgate");
+        assert_eq!(with(&p, "{{repo.name}}"), "hookgate");
+        assert_eq!(with(&p, "{{items[0].id}}"), "7");
+        assert_eq!(with(&p, "{{payload.items[0][\"id\"]}}"), "7");
+    }
+
+    #[test]
+    fn missing_values_render_empty() {
+        let p = json!({"a": null, "b": [1]});
+        assert_eq!(
+            with(&p, "[{{nope.x}}][{{a}}][{{b[5]}}][{{b.x}}]"),
+            "[][][][]"
+        );
+    }
+
+    #[test]
+    fn scalars_as_text_and_containers_as_compact_json() {
+        let p = json!({"n": 42, "f": 1.5, "t": true, "o": {"k": [1, "x"]}});
+        assert_eq!(
+            with(&p, "{{n}} {{f}} {{t}} {{o}}"),
+            r#"42 1.5 true {"k":[1,"x"]}"#
+        );
+    }
+
+    #[test]
+    fn prototype_keys_yield_nothing_anywhere() {
+        let p = json!({"__proto__": {"x": 1}, "a": {"constructor": "c", "prototype": "p"}});
+        assert_eq!(
+            with(&p, "{{__proto__.x}}|{{a.constructor}}|{{a[\"prototype\"]}}"),
+            "||"
+        );
+    }
+
+    #[test]
+    fn unclosed_braces_are_literal() {
+        assert_eq!(with(&json!({"a": 1}), "x {{a}} {{ b"), "x 1 {{ b");
+    }
+
+    #[test]
+    fn render_optional_trims_and_drops_empty() {
+        let ctx_payload = json!({"k": "  v  ", "e": " "});
+        let ctx = TemplateContext {
+            name: "n",
+            now: "t",
+            headers: &[],
+            query: &[],
+            payload: &ctx_payload,
+        };
+        assert_eq!(render_optional(Some("{{k}}"), &ctx).as_deref(), Some("v"));
+        assert_eq!(render_optional(Some("{{e}}"), &ctx), None);
+        assert_eq!(render_optional(None, &ctx), None);
+    }
+}

@@ -1,0 +1,8 @@
+//! Host bindings generated from `wit/transform.wit`.
+
+wasmtime::component::bindgen!({
+    path: "wit",
+    world: "transform",
+});
+
+pub use hookgate::transform::types;

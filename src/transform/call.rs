@@ -1,0 +1,330 @@
+//! One call of a transform: a fresh store, the limits set, instantiate, call, drop; and what the
+//! answer means for the request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::{Store, Trap};
+
+use super::bindings::types;
+use super::engine::{TICK, TransformEngine};
+use super::host::HostState;
+use super::limits::TransformLimits;
+use super::registry::LoadedTransform;
+use crate::hook::WakeMode;
+use crate::mapping::{TransformAction, TransformAgent};
+
+/// The request as a transform sees it.
+#[derive(Debug, Clone, Default)]
+pub struct TransformInput {
+    pub name: String,
+    /// Lower-cased names, credentials removed.
+    pub headers: Vec<(String, String)>,
+    pub query: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub mapping_id: String,
+    pub config: Option<String>,
+}
+
+/// What a transform decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallOutcome {
+    Run(TransformAction),
+    Keep,
+    Skip,
+    Respond(Reply),
+}
+
+/// A transform's own response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    pub content_type: String,
+    pub body: Vec<u8>,
+}
+
+/// Why a call failed. Each is the transform's failure alone: the request gets a 500.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransformFailure {
+    #[error("wall-time limit of {0:?} exceeded")]
+    Timeout(Duration),
+    #[error("memory limit of {0} bytes exceeded")]
+    Memory(usize),
+    #[error("output limit exceeded: {0}")]
+    Output(String),
+    #[error("trap: {0}")]
+    Trap(String),
+    #[error("transform returned an error: {0}")]
+    Error(String),
+    #[error("invalid outcome: {0}")]
+    Invalid(String),
+}
+
+impl TransformFailure {
+    /// A short label for logs and metrics.
+    pub fn cause(&self) -> &'static str {
+        match self {
+            TransformFailure::Timeout(_) => "timeout",
+            TransformFailure::Memory(_) => "memory",
+            TransformFailure::Output(_) => "output",
+            TransformFailure::Trap(_) => "trap",
+            TransformFailure::Error(_) => "error",
+            TransformFailure::Invalid(_) => "invalid",
+        }
+    }
+}
+
+/// Extra time the host waits beyond the epoch deadline before it gives up on a call (a guest can
+/// only overrun its deadline inside a host call, which epochs do not interrupt).
+const HOST_GRACE: Duration = Duration::from_secs(1);
+
+impl TransformEngine {
+    /// Calls `transform` on `input` within `limits`, on a blocking thread, waiting for a free slot
+    /// first. Whatever the guest does, this returns within the wall-time limit plus a grace.
+    pub async fn call(
+        &self,
+        transform: Arc<LoadedTransform>,
+        input: TransformInput,
+        limits: TransformLimits,
+    ) -> Result<CallOutcome, TransformFailure> {
+        let _slot = self
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| TransformFailure::Trap("engine shut down".into()))?;
+        let engine = self.clone();
+        let call =
+            tokio::task::spawn_blocking(move || engine.call_blocking(&transform, input, &limits));
+        match tokio::time::timeout(limits.timeout + HOST_GRACE, call).await {
+            Err(_) => Err(TransformFailure::Timeout(limits.timeout)),
+            Ok(Err(join)) => Err(TransformFailure::Trap(format!("host panic: {join}"))),
+            Ok(Ok(result)) => result,
+        }
+    }
+
+    /// The synchronous call: instantiate into a fresh store, call, convert, drop.
+    pub fn call_blocking(
+        &self,
+        transform: &LoadedTransform,
+        input: TransformInput,
+        limits: &TransformLimits,
+    ) -> Result<CallOutcome, TransformFailure> {
+        let memory_cap = limits.memory_bytes.min(self.memory_bytes);
+        let state = HostState::new(&input.mapping_id, memory_cap, limits.log_bytes);
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.memory);
+        store.set_epoch_deadline(deadline_ticks(limits.timeout));
+        let request = types::Request {
+            name: input.name,
+            headers: input.headers,
+            query: input.query,
+            body: input.body,
+            mapping_id: input.mapping_id,
+            config: input.config,
+        };
+        let result = transform
+            .pre
+            .instantiate(&mut store)
+            .and_then(|instance| instance.call_transform(&mut store, &request));
+        store.data().flush_output();
+        match result {
+            Err(err) => Err(classify(&store, &err, limits, memory_cap)),
+            Ok(Err(message)) => Err(TransformFailure::Error(message)),
+            Ok(Ok(outcome)) => convert(outcome, limits.output_bytes),
+        }
+    }
+}
+
+impl CallOutcome {
+    /// The outcome as JSON, for `hookgate transform run`.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        match self {
+            CallOutcome::Keep => json!({"outcome": "keep"}),
+            CallOutcome::Skip => json!({"outcome": "skip"}),
+            CallOutcome::Respond(reply) => json!({
+                "outcome": "respond",
+                "status": reply.status,
+                "contentType": reply.content_type,
+                "body": String::from_utf8_lossy(&reply.body),
+            }),
+            CallOutcome::Run(TransformAction::Wake { text, mode }) => json!({
+                "outcome": "run",
+                "action": {"kind": "wake", "text": text, "mode": mode.map(WakeMode::as_str)},
+            }),
+            CallOutcome::Run(TransformAction::Agent(a)) => json!({
+                "outcome": "run",
+                "action": {
+                    "kind": "agent", "message": a.message, "name": a.name, "agentId": a.agent_id,
+                    "sessionKey": a.session_key, "wakeMode": a.wake_mode.map(WakeMode::as_str),
+                    "deliver": a.deliver, "channel": a.channel, "to": a.to, "model": a.model,
+                    "thinking": a.thinking, "timeoutSeconds": a.timeout_seconds,
+                },
+            }),
+        }
+    }
+}
+
+fn deadline_ticks(timeout: Duration) -> u64 {
+    (timeout.as_millis().div_ceil(TICK.as_millis())).max(1) as u64
+}
+
+fn classify(
+    store: &Store<HostState>,
+    err: &wasmtime::Error,
+    limits: &TransformLimits,
+    memory_cap: usize,
+) -> TransformFailure {
+    if store.data().memory.exceeded {
+        return TransformFailure::Memory(memory_cap);
+    }
+    // A full pipe closes the stream (the guest then usually panics); one oversized write is refused
+    // with an error naming the pipe's capacity.
+    let oversized_write = format!("{err:#}").contains("beyond capacity");
+    if oversized_write || store.data().output_full(limits.log_bytes) {
+        return TransformFailure::Output(format!("stdout/stderr over {} bytes", limits.log_bytes));
+    }
+    if let Some(trap) = err.downcast_ref::<Trap>() {
+        return match trap {
+            Trap::Interrupt => TransformFailure::Timeout(limits.timeout),
+            Trap::StackOverflow => TransformFailure::Trap("stack overflow".into()),
+            other => TransformFailure::Trap(other.to_string()),
+        };
+    }
+    TransformFailure::Trap(format!("{err:#}"))
+}
+
+fn convert(outcome: types::Outcome, output_bytes: usize) -> Result<CallOutcome, TransformFailure> {
+    let size = outcome_size(&outcome);
+    if size > output_bytes {
+        return Err(TransformFailure::Output(format!(
+            "outcome of {size} bytes over the {output_bytes}-byte limit"
+        )));
+    }
+    Ok(match outcome {
+        types::Outcome::Keep => CallOutcome::Keep,
+        types::Outcome::Skip => CallOutcome::Skip,
+        types::Outcome::Respond(reply) => CallOutcome::Respond(reply_of(reply)?),
+        types::Outcome::Run(types::Action::Wake(wake)) => CallOutcome::Run(TransformAction::Wake {
+            text: wake.text,
+            mode: wake.mode.map(wake_mode),
+        }),
+        types::Outcome::Run(types::Action::Agent(agent)) => {
+            CallOutcome::Run(TransformAction::Agent(Box::new(TransformAgent {
+                message: agent.message,
+                name: agent.name,
+                agent_id: agent.agent_id,
+                session_key: agent.session_key,
+                wake_mode: agent.wake_mode.map(wake_mode),
+                deliver: agent.deliver,
+                channel: agent.channel,
+                to: agent.to,
+                model: agent.model,
+                thinking: agent.thinking,
+                timeout_seconds: agent.timeout_seconds.map(u64::from),
+            })))
+        }
+    })
+}
+
+fn wake_mode(mode: types::WakeMode) -> WakeMode {
+    match mode {
+        types::WakeMode::Now => WakeMode::Now,
+        types::WakeMode::NextHeartbeat => WakeMode::NextHeartbeat,
+    }
+}
+
+fn reply_of(reply: types::Reply) -> Result<Reply, TransformFailure> {
+    if !(200..=599).contains(&reply.status) {
+        return Err(TransformFailure::Invalid(format!(
+            "reply status {} is outside 200-599",
+            reply.status
+        )));
+    }
+    let content_type = reply.content_type.unwrap_or_else(|| {
+        if serde_json::from_slice::<serde::de::IgnoredAny>(&reply.body).is_ok() {
+            "application/json".into()
+        } else {
+            "text/plain; charset=utf-8".into()
+        }
+    });
+    Ok(Reply {
+        status: reply.status,
+        content_type,
+        body: reply.body,
+    })
+}
+
+/// The bytes an outcome carries; strings and bodies, summed.
+fn outcome_size(outcome: &types::Outcome) -> usize {
+    let opt = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    match outcome {
+        types::Outcome::Keep | types::Outcome::Skip => 0,
+        types::Outcome::Respond(reply) => reply.body.len() + opt(&reply.content_type),
+        types::Outcome::Run(types::Action::Wake(wake)) => wake.text.len(),
+        types::Outcome::Run(types::Action::Agent(a)) => {
+            a.message.len()
+                + [
+                    &a.name,
+                    &a.agent_id,
+                    &a.session_key,
+                    &a.channel,
+                    &a.to,
+                    &a.model,
+                    &a.thinking,
+                ]
+                .into_iter()
+                .map(opt)
+                .sum::<usize>()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_rounds_up_to_whole_ticks() {
+        assert_eq!(deadline_ticks(Duration::from_millis(100)), 10);
+        assert_eq!(deadline_ticks(Duration::from_millis(101)), 11);
+        assert_eq!(deadline_ticks(Duration::from_millis(1)), 1);
+    }
+
+    #[test]
+    fn reply_status_outside_range_is_refused() {
+        let reply = |status| types::Reply {
+            status,
+            content_type: None,
+            body: vec![],
+        };
+        assert!(reply_of(reply(199)).is_err());
+        assert!(reply_of(reply(600)).is_err());
+        assert!(reply_of(reply(200)).is_ok());
+    }
+
+    #[test]
+    fn reply_content_type_defaults_by_body() {
+        let json = reply_of(types::Reply {
+            status: 200,
+            content_type: None,
+            body: b"{\"a\":1}".to_vec(),
+        });
+        assert_eq!(json.unwrap().content_type, "application/json");
+        let text = reply_of(types::Reply {
+            status: 200,
+            content_type: None,
+            body: b"ok".to_vec(),
+        });
+        assert_eq!(text.unwrap().content_type, "text/plain; charset=utf-8");
+    }
+
+    #[test]
+    fn oversized_outcome_is_an_output_failure() {
+        let outcome = types::Outcome::Run(types::Action::Wake(types::Wake {
+            text: "x".repeat(11),
+            mode: None,
+        }));
+        assert_eq!(convert(outcome, 10).unwrap_err().cause(), "output");
+    }
+}

@@ -1,0 +1,121 @@
+//! The one wasmtime engine of the process: its configuration, the linker every transform is
+//! instantiated against, the epoch ticker that bounds wall time, and the slots that bound
+//! concurrency.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::bindings::Transform;
+use super::host::HostState;
+use super::limits::TransformLimits;
+
+/// How often the epoch advances: the granularity of the wall-time limit.
+pub(super) const TICK: Duration = Duration::from_millis(10);
+
+/// Guest stack; deep recursion traps here instead of exhausting the host thread.
+const MAX_WASM_STACK: usize = 512 * 1024;
+
+/// Core instances, memories and tables one component may need. Rust components are one core
+/// module plus a few small shims; interpreted guests have more.
+const CORE_INSTANCES_PER_COMPONENT: u32 = 16;
+const MEMORIES_PER_COMPONENT: u32 = 2;
+const TABLES_PER_COMPONENT: u32 = 16;
+
+/// The engine, linker, ticker and call slots. Cheap to clone; the ticker stops with the last clone.
+#[derive(Clone)]
+pub struct TransformEngine {
+    pub(super) engine: Engine,
+    pub(super) linker: Arc<Linker<HostState>>,
+    pub(super) slots: Arc<Semaphore>,
+    /// Instances come from the pooling allocator (else on demand).
+    pub pooled: bool,
+    /// The memory cap the pool was sized for; a larger cap needs a restart.
+    pub memory_bytes: usize,
+    _ticker: Arc<Ticker>,
+}
+
+impl TransformEngine {
+    /// Builds the engine with a pooling allocator sized for `limits`, or, where the pool cannot be
+    /// reserved (a `ulimit -v`, a small address space), with on-demand allocation.
+    pub fn new(limits: &TransformLimits) -> wasmtime::Result<Self> {
+        let (engine, pooled) = match Engine::new(&config(limits, true)) {
+            Ok(engine) => (engine, true),
+            Err(err) => {
+                tracing::warn!(%err, "pooling allocator unavailable; instantiating on demand");
+                (Engine::new(&config(limits, false))?, false)
+            }
+        };
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        Transform::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
+        Ok(TransformEngine {
+            linker: Arc::new(linker),
+            slots: Arc::new(Semaphore::new(limits.max_concurrent as usize)),
+            pooled,
+            memory_bytes: limits.memory_bytes,
+            _ticker: Arc::new(Ticker::start(engine.clone())),
+            engine,
+        })
+    }
+
+    /// The wasmtime engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+fn config(limits: &TransformLimits, pooled: bool) -> Config {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    // hookgate uses no WASIp3 concurrency; turning it off makes every call cheaper.
+    config.concurrency_support(false);
+    config.max_wasm_stack(MAX_WASM_STACK);
+    if pooled {
+        let slots = limits.max_concurrent.max(1);
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(slots)
+            .total_core_instances(slots * CORE_INSTANCES_PER_COMPONENT)
+            .total_memories(slots * MEMORIES_PER_COMPONENT)
+            .total_tables(slots * TABLES_PER_COMPONENT)
+            .max_memory_size(limits.memory_bytes);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    config
+}
+
+/// Advances the engine's epoch every [`TICK`] on its own thread until dropped.
+struct Ticker {
+    stop: Arc<AtomicBool>,
+}
+
+impl Ticker {
+    fn start(engine: Engine) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let spawned = std::thread::Builder::new()
+            .name("hookgate-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(TICK);
+                    engine.increment_epoch();
+                }
+            });
+        if let Err(err) = spawned {
+            // Without a ticker no deadline ever passes; calls are still bounded by the host-side
+            // timeout around each call, so the server keeps serving.
+            tracing::error!(%err, "cannot start the epoch ticker");
+        }
+        Ticker { stop }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,140 @@
+//! The per-call state a transform's store holds: an empty WASI context, the memory cap, and the
+//! bounded sinks for stdout, stderr and the `log` import.
+
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::{TransformImports, types};
+
+/// Tables may not grow past this many elements (function tables of ordinary guests are far
+/// smaller); keeps a hostile `table.grow` from taking host memory outside the memory cap.
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+/// Everything one call's store owns. Dropped with the store, so nothing outlives a request.
+pub struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(super) memory: MemoryCap,
+    pub(super) log: LogSink,
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+}
+
+impl HostState {
+    /// A context with no preopened directories, no environment, no arguments, stdin closed, and
+    /// (wasmtime-wasi's default) no network; stdout and stderr captured up to `log_bytes` each.
+    pub fn new(mapping_id: &str, memory_bytes: usize, log_bytes: usize) -> Self {
+        let stdout = MemoryOutputPipe::new(log_bytes);
+        let stderr = MemoryOutputPipe::new(log_bytes);
+        let wasi = WasiCtx::builder()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .build();
+        HostState {
+            wasi,
+            table: ResourceTable::new(),
+            memory: MemoryCap {
+                limit: memory_bytes,
+                exceeded: false,
+            },
+            log: LogSink {
+                mapping_id: mapping_id.to_string(),
+                budget: log_bytes,
+                dropped: 0,
+            },
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Whether stdout or stderr filled up: the guest's next write failed, which usually ends it.
+    pub fn output_full(&self, capacity: usize) -> bool {
+        [&self.stdout, &self.stderr]
+            .iter()
+            .any(|pipe| pipe.contents().len() >= capacity)
+    }
+
+    /// Sends what the guest wrote to stdout and stderr to the server log.
+    pub fn flush_output(&self) {
+        for (stream, pipe) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
+            let bytes = pipe.contents();
+            if !bytes.is_empty() {
+                let text = String::from_utf8_lossy(&bytes);
+                tracing::info!(mapping = %self.log.mapping_id, stream, "transform output: {}", text.trim_end());
+            }
+        }
+        if self.log.dropped > 0 {
+            tracing::warn!(mapping = %self.log.mapping_id, dropped = self.log.dropped, "transform log lines dropped over the per-call budget");
+        }
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Caps linear memory; remembers a refusal so that the resulting trap is reported as a memory
+/// limit breach rather than as whatever the guest did when its allocation failed.
+pub struct MemoryCap {
+    limit: usize,
+    pub(super) exceeded: bool,
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            self.exceeded = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// The `log` import's destination: the server log, tagged with the mapping id, within a byte
+/// budget per call (lines past it are counted, not written).
+pub struct LogSink {
+    mapping_id: String,
+    budget: usize,
+    dropped: usize,
+}
+
+impl types::Host for HostState {}
+
+impl TransformImports for HostState {
+    fn log(&mut self, level: types::Level, message: String) {
+        let sink = &mut self.log;
+        if message.len() > sink.budget {
+            sink.dropped += 1;
+            return;
+        }
+        sink.budget -= message.len();
+        let mapping = sink.mapping_id.as_str();
+        match level {
+            types::Level::Debug => tracing::debug!(%mapping, "transform: {message}"),
+            types::Level::Info => tracing::info!(%mapping, "transform: {message}"),
+            types::Level::Warn => tracing::warn!(%mapping, "transform: {message}"),
+            types::Level::Error => tracing::error!(%mapping, "transform: {message}"),
+        }
+    }
+}

@@ -1,0 +1,400 @@
+//! Behaviour §5: mapped hooks with templates and the gmail preset (no transforms here).
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+fn with_mappings(mappings: Value) -> Value {
+    let mut config = base_config();
+    set(&mut config, "hooks.mappings", mappings);
+    config
+}
+
+async fn events(server: &Hookgate) -> Vec<Value> {
+    let (_, body) = json_of(
+        server
+            .api("/api/sessions/main/events")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    body["events"].as_array().unwrap().clone()
+}
+
+async fn run_of(server: &Hookgate, reply: &Value) -> Value {
+    let run_id = reply["runId"].as_str().expect("runId");
+    json_of(
+        server
+            .api(&format!("/api/runs/{run_id}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await
+    .1
+}
+
+#[tokio::test]
+async fn wake_mapping_renders_every_template_root() {
+    let (server, _dir) = Hookgate::start(&with_mappings(json!([{
+        "match": {"path": "deploy"}, "action": "wake", "wakeMode": "next-heartbeat",
+        "textTemplate": "{{path}}: {{service}} v{{payload.version}} by {{headers.x-user}} to {{query.env}} {{meta}}",
+    }])));
+    let r = server
+        .hook("/hooks/deploy?env=staging&env=prod")
+        .header("x-user", "ana")
+        .json(&json!({"service": "api", "version": 3, "meta": {"a": [1, true]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        json_of(r).await,
+        (200, json!({"ok": true, "mode": "next-heartbeat"}))
+    );
+    let events = events(&server).await;
+    assert_eq!(
+        events[0]["text"],
+        r#"deploy: api v3 by ana to prod {"a":[1,true]}"#
+    );
+    assert_eq!(events[0]["source"], "hook:deploy");
+}
+
+#[tokio::test]
+async fn now_root_renders_rfc3339() {
+    let (server, _dir) = Hookgate::start(&with_mappings(
+        json!([{"match": {"path": "t"}, "action": "wake", "textTemplate": "{{now}}"}]),
+    ));
+    server
+        .hook("/hooks/t")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    let text = events(&server).await[0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        chrono::DateTime::parse_from_rfc3339(&text).is_ok(),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn prototype_keys_render_nothing() {
+    let (server, _dir) = Hookgate::start(&with_mappings(json!([{
+        "match": {"path": "p"}, "action": "wake", "textTemplate": "[{{__proto__.x}}][{{a.constructor}}][{{a.prototype}}]ok",
+    }])));
+    server
+        .hook("/hooks/p")
+        .json(&json!({"__proto__": {"x": 1}, "a": {"constructor": 2, "prototype": 3}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events(&server).await[0]["text"], "[][][]ok");
+}
+
+#[tokio::test]
+async fn agent_mapping_queues_a_run_like_a_direct_one() {
+    let (server, _dir) = Hookgate::start(&with_mappings(json!([{
+        "id": "ci", "match": {"path": "ci"}, "name": " CI {{pipeline}} ", "messageTemplate": "Build {{status}}",
+        "sessionKey": "hook:ci:{{pipeline}}", "channel": "telegram", "to": "{{chat}}", "deliver": false,
+        "thinking": "low", "timeoutSeconds": 60.7, "wakeMode": "next-heartbeat",
+    }])));
+    let (status, reply) = json_of(
+        server
+            .hook("/hooks/ci")
+            .json(&json!({"pipeline": "p1", "status": "red", "chat": " "}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let run = run_of(&server, &reply).await;
+    assert_eq!(run["hookName"], "CI p1");
+    assert_eq!(run["message"], "Build red");
+    assert_eq!(run["sessionKey"], "hook:ci:p1");
+    assert_eq!(run["channel"], "telegram");
+    assert_eq!(run["to"], Value::Null);
+    assert_eq!(run["deliver"], false);
+    assert_eq!(run["thinking"], "low");
+    assert_eq!(run["timeoutSeconds"], 60);
+    assert_eq!(run["wakeMode"], "next-heartbeat");
+    assert!(
+        run["prompt"]
+            .as_str()
+            .unwrap()
+            .starts_with("Task: CI p1 | Job ID: ")
+    );
+}
+
+#[tokio::test]
+async fn mapping_session_keys_are_checked_against_prefixes() {
+    let mut config = with_mappings(
+        json!([{"match": {"path": "x"}, "messageTemplate": "m", "sessionKey": "other:{{id}}"}]),
+    );
+    set(
+        &mut config,
+        "hooks.allowedSessionKeyPrefixes",
+        json!(["hook:"]),
+    );
+    let (server, _dir) = Hookgate::start(&config);
+    let r = server
+        .hook("/hooks/x")
+        .json(&json!({"id": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        json_of(r).await,
+        (
+            400,
+            json!({"ok": false, "error": "sessionKey must start with one of: hook:"})
+        )
+    );
+}
+
+#[tokio::test]
+async fn match_source_routes_a_generic_ingest_endpoint() {
+    let (server, _dir) = Hookgate::start(&with_mappings(json!([
+        {"match": {"path": "ingest", "source": "ci"}, "action": "wake", "textTemplate": "from ci"},
+        {"match": {"path": "ingest", "source": "cd"}, "action": "wake", "textTemplate": "from cd"},
+    ])));
+    server
+        .hook("/hooks/ingest")
+        .json(&json!({"source": "cd"}))
+        .send()
+        .await
+        .unwrap();
+    server
+        .hook("/hooks/ingest")
+        .json(&json!({"source": "ci"}))
+        .send()
+        .await
+        .unwrap();
+    let r = server
+        .hook("/hooks/ingest")
+        .json(&json!({"source": "qa"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let texts: Vec<_> = events(&server)
+        .await
+        .iter()
+        .map(|e| e["text"].clone())
+        .collect();
+    assert_eq!(texts, [json!("from cd"), json!("from ci")]);
+}
+
+#[tokio::test]
+async fn first_matching_mapping_is_final() {
+    let (server, _dir) = Hookgate::start(&with_mappings(json!([
+        {"match": {"path": "x"}, "action": "wake", "textTemplate": "{{missing}}"},
+        {"match": {"path": "x"}, "action": "wake", "textTemplate": "second"},
+    ])));
+    let r = server
+        .hook("/hooks/x")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        json_of(r).await,
+        (
+            400,
+            json!({"ok": false, "error": "hook mapping requires text"})
+        )
+    );
+}
+
+#[tokio::test]
+async fn mapping_without_rules_matches_every_name_but_wake_and_agent() {
+    let (server, _dir) = Hookgate::start(&with_mappings(
+        json!([{"action": "wake", "textTemplate": "any {{path}}"}]),
+    ));
+    server
+        .hook("/hooks/anything")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    let r = server
+        .hook("/hooks/wake")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        json_of(r).await,
+        (400, json!({"ok": false, "error": "text required"}))
+    );
+    assert_eq!(events(&server).await[0]["text"], "any anything");
+}
+
+#[tokio::test]
+async fn hook_mapping_requires_message() {
+    let (server, _dir) = Hookgate::start(&with_mappings(
+        json!([{"match": {"path": "x"}, "messageTemplate": "{{nothing}}"}]),
+    ));
+    let r = server
+        .hook("/hooks/x")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        json_of(r).await,
+        (
+            400,
+            json!({"ok": false, "error": "hook mapping requires message"})
+        )
+    );
+}
+
+#[tokio::test]
+async fn mapped_model_goes_through_the_allowlist() {
+    let mut config = with_mappings(
+        json!([{"match": {"path": "x"}, "messageTemplate": "m", "model": "{{model}}"}]),
+    );
+    set(
+        &mut config,
+        "agents.defaults.models",
+        json!({"openai/gpt-4.1-mini": {"alias": "mini"}}),
+    );
+    let (server, _dir) = Hookgate::start(&config);
+    let (_, reply) = json_of(
+        server
+            .hook("/hooks/x")
+            .json(&json!({"model": "mini"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        run_of(&server, &reply).await["model"],
+        "openai/gpt-4.1-mini"
+    );
+    let r = server
+        .hook("/hooks/x")
+        .json(&json!({"model": "big"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        json_of(r).await,
+        (400, json!({"ok": false, "error": "model not allowed: big"}))
+    );
+}
+
+#[tokio::test]
+async fn mapped_agent_runs_are_idempotent() {
+    let (server, _dir) = Hookgate::start(&with_mappings(
+        json!([{"match": {"path": "x"}, "messageTemplate": "m"}]),
+    ));
+    let send = || {
+        server
+            .hook("/hooks/x")
+            .header("idempotency-key", "d-1")
+            .json(&json!({}))
+            .send()
+    };
+    let (_, a) = json_of(send().await.unwrap()).await;
+    let (_, b) = json_of(send().await.unwrap()).await;
+    assert_eq!(a["runId"], b["runId"]);
+}
+
+#[tokio::test]
+async fn unsafe_external_content_gives_the_bare_message() {
+    let (server, _dir) = Hookgate::start(&with_mappings(
+        json!([{"match": {"path": "x"}, "messageTemplate": "raw {{v}}", "allowUnsafeExternalContent": true}]),
+    ));
+    let (_, reply) = json_of(
+        server
+            .hook("/hooks/x")
+            .json(&json!({"v": 1}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(run_of(&server, &reply).await["prompt"], "raw 1");
+}
+
+fn gmail_payload() -> Value {
+    json!({"messages": [{"id": "18c1", "from": "ana@example.com", "subject": "Invoice", "snippet": "Please pay", "body": "Full text"}]})
+}
+
+#[tokio::test]
+async fn gmail_preset_makes_an_email_run() {
+    let mut config = base_config();
+    set(&mut config, "hooks.presets", json!(["gmail"]));
+    let (server, _dir) = Hookgate::start(&config);
+    let (status, reply) = json_of(
+        server
+            .hook("/hooks/gmail")
+            .json(&gmail_payload())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let run = run_of(&server, &reply).await;
+    assert_eq!(run["hookName"], "Gmail");
+    assert_eq!(run["sessionKey"], "hook:gmail:18c1");
+    assert_eq!(
+        run["message"],
+        "New email from ana@example.com\nSubject: Invoice\nPlease pay\nFull text"
+    );
+    assert_eq!(run["source"], "email");
+    assert_eq!(run["wakeMode"], "now");
+    assert!(
+        run["prompt"]
+            .as_str()
+            .unwrap()
+            .contains("\nSource: Email\n---\nNew email from")
+    );
+}
+
+#[tokio::test]
+async fn explicit_mappings_come_before_presets() {
+    let mut config = with_mappings(
+        json!([{"match": {"path": "gmail"}, "action": "wake", "textTemplate": "mine"}]),
+    );
+    set(&mut config, "hooks.presets", json!(["gmail"]));
+    let (server, _dir) = Hookgate::start(&config);
+    let r = server
+        .hook("/hooks/gmail")
+        .json(&gmail_payload())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_of(r).await, (200, json!({"ok": true, "mode": "now"})));
+    assert_eq!(events(&server).await[0]["text"], "mine");
+}
+
+#[test]
+fn mapping_with_an_unknown_channel_is_refused_at_startup() {
+    let (status, output, _dir) = check(&with_mappings(json!([{"channel": "fax"}])));
+    assert!(!status.success());
+    assert!(
+        output.contains("hooks.mappings[0]: channel must be last|"),
+        "{output}"
+    );
+}
+
+#[test]
+fn unknown_preset_is_refused() {
+    let mut config = base_config();
+    set(&mut config, "hooks.presets", json!(["hotmail"]));
+    let (status, output, _dir) = check(&config);
+    assert!(!status.success());
+    assert!(
+        output.contains("hooks.presets[0]: unknown preset 'hotmail'"),
+        "{output}"
+    );
+}
