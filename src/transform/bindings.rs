@@ -5,4 +5,4 @@ wasmtime::component::bindgen!({
     world: "transform",
 });
 
-pub use hookgate::transform::types;
+pub use self::hookgate::transform::types;
