@@ -4,23 +4,6 @@ use serde_json::json;
 
 use crate::harness::*;
 
-async fn event_texts(server: &Hookgate) -> Vec<String> {
-    let (_, body) = json_of(
-        server
-            .api("/api/sessions/main/events?limit=1000")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    body["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["text"].as_str().unwrap().to_string())
-        .collect()
-}
-
 #[tokio::test]
 async fn wake_events_queued_runs_and_idempotency_survive_a_restart() {
     let dir = ConfigDir::new(&base_config());
@@ -45,7 +28,7 @@ async fn wake_events_queued_runs_and_idempotency_survive_a_restart() {
     assert!(status.success());
 
     let server = Hookgate::start_in(&dir);
-    assert_eq!(event_texts(&server).await, ["before restart"]);
+    assert_eq!(server.event_texts().await, ["before restart"]);
     let run_id = first["runId"].as_str().unwrap();
     let (status, run) = json_of(
         server
@@ -99,7 +82,7 @@ async fn nothing_answered_200_is_lost_on_sigkill() {
     server.kill();
 
     let server = Hookgate::start_in(&dir);
-    assert_eq!(event_texts(&server).await, acknowledged);
+    assert_eq!(server.event_texts().await, acknowledged);
     for run_id in runs {
         let r = server
             .api(&format!("/api/runs/{run_id}"))
@@ -142,5 +125,5 @@ async fn sigterm_finishes_in_flight_requests_and_exits_zero() {
     assert!(status.success(), "{status:?}");
 
     let server = Hookgate::start_in(&dir);
-    assert_eq!(event_texts(&server).await, ["in flight"]);
+    assert_eq!(server.event_texts().await, ["in flight"]);
 }

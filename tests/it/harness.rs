@@ -130,6 +130,42 @@ impl Hookgate {
         }
     }
 
+    /// The main session's events, oldest first (at most 1000).
+    pub async fn events(&self) -> Vec<Value> {
+        let response = self
+            .api("/api/sessions/main/events?limit=1000")
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = json_of(response).await;
+        assert_eq!(status, 200, "{body}");
+        body["events"].as_array().unwrap().clone()
+    }
+
+    /// The texts of the main session's events, oldest first.
+    pub async fn event_texts(&self) -> Vec<String> {
+        let events = self.events().await;
+        events
+            .iter()
+            .map(|e| e["text"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// The run record named by a `{"ok":true,"runId":...}` reply.
+    pub async fn run_of(&self, reply: &Value) -> Value {
+        let run_id = reply["runId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no runId in {reply}"));
+        let response = self
+            .api(&format!("/api/runs/{run_id}"))
+            .send()
+            .await
+            .unwrap();
+        let (status, run) = json_of(response).await;
+        assert_eq!(status, 200, "{run}");
+        run
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }

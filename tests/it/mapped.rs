@@ -10,31 +10,6 @@ fn with_mappings(mappings: Value) -> Value {
     config
 }
 
-async fn events(server: &Hookgate) -> Vec<Value> {
-    let (_, body) = json_of(
-        server
-            .api("/api/sessions/main/events")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    body["events"].as_array().unwrap().clone()
-}
-
-async fn run_of(server: &Hookgate, reply: &Value) -> Value {
-    let run_id = reply["runId"].as_str().expect("runId");
-    json_of(
-        server
-            .api(&format!("/api/runs/{run_id}"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await
-    .1
-}
-
 #[tokio::test]
 async fn wake_mapping_renders_every_template_root() {
     let (server, _dir) = Hookgate::start(&with_mappings(json!([{
@@ -52,7 +27,7 @@ async fn wake_mapping_renders_every_template_root() {
         json_of(r).await,
         (200, json!({"ok": true, "mode": "next-heartbeat"}))
     );
-    let events = events(&server).await;
+    let events = server.events().await;
     assert_eq!(
         events[0]["text"],
         r#"deploy: api v3 by ana to prod {"a":[1,true]}"#
@@ -71,7 +46,7 @@ async fn now_root_renders_rfc3339() {
         .send()
         .await
         .unwrap();
-    let text = events(&server).await[0]["text"]
+    let text = server.events().await[0]["text"]
         .as_str()
         .unwrap()
         .to_string();
@@ -92,7 +67,7 @@ async fn prototype_keys_render_nothing() {
         .send()
         .await
         .unwrap();
-    assert_eq!(events(&server).await[0]["text"], "[][][]ok");
+    assert_eq!(server.events().await[0]["text"], "[][][]ok");
 }
 
 #[tokio::test]
@@ -112,7 +87,7 @@ async fn agent_mapping_queues_a_run_like_a_direct_one() {
     )
     .await;
     assert_eq!(status, 200);
-    let run = run_of(&server, &reply).await;
+    let run = server.run_of(&reply).await;
     assert_eq!(run["hookName"], "CI p1");
     assert_eq!(run["message"], "Build red");
     assert_eq!(run["sessionKey"], "hook:ci:p1");
@@ -181,12 +156,7 @@ async fn match_source_routes_a_generic_ingest_endpoint() {
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
-    let texts: Vec<_> = events(&server)
-        .await
-        .iter()
-        .map(|e| e["text"].clone())
-        .collect();
-    assert_eq!(texts, [json!("from cd"), json!("from ci")]);
+    assert_eq!(server.event_texts().await, ["from cd", "from ci"]);
 }
 
 #[tokio::test]
@@ -231,7 +201,7 @@ async fn mapping_without_rules_matches_every_name_but_wake_and_agent() {
         json_of(r).await,
         (400, json!({"ok": false, "error": "text required"}))
     );
-    assert_eq!(events(&server).await[0]["text"], "any anything");
+    assert_eq!(server.events().await[0]["text"], "any anything");
 }
 
 #[tokio::test]
@@ -274,10 +244,7 @@ async fn mapped_model_goes_through_the_allowlist() {
             .unwrap(),
     )
     .await;
-    assert_eq!(
-        run_of(&server, &reply).await["model"],
-        "openai/gpt-4.1-mini"
-    );
+    assert_eq!(server.run_of(&reply).await["model"], "openai/gpt-4.1-mini");
     let r = server
         .hook("/hooks/x")
         .json(&json!({"model": "big"}))
@@ -321,7 +288,7 @@ async fn unsafe_external_content_gives_the_bare_message() {
             .unwrap(),
     )
     .await;
-    assert_eq!(run_of(&server, &reply).await["prompt"], "raw 1");
+    assert_eq!(server.run_of(&reply).await["prompt"], "raw 1");
 }
 
 fn gmail_payload() -> Value {
@@ -343,7 +310,7 @@ async fn gmail_preset_makes_an_email_run() {
     )
     .await;
     assert_eq!(status, 200);
-    let run = run_of(&server, &reply).await;
+    let run = server.run_of(&reply).await;
     assert_eq!(run["hookName"], "Gmail");
     assert_eq!(run["sessionKey"], "hook:gmail:18c1");
     assert_eq!(
@@ -374,7 +341,7 @@ async fn explicit_mappings_come_before_presets() {
         .await
         .unwrap();
     assert_eq!(json_of(r).await, (200, json!({"ok": true, "mode": "now"})));
-    assert_eq!(events(&server).await[0]["text"], "mine");
+    assert_eq!(server.events().await[0]["text"], "mine");
 }
 
 #[test]

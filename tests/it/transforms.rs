@@ -14,38 +14,6 @@ fn start_with(transforms: &[&str], mappings: Value) -> (Hookgate, ConfigDir) {
     (Hookgate::start_in(&dir), dir)
 }
 
-async fn run_of(server: &Hookgate, reply: &Value) -> Value {
-    let run_id = reply["runId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no runId in {reply}"));
-    json_of(
-        server
-            .api(&format!("/api/runs/{run_id}"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await
-    .1
-}
-
-async fn event_texts(server: &Hookgate) -> Vec<String> {
-    let (_, body) = json_of(
-        server
-            .api("/api/sessions/main/events")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    body["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["text"].as_str().unwrap().to_string())
-        .collect()
-}
-
 fn example(name: &str) -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples/payloads")
@@ -75,7 +43,7 @@ async fn github_push_becomes_an_agent_run() {
         .unwrap();
     let (status, reply) = json_of(r).await;
     assert_eq!(status, 200, "{reply}");
-    let run = run_of(&server, &reply).await;
+    let run = server.run_of(&reply).await;
     assert_eq!(run["hookName"], "GitHub");
     assert!(
         run["message"]
@@ -120,7 +88,7 @@ async fn github_pull_request_issue_release_and_workflow_run() {
             .unwrap();
         let (status, reply) = json_of(r).await;
         assert_eq!(status, 200, "{event}: {reply}");
-        let message = run_of(&server, &reply).await["message"]
+        let message = server.run_of(&reply).await["message"]
             .as_str()
             .unwrap()
             .to_string();
@@ -158,7 +126,7 @@ async fn transforms_see_headers_and_query_but_no_credentials() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let text = event_texts(&server).await.remove(0);
+    let text = server.event_texts().await.remove(0);
     assert!(text.contains("x-other=seen"), "{text}");
     assert!(text.contains("?a=1"), "{text}");
     for secret in ["authorization", "x-service-token", "cookie", HOOK_TOKEN] {
@@ -207,7 +175,7 @@ async fn slack_message_becomes_an_agent_run_replying_in_its_channel() {
     )
     .await;
     assert_eq!(status, 200, "{reply}");
-    let run = run_of(&server, &reply).await;
+    let run = server.run_of(&reply).await;
     assert_eq!(run["channel"], "slack");
     assert_eq!(run["to"], "C024BE91L");
     assert_eq!(
@@ -237,7 +205,7 @@ async fn stripe_listed_event_wakes_and_others_are_skipped() {
         .unwrap();
     assert_eq!(r.status(), 204);
     assert_eq!(
-        event_texts(&server).await,
+        server.event_texts().await,
         ["Stripe invoice.payment_failed: in_1OtYLq2eZvKYlo2C, 20.50 USD, customer cus_PjKz"]
     );
 }
@@ -259,7 +227,7 @@ async fn passthrough_turns_json_into_a_wake_or_an_agent_run() {
         .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(
-        event_texts(&server).await,
+        server.event_texts().await,
         ["Alert: disk /var is 95% full on db-1"]
     );
     // An agent action from a wake mapping: the transform decides the kind.
@@ -273,7 +241,7 @@ async fn passthrough_turns_json_into_a_wake_or_an_agent_run() {
     )
     .await;
     assert_eq!(status, 200);
-    let run = run_of(&server, &reply).await;
+    let run = server.run_of(&reply).await;
     assert_eq!(
         (
             run["message"].as_str(),

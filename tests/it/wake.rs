@@ -4,19 +4,6 @@ use serde_json::json;
 
 use crate::harness::*;
 
-async fn events(server: &Hookgate) -> Vec<serde_json::Value> {
-    let (status, body) = json_of(
-        server
-            .api("/api/sessions/main/events")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(status, 200);
-    body["events"].as_array().unwrap().clone()
-}
-
 #[tokio::test]
 async fn wake_appends_an_untrusted_system_event_and_answers_the_mode() {
     let (server, _dir) = Hookgate::start(&base_config());
@@ -27,7 +14,7 @@ async fn wake_appends_an_untrusted_system_event_and_answers_the_mode() {
         .await
         .unwrap();
     assert_eq!(json_of(r).await, (200, json!({"ok": true, "mode": "now"})));
-    let events = events(&server).await;
+    let events = server.events().await;
     assert_eq!(events.len(), 1);
     let event = &events[0];
     assert_eq!(event["seq"], 1);
@@ -54,7 +41,7 @@ async fn wake_text_required() {
             (400, json!({"ok": false, "error": "text required"}))
         );
     }
-    assert!(events(&server).await.is_empty());
+    assert!(server.events().await.is_empty());
 }
 
 #[tokio::test]
@@ -97,12 +84,7 @@ async fn wake_events_go_to_the_default_agent_main_session_in_commit_order() {
             .unwrap();
         assert_eq!(r.status(), 200);
     }
-    let texts: Vec<_> = events(&server)
-        .await
-        .iter()
-        .map(|e| e["text"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(texts, ["e0", "e1", "e2", "e3", "e4"]);
+    assert_eq!(server.event_texts().await, ["e0", "e1", "e2", "e3", "e4"]);
     let (_, page) = json_of(
         server
             .api("/api/sessions/main/events?after=2&limit=2")

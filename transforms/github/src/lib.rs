@@ -21,8 +21,8 @@ struct GitHub;
 
 impl Guest for GitHub {
     fn transform(req: Request) -> Result<Outcome, String> {
-        let event = header(&req.headers, "x-github-event")
-            .ok_or("missing x-github-event header")?;
+        let event =
+            header(&req.headers, "x-github-event").ok_or("missing x-github-event header")?;
         let payload: Value =
             serde_json::from_slice(&req.body).map_err(|e| format!("body is not JSON: {e}"))?;
         Ok(match describe(event, &payload) {
@@ -50,11 +50,17 @@ impl Guest for GitHub {
 export!(GitHub);
 
 fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
 }
 
 fn text<'a>(value: &'a Value, pointer: &str) -> &'a str {
-    value.pointer(pointer).and_then(Value::as_str).unwrap_or("?")
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or("?")
 }
 
 fn first_line(s: &str) -> &str {
@@ -148,28 +154,40 @@ mod tests {
         let p = json!({"ref": "refs/heads/main", "repository": {"full_name": "o/r"},
             "pusher": {"name": "ana"}, "commits": [{}, {}],
             "head_commit": {"message": "Fix parser\n\nlong body"}, "compare": "https://c"});
-        assert_eq!(message("push", p), "[o/r] ana pushed 2 commits to main: Fix parser\nhttps://c");
+        assert_eq!(
+            message("push", p),
+            "[o/r] ana pushed 2 commits to main: Fix parser\nhttps://c"
+        );
     }
 
     #[test]
     fn merged_pull_request() {
         let p = json!({"action": "closed", "number": 7, "repository": {"full_name": "o/r"},
             "pull_request": {"merged": true, "title": "Add X", "user": {"login": "bo"}, "html_url": "https://pr"}});
-        assert_eq!(message("pull_request", p), "[o/r] Pull request #7 merged by bo: Add X\nhttps://pr");
+        assert_eq!(
+            message("pull_request", p),
+            "[o/r] Pull request #7 merged by bo: Add X\nhttps://pr"
+        );
     }
 
     #[test]
     fn issue_opened() {
         let p = json!({"action": "opened", "repository": {"full_name": "o/r"}, "sender": {"login": "cy"},
             "issue": {"number": 3, "title": "Crash", "html_url": "https://i"}});
-        assert_eq!(message("issues", p), "[o/r] Issue #3 opened by cy: Crash\nhttps://i");
+        assert_eq!(
+            message("issues", p),
+            "[o/r] Issue #3 opened by cy: Crash\nhttps://i"
+        );
     }
 
     #[test]
     fn release_published() {
         let p = json!({"action": "published", "repository": {"full_name": "o/r"},
             "release": {"tag_name": "v1.2.0", "name": "Spring", "html_url": "https://rel"}});
-        assert_eq!(message("release", p), "[o/r] Release v1.2.0 published: Spring\nhttps://rel");
+        assert_eq!(
+            message("release", p),
+            "[o/r] Release v1.2.0 published: Spring\nhttps://rel"
+        );
     }
 
     #[test]
@@ -177,11 +195,17 @@ mod tests {
         let p = json!({"action": "completed", "repository": {"full_name": "o/r"},
             "workflow_run": {"name": "CI", "conclusion": "failure", "head_branch": "main",
                 "head_commit": {"message": "Bump deps"}, "html_url": "https://run"}});
-        assert_eq!(message("workflow_run", p), "[o/r] Workflow \"CI\" failure on main (Bump deps)\nhttps://run");
+        assert_eq!(
+            message("workflow_run", p),
+            "[o/r] Workflow \"CI\" failure on main (Bump deps)\nhttps://run"
+        );
     }
 
     #[test]
     fn workflow_run_in_progress_is_skipped() {
-        assert_eq!(describe("workflow_run", &json!({"action": "in_progress"})), Decision::Skip);
+        assert_eq!(
+            describe("workflow_run", &json!({"action": "in_progress"})),
+            Decision::Skip
+        );
     }
 }

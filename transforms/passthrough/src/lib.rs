@@ -74,7 +74,10 @@ mod tests {
 
     #[test]
     fn whole_body_by_default() {
-        assert_eq!(extract(&Value::Null, &json!({"a": 1})).unwrap(), r#"{"a":1}"#);
+        assert_eq!(
+            extract(&Value::Null, &json!({"a": 1})).unwrap(),
+            r#"{"a":1}"#
+        );
     }
 
     #[test]

@@ -16,7 +16,10 @@ pub enum Decision {
     /// Answer the handshake with this challenge.
     Challenge(String),
     /// Run the agent on `message`, replying in `channel`.
-    Message { message: String, channel: String },
+    Message {
+        message: String,
+        channel: String,
+    },
     Skip,
 }
 
@@ -64,7 +67,12 @@ pub fn describe(p: &Value) -> Decision {
             let event = &p["event"];
             let human = event.get("bot_id").is_none() && event.get("subtype").is_none();
             let kind = event["type"].as_str();
-            match (kind, human, event["text"].as_str(), event["channel"].as_str()) {
+            match (
+                kind,
+                human,
+                event["text"].as_str(),
+                event["channel"].as_str(),
+            ) {
                 (Some("message" | "app_mention"), true, Some(text), Some(channel)) => {
                     let user = event["user"].as_str().unwrap_or("someone");
                     Decision::Message {
@@ -94,7 +102,10 @@ mod tests {
         let p = json!({"type": "event_callback", "event": {"type": "message", "user": "U1", "channel": "C9", "text": "deploy?"}});
         assert_eq!(
             describe(&p),
-            Decision::Message { message: "Slack message from <@U1> in <#C9>:\ndeploy?".into(), channel: "C9".into() }
+            Decision::Message {
+                message: "Slack message from <@U1> in <#C9>:\ndeploy?".into(),
+                channel: "C9".into()
+            }
         );
     }
 
@@ -112,6 +123,9 @@ mod tests {
 
     #[test]
     fn other_types_are_skipped() {
-        assert_eq!(describe(&json!({"type": "app_rate_limited"})), Decision::Skip);
+        assert_eq!(
+            describe(&json!({"type": "app_rate_limited"})),
+            Decision::Skip
+        );
     }
 }

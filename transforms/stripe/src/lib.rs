@@ -43,7 +43,11 @@ pub fn configured_events(config: Option<&str>) -> Result<Vec<String>, String> {
         None => Ok(DEFAULT_EVENTS.iter().map(|s| s.to_string()).collect()),
         Some(Value::Array(items)) => items
             .iter()
-            .map(|v| v.as_str().map(String::from).ok_or("config.events must be strings".to_string()))
+            .map(|v| {
+                v.as_str()
+                    .map(String::from)
+                    .ok_or("config.events must be strings".to_string())
+            })
             .collect(),
         Some(_) => Err("config.events must be an array of event types".into()),
     }
@@ -57,9 +61,17 @@ pub fn describe(p: &Value, events: &[String]) -> Option<String> {
     }
     let object = &p["data"]["object"];
     let mut line = format!("Stripe {kind}: {}", object["id"].as_str().unwrap_or("?"));
-    let amount = object["amount_due"].as_i64().or(object["amount_total"].as_i64()).or(object["amount"].as_i64());
+    let amount = object["amount_due"]
+        .as_i64()
+        .or(object["amount_total"].as_i64())
+        .or(object["amount"].as_i64());
     if let (Some(amount), Some(currency)) = (amount, object["currency"].as_str()) {
-        line.push_str(&format!(", {}.{:02} {}", amount / 100, (amount % 100).abs(), currency.to_uppercase()));
+        line.push_str(&format!(
+            ", {}.{:02} {}",
+            amount / 100,
+            (amount % 100).abs(),
+            currency.to_uppercase()
+        ));
     }
     if let Some(customer) = object["customer"].as_str() {
         line.push_str(&format!(", customer {customer}"));
@@ -79,12 +91,18 @@ mod tests {
     #[test]
     fn listed_event_becomes_one_line() {
         let p = json!({"type": "invoice.payment_failed", "data": {"object": {"id": "in_1", "amount_due": 2050, "currency": "usd", "customer": "cus_9"}}});
-        assert_eq!(describe(&p, &defaults()).unwrap(), "Stripe invoice.payment_failed: in_1, 20.50 USD, customer cus_9");
+        assert_eq!(
+            describe(&p, &defaults()).unwrap(),
+            "Stripe invoice.payment_failed: in_1, 20.50 USD, customer cus_9"
+        );
     }
 
     #[test]
     fn unlisted_event_is_skipped() {
-        assert_eq!(describe(&json!({"type": "charge.succeeded"}), &defaults()), None);
+        assert_eq!(
+            describe(&json!({"type": "charge.succeeded"}), &defaults()),
+            None
+        );
     }
 
     #[test]
