@@ -62,7 +62,7 @@ fn main() {
     for _ in 0..CALLS {
         let input = input.clone();
         let started = Instant::now();
-        std::hint::black_box(engine.call_blocking(&loaded, input, &limits).unwrap());
+        std::hint::black_box(call(input).unwrap());
         wasm_samples.push(started.elapsed());
     }
     let mut native_samples = Vec::with_capacity(CALLS);

@@ -222,12 +222,14 @@ fn transform_input(
 
 fn run_transform(module: &std::path::Path, input: TransformInput) -> ExitCode {
     let limits = TransformLimits::default();
-    let outcome = TransformEngine::new(&limits)
-        .map_err(|e| format!("cannot start the transform engine: {e:#}"))
-        .and_then(|engine| {
+    let outcome = tokio::runtime::Runtime::new()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+        .and_then(|runtime| {
+            let engine = TransformEngine::new(&limits)
+                .map_err(|e| format!("cannot start the transform engine: {e:#}"))?;
             let loaded = engine.load_file(module).map_err(|e| e.to_string())?;
-            engine
-                .call_blocking(&loaded, input, &limits)
+            runtime
+                .block_on(engine.call(&loaded, input, &limits))
                 .map_err(|failure| format!("{} ({})", failure, failure.cause()))
         });
     match outcome {

@@ -160,7 +160,7 @@ async fn run_transform(
     let outcome = app
         .transforms
         .engine()
-        .call(loaded, input, hooks.transform_limits)
+        .call(&loaded, input, &hooks.transform_limits)
         .await;
     match outcome {
         Ok(outcome) => {

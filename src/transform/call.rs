@@ -1,13 +1,12 @@
 //! One call of a transform: a fresh store, the limits set, instantiate, call, drop; and what the
 //! answer means for the request.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::{Store, Trap};
 
 use super::bindings::types;
-use super::engine::{TICK, TransformEngine};
+use super::engine::TransformEngine;
 use super::host::HostState;
 use super::limits::TransformLimits;
 use super::registry::LoadedTransform;
@@ -74,36 +73,32 @@ impl TransformFailure {
     }
 }
 
-/// Extra time the host waits beyond the epoch deadline before it gives up on a call (a guest can
-/// only overrun its deadline inside a host call, which epochs do not interrupt).
-const HOST_GRACE: Duration = Duration::from_secs(1);
-
 impl TransformEngine {
-    /// Calls `transform` on `input` within `limits`, on a blocking thread, waiting for a free slot
-    /// first. Whatever the guest does, this returns within the wall-time limit plus a grace.
+    /// Calls `transform` on `input` within `limits`, after waiting (within the same wall-time
+    /// budget) for a free slot. The guest yields to other tasks every epoch tick, and when the
+    /// time is up the call's future, and with it the store, the instance and any host call the
+    /// guest was blocked in, is dropped: nothing of a timed-out call lives on.
     pub async fn call(
         &self,
-        transform: Arc<LoadedTransform>,
+        transform: &LoadedTransform,
         input: TransformInput,
-        limits: TransformLimits,
+        limits: &TransformLimits,
     ) -> Result<CallOutcome, TransformFailure> {
-        let _slot = self
-            .slots
-            .acquire()
-            .await
-            .map_err(|_| TransformFailure::Trap("engine shut down".into()))?;
-        let engine = self.clone();
-        let call =
-            tokio::task::spawn_blocking(move || engine.call_blocking(&transform, input, &limits));
-        match tokio::time::timeout(limits.timeout + HOST_GRACE, call).await {
+        let call = async {
+            let _slot = self
+                .slots
+                .acquire()
+                .await
+                .map_err(|_| TransformFailure::Trap("engine shut down".into()))?;
+            self.call_in_fresh_store(transform, input, limits).await
+        };
+        match tokio::time::timeout(limits.timeout, call).await {
             Err(_) => Err(TransformFailure::Timeout(limits.timeout)),
-            Ok(Err(join)) => Err(TransformFailure::Trap(format!("host panic: {join}"))),
-            Ok(Ok(result)) => result,
+            Ok(result) => result,
         }
     }
 
-    /// The synchronous call: instantiate into a fresh store, call, convert, drop.
-    pub fn call_blocking(
+    async fn call_in_fresh_store(
         &self,
         transform: &LoadedTransform,
         input: TransformInput,
@@ -113,7 +108,9 @@ impl TransformEngine {
         let state = HostState::new(&input.mapping_id, memory_cap, limits.log_bytes);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.memory);
-        store.set_epoch_deadline(deadline_ticks(limits.timeout));
+        // Yield to the executor at every tick, so a spinning guest shares its thread; the
+        // deadline itself is the timeout in `call`.
+        store.epoch_deadline_async_yield_and_update(1);
         let request = types::Request {
             name: input.name,
             headers: input.headers,
@@ -122,10 +119,10 @@ impl TransformEngine {
             mapping_id: input.mapping_id,
             config: input.config,
         };
-        let result = transform
-            .pre
-            .instantiate(&mut store)
-            .and_then(|instance| instance.call_transform(&mut store, &request));
+        let result = match transform.pre.instantiate_async(&mut store).await {
+            Ok(instance) => instance.call_transform(&mut store, &request).await,
+            Err(err) => Err(err),
+        };
         store.data().flush_output();
         match result {
             Err(err) => Err(classify(&store, &err, limits, memory_cap)),
@@ -165,10 +162,6 @@ impl CallOutcome {
     }
 }
 
-fn deadline_ticks(timeout: Duration) -> u64 {
-    (timeout.as_millis().div_ceil(TICK.as_millis())).max(1) as u64
-}
-
 fn classify(
     store: &Store<HostState>,
     err: &wasmtime::Error,
@@ -186,6 +179,7 @@ fn classify(
     }
     if let Some(trap) = err.downcast_ref::<Trap>() {
         return match trap {
+            // With yielding deadlines the epoch does not trap; kept for engines that do.
             Trap::Interrupt => TransformFailure::Timeout(limits.timeout),
             Trap::StackOverflow => TransformFailure::Trap("stack overflow".into()),
             other => TransformFailure::Trap(other.to_string()),
@@ -283,13 +277,6 @@ fn outcome_size(outcome: &types::Outcome) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn deadline_rounds_up_to_whole_ticks() {
-        assert_eq!(deadline_ticks(Duration::from_millis(100)), 10);
-        assert_eq!(deadline_ticks(Duration::from_millis(101)), 11);
-        assert_eq!(deadline_ticks(Duration::from_millis(1)), 1);
-    }
 
     #[test]
     fn reply_status_outside_range_is_refused() {

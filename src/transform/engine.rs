@@ -14,7 +14,7 @@ use super::bindings::Transform;
 use super::host::HostState;
 use super::limits::TransformLimits;
 
-/// How often the epoch advances: the granularity of the wall-time limit.
+/// How often the epoch advances: how long a guest runs before it yields its thread.
 pub(super) const TICK: Duration = Duration::from_millis(10);
 
 /// Guest stack; deep recursion traps here instead of exhausting the host thread.
@@ -22,9 +22,9 @@ const MAX_WASM_STACK: usize = 512 * 1024;
 
 /// Core instances, memories and tables one component may need. Rust components are one core
 /// module plus a few small shims; interpreted guests have more.
-const CORE_INSTANCES_PER_COMPONENT: u32 = 16;
-const MEMORIES_PER_COMPONENT: u32 = 2;
-const TABLES_PER_COMPONENT: u32 = 16;
+pub(super) const CORE_INSTANCES_PER_COMPONENT: u32 = 16;
+pub(super) const MEMORIES_PER_COMPONENT: u32 = 2;
+pub(super) const TABLES_PER_COMPONENT: u32 = 16;
 
 /// The engine, linker, ticker and call slots. Cheap to clone; the ticker stops with the last clone.
 #[derive(Clone)]
@@ -51,7 +51,7 @@ impl TransformEngine {
             }
         };
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         Transform::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
         Ok(TransformEngine {
             linker: Arc::new(linker),
@@ -78,10 +78,15 @@ fn config(limits: &TransformLimits, pooled: bool) -> Config {
     if pooled {
         let slots = limits.max_concurrent.max(1);
         let mut pool = PoolingAllocationConfig::default();
+        // Per-component caps keep one component from taking the slots of the others.
         pool.total_component_instances(slots)
             .total_core_instances(slots * CORE_INSTANCES_PER_COMPONENT)
             .total_memories(slots * MEMORIES_PER_COMPONENT)
             .total_tables(slots * TABLES_PER_COMPONENT)
+            .total_stacks(slots)
+            .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
+            .max_memories_per_component(MEMORIES_PER_COMPONENT)
+            .max_tables_per_component(TABLES_PER_COMPONENT)
             .max_memory_size(limits.memory_bytes);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
@@ -106,8 +111,8 @@ impl Ticker {
                 }
             });
         if let Err(err) = spawned {
-            // Without a ticker no deadline ever passes; calls are still bounded by the host-side
-            // timeout around each call, so the server keeps serving.
+            // Without a ticker guests never yield; calls are still bounded by the timeout around
+            // each call, which drops the store.
             tracing::error!(%err, "cannot start the epoch ticker");
         }
         Ticker { stop }

@@ -7,6 +7,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{TransformImports, types};
+use super::engine::{CORE_INSTANCES_PER_COMPONENT, MEMORIES_PER_COMPONENT, TABLES_PER_COMPONENT};
 
 /// Tables may not grow past this many elements (function tables of ordinary guests are far
 /// smaller); keeps a hostile `table.grow` from taking host memory outside the memory cap.
@@ -37,6 +38,7 @@ impl HostState {
             table: ResourceTable::new(),
             memory: MemoryCap {
                 limit: memory_bytes,
+                used: 0,
                 exceeded: false,
             },
             log: LogSink {
@@ -80,25 +82,42 @@ impl WasiView for HostState {
     }
 }
 
-/// Caps linear memory; remembers a refusal so that the resulting trap is reported as a memory
-/// limit breach rather than as whatever the guest did when its allocation failed.
+/// Caps the linear memory of a whole call (all memories of all its instances together) and the
+/// number of instances, memories and tables; remembers a refusal so that the resulting trap is
+/// reported as a memory limit breach rather than as whatever the guest did when its allocation
+/// failed.
 pub struct MemoryCap {
     limit: usize,
+    used: usize,
     pub(super) exceeded: bool,
 }
 
 impl ResourceLimiter for MemoryCap {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.limit {
+        let used = self.used.saturating_add(desired.saturating_sub(current));
+        if used > self.limit {
             self.exceeded = true;
             return Ok(false);
         }
+        self.used = used;
         Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        CORE_INSTANCES_PER_COMPONENT as usize
+    }
+
+    fn memories(&self) -> usize {
+        MEMORIES_PER_COMPONENT as usize
+    }
+
+    fn tables(&self) -> usize {
+        TABLES_PER_COMPONENT as usize
     }
 
     fn table_growing(

@@ -344,6 +344,40 @@ async fn hostile_transforms_fail_alone_within_their_limits() {
     }
 }
 
+/// Calls that time out, even inside a host call, give their slot back: with two slots, more
+/// timed-out calls than slots still leave the transform serving.
+#[tokio::test]
+async fn timed_out_calls_free_their_slots() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([hostile("sleep"), hostile("rest")]),
+    );
+    set(
+        &mut config,
+        "hooks.transformLimits",
+        json!({"timeoutMs": 150, "maxConcurrent": 2}),
+    );
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["hostile"]);
+    let server = Hookgate::start_in(&dir);
+    let sleepers: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(server.hook("/hooks/sleep").json(&json!({})).send()))
+        .collect();
+    for sleeper in sleepers {
+        assert_eq!(sleeper.await.unwrap().unwrap().status(), 500);
+    }
+    let r = server
+        .hook("/hooks/rest")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(server.event_texts().await, ["hostile fixture at rest"]);
+}
+
 #[tokio::test]
 async fn transform_log_import_reaches_the_server_log_with_the_mapping_id() {
     let (server, _dir) = start_with(
