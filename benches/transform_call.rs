@@ -52,11 +52,14 @@ fn main() {
         ..Default::default()
     };
 
-    // Warm up both paths.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let call = |input: TransformInput| runtime.block_on(engine.call(&loaded, input, &limits));
+    // Warm up.
     for _ in 0..200 {
-        engine
-            .call_blocking(&loaded, input.clone(), &limits)
-            .unwrap();
+        call(input.clone()).unwrap();
     }
     let mut wasm_samples = Vec::with_capacity(CALLS);
     for _ in 0..CALLS {

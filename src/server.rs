@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 
 use crate::config::{self, Admission, ConfigError, LiveConfig, Settings};
 use crate::gateway::{Store, StoreError};
-use crate::http::{AppState, AuthFailureLimiter, router};
+use crate::http::{AppState, AuthFailureLimiter, ConnectionLimits, router, serve};
 use crate::transform::{TransformEngine, TransformLimits, TransformRegistry};
 
 /// How often transform files are checked for replacement.
@@ -63,7 +63,7 @@ fn transform_admission(registry: Arc<TransformRegistry>) -> Admission {
             None => (PathBuf::new(), Vec::new()),
         };
         let names: Vec<String> = modules.iter().map(|(module, _)| module.clone()).collect();
-        registry.load_set(&dir, &names).map_err(|errors| {
+        let set = registry.load_set(&dir, &names).map_err(|errors| {
             errors
                 .into_iter()
                 .map(|err| {
@@ -73,8 +73,12 @@ fn transform_admission(registry: Arc<TransformRegistry>) -> Admission {
                         .map_or("hooks.mappings", |(_, key)| key.as_str());
                     ConfigError::invalid(key, err.to_string())
                 })
-                .collect()
-        })
+                .collect::<Vec<_>>()
+        })?;
+        if let Some(hooks) = &settings.hooks {
+            let _ = hooks.transforms.set(set);
+        }
+        Ok(())
     })
 }
 
@@ -103,6 +107,7 @@ impl Server {
             config,
             store,
             limiter: Arc::new(AuthFailureLimiter::default()),
+            api_limiter: Arc::new(AuthFailureLimiter::default()),
             transforms,
         };
         Ok(Server { state, listener })
@@ -121,15 +126,18 @@ impl Server {
     ) -> Result<(), StoreError> {
         let watcher = tokio::spawn(crate::config::watch(self.state.config.clone()));
         let refresher = tokio::spawn(refresh_transforms(Arc::clone(&self.state.transforms)));
-        let app = router(self.state.clone()).into_make_service_with_connect_info::<SocketAddr>();
-        let served = axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await;
+        serve(
+            self.listener,
+            router(self.state.clone()),
+            ConnectionLimits {
+                max_connections: self.state.config.current().max_connections,
+                header_timeout: self.state.config.current().header_timeout,
+            },
+            shutdown,
+        )
+        .await;
         watcher.abort();
         refresher.abort();
-        if let Err(err) = served {
-            tracing::error!(%err, "server stopped with an error");
-        }
         let store = self.state.store;
         tokio::task::spawn_blocking(move || store.close())
             .await

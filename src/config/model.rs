@@ -35,6 +35,10 @@ pub struct GatewayConfig {
     pub state_dir: Option<String>,
     /// Group commit of concurrent submissions (default true); off only to measure its worth.
     pub group_commit: Option<bool>,
+    /// Connections served at once (default 1024).
+    pub max_connections: Option<u32>,
+    /// Seconds a client has to send a request's headers (default 10).
+    pub header_timeout_seconds: Option<f64>,
 }
 
 /// `gateway.auth.*`.

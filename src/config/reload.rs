@@ -22,7 +22,12 @@ pub async fn watch(config: LiveConfig) {
         if !forced && (now.is_none() || now == config.status().digest) {
             continue;
         }
-        match config.reload() {
+        // Admission compiles transforms: keep that off the async threads.
+        let reloading = config.clone();
+        let Ok(reloaded) = tokio::task::spawn_blocking(move || reloading.reload()).await else {
+            continue;
+        };
+        match reloaded {
             Ok(()) => tracing::info!(path = %config.path().display(), "configuration reloaded"),
             Err(problems) => {
                 for problem in &problems {

@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -15,7 +16,7 @@ use super::model::{FileConfig, HooksConfig, SecretValue, TransformLimitsConfig};
 use crate::hook::policy::{AllowedAgents, normalize_agent_id};
 use crate::hook::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy};
 use crate::mapping::Mapping;
-use crate::transform::TransformLimits;
+use crate::transform::{TransformLimits, TransformSet};
 
 /// Default `hooks.path`.
 pub const DEFAULT_HOOKS_PATH: &str = "/hooks";
@@ -40,6 +41,8 @@ pub struct Settings {
     pub trusted_proxies: Vec<IpNet>,
     pub state_dir: PathBuf,
     pub group_commit: bool,
+    pub max_connections: usize,
+    pub header_timeout: Duration,
     /// `None` when `hooks.enabled` is false: the prefix is then not served at all.
     pub hooks: Option<HookSettings>,
     pub agents: AgentDirectory,
@@ -60,6 +63,8 @@ pub struct HookSettings {
     /// The effective transforms directory, inside `<config dir>/hooks/transforms`.
     pub transforms_dir: PathBuf,
     pub transform_limits: TransformLimits,
+    /// The loaded transforms of this configuration, set once when it is admitted.
+    pub transforms: OnceLock<Arc<TransformSet>>,
 }
 
 impl HookSettings {
@@ -91,13 +96,30 @@ impl Settings {
             &mut problems,
         );
         let trusted_proxies = trusted_proxies(&file.gateway.trusted_proxies, &mut problems);
-        let agents = agent_directory(&file, &mut problems);
+        let agents = agent_directory(&file);
         let hooks = hook_settings(
             file.hooks,
             &file.agents.defaults.models,
             &agents,
             gateway_token.as_deref(),
             config_dir,
+            &mut problems,
+        );
+        let max_connections = match file.gateway.max_connections {
+            None => 1024,
+            Some(0) => {
+                problems.push(ConfigError::invalid(
+                    "gateway.maxConnections",
+                    "must be greater than 0",
+                ));
+                1
+            }
+            Some(n) => n as usize,
+        };
+        let header_timeout = seconds(
+            file.gateway.header_timeout_seconds,
+            "gateway.headerTimeoutSeconds",
+            Duration::from_secs(10),
             &mut problems,
         );
         let state_dir = config_dir.join(file.gateway.state_dir.as_deref().unwrap_or("state"));
@@ -120,6 +142,8 @@ impl Settings {
             trusted_proxies,
             state_dir,
             group_commit: file.gateway.group_commit.unwrap_or(true),
+            max_connections,
+            header_timeout,
             hooks,
             agents,
         })
@@ -169,7 +193,7 @@ fn trusted_proxies(entries: &[String], problems: &mut Vec<ConfigError>) -> Vec<I
     nets
 }
 
-fn agent_directory(file: &FileConfig, problems: &mut Vec<ConfigError>) -> AgentDirectory {
+fn agent_directory(file: &FileConfig) -> AgentDirectory {
     let list = &file.agents.list;
     let ids: Vec<String> = list.iter().map(|a| normalize_agent_id(&a.id)).collect();
     let default_id = list
@@ -189,12 +213,6 @@ fn agent_directory(file: &FileConfig, problems: &mut Vec<ConfigError>) -> AgentD
                 .collect(),
         ),
     };
-    if list.iter().filter(|a| a.default).count() > 1 {
-        problems.push(ConfigError::invalid(
-            "agents.list",
-            "only one agent may be marked default",
-        ));
-    }
     AgentDirectory::new(known, default_id, allowed)
 }
 
@@ -257,17 +275,12 @@ fn hook_settings(
             "must be greater than 0",
         ));
     }
-    let body_timeout = match hooks.body_timeout_seconds {
-        None => DEFAULT_BODY_TIMEOUT,
-        Some(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Duration::from_secs_f64(s),
-        Some(_) => {
-            problems.push(ConfigError::invalid(
-                "hooks.bodyTimeoutSeconds",
-                "must be a number of seconds between 0 and 3600",
-            ));
-            DEFAULT_BODY_TIMEOUT
-        }
-    };
+    let body_timeout = seconds(
+        hooks.body_timeout_seconds,
+        "hooks.bodyTimeoutSeconds",
+        DEFAULT_BODY_TIMEOUT,
+        problems,
+    );
     let sessions = session_policy(&hooks, problems);
     for (i, preset) in hooks.presets.iter().enumerate() {
         if !KNOWN_PRESETS.contains(&preset.as_str()) {
@@ -333,6 +346,7 @@ fn hook_settings(
         mappings,
         transforms_dir: transforms_dir?,
         transform_limits,
+        transforms: OnceLock::new(),
     })
 }
 
@@ -407,4 +421,24 @@ fn transform_limits(
         limits.max_concurrent = u32::try_from(n).unwrap_or(u32::MAX);
     }
     limits
+}
+
+/// A duration in seconds, greater than 0 and at most an hour.
+fn seconds(
+    value: Option<f64>,
+    key: &str,
+    default: Duration,
+    problems: &mut Vec<ConfigError>,
+) -> Duration {
+    match value {
+        None => default,
+        Some(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Duration::from_secs_f64(s),
+        Some(_) => {
+            problems.push(ConfigError::invalid(
+                key,
+                "must be a number of seconds greater than 0 and at most 3600",
+            ));
+            default
+        }
+    }
 }

@@ -275,6 +275,15 @@ fn commit_batch(conn: &mut Connection, batch: &mut Vec<Write>) {
         let mut tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         for write in batch.drain(..) {
             answers.push(apply(&mut tx, write));
+            // SQLite rolls a transaction back by itself on some errors (disk full, I/O). A later
+            // savepoint would then open and commit a transaction of its own: stop here, and let
+            // the failed commit below answer every caller of this batch with an error.
+            if tx.is_autocommit() {
+                return Err(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+                    Some("transaction rolled back by SQLite".into()),
+                ));
+            }
         }
         tx.commit()
     })();

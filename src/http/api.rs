@@ -1,13 +1,17 @@
 //! The operator API: read access to the main session and to runs, behind the gateway token.
 
 use axum::Json;
-use axum::extract::{Path, RawQuery, State};
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::AppState;
 use super::auth::{presented_bearer, token_matches};
+use super::client::client_address;
 use super::reply::{HookError, json_error};
 
 /// Events returned when `limit` is not given.
@@ -16,12 +20,23 @@ const DEFAULT_LIMIT: u32 = 100;
 const MAX_LIMIT: u32 = 1000;
 
 /// Only `Authorization: Bearer <gateway.auth.token>` opens the API; with no gateway token
-/// configured, nothing does.
-fn authorize(app: &AppState, headers: &HeaderMap) -> Result<(), HookError> {
+/// configured, nothing does. Failures count toward a lockout of their own, as for hooks.
+fn authorize(app: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Result<(), HookError> {
     let settings = app.config.current();
+    let client = client_address(peer.ip(), headers, &settings.trusted_proxies);
+    let now = Instant::now();
     match &settings.gateway_token {
-        Some(expected) if token_matches(presented_bearer(headers), expected) => Ok(()),
-        _ => Err(HookError::Unauthorized),
+        Some(expected) if token_matches(presented_bearer(headers), expected) => {
+            app.api_limiter.clear(client);
+            Ok(())
+        }
+        _ => {
+            app.api_limiter
+                .check(client, now)
+                .map_err(|retry_after| HookError::LockedOut { retry_after })?;
+            app.api_limiter.record_failure(client, now);
+            Err(HookError::Unauthorized)
+        }
     }
 }
 
@@ -29,10 +44,11 @@ fn authorize(app: &AppState, headers: &HeaderMap) -> Result<(), HookError> {
 /// commit order.
 pub async fn main_session_events(
     State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Result<Response, HookError> {
-    authorize(&app, &headers)?;
+    authorize(&app, peer, &headers)?;
     let (after, limit) = page(query.as_deref()).map_err(HookError::Invalid)?;
     let agent = app.config.current().agents.default_id().to_string();
     let events = app
@@ -69,10 +85,11 @@ fn page(query: Option<&str>) -> Result<(i64, u32), String> {
 /// `GET /api/runs/<runId>`: one run, 404 when unknown.
 pub async fn run(
     State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Path(run_id): Path<String>,
 ) -> Result<Response, HookError> {
-    authorize(&app, &headers)?;
+    authorize(&app, peer, &headers)?;
     let run = app
         .store
         .run(&run_id)
@@ -88,9 +105,10 @@ pub async fn run(
 /// any, was refused.
 pub async fn config_status(
     State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Result<Response, HookError> {
-    authorize(&app, &headers)?;
+    authorize(&app, peer, &headers)?;
     let mut status = serde_json::to_value(app.config.status()).unwrap_or_default();
     status["transforms"] = serde_json::to_value(app.transforms.status()).unwrap_or_default();
     Ok(Json(status).into_response())

@@ -12,7 +12,8 @@ use super::reply::HookError;
 
 /// How much of an oversized body is still read (and discarded) before answering 413. Closing a
 /// socket with unread data makes the kernel send a reset, which can destroy the 413 before the
-/// client reads it; reading on lets the client finish sending and see the answer.
+/// client reads it; reading on lets the client finish sending and see the answer. A client that
+/// sends more than this, or for longer than `DRAIN_TIME`, may see a reset instead.
 const DRAIN_LIMIT: u64 = 8 * 1024 * 1024;
 /// How long that draining may take.
 const DRAIN_TIME: Duration = Duration::from_secs(2);
@@ -28,12 +29,12 @@ pub async fn read_limited(
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    if let Some(length) = declared.filter(|&length| length > limit) {
+    if declared.is_some_and(|length| length > limit) {
         // A client that waits for `100 Continue` has sent nothing yet: answer at once.
         let waits = headers
             .get(axum::http::header::EXPECT)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-        if !waits && length <= DRAIN_LIMIT {
+        if !waits {
             drain(body).await;
         }
         return Err(HookError::PayloadTooLarge);

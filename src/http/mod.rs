@@ -8,6 +8,7 @@ mod client;
 mod health;
 mod hooks;
 mod reply;
+mod serve;
 
 use std::sync::Arc;
 
@@ -19,6 +20,7 @@ use axum::routing::get;
 use tower_http::catch_panic::CatchPanicLayer;
 
 pub use auth::AuthFailureLimiter;
+pub use serve::{ConnectionLimits, serve};
 
 use crate::config::LiveConfig;
 use crate::gateway::Store;
@@ -29,7 +31,10 @@ use crate::transform::TransformRegistry;
 pub struct AppState {
     pub config: LiveConfig,
     pub store: Store,
+    /// Failed hook authentications.
     pub limiter: Arc<AuthFailureLimiter>,
+    /// Failed operator API authentications, counted apart so neither locks out the other.
+    pub api_limiter: Arc<AuthFailureLimiter>,
     pub transforms: Arc<TransformRegistry>,
 }
 

@@ -16,4 +16,4 @@ mod registry;
 pub use call::{CallOutcome, Reply, TransformFailure, TransformInput};
 pub use engine::TransformEngine;
 pub use limits::TransformLimits;
-pub use registry::{LoadError, LoadedTransform, TransformRegistry, TransformStatus};
+pub use registry::{LoadError, LoadedTransform, TransformRegistry, TransformSet, TransformStatus};

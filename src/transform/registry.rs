@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
@@ -44,22 +44,6 @@ pub struct LoadError {
     pub reason: String,
 }
 
-/// The loaded transforms, by module path. Replacing one is a pointer swap: a request holds the
-/// `Arc` it started with, so it never sees half of an old and half of a new version.
-pub struct TransformRegistry {
-    engine: TransformEngine,
-    cache: CompileCache,
-    dir: RwLock<Option<(PathBuf, Arc<Dir>)>>,
-    loaded: RwLock<HashMap<String, Arc<LoadedTransform>>>,
-    /// Why the latest change of a module's file was refused, until a later change loads.
-    refused: RwLock<HashMap<String, String>>,
-    /// The (modification time, length) of each file when last examined: unchanged files are not
-    /// read again.
-    examined: RwLock<HashMap<String, FileStamp>>,
-}
-
-type FileStamp = (Option<std::time::SystemTime>, u64);
-
 /// A module in use, for operators (`GET /api/config`).
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -71,30 +55,42 @@ pub struct TransformStatus {
     pub last_error: Option<String>,
 }
 
-impl TransformRegistry {
-    /// A registry whose compiled code is cached under `cache_dir`.
-    pub fn new(engine: TransformEngine, cache_dir: PathBuf) -> Self {
-        TransformRegistry {
-            engine,
-            cache: CompileCache::new(cache_dir),
-            dir: RwLock::new(None),
-            loaded: RwLock::new(HashMap::new()),
-            refused: RwLock::new(HashMap::new()),
-            examined: RwLock::new(HashMap::new()),
-        }
+type FileStamp = (Option<std::time::SystemTime>, u64);
+
+/// The transforms one configuration names, loaded from its transforms directory.
+///
+/// A configuration snapshot holds its set, so a request sees the mappings and the transforms of
+/// one configuration. Replacing a module's file updates the set of the configuration in force,
+/// one pointer swap per module: a call keeps the `Arc` it started with.
+pub struct TransformSet {
+    dir: Option<Dir>,
+    modules: RwLock<HashMap<String, Arc<LoadedTransform>>>,
+    /// Why the latest change of a module's file was refused, until a later change loads.
+    refused: RwLock<HashMap<String, String>>,
+    /// The (modification time, length) of each file when last examined: unchanged files are not
+    /// read again.
+    examined: Mutex<HashMap<String, FileStamp>>,
+}
+
+impl std::fmt::Debug for TransformSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let modules: Vec<String> = read(&self.modules).keys().cloned().collect();
+        f.debug_struct("TransformSet")
+            .field("modules", &modules)
+            .finish()
+    }
+}
+
+impl TransformSet {
+    /// The loaded transform for `module`, if the configuration names it.
+    pub fn get(&self, module: &str) -> Option<Arc<LoadedTransform>> {
+        read(&self.modules).get(module).cloned()
     }
 
-    pub fn engine(&self) -> &TransformEngine {
-        &self.engine
-    }
-
-    /// Every module in use, sorted by path.
+    /// Every module, sorted by path.
     pub fn status(&self) -> Vec<TransformStatus> {
-        let refused = self.refused.read().unwrap_or_else(|p| p.into_inner());
-        let mut list: Vec<TransformStatus> = self
-            .loaded
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
+        let refused = read(&self.refused);
+        let mut list: Vec<TransformStatus> = read(&self.modules)
             .values()
             .map(|t| TransformStatus {
                 module: t.module.clone(),
@@ -105,101 +101,127 @@ impl TransformRegistry {
         list.sort_by(|a, b| a.module.cmp(&b.module));
         list
     }
+}
 
-    /// The loaded transform for `module`, if any.
-    pub fn get(&self, module: &str) -> Option<Arc<LoadedTransform>> {
-        self.loaded
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(module)
-            .cloned()
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    // Maps of `Arc`s and strings: a panic elsewhere cannot leave them half-updated.
+    lock.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Loads transform sets and keeps the one in force up to date with its files.
+pub struct TransformRegistry {
+    engine: TransformEngine,
+    cache: CompileCache,
+    /// The set of the configuration in force (or about to be).
+    current: RwLock<Option<Arc<TransformSet>>>,
+    /// Serialises loading a new set with refreshing the current one.
+    loading: Mutex<()>,
+}
+
+impl TransformRegistry {
+    /// A registry whose compiled code is cached under `cache_dir`.
+    pub fn new(engine: TransformEngine, cache_dir: PathBuf) -> Self {
+        TransformRegistry {
+            engine,
+            cache: CompileCache::new(cache_dir),
+            current: RwLock::new(None),
+            loading: Mutex::new(()),
+        }
     }
 
-    /// Loads exactly `modules` from `dir` (reusing unchanged ones) and makes them the set in use,
-    /// or changes nothing and returns every module that failed.
-    pub fn load_set(&self, dir: &Path, modules: &[String]) -> Result<(), Vec<LoadError>> {
-        let handle = open_dir(dir).map_err(|reason| {
-            modules
-                .iter()
-                .map(|m| LoadError {
-                    module: m.clone(),
-                    reason: reason.clone(),
-                })
-                .collect::<Vec<_>>()
-        });
-        let handle = match (handle, modules.is_empty()) {
-            (Ok(handle), _) => Some(Arc::new(handle)),
-            (Err(_), true) => None,
-            (Err(errors), false) => return Err(errors),
+    pub fn engine(&self) -> &TransformEngine {
+        &self.engine
+    }
+
+    /// The modules of the set in force.
+    pub fn status(&self) -> Vec<TransformStatus> {
+        read(&self.current)
+            .as_ref()
+            .map_or_else(Vec::new, |set| set.status())
+    }
+
+    /// Loads `modules` from `dir` (reusing unchanged ones from the set in force) and makes the
+    /// result the set in force, or changes nothing and returns every module that failed.
+    pub fn load_set(
+        &self,
+        dir: &Path,
+        modules: &[String],
+    ) -> Result<Arc<TransformSet>, Vec<LoadError>> {
+        let _loading = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+        let handle = if modules.is_empty() {
+            None
+        } else {
+            let handle = open_dir(dir).map_err(|reason| {
+                modules
+                    .iter()
+                    .map(|m| LoadError {
+                        module: m.clone(),
+                        reason: reason.clone(),
+                    })
+                    .collect::<Vec<_>>()
+            })?;
+            Some(handle)
         };
-        let mut next = HashMap::new();
+        let previous = read(&self.current).clone();
+        let mut loaded = HashMap::new();
         let mut errors = Vec::new();
-        for module in modules {
-            let handle = handle.as_ref().expect("a directory when modules are named");
-            match self.load_one(handle, module) {
-                Ok(loaded) => {
-                    next.insert(module.clone(), loaded);
+        if let Some(handle) = &handle {
+            for module in modules {
+                let reusable = previous.as_ref().and_then(|set| set.get(module));
+                match self.load_one(handle, module, reusable) {
+                    Ok(transform) => {
+                        loaded.insert(module.clone(), transform);
+                    }
+                    Err(err) => errors.push(err),
                 }
-                Err(err) => errors.push(err),
             }
         }
         if !errors.is_empty() {
             return Err(errors);
         }
-        *self.dir.write().unwrap_or_else(|p| p.into_inner()) =
-            handle.map(|h| (dir.to_path_buf(), h));
-        *self.loaded.write().unwrap_or_else(|p| p.into_inner()) = next;
-        self.refused
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
-        Ok(())
+        let set = Arc::new(TransformSet {
+            dir: handle,
+            modules: RwLock::new(loaded),
+            refused: RwLock::new(HashMap::new()),
+            examined: Mutex::new(HashMap::new()),
+        });
+        *write(&self.current) = Some(Arc::clone(&set));
+        Ok(set)
     }
 
-    /// Reloads every module whose file changed. A module that no longer loads keeps its previous
-    /// version, and the failure is logged.
+    /// Reloads every module of the set in force whose file changed. A module that no longer
+    /// loads keeps its previous version; the failure is logged and reported in its status.
     pub fn refresh(&self) {
-        let Some((_, dir)) = self.dir.read().unwrap_or_else(|p| p.into_inner()).clone() else {
+        let _loading = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(set) = read(&self.current).clone() else {
             return;
         };
-        let modules: Vec<String> = self
-            .loaded
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .cloned()
-            .collect();
+        let Some(dir) = &set.dir else {
+            return;
+        };
+        let modules: Vec<String> = read(&set.modules).keys().cloned().collect();
         for module in modules {
-            let stamp = dir
-                .metadata(&module)
-                .ok()
-                .map(|m| (m.modified().ok().map(|t| t.into_std()), m.len()));
-            let mut examined = self.examined.write().unwrap_or_else(|p| p.into_inner());
-            match stamp {
-                Some(stamp) if examined.get(&module) == Some(&stamp) => continue,
-                Some(stamp) => {
-                    examined.insert(module.clone(), stamp);
-                }
-                None => {}
+            if !self.changed(&set, dir, &module) {
+                continue;
             }
-            drop(examined);
-            match self.load_one(&dir, &module) {
+            match self.load_one(dir, &module, set.get(&module)) {
                 Ok(fresh) => {
-                    self.refused
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&module);
-                    let mut loaded = self.loaded.write().unwrap_or_else(|p| p.into_inner());
-                    let changed = loaded
+                    write(&set.refused).remove(&module);
+                    let mut loaded = write(&set.modules);
+                    if loaded
                         .get(&module)
-                        .is_none_or(|old| old.digest != fresh.digest);
-                    if changed {
+                        .is_none_or(|old| old.digest != fresh.digest)
+                    {
                         tracing::info!(%module, "transform replaced");
                         loaded.insert(module, fresh);
                     }
                 }
                 Err(err) => {
-                    let mut refused = self.refused.write().unwrap_or_else(|p| p.into_inner());
+                    let mut refused = write(&set.refused);
                     if refused.get(&module) != Some(&err.reason) {
                         tracing::error!(%err, "transform change refused; the previous version keeps serving");
                         refused.insert(module, err.reason);
@@ -209,8 +231,23 @@ impl TransformRegistry {
         }
     }
 
-    /// Loads one module, reusing the current version when the file is unchanged.
-    fn load_one(&self, dir: &Dir, module: &str) -> Result<Arc<LoadedTransform>, LoadError> {
+    /// Whether the file's (modification time, length) differs from when it was last examined.
+    fn changed(&self, set: &TransformSet, dir: &Dir, module: &str) -> bool {
+        let Ok(meta) = dir.metadata(module) else {
+            return true;
+        };
+        let stamp = (meta.modified().ok().map(|t| t.into_std()), meta.len());
+        let mut examined = set.examined.lock().unwrap_or_else(|p| p.into_inner());
+        examined.insert(module.to_string(), stamp) != Some(stamp)
+    }
+
+    /// Loads one module, reusing `current` when the file's content is unchanged.
+    fn load_one(
+        &self,
+        dir: &Dir,
+        module: &str,
+        current: Option<Arc<LoadedTransform>>,
+    ) -> Result<Arc<LoadedTransform>, LoadError> {
         let fail = |reason: String| LoadError {
             module: module.to_string(),
             reason,
@@ -219,7 +256,7 @@ impl TransformRegistry {
             .read(module)
             .map_err(|e| fail(format!("cannot read: {e}")))?;
         let digest: [u8; 32] = Sha256::digest(&bytes).into();
-        if let Some(current) = self.get(module).filter(|c| c.digest == digest) {
+        if let Some(current) = current.filter(|c| c.digest == digest) {
             return Ok(current);
         }
         let component = self

@@ -42,6 +42,36 @@ async fn hook_token_does_not_open_the_operator_api() {
 }
 
 #[tokio::test]
+async fn operator_api_failures_lock_the_client_out() {
+    let (server, _dir) = Hookgate::start(&base_config());
+    for _ in 0..20 {
+        let r = client()
+            .get(server.url("/api/runs/x"))
+            .bearer_auth("guess")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401);
+    }
+    let r = client()
+        .get(server.url("/api/runs/x"))
+        .bearer_auth("guess")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    // The hook lockout is separate: hooks still answer 401 to a wrong token, not 429.
+    let r = client()
+        .post(server.url("/hooks/wake"))
+        .bearer_auth("guess")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+}
+
+#[tokio::test]
 async fn operator_api_is_closed_without_a_gateway_token() {
     let mut config = base_config();
     config["gateway"] = json!({});

@@ -417,3 +417,20 @@ async fn json_responses_are_application_json() {
             .starts_with("application/json")
     );
 }
+
+#[tokio::test]
+async fn headers_not_complete_in_time_close_the_connection() {
+    let mut config = base_config();
+    set(&mut config, "gateway.headerTimeoutSeconds", json!(0.3));
+    let (server, _dir) = Hookgate::start(&config);
+    // Half a request line, then silence: the server hangs up without a response.
+    let response = raw(&server, b"POST /hooks/wa").await;
+    assert!(!response.starts_with("HTTP/1.1 2"), "{response}");
+    let r = server
+        .hook("/hooks/wake")
+        .json(&json!({"text": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
