@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use crate::config::{self, Admission, ConfigError, LiveConfig, Settings};
-use crate::gateway::{Store, StoreError};
+use crate::gateway::{Runtime, Store, StoreError};
 use crate::http::{AppState, AuthFailureLimiter, ConnectionLimits, router, serve};
 use crate::transform::{TransformEngine, TransformLimits, TransformRegistry};
 
@@ -103,9 +103,11 @@ impl Server {
             None => TcpListener::bind((settings.bind.as_str(), settings.port)).await,
         };
         let listener = bound.map_err(|e| anyhow::anyhow!("cannot listen: {e}"))?;
+        let runtime = Runtime::start(store.clone(), config.clone());
         let state = AppState {
             config,
             store,
+            runtime,
             limiter: Arc::new(AuthFailureLimiter::default()),
             api_limiter: Arc::new(AuthFailureLimiter::default()),
             transforms,
@@ -138,6 +140,7 @@ impl Server {
         .await;
         watcher.abort();
         refresher.abort();
+        self.state.runtime.stop();
         let store = self.state.store;
         tokio::task::spawn_blocking(move || store.close())
             .await

@@ -5,6 +5,7 @@ mod confine;
 mod load;
 pub mod model;
 mod reload;
+pub mod runtime;
 mod settings;
 
 use std::path::{Path, PathBuf};

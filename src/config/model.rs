@@ -39,6 +39,19 @@ pub struct GatewayConfig {
     pub max_connections: Option<u32>,
     /// Seconds a client has to send a request's headers (default 10).
     pub header_timeout_seconds: Option<f64>,
+    /// `embedded` (default): run agents here; `forward`: relay to an upstream gateway.
+    pub mode: Option<String>,
+    pub forward: Option<ForwardConfig>,
+}
+
+/// `gateway.forward`: the upstream gateway that forward mode relays to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ForwardConfig {
+    /// Base URL; wakes go to `<url>/hooks/wake`, agent runs to `<url>/hooks/agent`.
+    pub url: String,
+    /// The upstream's hook token.
+    pub token: SecretValue,
 }
 
 /// `gateway.auth.*`.
@@ -142,6 +155,23 @@ pub struct AgentDefaultsConfig {
     #[serde(default)]
     pub models: BTreeMap<String, ModelEntryConfig>,
     pub heartbeat: Option<HeartbeatConfig>,
+    /// The OpenAI-compatible chat-completions endpoint agents use.
+    pub provider: Option<ProviderConfig>,
+    /// The model of runs that name none.
+    pub model: Option<String>,
+    /// Agent runs at once (default 4).
+    pub max_concurrent: Option<u32>,
+    /// Default bound on a run, in seconds (default 300).
+    pub timeout_seconds: Option<u64>,
+}
+
+/// An OpenAI-compatible chat-completions endpoint (OpenAI, Ollama, vLLM, llama.cpp server).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProviderConfig {
+    /// Up to, not including, `/chat/completions`: `https://api.openai.com/v1`.
+    pub base_url: String,
+    pub api_key: Option<SecretValue>,
 }
 
 /// One model of the allowlist.
@@ -167,6 +197,7 @@ pub struct AgentEntryConfig {
     pub default: bool,
     pub name: Option<String>,
     pub model: Option<String>,
+    pub provider: Option<ProviderConfig>,
 }
 
 /// A secret: either the value itself or `{ "file": "path" }`, whose trimmed contents are the value.

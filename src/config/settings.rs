@@ -13,6 +13,7 @@ use ipnet::IpNet;
 use super::ConfigError;
 use super::confine;
 use super::model::{FileConfig, HooksConfig, SecretValue, TransformLimitsConfig};
+use super::runtime::{RuntimeSettings, runtime_settings};
 use crate::hook::policy::{AllowedAgents, normalize_agent_id};
 use crate::hook::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy};
 use crate::mapping::Mapping;
@@ -46,6 +47,7 @@ pub struct Settings {
     /// `None` when `hooks.enabled` is false: the prefix is then not served at all.
     pub hooks: Option<HookSettings>,
     pub agents: AgentDirectory,
+    pub runtime: RuntimeSettings,
 }
 
 /// The webhook endpoint's settings, present only when hooks are enabled.
@@ -97,6 +99,7 @@ impl Settings {
         );
         let trusted_proxies = trusted_proxies(&file.gateway.trusted_proxies, &mut problems);
         let agents = agent_directory(&file);
+        let runtime = runtime_settings(&file, config_dir, &mut problems);
         let hooks = hook_settings(
             file.hooks,
             &file.agents.defaults.models,
@@ -146,11 +149,12 @@ impl Settings {
             header_timeout,
             hooks,
             agents,
+            runtime,
         })
     }
 }
 
-fn secret(
+pub(super) fn secret(
     value: Option<SecretValue>,
     key: &str,
     config_dir: &Path,

@@ -1,10 +1,20 @@
-//! What happens to an accepted hook: the durable embedded store of main-session events and queued
-//! runs. The agent runner, heartbeats, delivery and the forwarder build on it.
+//! What happens to an accepted hook: the durable embedded store, and the runtime on top of it:
+//! the agent runner against a model provider, heartbeats, delivery to chat channels through a
+//! durable outbox, and forward mode, which relays everything to an upstream gateway instead.
 
+mod channels;
+mod heartbeat;
+mod outbox;
+mod provider;
 mod record;
+mod runner;
+mod runs;
+mod runtime;
 mod store;
 
+pub use heartbeat::HeartbeatTrigger;
 pub use record::{EventKind, EventRecord, NewEvent, NewRun, RunRecord};
+pub use runtime::{Runtime, forward_body};
 pub use store::{DB_FILE, IdempotencyClaim, RunQueued, Store, StoreError};
 
 use crate::hook::AdmittedRun;

@@ -166,6 +166,17 @@ pub struct RunRecord {
     /// `webhook` or `email`.
     pub source: String,
     pub created_at: String,
+    /// The agent's reply, once the run finished.
+    pub reply: Option<String>,
+    /// The first non-empty line of the reply, at most 300 characters.
+    pub summary: Option<String>,
+    pub error: Option<String>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    /// What became of delivering the reply: `{"status":"pending|sent|failed|skipped", ...}`.
+    pub delivery: Option<serde_json::Value>,
+    /// The upstream gateway's run id, in forward mode.
+    pub upstream_run_id: Option<String>,
 }
 
 impl RunRecord {
@@ -173,7 +184,8 @@ impl RunRecord {
         use rusqlite::OptionalExtension;
         conn.prepare_cached(
             "SELECT run_id, status, hook_name, agent_id, session_key, message, prompt, deliver,
-                    channel, to_addr, model, thinking, timeout_seconds, wake_mode, source, created_at
+                    channel, to_addr, model, thinking, timeout_seconds, wake_mode, source, created_at,
+                    reply, summary, error, started_at, finished_at, delivery, upstream_run_id
              FROM runs WHERE run_id = ?1",
         )?
         .query_row(params![run_id], Self::from_row)
@@ -198,6 +210,32 @@ impl RunRecord {
             wake_mode: row.get(13)?,
             source: row.get(14)?,
             created_at: row.get(15)?,
+            reply: row.get(16)?,
+            summary: row.get(17)?,
+            error: row.get(18)?,
+            started_at: row.get(19)?,
+            finished_at: row.get(20)?,
+            delivery: row
+                .get::<_, Option<String>>(21)?
+                .and_then(|text| serde_json::from_str(&text).ok()),
+            upstream_run_id: row.get(22)?,
         })
+    }
+
+    /// Runs with `status` (any when `None`), newest first.
+    pub(crate) fn select_by_status(
+        conn: &Connection,
+        status: Option<&str>,
+        limit: u32,
+    ) -> rusqlite::Result<Vec<RunRecord>> {
+        let mut stmt = conn.prepare_cached(
+            "SELECT run_id, status, hook_name, agent_id, session_key, message, prompt, deliver,
+                    channel, to_addr, model, thinking, timeout_seconds, wake_mode, source, created_at,
+                    reply, summary, error, started_at, finished_at, delivery, upstream_run_id
+             FROM runs WHERE (?1 IS NULL OR status = ?1)
+             ORDER BY created_at DESC, rowid DESC LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![status, limit], Self::from_row)?;
+        rows.collect()
     }
 }

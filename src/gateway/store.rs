@@ -54,14 +54,12 @@ pub struct IdempotencyClaim {
     pub window: Duration,
 }
 
+/// One operation for the writer: applied inside the batch's transaction, in a savepoint of its
+/// own; what it returns answers its caller once the batch's commit is known.
+type Operation = Box<dyn FnOnce(&mut Transaction<'_>) -> Answer + Send>;
+
 enum Write {
-    Event(NewEvent, oneshot::Sender<Result<i64, StoreError>>),
-    Run(
-        Box<NewRun>,
-        Option<IdempotencyClaim>,
-        oneshot::Sender<Result<RunQueued, StoreError>>,
-    ),
-    Probe(oneshot::Sender<Result<(), StoreError>>),
+    Op(Operation),
     /// Commit what came before, then stop.
     Close,
 }
@@ -102,11 +100,29 @@ impl Store {
         })
     }
 
+    /// Runs `op` in the writer's next transaction; its result is returned once that transaction
+    /// has committed (and is an error if it did not). `op` runs in a savepoint of its own, so
+    /// when it fails nothing it wrote is kept, and the other writes of the batch are unaffected.
+    pub async fn write<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let operation: Operation = Box::new(move |tx| {
+            let result = in_savepoint(tx, op);
+            Box::new(move |commit| {
+                let _ = reply.send(settle(result, commit));
+            })
+        });
+        self.writes
+            .send(Write::Op(operation))
+            .map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
     /// Appends a main-session event; returns its sequence number once committed.
     pub async fn append_event(&self, event: NewEvent) -> Result<i64, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.send(Write::Event(event, reply))?;
-        answer.await.map_err(|_| StoreError::Closed)?
+        self.write(move |conn| event.insert(conn)).await
     }
 
     /// Queues a run, unless `claim` recognises it as a repeat; answers once committed.
@@ -115,20 +131,13 @@ impl Store {
         run: NewRun,
         claim: Option<IdempotencyClaim>,
     ) -> Result<RunQueued, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.send(Write::Run(Box::new(run), claim, reply))?;
-        answer.await.map_err(|_| StoreError::Closed)?
+        self.write(move |conn| queue_run(conn, &run, claim.as_ref()))
+            .await
     }
 
     /// Proves the store can commit a write transaction now.
     pub async fn probe(&self) -> Result<(), StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.send(Write::Probe(reply))?;
-        answer.await.map_err(|_| StoreError::Closed)?
-    }
-
-    fn send(&self, write: Write) -> Result<(), StoreError> {
-        self.writes.send(write).map_err(|_| StoreError::Closed)
+        self.write(|_| Ok(())).await
     }
 
     /// Events of `agent`'s main session with `seq > after`, oldest first.
@@ -143,6 +152,16 @@ impl Store {
             .await
     }
 
+    /// Runs with `status` (any when `None`), newest first.
+    pub async fn runs(
+        &self,
+        status: Option<String>,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.read(move |conn| RunRecord::select_by_status(conn, status.as_deref(), limit))
+            .await
+    }
+
     /// The run with this id, if any.
     pub async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         let run_id = run_id.to_string();
@@ -150,7 +169,8 @@ impl Store {
             .await
     }
 
-    async fn read<T: Send + 'static>(
+    /// Runs `query` on the read connection, off the async threads.
+    pub async fn read<T: Send + 'static>(
         &self,
         query: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, StoreError> {
@@ -225,12 +245,49 @@ CREATE TABLE idempotency (
 CREATE INDEX idempotency_by_age ON idempotency (first_at_ms);
 ";
 
+/// What the gateway runtime adds: run outcomes, consumed events, summaries at most once per run,
+/// the delivery and forwarding outbox, and the main session's last route.
+const SCHEMA_V2: &str = "
+ALTER TABLE runs ADD COLUMN reply TEXT;
+ALTER TABLE runs ADD COLUMN summary TEXT;
+ALTER TABLE runs ADD COLUMN error TEXT;
+ALTER TABLE runs ADD COLUMN started_at TEXT;
+ALTER TABLE runs ADD COLUMN finished_at TEXT;
+ALTER TABLE runs ADD COLUMN delivery TEXT;
+ALTER TABLE runs ADD COLUMN upstream_run_id TEXT;
+ALTER TABLE events ADD COLUMN consumed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE events ADD COLUMN run_id TEXT;
+CREATE UNIQUE INDEX events_one_summary_per_run ON events (run_id) WHERE run_id IS NOT NULL;
+CREATE INDEX events_pending ON events (agent, consumed, seq);
+CREATE TABLE outbox (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind        TEXT NOT NULL,
+    run_id      TEXT,
+    payload     TEXT NOT NULL,
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    next_at_ms  INTEGER NOT NULL,
+    status      TEXT NOT NULL DEFAULT 'pending',
+    last_error  TEXT,
+    created_at  TEXT NOT NULL
+);
+CREATE INDEX outbox_due ON outbox (status, next_at_ms);
+CREATE TABLE routes (
+    agent   TEXT PRIMARY KEY,
+    channel TEXT NOT NULL,
+    to_addr TEXT,
+    at      TEXT NOT NULL
+);
+";
+
+/// Brings the schema up to date, one version per transaction.
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
-    if version < 1 {
-        conn.execute_batch(&format!(
-            "BEGIN; {SCHEMA_V1} PRAGMA user_version = 1; COMMIT;"
-        ))?;
+    for (target, schema) in [(1, SCHEMA_V1), (2, SCHEMA_V2)] {
+        if version < target {
+            conn.execute_batch(&format!(
+                "BEGIN; {schema} PRAGMA user_version = {target}; COMMIT;"
+            ))?;
+        }
     }
     Ok(())
 }
@@ -263,7 +320,7 @@ fn write_loop(mut conn: Connection, mut queue: mpsc::UnboundedReceiver<Write>, m
 }
 
 /// Tells one caller the outcome, given whether the batch's commit succeeded.
-type Answer = Box<dyn FnOnce(Result<(), String>)>;
+type Answer = Box<dyn FnOnce(Result<(), String>) + Send>;
 
 /// Applies each write inside its own savepoint, so one failing write does not undo the others, then
 /// commits and only then answers the callers.
@@ -301,21 +358,7 @@ fn commit_batch(conn: &mut Connection, batch: &mut Vec<Write>) {
 /// Applies one write; returns how to answer its caller once the commit outcome is known.
 fn apply(tx: &mut Transaction<'_>, write: Write) -> Answer {
     match write {
-        Write::Event(event, reply) => {
-            let result = in_savepoint(tx, |sp| event.insert(sp));
-            Box::new(move |commit| {
-                let _ = reply.send(settle(result, commit));
-            })
-        }
-        Write::Run(run, claim, reply) => {
-            let result = in_savepoint(tx, |sp| queue_run(sp, &run, claim.as_ref()));
-            Box::new(move |commit| {
-                let _ = reply.send(settle(result, commit));
-            })
-        }
-        Write::Probe(reply) => Box::new(move |commit| {
-            let _ = reply.send(settle(Ok(()), commit));
-        }),
+        Write::Op(operation) => operation(tx),
         Write::Close => Box::new(|_| {}),
     }
 }
@@ -337,7 +380,7 @@ fn settle<T>(result: Result<T, StoreError>, commit: Result<(), String>) -> Resul
     }
 }
 
-fn queue_run(
+pub(super) fn queue_run(
     conn: &Connection,
     run: &NewRun,
     claim: Option<&IdempotencyClaim>,

@@ -69,13 +69,7 @@ fn page(query: Option<&str>) -> Result<(i64, u32), String> {
                     .parse()
                     .map_err(|_| "after must be an integer".to_string())?
             }
-            "limit" => {
-                limit = value
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| (1..=MAX_LIMIT).contains(n))
-                    .ok_or_else(|| format!("limit must be an integer from 1 to {MAX_LIMIT}"))?
-            }
+            "limit" => limit = parse_limit(&value)?,
             _ => {}
         }
     }
@@ -112,4 +106,37 @@ pub async fn config_status(
     let mut status = serde_json::to_value(app.config.status()).unwrap_or_default();
     status["transforms"] = serde_json::to_value(app.transforms.status()).unwrap_or_default();
     Ok(Json(status).into_response())
+}
+
+/// `GET /api/runs?status=<s>&limit=<n>`: runs, newest first.
+pub async fn runs(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Result<Response, HookError> {
+    authorize(&app, peer, &headers)?;
+    let mut status = None;
+    let mut limit = DEFAULT_LIMIT;
+    for (name, value) in form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
+        match &*name {
+            "status" => status = Some(value.into_owned()),
+            "limit" => limit = parse_limit(&value).map_err(HookError::Invalid)?,
+            _ => {}
+        }
+    }
+    let runs = app
+        .store
+        .runs(status, limit)
+        .await
+        .map_err(|e| HookError::Internal(e.to_string()))?;
+    Ok(Json(json!({"runs": runs})).into_response())
+}
+
+fn parse_limit(value: &str) -> Result<u32, String> {
+    value
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=MAX_LIMIT).contains(n))
+        .ok_or_else(|| format!("limit must be an integer from 1 to {MAX_LIMIT}"))
 }

@@ -14,13 +14,20 @@ pub async fn livez() -> Json<serde_json::Value> {
     Json(json!({"ok": true}))
 }
 
-/// `GET /readyz`: 200 when a configuration is loaded and the store commits a write, else 503.
+/// `GET /readyz`: 200 when a configuration is loaded, the store commits a write and every
+/// runtime worker is alive; else 503 saying which is not.
 pub async fn readyz(State(app): State<AppState>) -> Response {
-    match app.store.probe().await {
-        Ok(()) => Json(json!({"ok": true})).into_response(),
-        Err(err) => {
-            tracing::warn!(%err, "readiness probe: store not writable");
-            json_error(StatusCode::SERVICE_UNAVAILABLE, "store not writable")
-        }
+    if let Err(err) = app.store.probe().await {
+        tracing::warn!(%err, "readiness probe: store not writable");
+        return json_error(StatusCode::SERVICE_UNAVAILABLE, "store not writable");
     }
+    let dead = app.runtime.dead_workers();
+    if !dead.is_empty() {
+        tracing::error!(?dead, "readiness probe: runtime workers stopped");
+        return json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("runtime workers stopped: {}", dead.join(", ")),
+        );
+    }
+    Json(json!({"ok": true})).into_response()
 }

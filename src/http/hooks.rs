@@ -20,7 +20,7 @@ use crate::config::{HookSettings, Settings};
 use crate::gateway::{EventKind, IdempotencyClaim, NewEvent, NewRun, RunQueued};
 use crate::hook::envelope::{ContentSource, wrap_prompt};
 use crate::hook::policy::KeyOrigin;
-use crate::hook::{AgentRequest, WakeMode, WakeRequest, idempotency, payload};
+use crate::hook::{AgentRequest, WakeRequest, idempotency, payload};
 use crate::mapping::{self, FinishedAction, Mapping, TemplateContext};
 use crate::transform::{CallOutcome, Reply, TransformInput};
 
@@ -266,11 +266,10 @@ async fn commit_wake(
         source,
         at: now_rfc3339(),
     };
-    let seq = app.store.append_event(event).await.map_err(internal)?;
-    if wake.mode == WakeMode::Now {
-        // The heartbeat scheduler of the gateway runtime picks this up; until then it is logged.
-        tracing::debug!(seq, "immediate heartbeat requested");
-    }
+    app.runtime
+        .submit_wake(event, wake.mode)
+        .await
+        .map_err(internal)?;
     Ok(Json(json!({"ok": true, "mode": wake.mode.as_str()})).into_response())
 }
 
@@ -319,7 +318,11 @@ async fn queue_agent(
         )
     };
     let run = NewRun::admitted(run_id, &admitted, prompt, received);
-    let queued = app.store.queue_run(run, claim).await.map_err(internal)?;
+    let queued = app
+        .runtime
+        .submit_run(run, claim, &admitted)
+        .await
+        .map_err(internal)?;
     let (RunQueued::New { run_id } | RunQueued::Replayed { run_id }) = queued;
     Ok(Json(json!({"ok": true, "runId": run_id})).into_response())
 }

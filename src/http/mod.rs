@@ -23,7 +23,7 @@ pub use auth::AuthFailureLimiter;
 pub use serve::{ConnectionLimits, serve};
 
 use crate::config::LiveConfig;
-use crate::gateway::Store;
+use crate::gateway::{Runtime, Store};
 use crate::transform::TransformRegistry;
 
 /// What every handler can reach. Cheap to clone.
@@ -36,6 +36,8 @@ pub struct AppState {
     /// Failed operator API authentications, counted apart so neither locks out the other.
     pub api_limiter: Arc<AuthFailureLimiter>,
     pub transforms: Arc<TransformRegistry>,
+    /// Carries out what the hooks accept (or relays it, in forward mode).
+    pub runtime: Arc<Runtime>,
 }
 
 /// Every route of the server. Hooks live under a configurable, reloadable prefix, so they are
@@ -45,6 +47,7 @@ pub fn router(state: AppState) -> Router {
         .route("/livez", get(health::livez))
         .route("/readyz", get(health::readyz))
         .route("/api/sessions/main/events", get(api::main_session_events))
+        .route("/api/runs", get(api::runs))
         .route("/api/runs/{run_id}", get(api::run))
         .route("/api/config", get(api::config_status))
         .fallback(hooks::dispatch)

@@ -151,6 +151,17 @@ impl Hookgate {
             .collect()
     }
 
+    /// The texts of the main session's system events (wakes), oldest first: run summaries, which
+    /// the runtime adds as runs finish, left out.
+    pub async fn wake_texts(&self) -> Vec<String> {
+        let events = self.events().await;
+        events
+            .iter()
+            .filter(|e| e["kind"] == "system")
+            .map(|e| e["text"].as_str().unwrap().to_string())
+            .collect()
+    }
+
     /// The run record named by a `{"ok":true,"runId":...}` reply.
     pub async fn run_of(&self, reply: &Value) -> Value {
         let run_id = reply["runId"]

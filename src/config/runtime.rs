@@ -1,0 +1,498 @@
+//! The gateway runtime's settings: where agents' model calls go, how many run at once,
+//! heartbeats, delivery channels, and forward mode.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::ConfigError;
+use super::model::{FileConfig, ProviderConfig, SecretValue};
+use super::settings::secret;
+use crate::hook::Channel;
+use crate::hook::policy::normalize_agent_id;
+
+/// What the runtime does with accepted hooks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GatewayMode {
+    /// Runs agents, heartbeats and deliveries here.
+    Embedded,
+    /// Relays every accepted wake and agent run to an upstream gateway.
+    Forward { url: String, token: String },
+}
+
+/// A model endpoint with its credentials resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provider {
+    pub base_url: String,
+    pub api_key: Option<String>,
+}
+
+/// What one agent runs with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentRuntime {
+    pub provider: Option<Provider>,
+    pub model: Option<String>,
+}
+
+/// Where a reply goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub channel: Channel,
+    pub to: Option<String>,
+}
+
+/// One configured delivery channel, credentials resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChannelEndpoint {
+    Telegram {
+        api_base: String,
+        bot_token: String,
+    },
+    Slack {
+        api_base: String,
+        bot_token: String,
+    },
+    Discord {
+        api_base: String,
+        bot_token: String,
+    },
+    Mattermost {
+        base_url: String,
+        token: String,
+    },
+    Msteams {
+        webhook_url: String,
+    },
+    Signal {
+        base_url: String,
+        number: String,
+    },
+    Whatsapp {
+        api_base: String,
+        access_token: String,
+        phone_number_id: String,
+    },
+    Imessage {
+        base_url: String,
+        password: String,
+    },
+}
+
+impl ChannelEndpoint {
+    pub fn channel(&self) -> Channel {
+        match self {
+            ChannelEndpoint::Telegram { .. } => Channel::Telegram,
+            ChannelEndpoint::Slack { .. } => Channel::Slack,
+            ChannelEndpoint::Discord { .. } => Channel::Discord,
+            ChannelEndpoint::Mattermost { .. } => Channel::Mattermost,
+            ChannelEndpoint::Msteams { .. } => Channel::Msteams,
+            ChannelEndpoint::Signal { .. } => Channel::Signal,
+            ChannelEndpoint::Whatsapp { .. } => Channel::Whatsapp,
+            ChannelEndpoint::Imessage { .. } => Channel::Imessage,
+        }
+    }
+}
+
+/// How failed sends are retried from the outbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub attempts: u32,
+    /// Delay before the second attempt; doubled for each later one.
+    pub base_delay: Duration,
+}
+
+/// `channels.*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelSettings {
+    /// In configuration order: "the first configured channel" is the first of these.
+    pub endpoints: Vec<ChannelEndpoint>,
+    pub default_route: Option<Route>,
+    pub retry: RetryPolicy,
+}
+
+impl ChannelSettings {
+    pub fn endpoint(&self, channel: Channel) -> Option<&ChannelEndpoint> {
+        self.endpoints.iter().find(|e| e.channel() == channel)
+    }
+}
+
+/// Everything the runtime needs.
+#[derive(Debug, Clone)]
+pub struct RuntimeSettings {
+    pub mode: GatewayMode,
+    /// By normalised agent id; agents not listed use `fallback`.
+    pub agents: BTreeMap<String, AgentRuntime>,
+    pub fallback: AgentRuntime,
+    pub max_concurrent: usize,
+    pub run_timeout: Duration,
+    /// `None`: no periodic heartbeat (`every: "0"`).
+    pub heartbeat_every: Option<Duration>,
+    pub channels: ChannelSettings,
+}
+
+impl RuntimeSettings {
+    /// What agent `id` runs with.
+    pub fn agent(&self, id: &str) -> &AgentRuntime {
+        self.agents.get(id).unwrap_or(&self.fallback)
+    }
+}
+
+/// Builds the runtime settings, adding every problem found to `problems`.
+pub fn runtime_settings(
+    file: &FileConfig,
+    config_dir: &Path,
+    problems: &mut Vec<ConfigError>,
+) -> RuntimeSettings {
+    let defaults = &file.agents.defaults;
+    let provider = |config: &Option<ProviderConfig>, key: &str, problems: &mut Vec<ConfigError>| {
+        config.as_ref().map(|p| Provider {
+            base_url: p.base_url.trim_end_matches('/').to_string(),
+            api_key: secret(
+                p.api_key.clone(),
+                &format!("{key}.apiKey"),
+                config_dir,
+                problems,
+            ),
+        })
+    };
+    let fallback = AgentRuntime {
+        provider: provider(&defaults.provider, "agents.defaults.provider", problems),
+        model: defaults.model.clone(),
+    };
+    let mut agents = BTreeMap::new();
+    for (i, entry) in file.agents.list.iter().enumerate() {
+        let own = provider(
+            &entry.provider,
+            &format!("agents.list[{i}].provider"),
+            problems,
+        );
+        agents.insert(
+            normalize_agent_id(&entry.id),
+            AgentRuntime {
+                provider: own.or_else(|| fallback.provider.clone()),
+                model: entry.model.clone().or_else(|| fallback.model.clone()),
+            },
+        );
+    }
+    let heartbeat_every = defaults
+        .heartbeat
+        .as_ref()
+        .and_then(|h| h.every.as_deref())
+        .map_or(Ok(Some(Duration::from_secs(30 * 60))), parse_every)
+        .unwrap_or_else(|message| {
+            problems.push(ConfigError::invalid(
+                "agents.defaults.heartbeat.every",
+                message,
+            ));
+            None
+        });
+    RuntimeSettings {
+        mode: mode(file, config_dir, problems),
+        agents,
+        fallback,
+        max_concurrent: match defaults.max_concurrent {
+            Some(0) => {
+                problems.push(ConfigError::invalid(
+                    "agents.defaults.maxConcurrent",
+                    "must be greater than 0",
+                ));
+                1
+            }
+            Some(n) => n as usize,
+            None => 4,
+        },
+        run_timeout: Duration::from_secs(
+            defaults.timeout_seconds.filter(|t| *t > 0).unwrap_or(300),
+        ),
+        heartbeat_every,
+        channels: channels(file.channels.as_ref(), config_dir, problems),
+    }
+}
+
+/// `"30m"`, `"1h"`, `"45s"`, `"500ms"`, `"2h30m"`; `"0"` turns heartbeats off.
+pub fn parse_every(text: &str) -> Result<Option<Duration>, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(None);
+    }
+    let bad = || format!("'{text}' is not a duration like 30m, 1h, 45s or 0");
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        let unit_end = rest[digits..]
+            .find(|c: char| c.is_ascii_digit())
+            .map_or(rest.len(), |i| digits + i);
+        let unit = match &rest[digits..unit_end] {
+            "ms" => Duration::from_millis(1),
+            "s" => Duration::from_secs(1),
+            "m" => Duration::from_secs(60),
+            "h" => Duration::from_secs(3600),
+            "d" => Duration::from_secs(86_400),
+            _ => return Err(bad()),
+        };
+        total += unit
+            .checked_mul(u32::try_from(number).map_err(|_| bad())?)
+            .ok_or_else(bad)?;
+        rest = &rest[unit_end..];
+    }
+    if total.is_zero() {
+        return Ok(None);
+    }
+    Ok(Some(total))
+}
+
+fn mode(file: &FileConfig, config_dir: &Path, problems: &mut Vec<ConfigError>) -> GatewayMode {
+    match file.gateway.mode.as_deref() {
+        None | Some("embedded") => GatewayMode::Embedded,
+        Some("forward") => {
+            let Some(forward) = &file.gateway.forward else {
+                problems.push(ConfigError::invalid(
+                    "gateway.forward",
+                    "is required when gateway.mode is forward",
+                ));
+                return GatewayMode::Embedded;
+            };
+            let token = secret(
+                Some(forward.token.clone()),
+                "gateway.forward.token",
+                config_dir,
+                problems,
+            );
+            GatewayMode::Forward {
+                url: forward.url.trim_end_matches('/').to_string(),
+                token: token.unwrap_or_default(),
+            }
+        }
+        Some(other) => {
+            problems.push(ConfigError::invalid(
+                "gateway.mode",
+                format!("must be embedded or forward, not '{other}'"),
+            ));
+            GatewayMode::Embedded
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct TokenAndBase {
+    bot_token: SecretValue,
+    api_base: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct MattermostConfig {
+    base_url: String,
+    token: SecretValue,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct MsteamsConfig {
+    webhook_url: SecretValue,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct SignalConfig {
+    base_url: String,
+    number: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct WhatsappConfig {
+    access_token: SecretValue,
+    phone_number_id: String,
+    api_base: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ImessageConfig {
+    base_url: String,
+    password: SecretValue,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RouteConfig {
+    channel: String,
+    to: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RetryConfig {
+    attempts: Option<u32>,
+    base_delay_ms: Option<u64>,
+}
+
+fn typed<T: DeserializeOwned>(
+    value: &Value,
+    key: &str,
+    problems: &mut Vec<ConfigError>,
+) -> Option<T> {
+    serde_path_to_error::deserialize(value)
+        .map_err(|err| {
+            let path = err.path().to_string();
+            let inner = err.inner().to_string();
+            let key = if path == "." {
+                key.to_string()
+            } else {
+                format!("{key}.{path}")
+            };
+            let message = if inner.starts_with("unknown field") {
+                "unknown field".to_string()
+            } else {
+                inner
+            };
+            problems.push(ConfigError::invalid(key, message));
+        })
+        .ok()
+}
+
+fn channels(
+    value: Option<&Value>,
+    config_dir: &Path,
+    problems: &mut Vec<ConfigError>,
+) -> ChannelSettings {
+    let mut settings = ChannelSettings {
+        endpoints: Vec::new(),
+        default_route: None,
+        retry: RetryPolicy {
+            attempts: 5,
+            base_delay: Duration::from_secs(1),
+        },
+    };
+    let Some(value) = value else {
+        return settings;
+    };
+    let Some(map) = value.as_object() else {
+        problems.push(ConfigError::invalid("channels", "must be an object"));
+        return settings;
+    };
+    for (name, value) in map {
+        let key = format!("channels.{name}");
+        let secret_of = |s: SecretValue, field: &str, problems: &mut Vec<ConfigError>| {
+            secret(Some(s), &format!("{key}.{field}"), config_dir, problems).unwrap_or_default()
+        };
+        let endpoint = match name.as_str() {
+            "defaultRoute" => {
+                if let Some(route) = typed::<RouteConfig>(value, &key, problems) {
+                    match Channel::parse(&route.channel) {
+                        Some(channel) => {
+                            settings.default_route = Some(Route {
+                                channel,
+                                to: route.to,
+                            })
+                        }
+                        None => problems.push(ConfigError::invalid(
+                            format!("{key}.channel"),
+                            Channel::EXPECTED,
+                        )),
+                    }
+                }
+                continue;
+            }
+            "retry" => {
+                if let Some(retry) = typed::<RetryConfig>(value, &key, problems) {
+                    settings.retry = RetryPolicy {
+                        attempts: retry.attempts.unwrap_or(5).max(1),
+                        base_delay: Duration::from_millis(retry.base_delay_ms.unwrap_or(1000)),
+                    };
+                }
+                continue;
+            }
+            "telegram" => {
+                typed::<TokenAndBase>(value, &key, problems).map(|c| ChannelEndpoint::Telegram {
+                    api_base: c
+                        .api_base
+                        .unwrap_or_else(|| "https://api.telegram.org".into()),
+                    bot_token: secret_of(c.bot_token, "botToken", problems),
+                })
+            }
+            "slack" => {
+                typed::<TokenAndBase>(value, &key, problems).map(|c| ChannelEndpoint::Slack {
+                    api_base: c.api_base.unwrap_or_else(|| "https://slack.com/api".into()),
+                    bot_token: secret_of(c.bot_token, "botToken", problems),
+                })
+            }
+            "discord" => {
+                typed::<TokenAndBase>(value, &key, problems).map(|c| ChannelEndpoint::Discord {
+                    api_base: c
+                        .api_base
+                        .unwrap_or_else(|| "https://discord.com/api/v10".into()),
+                    bot_token: secret_of(c.bot_token, "botToken", problems),
+                })
+            }
+            "mattermost" => typed::<MattermostConfig>(value, &key, problems).map(|c| {
+                ChannelEndpoint::Mattermost {
+                    base_url: c.base_url,
+                    token: secret_of(c.token, "token", problems),
+                }
+            }),
+            "msteams" => {
+                typed::<MsteamsConfig>(value, &key, problems).map(|c| ChannelEndpoint::Msteams {
+                    webhook_url: secret_of(c.webhook_url, "webhookUrl", problems),
+                })
+            }
+            "signal" => {
+                typed::<SignalConfig>(value, &key, problems).map(|c| ChannelEndpoint::Signal {
+                    base_url: c.base_url,
+                    number: c.number,
+                })
+            }
+            "whatsapp" => {
+                typed::<WhatsappConfig>(value, &key, problems).map(|c| ChannelEndpoint::Whatsapp {
+                    api_base: c
+                        .api_base
+                        .unwrap_or_else(|| "https://graph.facebook.com/v20.0".into()),
+                    access_token: secret_of(c.access_token, "accessToken", problems),
+                    phone_number_id: c.phone_number_id,
+                })
+            }
+            "imessage" => {
+                typed::<ImessageConfig>(value, &key, problems).map(|c| ChannelEndpoint::Imessage {
+                    base_url: c.base_url,
+                    password: secret_of(c.password, "password", problems),
+                })
+            }
+            _ => {
+                problems.push(ConfigError::invalid(key, "unknown field"));
+                None
+            }
+        };
+        settings.endpoints.extend(endpoint);
+    }
+    settings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_every("30m").unwrap(), Some(Duration::from_secs(1800)));
+        assert_eq!(
+            parse_every("1h30m").unwrap(),
+            Some(Duration::from_secs(5400))
+        );
+        assert_eq!(
+            parse_every("250ms").unwrap(),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(parse_every("0").unwrap(), None);
+        assert!(parse_every("soon").is_err());
+        assert!(parse_every("10").is_err());
+    }
+}

@@ -1,0 +1,207 @@
+//! The gateway runtime: what an accepted wake or run sets in motion, and the workers that carry
+//! it out (agent runner, heartbeats, outbox), or, in forward mode, relay it upstream.
+
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::heartbeat::HeartbeatTrigger;
+use super::runs::OutboxEntry;
+use super::{IdempotencyClaim, NewEvent, NewRun, RunQueued, Store, StoreError};
+use crate::config::LiveConfig;
+use crate::config::runtime::GatewayMode;
+use crate::hook::{AdmittedRun, WakeMode};
+
+/// Shared by the workers and the request handlers.
+pub struct Runtime {
+    pub store: Store,
+    pub config: LiveConfig,
+    /// For the model provider, chat channels and the upstream gateway.
+    pub http: reqwest::Client,
+    /// Signalled when a run is queued.
+    pub runs_queued: Notify,
+    /// Signalled when the outbox has something new.
+    pub outbox_ready: Notify,
+    pub heartbeat: HeartbeatTrigger,
+    workers: Mutex<Vec<(&'static str, JoinHandle<()>)>>,
+}
+
+impl Runtime {
+    /// Starts the workers of the configured mode: in embedded mode the runner, heartbeats and the
+    /// outbox; in forward mode the outbox alone.
+    pub fn start(store: Store, config: LiveConfig) -> Arc<Runtime> {
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .build()
+            .unwrap_or_default();
+        let forward = matches!(config.current().runtime.mode, GatewayMode::Forward { .. });
+        let runtime = Arc::new(Runtime {
+            store,
+            config,
+            http,
+            runs_queued: Notify::new(),
+            outbox_ready: Notify::new(),
+            heartbeat: HeartbeatTrigger::default(),
+            workers: Mutex::new(Vec::new()),
+        });
+        let mut workers = vec![(
+            "outbox",
+            tokio::spawn(super::outbox::run(Arc::clone(&runtime))),
+        )];
+        if !forward {
+            workers.push((
+                "runner",
+                tokio::spawn(super::runner::run(Arc::clone(&runtime))),
+            ));
+            workers.push((
+                "heartbeat",
+                tokio::spawn(super::heartbeat::run(Arc::clone(&runtime))),
+            ));
+        }
+        *runtime.lock_workers() = workers;
+        runtime
+    }
+
+    fn lock_workers(&self) -> std::sync::MutexGuard<'_, Vec<(&'static str, JoinHandle<()>)>> {
+        self.workers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The names of workers that have stopped (they never should while serving).
+    pub fn dead_workers(&self) -> Vec<&'static str> {
+        self.lock_workers()
+            .iter()
+            .filter(|(_, handle)| handle.is_finished())
+            .map(|(name, _)| *name)
+            .collect()
+    }
+
+    /// Stops the workers. What they committed stays committed; runs in progress are resumed by
+    /// the next start.
+    pub fn stop(&self) {
+        for (_, handle) in self.lock_workers().iter() {
+            handle.abort();
+        }
+    }
+
+    fn forwarding(&self) -> bool {
+        matches!(
+            self.config.current().runtime.mode,
+            GatewayMode::Forward { .. }
+        )
+    }
+
+    /// Commits a wake; answers once durable. `now` asks for a heartbeat (embedded) or is passed
+    /// upstream (forward).
+    pub async fn submit_wake(&self, event: NewEvent, mode: WakeMode) -> Result<i64, StoreError> {
+        if self.forwarding() {
+            let entry = OutboxEntry {
+                kind: "forward-wake",
+                run_id: None,
+                payload: json!({"body": {"text": event.text, "mode": mode.as_str()}}),
+                created_at: event.at.clone(),
+                now_ms: now_ms(),
+            };
+            let seq = self
+                .store
+                .write(move |conn| {
+                    let seq = event.insert(conn)?;
+                    // Handled upstream, not by a heartbeat here.
+                    conn.execute("UPDATE events SET consumed = 1 WHERE seq = ?1", [seq])?;
+                    entry.insert(conn)?;
+                    Ok(seq)
+                })
+                .await?;
+            self.outbox_ready.notify_one();
+            return Ok(seq);
+        }
+        let seq = self.store.append_event(event).await?;
+        if mode == WakeMode::Now {
+            self.heartbeat.request();
+        }
+        Ok(seq)
+    }
+
+    /// Queues a run (unless it repeats an earlier one); answers once durable. In forward mode
+    /// the run is relayed upstream instead of run here.
+    pub async fn submit_run(
+        &self,
+        run: NewRun,
+        claim: Option<IdempotencyClaim>,
+        admitted: &AdmittedRun,
+    ) -> Result<RunQueued, StoreError> {
+        if !self.forwarding() {
+            let queued = self.store.queue_run(run, claim).await?;
+            self.runs_queued.notify_one();
+            return Ok(queued);
+        }
+        let entry = OutboxEntry {
+            kind: "forward-run",
+            run_id: Some(run.run_id.clone()),
+            payload: json!({"body": forward_body(admitted), "idempotencyKey": run.run_id}),
+            created_at: run.created_at.clone(),
+            now_ms: now_ms(),
+        };
+        let queued = self
+            .store
+            .write(move |conn| {
+                let queued = super::store::queue_run(conn, &run, claim.as_ref())?;
+                if let RunQueued::New { run_id } = &queued {
+                    conn.execute(
+                        "UPDATE runs SET status = 'forwarding' WHERE run_id = ?1",
+                        [run_id],
+                    )?;
+                    entry.insert(conn)?;
+                }
+                Ok(queued)
+            })
+            .await?;
+        self.outbox_ready.notify_one();
+        Ok(queued)
+    }
+}
+
+/// The `/hooks/agent` body an upstream gateway receives for a run accepted here.
+pub fn forward_body(run: &AdmittedRun) -> Value {
+    let mut body = json!({
+        "message": run.message,
+        "name": run.name,
+        "wakeMode": run.wake_mode.as_str(),
+        "deliver": run.deliver,
+        "channel": run.channel.as_str(),
+    });
+    let optional = [
+        ("agentId", run.agent_id.clone()),
+        (
+            "sessionKey",
+            run.session_key_chosen.then(|| run.session_key.clone()),
+        ),
+        ("to", run.to.clone()),
+        ("model", run.model.clone()),
+        ("thinking", run.thinking.clone()),
+    ];
+    for (key, value) in optional {
+        if let Some(value) = value {
+            body[key] = json!(value);
+        }
+    }
+    if let Some(timeout) = run.timeout_seconds {
+        body["timeoutSeconds"] = json!(timeout);
+    }
+    body
+}
+
+/// RFC 3339 UTC with milliseconds.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
