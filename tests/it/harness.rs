@@ -90,10 +90,20 @@ impl Hookgate {
     }
 
     pub fn try_start_in(dir: &ConfigDir, env: &[(&str, &str)]) -> Result<Hookgate, String> {
+        Self::spawn(dir, env, 0)
+    }
+
+    /// Starts on a given port, for a server that must come back on the same address.
+    pub fn try_start_on(dir: &ConfigDir, port: u16) -> Result<Hookgate, String> {
+        Self::spawn(dir, &[], port)
+    }
+
+    fn spawn(dir: &ConfigDir, env: &[(&str, &str)], port: u16) -> Result<Hookgate, String> {
         let mut child = Command::new(binary())
             .args(["serve", "--config"])
             .arg(dir.config_file())
-            .args(["--listen", "127.0.0.1:0"])
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
             .envs(env.iter().copied())
             .env("RUST_LOG", "hookgate=debug")
             .stdin(Stdio::null())

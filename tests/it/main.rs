@@ -1,5 +1,6 @@
 //! Integration tests: each starts the real `hookgate` binary on 127.0.0.1 and speaks HTTP to it.
 
+mod fake;
 mod harness;
 
 mod agent;
@@ -8,5 +9,6 @@ mod config;
 mod durability;
 mod mapped;
 mod pipeline;
+mod runtime;
 mod transforms;
 mod wake;
