@@ -126,12 +126,14 @@ impl Runtime {
     }
 
     /// Queues a run (unless it repeats an earlier one); answers once durable. In forward mode
-    /// the run is relayed upstream instead of run here.
+    /// the run is relayed upstream instead, with the client's idempotency key (else the run id)
+    /// so that retried relays never make a second upstream run.
     pub async fn submit_run(
         &self,
         run: NewRun,
         claim: Option<IdempotencyClaim>,
         admitted: &AdmittedRun,
+        idempotency_key: Option<&str>,
     ) -> Result<RunQueued, StoreError> {
         if !self.forwarding() {
             let queued = self.store.queue_run(run, claim).await?;
@@ -141,7 +143,10 @@ impl Runtime {
         let entry = OutboxEntry {
             kind: "forward-run",
             run_id: Some(run.run_id.clone()),
-            payload: json!({"body": forward_body(admitted), "idempotencyKey": run.run_id}),
+            payload: json!({
+                "body": forward_body(admitted),
+                "idempotencyKey": idempotency_key.unwrap_or(&run.run_id),
+            }),
             created_at: run.created_at.clone(),
             now_ms: now_ms(),
         };

@@ -320,7 +320,7 @@ async fn queue_agent(
     let run = NewRun::admitted(run_id, &admitted, prompt, received);
     let queued = app
         .runtime
-        .submit_run(run, claim, &admitted)
+        .submit_run(run, claim, &admitted, key)
         .await
         .map_err(internal)?;
     let (RunQueued::New { run_id } | RunQueued::Replayed { run_id }) = queued;

@@ -7,6 +7,7 @@ mod agent;
 mod api;
 mod config;
 mod durability;
+mod example;
 mod mapped;
 mod pipeline;
 mod runtime;

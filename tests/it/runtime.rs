@@ -716,6 +716,17 @@ async fn forward_mode_relays_wakes_and_runs_and_loses_nothing_while_upstream_is_
     );
     assert_eq!(upstream.wake_texts().await, ["relayed wake"]);
 
+    // A repeat of an accepted request (same idempotency key) makes no second upstream run.
+    let keyed = json!({"message": "keyed", "idempotencyKey": "delivery-77"});
+    let (_, first) = json_of(post("/hooks/agent", keyed.clone()).await.unwrap()).await;
+    let (_, again) = json_of(post("/hooks/agent", keyed).await.unwrap()).await;
+    assert_eq!(first["runId"], again["runId"]);
+    let keyed_run = finished(&forwarder, first["runId"].as_str().unwrap()).await;
+    let upstream_keyed = upstream
+        .run_of(&json!({"runId": keyed_run["upstreamRunId"]}))
+        .await;
+    assert_eq!(upstream_keyed["message"], "keyed");
+
     // Upstream down: the forwarder still answers 200 and keeps what it accepted.
     upstream.kill();
     assert_eq!(
