@@ -155,11 +155,16 @@ impl LiveConfig {
             }
         };
         let old = self.current();
-        if settings.state_dir != old.state_dir
+        let restart_only = settings.state_dir != old.state_dir
             || (settings.bind.as_str(), settings.port) != (old.bind.as_str(), old.port)
-        {
+            || settings.runtime.mode != old.runtime.mode
+            || settings.runtime.max_concurrent != old.runtime.max_concurrent
+            || settings.runtime.heartbeat_every != old.runtime.heartbeat_every;
+        if restart_only {
             tracing::warn!(
-                "gateway.stateDir, gateway.bind and gateway.port take effect only after a restart"
+                "gateway.stateDir, gateway.bind, gateway.port, gateway.mode, \
+                 agents.defaults.maxConcurrent and agents.defaults.heartbeat.every \
+                 take effect only after a restart"
             );
         }
         let mut status = self.lock_status();

@@ -214,6 +214,9 @@ pub fn runtime_settings(
     }
 }
 
+/// The longest heartbeat interval accepted: a year.
+const MAX_EVERY: Duration = Duration::from_secs(365 * 86_400);
+
 /// `"30m"`, `"1h"`, `"45s"`, `"500ms"`, `"2h30m"`; `"0"` turns heartbeats off.
 pub fn parse_every(text: &str) -> Result<Option<Duration>, String> {
     let text = text.trim();
@@ -237,8 +240,12 @@ pub fn parse_every(text: &str) -> Result<Option<Duration>, String> {
             "d" => Duration::from_secs(86_400),
             _ => return Err(bad()),
         };
-        total += unit
+        let part = unit
             .checked_mul(u32::try_from(number).map_err(|_| bad())?)
+            .ok_or_else(bad)?;
+        total = total
+            .checked_add(part)
+            .filter(|t| *t <= MAX_EVERY)
             .ok_or_else(bad)?;
         rest = &rest[unit_end..];
     }
@@ -407,7 +414,10 @@ fn channels(
                 if let Some(retry) = typed::<RetryConfig>(value, &key, problems) {
                     settings.retry = RetryPolicy {
                         attempts: retry.attempts.unwrap_or(5).max(1),
-                        base_delay: Duration::from_millis(retry.base_delay_ms.unwrap_or(1000)),
+                        // At most an hour between the first attempts; doubling is capped too.
+                        base_delay: Duration::from_millis(
+                            retry.base_delay_ms.unwrap_or(1000).min(3_600_000),
+                        ),
                     };
                 }
                 continue;

@@ -5,6 +5,9 @@ use serde_json::{Value, json};
 use crate::config::runtime::{ChannelEndpoint, ChannelSettings, Route};
 use crate::hook::Channel;
 
+/// A chat API that accepts the connection and never answers must not hold up the outbox.
+pub const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Sends `text` to `to` through `endpoint`. The error says what the service answered, never the
 /// credentials.
 pub async fn send(
@@ -47,7 +50,7 @@ pub async fn send(
             .query(&[("password", password)])
             .json(&json!({"chatGuid": recipient()?, "message": text, "tempGuid": uuid::Uuid::new_v4().to_string()})),
     };
-    let response = request.send().await.map_err(|e| {
+    let response = request.timeout(SEND_TIMEOUT).send().await.map_err(|e| {
         format!(
             "{} unreachable: {}",
             endpoint.channel().as_str(),

@@ -104,6 +104,7 @@ async fn beat(runtime: &Runtime) {
         }
     };
     let up_to = pending.last().map_or(0, |e| e.seq);
+    let more = pending.len() == MAX_EVENTS as usize;
     let channels = settings.runtime.channels.clone();
     let recorded = runtime
         .store
@@ -129,7 +130,13 @@ async fn beat(runtime: &Runtime) {
         })
         .await;
     match recorded {
-        Ok(()) => runtime.outbox_ready.notify_one(),
+        Ok(()) => {
+            runtime.outbox_ready.notify_one();
+            if more {
+                // Events past this heartbeat's share do not wait for the next period.
+                runtime.heartbeat.request();
+            }
+        }
         Err(err) => tracing::error!(%err, "cannot record the heartbeat"),
     }
 }

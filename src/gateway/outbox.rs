@@ -46,13 +46,26 @@ pub async fn run(runtime: Arc<Runtime>) {
             .store
             .read(|conn| runs::due(conn, now_ms(), 32))
             .await;
-        match due {
+        let store_ok = match due {
             Ok(due) => {
+                let mut ok = true;
                 for entry in due {
-                    attempt(&runtime, entry).await;
+                    if !attempt(&runtime, entry).await {
+                        ok = false;
+                        break;
+                    }
                 }
+                ok
             }
-            Err(err) => tracing::error!(%err, "cannot read the outbox"),
+            Err(err) => {
+                tracing::error!(%err, "cannot read the outbox");
+                false
+            }
+        };
+        if !store_ok {
+            // The store is failing (disk full, read-only): do not spin on rows it cannot mark.
+            tokio::time::sleep(POLL).await;
+            continue;
         }
         let wait = runtime
             .store
@@ -67,7 +80,8 @@ pub async fn run(runtime: Arc<Runtime>) {
     }
 }
 
-async fn attempt(runtime: &Runtime, entry: DueEntry) {
+/// One attempt at a row; false when the store could not even mark it.
+async fn attempt(runtime: &Runtime, entry: DueEntry) -> bool {
     let id = entry.id;
     match runtime
         .store
@@ -75,7 +89,11 @@ async fn attempt(runtime: &Runtime, entry: DueEntry) {
         .await
     {
         Ok(true) => {}
-        _ => return,
+        Ok(false) => return true,
+        Err(err) => {
+            tracing::error!(%err, id, "cannot mark an outbox row as sending");
+            return false;
+        }
     }
     let result = match entry.kind.as_str() {
         "delivery" => deliver(runtime, &entry.payload).await.map(|()| None),
@@ -86,6 +104,7 @@ async fn attempt(runtime: &Runtime, entry: DueEntry) {
         Ok(upstream) => succeed(runtime, &entry, upstream).await,
         Err(error) => retry_or_give_up(runtime, &entry, &error).await,
     }
+    true
 }
 
 /// Sends a reply to its channel.
@@ -129,6 +148,7 @@ async fn forward(runtime: &Runtime, entry: &DueEntry) -> Result<String, String> 
         request = request.header("idempotency-key", key);
     }
     let response = request
+        .timeout(super::channels::SEND_TIMEOUT)
         .send()
         .await
         .map_err(|e| format!("upstream unreachable: {}", e.without_url()))?;
@@ -136,7 +156,9 @@ async fn forward(runtime: &Runtime, entry: &DueEntry) -> Result<String, String> 
     let body: Value = response.json().await.unwrap_or(Value::Null);
     if status.is_success() {
         Ok(body["runId"].as_str().unwrap_or("").to_string())
-    } else if status.is_client_error() && status.as_u16() != 429 && status.as_u16() != 408 {
+    } else if matches!(status.as_u16(), 400 | 413 | 422) {
+        // The upstream refuses the request itself: sending it again cannot help. Anything else
+        // (401 during a token rotation, 404 during a redeploy, 5xx) may pass later.
         Err(format!(
             "refused:{status}: {}",
             body["error"].as_str().unwrap_or("")
@@ -207,7 +229,7 @@ async fn retry_or_give_up(runtime: &Runtime, entry: &DueEntry, error: &str) {
     };
     tracing::info!(id = entry.id, attempts, %error, ?backoff, "send failed; will retry");
     let (id, error) = (entry.id, error.to_string());
-    let next = now_ms() + i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX / 2);
+    let next = now_ms().saturating_add(i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX));
     if let Err(err) = runtime
         .store
         .write(move |conn| runs::settle(conn, id, "pending", Some(&error), attempts, next))

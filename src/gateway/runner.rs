@@ -19,6 +19,9 @@ use crate::hook::envelope::sanitize_summary_name;
 /// Queued runs are looked for at least this often, besides whenever a run is queued.
 const POLL: Duration = Duration::from_secs(1);
 
+/// The longest a run may take, whatever it asks for.
+const MAX_RUN_SECONDS: u64 = 86_400;
+
 /// Session keys with a run in progress.
 type BusySessions = Arc<Mutex<HashSet<String>>>;
 
@@ -63,16 +66,35 @@ async fn start_queued(
             lock(busy).remove(&session_key);
             continue;
         };
-        let (runtime, busy) = (Arc::clone(runtime), Arc::clone(busy));
+        let runtime = Arc::clone(runtime);
+        let release = Release {
+            busy: Arc::clone(busy),
+            session_key,
+            runtime: Arc::clone(&runtime),
+            _slot: slot,
+        };
         tokio::spawn(async move {
             execute(&runtime, work).await;
-            lock(&busy).remove(&session_key);
-            drop(slot);
-            // A run of this session key may have been waiting for this one.
-            runtime.runs_queued.notify_one();
+            drop(release);
         });
     }
     Ok(())
+}
+
+/// Frees a run's session key and slot when its task ends, even by a panic.
+struct Release {
+    busy: BusySessions,
+    session_key: String,
+    runtime: Arc<Runtime>,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        lock(&self.busy).remove(&self.session_key);
+        // A run of this session key may have been waiting for this one.
+        self.runtime.runs_queued.notify_one();
+    }
 }
 
 fn lock(busy: &BusySessions) -> std::sync::MutexGuard<'_, HashSet<String>> {
@@ -196,10 +218,14 @@ async fn turn(runtime: &Runtime, work: &RunWork) -> RunOutcome {
             "no model configured for the run or its agent".into(),
         );
     };
+    // A request may shorten or lengthen its run, but not beyond a day: a run that never ends
+    // would hold a slot and its session key for good.
     let timeout = work
         .timeout_seconds
         .and_then(|t| u64::try_from(t).ok())
-        .map_or(settings.runtime.run_timeout, Duration::from_secs);
+        .map_or(settings.runtime.run_timeout, |t| {
+            Duration::from_secs(t.min(MAX_RUN_SECONDS))
+        });
     let turn = ChatTurn {
         model,
         prompt: &work.prompt,

@@ -33,10 +33,15 @@ pub fn resume_interrupted(conn: &Connection) -> rusqlite::Result<usize> {
     )
 }
 
-/// The oldest queued runs: (run id, session key).
+/// The oldest queued run of each session key that has none running: (run id, session key),
+/// oldest first. One busy key with a long backlog therefore never hides the runs of others.
 pub fn queued(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<(String, String)>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT run_id, session_key FROM runs WHERE status = 'queued' ORDER BY rowid LIMIT ?1",
+        "SELECT run_id, session_key FROM runs AS r
+         WHERE status = 'queued'
+           AND rowid = (SELECT MIN(rowid) FROM runs WHERE status = 'queued' AND session_key = r.session_key)
+           AND NOT EXISTS (SELECT 1 FROM runs WHERE status = 'running' AND session_key = r.session_key)
+         ORDER BY rowid LIMIT ?1",
     )?;
     let rows = stmt.query_map(params![limit], |row| Ok((row.get(0)?, row.get(1)?)))?;
     rows.collect()

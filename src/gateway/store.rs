@@ -259,6 +259,7 @@ ALTER TABLE events ADD COLUMN consumed INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE events ADD COLUMN run_id TEXT;
 CREATE UNIQUE INDEX events_one_summary_per_run ON events (run_id) WHERE run_id IS NOT NULL;
 CREATE INDEX events_pending ON events (agent, consumed, seq);
+CREATE INDEX runs_by_session ON runs (session_key, status);
 CREATE TABLE outbox (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     kind        TEXT NOT NULL,

@@ -776,3 +776,31 @@ async fn runs_can_be_listed_by_status() {
     let r = server.api("/api/runs?limit=0").send().await.unwrap();
     assert_eq!(r.status(), 400);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_key_with_a_backlog_does_not_hold_up_other_keys() {
+    let provider = Fake::start(|_, _| {
+        Answer::After(
+            Duration::from_millis(150),
+            Box::new(Answer::Json(200, chat_reply("ok"))),
+        )
+    })
+    .await;
+    let mut config = with_provider(&provider);
+    set(&mut config, "hooks.allowRequestSessionKey", json!(true));
+    let (server, _dir) = Hookgate::start(&config);
+    let quiet = |key: &str, i: usize| json!({"message": format!("{key} {i}"), "sessionKey": key, "deliver": false, "wakeMode": "next-heartbeat"});
+    let mut backlog = Vec::new();
+    for i in 0..4 {
+        backlog.push(agent(&server, quiet("hook:busy", i)).await);
+    }
+    let other = agent(&server, quiet("hook:other", 0)).await;
+    let other = finished(&server, &other).await;
+    let last = finished(&server, backlog.last().unwrap()).await;
+    assert!(
+        other["finishedAt"].as_str() < last["finishedAt"].as_str(),
+        "the other key waited for the whole backlog: {} vs {}",
+        other["finishedAt"],
+        last["finishedAt"]
+    );
+}
