@@ -119,9 +119,30 @@ pub struct MappingConfig {
     #[serde(default)]
     pub allow_unsafe_external_content: bool,
     pub transform: Option<TransformConfig>,
+    /// Accepts the provider's signature in place of the hook token.
+    pub signature: Option<SignatureConfig>,
 }
 
-/// `match` of a mapping.
+/// `signature` of a mapping.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SignatureConfig {
+    /// `github`, `stripe`, `slack`, `standard-webhooks`, `shopify`, `gitlab` or `hmac-sha256`.
+    pub scheme: String,
+    pub secret: Option<SecretValue>,
+    /// Several secrets, all accepted (rotation).
+    pub secrets: Option<Vec<SecretValue>>,
+    /// `hmac-sha256`: the header carrying the signature.
+    pub header: Option<String>,
+    /// `hmac-sha256`: `hex` (default) or `base64`.
+    pub encoding: Option<String>,
+    /// `hmac-sha256`: text before the signature, e.g. `sha256=`.
+    pub prefix: Option<String>,
+    /// `hmac-sha256`: a header carrying a delivery id, for replay protection.
+    pub id_header: Option<String>,
+    /// Timestamped schemes: how far from now a signature may be (default 300).
+    pub tolerance_seconds: Option<u64>,
+}
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct MatchConfig {

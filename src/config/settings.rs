@@ -12,9 +12,10 @@ use ipnet::IpNet;
 
 use super::ConfigError;
 use super::confine;
-use super::model::{FileConfig, HooksConfig, SecretValue, TransformLimitsConfig};
+use super::model::{FileConfig, HooksConfig, SecretValue, SignatureConfig, TransformLimitsConfig};
 use super::runtime::{RuntimeSettings, runtime_settings};
 use crate::hook::policy::{AllowedAgents, normalize_agent_id};
+use crate::hook::signature::{DEFAULT_TOLERANCE, Encoding, Scheme, SignatureRule, decode_secret};
 use crate::hook::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy};
 use crate::mapping::Mapping;
 use crate::transform::{TransformLimits, TransformSet};
@@ -313,7 +314,16 @@ fn hook_settings(
     let mut mappings = Vec::new();
     for (i, config) in hooks.mappings.iter().enumerate() {
         match Mapping::from_config(i, config) {
-            Ok(mapping) => mappings.push(mapping),
+            Ok(mut mapping) => {
+                if let Some(signature) = &config.signature {
+                    let key = format!("hooks.mappings[{i}].signature");
+                    if mapping.path().is_none() {
+                        problems.push(ConfigError::invalid(&key, "needs the mapping's match.path"));
+                    }
+                    mapping.signature = signature_rule(signature, &key, config_dir, problems);
+                }
+                mappings.push(mapping);
+            }
             Err(message) => problems.push(ConfigError::invalid(
                 format!("hooks.mappings[{i}]"),
                 message,
@@ -445,4 +455,94 @@ fn seconds(
             default
         }
     }
+}
+
+/// A mapping's `signature` with its secrets read and decoded.
+fn signature_rule(
+    config: &SignatureConfig,
+    key: &str,
+    config_dir: &Path,
+    problems: &mut Vec<ConfigError>,
+) -> Option<SignatureRule> {
+    let scheme = match config.scheme.trim() {
+        "hmac-sha256" => {
+            let Some(header) = config
+                .header
+                .as_deref()
+                .map(str::trim)
+                .filter(|h| !h.is_empty())
+            else {
+                problems.push(ConfigError::invalid(
+                    format!("{key}.header"),
+                    "is required for hmac-sha256",
+                ));
+                return None;
+            };
+            let encoding = match config.encoding.as_deref().unwrap_or("hex") {
+                "hex" => Encoding::Hex,
+                "base64" => Encoding::Base64,
+                other => {
+                    problems.push(ConfigError::invalid(
+                        format!("{key}.encoding"),
+                        format!("must be hex or base64, not '{other}'"),
+                    ));
+                    return None;
+                }
+            };
+            Scheme::HmacSha256 {
+                header: header.to_ascii_lowercase(),
+                encoding,
+                prefix: config.prefix.clone().unwrap_or_default(),
+                id_header: config.id_header.as_deref().map(str::to_ascii_lowercase),
+            }
+        }
+        name => match Scheme::named(name) {
+            Some(scheme) => scheme,
+            None => {
+                problems.push(ConfigError::invalid(
+                    format!("{key}.scheme"),
+                    format!("unknown scheme '{name}' (known: {})", Scheme::NAMES),
+                ));
+                return None;
+            }
+        },
+    };
+    let listed: Vec<(String, SecretValue)> = config
+        .secret
+        .iter()
+        .map(|s| (format!("{key}.secret"), s.clone()))
+        .chain(
+            config
+                .secrets
+                .iter()
+                .flatten()
+                .enumerate()
+                .map(|(j, s)| (format!("{key}.secrets[{j}]"), s.clone())),
+        )
+        .collect();
+    if listed.is_empty() {
+        problems.push(ConfigError::invalid(key, "needs secret or secrets"));
+        return None;
+    }
+    let mut secrets = Vec::new();
+    for (secret_key, value) in listed {
+        let Some(text) = secret(Some(value), &secret_key, config_dir, problems) else {
+            problems.push(ConfigError::invalid(&secret_key, "must not be blank"));
+            continue;
+        };
+        match decode_secret(&scheme, text.trim()) {
+            Some(bytes) => secrets.push(bytes),
+            None => problems.push(ConfigError::invalid(
+                &secret_key,
+                "is malformed (standard-webhooks secrets are whsec_<base64>)",
+            )),
+        }
+    }
+    Some(SignatureRule {
+        scheme,
+        secrets,
+        tolerance: config
+            .tolerance_seconds
+            .map_or(DEFAULT_TOLERANCE, Duration::from_secs),
+    })
 }

@@ -3,6 +3,7 @@
 //! durable outbox, and forward mode, which relays everything to an upstream gateway instead.
 
 mod channels;
+pub mod deliveries;
 mod heartbeat;
 mod outbox;
 mod provider;
@@ -15,6 +16,11 @@ mod store;
 pub use heartbeat::HeartbeatTrigger;
 pub use record::{EventKind, EventRecord, NewEvent, NewRun, RunRecord};
 pub use runtime::{Runtime, forward_body};
+
+/// The clock the runtime and replay protection share.
+pub mod runtime_clock {
+    pub use super::runtime::{now_ms, now_rfc3339};
+}
 pub use store::{DB_FILE, IdempotencyClaim, RunQueued, Store, StoreError};
 
 use crate::hook::AdmittedRun;

@@ -280,10 +280,22 @@ CREATE TABLE routes (
 );
 ";
 
+/// Replay protection of signed deliveries.
+const SCHEMA_V3: &str = "
+CREATE TABLE deliveries (
+    key          TEXT PRIMARY KEY,
+    status       INTEGER NOT NULL,
+    content_type TEXT,
+    body         BLOB NOT NULL,
+    first_at_ms  INTEGER NOT NULL
+);
+CREATE INDEX deliveries_by_age ON deliveries (first_at_ms);
+";
+
 /// Brings the schema up to date, one version per transaction.
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
-    for (target, schema) in [(1, SCHEMA_V1), (2, SCHEMA_V2)] {
+    for (target, schema) in [(1, SCHEMA_V1), (2, SCHEMA_V2), (3, SCHEMA_V3)] {
         if version < target {
             conn.execute_batch(&format!(
                 "BEGIN; {schema} PRAGMA user_version = {target}; COMMIT;"

@@ -7,6 +7,7 @@ pub mod envelope;
 pub mod idempotency;
 pub mod payload;
 pub mod policy;
+pub mod signature;
 
 pub use action::{AdmittedRun, AgentRequest, Channel, WakeMode, WakeRequest};
 pub use policy::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy};

@@ -12,10 +12,9 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::AppState;
-use super::auth::{presented_token, token_matches};
 use super::body::{parse_json, read_limited};
-use super::client::client_address;
 use super::reply::HookError;
+use super::signed::{self, Credential};
 use crate::config::{HookSettings, Settings};
 use crate::gateway::{EventKind, IdempotencyClaim, NewEvent, NewRun, RunQueued};
 use crate::hook::envelope::{ContentSource, wrap_prompt};
@@ -52,8 +51,8 @@ async fn handle(
     if parts.method != Method::POST {
         return Err(HookError::MethodNotAllowed);
     }
-    authenticate(app, settings, hooks, peer, &parts.headers)?;
     let name = rest.trim_start_matches('/');
+    let credential = signed::authenticate(app, settings, hooks, peer, &parts.headers, name)?;
     if name.is_empty() {
         return Err(HookError::NotFound);
     }
@@ -64,12 +63,41 @@ async fn handle(
         hooks.body_timeout,
     )
     .await?;
-    let payload = parse_json(&bytes)?;
+    let delivery = match credential {
+        Credential::Token => None,
+        Credential::Signature { mapping, rule } => {
+            signed::check_signature(app, settings, peer, &parts.headers, mapping, rule, &bytes)?
+        }
+    };
+    let Some(delivery) = delivery else {
+        return route(app, settings, hooks, name, &parts, &bytes, None).await;
+    };
+    if let Some(answer) = signed::replayed(app, &delivery).await? {
+        return Ok(answer);
+    }
+    let response = route(app, settings, hooks, name, &parts, &bytes, Some(&delivery))
+        .await
+        .unwrap_or_else(IntoResponse::into_response);
+    Ok(signed::remember(app, delivery, response).await)
+}
+
+/// Steps 6 and 7: the body as JSON, then the hook it names.
+async fn route(
+    app: &AppState,
+    settings: &Settings,
+    hooks: &HookSettings,
+    name: &str,
+    parts: &Parts,
+    bytes: &Bytes,
+    delivery: Option<&str>,
+) -> Result<Response, HookError> {
+    let payload = parse_json(bytes)?;
     let request = HookRequest {
         name,
-        parts: &parts,
-        body: &bytes,
+        parts,
+        body: bytes,
         payload: &payload,
+        delivery,
     };
     match name {
         "wake" => {
@@ -90,6 +118,8 @@ struct HookRequest<'a> {
     parts: &'a Parts,
     body: &'a Bytes,
     payload: &'a Value,
+    /// The replay key of a signed delivery; doubles as its idempotency key.
+    delivery: Option<&'a str>,
 }
 
 /// Where an agent request came from, which decides the session-key rule and the content source.
@@ -222,27 +252,6 @@ fn query_names_token(query: Option<&str>) -> bool {
     query.is_some_and(|q| form_urlencoded::parse(q.as_bytes()).any(|(name, _)| name == "token"))
 }
 
-fn authenticate(
-    app: &AppState,
-    settings: &Settings,
-    hooks: &HookSettings,
-    peer: SocketAddr,
-    headers: &HeaderMap,
-) -> Result<(), HookError> {
-    let client = client_address(peer.ip(), headers, &settings.trusted_proxies);
-    let now = Instant::now();
-    if token_matches(presented_token(headers), &hooks.token) {
-        app.limiter.clear(client);
-        return Ok(());
-    }
-    if let Err(retry_after) = app.limiter.check(client, now) {
-        return Err(HookError::LockedOut { retry_after });
-    }
-    app.limiter.record_failure(client, now);
-    tracing::info!(%client, "hook authentication failed");
-    Err(HookError::Unauthorized)
-}
-
 fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
@@ -298,6 +307,7 @@ async fn queue_agent(
         header("x-idempotency-key"),
         header("x-openclaw-idempotency-key"),
         idempotency::body_key(payload),
+        request.delivery,
     ]);
     let claim = key.map(|key| IdempotencyClaim {
         fingerprint: idempotency::fingerprint(key, parts.uri.path(), &admitted),

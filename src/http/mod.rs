@@ -9,6 +9,7 @@ mod health;
 mod hooks;
 mod reply;
 mod serve;
+mod signed;
 
 use std::sync::Arc;
 

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::config::model::MappingConfig;
 use crate::hook::payload::timeout_seconds;
+use crate::hook::signature::SignatureRule;
 use crate::hook::{AgentRequest, Channel, Rejected, WakeMode, WakeRequest};
 pub use template::TemplateContext;
 use template::{render, render_optional};
@@ -42,6 +43,9 @@ pub struct Mapping {
     pub transform: Option<TransformSpec>,
     /// Runs from this mapping carry e-mail content (`Source: Email`).
     pub is_email: bool,
+    /// When set, a valid provider signature is accepted in place of the hook token for requests
+    /// whose name is this mapping's `match.path`.
+    pub signature: Option<SignatureRule>,
 }
 
 /// The `transform` of a mapping.
@@ -98,7 +102,13 @@ impl Mapping {
                 config: t.config.as_ref().map(Value::to_string),
             }),
             is_email: false,
+            signature: None,
         })
+    }
+
+    /// The name this mapping matches exactly, if it has a `match.path`.
+    pub fn path(&self) -> Option<&str> {
+        self.match_path.as_deref()
     }
 
     /// `match.path` equals the name and `match.source` equals the payload's string `source`
@@ -140,6 +150,18 @@ impl Mapping {
     }
 }
 
+/// The signature rule for requests named `name`: that of the first mapping whose `match.path` is
+/// `name` and that has one.
+pub fn signature_for<'a>(
+    mappings: &'a [Mapping],
+    name: &str,
+) -> Option<(&'a Mapping, &'a SignatureRule)> {
+    mappings
+        .iter()
+        .filter(|m| m.path() == Some(name))
+        .find_map(|m| m.signature.as_ref().map(|rule| (m, rule)))
+}
+
 /// The first mapping, in order, that matches; the first match is final.
 pub fn find<'a>(mappings: &'a [Mapping], name: &str, payload: &Value) -> Option<&'a Mapping> {
     mappings.iter().find(|m| m.matches(name, payload))
@@ -169,6 +191,7 @@ pub fn preset(name: &str) -> Option<Mapping> {
         allow_unsafe_external_content: false,
         transform: None,
         is_email: true,
+        signature: None,
     })
 }
 

@@ -11,5 +11,6 @@ mod example;
 mod mapped;
 mod pipeline;
 mod runtime;
+mod signatures;
 mod transforms;
 mod wake;
