@@ -9,5 +9,6 @@ pub mod gateway;
 pub mod hook;
 pub mod http;
 pub mod mapping;
+pub mod metrics;
 pub mod server;
 pub mod transform;

@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use crate::config::{self, Admission, ConfigError, LiveConfig, Settings};
 use crate::gateway::{Runtime, Store, StoreError};
 use crate::http::{AppState, AuthFailureLimiter, ConnectionLimits, router, serve};
+use crate::metrics::Metrics;
 use crate::transform::{TransformEngine, TransformLimits, TransformRegistry};
 
 /// How often transform files are checked for replacement.
@@ -96,8 +97,13 @@ impl Server {
         let transforms = transform_registry(&initial)?;
         let config = LiveConfig::open(path, transform_admission(Arc::clone(&transforms)))?;
         let settings = config.current();
-        let store =
-            Store::open(&settings.state_dir, settings.group_commit).map_err(anyhow::Error::from)?;
+        let metrics = Metrics::default();
+        let store = Store::open_observed(
+            &settings.state_dir,
+            settings.group_commit,
+            Some(metrics.store_commit.clone()),
+        )
+        .map_err(anyhow::Error::from)?;
         let bound = match listen {
             Some(addr) => TcpListener::bind(addr).await,
             None => TcpListener::bind((settings.bind.as_str(), settings.port)).await,
@@ -108,6 +114,7 @@ impl Server {
             config,
             store,
             runtime,
+            metrics,
             limiter: Arc::new(AuthFailureLimiter::default()),
             api_limiter: Arc::new(AuthFailureLimiter::default()),
             transforms,

@@ -39,9 +39,19 @@ pub struct GatewayConfig {
     pub max_connections: Option<u32>,
     /// Seconds a client has to send a request's headers (default 10).
     pub header_timeout_seconds: Option<f64>,
+    pub metrics: Option<MetricsConfig>,
     /// `embedded` (default): run agents here; `forward`: relay to an upstream gateway.
     pub mode: Option<String>,
     pub forward: Option<ForwardConfig>,
+}
+
+/// `gateway.metrics`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MetricsConfig {
+    /// Serve `/metrics` without the gateway token (default false).
+    #[serde(default)]
+    pub public: bool,
 }
 
 /// `gateway.forward`: the upstream gateway that forward mode relays to.

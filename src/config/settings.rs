@@ -45,6 +45,8 @@ pub struct Settings {
     pub group_commit: bool,
     pub max_connections: usize,
     pub header_timeout: Duration,
+    /// `/metrics` without the gateway token.
+    pub metrics_public: bool,
     /// `None` when `hooks.enabled` is false: the prefix is then not served at all.
     pub hooks: Option<HookSettings>,
     pub agents: AgentDirectory,
@@ -148,6 +150,7 @@ impl Settings {
             group_commit: file.gateway.group_commit.unwrap_or(true),
             max_connections,
             header_timeout,
+            metrics_public: file.gateway.metrics.as_ref().is_some_and(|m| m.public),
             hooks,
             agents,
             runtime,

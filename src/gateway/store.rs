@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use prometheus_client::metrics::histogram::Histogram;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use tokio::sync::{mpsc, oneshot};
 
@@ -76,6 +77,15 @@ impl Store {
     /// Opens (creating when needed) the database in `state_dir` and starts the writer thread.
     /// With `group_commit` false each write gets its own transaction (for measurement only).
     pub fn open(state_dir: &Path, group_commit: bool) -> Result<Store, StoreError> {
+        Self::open_observed(state_dir, group_commit, None)
+    }
+
+    /// Like [`Store::open`], recording how long each transaction takes into `commit_time`.
+    pub fn open_observed(
+        state_dir: &Path,
+        group_commit: bool,
+        commit_time: Option<Histogram>,
+    ) -> Result<Store, StoreError> {
         std::fs::create_dir_all(state_dir).map_err(|source| StoreError::StateDir {
             path: state_dir.to_path_buf(),
             source,
@@ -88,7 +98,7 @@ impl Store {
         let batch = if group_commit { MAX_BATCH } else { 1 };
         let writer = std::thread::Builder::new()
             .name("hookgate-store".into())
-            .spawn(move || write_loop(writer_conn, queue, batch))
+            .spawn(move || write_loop(writer_conn, queue, batch, commit_time))
             .map_err(|source| StoreError::StateDir {
                 path: state_dir.to_path_buf(),
                 source,
@@ -150,6 +160,25 @@ impl Store {
         let agent = agent.to_string();
         self.read(move |conn| EventRecord::select_after(conn, &agent, after, limit))
             .await
+    }
+
+    /// Runs per status, and the work waiting (queued runs plus pending outbox sends).
+    pub async fn gauges(&self) -> Result<(Vec<(String, i64)>, i64), StoreError> {
+        self.read(|conn| {
+            let mut stmt =
+                conn.prepare_cached("SELECT status, COUNT(*) FROM runs GROUP BY status")?;
+            let by_status = stmt
+                .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+                .collect::<rusqlite::Result<Vec<(String, i64)>>>()?;
+            let waiting: i64 = conn.query_row(
+                "SELECT (SELECT COUNT(*) FROM runs WHERE status = 'queued')
+                      + (SELECT COUNT(*) FROM outbox WHERE status = 'pending')",
+                [],
+                |row| row.get(0),
+            )?;
+            Ok((by_status, waiting))
+        })
+        .await
     }
 
     /// Runs with `status` (any when `None`), newest first.
@@ -305,7 +334,12 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-fn write_loop(mut conn: Connection, mut queue: mpsc::UnboundedReceiver<Write>, max_batch: usize) {
+fn write_loop(
+    mut conn: Connection,
+    mut queue: mpsc::UnboundedReceiver<Write>,
+    max_batch: usize,
+    commit_time: Option<Histogram>,
+) {
     let mut batch = Vec::with_capacity(max_batch);
     let mut open = true;
     while open {
@@ -323,7 +357,11 @@ fn write_loop(mut conn: Connection, mut queue: mpsc::UnboundedReceiver<Write>, m
                 next = queue.try_recv().ok();
             }
         }
+        let started = std::time::Instant::now();
         commit_batch(&mut conn, &mut batch);
+        if let Some(histogram) = &commit_time {
+            histogram.observe(started.elapsed().as_secs_f64());
+        }
     }
     // Dropping the receiver makes every later send fail at once.
     drop(queue);

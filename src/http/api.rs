@@ -140,3 +140,32 @@ fn parse_limit(value: &str) -> Result<u32, String> {
         .filter(|n| (1..=MAX_LIMIT).contains(n))
         .ok_or_else(|| format!("limit must be an integer from 1 to {MAX_LIMIT}"))
 }
+
+/// `GET /metrics`: the Prometheus text format; behind the gateway token unless
+/// `gateway.metrics.public`.
+pub async fn metrics(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Result<Response, HookError> {
+    if !app.config.current().metrics_public {
+        authorize(&app, peer, &headers)?;
+    }
+    if let Ok((by_status, waiting)) = app.store.gauges().await {
+        for (status, count) in by_status {
+            app.metrics
+                .runs
+                .get_or_create(&crate::metrics::StatusLabels { status })
+                .set(count);
+        }
+        app.metrics.queue_depth.set(waiting);
+    }
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.encode(),
+    )
+        .into_response())
+}

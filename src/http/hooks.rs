@@ -21,6 +21,7 @@ use crate::hook::envelope::{ContentSource, wrap_prompt};
 use crate::hook::policy::KeyOrigin;
 use crate::hook::{AgentRequest, WakeRequest, idempotency, payload};
 use crate::mapping::{self, FinishedAction, Mapping, TemplateContext};
+use crate::metrics::{FailureLabels, MappingLabels};
 use crate::transform::{CallOutcome, Reply, TransformInput};
 
 /// Serves every path the router does not know: hooks under the configured prefix, 404 elsewhere.
@@ -193,12 +194,25 @@ async fn run_transform(
         .engine()
         .call(&loaded, input, &hooks.transform_limits)
         .await;
+    app.metrics
+        .transform_duration
+        .get_or_create(&MappingLabels {
+            mapping: mapping.id.clone(),
+        })
+        .observe(started.elapsed().as_secs_f64());
     match outcome {
         Ok(outcome) => {
             tracing::debug!(mapping = %mapping.id, elapsed = ?started.elapsed(), "transform answered");
             Ok(outcome)
         }
         Err(failure) => {
+            app.metrics
+                .transform_failures
+                .get_or_create(&FailureLabels {
+                    mapping: mapping.id.clone(),
+                    cause: failure.cause(),
+                })
+                .inc();
             tracing::error!(mapping = %mapping.id, %module, cause = failure.cause(), %failure, "transform failed");
             Err(HookError::MappingFailed)
         }

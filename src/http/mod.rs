@@ -7,6 +7,7 @@ mod body;
 mod client;
 mod health;
 mod hooks;
+mod observe;
 mod reply;
 mod serve;
 mod signed;
@@ -15,7 +16,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::http::{HeaderValue, header};
-use axum::middleware::map_response;
+use axum::middleware::{from_fn_with_state, map_response};
 use axum::response::Response;
 use axum::routing::get;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -25,6 +26,7 @@ pub use serve::{ConnectionLimits, serve};
 
 use crate::config::LiveConfig;
 use crate::gateway::{Runtime, Store};
+use crate::metrics::Metrics;
 use crate::transform::TransformRegistry;
 
 /// What every handler can reach. Cheap to clone.
@@ -39,6 +41,7 @@ pub struct AppState {
     pub transforms: Arc<TransformRegistry>,
     /// Carries out what the hooks accept (or relays it, in forward mode).
     pub runtime: Arc<Runtime>,
+    pub metrics: Metrics,
 }
 
 /// Every route of the server. Hooks live under a configurable, reloadable prefix, so they are
@@ -51,8 +54,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/runs", get(api::runs))
         .route("/api/runs/{run_id}", get(api::run))
         .route("/api/config", get(api::config_status))
+        .route("/metrics", get(api::metrics))
         .fallback(hooks::dispatch)
         .layer(CatchPanicLayer::custom(panic_response))
+        .layer(from_fn_with_state(state.clone(), observe::observe))
         .layer(map_response(security_headers))
         .with_state(state)
 }

@@ -9,6 +9,7 @@ mod config;
 mod durability;
 mod example;
 mod mapped;
+mod metrics;
 mod pipeline;
 mod runtime;
 mod signatures;

@@ -1,0 +1,148 @@
+//! Metrics in the Prometheus (OpenMetrics) text format: what requests, hooks, transforms, the
+//! store and the runtime are doing. Label values are bounded: hook names are those the
+//! configuration knows, never whatever a client puts in a URL.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub route: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HookLabels {
+    pub hook: String,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MappingLabels {
+    pub mapping: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    pub mapping: String,
+    pub cause: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabels {
+    pub status: String,
+}
+
+/// Every metric hookgate exports. Cheap to clone (each metric is a shared handle).
+#[derive(Clone)]
+pub struct Metrics {
+    registry: std::sync::Arc<Registry>,
+    pub http_duration: Family<RouteLabels, Histogram>,
+    pub hook_requests: Family<HookLabels, Counter>,
+    pub transform_duration: Family<MappingLabels, Histogram>,
+    pub transform_failures: Family<FailureLabels, Counter>,
+    pub store_commit: Histogram,
+    pub runs: Family<StatusLabels, Gauge>,
+    pub queue_depth: Gauge,
+}
+
+fn latency_histogram() -> Histogram {
+    // 50 µs to ~13 s.
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 19))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let http_duration = Family::<RouteLabels, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        let hook_requests = Family::<HookLabels, Counter>::default();
+        let transform_duration = Family::<MappingLabels, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        let transform_failures = Family::<FailureLabels, Counter>::default();
+        let store_commit = latency_histogram();
+        let runs = Family::<StatusLabels, Gauge>::default();
+        let queue_depth = Gauge::default();
+        registry.register(
+            "http_server_request_duration_seconds",
+            "Time to answer an HTTP request, by route template and status",
+            http_duration.clone(),
+        );
+        registry.register(
+            "hookgate_hook_requests",
+            "Hook requests by hook name and outcome",
+            hook_requests.clone(),
+        );
+        registry.register(
+            "hookgate_transform_duration_seconds",
+            "Time of one transform call (instantiate, call, drop), by mapping",
+            transform_duration.clone(),
+        );
+        registry.register(
+            "hookgate_transform_failures",
+            "Transform calls that failed, by mapping and cause (trap, timeout, memory, output, error)",
+            transform_failures.clone(),
+        );
+        registry.register(
+            "hookgate_store_commit_seconds",
+            "Time of one store transaction (a group commit of every waiting write)",
+            store_commit.clone(),
+        );
+        registry.register("hookgate_runs", "Agent runs by status", runs.clone());
+        registry.register(
+            "hookgate_queue_depth",
+            "Work waiting: queued runs plus pending outbox sends",
+            queue_depth.clone(),
+        );
+        Metrics {
+            registry: std::sync::Arc::new(registry),
+            http_duration,
+            hook_requests,
+            transform_duration,
+            transform_failures,
+            store_commit,
+            runs,
+            queue_depth,
+        }
+    }
+}
+
+impl Metrics {
+    /// Records one answered request.
+    pub fn observe_request(&self, route: String, status: u16, elapsed: Duration) {
+        self.http_duration
+            .get_or_create(&RouteLabels { route, status })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one hook request's outcome.
+    pub fn count_hook(&self, hook: String, status: u16) {
+        let outcome = match status {
+            200 => "accepted",
+            204 => "skipped",
+            401 | 429 => "unauthorized",
+            400..=499 => "rejected",
+            500..=599 => "failed",
+            _ => "other",
+        };
+        self.hook_requests
+            .get_or_create(&HookLabels { hook, outcome })
+            .inc();
+    }
+
+    /// The registry in the text exposition format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
