@@ -3,37 +3,14 @@
 //! their ratio. Run: `cargo bench --bench transform_call` (builds the transforms first).
 
 use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hookgate::transform::{TransformEngine, TransformInput, TransformLimits};
 
+mod support;
+use support::{build_transforms, percentiles};
+
 const CALLS: usize = 5000;
-
-fn build_transforms() -> std::path::PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("transforms");
-    let target = root.join("target");
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args([
-            "build",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "--manifest-path",
-        ])
-        .arg(root.join("Cargo.toml"))
-        .env("CARGO_TARGET_DIR", &target)
-        .status()
-        .expect("cargo");
-    assert!(status.success());
-    target.join("wasm32-wasip2/release")
-}
-
-fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
-    samples.sort();
-    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
-    (at(0.5), at(0.99))
-}
 
 fn main() {
     let wasm = build_transforms().join("github.wasm");

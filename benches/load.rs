@@ -1,0 +1,241 @@
+//! The load benchmark: hookgate against a bare axum server, in one run, on this machine.
+//!
+//! Starts a bare axum server that answers a small JSON POST with 200 (the baseline: what the
+//! machine does over HTTP at all) and the real hookgate binary, drives both with the same client
+//! at 1, 16 and 64 connections, and prints requests/s, p50 and p99 per case with the ratio to the
+//! baseline; then peak RSS under load, idle RSS with 20 transforms loaded, and the time from start
+//! to `listening` with 20 transforms, cold (no compile cache) and warm.
+//!
+//! Run: `cargo bench --bench load` (`LOAD_SECONDS=5` for longer cases).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+mod support;
+use support::{build_transforms, percentiles};
+
+const HOOK_TOKEN: &str = "bench-hook-token-0123";
+const GATEWAY_TOKEN: &str = "bench-gateway-token-0123";
+
+/// One kind of request.
+struct Case {
+    name: &'static str,
+    path: &'static str,
+    body: serde_json::Value,
+    headers: Vec<(&'static str, &'static str)>,
+    token: &'static str,
+}
+
+fn cases() -> Vec<Case> {
+    let push: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/payloads/github-push.json")).unwrap(),
+    )
+    .unwrap();
+    vec![
+        Case { name: "/hooks/wake", path: "/hooks/wake", body: json!({"text": "benchmark event", "mode": "next-heartbeat"}), headers: vec![], token: HOOK_TOKEN },
+        Case { name: "/hooks/agent", path: "/hooks/agent", body: json!({"message": "benchmark run", "wakeMode": "next-heartbeat"}), headers: vec![], token: HOOK_TOKEN },
+        Case { name: "template mapping", path: "/hooks/deploy", body: json!({"service": "api", "version": "1.2"}), headers: vec![], token: HOOK_TOKEN },
+        Case { name: "github transform", path: "/hooks/github", body: push, headers: vec![("x-github-event", "push")], token: HOOK_TOKEN },
+        Case { name: "wrong token", path: "/hooks/wake", body: json!({"text": "x"}), headers: vec![], token: "wrong-token" },
+    ]
+}
+
+/// Requests/s and latencies of `connections` clients sending `case` to `base` for `seconds`.
+async fn drive(base: &str, case: &Case, connections: usize, seconds: f64) -> (f64, Duration, Duration) {
+    let client = reqwest::Client::builder().pool_max_idle_per_host(connections).build().unwrap();
+    let url = format!("{base}{}", case.path);
+    let body = case.body.to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let workers: Vec<_> = (0..connections)
+        .map(|_| {
+            let (client, url, body, stop) = (client.clone(), url.clone(), body.clone(), Arc::clone(&stop));
+            let headers = case.headers.clone();
+            let token = case.token;
+            tokio::spawn(async move {
+                let mut samples = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let mut request = client.post(&url).bearer_auth(token).body(body.clone());
+                    for (k, v) in &headers {
+                        request = request.header(*k, *v);
+                    }
+                    let sent = Instant::now();
+                    let response = request.send().await.expect("request");
+                    let _ = response.bytes().await;
+                    samples.push(sent.elapsed());
+                }
+                samples
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut samples = Vec::new();
+    for worker in workers {
+        samples.extend(worker.await.unwrap());
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let rate = samples.len() as f64 / elapsed;
+    let (p50, p99) = percentiles(samples);
+    (rate, p50, p99)
+}
+
+/// The bare axum server of the baseline, on a runtime of its own with as many threads as
+/// hookgate gets.
+fn start_baseline() -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(format!("http://{}", listener.local_addr().unwrap())).unwrap();
+            let app = axum::Router::new().fallback(|_body: axum::body::Bytes| async { axum::Json(json!({"ok": true})) });
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}
+
+fn config(transforms: usize) -> serde_json::Value {
+    let mut mappings = vec![
+        json!({"id": "deploy", "match": {"path": "deploy"}, "action": "wake", "wakeMode": "next-heartbeat", "textTemplate": "Deployed {{service}} {{version}}"}),
+        json!({"id": "github", "match": {"path": "github"}, "transform": {"module": "github.wasm"}, "wakeMode": "next-heartbeat"}),
+    ];
+    for i in 0..transforms {
+        mappings.push(json!({"id": format!("t{i}"), "match": {"path": format!("t{i}")}, "transform": {"module": format!("t{i}.wasm")}}));
+    }
+    json!({
+        "gateway": {"auth": {"token": GATEWAY_TOKEN}},
+        "hooks": {"enabled": true, "token": HOOK_TOKEN, "mappings": mappings},
+        // No heartbeats: the benchmark measures intake.
+        "agents": {"defaults": {"heartbeat": {"every": "0"}}},
+    })
+}
+
+/// A copy of `wasm` with a custom section appended, so that each copy has its own digest and is
+/// compiled (and cached) on its own.
+fn distinct_copy(wasm: &[u8], index: usize) -> Vec<u8> {
+    let name = b"hookgate-bench";
+    let payload = index.to_le_bytes();
+    let size = 1 + name.len() + payload.len();
+    let mut bytes = wasm.to_vec();
+    bytes.extend([0u8, size as u8, name.len() as u8]);
+    bytes.extend(name);
+    bytes.extend(payload);
+    bytes
+}
+
+fn prepare_dir(transforms: usize, wasm_dir: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("hooks/transforms");
+    std::fs::create_dir_all(&root).unwrap();
+    let github = std::fs::read(wasm_dir.join("github.wasm")).unwrap();
+    std::fs::write(root.join("github.wasm"), &github).unwrap();
+    for i in 0..transforms {
+        std::fs::write(root.join(format!("t{i}.wasm")), distinct_copy(&github, i)).unwrap();
+    }
+    std::fs::write(dir.path().join("hookgate.json5"), config(transforms).to_string()).unwrap();
+    dir
+}
+
+/// Starts hookgate; returns the child, its base URL and the time until `listening`.
+fn start_hookgate(dir: &Path) -> (Child, String, Duration) {
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(dir.join("hookgate.json5"))
+        .env("RUST_LOG", "hookgate=warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let took = started.elapsed();
+    let base = line.trim().strip_prefix("listening on ").expect("listening line").to_string();
+    (child, base, took)
+}
+
+fn stop(mut child: Child) {
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = child.wait();
+}
+
+/// `VmRSS` and `VmHWM` (peak) of a process, in MiB.
+fn rss_mib(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+fn main() {
+    let seconds: f64 = std::env::var("LOAD_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(2.0);
+    let wasm_dir = build_transforms();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let baseline = start_baseline();
+    let dir = prepare_dir(0, &wasm_dir);
+    let (child, base, _) = start_hookgate(dir.path());
+    let pid = child.id();
+
+    println!("hookgate load benchmark: {seconds} s per case, client and servers on this machine");
+    println!(
+        "{:<18} {:>5} {:>10} {:>10} {:>10} {:>9} {:>9}",
+        "case", "conns", "req/s", "p50", "p99", "rate/base", "p99/base"
+    );
+    let baseline_case = Case { name: "baseline (axum)", path: "/", body: json!({"text": "x"}), headers: vec![], token: "-" };
+    let mut summary = Vec::new();
+    for connections in [1, 16, 64] {
+        let (base_rate, base_p50, base_p99) = runtime.block_on(drive(&baseline, &baseline_case, connections, seconds));
+        println!("{:<18} {connections:>5} {base_rate:>10.0} {:>10.1?} {:>10.1?} {:>9} {:>9}", baseline_case.name, base_p50, base_p99, "1.00", "1.00");
+        for case in cases() {
+            let (rate, p50, p99) = runtime.block_on(drive(&base, &case, connections, seconds));
+            println!(
+                "{:<18} {connections:>5} {rate:>10.0} {p50:>10.1?} {p99:>10.1?} {:>9.2} {:>9.2}",
+                case.name,
+                rate / base_rate,
+                p99.as_secs_f64() / base_p99.as_secs_f64()
+            );
+            summary.push((case.name, connections, rate, rate / base_rate, p99.as_secs_f64() / base_p99.as_secs_f64()));
+        }
+    }
+    let (_, peak) = rss_mib(pid);
+    stop(child);
+
+    let dir20 = prepare_dir(20, &wasm_dir);
+    let (cold, _, cold_start) = start_hookgate(dir20.path());
+    let cold_pid = cold.id();
+    std::thread::sleep(Duration::from_secs(1));
+    let (idle, _) = rss_mib(cold_pid);
+    stop(cold);
+    let (warm, _, warm_start) = start_hookgate(dir20.path());
+    stop(warm);
+
+    println!();
+    println!("peak RSS under load:                     {peak:.1} MiB");
+    println!("idle RSS with 20 transforms loaded:      {idle:.1} MiB");
+    println!("start to listening, 20 transforms cold:  {cold_start:.0?}");
+    println!("start to listening, 20 transforms warm:  {warm_start:.0?}");
+    let at64 = |name: &str| summary.iter().find(|(n, c, ..)| *n == name && *c == 64).copied();
+    if let (Some(wake), Some(github)) = (at64("/hooks/wake"), at64("github transform")) {
+        println!();
+        println!("targets (64 connections):");
+        println!("  /hooks/wake ≥ 60% of baseline:          {:.0}%", wake.3 * 100.0);
+        println!("  github transform ≥ 70% of /hooks/wake:  {:.0}%", github.2 / wake.2 * 100.0);
+        println!("  p99 ≤ 5x baseline p99 (wake):           {:.1}x", wake.4);
+        println!("  idle RSS ≤ 40 MiB:                      {idle:.1} MiB");
+        println!("  warm start ≤ 300 ms:                    {warm_start:.0?}");
+    }
+}
