@@ -6,7 +6,8 @@
 //! baseline; then peak RSS under load, idle RSS with 20 transforms loaded, and the time from start
 //! to `listening` with 20 transforms, cold (no compile cache) and warm.
 //!
-//! Run: `cargo bench --bench load` (`LOAD_SECONDS=5` for longer cases).
+//! Run: `cargo bench --bench load` (`LOAD_SECONDS=5` for longer cases, `LOAD_CASE=github` for
+//! the cases whose name contains that text).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -200,7 +201,8 @@ fn main() {
     for connections in [1, 16, 64] {
         let (base_rate, base_p50, base_p99) = runtime.block_on(drive(&baseline, &baseline_case, connections, seconds));
         println!("{:<18} {connections:>5} {base_rate:>10.0} {:>10.1?} {:>10.1?} {:>9} {:>9}", baseline_case.name, base_p50, base_p99, "1.00", "1.00");
-        for case in cases() {
+        let only = std::env::var("LOAD_CASE").ok();
+        for case in cases().into_iter().filter(|c| only.as_deref().is_none_or(|o| c.name.contains(o))) {
             let (rate, p50, p99) = runtime.block_on(drive(&base, &case, connections, seconds));
             println!(
                 "{:<18} {connections:>5} {rate:>10.0} {p50:>10.1?} {p99:>10.1?} {:>9.2} {:>9.2}",
