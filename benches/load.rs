@@ -35,28 +35,70 @@ struct Case {
 
 fn cases() -> Vec<Case> {
     let push: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/payloads/github-push.json")).unwrap(),
+        &std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/payloads/github-push.json"),
+        )
+        .unwrap(),
     )
     .unwrap();
     vec![
-        Case { name: "/hooks/wake", path: "/hooks/wake", body: json!({"text": "benchmark event", "mode": "next-heartbeat"}), headers: vec![], token: HOOK_TOKEN },
-        Case { name: "/hooks/agent", path: "/hooks/agent", body: json!({"message": "benchmark run", "wakeMode": "next-heartbeat"}), headers: vec![], token: HOOK_TOKEN },
-        Case { name: "template mapping", path: "/hooks/deploy", body: json!({"service": "api", "version": "1.2"}), headers: vec![], token: HOOK_TOKEN },
-        Case { name: "github transform", path: "/hooks/github", body: push, headers: vec![("x-github-event", "push")], token: HOOK_TOKEN },
-        Case { name: "wrong token", path: "/hooks/wake", body: json!({"text": "x"}), headers: vec![], token: "wrong-token" },
+        Case {
+            name: "/hooks/wake",
+            path: "/hooks/wake",
+            body: json!({"text": "benchmark event", "mode": "next-heartbeat"}),
+            headers: vec![],
+            token: HOOK_TOKEN,
+        },
+        Case {
+            name: "/hooks/agent",
+            path: "/hooks/agent",
+            body: json!({"message": "benchmark run", "wakeMode": "next-heartbeat"}),
+            headers: vec![],
+            token: HOOK_TOKEN,
+        },
+        Case {
+            name: "template mapping",
+            path: "/hooks/deploy",
+            body: json!({"service": "api", "version": "1.2"}),
+            headers: vec![],
+            token: HOOK_TOKEN,
+        },
+        Case {
+            name: "github transform",
+            path: "/hooks/github",
+            body: push,
+            headers: vec![("x-github-event", "push")],
+            token: HOOK_TOKEN,
+        },
+        Case {
+            name: "wrong token",
+            path: "/hooks/wake",
+            body: json!({"text": "x"}),
+            headers: vec![],
+            token: "wrong-token",
+        },
     ]
 }
 
 /// Requests/s and latencies of `connections` clients sending `case` to `base` for `seconds`.
-async fn drive(base: &str, case: &Case, connections: usize, seconds: f64) -> (f64, Duration, Duration) {
-    let client = reqwest::Client::builder().pool_max_idle_per_host(connections).build().unwrap();
+async fn drive(
+    base: &str,
+    case: &Case,
+    connections: usize,
+    seconds: f64,
+) -> (f64, Duration, Duration) {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(connections)
+        .build()
+        .unwrap();
     let url = format!("{base}{}", case.path);
     let body = case.body.to_string();
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let workers: Vec<_> = (0..connections)
         .map(|_| {
-            let (client, url, body, stop) = (client.clone(), url.clone(), body.clone(), Arc::clone(&stop));
+            let (client, url, body, stop) =
+                (client.clone(), url.clone(), body.clone(), Arc::clone(&stop));
             let headers = case.headers.clone();
             let token = case.token;
             tokio::spawn(async move {
@@ -92,11 +134,17 @@ async fn drive(base: &str, case: &Case, connections: usize, seconds: f64) -> (f6
 fn start_baseline() -> String {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
         runtime.block_on(async move {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(format!("http://{}", listener.local_addr().unwrap())).unwrap();
-            let app = axum::Router::new().fallback(|_body: axum::body::Bytes| async { axum::Json(json!({"ok": true})) });
+            tx.send(format!("http://{}", listener.local_addr().unwrap()))
+                .unwrap();
+            let app = axum::Router::new()
+                .fallback(|_body: axum::body::Bytes| async { axum::Json(json!({"ok": true})) });
             axum::serve(listener, app).await.unwrap();
         });
     });
@@ -141,7 +189,11 @@ fn prepare_dir(transforms: usize, wasm_dir: &Path) -> tempfile::TempDir {
     for i in 0..transforms {
         std::fs::write(root.join(format!("t{i}.wasm")), distinct_copy(&github, i)).unwrap();
     }
-    std::fs::write(dir.path().join("hookgate.json5"), config(transforms).to_string()).unwrap();
+    std::fs::write(
+        dir.path().join("hookgate.json5"),
+        config(transforms).to_string(),
+    )
+    .unwrap();
     dir
 }
 
@@ -157,14 +209,22 @@ fn start_hookgate(dir: &Path) -> (Child, String, Duration) {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let took = started.elapsed();
-    let base = line.trim().strip_prefix("listening on ").expect("listening line").to_string();
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("listening line")
+        .to_string();
     (child, base, took)
 }
 
 fn stop(mut child: Child) {
-    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
     let _ = child.wait();
 }
 
@@ -183,9 +243,16 @@ fn rss_mib(pid: u32) -> (f64, f64) {
 }
 
 fn main() {
-    let seconds: f64 = std::env::var("LOAD_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(2.0);
+    let seconds: f64 = std::env::var("LOAD_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0);
     let wasm_dir = build_transforms();
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let baseline = start_baseline();
     let dir = prepare_dir(0, &wasm_dir);
     let (child, base, _) = start_hookgate(dir.path());
@@ -196,13 +263,26 @@ fn main() {
         "{:<18} {:>5} {:>10} {:>10} {:>10} {:>9} {:>9}",
         "case", "conns", "req/s", "p50", "p99", "rate/base", "p99/base"
     );
-    let baseline_case = Case { name: "baseline (axum)", path: "/", body: json!({"text": "x"}), headers: vec![], token: "-" };
+    let baseline_case = Case {
+        name: "baseline (axum)",
+        path: "/",
+        body: json!({"text": "x"}),
+        headers: vec![],
+        token: "-",
+    };
     let mut summary = Vec::new();
     for connections in [1, 16, 64] {
-        let (base_rate, base_p50, base_p99) = runtime.block_on(drive(&baseline, &baseline_case, connections, seconds));
-        println!("{:<18} {connections:>5} {base_rate:>10.0} {:>10.1?} {:>10.1?} {:>9} {:>9}", baseline_case.name, base_p50, base_p99, "1.00", "1.00");
+        let (base_rate, base_p50, base_p99) =
+            runtime.block_on(drive(&baseline, &baseline_case, connections, seconds));
+        println!(
+            "{:<18} {connections:>5} {base_rate:>10.0} {:>10.1?} {:>10.1?} {:>9} {:>9}",
+            baseline_case.name, base_p50, base_p99, "1.00", "1.00"
+        );
         let only = std::env::var("LOAD_CASE").ok();
-        for case in cases().into_iter().filter(|c| only.as_deref().is_none_or(|o| c.name.contains(o))) {
+        for case in cases()
+            .into_iter()
+            .filter(|c| only.as_deref().is_none_or(|o| c.name.contains(o)))
+        {
             let (rate, p50, p99) = runtime.block_on(drive(&base, &case, connections, seconds));
             println!(
                 "{:<18} {connections:>5} {rate:>10.0} {p50:>10.1?} {p99:>10.1?} {:>9.2} {:>9.2}",
@@ -210,7 +290,13 @@ fn main() {
                 rate / base_rate,
                 p99.as_secs_f64() / base_p99.as_secs_f64()
             );
-            summary.push((case.name, connections, rate, rate / base_rate, p99.as_secs_f64() / base_p99.as_secs_f64()));
+            summary.push((
+                case.name,
+                connections,
+                rate,
+                rate / base_rate,
+                p99.as_secs_f64() / base_p99.as_secs_f64(),
+            ));
         }
     }
     let (_, peak) = rss_mib(pid);
@@ -230,12 +316,23 @@ fn main() {
     println!("idle RSS with 20 transforms loaded:      {idle:.1} MiB");
     println!("start to listening, 20 transforms cold:  {cold_start:.0?}");
     println!("start to listening, 20 transforms warm:  {warm_start:.0?}");
-    let at64 = |name: &str| summary.iter().find(|(n, c, ..)| *n == name && *c == 64).copied();
+    let at64 = |name: &str| {
+        summary
+            .iter()
+            .find(|(n, c, ..)| *n == name && *c == 64)
+            .copied()
+    };
     if let (Some(wake), Some(github)) = (at64("/hooks/wake"), at64("github transform")) {
         println!();
         println!("targets (64 connections):");
-        println!("  /hooks/wake ≥ 60% of baseline:          {:.0}%", wake.3 * 100.0);
-        println!("  github transform ≥ 70% of /hooks/wake:  {:.0}%", github.2 / wake.2 * 100.0);
+        println!(
+            "  /hooks/wake ≥ 60% of baseline:          {:.0}%",
+            wake.3 * 100.0
+        );
+        println!(
+            "  github transform ≥ 70% of /hooks/wake:  {:.0}%",
+            github.2 / wake.2 * 100.0
+        );
         println!("  p99 ≤ 5x baseline p99 (wake):           {:.1}x", wake.4);
         println!("  idle RSS ≤ 40 MiB:                      {idle:.1} MiB");
         println!("  warm start ≤ 300 ms:                    {warm_start:.0?}");

@@ -9,7 +9,13 @@ pub fn build_transforms() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("transforms");
     let target = root.join("target");
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--release", "--target", "wasm32-wasip2", "--manifest-path"])
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+        ])
         .arg(root.join("Cargo.toml"))
         .env("CARGO_TARGET_DIR", &target)
         .status()

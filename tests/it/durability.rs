@@ -118,7 +118,11 @@ async fn sigterm_finishes_in_flight_requests_and_exits_zero() {
         stream.read_exact(&mut byte).await.unwrap();
         interim.push(byte[0]);
     }
-    assert!(interim.starts_with(b"HTTP/1.1 100"), "{}", String::from_utf8_lossy(&interim));
+    assert!(
+        interim.starts_with(b"HTTP/1.1 100"),
+        "{}",
+        String::from_utf8_lossy(&interim)
+    );
     stream.write_all(&body.as_bytes()[..5]).await.unwrap();
     server.signal("-TERM");
     // Shutdown has begun once the listener is closed: new connections are refused.
