@@ -179,17 +179,18 @@ pub struct RunRecord {
     pub upstream_run_id: Option<String>,
 }
 
+/// The columns of a [`RunRecord`], in the order `from_row` reads them.
+const RUN_COLUMNS: &str =
+    "run_id, status, hook_name, agent_id, session_key, message, prompt, deliver,
+    channel, to_addr, model, thinking, timeout_seconds, wake_mode, source, created_at,
+    reply, summary, error, started_at, finished_at, delivery, upstream_run_id";
+
 impl RunRecord {
     pub(crate) fn select(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunRecord>> {
         use rusqlite::OptionalExtension;
-        conn.prepare_cached(
-            "SELECT run_id, status, hook_name, agent_id, session_key, message, prompt, deliver,
-                    channel, to_addr, model, thinking, timeout_seconds, wake_mode, source, created_at,
-                    reply, summary, error, started_at, finished_at, delivery, upstream_run_id
-             FROM runs WHERE run_id = ?1",
-        )?
-        .query_row(params![run_id], Self::from_row)
-        .optional()
+        conn.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1"))?
+            .query_row(params![run_id], Self::from_row)
+            .optional()
     }
 
     fn from_row(row: &Row<'_>) -> rusqlite::Result<RunRecord> {
@@ -228,13 +229,10 @@ impl RunRecord {
         status: Option<&str>,
         limit: u32,
     ) -> rusqlite::Result<Vec<RunRecord>> {
-        let mut stmt = conn.prepare_cached(
-            "SELECT run_id, status, hook_name, agent_id, session_key, message, prompt, deliver,
-                    channel, to_addr, model, thinking, timeout_seconds, wake_mode, source, created_at,
-                    reply, summary, error, started_at, finished_at, delivery, upstream_run_id
-             FROM runs WHERE (?1 IS NULL OR status = ?1)
-             ORDER BY created_at DESC, rowid DESC LIMIT ?2",
-        )?;
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status = ?1)
+             ORDER BY created_at DESC, rowid DESC LIMIT ?2"
+        ))?;
         let rows = stmt.query_map(params![status, limit], Self::from_row)?;
         rows.collect()
     }

@@ -178,13 +178,9 @@ pub struct DueEntry {
     pub attempts: u32,
 }
 
-/// Rows due at `now_ms`, oldest first.
-pub fn due(conn: &Connection, now_ms: i64, limit: u32) -> rusqlite::Result<Vec<DueEntry>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, kind, run_id, payload, attempts FROM outbox
-         WHERE status = 'pending' AND next_at_ms <= ?1 ORDER BY id LIMIT ?2",
-    )?;
-    let rows = stmt.query_map(params![now_ms, limit], |row| {
+impl DueEntry {
+    /// From a row of `SELECT id, kind, run_id, payload, attempts`.
+    fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<DueEntry> {
         let payload: String = row.get(3)?;
         Ok(DueEntry {
             id: row.get(0)?,
@@ -193,7 +189,16 @@ pub fn due(conn: &Connection, now_ms: i64, limit: u32) -> rusqlite::Result<Vec<D
             payload: serde_json::from_str(&payload).unwrap_or(Value::Null),
             attempts: row.get(4)?,
         })
-    })?;
+    }
+}
+
+/// Rows due at `now_ms`, oldest first.
+pub fn due(conn: &Connection, now_ms: i64, limit: u32) -> rusqlite::Result<Vec<DueEntry>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, kind, run_id, payload, attempts FROM outbox
+         WHERE status = 'pending' AND next_at_ms <= ?1 ORDER BY id LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![now_ms, limit], DueEntry::from_row)?;
     rows.collect()
 }
 
@@ -243,16 +248,7 @@ pub fn abandon_in_flight(conn: &Connection) -> rusqlite::Result<Vec<DueEntry>> {
         "SELECT id, kind, run_id, payload, attempts FROM outbox WHERE status = 'sending'",
     )?;
     let rows: Vec<DueEntry> = stmt
-        .query_map([], |row| {
-            let payload: String = row.get(3)?;
-            Ok(DueEntry {
-                id: row.get(0)?,
-                kind: row.get(1)?,
-                run_id: row.get(2)?,
-                payload: serde_json::from_str(&payload).unwrap_or(Value::Null),
-                attempts: row.get(4)?,
-            })
-        })?
+        .query_map([], DueEntry::from_row)?
         .collect::<rusqlite::Result<_>>()?;
     conn.execute(
         "UPDATE outbox SET status = 'uncertain' WHERE status = 'sending'",
