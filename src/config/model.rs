@@ -148,8 +148,6 @@ pub struct SignatureConfig {
     pub encoding: Option<String>,
     /// `hmac-sha256`: text before the signature, e.g. `sha256=`.
     pub prefix: Option<String>,
-    /// `hmac-sha256`: a header carrying a delivery id, for replay protection.
-    pub id_header: Option<String>,
     /// Timestamped schemes: how far from now a signature may be (default 300).
     pub tolerance_seconds: Option<u64>,
 }

@@ -320,8 +320,15 @@ fn hook_settings(
             Ok(mut mapping) => {
                 if let Some(signature) = &config.signature {
                     let key = format!("hooks.mappings[{i}].signature");
-                    if mapping.path().is_none() {
-                        problems.push(ConfigError::invalid(&key, "needs the mapping's match.path"));
+                    match mapping.path() {
+                        None => problems
+                            .push(ConfigError::invalid(&key, "needs the mapping's match.path")),
+                        // Those names are the built-in endpoints, which a mapping never serves.
+                        Some("wake" | "agent") => problems.push(ConfigError::invalid(
+                            &key,
+                            "cannot be used on the built-in wake and agent hooks",
+                        )),
+                        Some(_) => {}
                     }
                     mapping.signature = signature_rule(signature, &key, config_dir, problems);
                 }
@@ -496,7 +503,6 @@ fn signature_rule(
                 header: header.to_ascii_lowercase(),
                 encoding,
                 prefix: config.prefix.clone().unwrap_or_default(),
-                id_header: config.id_header.as_deref().map(str::to_ascii_lowercase),
             }
         }
         name => match Scheme::named(name) {

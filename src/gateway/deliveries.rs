@@ -1,5 +1,6 @@
-//! Replay protection for signed deliveries: the answer to each provider delivery id, kept for 24
-//! hours, so that a redelivery gets the same answer and runs nothing.
+//! Replay protection for signed deliveries: each delivery id is claimed before it is processed,
+//! and its answer kept for 24 hours, so that a redelivery, even one arriving while the first is
+//! still in progress, runs nothing.
 
 use std::time::Duration;
 
@@ -7,6 +8,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 /// How long a delivery id is remembered.
 pub const REPLAY_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// A claim older than this whose answer never came (the process died) may be taken over.
+pub const STALE_CLAIM: Duration = Duration::from_secs(5 * 60);
 
 /// The answer a delivery got.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,45 +20,137 @@ pub struct RecordedAnswer {
     pub body: Vec<u8>,
 }
 
-/// The answer remembered for `key`, if it is younger than the window.
-pub fn recall(
-    conn: &Connection,
-    key: &str,
-    now_ms: i64,
-) -> rusqlite::Result<Option<RecordedAnswer>> {
-    let oldest = now_ms.saturating_sub(window_ms());
-    conn.query_row(
-        "SELECT status, content_type, body FROM deliveries WHERE key = ?1 AND first_at_ms > ?2",
-        params![key, oldest],
-        |row| {
-            Ok(RecordedAnswer {
-                status: row.get(0)?,
-                content_type: row.get(1)?,
-                body: row.get(2)?,
-            })
-        },
-    )
-    .optional()
+/// What claiming a delivery id found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The id is ours to process; [`answer`] or [`release`] it afterwards.
+    Claimed,
+    /// Another request is processing the same delivery right now.
+    InProgress,
+    /// Processed before: this is its answer.
+    Answered(RecordedAnswer),
 }
 
-/// Remembers the first answer for `key`; a later one never replaces it. Drops expired entries.
-pub fn remember(
+fn ms(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Claims `key` (status 0 marks a claim without an answer yet), or reports what holds it.
+/// Expired answers and stale claims are taken over.
+pub fn claim(conn: &Connection, key: &str, now_ms: i64) -> rusqlite::Result<Claim> {
+    let expired = now_ms.saturating_sub(ms(REPLAY_WINDOW));
+    let stale = now_ms.saturating_sub(ms(STALE_CLAIM));
+    let taken = conn.execute(
+        "INSERT INTO deliveries (key, status, content_type, body, first_at_ms) VALUES (?1, 0, NULL, x'', ?2)
+         ON CONFLICT (key) DO UPDATE SET status = 0, content_type = NULL, body = x'', first_at_ms = ?2
+         WHERE deliveries.first_at_ms <= ?3 OR (deliveries.status = 0 AND deliveries.first_at_ms <= ?4)",
+        params![key, now_ms, expired, stale],
+    )?;
+    if taken == 1 {
+        return Ok(Claim::Claimed);
+    }
+    let held = conn
+        .query_row(
+            "SELECT status, content_type, body FROM deliveries WHERE key = ?1",
+            params![key],
+            |row| {
+                Ok(RecordedAnswer {
+                    status: row.get(0)?,
+                    content_type: row.get(1)?,
+                    body: row.get(2)?,
+                })
+            },
+        )
+        .optional()?;
+    Ok(match held {
+        Some(answer) if answer.status != 0 => Claim::Answered(answer),
+        _ => Claim::InProgress,
+    })
+}
+
+/// Records the answer of a claimed delivery. Drops expired entries on the way.
+pub fn answer(
     conn: &Connection,
     key: &str,
     answer: &RecordedAnswer,
     now_ms: i64,
 ) -> rusqlite::Result<()> {
     conn.execute(
-        "DELETE FROM deliveries WHERE first_at_ms <= ?1",
-        params![now_ms.saturating_sub(window_ms())],
+        "DELETE FROM deliveries WHERE first_at_ms <= ?1 AND status != 0",
+        params![now_ms.saturating_sub(ms(REPLAY_WINDOW))],
     )?;
     conn.execute(
-        "INSERT OR IGNORE INTO deliveries (key, status, content_type, body, first_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![key, answer.status, answer.content_type, answer.body, now_ms],
+        "UPDATE deliveries SET status = ?2, content_type = ?3, body = ?4 WHERE key = ?1",
+        params![key, answer.status, answer.content_type, answer.body],
     )?;
     Ok(())
 }
 
-fn window_ms() -> i64 {
-    i64::try_from(REPLAY_WINDOW.as_millis()).unwrap_or(i64::MAX)
+/// Gives a claim up (the delivery failed on our side), so that the provider's retry runs.
+pub fn release(conn: &Connection, key: &str) -> rusqlite::Result<()> {
+    conn.execute(
+        "DELETE FROM deliveries WHERE key = ?1 AND status = 0",
+        params![key],
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE deliveries (key TEXT PRIMARY KEY, status INTEGER NOT NULL, content_type TEXT,
+             body BLOB NOT NULL, first_at_ms INTEGER NOT NULL);",
+        )
+        .unwrap();
+        conn
+    }
+
+    fn ok() -> RecordedAnswer {
+        RecordedAnswer {
+            status: 200,
+            content_type: Some("application/json".into()),
+            body: b"{}".to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_claimed_delivery_is_in_progress_then_answered() {
+        let conn = conn();
+        assert_eq!(claim(&conn, "k", 1_000).unwrap(), Claim::Claimed);
+        assert_eq!(claim(&conn, "k", 1_001).unwrap(), Claim::InProgress);
+        answer(&conn, "k", &ok(), 1_002).unwrap();
+        assert_eq!(claim(&conn, "k", 1_003).unwrap(), Claim::Answered(ok()));
+    }
+
+    #[test]
+    fn a_released_claim_can_be_claimed_again() {
+        let conn = conn();
+        claim(&conn, "k", 0).unwrap();
+        release(&conn, "k").unwrap();
+        assert_eq!(claim(&conn, "k", 1).unwrap(), Claim::Claimed);
+    }
+
+    #[test]
+    fn stale_claims_and_expired_answers_are_taken_over() {
+        let conn = conn();
+        claim(&conn, "stale", 0).unwrap();
+        assert_eq!(
+            claim(&conn, "stale", ms(STALE_CLAIM)).unwrap(),
+            Claim::Claimed
+        );
+        claim(&conn, "old", 0).unwrap();
+        answer(&conn, "old", &ok(), 0).unwrap();
+        assert_eq!(
+            claim(&conn, "old", ms(REPLAY_WINDOW) - 1).unwrap(),
+            Claim::Answered(ok())
+        );
+        assert_eq!(
+            claim(&conn, "old", ms(REPLAY_WINDOW)).unwrap(),
+            Claim::Claimed
+        );
+    }
 }

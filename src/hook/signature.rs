@@ -37,8 +37,6 @@ pub enum Scheme {
         header: String,
         encoding: Encoding,
         prefix: String,
-        /// Lower-case header carrying a delivery id, if the sender sends one.
-        id_header: Option<String>,
     },
 }
 
@@ -98,8 +96,10 @@ pub enum SignatureError {
 /// A request that passed its signature check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
-    /// What identifies this delivery for replay protection, when the scheme has one.
-    pub delivery_id: Option<String>,
+    /// What identifies this delivery for replay protection. Always taken from signed material
+    /// (an id inside the signed content, or a digest of the signed body), so that a captured
+    /// request cannot be replayed under a new id.
+    pub delivery_id: String,
 }
 
 /// Decodes a secret as the scheme expects it: `whsec_<base64>` for Standard Webhooks, the
@@ -187,7 +187,7 @@ pub fn verify(
                 &[hex_bytes(hex, "x-hub-signature-256")?],
             ))?;
             Ok(Verified {
-                delivery_id: header("x-github-delivery"),
+                delivery_id: body_digest(body),
             })
         }
         Scheme::Stripe => {
@@ -203,7 +203,7 @@ pub fn verify(
                 .ok()
                 .and_then(|v| v.get("id").and_then(|id| id.as_str()).map(String::from));
             Ok(Verified {
-                delivery_id: event_id,
+                delivery_id: event_id.unwrap_or_else(|| body_digest(body)),
             })
         }
         Scheme::Slack => {
@@ -215,14 +215,14 @@ pub fn verify(
                 .ok_or(SignatureError::Malformed("x-slack-signature"))?;
             fresh(&timestamp, now_unix, rule.tolerance)?;
             let signature = hex_bytes(hex, "x-slack-signature")?;
+            // Decoded and re-encoded: `ABCD` and `abcd` are one signature, one delivery.
+            let delivery_id = format!("{}:{}", timestamp.trim(), hex::encode(&signature));
             check(any_matches(
                 rule,
                 &[b"v0:", timestamp.trim().as_bytes(), b":", body],
                 &[signature],
             ))?;
-            Ok(Verified {
-                delivery_id: Some(format!("{}:{}", timestamp.trim(), hex.trim())),
-            })
+            Ok(Verified { delivery_id })
         }
         Scheme::StandardWebhooks => {
             let id = require("webhook-id")?;
@@ -242,9 +242,7 @@ pub fn verify(
                 &[id.as_bytes(), b".", timestamp.trim().as_bytes(), b".", body],
                 &signatures,
             ))?;
-            Ok(Verified {
-                delivery_id: Some(id),
-            })
+            Ok(Verified { delivery_id: id })
         }
         Scheme::Shopify => {
             let value = require("x-shopify-hmac-sha256")?;
@@ -254,7 +252,7 @@ pub fn verify(
                 &[base64_bytes(&value, "x-shopify-hmac-sha256")?],
             ))?;
             Ok(Verified {
-                delivery_id: header("x-shopify-webhook-id"),
+                delivery_id: body_digest(body),
             })
         }
         Scheme::Gitlab => {
@@ -267,14 +265,13 @@ pub fn verify(
             }
             check(found.into())?;
             Ok(Verified {
-                delivery_id: header("x-gitlab-event-uuid"),
+                delivery_id: body_digest(body),
             })
         }
         Scheme::HmacSha256 {
             header: name,
             encoding,
             prefix,
-            id_header,
         } => {
             let value = header(name).ok_or(SignatureError::Missing("signature header"))?;
             let text = value
@@ -287,10 +284,15 @@ pub fn verify(
             };
             check(any_matches(rule, &[body], &[signature]))?;
             Ok(Verified {
-                delivery_id: id_header.as_deref().and_then(header),
+                delivery_id: body_digest(body),
             })
         }
     }
+}
+
+/// The SHA-256 of a body, for schemes whose delivery id travels in an unsigned header.
+fn body_digest(body: &[u8]) -> String {
+    hex::encode(<Sha256 as sha2::Digest>::digest(body))
 }
 
 /// `t=<ts>,v1=<hex>[,v1=<hex>...]`; other schemes' entries (`v0=`) are ignored.

@@ -64,22 +64,35 @@ async fn handle(
         hooks.body_timeout,
     )
     .await?;
-    let delivery = match credential {
-        Credential::Token => None,
-        Credential::Signature { mapping, rule } => {
-            signed::check_signature(app, settings, peer, &parts.headers, mapping, rule, &bytes)?
-        }
+    let (mapping, rule) = match credential {
+        Credential::Token => return route(app, settings, hooks, name, &parts, &bytes, None).await,
+        Credential::Signature { mapping, rule } => (mapping, rule),
     };
-    let Some(delivery) = delivery else {
-        return route(app, settings, hooks, name, &parts, &bytes, None).await;
-    };
-    if let Some(answer) = signed::replayed(app, &delivery).await? {
+    let key = signed::check_signature(app, settings, peer, &parts.headers, mapping, rule, &bytes)?;
+    if let Some(answer) = signed::claim(app, &key).await? {
         return Ok(answer);
     }
-    let response = route(app, settings, hooks, name, &parts, &bytes, Some(&delivery))
-        .await
-        .unwrap_or_else(IntoResponse::into_response);
-    Ok(signed::remember(app, delivery, response).await)
+    let signed_request = Signed { mapping, key: &key };
+    let response = route(
+        app,
+        settings,
+        hooks,
+        name,
+        &parts,
+        &bytes,
+        Some(signed_request),
+    )
+    .await
+    .unwrap_or_else(IntoResponse::into_response);
+    Ok(signed::settle(app, key.clone(), response).await)
+}
+
+/// A request authenticated by a mapping's signature: it may run that mapping and nothing else.
+#[derive(Clone, Copy)]
+struct Signed<'a> {
+    mapping: &'a Mapping,
+    /// The replay key; doubles as the idempotency key of the run it makes.
+    key: &'a str,
 }
 
 /// Steps 6 and 7: the body as JSON, then the hook it names.
@@ -90,7 +103,7 @@ async fn route(
     name: &str,
     parts: &Parts,
     bytes: &Bytes,
-    delivery: Option<&str>,
+    signed: Option<Signed<'_>>,
 ) -> Result<Response, HookError> {
     let payload = parse_json(bytes)?;
     let request = HookRequest {
@@ -98,7 +111,7 @@ async fn route(
         parts,
         body: bytes,
         payload: &payload,
-        delivery,
+        signed,
     };
     match name {
         "wake" => {
@@ -119,8 +132,8 @@ struct HookRequest<'a> {
     parts: &'a Parts,
     body: &'a Bytes,
     payload: &'a Value,
-    /// The replay key of a signed delivery; doubles as its idempotency key.
-    delivery: Option<&'a str>,
+    /// Set when a signature, not the token, admitted the request.
+    signed: Option<Signed<'a>>,
 }
 
 /// Where an agent request came from, which decides the session-key rule and the content source.
@@ -139,6 +152,14 @@ async fn mapped(
 ) -> Result<Response, HookError> {
     let mapping =
         mapping::find(&hooks.mappings, request.name, request.payload).ok_or(HookError::NotFound)?;
+    // A signature admits its own mapping only: a payload steering the request (by `source`) to
+    // another mapping of the same name needs the hook token.
+    if let Some(signed) = request.signed {
+        if !std::ptr::eq(signed.mapping, mapping) {
+            tracing::info!(signed = %signed.mapping.id, matched = %mapping.id, "signed request matched another mapping");
+            return Err(HookError::Unauthorized);
+        }
+    }
     let now = now_rfc3339();
     let headers = transform_headers(&request.parts.headers);
     let query = query_pairs(request.parts.uri.query());
@@ -321,7 +342,7 @@ async fn queue_agent(
         header("x-idempotency-key"),
         header("x-openclaw-idempotency-key"),
         idempotency::body_key(payload),
-        request.delivery,
+        request.signed.map(|s| s.key),
     ]);
     let claim = key.map(|key| IdempotencyClaim {
         fingerprint: idempotency::fingerprint(key, parts.uri.path(), &admitted),

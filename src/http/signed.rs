@@ -12,8 +12,9 @@ use super::AppState;
 use super::auth::{presented_token, token_matches};
 use super::client::client_address;
 use super::reply::HookError;
+use super::reply::json_error;
 use crate::config::{HookSettings, Settings};
-use crate::gateway::deliveries::{self, RecordedAnswer};
+use crate::gateway::deliveries::{self, Claim, RecordedAnswer};
 use crate::gateway::runtime_clock::now_ms;
 use crate::hook::signature::{SignatureRule, verify};
 use crate::mapping::{self, Mapping};
@@ -58,8 +59,7 @@ pub fn authenticate<'a>(
 }
 
 /// Checks a signed request's signature over the raw body. On success returns the replay key
-/// (`<mapping id>:<delivery id>`) when the scheme carries a delivery id; a failure counts toward
-/// the lockout and is a plain 401.
+/// `<mapping id>:<delivery id>`; a failure counts toward the lockout and is a plain 401.
 pub fn check_signature(
     app: &AppState,
     settings: &Settings,
@@ -68,7 +68,7 @@ pub fn check_signature(
     mapping: &Mapping,
     rule: &SignatureRule,
     body: &[u8],
-) -> Result<Option<String>, HookError> {
+) -> Result<String, HookError> {
     let client = client_address(peer.ip(), headers, &settings.trusted_proxies);
     let header = |name: &str| {
         headers
@@ -80,9 +80,7 @@ pub fn check_signature(
     match verify(rule, &header, body, now_unix) {
         Ok(verified) => {
             app.limiter.clear(client);
-            Ok(verified
-                .delivery_id
-                .map(|id| format!("{}:{id}", mapping.id)))
+            Ok(format!("{}:{}", mapping.id, verified.delivery_id))
         }
         Err(reason) => {
             app.limiter.record_failure(client, Instant::now());
@@ -92,35 +90,48 @@ pub fn check_signature(
     }
 }
 
-/// The answer a delivery already got, if it is a redelivery.
-pub async fn replayed(app: &AppState, key: &str) -> Result<Option<Response>, HookError> {
-    let key = key.to_string();
-    let answer = app
+/// Claims a signed delivery before it is processed. `Some(response)` when it must not be
+/// processed: a redelivery gets the first answer, and a copy arriving while the first is still
+/// in progress gets 409 (providers retry on it, and then get the first answer).
+pub async fn claim(app: &AppState, key: &str) -> Result<Option<Response>, HookError> {
+    let owned = key.to_string();
+    let claim = app
         .store
-        .read(move |conn| deliveries::recall(conn, &key, now_ms()))
+        .write(move |conn| deliveries::claim(conn, &owned, now_ms()))
         .await
         .map_err(|e| HookError::Internal(e.to_string()))?;
-    Ok(answer.map(|answer| {
-        tracing::info!("redelivery answered from the replay record");
-        let mut response = (
-            StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK),
-            answer.body,
-        )
-            .into_response();
-        if let Some(value) = answer
-            .content_type
-            .and_then(|c| HeaderValue::from_str(&c).ok())
-        {
-            response.headers_mut().insert(header::CONTENT_TYPE, value);
+    Ok(match claim {
+        Claim::Claimed => None,
+        Claim::InProgress => Some(json_error(StatusCode::CONFLICT, "delivery in progress")),
+        Claim::Answered(answer) => {
+            tracing::info!("redelivery answered from the replay record");
+            let mut response = (
+                StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK),
+                answer.body,
+            )
+                .into_response();
+            if let Some(value) = answer
+                .content_type
+                .and_then(|c| HeaderValue::from_str(&c).ok())
+            {
+                response.headers_mut().insert(header::CONTENT_TYPE, value);
+            }
+            Some(response)
         }
-        response
-    }))
+    })
 }
 
-/// Remembers the answer to a delivery (unless it is a server error, which a redelivery should
-/// get the chance to overcome), and returns it unchanged.
-pub async fn remember(app: &AppState, key: String, response: Response) -> Response {
+/// Records the answer to a claimed delivery and returns it unchanged; a server error releases
+/// the claim instead, so that the provider's retry gets the chance to succeed.
+pub async fn settle(app: &AppState, key: String, response: Response) -> Response {
     if response.status().is_server_error() {
+        if let Err(err) = app
+            .store
+            .write(move |conn| deliveries::release(conn, &key))
+            .await
+        {
+            tracing::error!(%err, "cannot release a delivery claim");
+        }
         return response;
     }
     let (parts, body) = response.into_parts();
@@ -139,7 +150,7 @@ pub async fn remember(app: &AppState, key: String, response: Response) -> Respon
     };
     if let Err(err) = app
         .store
-        .write(move |conn| deliveries::remember(conn, &key, &answer, now_ms()))
+        .write(move |conn| deliveries::answer(conn, &key, &answer, now_ms()))
         .await
     {
         tracing::error!(%err, "cannot record a delivery for replay protection");

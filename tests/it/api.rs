@@ -121,7 +121,6 @@ async fn livez_and_readyz_answer_without_auth() {
 #[cfg(unix)]
 #[tokio::test]
 async fn readyz_is_503_when_the_store_cannot_be_written() {
-    use std::os::unix::fs::PermissionsExt;
     let (server, dir) = Hookgate::start(&base_config());
     let db = dir.path().join("state/hookgate.db");
     // Swapping the file out from under the open connection is not enough (SQLite keeps its
@@ -129,12 +128,11 @@ async fn readyz_is_503_when_the_store_cannot_be_written() {
     // an exclusive lock on it.
     let locker = rusqlite::Connection::open(&db).unwrap();
     locker
-        .execute_batch("PRAGMA busy_timeout=0; BEGIN EXCLUSIVE;")
+        .execute_batch("PRAGMA busy_timeout=5000; BEGIN EXCLUSIVE;")
         .unwrap();
     let r = client().get(server.url("/readyz")).send().await.unwrap();
     assert_eq!(r.status(), 503);
     locker.execute_batch("COMMIT;").unwrap();
     let r = client().get(server.url("/readyz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
-    let _ = std::fs::Permissions::from_mode(0o600);
 }

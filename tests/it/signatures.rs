@@ -104,7 +104,7 @@ fn signature_config(scheme: &str) -> Value {
     match scheme {
         "standard-webhooks" => json!({"scheme": scheme, "secrets": [WHSEC_OLD, WHSEC_NEW]}),
         "hmac-sha256" => {
-            json!({"scheme": scheme, "secrets": ["old-secret", "new-secret"], "header": "X-Signature", "prefix": "sha256=", "encoding": "hex", "idHeader": "X-Delivery"})
+            json!({"scheme": scheme, "secrets": ["old-secret", "new-secret"], "header": "X-Signature", "prefix": "sha256=", "encoding": "hex"})
         }
         _ => json!({"scheme": scheme, "secrets": ["old-secret", "new-secret"]}),
     }
@@ -275,6 +275,52 @@ async fn a_redelivery_gets_the_first_answer_and_runs_nothing() {
 }
 
 #[tokio::test]
+async fn a_captured_request_cannot_be_replayed_under_a_new_delivery_id() {
+    let (server, _dir) = start("github");
+    let body = br#"{"id":"evt_9"}"#;
+    let mut headers = sign("github", "old-secret", body, now(), "first");
+    let (_, a) = json_of(post(&server, body, &headers).await).await;
+    headers.retain(|(k, _)| k != "x-github-delivery");
+    headers.push(("x-github-delivery".into(), "forged-new-id".into()));
+    let (_, b) = json_of(post(&server, body, &headers).await).await;
+    assert_eq!(a["runId"], b["runId"]);
+    headers.retain(|(k, _)| k != "x-github-delivery");
+    let (_, c) = json_of(post(&server, body, &headers).await).await;
+    assert_eq!(a["runId"], c["runId"]);
+}
+
+#[tokio::test]
+async fn a_signature_admits_its_own_mapping_only() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([
+            {"id": "partner", "match": {"path": "events", "source": "partner"}, "messageTemplate": "partner", "signature": {"scheme": "github", "secret": "partner-secret"}},
+            {"id": "internal", "match": {"path": "events", "source": "internal"}, "messageTemplate": "internal", "allowUnsafeExternalContent": true},
+        ]),
+    );
+    let (server, _dir) = Hookgate::start(&config);
+    let send = |body: &'static [u8]| {
+        let mut request = client()
+            .post(server.url("/hooks/events"))
+            .body(body.to_vec());
+        for (k, v) in sign("github", "partner-secret", body, now(), "d") {
+            request = request.header(k, v);
+        }
+        request.send()
+    };
+    assert_eq!(
+        send(br#"{"source":"partner"}"#).await.unwrap().status(),
+        200
+    );
+    assert_eq!(
+        send(br#"{"source":"internal"}"#).await.unwrap().status(),
+        401
+    );
+}
+
+#[tokio::test]
 async fn slack_redelivery_with_the_same_timestamp_and_signature_replays() {
     let (server, _dir) = start("slack");
     let body = br#"{"id":"evt_8"}"#;
@@ -391,4 +437,16 @@ fn an_unknown_scheme_or_a_malformed_secret_refuses_startup() {
         assert!(!status.success());
         assert!(output.contains(message), "expected {message:?} in {output}");
     }
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"match": {"path": "agent"}, "signature": {"scheme": "github", "secret": "s"}}]),
+    );
+    let (status, output, _dir) = check(&config);
+    assert!(!status.success());
+    assert!(
+        output.contains("cannot be used on the built-in wake and agent hooks"),
+        "{output}"
+    );
 }
