@@ -14,6 +14,9 @@ use crate::http::{AppState, AuthFailureLimiter, ConnectionLimits, router, serve}
 use crate::metrics::Metrics;
 use crate::transform::{TransformEngine, TransformLimits, TransformRegistry};
 
+/// How long a stopping server lets the outbox finish the send it is making.
+const OUTBOX_GRACE: Duration = Duration::from_secs(5);
+
 /// How often transform files are checked for replacement.
 const TRANSFORM_POLL: Duration = Duration::from_millis(500);
 
@@ -147,7 +150,7 @@ impl Server {
         .await;
         watcher.abort();
         refresher.abort();
-        self.state.runtime.stop();
+        self.state.runtime.stop(OUTBOX_GRACE).await;
         let store = self.state.store;
         tokio::task::spawn_blocking(move || store.close())
             .await

@@ -41,7 +41,7 @@ pub async fn run(runtime: Arc<Runtime>) {
         }
         Err(err) => tracing::error!(%err, "cannot recover the outbox"),
     }
-    loop {
+    while !runtime.stopping() {
         let due = runtime
             .store
             .read(|conn| runs::due(conn, now_ms(), 32))
@@ -49,7 +49,7 @@ pub async fn run(runtime: Arc<Runtime>) {
         let store_ok = match due {
             Ok(due) => {
                 let mut ok = true;
-                for entry in due {
+                for entry in due.into_iter().take_while(|_| !runtime.stopping()) {
                     if !attempt(&runtime, entry).await {
                         ok = false;
                         break;

@@ -27,6 +27,7 @@ pub struct Runtime {
     pub outbox_ready: Notify,
     pub heartbeat: HeartbeatTrigger,
     workers: Mutex<Vec<(&'static str, JoinHandle<()>)>>,
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Runtime {
@@ -47,6 +48,7 @@ impl Runtime {
             outbox_ready: Notify::new(),
             heartbeat: HeartbeatTrigger::default(),
             workers: Mutex::new(Vec::new()),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         });
         let mut workers = vec![(
             "outbox",
@@ -79,12 +81,32 @@ impl Runtime {
             .collect()
     }
 
-    /// Stops the workers. What they committed stays committed; runs in progress are resumed by
-    /// the next start.
-    pub fn stop(&self) {
+    /// Stops the workers. The outbox first gets up to `grace` to finish the send it is making
+    /// (a send cut off halfway is recorded as uncertain and never repeated); then everything is
+    /// aborted. What the workers committed stays committed; runs in progress are resumed by the
+    /// next start.
+    pub async fn stop(&self, grace: std::time::Duration) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.outbox_ready.notify_one();
+        let outbox = {
+            let mut workers = self.lock_workers();
+            let at = workers.iter().position(|(name, _)| *name == "outbox");
+            at.map(|at| workers.remove(at).1)
+        };
+        if let Some(mut outbox) = outbox {
+            if tokio::time::timeout(grace, &mut outbox).await.is_err() {
+                outbox.abort();
+            }
+        }
         for (_, handle) in self.lock_workers().iter() {
             handle.abort();
         }
+    }
+
+    /// Whether [`Runtime::stop`] has begun.
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn forwarding(&self) -> bool {

@@ -804,3 +804,31 @@ async fn a_session_key_with_a_backlog_does_not_hold_up_other_keys() {
         last["finishedAt"]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_in_progress_at_sigterm_is_finished_not_abandoned() {
+    let provider = Fake::provider("deliver me").await;
+    let chat = Fake::start(|_, _| {
+        Answer::After(
+            Duration::from_millis(800),
+            Box::new(Answer::Json(200, json!({"ok": true}))),
+        )
+    })
+    .await;
+    let mut config = with_provider(&provider);
+    config["channels"] = all_channels(&chat);
+    let dir = ConfigDir::new(&config);
+    let server = Hookgate::start_in(&dir);
+    let run_id = agent(
+        &server,
+        json!({"message": "m", "channel": "telegram", "to": "42"}),
+    )
+    .await;
+    eventually("the send to start", async || !chat.requests().is_empty()).await;
+    let (status, _) = server.terminate();
+    assert!(status.success());
+    let server = Hookgate::start_in(&dir);
+    let run = finished(&server, &run_id).await;
+    assert_eq!(run["delivery"]["status"], "sent", "{run}");
+    assert_eq!(chat.requests().len(), 1);
+}
