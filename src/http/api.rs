@@ -51,11 +51,7 @@ pub async fn main_session_events(
     authorize(&app, peer, &headers)?;
     let (after, limit) = page(query.as_deref()).map_err(HookError::Invalid)?;
     let agent = app.config.current().agents.default_id().to_string();
-    let events = app
-        .store
-        .events(&agent, after, limit)
-        .await
-        .map_err(|e| HookError::Internal(e.to_string()))?;
+    let events = app.store.events(&agent, after, limit).await?;
     Ok(Json(json!({"events": events})).into_response())
 }
 
@@ -84,11 +80,7 @@ pub async fn run(
     Path(run_id): Path<String>,
 ) -> Result<Response, HookError> {
     authorize(&app, peer, &headers)?;
-    let run = app
-        .store
-        .run(&run_id)
-        .await
-        .map_err(|e| HookError::Internal(e.to_string()))?;
+    let run = app.store.run(&run_id).await?;
     Ok(match run {
         Some(run) => Json(run).into_response(),
         None => json_error(StatusCode::NOT_FOUND, "run not found"),
@@ -125,11 +117,7 @@ pub async fn runs(
             _ => {}
         }
     }
-    let runs = app
-        .store
-        .runs(status, limit)
-        .await
-        .map_err(|e| HookError::Internal(e.to_string()))?;
+    let runs = app.store.runs(status, limit).await?;
     Ok(Json(json!({"runs": runs})).into_response())
 }
 

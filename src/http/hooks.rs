@@ -1,7 +1,7 @@
 //! The hook endpoint: the request pipeline of behaviour §2, in its order, then `/wake` and `/agent`.
 
 use std::net::SocketAddr;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use axum::Json;
 use axum::extract::{ConnectInfo, Request, State};
@@ -16,6 +16,7 @@ use super::body::{parse_json, read_limited};
 use super::reply::HookError;
 use super::signed::{self, Credential};
 use crate::config::{HookSettings, Settings};
+use crate::gateway::runtime_clock::{now_ms, now_rfc3339};
 use crate::gateway::{EventKind, IdempotencyClaim, NewEvent, NewRun, RunQueued};
 use crate::hook::envelope::{ContentSource, wrap_prompt};
 use crate::hook::policy::KeyOrigin;
@@ -287,14 +288,6 @@ fn query_names_token(query: Option<&str>) -> bool {
     query.is_some_and(|q| form_urlencoded::parse(q.as_bytes()).any(|(name, _)| name == "token"))
 }
 
-fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-fn internal(err: impl std::fmt::Display) -> HookError {
-    HookError::Internal(err.to_string())
-}
-
 /// A wake: a durable, untrusted system event for the default agent's main session.
 async fn commit_wake(
     app: &AppState,
@@ -310,10 +303,7 @@ async fn commit_wake(
         source,
         at: now_rfc3339(),
     };
-    app.runtime
-        .submit_wake(event, wake.mode)
-        .await
-        .map_err(internal)?;
+    app.runtime.submit_wake(event, wake.mode).await?;
     Ok(Json(json!({"ok": true, "mode": wake.mode.as_str()})).into_response())
 }
 
@@ -346,7 +336,7 @@ async fn queue_agent(
     ]);
     let claim = key.map(|key| IdempotencyClaim {
         fingerprint: idempotency::fingerprint(key, parts.uri.path(), &admitted),
-        now_ms: unix_millis(),
+        now_ms: now_ms(),
         window: idempotency::WINDOW,
     });
     let run_id = Uuid::new_v4().to_string();
@@ -363,19 +353,9 @@ async fn queue_agent(
         )
     };
     let run = NewRun::admitted(run_id, &admitted, prompt, received);
-    let queued = app
-        .runtime
-        .submit_run(run, claim, &admitted, key)
-        .await
-        .map_err(internal)?;
+    let queued = app.runtime.submit_run(run, claim, &admitted, key).await?;
     let (RunQueued::New { run_id } | RunQueued::Replayed { run_id }) = queued;
     Ok(Json(json!({"ok": true, "runId": run_id})).into_response())
-}
-
-fn unix_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]

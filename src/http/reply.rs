@@ -39,6 +39,13 @@ pub enum HookError {
     Internal(String),
 }
 
+impl From<crate::gateway::StoreError> for HookError {
+    /// The store failing is our problem, not the client's: a 500, the cause in the log.
+    fn from(err: crate::gateway::StoreError) -> Self {
+        HookError::Internal(err.to_string())
+    }
+}
+
 impl From<Rejected> for HookError {
     fn from(rejected: Rejected) -> Self {
         HookError::Invalid(rejected.0)

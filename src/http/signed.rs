@@ -98,8 +98,7 @@ pub async fn claim(app: &AppState, key: &str) -> Result<Option<Response>, HookEr
     let claim = app
         .store
         .write(move |conn| deliveries::claim(conn, &owned, now_ms()))
-        .await
-        .map_err(|e| HookError::Internal(e.to_string()))?;
+        .await?;
     Ok(match claim {
         Claim::Claimed => None,
         Claim::InProgress => Some(json_error(StatusCode::CONFLICT, "delivery in progress")),
