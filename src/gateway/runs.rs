@@ -35,13 +35,29 @@ pub fn resume_interrupted(conn: &Connection) -> rusqlite::Result<usize> {
 
 /// The oldest queued run of each session key that has none running: (run id, session key),
 /// oldest first. One busy key with a long backlog therefore never hides the runs of others.
+///
+/// Costs O(k log n) for k session keys with queued runs and n runs, not O(n): the keys are
+/// walked on the `runs_queue` index one `MIN(session_key) > previous` step at a time (a loose
+/// index scan, which SQLite does not plan by itself), and each key's oldest run is the first
+/// entry of that key in the same index. A scan of every queued run here made a backlog of one
+/// busy session quadratic to drain, since the runner asks after every run.
 pub fn queued(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<(String, String)>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT run_id, session_key FROM runs AS r
-         WHERE status = 'queued'
-           AND rowid = (SELECT MIN(rowid) FROM runs WHERE status = 'queued' AND session_key = r.session_key)
-           AND NOT EXISTS (SELECT 1 FROM runs WHERE status = 'running' AND session_key = r.session_key)
-         ORDER BY rowid LIMIT ?1",
+        "WITH RECURSIVE keys(key) AS (
+             SELECT MIN(session_key) FROM runs WHERE status = 'queued'
+             UNION ALL
+             SELECT (SELECT MIN(session_key) FROM runs WHERE status = 'queued' AND session_key > key)
+             FROM keys WHERE key IS NOT NULL
+         ),
+         heads(key, head) AS (
+             SELECT key, (SELECT rowid FROM runs WHERE status = 'queued' AND session_key = key
+                          ORDER BY rowid LIMIT 1)
+             FROM keys
+             WHERE key IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM runs WHERE status = 'running' AND session_key = key)
+         )
+         SELECT runs.run_id, heads.key FROM heads JOIN runs ON runs.rowid = heads.head
+         ORDER BY heads.head LIMIT ?1",
     )?;
     let rows = stmt.query_map(params![limit], |row| Ok((row.get(0)?, row.get(1)?)))?;
     rows.collect()

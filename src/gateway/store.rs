@@ -321,10 +321,20 @@ CREATE TABLE deliveries (
 CREATE INDEX deliveries_by_age ON deliveries (first_at_ms);
 ";
 
+/// The runner's queue: queued runs by session key, in arrival order (see `runs::queued`).
+const SCHEMA_V4: &str = "
+CREATE INDEX runs_queue ON runs (status, session_key);
+";
+
 /// Brings the schema up to date, one version per transaction.
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
-    for (target, schema) in [(1, SCHEMA_V1), (2, SCHEMA_V2), (3, SCHEMA_V3)] {
+    for (target, schema) in [
+        (1, SCHEMA_V1),
+        (2, SCHEMA_V2),
+        (3, SCHEMA_V3),
+        (4, SCHEMA_V4),
+    ] {
         if version < target {
             conn.execute_batch(&format!(
                 "BEGIN; {schema} PRAGMA user_version = {target}; COMMIT;"
@@ -537,6 +547,40 @@ mod tests {
         store.queue_run(run("r"), None).await.unwrap();
         let record = store.run("r").await.unwrap().unwrap();
         assert_eq!(record.timeout_seconds, Some(i64::MAX));
+        store.close();
+    }
+
+    #[tokio::test]
+    async fn the_queue_offers_each_idle_session_its_oldest_run_oldest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), true).unwrap();
+        for (id, key) in [
+            ("a1", "hook:b"),
+            ("b1", "hook:a"),
+            ("a2", "hook:b"),
+            ("c1", "hook:c"),
+        ] {
+            let mut new = run(id);
+            new.session_key = key.into();
+            store.queue_run(new, None).await.unwrap();
+        }
+        let queued = || store.read(|conn| super::super::runs::queued(conn, 10));
+        let ids =
+            |rows: Vec<(String, String)>| rows.into_iter().map(|(id, _)| id).collect::<Vec<_>>();
+        assert_eq!(ids(queued().await.unwrap()), ["a1", "b1", "c1"]);
+
+        let claimed = store
+            .write(|conn| super::super::runs::claim(conn, "a1", "now"))
+            .await
+            .unwrap();
+        assert!(claimed.is_some());
+        assert_eq!(
+            ids(queued().await.unwrap()),
+            ["b1", "c1"],
+            "a session with a run in progress offers nothing, not even its next run"
+        );
+        let limited = store.read(|conn| super::super::runs::queued(conn, 1)).await;
+        assert_eq!(ids(limited.unwrap()), ["b1"]);
         store.close();
     }
 
