@@ -6,6 +6,7 @@ mod harness;
 mod agent;
 mod api;
 mod config;
+mod crash;
 mod durability;
 mod example;
 mod mapped;
