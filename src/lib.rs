@@ -10,5 +10,6 @@ pub mod hook;
 pub mod http;
 pub mod mapping;
 pub mod metrics;
+pub mod private_fs;
 pub mod server;
 pub mod transform;

@@ -86,11 +86,13 @@ impl Store {
         group_commit: bool,
         commit_time: Option<Histogram>,
     ) -> Result<Store, StoreError> {
-        std::fs::create_dir_all(state_dir).map_err(|source| StoreError::StateDir {
+        let state_dir_error = |source| StoreError::StateDir {
             path: state_dir.to_path_buf(),
             source,
-        })?;
+        };
+        crate::private_fs::create_private_dir(state_dir).map_err(state_dir_error)?;
         let path = state_dir.join(DB_FILE);
+        crate::private_fs::create_private_file(&path).map_err(state_dir_error)?;
         let writer_conn = open_connection(&path)?;
         migrate(&writer_conn)?;
         let reader = open_connection(&path)?;

@@ -56,11 +56,11 @@ impl CompileCache {
     }
 
     fn store(&self, entry: &Path, component: &Component) -> anyhow::Result<()> {
-        std::fs::create_dir_all(&self.dir)?;
+        crate::private_fs::create_private_dir(&self.dir)?;
         let code = component.serialize()?;
         // Written aside and renamed, so a reader never sees half an entry.
         let partial = entry.with_extension(format!("partial-{}", std::process::id()));
-        std::fs::write(&partial, code)?;
+        crate::private_fs::write_private(&partial, &code)?;
         std::fs::rename(&partial, entry)?;
         Ok(())
     }

@@ -1,10 +1,12 @@
 //! The per-call state a transform's store holds: an empty WASI context, the memory cap, and the
 //! bounded sinks for stdout, stderr and the `log` import.
 
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{TransformImports, types};
 use super::engine::{CORE_INSTANCES_PER_COMPONENT, MEMORIES_PER_COMPONENT, TABLES_PER_COMPONENT};
@@ -24,14 +26,17 @@ pub struct HostState {
 }
 
 impl HostState {
-    /// A context with no preopened directories, no environment, no arguments, stdin closed, and
-    /// (wasmtime-wasi's default) no network; stdout and stderr captured up to `log_bytes` each.
+    /// A context with no preopened directories, no environment, no arguments, stdin closed,
+    /// (wasmtime-wasi's default) no network, and clocks that tick in whole milliseconds; stdout
+    /// and stderr captured up to `log_bytes` each.
     pub fn new(mapping_id: &str, memory_bytes: usize, log_bytes: usize) -> Self {
         let stdout = MemoryOutputPipe::new(log_bytes);
         let stderr = MemoryOutputPipe::new(log_bytes);
         let wasi = WasiCtx::builder()
             .stdout(stdout.clone())
             .stderr(stderr.clone())
+            .wall_clock(MillisecondWallClock)
+            .monotonic_clock(MillisecondMonotonicClock::new())
             .build();
         HostState {
             wasi,
@@ -70,6 +75,51 @@ impl HostState {
         if self.log.dropped > 0 {
             tracing::warn!(mapping = %self.log.mapping_id, dropped = self.log.dropped, "transform log lines dropped over the per-call budget");
         }
+    }
+}
+
+/// Wall time in whole milliseconds. A transform may know the time of day, but a nanosecond clock
+/// is a timer for measuring the host (cache and speculative-execution side channels); a
+/// millisecond is coarse enough to blunt that and fine enough for any timestamp a webhook needs.
+struct MillisecondWallClock;
+
+const MILLISECOND: Duration = Duration::from_millis(1);
+
+impl HostWallClock for MillisecondWallClock {
+    fn resolution(&self) -> Duration {
+        MILLISECOND
+    }
+
+    fn now(&self) -> Duration {
+        let since_epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Duration::from_millis(u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
+/// Time since the call began, in whole milliseconds: no finer than the wall clock, for the same
+/// reason, and it still advances, so a guest that waits for time to pass is not stuck.
+struct MillisecondMonotonicClock {
+    start: Instant,
+}
+
+impl MillisecondMonotonicClock {
+    fn new() -> Self {
+        MillisecondMonotonicClock {
+            start: Instant::now(),
+        }
+    }
+}
+
+impl HostMonotonicClock for MillisecondMonotonicClock {
+    fn resolution(&self) -> u64 {
+        1_000_000
+    }
+
+    fn now(&self) -> u64 {
+        let millis = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        millis.saturating_mul(1_000_000)
     }
 }
 

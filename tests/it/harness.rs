@@ -219,12 +219,22 @@ impl Hookgate {
     /// Waits for the process to exit; returns the exit status and everything it logged.
     pub fn wait(mut self) -> (ExitStatus, String) {
         let status = self.child.wait().expect("wait");
+        (status, self.checked_log())
+    }
+
+    /// The whole log of the exited process, checked for the tokens every test server is given:
+    /// each suite runs with debug logging, so every test also shows that no path through the
+    /// server writes a token to its log.
+    fn checked_log(&mut self) -> String {
         let log = self
             .stderr
             .take()
             .and_then(|h| h.join().ok())
             .unwrap_or_default();
-        (status, log)
+        if !std::thread::panicking() {
+            assert_no_secrets(&log, &[HOOK_TOKEN, GATEWAY_TOKEN]);
+        }
+        log
     }
 
     /// SIGKILL: the process gets no chance to flush anything.
@@ -238,6 +248,16 @@ impl Drop for Hookgate {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.checked_log();
+    }
+}
+
+/// Fails the test when `log` contains any of `secrets`.
+pub fn assert_no_secrets(log: &str, secrets: &[&str]) {
+    for secret in secrets {
+        if let Some(line) = log.lines().find(|l| l.contains(secret)) {
+            panic!("the server log contains the secret `{secret}`: {line}");
+        }
     }
 }
 

@@ -13,6 +13,7 @@ mod mapped;
 mod metrics;
 mod pipeline;
 mod runtime;
+mod security;
 mod signatures;
 mod transforms;
 mod wake;

@@ -37,7 +37,13 @@ fn key_of(secret: &str) -> Vec<u8> {
 }
 
 /// Headers that sign `body` for `scheme` with `secret` at time `ts`, delivery `id`.
-fn sign(scheme: &str, secret: &str, body: &[u8], ts: i64, id: &str) -> Vec<(String, String)> {
+pub(crate) fn sign(
+    scheme: &str,
+    secret: &str,
+    body: &[u8],
+    ts: i64,
+    id: &str,
+) -> Vec<(String, String)> {
     let key = key_of(secret);
     let ts_text = ts.to_string();
     let pairs: Vec<(&str, String)> = match scheme {
