@@ -9,9 +9,7 @@
 //! Run: `cargo bench --bench load` (`LOAD_SECONDS=5` for longer cases, `LOAD_CASE=github` for
 //! the cases whose name contains that text).
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -19,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 mod support;
-use support::{build_transforms, percentiles};
+use support::{build_transforms, percentiles, rss_mib, start_hookgate, stop};
 
 const HOOK_TOKEN: &str = "bench-hook-token-0123";
 const GATEWAY_TOKEN: &str = "bench-gateway-token-0123";
@@ -195,51 +193,6 @@ fn prepare_dir(transforms: usize, wasm_dir: &Path) -> tempfile::TempDir {
     )
     .unwrap();
     dir
-}
-
-/// Starts hookgate; returns the child, its base URL and the time until `listening`.
-fn start_hookgate(dir: &Path) -> (Child, String, Duration) {
-    let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(dir.join("hookgate.json5"))
-        .env("RUST_LOG", "hookgate=warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let took = started.elapsed();
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .expect("listening line")
-        .to_string();
-    (child, base, took)
-}
-
-fn stop(mut child: Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
-}
-
-/// `VmRSS` and `VmHWM` (peak) of a process, in MiB.
-fn rss_mib(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|kb| kb.parse::<f64>().ok())
-            .map_or(f64::NAN, |kb| kb / 1024.0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
 }
 
 fn main() {

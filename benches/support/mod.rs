@@ -1,13 +1,23 @@
-//! What the benchmarks share: building the example transforms, and percentiles.
+//! What the benchmarks share: building the example transforms, running the real binary, and
+//! percentiles.
 
+// Compiled into every benchmark, each of which uses a part.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Builds the transforms for `wasm32-wasip2`; returns the directory of the `.wasm` files.
 pub fn build_transforms() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("transforms");
-    let target = root.join("target");
+    // Beside the outer build when it has a target directory of its own (as CI's cache), so
+    // that the tests' build of the transforms is reused.
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || root.join("target"),
+        |dir| PathBuf::from(dir).join("wasm-transforms"),
+    );
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args([
             "build",
@@ -32,4 +42,49 @@ pub fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
     samples.sort();
     let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
     (at(0.5), at(0.99))
+}
+
+/// Starts hookgate; returns the child, its base URL and the time until `listening`.
+pub fn start_hookgate(dir: &Path) -> (Child, String, Duration) {
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(dir.join("hookgate.json5"))
+        .env("RUST_LOG", "hookgate=warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let took = started.elapsed();
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("listening line")
+        .to_string();
+    (child, base, took)
+}
+
+pub fn stop(mut child: Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+/// `VmRSS` and `VmHWM` (peak) of a process, in MiB.
+pub fn rss_mib(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
 }
