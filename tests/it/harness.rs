@@ -187,6 +187,11 @@ impl Hookgate {
         run
     }
 
+    /// The server's process id (to read its memory use from `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }

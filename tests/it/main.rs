@@ -9,6 +9,7 @@ mod config;
 mod crash;
 mod durability;
 mod example;
+mod hostile;
 mod mapped;
 mod metrics;
 mod pipeline;

@@ -2,13 +2,14 @@
 //!
 //! The event type comes from the `x-github-event` header. `push`, `pull_request`, `issues`,
 //! `release` and completed `workflow_run` events become one agent run each; `ping` and
-//! everything else are skipped (204), so GitHub's delivery log stays green.
+//! everything else are skipped (204), so GitHub's delivery log stays green. A request without the
+//! header is not a GitHub delivery and gets a 400.
 
 use serde_json::Value;
 
 wit_bindgen::generate!({ path: "../../wit", world: "transform" });
 
-use hookgate::transform::types::{Action, Agent};
+use hookgate::transform::types::{Action, Agent, Reply};
 
 /// What to do with one event.
 #[derive(Debug, PartialEq, Eq)]
@@ -21,8 +22,11 @@ struct GitHub;
 
 impl Guest for GitHub {
     fn transform(req: Request) -> Result<Outcome, String> {
-        let event =
-            header(&req.headers, "x-github-event").ok_or("missing x-github-event header")?;
+        // Not a GitHub delivery: the sender's mistake, so a 400 it can read, not a failure of
+        // the transform (which hookgate would answer with a 500).
+        let Some(event) = header(&req.headers, "x-github-event") else {
+            return Ok(bad_request("missing X-GitHub-Event header"));
+        };
         let payload: Value =
             serde_json::from_slice(&req.body).map_err(|e| format!("body is not JSON: {e}"))?;
         Ok(match describe(event, &payload) {
@@ -48,6 +52,16 @@ impl Guest for GitHub {
 }
 
 export!(GitHub);
+
+/// A 400 in hookgate's error shape.
+fn bad_request(error: &str) -> Outcome {
+    let body = serde_json::json!({"ok": false, "error": error});
+    Outcome::Respond(Reply {
+        status: 400,
+        content_type: None,
+        body: body.to_string().into_bytes(),
+    })
+}
 
 fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
     headers
