@@ -22,6 +22,8 @@ use axum::routing::get;
 use tower_http::catch_panic::CatchPanicLayer;
 
 pub use auth::AuthFailureLimiter;
+/// Public so that the `payload` fuzz target reaches the very parsing every hook body goes through.
+pub use body::parse_json;
 pub use serve::{ConnectionLimits, serve};
 
 use crate::config::LiveConfig;
