@@ -4,6 +4,7 @@
 //! system event for the agent's main session) or an agent run, and answers 200 only once that is
 //! durably committed. See `DESIGN.md` for the architecture and the README for operation.
 
+pub mod allocator;
 pub mod config;
 pub mod gateway;
 pub mod hook;

@@ -136,6 +136,7 @@ fn check(path: &std::path::Path) -> ExitCode {
 }
 
 fn serve(path: PathBuf, listen: Option<SocketAddr>) -> ExitCode {
+    hookgate::allocator::start_trimming();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {

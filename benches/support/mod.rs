@@ -45,27 +45,35 @@ pub fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
 }
 
 /// Starts hookgate; returns the child, its base URL and the time until `listening`.
+///
+/// `HOOKGATE_WRAPPER` (say `heaptrack` or `valgrind --tool=massif`) runs the server under that
+/// command; the returned child is then the wrapper's process.
 pub fn start_hookgate(dir: &Path) -> (Child, String, Duration) {
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(dir.join("hookgate.json5"))
-        .env("RUST_LOG", "hookgate=warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let took = started.elapsed();
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .expect("listening line")
-        .to_string();
-    (child, base, took)
+    let wrapper = std::env::var("HOOKGATE_WRAPPER").unwrap_or_default();
+    let mut command = wrapper.split_whitespace();
+    let mut child = match command.next() {
+        Some(program) => {
+            let mut c = Command::new(program);
+            c.args(command).arg(env!("CARGO_BIN_EXE_hookgate"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_hookgate")),
+    }
+    .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+    .arg(dir.join("hookgate.json5"))
+    .env("RUST_LOG", "hookgate=warn")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    // A wrapper may print lines of its own first.
+    let base = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| line.strip_prefix("listening on ").map(String::from))
+        .expect("listening line");
+    (child, base, started.elapsed())
 }
 
 pub fn stop(mut child: Child) {
