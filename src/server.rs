@@ -49,7 +49,7 @@ fn transform_registry(settings: &Settings) -> Result<Arc<TransformRegistry>, Sta
     let limits = settings
         .hooks
         .as_ref()
-        .map_or_else(TransformLimits::default, |h| h.transform_limits);
+        .map_or_else(TransformLimits::default, |h| h.engine_limits());
     let engine = TransformEngine::new(&limits)
         .map_err(|e| anyhow::anyhow!("cannot start the transform engine: {e:#}"))?;
     Ok(Arc::new(TransformRegistry::new(

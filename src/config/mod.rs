@@ -2,6 +2,7 @@
 //! [`Settings`], and live reload that swaps a whole new `Settings` in at once.
 
 mod confine;
+mod limits;
 mod load;
 pub mod model;
 mod reload;
@@ -160,6 +161,13 @@ impl LiveConfig {
             || settings.runtime.mode != old.runtime.mode
             || settings.runtime.max_concurrent != old.runtime.max_concurrent
             || settings.runtime.heartbeat_every != old.runtime.heartbeat_every;
+        let pool_memory = |s: &Settings| s.hooks.as_ref().map(|h| h.engine_limits().memory_bytes);
+        if pool_memory(&settings) > pool_memory(&old) {
+            tracing::warn!(
+                "a transform memory cap above the one the instance pool was sized for at start \
+                 is held to that size until a restart"
+            );
+        }
         if restart_only {
             tracing::warn!(
                 "gateway.stateDir, gateway.bind, gateway.port, gateway.mode, \

@@ -95,7 +95,7 @@ pub struct HooksConfig {
     pub transform_limits: Option<TransformLimitsConfig>,
 }
 
-/// `hooks.transformLimits`: bounds on every transform call.
+/// `hooks.transformLimits`, or a mapping's `transform.limits`: bounds on transform calls.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TransformLimitsConfig {
@@ -164,6 +164,8 @@ pub struct MatchConfig {
 pub struct TransformConfig {
     pub module: String,
     pub config: Option<serde_json::Value>,
+    /// This mapping's bounds, over `hooks.transformLimits` (all but `maxConcurrent`).
+    pub limits: Option<TransformLimitsConfig>,
 }
 
 /// `agents.*`.

@@ -12,7 +12,8 @@ use ipnet::IpNet;
 
 use super::ConfigError;
 use super::confine;
-use super::model::{FileConfig, HooksConfig, SecretValue, SignatureConfig, TransformLimitsConfig};
+use super::limits;
+use super::model::{FileConfig, HooksConfig, SecretValue, SignatureConfig};
 use super::runtime::{RuntimeSettings, runtime_settings};
 use crate::hook::policy::{AllowedAgents, normalize_agent_id};
 use crate::hook::signature::{DEFAULT_TOLERANCE, Encoding, Scheme, SignatureRule, decode_secret};
@@ -73,6 +74,31 @@ pub struct HookSettings {
 }
 
 impl HookSettings {
+    /// The bounds of `mapping`'s transform calls: its own `transform.limits`, else
+    /// `hooks.transformLimits`.
+    pub fn limits_for<'a>(&'a self, mapping: &'a Mapping) -> &'a TransformLimits {
+        mapping
+            .transform
+            .as_ref()
+            .and_then(|spec| spec.limits.as_ref())
+            .unwrap_or(&self.transform_limits)
+    }
+
+    /// `hooks.transformLimits` with the largest memory cap any mapping has: what the engine's
+    /// instance pool must be sized for.
+    pub fn engine_limits(&self) -> TransformLimits {
+        let largest = self
+            .mappings
+            .iter()
+            .filter_map(|m| m.transform.as_ref()?.limits.as_ref())
+            .map(|limits| limits.memory_bytes)
+            .fold(self.transform_limits.memory_bytes, usize::max);
+        TransformLimits {
+            memory_bytes: largest,
+            ..self.transform_limits
+        }
+    }
+
     /// Every transform module the mappings name, once each, with the key that names it first.
     pub fn transform_modules(&self) -> Vec<(String, String)> {
         let mut seen = Vec::<(String, String)>::new();
@@ -314,10 +340,32 @@ fn hook_settings(
             }
         }
     }
+    let transform_limits =
+        hooks
+            .transform_limits
+            .as_ref()
+            .map_or_else(TransformLimits::default, |c| {
+                limits::transform_limits(
+                    c,
+                    TransformLimits::default(),
+                    "hooks.transformLimits",
+                    problems,
+                )
+            });
     let mut mappings = Vec::new();
     for (i, config) in hooks.mappings.iter().enumerate() {
         match Mapping::from_config(i, config) {
             Ok(mut mapping) => {
+                let own = config.transform.as_ref().and_then(|t| t.limits.as_ref());
+                if let (Some(spec), Some(own)) = (mapping.transform.as_mut(), own) {
+                    let key = format!("hooks.mappings[{i}].transform.limits");
+                    spec.limits = Some(limits::mapping_limits(
+                        own,
+                        transform_limits,
+                        &key,
+                        problems,
+                    ));
+                }
                 if let Some(signature) = &config.signature {
                     let key = format!("hooks.mappings[{i}].signature");
                     match mapping.path() {
@@ -346,7 +394,6 @@ fn hook_settings(
             .iter()
             .filter_map(|name| crate::mapping::preset(name)),
     );
-    let transform_limits = transform_limits(hooks.transform_limits.as_ref(), problems);
     let policy = HookPolicy {
         agents: agents.clone(),
         sessions,
@@ -406,45 +453,6 @@ fn session_policy(hooks: &HooksConfig, problems: &mut Vec<ConfigError>) -> Sessi
         }
     }
     policy
-}
-
-/// `hooks.transformLimits` over the defaults; each value must be positive.
-fn transform_limits(
-    config: Option<&TransformLimitsConfig>,
-    problems: &mut Vec<ConfigError>,
-) -> TransformLimits {
-    let mut limits = TransformLimits::default();
-    let Some(config) = config else {
-        return limits;
-    };
-    let mut positive = |key: &str, value: Option<u64>| -> Option<u64> {
-        match value {
-            Some(0) => {
-                problems.push(ConfigError::invalid(
-                    format!("hooks.transformLimits.{key}"),
-                    "must be greater than 0",
-                ));
-                None
-            }
-            other => other,
-        }
-    };
-    if let Some(ms) = positive("timeoutMs", config.timeout_ms) {
-        limits.timeout = Duration::from_millis(ms);
-    }
-    if let Some(bytes) = positive("memoryBytes", config.memory_bytes) {
-        limits.memory_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
-    }
-    if let Some(bytes) = positive("outputBytes", config.output_bytes) {
-        limits.output_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
-    }
-    if let Some(bytes) = positive("logBytes", config.log_bytes) {
-        limits.log_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
-    }
-    if let Some(n) = positive("maxConcurrent", config.max_concurrent.map(u64::from)) {
-        limits.max_concurrent = u32::try_from(n).unwrap_or(u32::MAX);
-    }
-    limits
 }
 
 /// A duration in seconds, greater than 0 and at most an hour.

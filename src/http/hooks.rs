@@ -214,7 +214,7 @@ async fn run_transform(
     let outcome = app
         .transforms
         .engine()
-        .call(&loaded, input, &hooks.transform_limits)
+        .call(&loaded, input, hooks.limits_for(mapping))
         .await;
     app.metrics
         .transform_duration

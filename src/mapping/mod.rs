@@ -9,6 +9,7 @@ use crate::config::model::MappingConfig;
 use crate::hook::payload::timeout_seconds;
 use crate::hook::signature::SignatureRule;
 use crate::hook::{AgentRequest, Channel, Rejected, WakeMode, WakeRequest};
+use crate::transform::TransformLimits;
 pub use template::TemplateContext;
 use template::{render, render_optional};
 
@@ -53,6 +54,8 @@ pub struct Mapping {
 pub struct TransformSpec {
     pub module: String,
     pub config: Option<String>,
+    /// This mapping's own bounds, when it sets `transform.limits`; else `hooks.transformLimits`.
+    pub limits: Option<TransformLimits>,
 }
 
 impl Mapping {
@@ -100,6 +103,8 @@ impl Mapping {
             transform: config.transform.as_ref().map(|t| TransformSpec {
                 module: t.module.trim().to_string(),
                 config: t.config.as_ref().map(Value::to_string),
+                // Resolved with the problems of the whole configuration, in `config::settings`.
+                limits: None,
             }),
             is_email: false,
             signature: None,

@@ -1,0 +1,66 @@
+//! The bounds of transform calls: `hooks.transformLimits` for every call, and a mapping's
+//! `transform.limits` over those for its own (an interpreted guest, JavaScript say, needs more
+//! memory and time than a small Rust transform, without raising the bounds of all the others).
+
+use std::time::Duration;
+
+use super::ConfigError;
+use super::model::TransformLimitsConfig;
+use crate::transform::TransformLimits;
+
+/// `config` over `base`, each value checked to be positive; problems are named under `key`
+/// (`hooks.transformLimits` or `hooks.mappings[2].transform.limits`).
+pub(super) fn transform_limits(
+    config: &TransformLimitsConfig,
+    base: TransformLimits,
+    key: &str,
+    problems: &mut Vec<ConfigError>,
+) -> TransformLimits {
+    let mut limits = base;
+    let mut positive = |field: &str, value: Option<u64>| -> Option<u64> {
+        match value {
+            Some(0) => {
+                problems.push(ConfigError::invalid(
+                    format!("{key}.{field}"),
+                    "must be greater than 0",
+                ));
+                None
+            }
+            other => other,
+        }
+    };
+    let size = |bytes: u64| usize::try_from(bytes).unwrap_or(usize::MAX);
+    if let Some(ms) = positive("timeoutMs", config.timeout_ms) {
+        limits.timeout = Duration::from_millis(ms);
+    }
+    if let Some(bytes) = positive("memoryBytes", config.memory_bytes) {
+        limits.memory_bytes = size(bytes);
+    }
+    if let Some(bytes) = positive("outputBytes", config.output_bytes) {
+        limits.output_bytes = size(bytes);
+    }
+    if let Some(bytes) = positive("logBytes", config.log_bytes) {
+        limits.log_bytes = size(bytes);
+    }
+    if let Some(n) = positive("maxConcurrent", config.max_concurrent.map(u64::from)) {
+        limits.max_concurrent = u32::try_from(n).unwrap_or(u32::MAX);
+    }
+    limits
+}
+
+/// A mapping's `transform.limits` over `global`. `maxConcurrent` is refused: the call slots are
+/// shared by all transforms, so only `hooks.transformLimits` can size them.
+pub(super) fn mapping_limits(
+    config: &TransformLimitsConfig,
+    global: TransformLimits,
+    key: &str,
+    problems: &mut Vec<ConfigError>,
+) -> TransformLimits {
+    if config.max_concurrent.is_some() {
+        problems.push(ConfigError::invalid(
+            format!("{key}.maxConcurrent"),
+            "bounds all transforms together; set it in hooks.transformLimits",
+        ));
+    }
+    transform_limits(config, global, key, problems)
+}

@@ -1,0 +1,106 @@
+//! A mapping's own `transform.limits` over `hooks.transformLimits`.
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+fn allocate(path: &str, mib: u64, limits: Option<Value>) -> Value {
+    let mut transform =
+        json!({"module": "hostile.wasm", "config": {"mode": "allocate", "mib": mib}});
+    if let Some(limits) = limits {
+        transform["limits"] = limits;
+    }
+    json!({"id": path, "match": {"path": path}, "transform": transform})
+}
+
+/// With every call held to 8 MiB, the mapping allowed 48 MiB can hold 24 at once, while the same
+/// transform under the global cap fails with a memory breach, and a later small call still works.
+#[tokio::test]
+async fn a_mapping_memory_cap_raises_its_own_calls_only() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.transformLimits",
+        json!({"memoryBytes": 8 * 1024 * 1024}),
+    );
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([
+            allocate(
+                "roomy",
+                24,
+                Some(json!({"memoryBytes": 48 * 1024 * 1024, "timeoutMs": 5000}))
+            ),
+            allocate("cramped", 24, None),
+            allocate("small", 1, None),
+        ]),
+    );
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["hostile"]);
+    let server = Hookgate::start_in(&dir);
+    let post = |path: &'static str| {
+        server
+            .hook(&format!("/hooks/{path}"))
+            .json(&json!({}))
+            .send()
+    };
+
+    assert_eq!(post("roomy").await.unwrap().status(), 200);
+    let (status, body) = json_of(post("cramped").await.unwrap()).await;
+    assert_eq!(
+        (status, body),
+        (500, json!({"ok": false, "error": "hook mapping failed"}))
+    );
+    assert_eq!(post("small").await.unwrap().status(), 200);
+    assert_eq!(
+        server.wake_texts().await,
+        ["allocated 24 MiB", "allocated 1 MiB"]
+    );
+    let (_, log) = server.terminate();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("mapping=cramped") && l.contains("memory")),
+        "the cramped call failed on its memory cap: {log}"
+    );
+}
+
+#[test]
+fn mapping_limits_are_checked_like_the_global_ones() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([allocate(
+            "a",
+            1,
+            Some(json!({"timeoutMs": 0, "maxConcurrent": 4}))
+        )]),
+    );
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["hostile"]);
+    let (status, output) = check_in(&dir);
+    assert!(!status.success(), "{output}");
+    for expected in [
+        "hooks.mappings[0].transform.limits.timeoutMs: must be greater than 0",
+        "hooks.mappings[0].transform.limits.maxConcurrent: bounds all transforms together; \
+         set it in hooks.transformLimits",
+    ] {
+        assert!(output.contains(expected), "{expected:?} in:\n{output}");
+    }
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([allocate(
+            "a",
+            1,
+            Some(json!({"memoryBytes": 1, "outputBytes": 10, "unknown": 1}))
+        )]),
+    );
+    let (status, output, _dir) = check(&config);
+    assert!(!status.success(), "{output}");
+    assert!(
+        output.contains("hooks.mappings[0].transform.limits.unknown: unknown field"),
+        "{output}"
+    );
+}
