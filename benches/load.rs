@@ -10,26 +10,15 @@
 //! the cases whose name contains that text).
 
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 
 mod support;
-use support::{build_transforms, percentiles, rss_mib, start_hookgate, stop};
+use support::{Case, build_transforms, drive, rss_mib, start_hookgate, stop};
 
 const HOOK_TOKEN: &str = "bench-hook-token-0123";
 const GATEWAY_TOKEN: &str = "bench-gateway-token-0123";
-
-/// One kind of request.
-struct Case {
-    name: &'static str,
-    path: &'static str,
-    body: serde_json::Value,
-    headers: Vec<(&'static str, &'static str)>,
-    token: &'static str,
-}
 
 fn cases() -> Vec<Case> {
     let push: serde_json::Value = serde_json::from_slice(
@@ -76,55 +65,6 @@ fn cases() -> Vec<Case> {
             token: "wrong-token",
         },
     ]
-}
-
-/// Requests/s and latencies of `connections` clients sending `case` to `base` for `seconds`.
-async fn drive(
-    base: &str,
-    case: &Case,
-    connections: usize,
-    seconds: f64,
-) -> (f64, Duration, Duration) {
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(connections)
-        .build()
-        .unwrap();
-    let url = format!("{base}{}", case.path);
-    let body = case.body.to_string();
-    let stop = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
-    let workers: Vec<_> = (0..connections)
-        .map(|_| {
-            let (client, url, body, stop) =
-                (client.clone(), url.clone(), body.clone(), Arc::clone(&stop));
-            let headers = case.headers.clone();
-            let token = case.token;
-            tokio::spawn(async move {
-                let mut samples = Vec::new();
-                while !stop.load(Ordering::Relaxed) {
-                    let mut request = client.post(&url).bearer_auth(token).body(body.clone());
-                    for (k, v) in &headers {
-                        request = request.header(*k, *v);
-                    }
-                    let sent = Instant::now();
-                    let response = request.send().await.expect("request");
-                    let _ = response.bytes().await;
-                    samples.push(sent.elapsed());
-                }
-                samples
-            })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut samples = Vec::new();
-    for worker in workers {
-        samples.extend(worker.await.unwrap());
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    let rate = samples.len() as f64 / elapsed;
-    let (p50, p99) = percentiles(samples);
-    (rate, p50, p99)
 }
 
 /// The bare axum server of the baseline, on a runtime of its own with as many threads as

@@ -7,6 +7,8 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Builds the transforms for `wasm32-wasip2`; returns the directory of the `.wasm` files.
@@ -95,4 +97,62 @@ pub fn rss_mib(pid: u32) -> (f64, f64) {
             .map_or(f64::NAN, |kb| kb / 1024.0)
     };
     (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// One kind of request.
+pub struct Case {
+    pub name: &'static str,
+    pub path: &'static str,
+    pub body: serde_json::Value,
+    pub headers: Vec<(&'static str, &'static str)>,
+    pub token: &'static str,
+}
+
+/// Requests/s and latencies of `connections` clients sending `case` to `base` for `seconds`.
+pub async fn drive(
+    base: &str,
+    case: &Case,
+    connections: usize,
+    seconds: f64,
+) -> (f64, Duration, Duration) {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(connections)
+        .build()
+        .unwrap();
+    let url = format!("{base}{}", case.path);
+    let body = case.body.to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let workers: Vec<_> = (0..connections)
+        .map(|_| {
+            let (client, url, body, stop) =
+                (client.clone(), url.clone(), body.clone(), Arc::clone(&stop));
+            let headers = case.headers.clone();
+            let token = case.token;
+            tokio::spawn(async move {
+                let mut samples = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let mut request = client.post(&url).bearer_auth(token).body(body.clone());
+                    for (k, v) in &headers {
+                        request = request.header(*k, *v);
+                    }
+                    let sent = Instant::now();
+                    let response = request.send().await.expect("request");
+                    let _ = response.bytes().await;
+                    samples.push(sent.elapsed());
+                }
+                samples
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut samples = Vec::new();
+    for worker in workers {
+        samples.extend(worker.await.unwrap());
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let rate = samples.len() as f64 / elapsed;
+    let (p50, p99) = percentiles(samples);
+    (rate, p50, p99)
 }

@@ -348,11 +348,16 @@ pub fn transforms() -> &'static Path {
 
 /// Copies built transforms (`github`, `hostile`, ...) into `dir`'s transforms root.
 pub fn install_transforms(dir: &ConfigDir, names: &[&str]) {
+    install_from(transforms(), dir, names);
+}
+
+/// Copies `<name>.wasm` of each name from `built` into `dir`'s transforms root.
+pub fn install_from(built: &Path, dir: &ConfigDir, names: &[&str]) {
     let root = dir.path().join("hooks/transforms");
     std::fs::create_dir_all(&root).unwrap();
     for name in names {
         std::fs::copy(
-            transforms().join(format!("{name}.wasm")),
+            built.join(format!("{name}.wasm")),
             root.join(format!("{name}.wasm")),
         )
         .unwrap_or_else(|e| panic!("copy {name}.wasm: {e}"));

@@ -10,6 +10,7 @@ mod crash;
 mod durability;
 mod example;
 mod hostile;
+mod js;
 mod limits;
 mod mapped;
 mod metrics;
