@@ -145,6 +145,13 @@ fn serve(path: PathBuf, listen: Option<SocketAddr>) -> ExitCode {
         }
     };
     runtime.block_on(async move {
+        let shutdown = match shutdown_signal() {
+            Ok(shutdown) => shutdown,
+            Err(err) => {
+                eprintln!("error: cannot install the signal handlers: {err}");
+                return ExitCode::FAILURE;
+            }
+        };
         let server = match Server::start(path, listen).await {
             Ok(server) => server,
             Err(StartError::Config(problems)) => return report(&problems),
@@ -163,7 +170,7 @@ fn serve(path: PathBuf, listen: Option<SocketAddr>) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         }
-        match server.run(shutdown_signal()).await {
+        match server.run(shutdown).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
                 eprintln!("error: {err}");
@@ -173,24 +180,20 @@ fn serve(path: PathBuf, listen: Option<SocketAddr>) -> ExitCode {
     })
 }
 
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(signal) => signal,
-                Err(_) => return interrupt.await.unwrap_or(()),
-            };
+/// Completes on SIGINT or SIGTERM. The handlers are installed when this is called, not when the
+/// future is first polled: a signal that arrives between `listening on` and the server's first
+/// poll then still begins a graceful stop, instead of the default action killing the process.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
         tokio::select! {
-            _ = interrupt => {}
+            _ = interrupt.recv() => {}
             _ = terminate.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
-    tracing::info!("shutting down: finishing in-flight requests");
+        tracing::info!("shutting down: finishing in-flight requests");
+    })
 }
 
 fn transform_input(
