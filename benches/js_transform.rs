@@ -1,7 +1,7 @@
 //! A JavaScript transform against the Rust github transform, in one run: the component's size, its
 //! build time, the server's start with it cold (compiled) and warm (from the cache), and
 //! requests/s and latencies of the same GitHub `issues` delivery through each, which both turn
-//! into an agent run.
+//! into an agent run; the JavaScript one also with `transform.reuse`.
 //!
 //! Run: `cargo bench --bench js_transform` (`LOAD_SECONDS=5` for longer cases). Needs Node.js;
 //! runs `npm ci` in `transforms/js-sdk` when its packages are missing.
@@ -57,6 +57,8 @@ fn prepare_dir(wasm_dir: &Path) -> tempfile::TempDir {
              "transform": {"module": "github.wasm"}},
             {"id": "js", "match": {"path": "js"}, "wakeMode": "next-heartbeat",
              "transform": {"module": "issues.wasm", "limits": limits}},
+            {"id": "js-reused", "match": {"path": "js-reused"}, "wakeMode": "next-heartbeat",
+             "transform": {"module": "issues.wasm", "limits": limits, "reuse": 1000}},
         ]},
         "agents": {"defaults": {"heartbeat": {"every": "0"}}},
     });
@@ -115,6 +117,7 @@ fn main() {
         for case in [
             case("rust github (issues)", "/hooks/rust"),
             case("js issues digest", "/hooks/js"),
+            case("js, reuse 1000", "/hooks/js-reused"),
         ] {
             let (rate, p50, p99) = runtime.block_on(drive(&base, &case, connections, seconds));
             if case.path == "/hooks/rust" {

@@ -53,6 +53,13 @@ fn cases() -> Vec<Case> {
         Case {
             name: "github transform",
             path: "/hooks/github",
+            body: push.clone(),
+            headers: vec![("x-github-event", "push")],
+            token: HOOK_TOKEN,
+        },
+        Case {
+            name: "github, reuse 1000",
+            path: "/hooks/github-reused",
             body: push,
             headers: vec![("x-github-event", "push")],
             token: HOOK_TOKEN,
@@ -93,6 +100,7 @@ fn config(transforms: usize) -> serde_json::Value {
     let mut mappings = vec![
         json!({"id": "deploy", "match": {"path": "deploy"}, "action": "wake", "wakeMode": "next-heartbeat", "textTemplate": "Deployed {{service}} {{version}}"}),
         json!({"id": "github", "match": {"path": "github"}, "transform": {"module": "github.wasm"}, "wakeMode": "next-heartbeat"}),
+        json!({"id": "github-reused", "match": {"path": "github-reused"}, "transform": {"module": "github.wasm", "reuse": 1000}, "wakeMode": "next-heartbeat"}),
     ];
     for i in 0..transforms {
         mappings.push(json!({"id": format!("t{i}"), "match": {"path": format!("t{i}")}, "transform": {"module": format!("t{i}.wasm")}}));

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::ConfigError;
-use super::model::TransformLimitsConfig;
+use super::model::{TransformConfig, TransformLimitsConfig};
 use crate::transform::TransformLimits;
 
 /// `config` over `base`, each value checked to be positive; problems are named under `key`
@@ -48,19 +48,36 @@ pub(super) fn transform_limits(
     limits
 }
 
-/// A mapping's `transform.limits` over `global`. `maxConcurrent` is refused: the call slots are
-/// shared by all transforms, so only `hooks.transformLimits` can size them.
+/// A mapping's own bounds, when its `transform` sets `limits` or `reuse`: `limits` over
+/// `global`, and `reuse`. `maxConcurrent` is refused: the call slots are shared by all
+/// transforms, so only `hooks.transformLimits` can size them. `key` names the `transform`.
 pub(super) fn mapping_limits(
-    config: &TransformLimitsConfig,
+    config: &TransformConfig,
     global: TransformLimits,
     key: &str,
     problems: &mut Vec<ConfigError>,
-) -> TransformLimits {
-    if config.max_concurrent.is_some() {
-        problems.push(ConfigError::invalid(
-            format!("{key}.maxConcurrent"),
-            "bounds all transforms together; set it in hooks.transformLimits",
-        ));
+) -> Option<TransformLimits> {
+    if config.limits.is_none() && config.reuse.is_none() {
+        return None;
     }
-    transform_limits(config, global, key, problems)
+    let mut limits = global;
+    if let Some(own) = &config.limits {
+        let key = format!("{key}.limits");
+        if own.max_concurrent.is_some() {
+            problems.push(ConfigError::invalid(
+                format!("{key}.maxConcurrent"),
+                "bounds all transforms together; set it in hooks.transformLimits",
+            ));
+        }
+        limits = transform_limits(own, global, &key, problems);
+    }
+    match config.reuse {
+        Some(0) => problems.push(ConfigError::invalid(
+            format!("{key}.reuse"),
+            "must be greater than 0",
+        )),
+        Some(calls) => limits.reuse = calls,
+        None => {}
+    }
+    Some(limits)
 }

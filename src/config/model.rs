@@ -166,6 +166,8 @@ pub struct TransformConfig {
     pub config: Option<serde_json::Value>,
     /// This mapping's bounds, over `hooks.transformLimits` (all but `maxConcurrent`).
     pub limits: Option<TransformLimitsConfig>,
+    /// Calls one instance serves before it is replaced (default 1: a fresh one every call).
+    pub reuse: Option<u32>,
 }
 
 /// `agents.*`.

@@ -356,15 +356,9 @@ fn hook_settings(
     for (i, config) in hooks.mappings.iter().enumerate() {
         match Mapping::from_config(i, config) {
             Ok(mut mapping) => {
-                let own = config.transform.as_ref().and_then(|t| t.limits.as_ref());
-                if let (Some(spec), Some(own)) = (mapping.transform.as_mut(), own) {
-                    let key = format!("hooks.mappings[{i}].transform.limits");
-                    spec.limits = Some(limits::mapping_limits(
-                        own,
-                        transform_limits,
-                        &key,
-                        problems,
-                    ));
+                if let (Some(spec), Some(own)) = (mapping.transform.as_mut(), &config.transform) {
+                    let key = format!("hooks.mappings[{i}].transform");
+                    spec.limits = limits::mapping_limits(own, transform_limits, &key, problems);
                 }
                 if let Some(signature) = &config.signature {
                     let key = format!("hooks.mappings[{i}].signature");

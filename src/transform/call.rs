@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use wasmtime::{Store, Trap};
 
-use super::bindings::types;
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+
+use super::bindings::{Transform, types};
 use super::engine::TransformEngine;
 use super::host::HostState;
 use super::limits::TransformLimits;
@@ -90,7 +93,11 @@ impl TransformEngine {
                 .acquire()
                 .await
                 .map_err(|_| TransformFailure::Trap("engine shut down".into()))?;
-            self.call_in_fresh_store(transform, input, limits).await
+            if limits.reuse > 1 {
+                self.call_reused(transform, input, limits).await
+            } else {
+                self.call_in_fresh_store(transform, input, limits).await
+            }
         };
         match tokio::time::timeout(limits.timeout, call).await {
             Err(_) => Err(TransformFailure::Timeout(limits.timeout)),
@@ -111,24 +118,124 @@ impl TransformEngine {
         // Yield to the executor at every tick, so a spinning guest shares its thread; the
         // deadline itself is the timeout in `call`.
         store.epoch_deadline_async_yield_and_update(1);
-        let request = types::Request {
-            name: input.name,
-            headers: input.headers,
-            query: input.query,
-            body: input.body,
-            mapping_id: input.mapping_id,
-            config: input.config,
-        };
+        let request = request(input);
         let result = match transform.pre.instantiate_async(&mut store).await {
             Ok(instance) => instance.call_transform(&mut store, &request).await,
             Err(err) => Err(err),
         };
         store.data().flush_output();
-        match result {
-            Err(err) => Err(classify(&store, &err, limits, memory_cap)),
-            Ok(Err(message)) => Err(TransformFailure::Error(message)),
-            Ok(Ok(outcome)) => convert(outcome, limits.output_bytes),
+        answer(&store, result, limits, memory_cap)
+    }
+
+    /// A call on an idle instance of this mapping, or on a new one that is kept afterwards.
+    /// Only an instance whose call returned (an outcome or an error of its own) goes back: one
+    /// that trapped, breached a limit or timed out (its future dropped mid-call) is gone, and so
+    /// is one that served `limits.reuse` calls or whose output pipes are nearly full.
+    async fn call_reused(
+        &self,
+        transform: &LoadedTransform,
+        input: TransformInput,
+        limits: &TransformLimits,
+    ) -> Result<CallOutcome, TransformFailure> {
+        let memory_cap = limits.memory_bytes.min(self.memory_bytes);
+        // Limits are part of the key: after a reload that changes them, old instances idle out.
+        let key = format!("{}/{memory_cap}/{}", input.mapping_id, limits.log_bytes);
+        let mut warm = match self.take_warm(transform, &key) {
+            Some(warm) => warm,
+            None => {
+                let state = HostState::for_reuse(&input.mapping_id, memory_cap, limits.log_bytes);
+                let mut store = Store::new(&self.engine, state);
+                store.limiter(|state| &mut state.memory);
+                store.epoch_deadline_async_yield_and_update(1);
+                let instance = transform
+                    .pre
+                    .instantiate_async(&mut store)
+                    .await
+                    .map_err(|err| classify(&store, &err, limits, memory_cap))?;
+                WarmInstance {
+                    store,
+                    instance,
+                    calls: 0,
+                }
+            }
+        };
+        warm.store.data_mut().begin_call(limits.log_bytes);
+        warm.store.set_epoch_deadline(1);
+        let request = request(input);
+        let result = warm
+            .instance
+            .call_transform(&mut warm.store, &request)
+            .await;
+        warm.store.data().flush_output();
+        warm.calls += 1;
+        let returned = result.is_ok();
+        let answer = answer(&warm.store, result, limits, memory_cap);
+        let reusable = returned
+            && !matches!(
+                answer,
+                Err(TransformFailure::Output(_) | TransformFailure::Memory(_))
+            )
+            && warm.calls < limits.reuse
+            && warm.store.data().room_for_another_call(limits.log_bytes);
+        if reusable {
+            self.put_warm(transform, key, warm);
         }
+        answer
+    }
+
+    fn take_warm(&self, transform: &LoadedTransform, key: &str) -> Option<WarmInstance> {
+        let warm = lock(&transform.warm).get_mut(key)?.pop()?;
+        self.idle.fetch_sub(1, Ordering::SeqCst);
+        Some(warm)
+    }
+
+    /// Keeps `warm` for the mapping's next call, unless idle instances already hold their share
+    /// of the pool (then it is dropped, and the next call instantiates).
+    fn put_warm(&self, transform: &LoadedTransform, key: String, warm: WarmInstance) {
+        let idle = self.idle.fetch_add(1, Ordering::SeqCst);
+        if idle >= self.max_idle {
+            self.idle.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
+        lock(&transform.warm).entry(key).or_default().push(warm);
+    }
+}
+
+/// An instance kept between the calls of one mapping (`transform.reuse`), with its store.
+pub(crate) struct WarmInstance {
+    store: Store<HostState>,
+    instance: Transform,
+    calls: u32,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn request(input: TransformInput) -> types::Request {
+    types::Request {
+        name: input.name,
+        headers: input.headers,
+        query: input.query,
+        body: input.body,
+        mapping_id: input.mapping_id,
+        config: input.config,
+    }
+}
+
+/// What a finished call means: its outcome, or why it failed.
+fn answer(
+    store: &Store<HostState>,
+    result: wasmtime::Result<Result<types::Outcome, String>>,
+    limits: &TransformLimits,
+    memory_cap: usize,
+) -> Result<CallOutcome, TransformFailure> {
+    match result {
+        Err(err) => Err(classify(store, &err, limits, memory_cap)),
+        Ok(Err(message)) => Err(TransformFailure::Error(message)),
+        Ok(Ok(outcome)) => convert(outcome, limits.output_bytes),
     }
 }
 

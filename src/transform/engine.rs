@@ -36,6 +36,11 @@ pub struct TransformEngine {
     pub pooled: bool,
     /// The memory cap the pool was sized for; a larger cap needs a restart.
     pub memory_bytes: usize,
+    /// Instances kept between calls (`transform.reuse`), over all mappings, and how many may
+    /// be: each holds a pool slot, so idle ones may take at most the half of the pool that calls
+    /// in progress never need.
+    pub(super) idle: Arc<std::sync::atomic::AtomicUsize>,
+    pub(super) max_idle: usize,
     _ticker: Arc<Ticker>,
 }
 
@@ -58,6 +63,8 @@ impl TransformEngine {
             slots: Arc::new(Semaphore::new(limits.max_concurrent as usize)),
             pooled,
             memory_bytes: limits.memory_bytes,
+            idle: Arc::default(),
+            max_idle: limits.max_concurrent as usize,
             _ticker: Arc::new(Ticker::start(engine.clone())),
             engine,
         })
@@ -76,7 +83,8 @@ fn config(limits: &TransformLimits, pooled: bool) -> Config {
     config.concurrency_support(false);
     config.max_wasm_stack(MAX_WASM_STACK);
     if pooled {
-        let slots = limits.max_concurrent.max(1);
+        // Calls in progress (at most `max_concurrent`) and as many idle reused instances.
+        let slots = limits.max_concurrent.max(1).saturating_mul(2);
         let mut pool = PoolingAllocationConfig::default();
         // Per-component caps keep one component from taking the slots of the others.
         pool.total_component_instances(slots)

@@ -15,7 +15,12 @@ use super::engine::{CORE_INSTANCES_PER_COMPONENT, MEMORIES_PER_COMPONENT, TABLES
 /// smaller); keeps a hostile `table.grow` from taking host memory outside the memory cap.
 const MAX_TABLE_ELEMENTS: usize = 100_000;
 
-/// Everything one call's store owns. Dropped with the store, so nothing outlives a request.
+/// How many calls' worth of output the pipes of a reused store hold; the store is retired once
+/// less than one call's worth is left.
+const REUSED_PIPE_CALLS: usize = 4;
+
+/// Everything one call's store owns (or, with `transform.reuse`, the few calls' of one mapping
+/// that share it). Dropped with the store, so nothing outlives it.
 pub struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
@@ -23,6 +28,8 @@ pub struct HostState {
     pub(super) log: LogSink,
     stdout: MemoryOutputPipe,
     stderr: MemoryOutputPipe,
+    /// How much of stdout and stderr was there when the current call began.
+    output_at_call: [usize; 2],
 }
 
 impl HostState {
@@ -30,8 +37,24 @@ impl HostState {
     /// (wasmtime-wasi's default) no network, and clocks that tick in whole milliseconds; stdout
     /// and stderr captured up to `log_bytes` each.
     pub fn new(mapping_id: &str, memory_bytes: usize, log_bytes: usize) -> Self {
-        let stdout = MemoryOutputPipe::new(log_bytes);
-        let stderr = MemoryOutputPipe::new(log_bytes);
+        Self::with_pipes(mapping_id, memory_bytes, log_bytes, log_bytes)
+    }
+
+    /// Like [`HostState::new`], for a store that serves several calls: its pipes hold
+    /// [`REUSED_PIPE_CALLS`] calls' worth of output (each call is still held to `log_bytes`).
+    pub fn for_reuse(mapping_id: &str, memory_bytes: usize, log_bytes: usize) -> Self {
+        let pipe_bytes = log_bytes.saturating_mul(REUSED_PIPE_CALLS);
+        Self::with_pipes(mapping_id, memory_bytes, log_bytes, pipe_bytes)
+    }
+
+    fn with_pipes(
+        mapping_id: &str,
+        memory_bytes: usize,
+        log_bytes: usize,
+        pipe_bytes: usize,
+    ) -> Self {
+        let stdout = MemoryOutputPipe::new(pipe_bytes);
+        let stderr = MemoryOutputPipe::new(pipe_bytes);
         let wasi = WasiCtx::builder()
             .stdout(stdout.clone())
             .stderr(stderr.clone())
@@ -53,20 +76,46 @@ impl HostState {
             },
             stdout,
             stderr,
+            output_at_call: [0, 0],
         }
     }
 
-    /// Whether stdout or stderr filled up: the guest's next write failed, which usually ends it.
-    pub fn output_full(&self, capacity: usize) -> bool {
-        [&self.stdout, &self.stderr]
-            .iter()
-            .any(|pipe| pipe.contents().len() >= capacity)
+    /// Starts another call on a reused store: a fresh log budget, output counted from here, and
+    /// no memory breach remembered (a call that breached was not reused).
+    pub fn begin_call(&mut self, log_bytes: usize) {
+        self.log.budget = log_bytes;
+        self.log.dropped = 0;
+        self.memory.exceeded = false;
+        self.output_at_call = [self.stdout.contents().len(), self.stderr.contents().len()];
     }
 
-    /// Sends what the guest wrote to stdout and stderr to the server log.
+    /// Whether stdout or stderr took `capacity` bytes or more in this call: the guest's next
+    /// write failed, which usually ends it.
+    pub fn output_full(&self, capacity: usize) -> bool {
+        self.call_output()
+            .iter()
+            .any(|(_, bytes)| bytes.len() >= capacity)
+    }
+
+    /// Whether the pipes can take another call's `log_bytes`.
+    pub fn room_for_another_call(&self, log_bytes: usize) -> bool {
+        [&self.stdout, &self.stderr]
+            .iter()
+            .all(|pipe| pipe.contents().len() + log_bytes <= log_bytes * REUSED_PIPE_CALLS)
+    }
+
+    /// What this call wrote to stdout and stderr.
+    fn call_output(&self) -> [(&'static str, bytes::Bytes); 2] {
+        let since = |pipe: &MemoryOutputPipe, at: usize| pipe.contents().slice(at..);
+        [
+            ("stdout", since(&self.stdout, self.output_at_call[0])),
+            ("stderr", since(&self.stderr, self.output_at_call[1])),
+        ]
+    }
+
+    /// Sends what the guest wrote to stdout and stderr in this call to the server log.
     pub fn flush_output(&self) {
-        for (stream, pipe) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
-            let bytes = pipe.contents();
+        for (stream, bytes) in self.call_output() {
             if !bytes.is_empty() {
                 let text = String::from_utf8_lossy(&bytes);
                 tracing::info!(mapping = %self.log.mapping_id, stream, "transform output: {}", text.trim_end());

@@ -1,4 +1,4 @@
-//! The limits of one transform call, from `hooks.transformLimits`.
+//! The limits of one transform call, from `hooks.transformLimits` and a mapping's `transform`.
 
 use std::time::Duration;
 
@@ -17,6 +17,10 @@ pub struct TransformLimits {
     pub log_bytes: usize,
     /// Calls running at once; further requests wait for a slot.
     pub max_concurrent: u32,
+    /// How many calls one instance serves (`transform.reuse` of a mapping): 1, the default, is
+    /// a fresh instance for every call. More lets what a call leaves in the instance's memory
+    /// (globals, caches, the JavaScript heap) reach the mapping's later calls.
+    pub reuse: u32,
 }
 
 impl Default for TransformLimits {
@@ -27,6 +31,7 @@ impl Default for TransformLimits {
             output_bytes: 1024 * 1024,
             log_bytes: 16 * 1024,
             max_concurrent: 32,
+            reuse: 1,
         }
     }
 }

@@ -12,6 +12,7 @@ use wasmtime::component::Component;
 
 use super::bindings::TransformPre;
 use super::cache::CompileCache;
+use super::call::WarmInstance;
 use super::engine::TransformEngine;
 use super::host::HostState;
 
@@ -34,6 +35,9 @@ pub struct LoadedTransform {
     pub module: String,
     pub(super) pre: TransformPre<HostState>,
     digest: [u8; 32],
+    /// Idle instances of mappings with `transform.reuse`, by mapping and limits: never shared
+    /// between mappings, and dropped with this module's version.
+    pub(super) warm: std::sync::Mutex<HashMap<String, Vec<WarmInstance>>>,
 }
 
 /// Why a module could not be loaded. The message names the file.
@@ -268,6 +272,7 @@ impl TransformRegistry {
             module: module.to_string(),
             pre,
             digest,
+            warm: Default::default(),
         }))
     }
 }
@@ -301,6 +306,7 @@ impl TransformEngine {
             module: module.clone(),
             pre,
             digest: Sha256::digest(&bytes).into(),
+            warm: Default::default(),
         })
     }
 }

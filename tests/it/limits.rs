@@ -1,4 +1,4 @@
-//! A mapping's own `transform.limits` over `hooks.transformLimits`.
+//! A mapping's own `transform.limits` over `hooks.transformLimits`, and `transform.reuse`.
 
 use serde_json::{Value, json};
 
@@ -101,6 +101,64 @@ fn mapping_limits_are_checked_like_the_global_ones() {
     assert!(!status.success(), "{output}");
     assert!(
         output.contains("hooks.mappings[0].transform.limits.unknown: unknown field"),
+        "{output}"
+    );
+}
+
+fn counter(id: &str, reuse: Option<u32>) -> Value {
+    let mut transform = json!({"module": "hostile.wasm", "config": {"mode": "counter"}});
+    if let Some(calls) = reuse {
+        transform["reuse"] = json!(calls);
+    }
+    json!({"id": id, "match": {"path": id}, "transform": transform})
+}
+
+/// An instance keeps its state for exactly `reuse` calls of its own mapping; without `reuse`
+/// every call starts fresh; two mappings of one module never share an instance.
+#[tokio::test]
+async fn reused_instances_serve_their_own_mapping_for_reuse_calls() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([
+            counter("fresh", None),
+            counter("reused", Some(3)),
+            counter("other", Some(3))
+        ]),
+    );
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["hostile"]);
+    let server = Hookgate::start_in(&dir);
+    for path in [
+        "reused", "reused", "other", "reused", "reused", "fresh", "fresh",
+    ] {
+        let response = server
+            .hook(&format!("/hooks/{path}"))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+    }
+    assert_eq!(
+        server.wake_texts().await,
+        [
+            "reused call 1",
+            "reused call 2",
+            "other call 1",
+            "reused call 3",
+            "reused call 1",
+            "fresh call 1",
+            "fresh call 1",
+        ]
+    );
+    let mut zero = base_config();
+    set(&mut zero, "hooks.mappings", json!([counter("x", Some(0))]));
+    let (status, output, _dir) = check(&zero);
+    assert!(!status.success());
+    assert!(
+        output.contains("hooks.mappings[0].transform.reuse: must be greater than 0"),
         "{output}"
     );
 }
