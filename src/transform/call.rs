@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use wasmtime::{Store, Trap};
 
-use std::sync::Mutex;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::bindings::{Transform, types};
 use super::engine::TransformEngine;
@@ -184,20 +184,21 @@ impl TransformEngine {
     }
 
     fn take_warm(&self, transform: &LoadedTransform, key: &str) -> Option<WarmInstance> {
-        let warm = lock(&transform.warm).get_mut(key)?.pop()?;
-        self.idle.fetch_sub(1, Ordering::SeqCst);
-        Some(warm)
+        let idle = lock(&transform.warm).get_mut(key)?.pop()?;
+        Some(idle.instance)
     }
 
     /// Keeps `warm` for the mapping's next call, unless idle instances already hold their share
     /// of the pool (then it is dropped, and the next call instantiates).
     fn put_warm(&self, transform: &LoadedTransform, key: String, warm: WarmInstance) {
-        let idle = self.idle.fetch_add(1, Ordering::SeqCst);
-        if idle >= self.max_idle {
-            self.idle.fetch_sub(1, Ordering::SeqCst);
+        let Some(count) = IdleCount::claim(&self.idle, self.max_idle) else {
             return;
-        }
-        lock(&transform.warm).entry(key).or_default().push(warm);
+        };
+        let idle = IdleInstance {
+            instance: warm,
+            _count: count,
+        };
+        lock(&transform.warm).entry(key).or_default().push(idle);
     }
 }
 
@@ -206,6 +207,35 @@ pub(crate) struct WarmInstance {
     store: Store<HostState>,
     instance: Transform,
     calls: u32,
+}
+
+/// An instance waiting for its mapping's next call, counted as idle for as long as it waits:
+/// until a call takes it, or until it is dropped with its module's version on a reload.
+pub(crate) struct IdleInstance {
+    instance: WarmInstance,
+    _count: IdleCount,
+}
+
+/// One unit of the engine's idle count, given back when dropped, so the count cannot drift
+/// from the instances that exist.
+struct IdleCount(Arc<AtomicUsize>);
+
+impl IdleCount {
+    /// A unit of `count`, unless it already holds `max`.
+    fn claim(count: &Arc<AtomicUsize>, max: usize) -> Option<IdleCount> {
+        count
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| IdleCount(Arc::clone(count)))
+    }
+}
+
+impl Drop for IdleCount {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -420,5 +450,19 @@ mod tests {
             mode: None,
         }));
         assert_eq!(convert(outcome, 10).unwrap_err().cause(), "output");
+    }
+
+    #[test]
+    fn the_idle_count_never_passes_its_max_and_follows_drops() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let first = IdleCount::claim(&count, 2).unwrap();
+        let second = IdleCount::claim(&count, 2).unwrap();
+        assert!(IdleCount::claim(&count, 2).is_none());
+        drop(first);
+        assert_eq!(count.load(Ordering::SeqCst), 1);
+        let third = IdleCount::claim(&count, 2);
+        assert!(third.is_some());
+        drop((second, third));
+        assert_eq!(count.load(Ordering::SeqCst), 0);
     }
 }

@@ -12,7 +12,7 @@ use wasmtime::component::Component;
 
 use super::bindings::TransformPre;
 use super::cache::CompileCache;
-use super::call::WarmInstance;
+use super::call::IdleInstance;
 use super::engine::TransformEngine;
 use super::host::HostState;
 
@@ -37,7 +37,7 @@ pub struct LoadedTransform {
     digest: [u8; 32],
     /// Idle instances of mappings with `transform.reuse`, by mapping and limits: never shared
     /// between mappings, and dropped with this module's version.
-    pub(super) warm: std::sync::Mutex<HashMap<String, Vec<WarmInstance>>>,
+    pub(super) warm: std::sync::Mutex<HashMap<String, Vec<IdleInstance>>>,
 }
 
 /// Why a module could not be loaded. The message names the file.
