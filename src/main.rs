@@ -145,18 +145,19 @@ fn serve(path: PathBuf, listen: Option<SocketAddr>) -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let shutdown = match shutdown_signal() {
-            Ok(shutdown) => shutdown,
-            Err(err) => {
-                eprintln!("error: cannot install the signal handlers: {err}");
-                return ExitCode::FAILURE;
-            }
-        };
         let server = match Server::start(path, listen).await {
             Ok(server) => server,
             Err(StartError::Config(problems)) => return report(&problems),
             Err(err) => {
                 eprintln!("error: {err:#}");
+                return ExitCode::FAILURE;
+            }
+        };
+        // Before `listening on`: from then on a supervisor may signal us.
+        let shutdown = match shutdown_signal() {
+            Ok(shutdown) => shutdown,
+            Err(err) => {
+                eprintln!("error: cannot install the signal handlers: {err}");
                 return ExitCode::FAILURE;
             }
         };
@@ -183,10 +184,15 @@ fn serve(path: PathBuf, listen: Option<SocketAddr>) -> ExitCode {
 /// Completes on SIGINT or SIGTERM. The handlers are installed when this is called, not when the
 /// future is first polled: a signal that arrives between `listening on` and the server's first
 /// poll then still begins a graceful stop, instead of the default action killing the process.
+///
+/// SIGHUP (a reload, which `config::watch` listens for once the server runs) is registered here
+/// too: tokio keeps a signal's handler for the life of the process, so its default action,
+/// termination, no longer applies from this point.
 fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
+    drop(signal(SignalKind::hangup())?);
     Ok(async move {
         tokio::select! {
             _ = interrupt.recv() => {}

@@ -353,9 +353,18 @@ fn hook_settings(
                 )
             });
     let mut mappings = Vec::new();
+    let mut ids = std::collections::HashMap::new();
     for (i, config) in hooks.mappings.iter().enumerate() {
         match Mapping::from_config(i, config) {
             Ok(mut mapping) => {
+                // Ids name a mapping in logs, metrics, lockout keys and reused instances, so
+                // two mappings may not share one.
+                if let Some(j) = ids.insert(mapping.id.clone(), i) {
+                    problems.push(ConfigError::invalid(
+                        format!("hooks.mappings[{i}].id"),
+                        format!("'{}' is already the id of hooks.mappings[{j}]", mapping.id),
+                    ));
+                }
                 if let (Some(spec), Some(own)) = (mapping.transform.as_mut(), &config.transform) {
                     let key = format!("hooks.mappings[{i}].transform");
                     spec.limits = limits::mapping_limits(own, transform_limits, &key, problems);

@@ -91,7 +91,8 @@ fn config(limits: &TransformLimits, pooled: bool) -> Config {
             .total_core_instances(slots * CORE_INSTANCES_PER_COMPONENT)
             .total_memories(slots * MEMORIES_PER_COMPONENT)
             .total_tables(slots * TABLES_PER_COMPONENT)
-            .total_stacks(slots)
+            // Fiber stacks are held only while a call runs, never by idle instances.
+            .total_stacks(limits.max_concurrent.max(1))
             .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
             .max_memories_per_component(MEMORIES_PER_COMPONENT)
             .max_tables_per_component(TABLES_PER_COMPONENT)

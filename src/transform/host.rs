@@ -41,7 +41,8 @@ impl HostState {
     }
 
     /// Like [`HostState::new`], for a store that serves several calls: its pipes hold
-    /// [`REUSED_PIPE_CALLS`] calls' worth of output (each call is still held to `log_bytes`).
+    /// [`REUSED_PIPE_CALLS`] calls' worth of output; a call that writes more than `log_bytes`
+    /// fails when it returns ([`HostState::output_full`]).
     pub fn for_reuse(mapping_id: &str, memory_bytes: usize, log_bytes: usize) -> Self {
         let pipe_bytes = log_bytes.saturating_mul(REUSED_PIPE_CALLS);
         Self::with_pipes(mapping_id, memory_bytes, log_bytes, pipe_bytes)
@@ -89,8 +90,9 @@ impl HostState {
         self.output_at_call = [self.stdout.contents().len(), self.stderr.contents().len()];
     }
 
-    /// Whether stdout or stderr took `capacity` bytes or more in this call: the guest's next
-    /// write failed, which usually ends it.
+    /// Whether stdout or stderr took `capacity` bytes or more in this call: on a fresh store the
+    /// guest's next write failed, which usually ends it; a reused store's larger pipes let the
+    /// call go on, and this is how it is caught.
     pub fn output_full(&self, capacity: usize) -> bool {
         self.call_output()
             .iter()
@@ -99,9 +101,10 @@ impl HostState {
 
     /// Whether the pipes can take another call's `log_bytes`.
     pub fn room_for_another_call(&self, log_bytes: usize) -> bool {
-        [&self.stdout, &self.stderr]
-            .iter()
-            .all(|pipe| pipe.contents().len() + log_bytes <= log_bytes * REUSED_PIPE_CALLS)
+        [&self.stdout, &self.stderr].iter().all(|pipe| {
+            pipe.contents().len().saturating_add(log_bytes)
+                <= log_bytes.saturating_mul(REUSED_PIPE_CALLS)
+        })
     }
 
     /// What this call wrote to stdout and stderr.
@@ -147,7 +150,8 @@ impl HostWallClock for MillisecondWallClock {
     }
 }
 
-/// Time since the call began, in whole milliseconds: no finer than the wall clock, for the same
+/// Time since the store was made (the call, or a reused instance's first call), in whole
+/// milliseconds: no finer than the wall clock, for the same
 /// reason, and it still advances, so a guest that waits for time to pass is not stuck.
 struct MillisecondMonotonicClock {
     start: Instant,

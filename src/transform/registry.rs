@@ -261,7 +261,15 @@ impl TransformRegistry {
             .map_err(|e| fail(format!("cannot read: {e}")))?;
         let digest: [u8; 32] = Sha256::digest(&bytes).into();
         if let Some(current) = current.filter(|c| c.digest == digest) {
-            return Ok(current);
+            // Same code, new configuration: compiled once, but idle instances stay with the old
+            // configuration's version and are dropped with it, so a mapping renumbered or
+            // reconfigured by the change never receives another's instance.
+            return Ok(Arc::new(LoadedTransform {
+                module: current.module.clone(),
+                pre: current.pre.clone(),
+                digest,
+                warm: Default::default(),
+            }));
         }
         let component = self
             .cache

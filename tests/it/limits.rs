@@ -162,3 +162,48 @@ async fn reused_instances_serve_their_own_mapping_for_reuse_calls() {
         "{output}"
     );
 }
+
+#[test]
+fn two_mappings_may_not_share_an_id() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([counter("mapping-2", Some(3)), counter("x", Some(3))]),
+    );
+    // Without its id the second mapping is `mapping-2` by default: the id the first one took.
+    config["hooks"]["mappings"][1]
+        .as_object_mut()
+        .unwrap()
+        .remove("id");
+    let (status, output, _dir) = check(&config);
+    assert!(!status.success(), "{output}");
+    assert!(
+        output.contains("hooks.mappings[1].id: 'mapping-2' is already the id of hooks.mappings[0]"),
+        "{output}"
+    );
+}
+
+/// An instance whose call trapped is dropped: the next call starts on a fresh one.
+#[tokio::test]
+async fn a_reused_instance_that_traps_is_not_reused() {
+    let mut config = base_config();
+    let mut flaky = counter("flaky", Some(10));
+    flaky["transform"]["config"]["mode"] = json!("flaky");
+    set(&mut config, "hooks.mappings", json!([flaky]));
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["hostile"]);
+    let server = Hookgate::start_in(&dir);
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let response = server
+            .hook("/hooks/flaky")
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        statuses.push(response.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 500, 200, 500]);
+    assert_eq!(server.wake_texts().await, ["flaky call 1", "flaky call 1"]);
+}

@@ -244,6 +244,11 @@ async fn state_is_owner_only_and_the_config_is_never_written() {
         assert_eq!(response.status(), 200, "{path}");
     }
     server.signal("-HUP");
+    eventually("the reload the SIGHUP asks for", async || {
+        let (_, status) = json_of(server.api("/api/config").send().await.unwrap()).await;
+        status["generation"].as_u64() >= Some(2)
+    })
+    .await;
     let (status, _) = server.terminate();
     assert!(status.success());
 

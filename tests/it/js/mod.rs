@@ -95,7 +95,11 @@ async fn existing_style_results_become_outcomes() {
             .lines()
             .find(|l| l.contains("transform failed") && l.contains(&format!("mapping={mode}")))
             .unwrap_or_else(|| panic!("no failure logged for {mode}:\n{log}"));
-        assert!(line.contains(cause), "{mode}: {line}");
+        assert!(
+            line.contains(&format!("cause=\"{cause}\""))
+                || line.contains(&format!("cause={cause}")),
+            "{mode}: {line}"
+        );
     }
     assert!(
         log.contains("thrown on purpose"),
