@@ -46,16 +46,33 @@ pub fn create_private_file(file: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Writes `bytes` to a new file `file` that only its owner may read (mode 0600).
+/// Writes `bytes` to a new file `file` that only its owner may read (mode 0600). Whatever was
+/// at `file` (a left-over file with another mode, a symlink) is removed first, so the file
+/// written is always a new one of ours.
 pub fn write_private(file: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write;
+    match std::fs::remove_file(file) {
+        Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
+        _ => {}
+    }
     let mut out = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(file)?;
     out.write_all(bytes)
+}
+
+/// Whether `path` (not followed if it is a symlink) belongs to this process's user and nobody
+/// else may write to it: what a file, and the directory holding it, must be before hookgate
+/// runs native code from it.
+pub fn only_we_can_write(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let we = unsafe { libc::geteuid() };
+    std::fs::symlink_metadata(path).is_ok_and(|meta| {
+        !meta.file_type().is_symlink() && meta.uid() == we && meta.mode() & 0o022 == 0
+    })
 }
 
 #[cfg(test)]
@@ -78,5 +95,19 @@ mod tests {
             let mode = std::fs::metadata(&path).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600, "{}", path.display());
         }
+    }
+
+    #[test]
+    fn code_is_trusted_only_from_files_no_one_else_can_write() {
+        let root = tempfile::tempdir().unwrap();
+        let file = root.path().join("entry");
+        write_private(&file, b"code").unwrap();
+        assert!(only_we_can_write(&file));
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(!only_we_can_write(&file));
+        let link = root.path().join("link");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert!(!only_we_can_write(&link));
+        assert!(!only_we_can_write(&root.path().join("missing")));
     }
 }

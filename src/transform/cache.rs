@@ -36,7 +36,15 @@ impl CompileCache {
         bytes: &[u8],
     ) -> wasmtime::Result<Component> {
         let entry = self.entry(engine, digest);
-        if entry.exists() {
+        // Native code is run unchecked, so only from a directory and a file that no other user
+        // could have written (hookgate makes both so; an operator's lax directory is skipped).
+        let trusted = || {
+            crate::private_fs::only_we_can_write(&self.dir)
+                && crate::private_fs::only_we_can_write(&entry)
+        };
+        if entry.exists() && !trusted() {
+            tracing::warn!(path = %entry.display(), "ignoring a cache entry that other users could have written");
+        } else if entry.exists() {
             // SAFETY: `deserialize_file` trusts its input to be native code wasmtime produced.
             // Entries are written only by `store` below, into the state directory, which the
             // configuration refuses to place inside the transforms directory; their names bind

@@ -280,3 +280,48 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     found
 }
+
+/// Compiled code is run unchecked, so a cache entry another user could have written is ignored
+/// (and the module compiled again), never loaded.
+#[tokio::test]
+async fn a_cache_entry_others_could_write_is_not_loaded() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"match": {"path": "alerts"}, "transform": {"module": "passthrough.wasm",
+                "config": {"action": "wake", "field": "/alert/summary"}}}]),
+    );
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["passthrough"]);
+    let (status, _) = Hookgate::start_in(&dir).terminate();
+    assert!(status.success());
+    let cache = dir.path().join("state/transform-cache");
+    let entries: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    std::fs::set_permissions(&entries[0], std::fs::Permissions::from_mode(0o666)).unwrap();
+
+    let server = Hookgate::start_in(&dir);
+    let body = json!({"alert": {"summary": "still served"}});
+    let response = server
+        .hook("/hooks/alerts")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let (_, log) = server.terminate();
+    assert!(
+        log.contains("ignoring a cache entry that other users could have written"),
+        "{log}"
+    );
+    let mode = std::fs::metadata(&entries[0]).unwrap().permissions().mode();
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "the entry was compiled again and rewritten"
+    );
+}
