@@ -170,14 +170,27 @@ impl TransformEngine {
         warm.store.data().flush_output();
         warm.calls += 1;
         let returned = result.is_ok();
-        let answer = answer(&warm.store, result, limits, memory_cap);
+        // A reused store's pipes hold several calls' output, so a call that wrote more than its
+        // own budget was not stopped by a full pipe: it fails here instead.
+        let answer = if returned && warm.store.data().output_full(limits.log_bytes) {
+            Err(TransformFailure::Output(format!(
+                "stdout/stderr over {} bytes",
+                limits.log_bytes
+            )))
+        } else {
+            answer(&warm.store, result, limits, memory_cap)
+        };
+        let state = warm.store.data();
+        // A guest may survive a refused memory growth (a caught out-of-memory error); its
+        // instance is not reused all the same.
         let reusable = returned
+            && !state.memory.exceeded
             && !matches!(
                 answer,
                 Err(TransformFailure::Output(_) | TransformFailure::Memory(_))
             )
             && warm.calls < limits.reuse
-            && warm.store.data().room_for_another_call(limits.log_bytes);
+            && state.room_for_another_call(limits.log_bytes);
         if reusable {
             self.put_warm(transform, key, warm);
         }

@@ -207,3 +207,40 @@ async fn a_reused_instance_that_traps_is_not_reused() {
     assert_eq!(statuses, [200, 500, 200, 500]);
     assert_eq!(server.wake_texts().await, ["flaky call 1", "flaky call 1"]);
 }
+
+/// Limits hold on reused instances too: a call that writes more than its `logBytes` fails even
+/// though the reused store's pipes had room, and an instance whose memory growth was refused is
+/// not reused even when its guest carried on.
+#[tokio::test]
+async fn reused_instances_keep_the_output_and_memory_limits() {
+    let mut config = base_config();
+    let mut chatty = counter("chatty", Some(10));
+    chatty["transform"]["config"] = json!({"mode": "chatty", "bytes": 3000});
+    chatty["transform"]["limits"] = json!({"logBytes": 1024});
+    let mut hungry = counter("hungry", Some(10));
+    hungry["transform"]["config"]["mode"] = json!("hungry");
+    set(&mut config, "hooks.mappings", json!([chatty, hungry]));
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["hostile"]);
+    let server = Hookgate::start_in(&dir);
+    let post = |path: &'static str| server.hook(path).json(&json!({})).send();
+
+    let (status, body) = json_of(post("/hooks/chatty").await.unwrap()).await;
+    assert_eq!(
+        (status, body),
+        (500, json!({"ok": false, "error": "hook mapping failed"}))
+    );
+    for _ in 0..2 {
+        assert_eq!(post("/hooks/hungry").await.unwrap().status(), 200);
+    }
+    assert_eq!(
+        server.wake_texts().await,
+        ["hungry call 1, refused true", "hungry call 1, refused true"]
+    );
+    let (_, log) = server.terminate();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("mapping=chatty") && l.contains("output")),
+        "{log}"
+    );
+}
