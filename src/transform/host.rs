@@ -185,10 +185,10 @@ impl WasiView for HostState {
     }
 }
 
-/// Caps the linear memory of a whole call (all memories of all its instances together) and the
-/// number of instances, memories and tables; remembers a refusal so that the resulting trap is
-/// reported as a memory limit breach rather than as whatever the guest did when its allocation
-/// failed.
+/// Caps the linear memory of a store (all memories of all its instances together, over every
+/// call a reused instance serves) and the number of instances, memories and tables; remembers a
+/// refusal so that the resulting trap is reported as a memory limit breach rather than as
+/// whatever the guest did when its allocation failed.
 pub struct MemoryCap {
     limit: usize,
     used: usize,
