@@ -13,7 +13,7 @@ use std::time::Instant;
 use serde_json::json;
 
 mod support;
-use support::{Case, build_transforms, drive, start_hookgate, stop};
+use support::{Case, build_transforms, drive, load_seconds, start_hookgate, stop};
 
 const HOOK_TOKEN: &str = "bench-hook-token-0123";
 const GATEWAY_TOKEN: &str = "bench-gateway-token-0123";
@@ -71,10 +71,7 @@ fn size_mib(path: &Path) -> f64 {
 }
 
 fn main() {
-    let seconds: f64 = std::env::var("LOAD_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2.0);
+    let seconds = load_seconds();
     let wasm_dir = build_transforms();
     let dir = prepare_dir(&wasm_dir);
     let root = dir.path().join("hooks/transforms");

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::json;
 
 mod support;
-use support::{Case, build_transforms, drive, rss_mib, start_hookgate, stop};
+use support::{Case, build_transforms, drive, load_seconds, rss_mib, start_hookgate, stop};
 
 const HOOK_TOKEN: &str = "bench-hook-token-0123";
 const GATEWAY_TOKEN: &str = "bench-gateway-token-0123";
@@ -144,10 +144,7 @@ fn prepare_dir(transforms: usize, wasm_dir: &Path) -> tempfile::TempDir {
 }
 
 fn main() {
-    let seconds: f64 = std::env::var("LOAD_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2.0);
+    let seconds = load_seconds();
     let wasm_dir = build_transforms();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

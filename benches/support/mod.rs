@@ -36,6 +36,14 @@ pub fn build_transforms() -> PathBuf {
     target.join("wasm32-wasip2/release")
 }
 
+/// Seconds per case: `LOAD_SECONDS`, else 2.
+pub fn load_seconds() -> f64 {
+    std::env::var("LOAD_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0)
+}
+
 /// The median and the 99th percentile.
 pub fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
     if samples.is_empty() {

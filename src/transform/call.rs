@@ -113,12 +113,11 @@ impl TransformEngine {
         limits: &TransformLimits,
     ) -> Result<CallOutcome, TransformFailure> {
         let memory_cap = limits.memory_bytes.min(self.memory_bytes);
-        let state = HostState::new(&input.mapping_id, memory_cap, limits.log_bytes);
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|state| &mut state.memory);
-        // Yield to the executor at every tick, so a spinning guest shares its thread; the
-        // deadline itself is the timeout in `call`.
-        store.epoch_deadline_async_yield_and_update(1);
+        let mut store = self.store(HostState::new(
+            &input.mapping_id,
+            memory_cap,
+            limits.log_bytes,
+        ));
         let request = request(input);
         let result = match transform.pre.instantiate_async(&mut store).await {
             Ok(instance) => instance.call_transform(&mut store, &request).await,
@@ -139,15 +138,13 @@ impl TransformEngine {
         limits: &TransformLimits,
     ) -> Result<CallOutcome, TransformFailure> {
         let memory_cap = limits.memory_bytes.min(self.memory_bytes);
-        // Limits are part of the key: after a reload that changes them, old instances idle out.
+        // Limits are part of the key, so a call never gets an instance made for other limits.
         let key = format!("{}/{memory_cap}/{}", input.mapping_id, limits.log_bytes);
         let mut warm = match self.take_warm(transform, &key) {
             Some(warm) => warm,
             None => {
                 let state = HostState::for_reuse(&input.mapping_id, memory_cap, limits.log_bytes);
-                let mut store = Store::new(&self.engine, state);
-                store.limiter(|state| &mut state.memory);
-                store.epoch_deadline_async_yield_and_update(1);
+                let mut store = self.store(state);
                 let instance = transform
                     .pre
                     .instantiate_async(&mut store)
@@ -195,6 +192,16 @@ impl TransformEngine {
             self.put_warm(transform, key, warm);
         }
         answer
+    }
+
+    /// A store for `state` with the memory limiter set and, at every epoch tick, a yield to the
+    /// executor, so a spinning guest shares its thread (the deadline itself is the timeout in
+    /// `call`).
+    fn store(&self, state: HostState) -> Store<HostState> {
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.memory);
+        store.epoch_deadline_async_yield_and_update(1);
+        store
     }
 
     fn take_warm(&self, transform: &LoadedTransform, key: &str) -> Option<WarmInstance> {

@@ -223,15 +223,7 @@ async fn transform_clocks_tick_in_whole_milliseconds() {
 /// runs) is its owner's alone; the configuration, which holds the secrets, is never written.
 #[tokio::test]
 async fn state_is_owner_only_and_the_config_is_never_written() {
-    let mut config = base_config();
-    set(
-        &mut config,
-        "hooks.mappings",
-        json!([{"match": {"path": "alerts"}, "transform": {"module": "passthrough.wasm",
-                "config": {"action": "wake", "field": "/alert/summary"}}}]),
-    );
-    let dir = ConfigDir::new(&config);
-    install_transforms(&dir, &["passthrough"]);
+    let dir = alerts_dir();
     let config_file = dir.config_file();
     std::fs::set_permissions(&config_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let written = std::fs::read(&config_file).unwrap();
@@ -270,6 +262,21 @@ async fn state_is_owner_only_and_the_config_is_never_written() {
     );
 }
 
+/// A configuration whose only mapping, `alerts`, runs the passthrough transform (so that the
+/// state directory gets a compile cache).
+fn alerts_dir() -> ConfigDir {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"match": {"path": "alerts"}, "transform": {"module": "passthrough.wasm",
+                "config": {"action": "wake", "field": "/alert/summary"}}}]),
+    );
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["passthrough"]);
+    dir
+}
+
 /// `dir` and everything below it.
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut found = vec![dir.to_path_buf()];
@@ -285,15 +292,7 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 /// (and the module compiled again), never loaded.
 #[tokio::test]
 async fn a_cache_entry_others_could_write_is_not_loaded() {
-    let mut config = base_config();
-    set(
-        &mut config,
-        "hooks.mappings",
-        json!([{"match": {"path": "alerts"}, "transform": {"module": "passthrough.wasm",
-                "config": {"action": "wake", "field": "/alert/summary"}}}]),
-    );
-    let dir = ConfigDir::new(&config);
-    install_transforms(&dir, &["passthrough"]);
+    let dir = alerts_dir();
     let (status, _) = Hookgate::start_in(&dir).terminate();
     assert!(status.success());
     let cache = dir.path().join("state/transform-cache");
