@@ -121,6 +121,25 @@ fn check(path: &std::path::Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(nats) = settings.store.nats() {
+        let checked = tokio::runtime::Runtime::new().map(|rt| {
+            rt.block_on(hookgate::gateway::nats::check(
+                nats,
+                settings.runtime.run_timeout,
+            ))
+        });
+        match checked {
+            Ok(Ok(found)) => println!("ok: {found}"),
+            Ok(Err(err)) => {
+                eprintln!("error: gateway.store: {err}");
+                return ExitCode::FAILURE;
+            }
+            Err(err) => {
+                eprintln!("error: {err}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     match &settings.hooks {
         Some(hooks) => println!(
             "ok: {} — hooks at {}, {} mapping(s), presets [{}], default agent '{}'",

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use crate::config::{self, Admission, ConfigError, LiveConfig, Settings};
+use crate::gateway::nats::Cluster;
 use crate::gateway::{Runtime, Store, StoreError};
 use crate::http::{AppState, AuthFailureLimiter, ConnectionLimits, router, serve};
 use crate::metrics::Metrics;
@@ -43,6 +44,27 @@ pub fn check(path: &Path) -> Result<(Settings, Arc<TransformRegistry>), StartErr
     let registry = transform_registry(&settings)?;
     transform_admission(Arc::clone(&registry))(&settings)?;
     Ok((settings, registry))
+}
+
+/// Opens the embedded store, or connects to the NATS cluster (creating its stream, buckets and
+/// consumers where missing) and opens this node's view of it.
+async fn open_store(
+    settings: &Settings,
+    metrics: &Metrics,
+) -> Result<(Store, Option<Cluster>), StartError> {
+    let commit_time = Some(metrics.store_commit.clone());
+    let Some(nats) = settings.store.nats() else {
+        let store = Store::open_observed(&settings.state_dir, settings.group_commit, commit_time)
+            .map_err(anyhow::Error::from)?;
+        return Ok((store, None));
+    };
+    let cluster = Cluster::connect(nats, settings.runtime.run_timeout)
+        .await
+        .map_err(|e| anyhow::anyhow!("gateway.store: {e}"))?;
+    let view = crate::gateway::nats::open_view(&cluster, &settings.state_dir, commit_time)
+        .await
+        .map_err(|e| anyhow::anyhow!("gateway.store: cannot open the view: {e}"))?;
+    Ok((view, Some(cluster)))
 }
 
 fn transform_registry(settings: &Settings) -> Result<Arc<TransformRegistry>, StartError> {
@@ -101,18 +123,13 @@ impl Server {
         let config = LiveConfig::open(path, transform_admission(Arc::clone(&transforms)))?;
         let settings = config.current();
         let metrics = Metrics::default();
-        let store = Store::open_observed(
-            &settings.state_dir,
-            settings.group_commit,
-            Some(metrics.store_commit.clone()),
-        )
-        .map_err(anyhow::Error::from)?;
+        let (store, cluster) = open_store(&settings, &metrics).await?;
         let bound = match listen {
             Some(addr) => TcpListener::bind(addr).await,
             None => TcpListener::bind((settings.bind.as_str(), settings.port)).await,
         };
         let listener = bound.map_err(|e| anyhow::anyhow!("cannot listen: {e}"))?;
-        let runtime = Runtime::start(store.clone(), config.clone());
+        let runtime = Runtime::start(store.clone(), config.clone(), cluster);
         let state = AppState {
             config,
             store,

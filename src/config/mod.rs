@@ -8,6 +8,7 @@ pub mod model;
 mod reload;
 pub mod runtime;
 mod settings;
+pub mod store;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -157,6 +158,7 @@ impl LiveConfig {
         };
         let old = self.current();
         let restart_only = settings.state_dir != old.state_dir
+            || settings.store != old.store
             || (settings.bind.as_str(), settings.port) != (old.bind.as_str(), old.port)
             || settings.runtime.mode != old.runtime.mode
             || settings.runtime.max_concurrent != old.runtime.max_concurrent
@@ -170,7 +172,7 @@ impl LiveConfig {
         }
         if restart_only {
             tracing::warn!(
-                "gateway.stateDir, gateway.bind, gateway.port, gateway.mode, \
+                "gateway.stateDir, gateway.store, gateway.bind, gateway.port, gateway.mode, \
                  agents.defaults.maxConcurrent and agents.defaults.heartbeat.every \
                  take effect only after a restart"
             );

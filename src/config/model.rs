@@ -43,6 +43,24 @@ pub struct GatewayConfig {
     /// `embedded` (default): run agents here; `forward`: relay to an upstream gateway.
     pub mode: Option<String>,
     pub forward: Option<ForwardConfig>,
+    /// Where accepted hooks are kept: the embedded SQLite file (default) or NATS JetStream.
+    pub store: Option<StoreConfig>,
+}
+
+/// `gateway.store`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StoreConfig {
+    /// `embedded` or `nats`.
+    pub kind: String,
+    /// `nats://host:port`, several separated by commas (nats only).
+    pub url: Option<String>,
+    /// The JetStream stream (nats only; default `HOOKGATE`).
+    pub stream: Option<String>,
+    /// The prefix of the key-value buckets (nats only; default `hookgate`).
+    pub bucket: Option<String>,
+    /// Stream and bucket replicas (nats only; default 1, 3 on a three-node cluster).
+    pub replicas: Option<u8>,
 }
 
 /// `gateway.metrics`.

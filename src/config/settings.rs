@@ -44,6 +44,8 @@ pub struct Settings {
     pub trusted_proxies: Vec<IpNet>,
     pub state_dir: PathBuf,
     pub group_commit: bool,
+    /// The embedded SQLite store or a NATS JetStream cluster.
+    pub store: super::store::StoreSettings,
     pub max_connections: usize,
     pub header_timeout: Duration,
     /// `/metrics` without the gateway token.
@@ -129,6 +131,7 @@ impl Settings {
         let trusted_proxies = trusted_proxies(&file.gateway.trusted_proxies, &mut problems);
         let agents = agent_directory(&file);
         let runtime = runtime_settings(&file, config_dir, &mut problems);
+        let store = super::store::store_settings(&file, &mut problems);
         let hooks = hook_settings(
             file.hooks,
             &file.agents.defaults.models,
@@ -174,6 +177,7 @@ impl Settings {
             trusted_proxies,
             state_dir,
             group_commit: file.gateway.group_commit.unwrap_or(true),
+            store,
             max_connections,
             header_timeout,
             metrics_public: file.gateway.metrics.as_ref().is_some_and(|m| m.public),

@@ -67,56 +67,17 @@ async fn tick(interval: &mut Option<tokio::time::Interval>) {
 /// One heartbeat: pending events → one turn → events consumed → reply delivered to the last
 /// route unless it is only `HEARTBEAT_OK`. Without a provider the events stay pending.
 async fn beat(runtime: &Runtime) {
-    let settings = runtime.config.current();
-    let agent = settings.agents.default_id().to_string();
-    let agent_runtime = settings.runtime.agent(&agent).clone();
-    let (Some(provider), Some(model)) = (agent_runtime.provider, agent_runtime.model) else {
-        tracing::debug!("heartbeat skipped: no model provider or model configured");
+    let Some(beat) = compose(runtime).await else {
         return;
     };
-    let pending = {
-        let agent = agent.clone();
-        runtime
-            .store
-            .read(move |conn| runs::pending_events(conn, &agent, MAX_EVENTS))
-            .await
-    };
-    let pending = match pending {
-        Ok(pending) if !pending.is_empty() => pending,
-        Ok(_) => return,
-        Err(err) => {
-            tracing::error!(%err, "heartbeat cannot read the main session");
-            return;
-        }
-    };
-    let prompt = heartbeat_prompt(&pending);
-    let turn = ChatTurn {
-        model: &model,
-        prompt: &prompt,
-        thinking: None,
-        timeout: settings.runtime.run_timeout,
-    };
-    let reply = match complete(&runtime.http, &provider, &turn).await {
-        Ok(reply) => reply,
-        Err(err) => {
-            tracing::warn!(%err, "heartbeat turn failed; its events stay pending");
-            return;
-        }
-    };
-    let up_to = pending.last().map_or(0, |e| e.seq);
-    let more = pending.len() == MAX_EVENTS as usize;
-    let channels = settings.runtime.channels.clone();
+    let Beat {
+        agent, up_to, job, ..
+    } = beat.clone();
     let recorded = runtime
         .store
         .write(move |conn| {
             runs::consume_events(conn, &agent, up_to)?;
-            if !is_silent(&reply) {
-                let last = runs::last_route(conn, &agent)?;
-                let route = resolve_route(Channel::Last, None, last, &channels);
-                let payload = json!({
-                    "runId": null, "agent": agent, "channel": route.channel.as_str(),
-                    "to": route.to, "text": reply, "summary": null, "wakeNow": false,
-                });
+            if let Some(payload) = job {
                 OutboxEntry {
                     kind: "delivery",
                     run_id: None,
@@ -132,13 +93,90 @@ async fn beat(runtime: &Runtime) {
     match recorded {
         Ok(()) => {
             runtime.outbox_ready.notify_one();
-            if more {
+            if beat.more {
                 // Events past this heartbeat's share do not wait for the next period.
                 runtime.heartbeat.request();
             }
         }
         Err(err) => tracing::error!(%err, "cannot record the heartbeat"),
     }
+}
+
+/// What one heartbeat did: the events it consumed, and the reply to deliver, if any.
+#[derive(Debug, Clone)]
+pub(super) struct Beat {
+    pub agent: String,
+    /// The last event (by sequence) the turn was given.
+    pub up_to: i64,
+    /// More events are pending than one heartbeat takes.
+    pub more: bool,
+    /// The delivery of the reply (an outbox payload), unless it is only `HEARTBEAT_OK`.
+    pub job: Option<serde_json::Value>,
+}
+
+/// The heartbeat's turn over the pending events; `None` when there was nothing to do or the turn
+/// failed (the events then stay pending).
+pub(super) async fn compose(runtime: &Runtime) -> Option<Beat> {
+    let settings = runtime.config.current();
+    let agent = settings.agents.default_id().to_string();
+    let agent_runtime = settings.runtime.agent(&agent).clone();
+    let (Some(provider), Some(model)) = (agent_runtime.provider, agent_runtime.model) else {
+        tracing::debug!("heartbeat skipped: no model provider or model configured");
+        return None;
+    };
+    let pending = {
+        let agent = agent.clone();
+        runtime
+            .store
+            .read(move |conn| runs::pending_events(conn, &agent, MAX_EVENTS))
+            .await
+    };
+    let pending = match pending {
+        Ok(pending) if !pending.is_empty() => pending,
+        Ok(_) => return None,
+        Err(err) => {
+            tracing::error!(%err, "heartbeat cannot read the main session");
+            return None;
+        }
+    };
+    let prompt = heartbeat_prompt(&pending);
+    let turn = ChatTurn {
+        model: &model,
+        prompt: &prompt,
+        thinking: None,
+        timeout: settings.runtime.run_timeout,
+    };
+    let reply = match complete(&runtime.http, &provider, &turn).await {
+        Ok(reply) => reply,
+        Err(err) => {
+            tracing::warn!(%err, "heartbeat turn failed; its events stay pending");
+            return None;
+        }
+    };
+    let job = if is_silent(&reply) {
+        None
+    } else {
+        let last = {
+            let agent = agent.clone();
+            runtime
+                .store
+                .read(move |conn| runs::last_route(conn, &agent))
+                .await
+                .ok()
+                .flatten()
+        };
+        let route = resolve_route(Channel::Last, None, last, &settings.runtime.channels);
+        Some(json!({
+            "runId": null, "agent": agent, "channel": route.channel.as_str(),
+            "to": route.to, "text": reply, "summary": null, "wakeNow": false,
+        }))
+    };
+    Some(Beat {
+        up_to: pending.last().map_or(0, |e| e.seq),
+        more: pending.len() == MAX_EVENTS as usize,
+        agent,
+        job,
+    })
 }
 
 /// Each pending event as `System (untrusted): [<time>] <text>`, one per line.

@@ -5,6 +5,7 @@
 mod channels;
 pub mod deliveries;
 mod heartbeat;
+pub mod nats;
 mod outbox;
 mod provider;
 mod record;

@@ -108,7 +108,7 @@ async fn attempt(runtime: &Runtime, entry: DueEntry) -> bool {
 }
 
 /// Sends a reply to its channel.
-async fn deliver(runtime: &Runtime, payload: &Value) -> Result<(), String> {
+pub(super) async fn deliver(runtime: &Runtime, payload: &Value) -> Result<(), String> {
     let settings = runtime.config.current();
     let channel = payload["channel"]
         .as_str()
@@ -210,9 +210,7 @@ async fn retry_or_give_up(runtime: &Runtime, entry: &DueEntry, error: &str) {
     let settings = runtime.config.current();
     let attempts = entry.attempts + 1;
     let forward = entry.kind.starts_with("forward-");
-    let permanent = error.starts_with("refused:")
-        || error.contains("is not configured")
-        || error.starts_with("no recipient");
+    let permanent = is_permanent(error);
     let policy = settings.runtime.channels.retry;
     if permanent || (!forward && attempts >= policy.attempts) {
         tracing::warn!(id = entry.id, attempts, %error, "giving up a send");
@@ -238,6 +236,13 @@ async fn retry_or_give_up(runtime: &Runtime, entry: &DueEntry, error: &str) {
         tracing::error!(%err, id = entry.id, "cannot schedule a retry");
     }
     runtime.outbox_ready.notify_one();
+}
+
+/// Whether a send failed in a way no retry can mend.
+pub(super) fn is_permanent(error: &str) -> bool {
+    error.starts_with("refused:")
+        || error.contains("is not configured")
+        || error.starts_with("no recipient")
 }
 
 /// Ends a row without success. A reply that was not delivered becomes the run's summary event.

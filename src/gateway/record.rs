@@ -1,10 +1,10 @@
 //! The rows of the store and their JSON form in the operator API: main-session events and runs.
 
 use rusqlite::{Connection, Row, params};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A main-session event about to be appended.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NewEvent {
     /// The agent whose main session receives it.
     pub agent: String,
@@ -18,7 +18,8 @@ pub struct NewEvent {
 }
 
 /// What kind of main-session event this is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum EventKind {
     /// A system event from a wake.
     System,
@@ -89,7 +90,7 @@ impl EventRecord {
 }
 
 /// A run about to be queued. Field meanings are those of [`RunRecord`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NewRun {
     pub run_id: String,
     pub hook_name: String,

@@ -104,53 +104,21 @@ fn lock(busy: &BusySessions) -> std::sync::MutexGuard<'_, HashSet<String>> {
 /// One run: the turn, then its outcome, summary or delivery in one transaction.
 async fn execute(runtime: &Runtime, work: RunWork) {
     let outcome = turn(runtime, &work).await;
-    tracing::info!(run_id = %work.run_id, status = outcome.status, "run finished");
-    let settings = runtime.config.current();
-    let default_agent = settings.agents.default_id().to_string();
-    let reply = outcome.reply.as_deref().unwrap_or("");
-    let deliverable = outcome.status == "ok" && work.deliver && !is_silent(reply);
-    let summary = summary_event(&work, &outcome, &default_agent);
-    let (delivery, summary_now, outbox) = if deliverable {
-        let last = runtime
-            .store
-            .read({
-                let agent = default_agent.clone();
-                move |conn| runs::last_route(conn, &agent)
-            })
-            .await
-            .ok()
-            .flatten();
-        let channel = Channel::parse(&work.channel).unwrap_or(Channel::Last);
-        let route = resolve_route(channel, work.to.clone(), last, &settings.runtime.channels);
-        let payload = json!({
-            "runId": work.run_id, "agent": default_agent, "channel": route.channel.as_str(),
-            "to": route.to, "text": reply, "summary": summary, "wakeNow": work.wake_mode == "now",
-        });
-        let entry = OutboxEntry {
-            kind: "delivery",
-            run_id: Some(work.run_id.clone()),
-            payload,
-            created_at: now_rfc3339(),
-            now_ms: now_ms(),
-        };
-        let delivery =
-            json!({"status": "pending", "channel": route.channel.as_str(), "to": route.to});
-        (delivery, None, Some(entry))
-    } else {
-        let reason = if !work.deliver {
-            "deliver is false"
-        } else if outcome.status != "ok" {
-            "the run did not succeed"
-        } else {
-            "the reply is an acknowledgement"
-        };
-        (
-            json!({"status": "skipped", "reason": reason}),
-            Some(summary),
-            None,
-        )
-    };
+    let conclusion = conclude(runtime, &work, outcome).await;
+    let outbox = conclusion.job.clone().map(|payload| OutboxEntry {
+        kind: "delivery",
+        run_id: Some(work.run_id.clone()),
+        payload,
+        created_at: now_rfc3339(),
+        now_ms: now_ms(),
+    });
     let run_id = work.run_id.clone();
+    let Conclusion {
+        outcome,
+        delivery,
+        summary_now,
+        ..
+    } = conclusion.clone();
     let recorded = runtime
         .store
         .write(move |conn| {
@@ -167,12 +135,77 @@ async fn execute(runtime: &Runtime, work: RunWork) {
     match recorded {
         Ok(()) => {
             runtime.outbox_ready.notify_one();
-            if !deliverable && work.wake_mode == "now" {
+            if conclusion.wakes_now(&work) {
                 runtime.heartbeat.request();
             }
         }
         // The run stays `running`; the next start queues it again.
         Err(err) => tracing::error!(%err, run_id = %work.run_id, "cannot record the run's outcome"),
+    }
+}
+
+/// What a finished run leaves behind, whatever the store.
+#[derive(Debug, Clone)]
+pub(super) struct Conclusion {
+    pub outcome: RunOutcome,
+    /// The run's delivery record: pending, or skipped with the reason.
+    pub delivery: serde_json::Value,
+    /// The summary event, now when nothing is delivered; after the delivery otherwise.
+    pub summary_now: Option<SummaryEvent>,
+    /// The delivery to make (an outbox payload), if the reply goes to a chat channel.
+    pub job: Option<serde_json::Value>,
+}
+
+impl Conclusion {
+    /// Whether the run asks for a heartbeat now (a delivered run asks after its delivery).
+    pub fn wakes_now(&self, work: &RunWork) -> bool {
+        self.job.is_none() && work.wake_mode == "now"
+    }
+}
+
+/// Decides, from a run's outcome, what is delivered where and what the main session is told.
+pub(super) async fn conclude(runtime: &Runtime, work: &RunWork, outcome: RunOutcome) -> Conclusion {
+    tracing::info!(run_id = %work.run_id, status = %outcome.status, "run finished");
+    let settings = runtime.config.current();
+    let default_agent = settings.agents.default_id().to_string();
+    let reply = outcome.reply.as_deref().unwrap_or("");
+    let deliverable = outcome.status == "ok" && work.deliver && !is_silent(reply);
+    let summary = summary_event(work, &outcome, &default_agent);
+    if !deliverable {
+        let reason = if !work.deliver {
+            "deliver is false"
+        } else if outcome.status != "ok" {
+            "the run did not succeed"
+        } else {
+            "the reply is an acknowledgement"
+        };
+        return Conclusion {
+            outcome,
+            delivery: json!({"status": "skipped", "reason": reason}),
+            summary_now: Some(summary),
+            job: None,
+        };
+    }
+    let last = runtime
+        .store
+        .read({
+            let agent = default_agent.clone();
+            move |conn| runs::last_route(conn, &agent)
+        })
+        .await
+        .ok()
+        .flatten();
+    let channel = Channel::parse(&work.channel).unwrap_or(Channel::Last);
+    let route = resolve_route(channel, work.to.clone(), last, &settings.runtime.channels);
+    let job = json!({
+        "runId": work.run_id, "agent": default_agent, "channel": route.channel.as_str(),
+        "to": route.to, "text": reply, "summary": summary, "wakeNow": work.wake_mode == "now",
+    });
+    Conclusion {
+        outcome,
+        delivery: json!({"status": "pending", "channel": route.channel.as_str(), "to": route.to}),
+        summary_now: None,
+        job: Some(job),
     }
 }
 
@@ -199,11 +232,11 @@ fn summary_event(work: &RunWork, outcome: &RunOutcome, agent: &str) -> SummaryEv
 }
 
 /// Calls the model for one run.
-async fn turn(runtime: &Runtime, work: &RunWork) -> RunOutcome {
+pub(super) async fn turn(runtime: &Runtime, work: &RunWork) -> RunOutcome {
     let settings = runtime.config.current();
     let agent = settings.runtime.agent(&work.target_agent);
-    let failed = |status: &'static str, error: String| RunOutcome {
-        status,
+    let failed = |status: &str, error: String| RunOutcome {
+        status: status.into(),
         reply: None,
         summary: None,
         error: Some(error),
@@ -234,7 +267,7 @@ async fn turn(runtime: &Runtime, work: &RunWork) -> RunOutcome {
     };
     match complete(&runtime.http, provider, &turn).await {
         Ok(reply) => RunOutcome {
-            status: "ok",
+            status: "ok".into(),
             summary: Some(summary_of(&reply)),
             reply: Some(reply),
             error: None,

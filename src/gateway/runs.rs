@@ -23,6 +23,7 @@ pub struct RunWork {
     pub channel: String,
     pub to: Option<String>,
     pub wake_mode: String,
+    pub session_key: String,
 }
 
 /// Runs left `running` by a process that died go back to `queued` (at-least-once).
@@ -76,13 +77,18 @@ pub fn claim(
     if changed == 0 {
         return Ok(None);
     }
+    Ok(work(conn, run_id)?.map(|(_, work)| work))
+}
+
+/// A run's status and what the runner needs of it, whatever its status.
+pub fn work(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<(String, RunWork)>> {
     conn.query_row(
         "SELECT run_id, hook_name, target_agent, prompt, model, thinking,
-                timeout_seconds, deliver, channel, to_addr, wake_mode
+                timeout_seconds, deliver, channel, to_addr, wake_mode, status, session_key
          FROM runs WHERE run_id = ?1",
         params![run_id],
         |row| {
-            Ok(RunWork {
+            let work = RunWork {
                 run_id: row.get(0)?,
                 hook_name: row.get(1)?,
                 target_agent: row.get(2)?,
@@ -94,17 +100,19 @@ pub fn claim(
                 channel: row.get(8)?,
                 to: row.get(9)?,
                 wake_mode: row.get(10)?,
-            })
+                session_key: row.get(12)?,
+            };
+            Ok((row.get(11)?, work))
         },
     )
     .optional()
 }
 
 /// How a run ended.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct RunOutcome {
     /// `ok`, `error` or `timeout`.
-    pub status: &'static str,
+    pub status: String,
     pub reply: Option<String>,
     pub summary: Option<String>,
     pub error: Option<String>,

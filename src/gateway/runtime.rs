@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use super::deliveries::{self, Claim, RecordedAnswer};
 use super::heartbeat::HeartbeatTrigger;
+use super::nats::Cluster;
 use super::runs::OutboxEntry;
 use super::{IdempotencyClaim, NewEvent, NewRun, RunQueued, Store, StoreError};
 use crate::config::LiveConfig;
@@ -26,14 +28,17 @@ pub struct Runtime {
     /// Signalled when the outbox has something new.
     pub outbox_ready: Notify,
     pub heartbeat: HeartbeatTrigger,
+    /// The NATS cluster, when `gateway.store` is nats; `store` is then this node's view of it.
+    pub cluster: Option<Cluster>,
     workers: Mutex<Vec<(&'static str, JoinHandle<()>)>>,
     stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Runtime {
     /// Starts the workers of the configured mode: in embedded mode the runner, heartbeats and the
-    /// outbox; in forward mode the outbox alone.
-    pub fn start(store: Store, config: LiveConfig) -> Arc<Runtime> {
+    /// outbox; in forward mode the outbox alone; on a NATS cluster the view's projection and the
+    /// workers that pull runs, heartbeats and deliveries from the cluster.
+    pub fn start(store: Store, config: LiveConfig, cluster: Option<Cluster>) -> Arc<Runtime> {
         let http = reqwest::Client::builder()
             .user_agent(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(std::time::Duration::from_secs(10))
@@ -47,9 +52,14 @@ impl Runtime {
             runs_queued: Notify::new(),
             outbox_ready: Notify::new(),
             heartbeat: HeartbeatTrigger::default(),
+            cluster: cluster.clone(),
             workers: Mutex::new(Vec::new()),
             stopping: std::sync::atomic::AtomicBool::new(false),
         });
+        if let Some(cluster) = &cluster {
+            *runtime.lock_workers() = super::nats::start_workers(&runtime, cluster);
+            return runtime;
+        }
         let mut workers = vec![(
             "outbox",
             tokio::spawn(super::outbox::run(Arc::clone(&runtime))),
@@ -118,7 +128,10 @@ impl Runtime {
 
     /// Commits a wake; answers once durable. `now` asks for a heartbeat (embedded) or is passed
     /// upstream (forward).
-    pub async fn submit_wake(&self, event: NewEvent, mode: WakeMode) -> Result<i64, StoreError> {
+    pub async fn submit_wake(&self, event: NewEvent, mode: WakeMode) -> Result<(), StoreError> {
+        if let Some(cluster) = &self.cluster {
+            return Ok(cluster.submit_wake(event, mode).await?);
+        }
         if self.forwarding() {
             let entry = OutboxEntry {
                 kind: "forward-wake",
@@ -127,24 +140,23 @@ impl Runtime {
                 created_at: event.at.clone(),
                 now_ms: now_ms(),
             };
-            let seq = self
-                .store
+            self.store
                 .write(move |conn| {
                     let seq = event.insert(conn)?;
                     // Handled upstream, not by a heartbeat here.
                     conn.execute("UPDATE events SET consumed = 1 WHERE seq = ?1", [seq])?;
                     entry.insert(conn)?;
-                    Ok(seq)
+                    Ok(())
                 })
                 .await?;
             self.outbox_ready.notify_one();
-            return Ok(seq);
+            return Ok(());
         }
-        let seq = self.store.append_event(event).await?;
+        self.store.append_event(event).await?;
         if mode == WakeMode::Now {
             self.heartbeat.request();
         }
-        Ok(seq)
+        Ok(())
     }
 
     /// Queues a run (unless it repeats an earlier one); answers once durable. In forward mode
@@ -157,6 +169,9 @@ impl Runtime {
         admitted: &AdmittedRun,
         idempotency_key: Option<&str>,
     ) -> Result<RunQueued, StoreError> {
+        if let Some(cluster) = &self.cluster {
+            return Ok(cluster.submit_run(run, claim).await?);
+        }
         if !self.forwarding() {
             let queued = self.store.queue_run(run, claim).await?;
             self.runs_queued.notify_one();
@@ -188,6 +203,44 @@ impl Runtime {
             .await?;
         self.outbox_ready.notify_one();
         Ok(queued)
+    }
+}
+
+impl Runtime {
+    /// Claims a signed delivery's id before it is processed (see [`deliveries::claim`]), in the
+    /// cluster's replay bucket when there is one, else in the store.
+    pub async fn claim_delivery(&self, key: &str) -> Result<Claim, StoreError> {
+        if let Some(cluster) = &self.cluster {
+            return Ok(cluster.claim_delivery(key).await?);
+        }
+        let key = key.to_string();
+        self.store
+            .write(move |conn| deliveries::claim(conn, &key, now_ms()))
+            .await
+    }
+
+    /// Records the answer of a claimed delivery, for its redeliveries.
+    pub async fn answer_delivery(
+        &self,
+        key: String,
+        answer: RecordedAnswer,
+    ) -> Result<(), StoreError> {
+        if let Some(cluster) = &self.cluster {
+            return Ok(cluster.answer_delivery(&key, &answer).await?);
+        }
+        self.store
+            .write(move |conn| deliveries::answer(conn, &key, &answer, now_ms()))
+            .await
+    }
+
+    /// Gives a claimed delivery up, so that a retry is processed.
+    pub async fn release_delivery(&self, key: String) -> Result<(), StoreError> {
+        if let Some(cluster) = &self.cluster {
+            return Ok(cluster.release_delivery(&key).await?);
+        }
+        self.store
+            .write(move |conn| deliveries::release(conn, &key))
+            .await
     }
 }
 

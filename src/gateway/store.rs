@@ -36,6 +36,8 @@ pub enum StoreError {
     Closed,
     #[error("commit failed: {0}")]
     Commit(String),
+    #[error(transparent)]
+    Cluster(#[from] super::nats::ClusterError),
 }
 
 /// What became of a queued run.

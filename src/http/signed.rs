@@ -14,7 +14,7 @@ use super::client::client_address;
 use super::reply::HookError;
 use super::reply::json_error;
 use crate::config::{HookSettings, Settings};
-use crate::gateway::deliveries::{self, Claim, RecordedAnswer};
+use crate::gateway::deliveries::{Claim, RecordedAnswer};
 use crate::gateway::runtime_clock::now_ms;
 use crate::hook::signature::{SignatureRule, verify};
 use crate::mapping::{self, Mapping};
@@ -94,11 +94,7 @@ pub fn check_signature(
 /// processed: a redelivery gets the first answer, and a copy arriving while the first is still
 /// in progress gets 409 (providers retry on it, and then get the first answer).
 pub async fn claim(app: &AppState, key: &str) -> Result<Option<Response>, HookError> {
-    let owned = key.to_string();
-    let claim = app
-        .store
-        .write(move |conn| deliveries::claim(conn, &owned, now_ms()))
-        .await?;
+    let claim = app.runtime.claim_delivery(key).await?;
     Ok(match claim {
         Claim::Claimed => None,
         Claim::InProgress => Some(json_error(StatusCode::CONFLICT, "delivery in progress")),
@@ -124,11 +120,7 @@ pub async fn claim(app: &AppState, key: &str) -> Result<Option<Response>, HookEr
 /// the claim instead, so that the provider's retry gets the chance to succeed.
 pub async fn settle(app: &AppState, key: String, response: Response) -> Response {
     if response.status().is_server_error() {
-        if let Err(err) = app
-            .store
-            .write(move |conn| deliveries::release(conn, &key))
-            .await
-        {
+        if let Err(err) = app.runtime.release_delivery(key).await {
             tracing::error!(%err, "cannot release a delivery claim");
         }
         return response;
@@ -147,11 +139,7 @@ pub async fn settle(app: &AppState, key: String, response: Response) -> Response
             .map(String::from),
         body: bytes.to_vec(),
     };
-    if let Err(err) = app
-        .store
-        .write(move |conn| deliveries::answer(conn, &key, &answer, now_ms()))
-        .await
-    {
+    if let Err(err) = app.runtime.answer_delivery(key, answer).await {
         tracing::error!(%err, "cannot record a delivery for replay protection");
     }
     Response::from_parts(parts, Body::from(bytes))

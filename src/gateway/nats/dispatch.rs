@@ -1,0 +1,182 @@
+//! Heartbeats and deliveries on the cluster, and the clock of periodic heartbeats.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::Message;
+use serde_json::{Value, json};
+
+use super::work::{done, later, next_period, position, with_progress};
+use super::{Cluster, Fact};
+use crate::gateway::heartbeat::compose;
+use crate::gateway::outbox::{deliver as send, is_permanent};
+use crate::gateway::runs::SummaryEvent;
+use crate::gateway::runtime::{Runtime, now_ms, now_rfc3339};
+
+/// How long a heartbeat waits for its view to catch up with the stream.
+const VIEW_WAIT: Duration = Duration::from_secs(10);
+
+/// A send marker's value while the send is under way: a node finding it knows a send may have
+/// happened and does not risk a duplicate.
+const SENDING: &[u8] = b"sending";
+
+/// One heartbeat, on one node at a time (its consumer lets one message out at a time).
+pub(super) async fn beat(runtime: Arc<Runtime>, cluster: Cluster, message: Message) {
+    let (sequence, _) = position(&message);
+    // The view must hold every earlier heartbeat's consumption, or this one would take the
+    // same events again: wait for everything the stream has now.
+    let current = cluster.last_sequence().await.unwrap_or(sequence);
+    cluster.wait_applied(current.max(sequence), VIEW_WAIT).await;
+    let composed = with_progress(&cluster, &message, || async {}, compose(&runtime)).await;
+    let Some(beat) = composed else {
+        return done(&message).await;
+    };
+    let more = beat.more;
+    let fact = Fact::Beat {
+        agent: beat.agent,
+        up_to: beat.up_to,
+        job: beat.job,
+    };
+    match cluster.publish(&fact, &format!("beat-{sequence}")).await {
+        Ok(_) => done(&message).await,
+        Err(err) => {
+            tracing::error!(%err, "cannot record the heartbeat");
+            return later(&message, Duration::from_secs(1)).await;
+        }
+    }
+    if more {
+        if let Err(err) = cluster.request_beat().await {
+            tracing::warn!(%err, "cannot request a heartbeat");
+        }
+    }
+}
+
+/// One delivery of a run's reply or a heartbeat's: at most once per chat message, retried with
+/// the channels' backoff until it lands or is given up.
+pub(super) async fn deliver(runtime: Arc<Runtime>, cluster: Cluster, message: Message) {
+    let (sequence, delivered) = position(&message);
+    let job = match serde_json::from_slice::<Fact>(&message.payload) {
+        Ok(fact) => fact.job().cloned(),
+        Err(_) => None,
+    };
+    let Some(job) = job else {
+        return done(&message).await;
+    };
+    let attempts = u32::try_from(delivered).unwrap_or(u32::MAX);
+    let marker = format!("job-{sequence}");
+    let sends = &cluster.buckets.sends;
+    let entry = sends.entry(&marker).await.ok().flatten();
+    if entry.as_ref().is_some_and(|e| e.value == SENDING) {
+        // A node died while sending it: it may have arrived; it is not sent again.
+        let error = "interrupted by a stop; not sent again to avoid a duplicate";
+        return give_up(&cluster, &message, &job, attempts, error, "uncertain").await;
+    }
+    let marked = match entry {
+        Some(entry) => sends
+            .update(&marker, SENDING.into(), entry.revision)
+            .await
+            .is_ok(),
+        None => sends.create(&marker, SENDING.into()).await.is_ok(),
+    };
+    if !marked {
+        return later(&message, Duration::from_secs(1)).await;
+    }
+    let sent = with_progress(&cluster, &message, || async {}, send(&runtime, &job)).await;
+    match sent {
+        Ok(()) => {
+            let delivery = json!({
+                "status": "sent", "channel": job["channel"], "to": job["to"], "attempts": attempts,
+            });
+            let fact = delivered_fact(&job, delivery, None, Some(now_rfc3339()));
+            if publish(&cluster, &fact, sequence).await {
+                done(&message).await;
+            }
+        }
+        Err(error) => {
+            let policy = runtime.config.current().runtime.channels.retry;
+            if is_permanent(&error) || attempts >= policy.attempts {
+                tracing::warn!(sequence, attempts, %error, "giving up a send");
+                return give_up(&cluster, &message, &job, attempts, &error, "failed").await;
+            }
+            let backoff = policy
+                .base_delay
+                .saturating_mul(1 << (attempts.saturating_sub(1)).min(16));
+            tracing::info!(sequence, attempts, %error, ?backoff, "send failed; will retry");
+            let _ = sends.put(&marker, "retry".into()).await;
+            later(&message, backoff).await;
+        }
+    }
+}
+
+/// Ends a delivery without success; a run's reply that was not delivered becomes its summary.
+async fn give_up(
+    cluster: &Cluster,
+    message: &Message,
+    job: &Value,
+    attempts: u32,
+    error: &str,
+    status: &str,
+) {
+    let delivery = json!({
+        "status": status, "channel": job["channel"], "to": job["to"],
+        "attempts": attempts, "error": error,
+    });
+    let summary = serde_json::from_value::<SummaryEvent>(job["summary"].clone()).ok();
+    let fact = delivered_fact(job, delivery, summary, None);
+    let (sequence, _) = position(message);
+    if !publish(cluster, &fact, sequence).await {
+        return;
+    }
+    done(message).await;
+    if job["wakeNow"].as_bool() == Some(true) {
+        if let Err(err) = cluster.request_beat().await {
+            tracing::warn!(%err, "cannot request a heartbeat");
+        }
+    }
+}
+
+fn delivered_fact(
+    job: &Value,
+    delivery: Value,
+    summary: Option<SummaryEvent>,
+    sent_at: Option<String>,
+) -> Fact {
+    Fact::Delivered {
+        run_id: job["runId"].as_str().map(String::from),
+        agent: job["agent"].as_str().unwrap_or("main").to_string(),
+        delivery,
+        summary,
+        sent_at,
+    }
+}
+
+/// Publishes a delivery's outcome, one per job; whether it landed.
+async fn publish(cluster: &Cluster, fact: &Fact, sequence: u64) -> bool {
+    match cluster
+        .publish(fact, &format!("delivered-{sequence}"))
+        .await
+    {
+        Ok(_) => true,
+        Err(err) => {
+            tracing::error!(%err, sequence, "cannot record a delivery");
+            false
+        }
+    }
+}
+
+/// Requests a heartbeat every `agents.defaults.heartbeat.every`, at multiples of it since the
+/// epoch: every node requests each period's heartbeat under the same message id, and the stream
+/// keeps one.
+pub(super) async fn clock(runtime: Arc<Runtime>, cluster: Cluster) {
+    let Some(every) = runtime.config.current().runtime.heartbeat_every else {
+        return std::future::pending().await;
+    };
+    loop {
+        let (wait, index) = next_period(every, now_ms());
+        tokio::time::sleep(wait).await;
+        let id = format!("beat-every-{}-{index}", every.as_millis());
+        if let Err(err) = cluster.publish(&Fact::BeatRequested, &id).await {
+            tracing::warn!(%err, "cannot request the periodic heartbeat");
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The facts of the stream: everything that changes what the operator API shows, as published
+//! by the node that did it, and how each is applied to a node's view.
+//!
+//! Applying is deterministic and idempotent: every node applies the same facts in stream order
+//! and ends up with the same rows (the same event sequence numbers included), and a fact that
+//! arrives twice, or one that no longer applies (a run finished by another node first), changes
+//! nothing.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::config::runtime::Route;
+use crate::gateway::runs::{self, RunOutcome, SummaryEvent};
+use crate::gateway::{NewEvent, NewRun};
+use crate::hook::Channel;
+
+/// One change, as published to `<stream>.<subject>`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "fact", rename_all = "camelCase")]
+pub enum Fact {
+    /// A wake's system event for the main session.
+    Wake { event: NewEvent },
+    /// An accepted agent run; the runner consumer hands it to one node.
+    Run { run: NewRun },
+    /// A node began the run.
+    #[serde(rename_all = "camelCase")]
+    Started { run_id: String, started_at: String },
+    /// A run's outcome, with its summary event or the delivery to make, which the delivery
+    /// consumer hands to one node.
+    #[serde(rename_all = "camelCase")]
+    Finished {
+        run_id: String,
+        outcome: RunOutcome,
+        delivery: Value,
+        summary: Option<SummaryEvent>,
+        job: Option<Value>,
+    },
+    /// A request for a heartbeat, which the heartbeat consumer hands to one node at a time.
+    /// Changes nothing by itself.
+    BeatRequested,
+    /// A heartbeat consumed the main session's events up to `up_to`; its reply, if any, is
+    /// delivered by the delivery consumer.
+    #[serde(rename_all = "camelCase")]
+    Beat {
+        agent: String,
+        up_to: i64,
+        job: Option<Value>,
+    },
+    /// What became of a delivery: the run's delivery record, the summary of a reply that could
+    /// not be delivered, the route that worked.
+    #[serde(rename_all = "camelCase")]
+    Delivered {
+        run_id: Option<String>,
+        agent: String,
+        delivery: Value,
+        summary: Option<SummaryEvent>,
+        /// When the reply was sent: the route becomes the main session's last route.
+        sent_at: Option<String>,
+    },
+}
+
+impl Fact {
+    /// The subject suffix: runs go where the runner consumer reads, outcomes and heartbeats that
+    /// may carry a delivery where the delivery consumer reads.
+    pub fn subject(&self) -> String {
+        match self {
+            Fact::Wake { .. } => "wake",
+            Fact::Run { .. } => "run",
+            Fact::Started { .. } => "started",
+            Fact::BeatRequested => "beat",
+            Fact::Finished { .. } => "out.finished",
+            Fact::Beat { .. } => "out.beat",
+            Fact::Delivered { .. } => "delivered",
+        }
+        .to_string()
+    }
+
+    pub fn to_bytes(&self) -> bytes::Bytes {
+        // Plain data: strings, numbers and JSON values always serialise.
+        serde_json::to_vec(self).unwrap_or_default().into()
+    }
+
+    /// The delivery this fact asks for, if any.
+    pub fn job(&self) -> Option<&Value> {
+        match self {
+            Fact::Finished { job, .. } | Fact::Beat { job, .. } => job.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Applies the fact to a view.
+    pub fn apply(&self, conn: &Connection) -> rusqlite::Result<()> {
+        match self {
+            Fact::Wake { event } => {
+                event.insert(conn)?;
+            }
+            Fact::Run { run } => {
+                let known = conn
+                    .query_row(
+                        "SELECT 1 FROM runs WHERE run_id = ?1",
+                        params![run.run_id],
+                        |_| Ok(()),
+                    )
+                    .optional()?;
+                if known.is_none() {
+                    run.insert(conn)?;
+                }
+            }
+            Fact::Started { run_id, started_at } => {
+                runs::claim(conn, run_id, started_at)?;
+            }
+            Fact::Finished {
+                run_id,
+                outcome,
+                delivery,
+                summary,
+                ..
+            } => {
+                let open: Option<String> = conn
+                    .query_row(
+                        "SELECT status FROM runs WHERE run_id = ?1 AND status IN ('queued', 'running')",
+                        params![run_id],
+                        |row| row.get(0),
+                    )
+                    .optional()?;
+                if open.is_some() {
+                    runs::finish(conn, run_id, outcome, delivery, summary.as_ref(), None)?;
+                }
+            }
+            Fact::BeatRequested => {}
+            Fact::Beat { agent, up_to, .. } => runs::consume_events(conn, agent, *up_to)?,
+            Fact::Delivered {
+                run_id,
+                agent,
+                delivery,
+                summary,
+                sent_at,
+            } => {
+                if let Some(at) = sent_at {
+                    let route = Route {
+                        channel: delivery["channel"]
+                            .as_str()
+                            .and_then(Channel::parse)
+                            .unwrap_or(Channel::Whatsapp),
+                        to: delivery["to"].as_str().map(String::from),
+                    };
+                    runs::set_last_route(conn, agent, &route, at)?;
+                }
+                if let Some(run_id) = run_id {
+                    runs::set_delivery(conn, run_id, delivery)?;
+                }
+                if let Some(summary) = summary {
+                    summary.insert(conn)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn facts_round_trip_through_json() {
+        let fact = Fact::Started {
+            run_id: "r".into(),
+            started_at: "t".into(),
+        };
+        let text = String::from_utf8(fact.to_bytes().to_vec()).unwrap();
+        assert_eq!(text, r#"{"fact":"started","runId":"r","startedAt":"t"}"#);
+        let back: Fact = serde_json::from_str(&text).unwrap();
+        assert!(matches!(back, Fact::Started { run_id, .. } if run_id == "r"));
+    }
+
+    #[test]
+    fn only_outcomes_and_heartbeats_go_to_the_delivery_consumer() {
+        let beat = Fact::Beat {
+            agent: "main".into(),
+            up_to: 3,
+            job: None,
+        };
+        assert_eq!(beat.subject(), "out.beat");
+        assert_eq!(
+            Fact::Started {
+                run_id: "r".into(),
+                started_at: "t".into()
+            }
+            .subject(),
+            "started"
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! Accepting hooks on the cluster: wakes and runs published to the stream, idempotency keys and
+//! signed delivery ids decided in key-value buckets, so that a retry landing on another node
+//! gets the answer the first one got.
+
+use std::time::Duration;
+
+use async_nats::jetstream::kv;
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::{Cluster, ClusterError, Fact};
+use crate::gateway::deliveries::{Claim, RecordedAnswer, STALE_CLAIM};
+use crate::gateway::runtime::now_ms;
+use crate::gateway::{IdempotencyClaim, NewEvent, NewRun, RunQueued};
+use crate::hook::WakeMode;
+
+/// How long an accepted hook waits for this node's view to show it. The hook is durable once
+/// the stream acknowledged it; the wait only lets a client read its own write from this node.
+const VIEW_WAIT: Duration = Duration::from_secs(2);
+
+/// Heartbeat requests within this long of each other make one heartbeat, whichever node they
+/// reach: they share a message id, which the stream keeps once.
+const BEAT_COALESCE_MS: i64 = 250;
+
+/// What a signed delivery's id holds in the replay bucket.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "camelCase")]
+enum ReplayEntry {
+    /// Being processed since `at_ms`.
+    #[serde(rename_all = "camelCase")]
+    Claimed { at_ms: i64 },
+    /// Answered: the answer every redelivery gets.
+    #[serde(rename_all = "camelCase")]
+    Answered {
+        status: u16,
+        content_type: Option<String>,
+        body: String,
+    },
+}
+
+/// The outcome of claiming a signed delivery, as [`crate::gateway::deliveries::claim`] gives it.
+pub type ReplayClaim = Claim;
+
+/// A bucket key for any text: keys allow only a few characters, so they are digests.
+fn key_of(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+fn is_already_exists(err: &kv::CreateError) -> bool {
+    err.kind() == kv::CreateErrorKind::AlreadyExists
+}
+
+impl Cluster {
+    /// Publishes a wake; with `mode` now also a heartbeat request.
+    pub async fn submit_wake(&self, event: NewEvent, mode: WakeMode) -> Result<(), ClusterError> {
+        let id = format!("wake-{}", uuid::Uuid::new_v4());
+        let sequence = self.publish(&Fact::Wake { event }, &id).await?;
+        if mode == WakeMode::Now {
+            if let Err(err) = self.request_beat().await {
+                // The event is stored; the next periodic heartbeat takes it.
+                tracing::warn!(%err, "cannot request a heartbeat");
+            }
+        }
+        self.wait_applied(sequence, VIEW_WAIT).await;
+        Ok(())
+    }
+
+    /// Asks for a heartbeat soon, on whichever node the heartbeat consumer picks.
+    pub async fn request_beat(&self) -> Result<(), ClusterError> {
+        let slot = now_ms() / BEAT_COALESCE_MS;
+        self.publish(&Fact::BeatRequested, &format!("beat-now-{slot}"))
+            .await
+            .map(drop)
+    }
+
+    /// Publishes a run, unless `claim` finds its idempotency key taken in the window: the first
+    /// run's id is then the answer. The run is published under its run id as the message id.
+    pub async fn submit_run(
+        &self,
+        mut run: NewRun,
+        claim: Option<IdempotencyClaim>,
+    ) -> Result<RunQueued, ClusterError> {
+        let mut replayed = false;
+        if let Some(claim) = &claim {
+            let key = key_of(&claim.fingerprint);
+            let bucket = &self.buckets.idempotency;
+            match bucket.create(&key, run.run_id.clone().into()).await {
+                Ok(_) => {}
+                Err(err) if is_already_exists(&err) => {
+                    let first = bucket
+                        .get(&key)
+                        .await
+                        .map_err(|e| ClusterError::new("idempotency bucket", e))?;
+                    if let Some(first) = first {
+                        run.run_id = String::from_utf8_lossy(&first).into_owned();
+                        replayed = true;
+                    }
+                }
+                Err(err) => return Err(ClusterError::new("idempotency bucket", err)),
+            }
+        }
+        // A repeat publishes the run again under the first run's id. The stream drops it when
+        // the first one landed; when the first node died between the bucket and the stream,
+        // this is what stores the run that the bucket already promised.
+        let run_id = run.run_id.clone();
+        let sequence = self.publish(&Fact::Run { run }, &run_id).await?;
+        self.wait_applied(sequence, VIEW_WAIT).await;
+        Ok(if replayed {
+            RunQueued::Replayed { run_id }
+        } else {
+            RunQueued::New { run_id }
+        })
+    }
+
+    /// Claims a signed delivery id for the whole cluster.
+    pub async fn claim_delivery(&self, key: &str) -> Result<ReplayClaim, ClusterError> {
+        let key = key_of(key);
+        let bucket = &self.buckets.replay;
+        let claim = |at_ms| serde_json::to_vec(&ReplayEntry::Claimed { at_ms }).unwrap_or_default();
+        let error = |e: &dyn std::fmt::Display| ClusterError::new("replay bucket", e);
+        match bucket.create(&key, claim(now_ms()).into()).await {
+            Ok(_) => return Ok(Claim::Claimed),
+            Err(err) if is_already_exists(&err) => {}
+            Err(err) => return Err(error(&err)),
+        }
+        let Some(entry) = bucket.entry(&key).await.map_err(|e| error(&e))? else {
+            return Ok(Claim::InProgress);
+        };
+        Ok(match serde_json::from_slice::<ReplayEntry>(&entry.value) {
+            Ok(ReplayEntry::Answered {
+                status,
+                content_type,
+                body,
+            }) => Claim::Answered(RecordedAnswer {
+                status,
+                content_type,
+                body: base64::engine::general_purpose::STANDARD
+                    .decode(body)
+                    .unwrap_or_default(),
+            }),
+            Ok(ReplayEntry::Claimed { at_ms })
+                if now_ms().saturating_sub(at_ms) > millis(STALE_CLAIM) =>
+            {
+                // The node that claimed it died before answering: take it over, unless another
+                // node just did.
+                match bucket
+                    .update(&key, claim(now_ms()).into(), entry.revision)
+                    .await
+                {
+                    Ok(_) => Claim::Claimed,
+                    Err(_) => Claim::InProgress,
+                }
+            }
+            _ => Claim::InProgress,
+        })
+    }
+
+    /// Records the answer to a claimed delivery.
+    pub async fn answer_delivery(
+        &self,
+        key: &str,
+        answer: &RecordedAnswer,
+    ) -> Result<(), ClusterError> {
+        let entry = ReplayEntry::Answered {
+            status: answer.status,
+            content_type: answer.content_type.clone(),
+            body: base64::engine::general_purpose::STANDARD.encode(&answer.body),
+        };
+        let value = serde_json::to_vec(&entry).unwrap_or_default();
+        self.buckets
+            .replay
+            .put(key_of(key), value.into())
+            .await
+            .map(drop)
+            .map_err(|e| ClusterError::new("replay bucket", e))
+    }
+
+    /// Gives a claimed delivery up, so that the provider's retry is processed.
+    pub async fn release_delivery(&self, key: &str) -> Result<(), ClusterError> {
+        self.buckets
+            .replay
+            .delete(key_of(key))
+            .await
+            .map_err(|e| ClusterError::new("replay bucket", e))
+    }
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,340 @@
+//! The NATS JetStream store: several hookgate nodes share one stream and a few key-value buckets.
+//!
+//! Everything a node would commit to its SQLite file is published to the stream instead, as a
+//! [`Fact`], and a hook is answered 200 only once the stream has acknowledged it (so once every
+//! replica has it). Each node then applies the stream, in order, to a local SQLite file of the
+//! same schema as the embedded store: the *view*, which the operator API reads. Since every node
+//! applies the same facts in the same order, every view holds the same events and runs, with the
+//! same sequence numbers; a view can always be rebuilt from the stream.
+//!
+//! Work is shared through durable pull consumers with explicit acks (see [`work`]): a run,
+//! a heartbeat or a delivery is handed to one node at a time, and to another if that node stops
+//! acknowledging. What must be decided once for the whole cluster, an idempotency key, a signed
+//! delivery's id, a session key's run in progress, a chat message's send, is decided by an atomic
+//! create in a key-value bucket.
+
+mod dispatch;
+mod fact;
+mod intake;
+mod projection;
+mod work;
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, kv, stream};
+use tokio::sync::watch;
+
+use crate::config::store::NatsSettings;
+
+pub use fact::Fact;
+
+/// Added to the run timeout to make the ack wait: a node that stops acknowledging a run's
+/// message for this long past the longest a run may take is taken to be gone.
+const ACK_MARGIN: Duration = Duration::from_secs(5);
+
+/// How long a publish may take, retries included, before the request is answered 500.
+const PUBLISH_DEADLINE: Duration = Duration::from_secs(5);
+
+/// A failure to reach or use JetStream. The message is for the log and for `hookgate check`.
+#[derive(Debug, thiserror::Error)]
+#[error("nats: {0}")]
+pub struct ClusterError(pub String);
+
+impl ClusterError {
+    fn new(context: &str, err: impl std::fmt::Display) -> Self {
+        ClusterError(format!("{context}: {err}"))
+    }
+}
+
+/// The key-value buckets, each with the time-to-live of what it remembers.
+#[derive(Clone)]
+pub struct Buckets {
+    /// Idempotency fingerprint → run id, for the idempotency window.
+    pub idempotency: kv::Store,
+    /// Signed delivery id → claim or recorded answer, for the replay window.
+    pub replay: kv::Store,
+    /// Session key → the run in progress, for an ack wait (refreshed while the run goes on).
+    pub locks: kv::Store,
+    /// Delivery job → `sending` or `retry`, so that no chat message is sent twice.
+    pub sends: kv::Store,
+}
+
+/// A connection to the cluster's stream and buckets. Cheap to clone.
+#[derive(Clone)]
+pub struct Cluster {
+    pub client: async_nats::Client,
+    pub js: jetstream::Context,
+    pub names: Names,
+    pub buckets: Buckets,
+    /// How long a consumer waits for an ack before handing a message to another node.
+    pub ack_wait: Duration,
+    /// The last stream sequence this node's view has applied.
+    applied: watch::Receiver<u64>,
+    applied_tx: std::sync::Arc<watch::Sender<u64>>,
+}
+
+/// What hookgate calls its things on the cluster.
+#[derive(Debug, Clone)]
+pub struct Names {
+    pub stream: String,
+    pub bucket: String,
+    pub replicas: usize,
+}
+
+impl Names {
+    /// The subject of `suffix` in this stream: `<stream>.<suffix>`.
+    pub fn subject(&self, suffix: &str) -> String {
+        format!("{}.{suffix}", self.stream)
+    }
+}
+
+/// The consumers that share work between nodes: (durable name, subject filter suffix, at most
+/// one message in flight in the whole cluster).
+const CONSUMERS: [(&str, &str, bool); 3] = [
+    ("runner", "run", false),
+    // One heartbeat at a time across the cluster: two would consume the same events.
+    ("heartbeat", "beat", true),
+    ("delivery", "out.>", false),
+];
+
+/// A run that waits for its session key is offered again with growing delays; after this many
+/// offers (about 80 minutes) it is given up.
+const RUNNER_MAX_DELIVER: i64 = 1000;
+
+impl Cluster {
+    /// Connects to `settings.url` and makes sure the stream, buckets and consumers exist with
+    /// the settings this configuration needs (creating or updating them). `run_timeout` sets
+    /// the consumers' ack wait. Fails within about ten seconds when the servers are unreachable.
+    pub async fn connect(
+        settings: &NatsSettings,
+        run_timeout: Duration,
+    ) -> Result<Cluster, ClusterError> {
+        let client = async_nats::ConnectOptions::new()
+            .name(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
+            .connection_timeout(Duration::from_secs(5))
+            .connect(settings.url.as_str())
+            .await
+            .map_err(|e| ClusterError::new("cannot connect", e))?;
+        let js = jetstream::new(client.clone());
+        let names = Names {
+            stream: settings.stream.clone(),
+            bucket: settings.bucket.clone(),
+            replicas: settings.replicas,
+        };
+        let ack_wait = run_timeout.saturating_add(ACK_MARGIN);
+        ensure_stream(&js, &names).await?;
+        let buckets = ensure_buckets(&js, &names, ack_wait).await?;
+        ensure_consumers(&js, &names, ack_wait).await?;
+        let (applied_tx, applied) = watch::channel(0);
+        Ok(Cluster {
+            client,
+            js,
+            names,
+            buckets,
+            ack_wait,
+            applied,
+            applied_tx: std::sync::Arc::new(applied_tx),
+        })
+    }
+
+    /// The stream's last sequence number: what a view must reach to be current.
+    pub async fn last_sequence(&self) -> Result<u64, ClusterError> {
+        let mut stream = self
+            .js
+            .get_stream(&self.names.stream)
+            .await
+            .map_err(|e| ClusterError::new("cannot read the stream", e))?;
+        let info = stream
+            .info()
+            .await
+            .map_err(|e| ClusterError::new("cannot read the stream", e))?;
+        Ok(info.state.last_sequence)
+    }
+
+    /// Whether the client is connected now.
+    pub fn connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+    }
+
+    /// Publishes `fact` under `msg_id` and returns its stream sequence once the stream has
+    /// acknowledged it. A publish whose acknowledgement does not come is sent again with the
+    /// same id, which the stream drops if the first one did land (within its duplicate window).
+    pub async fn publish(&self, fact: &Fact, msg_id: &str) -> Result<u64, ClusterError> {
+        self.publish_to(&fact.subject(), fact.to_bytes(), msg_id)
+            .await
+    }
+
+    /// Like [`Cluster::publish`], for a payload that is not a fact (a heartbeat request).
+    pub async fn publish_to(
+        &self,
+        suffix: &str,
+        payload: bytes::Bytes,
+        msg_id: &str,
+    ) -> Result<u64, ClusterError> {
+        let subject = self.names.subject(suffix);
+        let deadline = tokio::time::Instant::now() + PUBLISH_DEADLINE;
+        let mut last_error = String::new();
+        while tokio::time::Instant::now() < deadline {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id);
+            let attempt = async {
+                let ack = self
+                    .js
+                    .publish_with_headers(subject.clone(), headers, payload.clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                ack.await.map_err(|e| e.to_string())
+            };
+            match tokio::time::timeout_at(deadline, attempt).await {
+                Ok(Ok(ack)) => return Ok(ack.sequence),
+                Ok(Err(err)) => last_error = err,
+                Err(_) => last_error = "no acknowledgement in time".into(),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(ClusterError::new(
+            "publish not acknowledged",
+            format!("{subject}: {last_error}"),
+        ))
+    }
+
+    /// Waits until this node's view has applied `sequence`, for at most `limit`; whether it has.
+    pub async fn wait_applied(&self, sequence: u64, limit: Duration) -> bool {
+        let mut applied = self.applied.clone();
+        tokio::time::timeout(limit, applied.wait_for(|at| *at >= sequence))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// The last sequence this node's view applied.
+    pub fn applied(&self) -> u64 {
+        *self.applied.borrow()
+    }
+
+    fn set_applied(&self, sequence: u64) {
+        self.applied_tx.send_replace(sequence);
+    }
+
+    async fn consumer(&self, name: &str) -> Result<consumer::PullConsumer, ClusterError> {
+        self.js
+            .get_consumer_from_stream(name, &self.names.stream)
+            .await
+            .map_err(|e| ClusterError::new(&format!("cannot open consumer {name}"), e))
+    }
+}
+
+async fn ensure_stream(js: &jetstream::Context, names: &Names) -> Result<(), ClusterError> {
+    let config = stream::Config {
+        name: names.stream.clone(),
+        subjects: vec![names.subject(">")],
+        storage: stream::StorageType::File,
+        num_replicas: names.replicas,
+        // A retried publish of a run is dropped within the idempotency window, so that an
+        // idempotent retry answered from the bucket never stores the run twice.
+        duplicate_window: crate::hook::idempotency::WINDOW,
+        description: Some("hookgate: accepted hooks and every change of a run".into()),
+        ..Default::default()
+    };
+    js.create_or_update_stream(config)
+        .await
+        .map(drop)
+        .map_err(|e| ClusterError::new(&format!("cannot create stream {}", names.stream), e))
+}
+
+async fn ensure_buckets(
+    js: &jetstream::Context,
+    names: &Names,
+    ack_wait: Duration,
+) -> Result<Buckets, ClusterError> {
+    let day = Duration::from_secs(86_400);
+    Ok(Buckets {
+        idempotency: bucket(js, names, "idempotency", crate::hook::idempotency::WINDOW).await?,
+        replay: bucket(js, names, "replay", super::deliveries::REPLAY_WINDOW).await?,
+        locks: bucket(js, names, "locks", ack_wait).await?,
+        sends: bucket(js, names, "sends", day).await?,
+    })
+}
+
+/// Creates or updates bucket `<bucket>-<suffix>`, whose keys expire `max_age` after their last
+/// write. The bucket's stream is made here, as the key-value layer would make it, because the
+/// client's own bucket creation first queries account details that 2.9 servers describe
+/// differently.
+async fn bucket(
+    js: &jetstream::Context,
+    names: &Names,
+    suffix: &str,
+    max_age: Duration,
+) -> Result<kv::Store, ClusterError> {
+    let name = format!("{}-{suffix}", names.bucket);
+    let config = stream::Config {
+        name: format!("KV_{name}"),
+        subjects: vec![format!("$KV.{name}.>")],
+        max_messages_per_subject: 1,
+        max_age,
+        storage: stream::StorageType::File,
+        num_replicas: names.replicas,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::New,
+        ..Default::default()
+    };
+    let error = |e: &dyn std::fmt::Display| ClusterError::new(&format!("bucket {name}"), e);
+    js.create_or_update_stream(config)
+        .await
+        .map_err(|e| error(&e))?;
+    js.get_key_value(&name).await.map_err(|e| error(&e))
+}
+
+async fn ensure_consumers(
+    js: &jetstream::Context,
+    names: &Names,
+    ack_wait: Duration,
+) -> Result<(), ClusterError> {
+    for (name, filter, single) in CONSUMERS {
+        let config = consumer::pull::Config {
+            durable_name: Some(name.to_string()),
+            filter_subject: names.subject(filter),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait,
+            max_deliver: if name == "runner" {
+                RUNNER_MAX_DELIVER
+            } else {
+                100
+            },
+            max_ack_pending: if single { 1 } else { 10_000 },
+            ..Default::default()
+        };
+        let stream = js
+            .get_stream_no_info(&names.stream)
+            .await
+            .map_err(|e| ClusterError::new("cannot open the stream", e))?;
+        // The server updates an existing durable consumer whose configuration differs (another
+        // run timeout gives another ack wait) in the ways it allows, and refuses the others.
+        stream
+            .create_consumer(config)
+            .await
+            .map_err(|e| ClusterError::new(&format!("cannot create consumer {name}"), e))?;
+    }
+    Ok(())
+}
+
+/// `hookgate check` for a NATS store: connects, creates or updates what is missing, and
+/// describes what it found.
+pub async fn check(settings: &NatsSettings, run_timeout: Duration) -> Result<String, ClusterError> {
+    let cluster = Cluster::connect(settings, run_timeout).await?;
+    let last = cluster.last_sequence().await?;
+    Ok(format!(
+        "nats {}: stream {} (last sequence {}, {} replica(s)), buckets {}-{{idempotency,replay,locks,sends}}, consumers runner, heartbeat, delivery (ack wait {} s)",
+        settings.url,
+        settings.stream,
+        last,
+        settings.replicas,
+        settings.bucket,
+        cluster.ack_wait.as_secs()
+    ))
+}
+
+pub use intake::ReplayClaim;
+pub use projection::{open_view, project};
+pub use work::start_workers;
