@@ -2,9 +2,11 @@
 
 mod fake;
 mod harness;
+mod nats;
 
 mod agent;
 mod api;
+mod cluster;
 mod config;
 mod crash;
 mod durability;

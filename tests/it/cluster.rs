@@ -1,0 +1,428 @@
+//! Several hookgate nodes on one NATS JetStream server (`gateway.store.kind: nats`): both
+//! accept hooks and share the runs, a retry on the other node gets the first answer, a killed
+//! node's runs are finished by the other once each, and NATS killed and restarted under load
+//! loses nothing that was acknowledged.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::fake::{Answer, Fake, chat_reply};
+use crate::harness::*;
+use crate::nats::NatsServer;
+
+/// A node's configuration: the fake provider, the NATS store, a short run timeout (so that a
+/// dead node's runs are handed over after 2 + 5 s).
+fn node_config(nats: &NatsServer, provider: &Fake) -> Value {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "gateway.store",
+        json!({"kind": "nats", "url": nats.url()}),
+    );
+    set(
+        &mut config,
+        "agents.defaults.provider",
+        json!({"baseUrl": provider.base, "apiKey": "sk-test"}),
+    );
+    set(&mut config, "agents.defaults.model", json!("m"));
+    set(&mut config, "agents.defaults.timeoutSeconds", json!(2));
+    set(&mut config, "agents.defaults.maxConcurrent", json!(2));
+    set(&mut config, "hooks.allowRequestSessionKey", json!(true));
+    config
+}
+
+/// Every event of the main session, paged through.
+async fn all_events(node: &Hookgate) -> Vec<Value> {
+    let mut events = Vec::new();
+    let mut after = 0;
+    loop {
+        let path = format!("/api/sessions/main/events?after={after}&limit=1000");
+        let (status, page) = json_of(node.api(&path).send().await.unwrap()).await;
+        assert_eq!(status, 200, "{page}");
+        let page = page["events"].as_array().unwrap().clone();
+        let Some(last) = page.last() else {
+            return events;
+        };
+        after = last["seq"].as_i64().unwrap();
+        events.extend(page);
+    }
+}
+
+async fn run(node: &Hookgate, run_id: &str) -> Value {
+    json_of(
+        node.api(&format!("/api/runs/{run_id}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await
+    .1
+}
+
+async fn agent(node: &Hookgate, body: Value) -> String {
+    let (status, reply) =
+        json_of(node.hook("/hooks/agent").json(&body).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{reply}");
+    reply["runId"].as_str().unwrap().to_string()
+}
+
+/// Waits, up to `limit`, until every run in `run_ids` is `ok` on `node`.
+async fn all_ok(node: &Hookgate, run_ids: &[String], limit: Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let mut pending = Vec::new();
+        for id in run_ids {
+            let record = run(node, id).await;
+            if record["status"] != "ok" {
+                pending.push(format!("{id}: {}", record["status"]));
+            }
+        }
+        if pending.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "runs not ok in time: {pending:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Summary events per run id, from the text `Hook <name>: ...` of runs named after their id.
+fn summaries_per_run(events: &[Value]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for event in events.iter().filter(|e| e["kind"] == "summary") {
+        let text = event["text"].as_str().unwrap();
+        let name = text
+            .strip_prefix("Hook ")
+            .and_then(|t| t.split(':').next())
+            .unwrap();
+        *counts.entry(name.to_string()).or_default() += 1;
+    }
+    counts
+}
+
+/// Provider requests whose body contains `text`: the runs with that message (heartbeats, which
+/// also call the provider, carry event texts, not run messages).
+fn asked(provider: &Fake, text: &str) -> usize {
+    provider
+        .requests()
+        .iter()
+        .filter(|r| r.body.to_string().contains(text))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_share_intake_and_runs_and_show_the_same_state() {
+    let nats = NatsServer::start();
+    // A little latency, so that one node's two slots cannot take every run.
+    let provider = Fake::start(|_, _| {
+        Answer::After(
+            Duration::from_millis(100),
+            Box::new(Answer::Json(200, chat_reply("done"))),
+        )
+    })
+    .await;
+    let config = node_config(&nats, &provider);
+    let (a, _dir_a) = Hookgate::start(&config);
+    let (b, _dir_b) = Hookgate::start(&config);
+    let nodes = [&a, &b];
+
+    let mut run_ids = Vec::new();
+    for i in 0..20 {
+        let node = nodes[i % 2];
+        let (status, reply) = json_of(
+            node.hook("/hooks/wake")
+                .json(&json!({"text": format!("wake {i}"), "mode": "next-heartbeat"}))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 200, "{reply}");
+        run_ids.push(
+            agent(
+                node,
+                json!({"message": format!("task {i}"), "name": format!("r{i}"), "deliver": false}),
+            )
+            .await,
+        );
+    }
+    all_ok(&a, &run_ids, Duration::from_secs(30)).await;
+    all_ok(&b, &run_ids, Duration::from_secs(10)).await;
+
+    // Both views hold the same events with the same sequence numbers.
+    let mut views = Vec::new();
+    for node in nodes {
+        let mut events = Vec::new();
+        eventually("every summary in the view", async || {
+            events = all_events(node).await;
+            events.len() == 40
+        })
+        .await;
+        views.push(events);
+    }
+    assert_eq!(views[0], views[1], "the two views differ");
+    let wakes: BTreeSet<_> = views[0]
+        .iter()
+        .filter(|e| e["kind"] == "system")
+        .map(|e| e["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(wakes.len(), 20);
+    let summaries = summaries_per_run(&views[0]);
+    assert_eq!(summaries.len(), 20, "{summaries:?}");
+    assert!(summaries.values().all(|n| *n == 1), "{summaries:?}");
+    assert_eq!(asked(&provider, "task "), 20, "every run ran once");
+
+    // Both nodes did some of the runs.
+    let (_, log_a) = a.terminate();
+    let (_, log_b) = b.terminate();
+    let ran = |log: &str| log.matches("run finished").count();
+    assert_eq!(ran(&log_a) + ran(&log_b), 20);
+    assert!(
+        ran(&log_a) > 0 && ran(&log_b) > 0,
+        "a: {}, b: {}",
+        ran(&log_a),
+        ran(&log_b)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_reused_on_the_other_node_gets_the_first_run() {
+    let nats = NatsServer::start();
+    let provider = Fake::provider("done").await;
+    let config = node_config(&nats, &provider);
+    let (a, _dir_a) = Hookgate::start(&config);
+    let (b, _dir_b) = Hookgate::start(&config);
+    let body = json!({"message": "deploy", "name": "once", "deliver": false});
+    let mut ids = BTreeSet::new();
+    for node in [&a, &b, &a, &b] {
+        let (status, reply) = json_of(
+            node.hook("/hooks/agent")
+                .header("idempotency-key", "deploy-42")
+                .json(&body)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 200, "{reply}");
+        ids.insert(reply["runId"].as_str().unwrap().to_string());
+    }
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let ids: Vec<String> = ids.into_iter().collect();
+    all_ok(&a, &ids, Duration::from_secs(10)).await;
+    all_ok(&b, &ids, Duration::from_secs(10)).await;
+    for node in [&a, &b] {
+        let (_, runs) = json_of(node.api("/api/runs?limit=100").send().await.unwrap()).await;
+        assert_eq!(runs["runs"].as_array().unwrap().len(), 1, "{runs}");
+    }
+    assert_eq!(asked(&provider, "deploy"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_redelivery_to_the_other_node_gets_the_first_answer() {
+    let nats = NatsServer::start();
+    let provider = Fake::provider("done").await;
+    let mut config = node_config(&nats, &provider);
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"id": "signed", "match": {"path": "signed"}, "messageTemplate": "delivery {{id}}",
+                "signature": {"scheme": "github", "secrets": ["gh-secret"]}}]),
+    );
+    let (a, _dir_a) = Hookgate::start(&config);
+    let (b, _dir_b) = Hookgate::start(&config);
+    let body = br#"{"id":"evt_9"}"#;
+    let headers = crate::signatures::sign("github", "gh-secret", body, 0, "delivery-9");
+    let mut answers = Vec::new();
+    for node in [&a, &b] {
+        let mut request = client().post(node.url("/hooks/signed")).body(body.to_vec());
+        for (name, value) in &headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        let response = request.send().await.unwrap();
+        answers.push((response.status().as_u16(), response.text().await.unwrap()));
+    }
+    assert_eq!(answers[0].0, 200, "{answers:?}");
+    assert_eq!(answers[0], answers[1]);
+    let run_id = serde_json::from_str::<Value>(&answers[0].1).unwrap()["runId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    all_ok(&b, &[run_id], Duration::from_secs(10)).await;
+    let (_, runs) = json_of(b.api("/api/runs?limit=100").send().await.unwrap()).await;
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 1, "{runs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_s_runs_are_finished_by_the_other_once_each() {
+    let nats = NatsServer::start();
+    // Until the first node is killed, the provider never answers in time: its runs are in
+    // flight when it dies. Afterwards it answers at once.
+    let killed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let provider = {
+        let killed = Arc::clone(&killed);
+        Fake::start(move |_, _| {
+            if killed.load(Ordering::SeqCst) {
+                Answer::Json(200, chat_reply("done"))
+            } else {
+                Answer::After(
+                    Duration::from_secs(60),
+                    Box::new(Answer::Json(200, chat_reply("late"))),
+                )
+            }
+        })
+        .await
+    };
+    let config = node_config(&nats, &provider);
+    let (a, _dir_a) = Hookgate::start(&config);
+    // Two runs of one session key: the second waits for the first, across the handover.
+    let mut run_ids = Vec::new();
+    for (name, key) in [("x1", "hook:x"), ("x2", "hook:x"), ("y", "hook:y")] {
+        run_ids.push(
+            agent(
+                &a,
+                json!({"message": name, "name": name, "sessionKey": key, "deliver": false}),
+            )
+            .await,
+        );
+    }
+    eventually("two runs at the provider", async || {
+        provider.requests().len() == 2
+    })
+    .await;
+    killed.store(true, Ordering::SeqCst);
+    a.kill();
+
+    let (b, _dir_b) = Hookgate::start(&config);
+    // The runs come back after the ack wait (run timeout 2 s + 5 s).
+    all_ok(&b, &run_ids, Duration::from_secs(40)).await;
+    let events = all_events(&b).await;
+    let summaries = summaries_per_run(&events);
+    assert_eq!(
+        summaries,
+        BTreeMap::from([("x1".into(), 1), ("x2".into(), 1), ("y".into(), 1)]),
+        "one summary per run"
+    );
+    let asked = |message: &str| asked(&provider, &format!("{message}\\n"));
+    // x1 and y were in flight on the dead node and ran again; x2 never started there.
+    assert_eq!((asked("x1"), asked("x2"), asked("y")), (2, 1, 2));
+    let x1 = run(&b, &run_ids[0]).await;
+    let x2 = run(&b, &run_ids[1]).await;
+    assert!(
+        x1["finishedAt"].as_str() <= x2["startedAt"].as_str(),
+        "x2 started before x1 finished: {x1} {x2}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_acknowledged_request_survives_nats_killed_and_restarted() {
+    let mut nats = NatsServer::start();
+    let provider = Fake::provider("done").await;
+    let config = node_config(&nats, &provider);
+    let (a, _dir_a) = Hookgate::start(&config);
+    let (b, _dir_b) = Hookgate::start(&config);
+    let bases = [a.base.clone(), b.base.clone()];
+
+    let acked_wakes = Arc::new(Mutex::new(Vec::<String>::new()));
+    let acked_runs = Arc::new(Mutex::new(Vec::<String>::new()));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for c in 0..4 {
+        let (bases, wakes, runs, refused, stop) = (
+            bases.clone(),
+            Arc::clone(&acked_wakes),
+            Arc::clone(&acked_runs),
+            Arc::clone(&refused),
+            Arc::clone(&stop),
+        );
+        clients.push(tokio::spawn(async move {
+            let http = client();
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                i += 1;
+                let base = &bases[(c + i) % 2];
+                let text = format!("client {c} request {i}");
+                let wake = i % 3 != 0;
+                let (path, body) = if wake {
+                    (
+                        "/hooks/wake",
+                        json!({"text": text, "mode": "next-heartbeat"}),
+                    )
+                } else {
+                    ("/hooks/agent", json!({"message": text, "deliver": false}))
+                };
+                let sent = http
+                    .post(format!("{base}{path}"))
+                    .bearer_auth(HOOK_TOKEN)
+                    .timeout(Duration::from_secs(10))
+                    .json(&body)
+                    .send()
+                    .await;
+                let Ok(response) = sent else {
+                    refused.fetch_add(1, Ordering::SeqCst);
+                    continue;
+                };
+                if response.status() != 200 {
+                    refused.fetch_add(1, Ordering::SeqCst);
+                    continue;
+                }
+                let reply: Value = response.json().await.unwrap();
+                if wake {
+                    wakes.lock().unwrap().push(text);
+                } else {
+                    let id = reply["runId"].as_str().unwrap().to_string();
+                    runs.lock().unwrap().push(id);
+                }
+            }
+        }));
+    }
+    let acked = || acked_wakes.lock().unwrap().len() + acked_runs.lock().unwrap().len();
+    eventually("load before the restart", async || acked() >= 150).await;
+    nats.kill();
+    let before_restart = acked();
+    nats.start_again();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while acked() < before_restart + 150 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no load accepted after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    for client in clients {
+        client.await.unwrap();
+    }
+
+    let wakes: BTreeSet<String> = acked_wakes.lock().unwrap().iter().cloned().collect();
+    let runs: Vec<String> = acked_runs.lock().unwrap().clone();
+    for node in [&a, &b] {
+        let mut missing = Vec::new();
+        eventually("every acknowledged wake in the view", async || {
+            let seen: BTreeSet<String> = all_events(node)
+                .await
+                .iter()
+                .filter(|e| e["kind"] == "system")
+                .map(|e| e["text"].as_str().unwrap().to_string())
+                .collect();
+            missing = wakes.difference(&seen).cloned().collect();
+            missing.is_empty()
+        })
+        .await;
+        all_ok(node, &runs, Duration::from_secs(30)).await;
+    }
+    eprintln!(
+        "acknowledged {} wakes and {} runs ({} before the restart), {} refused during it",
+        wakes.len(),
+        runs.len(),
+        before_restart,
+        refused.load(Ordering::SeqCst)
+    );
+}
