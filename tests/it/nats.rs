@@ -91,10 +91,13 @@ fn spawn(store: &Path, port: Option<u16>) -> (Child, u16) {
         if line.contains("Server is ready") {
             // Keep draining its log so that it never blocks on a full pipe.
             std::thread::spawn(move || for _ in lines {});
-            let port = listening.unwrap_or_else(|| panic!("no client port in:\n{seen}"));
-            return (child, port);
+            if let Some(port) = listening {
+                return (child, port);
+            }
+            break;
         }
     }
     let _ = child.kill();
-    panic!("nats-server did not start:\n{seen}");
+    let _ = child.wait();
+    panic!("nats-server did not start (or named no client port):\n{seen}");
 }
