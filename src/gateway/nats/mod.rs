@@ -109,10 +109,19 @@ impl Cluster {
         settings: &NatsSettings,
         run_timeout: Duration,
     ) -> Result<Cluster, ClusterError> {
+        let servers = settings
+            .url
+            .split(',')
+            .map(|url| url.trim().parse::<async_nats::ServerAddr>())
+            .collect::<Result<Vec<_>, _>>()
+            // The URL may carry credentials: it is never part of a message.
+            .map_err(|e| ClusterError::new("gateway.store.url is not a NATS URL", e))?;
+        // Any one of the servers will do; the client learns the rest of the cluster from it and
+        // reconnects to whichever is up, for as long as the process runs.
         let client = async_nats::ConnectOptions::new()
             .name(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
             .connection_timeout(Duration::from_secs(5))
-            .connect(settings.url.as_str())
+            .connect(servers)
             .await
             .map_err(|e| ClusterError::new("cannot connect", e))?;
         let js = jetstream::new(client.clone());
@@ -325,8 +334,7 @@ pub async fn check(settings: &NatsSettings, run_timeout: Duration) -> Result<Str
     let cluster = Cluster::connect(settings, run_timeout).await?;
     let last = cluster.last_sequence().await?;
     Ok(format!(
-        "nats {}: stream {} (last sequence {}, {} replica(s)), buckets {}-{{idempotency,replay,locks,sends}}, consumers runner, heartbeat, delivery (ack wait {} s)",
-        settings.url,
+        "nats: stream {} (last sequence {}, {} replica(s)), buckets {}-{{idempotency,replay,locks,sends}}, consumers runner, heartbeat, delivery (ack wait {} s)",
         settings.stream,
         last,
         settings.replicas,

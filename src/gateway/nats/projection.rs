@@ -37,7 +37,7 @@ pub async fn open_view(
         .last_sequence()
         .await
         .map_err(|e| StoreError::Commit(e.to_string()))?;
-    for attempt in 0..2 {
+    let open = || async {
         let store = Store::open_observed(&dir, true, commit_time.clone())?;
         let applied = store
             .write(|conn| {
@@ -45,10 +45,10 @@ pub async fn open_view(
                 applied(conn)
             })
             .await?;
-        if applied <= last || attempt == 1 {
-            cluster.set_applied(applied);
-            return Ok(store);
-        }
+        Ok::<_, StoreError>((store, applied))
+    };
+    let (mut store, mut applied) = open().await?;
+    if applied > last {
         tracing::warn!(
             applied,
             last,
@@ -58,8 +58,10 @@ pub async fn open_view(
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(dir.join(format!("{}{suffix}", crate::gateway::DB_FILE)));
         }
+        (store, applied) = open().await?;
     }
-    unreachable!("the second attempt always returns")
+    cluster.set_applied(applied);
+    Ok(store)
 }
 
 fn applied(conn: &Connection) -> rusqlite::Result<u64> {

@@ -1,0 +1,171 @@
+//! The cluster benchmark: wake and agent intake on the embedded store against NATS JetStream,
+//! with one node and with two, in one run, on this machine.
+//!
+//! Starts a real `nats-server -js` (Debian's package) on 127.0.0.1 and the real hookgate binary:
+//! one node on the embedded SQLite store (the baseline), one node on NATS, then two nodes on the
+//! same NATS server with the connections split between them. Prints requests/s, p50 and p99 per
+//! case and the ratio to the embedded store at the same connection count. No model provider is
+//! configured: runs end at once with an error, so the runner's work is in the figures but no
+//! model's latency is.
+//!
+//! Run: `cargo bench --bench cluster` (`LOAD_SECONDS=5` for longer cases).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+mod support;
+use support::{Case, drive, load_seconds, start_hookgate, stop};
+
+const HOOK_TOKEN: &str = "bench-hook-token-0123";
+
+fn cases() -> [Case; 2] {
+    [
+        Case {
+            name: "/hooks/wake",
+            path: "/hooks/wake",
+            body: json!({"text": "benchmark event", "mode": "next-heartbeat"}),
+            headers: vec![],
+            token: HOOK_TOKEN,
+        },
+        Case {
+            name: "/hooks/agent",
+            path: "/hooks/agent",
+            body: json!({"message": "benchmark run", "wakeMode": "next-heartbeat", "deliver": false}),
+            headers: vec![],
+            token: HOOK_TOKEN,
+        },
+    ]
+}
+
+/// Starts `nats-server` with JetStream in `dir`; returns it and its URL.
+fn start_nats(dir: &Path) -> (Child, String) {
+    let binary = ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap_or("nats-server");
+    let mut child = Command::new(binary)
+        .args(["-js", "-a", "127.0.0.1", "-p", "-1", "-sd"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("nats-server (apt-get install nats-server)");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut port = None;
+    for line in lines.by_ref().map_while(Result::ok) {
+        const LISTENING: &str = "Listening for client connections on ";
+        if let Some(at) = line.find(LISTENING) {
+            port = line[at + LISTENING.len()..]
+                .rsplit(':')
+                .next()
+                .map(|p| p.trim().to_string());
+        }
+        if line.contains("Server is ready") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    let port = port.expect("nats-server named no client port");
+    (child, format!("nats://127.0.0.1:{port}"))
+}
+
+fn node_dir(store: Option<&str>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = json!({
+        "hooks": {"enabled": true, "token": HOOK_TOKEN},
+        // No heartbeats: the benchmark measures intake.
+        "agents": {"defaults": {"heartbeat": {"every": "0"}}},
+    });
+    if let Some(url) = store {
+        config["gateway"] = json!({"store": {"kind": "nats", "url": url}});
+    }
+    std::fs::write(dir.path().join("hookgate.json5"), config.to_string()).unwrap();
+    dir
+}
+
+/// Drives `case` against every base at once, `connections` split between them: total req/s,
+/// the largest p50 and p99.
+async fn drive_all(
+    bases: &[String],
+    case: &Case,
+    connections: usize,
+    seconds: f64,
+) -> (f64, Duration, Duration) {
+    let each = connections.div_ceil(bases.len());
+    let runs = bases.iter().map(|base| drive(base, case, each, seconds));
+    let results = futures_util::future::join_all(runs).await;
+    results.into_iter().fold(
+        (0.0, Duration::ZERO, Duration::ZERO),
+        |(rate, p50, p99), r| (rate + r.0, p50.max(r.1), p99.max(r.2)),
+    )
+}
+
+fn main() {
+    let seconds = load_seconds();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let nats_dir = tempfile::tempdir().unwrap();
+    let (nats, url) = start_nats(nats_dir.path());
+
+    let embedded_dir = node_dir(None);
+    let (embedded, embedded_base, _) = start_hookgate(embedded_dir.path());
+    let node_dirs = [node_dir(Some(&url)), node_dir(Some(&url))];
+    let (first, first_base, _) = start_hookgate(node_dirs[0].path());
+
+    println!(
+        "hookgate cluster benchmark: {seconds} s per case, NATS, client and servers on this machine"
+    );
+    println!(
+        "{:<14} {:<16} {:>5} {:>10} {:>10} {:>10} {:>9}",
+        "case", "store", "conns", "req/s", "p50", "p99", "rate/emb"
+    );
+    let mut rows: Vec<Value> = Vec::new();
+    let mut second = None;
+    for nodes in [1, 2] {
+        if nodes == 2 {
+            second = Some(start_hookgate(node_dirs[1].path()));
+        }
+        for case in cases() {
+            for connections in [16, 64] {
+                let mut bases = vec![first_base.clone()];
+                if let Some((_, base, _)) = &second {
+                    bases.push(base.clone());
+                }
+                let (base_rate, ..) =
+                    runtime.block_on(drive(&embedded_base, &case, connections, seconds));
+                let (rate, p50, p99) =
+                    runtime.block_on(drive_all(&bases, &case, connections, seconds));
+                let store = format!("nats, {nodes} node{}", if nodes == 1 { "" } else { "s" });
+                println!(
+                    "{:<14} {:<16} {connections:>5} {base_rate:>10.0} {:>10} {:>10} {:>9}",
+                    case.name, "embedded", "", "", "1.00"
+                );
+                println!(
+                    "{:<14} {store:<16} {connections:>5} {rate:>10.0} {p50:>10.1?} {p99:>10.1?} {:>9.2}",
+                    case.name,
+                    rate / base_rate
+                );
+                rows.push(json!({"case": case.name, "store": store, "connections": connections,
+                                 "embedded": base_rate.round(), "nats": rate.round(), "ratio": rate / base_rate}));
+            }
+        }
+    }
+    if let Some((child, _, _)) = second {
+        stop(child);
+    }
+    stop(first);
+    stop(embedded);
+    let _ = Command::new("kill")
+        .args(["-TERM", &nats.id().to_string()])
+        .status();
+    let mut nats = nats;
+    let _ = nats.wait();
+    println!("{}", serde_json::to_string(&rows).unwrap());
+}
