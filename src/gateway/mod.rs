@@ -12,6 +12,7 @@ mod record;
 mod runner;
 mod runs;
 mod runtime;
+mod schema;
 mod store;
 
 pub use heartbeat::HeartbeatTrigger;

@@ -404,18 +404,26 @@ async fn every_acknowledged_request_survives_nats_killed_and_restarted() {
     let wakes: BTreeSet<String> = acked_wakes.lock().unwrap().iter().cloned().collect();
     let runs: Vec<String> = acked_runs.lock().unwrap().clone();
     for node in [&a, &b] {
-        let mut missing = Vec::new();
-        eventually("every acknowledged wake in the view", async || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
             let seen: BTreeSet<String> = all_events(node)
                 .await
                 .iter()
                 .filter(|e| e["kind"] == "system")
                 .map(|e| e["text"].as_str().unwrap().to_string())
                 .collect();
-            missing = wakes.difference(&seen).cloned().collect();
-            missing.is_empty()
-        })
-        .await;
+            let missing: Vec<_> = wakes.difference(&seen).collect();
+            if missing.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} acknowledged wakes missing from {}: {missing:?}",
+                missing.len(),
+                node.base
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         all_ok(node, &runs, Duration::from_secs(30)).await;
     }
     eprintln!(
@@ -425,4 +433,72 @@ async fn every_acknowledged_request_survives_nats_killed_and_restarted() {
         before_restart,
         refused.load(Ordering::SeqCst)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_creates_the_stream_and_buckets_and_names_an_unreachable_store() {
+    let nats = NatsServer::start();
+    let provider = Fake::provider("done").await;
+    let config = node_config(&nats, &provider);
+    let (status, output, _dir) = check(&config);
+    assert!(status.success(), "{output}");
+    assert!(
+        output.contains("ok: nats: stream HOOKGATE")
+            && output.contains("buckets hookgate-{idempotency,replay,locks,sends}")
+            && output.contains("ack wait 7 s"),
+        "{output}"
+    );
+    let mut unreachable = config.clone();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    set(
+        &mut unreachable,
+        "gateway.store.url",
+        json!(format!("nats://user:s3cret-pass@127.0.0.1:{port}")),
+    );
+    let (status, output, _dir) = check(&unreachable);
+    assert!(!status.success());
+    assert!(
+        output.contains("error: gateway.store: nats: cannot connect"),
+        "{output}"
+    );
+    assert!(!output.contains("s3cret-pass"), "{output}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_of_a_stream_that_was_recreated_is_rebuilt() {
+    let first = NatsServer::start();
+    let provider = Fake::provider("done").await;
+    let dir = ConfigDir::new(&node_config(&first, &provider));
+    let node = Hookgate::start_in(&dir);
+    for text in ["old 1", "old 2", "old 3"] {
+        let response = node
+            .hook("/hooks/wake")
+            .json(&json!({"text": text, "mode": "next-heartbeat"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    node.terminate();
+    drop(first);
+
+    // Another, empty, NATS: the view (three facts applied) is ahead of its stream.
+    let second = NatsServer::start();
+    dir.write(&node_config(&second, &provider));
+    let node = Hookgate::start_in(&dir);
+    let response = node
+        .hook("/hooks/wake")
+        .json(&json!({"text": "new", "mode": "next-heartbeat"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    eventually("the new wake in the rebuilt view", async || {
+        node.wake_texts().await == ["new"]
+    })
+    .await;
+    let (_, log) = node.terminate();
+    assert!(log.contains("rebuilding it"), "{log}");
 }

@@ -71,6 +71,8 @@ pub struct Cluster {
     /// The last stream sequence this node's view has applied.
     applied: watch::Receiver<u64>,
     applied_tx: std::sync::Arc<watch::Sender<u64>>,
+    /// Changes on every reconnection to the servers.
+    connections: watch::Receiver<u64>,
 }
 
 /// What hookgate calls its things on the cluster.
@@ -118,8 +120,15 @@ impl Cluster {
             .map_err(|e| ClusterError::new("gateway.store.url is not a NATS URL", e))?;
         // Any one of the servers will do; the client learns the rest of the cluster from it and
         // reconnects to whichever is up, for as long as the process runs.
+        let (connected, connections) = watch::channel(0u64);
         let client = async_nats::ConnectOptions::new()
             .name(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
+            .event_callback(move |event| {
+                if matches!(event, async_nats::Event::Connected) {
+                    connected.send_modify(|count| *count += 1);
+                }
+                std::future::ready(())
+            })
             .connection_timeout(Duration::from_secs(5))
             .connect(servers)
             .await
@@ -143,6 +152,7 @@ impl Cluster {
             ack_wait,
             applied,
             applied_tx: std::sync::Arc::new(applied_tx),
+            connections,
         })
     }
 
@@ -158,6 +168,19 @@ impl Cluster {
             .await
             .map_err(|e| ClusterError::new("cannot read the stream", e))?;
         Ok(info.state.last_sequence)
+    }
+
+    /// Resolves on the next reconnection to the servers after this call. A pull in flight when
+    /// the connection dropped is lost with it: the client would notice only at the pull's own
+    /// timeout, so the workers and the projection pull again at once instead.
+    pub fn reconnection(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut connections = self.connections.clone();
+        connections.mark_unchanged();
+        async move {
+            if connections.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     /// Whether the client is connected now.

@@ -38,7 +38,7 @@ pub async fn open_view(
         .await
         .map_err(|e| StoreError::Commit(e.to_string()))?;
     let open = || async {
-        let store = Store::open_observed(&dir, true, commit_time.clone())?;
+        let store = Store::open_copy(&dir, commit_time.clone())?;
         let applied = store
             .write(|conn| {
                 conn.execute_batch(VIEW_SCHEMA)?;
@@ -79,10 +79,15 @@ fn applied(conn: &Connection) -> rusqlite::Result<u64> {
 /// [`Cluster::wait_applied`].
 pub async fn project(cluster: Cluster, view: Store) {
     loop {
-        if let Err(err) = follow(&cluster, &view).await {
-            tracing::warn!(%err, "the view stopped following the stream; resuming");
+        match follow(&cluster, &view).await {
+            // A reconnection: follow again at once (a short pause so that a consumer that ends
+            // at once cannot spin).
+            Ok(()) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(err) => {
+                tracing::warn!(%err, "the view stopped following the stream; resuming");
+                tokio::time::sleep(RETRY).await;
+            }
         }
-        tokio::time::sleep(RETRY).await;
     }
 }
 
@@ -105,9 +110,18 @@ async fn follow(cluster: &Cluster, view: &Store) -> Result<(), ClusterError> {
         .messages()
         .await
         .map_err(|e| ClusterError::new("cannot follow the stream", e))?;
+    let reconnection = cluster.reconnection();
+    tokio::pin!(reconnection);
     loop {
         let mut batch = Vec::new();
-        let Some(first) = messages.next().await else {
+        let first = tokio::select! {
+            first = messages.next() => first,
+            () = &mut reconnection => {
+                tracing::info!("reconnected to NATS; following the stream again");
+                return Ok(());
+            }
+        };
+        let Some(first) = first else {
             return Ok(());
         };
         let mut next = Some(first);

@@ -110,7 +110,14 @@ where
                     break;
                 }
             };
-            while let Some(message) = batch.next().await {
+            let reconnection = cluster.reconnection();
+            tokio::pin!(reconnection);
+            loop {
+                let message = tokio::select! {
+                    message = batch.next() => message,
+                    () = &mut reconnection => None,
+                };
+                let Some(message) = message else { break };
                 let message = match message {
                     Ok(message) => message,
                     Err(err) => {

@@ -1,0 +1,112 @@
+//! The store's tables, and the migrations that bring an older file up to date.
+
+use rusqlite::Connection;
+
+const SCHEMA_V1: &str = "
+CREATE TABLE events (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent   TEXT NOT NULL,
+    kind    TEXT NOT NULL,
+    text    TEXT NOT NULL,
+    trusted INTEGER NOT NULL,
+    source  TEXT NOT NULL,
+    at      TEXT NOT NULL
+);
+CREATE INDEX events_by_agent ON events (agent, seq);
+CREATE TABLE runs (
+    run_id          TEXT PRIMARY KEY,
+    status          TEXT NOT NULL,
+    hook_name       TEXT NOT NULL,
+    agent_id        TEXT,
+    target_agent    TEXT NOT NULL,
+    session_key     TEXT NOT NULL,
+    message         TEXT NOT NULL,
+    prompt          TEXT NOT NULL,
+    deliver         INTEGER NOT NULL,
+    channel         TEXT NOT NULL,
+    to_addr         TEXT,
+    model           TEXT,
+    thinking        TEXT,
+    timeout_seconds INTEGER,
+    wake_mode       TEXT NOT NULL,
+    source          TEXT NOT NULL,
+    created_at      TEXT NOT NULL
+);
+CREATE INDEX runs_by_status ON runs (status);
+CREATE TABLE idempotency (
+    fingerprint TEXT PRIMARY KEY,
+    run_id      TEXT NOT NULL,
+    first_at_ms INTEGER NOT NULL
+);
+CREATE INDEX idempotency_by_age ON idempotency (first_at_ms);
+";
+
+/// What the gateway runtime adds: run outcomes, consumed events, summaries at most once per run,
+/// the delivery and forwarding outbox, and the main session's last route.
+const SCHEMA_V2: &str = "
+ALTER TABLE runs ADD COLUMN reply TEXT;
+ALTER TABLE runs ADD COLUMN summary TEXT;
+ALTER TABLE runs ADD COLUMN error TEXT;
+ALTER TABLE runs ADD COLUMN started_at TEXT;
+ALTER TABLE runs ADD COLUMN finished_at TEXT;
+ALTER TABLE runs ADD COLUMN delivery TEXT;
+ALTER TABLE runs ADD COLUMN upstream_run_id TEXT;
+ALTER TABLE events ADD COLUMN consumed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE events ADD COLUMN run_id TEXT;
+CREATE UNIQUE INDEX events_one_summary_per_run ON events (run_id) WHERE run_id IS NOT NULL;
+CREATE INDEX events_pending ON events (agent, consumed, seq);
+CREATE INDEX runs_by_session ON runs (session_key, status);
+CREATE TABLE outbox (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind        TEXT NOT NULL,
+    run_id      TEXT,
+    payload     TEXT NOT NULL,
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    next_at_ms  INTEGER NOT NULL,
+    status      TEXT NOT NULL DEFAULT 'pending',
+    last_error  TEXT,
+    created_at  TEXT NOT NULL
+);
+CREATE INDEX outbox_due ON outbox (status, next_at_ms);
+CREATE TABLE routes (
+    agent   TEXT PRIMARY KEY,
+    channel TEXT NOT NULL,
+    to_addr TEXT,
+    at      TEXT NOT NULL
+);
+";
+
+/// Replay protection of signed deliveries.
+const SCHEMA_V3: &str = "
+CREATE TABLE deliveries (
+    key          TEXT PRIMARY KEY,
+    status       INTEGER NOT NULL,
+    content_type TEXT,
+    body         BLOB NOT NULL,
+    first_at_ms  INTEGER NOT NULL
+);
+CREATE INDEX deliveries_by_age ON deliveries (first_at_ms);
+";
+
+/// The runner's queue: queued runs by session key, in arrival order (see `runs::queued`).
+const SCHEMA_V4: &str = "
+CREATE INDEX runs_queue ON runs (status, session_key);
+";
+
+/// Brings the schema up to date, one version per transaction.
+pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    for (target, schema) in [
+        (1, SCHEMA_V1),
+        (2, SCHEMA_V2),
+        (3, SCHEMA_V3),
+        (4, SCHEMA_V4),
+    ] {
+        if version < target {
+            conn.execute_batch(&format!(
+                "BEGIN; {schema} PRAGMA user_version = {target}; COMMIT;"
+            ))?;
+        }
+    }
+    Ok(())
+}
