@@ -26,6 +26,28 @@ pub struct RunWork {
     pub session_key: String,
 }
 
+impl RunWork {
+    /// What the runner needs of a run, from the run as accepted.
+    pub fn of(run: &super::NewRun) -> RunWork {
+        RunWork {
+            run_id: run.run_id.clone(),
+            hook_name: run.hook_name.clone(),
+            target_agent: run.target_agent.clone(),
+            prompt: run.prompt.clone(),
+            model: run.model.clone(),
+            thinking: run.thinking.clone(),
+            timeout_seconds: run
+                .timeout_seconds
+                .map(|t| i64::try_from(t).unwrap_or(i64::MAX)),
+            deliver: run.deliver,
+            channel: run.channel.clone(),
+            to: run.to.clone(),
+            wake_mode: run.wake_mode.clone(),
+            session_key: run.session_key.clone(),
+        }
+    }
+}
+
 /// Runs left `running` by a process that died go back to `queued` (at-least-once).
 pub fn resume_interrupted(conn: &Connection) -> rusqlite::Result<usize> {
     conn.execute(

@@ -94,10 +94,19 @@ impl Runtime {
     /// Stops the workers. The outbox first gets up to `grace` to finish the send it is making
     /// (a send cut off halfway is recorded as uncertain and never repeated); then everything is
     /// aborted. What the workers committed stays committed; runs in progress are resumed by the
-    /// next start.
+    /// next start. On a NATS cluster the runs, heartbeats and deliveries in hand are given back
+    /// for the other nodes to take at once (a send cut off halfway is again not repeated).
     pub async fn stop(&self, grace: std::time::Duration) {
         self.stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(cluster) = &self.cluster {
+            // No more pulls; then what this node holds goes back to the cluster.
+            for (_, handle) in self.lock_workers().iter() {
+                handle.abort();
+            }
+            cluster.stop().await;
+            return;
+        }
         self.outbox_ready.notify_one();
         let outbox = {
             let mut workers = self.lock_workers();

@@ -502,3 +502,46 @@ async fn a_view_of_a_stream_that_was_recreated_is_rebuilt() {
     let (_, log) = node.terminate();
     assert!(log.contains("rebuilding it"), "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_node_hands_its_runs_back_at_once() {
+    let nats = NatsServer::start();
+    let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let provider = {
+        let stopped = Arc::clone(&stopped);
+        Fake::start(move |_, _| {
+            if stopped.load(Ordering::SeqCst) {
+                Answer::Json(200, chat_reply("done"))
+            } else {
+                Answer::After(
+                    Duration::from_secs(120),
+                    Box::new(Answer::Json(200, chat_reply("late"))),
+                )
+            }
+        })
+        .await
+    };
+    let mut config = node_config(&nats, &provider);
+    // An ack wait of 65 s: runs that come back within the test's bound were handed back.
+    set(&mut config, "agents.defaults.timeoutSeconds", json!(60));
+    let (a, _dir_a) = Hookgate::start(&config);
+    let mut run_ids = Vec::new();
+    for name in ["p", "q"] {
+        run_ids.push(agent(&a, json!({"message": name, "name": name, "deliver": false})).await);
+    }
+    eventually("both runs at the provider", async || {
+        provider.requests().len() == 2
+    })
+    .await;
+    stopped.store(true, Ordering::SeqCst);
+    let (status, _) = a.terminate();
+    assert!(status.success());
+
+    let (b, _dir_b) = Hookgate::start(&config);
+    all_ok(&b, &run_ids, Duration::from_secs(20)).await;
+    let summaries = summaries_per_run(&all_events(&b).await);
+    assert_eq!(
+        summaries,
+        BTreeMap::from([("p".into(), 1), ("q".into(), 1)])
+    );
+}

@@ -7,11 +7,12 @@ use async_nats::jetstream::Message;
 use serde_json::{Value, json};
 
 use super::work::{done, later, next_period, position, with_progress};
-use super::{Cluster, Fact};
+use super::{Cluster, Fact, MAX_DELIVER};
 use crate::gateway::heartbeat::compose;
 use crate::gateway::outbox::{deliver as send, is_permanent};
 use crate::gateway::runs::SummaryEvent;
 use crate::gateway::runtime::{Runtime, now_ms, now_rfc3339};
+use async_nats::jetstream::kv;
 
 /// How long a heartbeat waits for its view to catch up with the stream.
 const VIEW_WAIT: Duration = Duration::from_secs(10);
@@ -20,13 +21,22 @@ const VIEW_WAIT: Duration = Duration::from_secs(10);
 /// happened and does not risk a duplicate.
 const SENDING: &[u8] = b"sending";
 
+/// A send marker's value once the delivery is settled, sent or given up.
+const DONE: &[u8] = b"done";
+
 /// One heartbeat, on one node at a time (its consumer lets one message out at a time).
 pub(super) async fn beat(runtime: Arc<Runtime>, cluster: Cluster, message: Message) {
     let (sequence, _) = position(&message);
     // The view must hold every earlier heartbeat's consumption, or this one would take the
-    // same events again: wait for everything the stream has now.
-    let current = cluster.last_sequence().await.unwrap_or(sequence);
-    cluster.wait_applied(current.max(sequence), VIEW_WAIT).await;
+    // same events again: it waits for everything the stream has now, or hands the request
+    // back (a node still building its view from a long stream, a stream it cannot read).
+    let caught_up = match cluster.last_sequence().await {
+        Ok(current) => cluster.wait_applied(current.max(sequence), VIEW_WAIT).await,
+        Err(_) => false,
+    };
+    if !caught_up {
+        return later(&message, Duration::from_secs(1)).await;
+    }
     let composed = with_progress(&cluster, &message, || async {}, compose(&runtime)).await;
     let Some(beat) = composed else {
         return done(&message).await;
@@ -63,13 +73,33 @@ pub(super) async fn deliver(runtime: Arc<Runtime>, cluster: Cluster, message: Me
         return done(&message).await;
     };
     let attempts = u32::try_from(delivered).unwrap_or(u32::MAX);
-    let marker = format!("job-{sequence}");
+    // One marker per run (a run's outcome may reach the stream twice: its reply is still sent
+    // once), one per heartbeat.
+    let marker = match job["runId"].as_str() {
+        Some(run_id) => format!("run-{run_id}"),
+        None => format!("beat-{sequence}"),
+    };
     let sends = &cluster.buckets.sends;
-    let entry = sends.entry(&marker).await.ok().flatten();
+    let entry = match sends.entry(&marker).await {
+        Ok(entry) => entry.filter(|e| e.operation == kv::Operation::Put),
+        Err(_) => return later(&message, Duration::from_secs(1)).await,
+    };
+    if entry.as_ref().is_some_and(|e| e.value == DONE) {
+        return done(&message).await;
+    }
     if entry.as_ref().is_some_and(|e| e.value == SENDING) {
         // A node died while sending it: it may have arrived; it is not sent again.
         let error = "interrupted by a stop; not sent again to avoid a duplicate";
-        return give_up(&cluster, &message, &job, attempts, error, "uncertain").await;
+        return give_up(
+            &cluster,
+            &message,
+            &job,
+            &marker,
+            attempts,
+            error,
+            "uncertain",
+        )
+        .await;
     }
     let marked = match entry {
         Some(entry) => sends
@@ -88,15 +118,18 @@ pub(super) async fn deliver(runtime: Arc<Runtime>, cluster: Cluster, message: Me
                 "status": "sent", "channel": job["channel"], "to": job["to"], "attempts": attempts,
             });
             let fact = delivered_fact(&job, delivery, None, Some(now_rfc3339()));
-            if publish(&cluster, &fact, sequence).await {
-                done(&message).await;
-            }
+            settle(&cluster, &message, &fact, &marker).await;
         }
         Err(error) => {
             let policy = runtime.config.current().runtime.channels.retry;
-            if is_permanent(&error) || attempts >= policy.attempts {
+            // The server offers a message MAX_DELIVER times at most: the last offer gives up.
+            let last = u32::try_from(MAX_DELIVER).unwrap_or(u32::MAX);
+            if is_permanent(&error) || attempts >= policy.attempts.min(last) {
                 tracing::warn!(sequence, attempts, %error, "giving up a send");
-                return give_up(&cluster, &message, &job, attempts, &error, "failed").await;
+                return give_up(
+                    &cluster, &message, &job, &marker, attempts, &error, "failed",
+                )
+                .await;
             }
             let backoff = policy
                 .base_delay
@@ -108,11 +141,26 @@ pub(super) async fn deliver(runtime: Arc<Runtime>, cluster: Cluster, message: Me
     }
 }
 
+/// Records a delivery's outcome, marks its send done for good (a repeat of the job then sends
+/// nothing) and acknowledges it; whether the outcome landed.
+async fn settle(cluster: &Cluster, message: &Message, fact: &Fact, marker: &str) -> bool {
+    if let Err(err) = cluster.publish(fact, &format!("delivered-{marker}")).await {
+        tracing::error!(%err, marker, "cannot record a delivery");
+        return false;
+    }
+    if let Err(err) = cluster.buckets.sends.put(marker, DONE.into()).await {
+        tracing::warn!(%err, marker, "cannot mark a send done");
+    }
+    done(message).await;
+    true
+}
+
 /// Ends a delivery without success; a run's reply that was not delivered becomes its summary.
 async fn give_up(
     cluster: &Cluster,
     message: &Message,
     job: &Value,
+    marker: &str,
     attempts: u32,
     error: &str,
     status: &str,
@@ -123,11 +171,9 @@ async fn give_up(
     });
     let summary = serde_json::from_value::<SummaryEvent>(job["summary"].clone()).ok();
     let fact = delivered_fact(job, delivery, summary, None);
-    let (sequence, _) = position(message);
-    if !publish(cluster, &fact, sequence).await {
+    if !settle(cluster, message, &fact, marker).await {
         return;
     }
-    done(message).await;
     if job["wakeNow"].as_bool() == Some(true) {
         if let Err(err) = cluster.request_beat().await {
             tracing::warn!(%err, "cannot request a heartbeat");
@@ -147,20 +193,6 @@ fn delivered_fact(
         delivery,
         summary,
         sent_at,
-    }
-}
-
-/// Publishes a delivery's outcome, one per job; whether it landed.
-async fn publish(cluster: &Cluster, fact: &Fact, sequence: u64) -> bool {
-    match cluster
-        .publish(fact, &format!("delivered-{sequence}"))
-        .await
-    {
-        Ok(_) => true,
-        Err(err) => {
-            tracing::error!(%err, sequence, "cannot record a delivery");
-            false
-        }
     }
 }
 

@@ -17,6 +17,7 @@ mod dispatch;
 mod fact;
 mod intake;
 mod projection;
+mod run;
 mod work;
 
 use std::time::Duration;
@@ -37,12 +38,17 @@ const PUBLISH_DEADLINE: Duration = Duration::from_secs(5);
 
 /// A failure to reach or use JetStream. The message is for the log and for `hookgate check`.
 #[derive(Debug, thiserror::Error)]
-#[error("nats: {0}")]
-pub struct ClusterError(pub String);
+pub enum ClusterError {
+    #[error("nats: {0}")]
+    Failed(String),
+    /// A fact larger than the servers take in one message (`max_payload`, 1 MiB by default).
+    #[error("nats: a {size}-byte message is over the servers' limit of {limit} bytes")]
+    TooLarge { size: usize, limit: usize },
+}
 
 impl ClusterError {
     fn new(context: &str, err: impl std::fmt::Display) -> Self {
-        ClusterError(format!("{context}: {err}"))
+        ClusterError::Failed(format!("{context}: {err}"))
     }
 }
 
@@ -73,6 +79,8 @@ pub struct Cluster {
     applied_tx: std::sync::Arc<watch::Sender<u64>>,
     /// Changes on every reconnection to the servers.
     connections: watch::Receiver<u64>,
+    /// The messages this node is working on.
+    pub in_flight: work::InFlight,
 }
 
 /// What hookgate calls its things on the cluster.
@@ -99,9 +107,12 @@ const CONSUMERS: [(&str, &str, bool); 3] = [
     ("delivery", "out.>", false),
 ];
 
-/// A run that waits for its session key is offered again with growing delays; after this many
-/// offers (about 80 minutes) it is given up.
+/// A run that waits for its session key is offered again with growing delays; on its last
+/// offer (after about 80 minutes) it is given up with an error outcome.
 const RUNNER_MAX_DELIVER: i64 = 1000;
+
+/// Offers of a heartbeat request or a delivery; a delivery's last offer gives it up.
+const MAX_DELIVER: i64 = 100;
 
 impl Cluster {
     /// Connects to `settings.url` and makes sure the stream, buckets and consumers exist with
@@ -140,7 +151,7 @@ impl Cluster {
             replicas: settings.replicas,
         };
         let ack_wait = run_timeout.saturating_add(ACK_MARGIN);
-        ensure_stream(&js, &names).await?;
+        ensure_stream(&js, &names, ack_wait).await?;
         let buckets = ensure_buckets(&js, &names, ack_wait).await?;
         ensure_consumers(&js, &names, ack_wait).await?;
         let (applied_tx, applied) = watch::channel(0);
@@ -153,11 +164,18 @@ impl Cluster {
             applied,
             applied_tx: std::sync::Arc::new(applied_tx),
             connections,
+            in_flight: work::InFlight::default(),
         })
     }
 
     /// The stream's last sequence number: what a view must reach to be current.
     pub async fn last_sequence(&self) -> Result<u64, ClusterError> {
+        Ok(self.stream_state().await?.0)
+    }
+
+    /// The stream's last sequence number, and when the stream was created (in nanoseconds since
+    /// the epoch): a view of another stream of the same name is of no use.
+    pub async fn stream_state(&self) -> Result<(u64, i64), ClusterError> {
         let mut stream = self
             .js
             .get_stream(&self.names.stream)
@@ -167,7 +185,8 @@ impl Cluster {
             .info()
             .await
             .map_err(|e| ClusterError::new("cannot read the stream", e))?;
-        Ok(info.state.last_sequence)
+        let created = i64::try_from(info.created.unix_timestamp_nanos()).unwrap_or(i64::MAX);
+        Ok((info.state.last_sequence, created))
     }
 
     /// Resolves on the next reconnection to the servers after this call. A pull in flight when
@@ -181,6 +200,13 @@ impl Cluster {
                 std::future::pending::<()>().await;
             }
         }
+    }
+
+    /// Hands the work in hand back to the servers, for another node to take at once, and flushes
+    /// what is still to be sent. For a stopping node.
+    pub async fn stop(&self) {
+        self.in_flight.hand_back(Duration::from_secs(2)).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.client.flush()).await;
     }
 
     /// Whether the client is connected now.
@@ -204,6 +230,14 @@ impl Cluster {
         msg_id: &str,
     ) -> Result<u64, ClusterError> {
         let subject = self.names.subject(suffix);
+        // Headers and the subject take a little room of their own.
+        let limit = self.max_payload().saturating_sub(1024);
+        if payload.len() > limit {
+            return Err(ClusterError::TooLarge {
+                size: payload.len(),
+                limit,
+            });
+        }
         let deadline = tokio::time::Instant::now() + PUBLISH_DEADLINE;
         let mut last_error = String::new();
         while tokio::time::Instant::now() < deadline {
@@ -230,6 +264,11 @@ impl Cluster {
         ))
     }
 
+    /// The largest message the servers take.
+    pub fn max_payload(&self) -> usize {
+        self.client.server_info().max_payload
+    }
+
     /// Waits until this node's view has applied `sequence`, for at most `limit`; whether it has.
     pub async fn wait_applied(&self, sequence: u64, limit: Duration) -> bool {
         let mut applied = self.applied.clone();
@@ -247,23 +286,42 @@ impl Cluster {
         self.applied_tx.send_replace(sequence);
     }
 
+    /// Consumer `name`, created again (with every other) if it is missing: a stream deleted and
+    /// created again under a running node loses its consumers.
     async fn consumer(&self, name: &str) -> Result<consumer::PullConsumer, ClusterError> {
-        self.js
-            .get_consumer_from_stream(name, &self.names.stream)
+        let get = || self.js.get_consumer_from_stream(name, &self.names.stream);
+        if let Ok(consumer) = get().await {
+            return Ok(consumer);
+        }
+        ensure_consumers(&self.js, &self.names, self.ack_wait).await?;
+        get()
             .await
             .map_err(|e| ClusterError::new(&format!("cannot open consumer {name}"), e))
     }
+
+    /// How often a worker tells the server that it is still on a message: often enough for
+    /// the ack wait this node set, and for a shorter one another node's configuration may have
+    /// set since (every node sets the consumers' ack wait from its own run timeout).
+    pub fn progress_every(&self) -> Duration {
+        (self.ack_wait / 3).clamp(Duration::from_millis(500), Duration::from_secs(2))
+    }
 }
 
-async fn ensure_stream(js: &jetstream::Context, names: &Names) -> Result<(), ClusterError> {
+async fn ensure_stream(
+    js: &jetstream::Context,
+    names: &Names,
+    ack_wait: Duration,
+) -> Result<(), ClusterError> {
     let config = stream::Config {
         name: names.stream.clone(),
         subjects: vec![names.subject(">")],
         storage: stream::StorageType::File,
         num_replicas: names.replicas,
         // A retried publish of a run is dropped within the idempotency window, so that an
-        // idempotent retry answered from the bucket never stores the run twice.
-        duplicate_window: crate::hook::idempotency::WINDOW,
+        // idempotent retry answered from the bucket never stores the run twice; and a step
+        // repeated by the node that takes over after an ack wait (plus the progress interval)
+        // is dropped too.
+        duplicate_window: crate::hook::idempotency::WINDOW.max(ack_wait.saturating_mul(2)),
         description: Some("hookgate: accepted hooks and every change of a run".into()),
         ..Default::default()
     };
@@ -307,7 +365,9 @@ async fn bucket(
         num_replicas: names.replicas,
         allow_rollup: true,
         deny_delete: true,
-        allow_direct: true,
+        // Reads from the stream's leader only: a direct read may be answered by a replica that
+        // has not yet seen the create another node just made.
+        allow_direct: false,
         discard: stream::DiscardPolicy::New,
         ..Default::default()
     };
@@ -332,7 +392,7 @@ async fn ensure_consumers(
             max_deliver: if name == "runner" {
                 RUNNER_MAX_DELIVER
             } else {
-                100
+                MAX_DELIVER
             },
             max_ack_pending: if single { 1 } else { 10_000 },
             ..Default::default()

@@ -33,46 +33,53 @@ pub async fn open_view(
     commit_time: Option<Histogram>,
 ) -> Result<Store, StoreError> {
     let dir = state_dir.join(format!("nats-{}", cluster.names.stream));
-    let last = cluster
-        .last_sequence()
-        .await
-        .map_err(|e| StoreError::Commit(e.to_string()))?;
+    let (last, created) = cluster.stream_state().await?;
     let open = || async {
         let store = Store::open_copy(&dir, commit_time.clone())?;
-        let applied = store
-            .write(|conn| {
+        let (applied, of_stream) = store
+            .write(move |conn| {
                 conn.execute_batch(VIEW_SCHEMA)?;
-                applied(conn)
+                let of_stream = meta(conn, "stream_created")?;
+                if of_stream.is_none() {
+                    set_meta(conn, "stream_created", created)?;
+                }
+                Ok((meta(conn, "applied")?.unwrap_or(0), of_stream))
             })
             .await?;
-        Ok::<_, StoreError>((store, applied))
+        let applied = u64::try_from(applied).unwrap_or(0);
+        Ok::<_, StoreError>((store, applied, of_stream))
     };
-    let (mut store, mut applied) = open().await?;
-    if applied > last {
+    let (mut store, mut applied, of_stream) = open().await?;
+    if applied > last || of_stream.is_some_and(|c| c != created) {
         tracing::warn!(
             applied,
             last,
-            "the view is ahead of the stream, which must have been recreated; rebuilding it"
+            "the view is of an earlier stream of this name, deleted since; rebuilding it"
         );
         store.close();
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(dir.join(format!("{}{suffix}", crate::gateway::DB_FILE)));
         }
-        (store, applied) = open().await?;
+        (store, applied, _) = open().await?;
     }
     cluster.set_applied(applied);
     Ok(store)
 }
 
-fn applied(conn: &Connection) -> rusqlite::Result<u64> {
-    let value: Option<i64> = conn
-        .query_row(
-            "SELECT value FROM view_meta WHERE key = 'applied'",
-            [],
-            |row| row.get(0),
-        )
-        .optional()?;
-    Ok(value.and_then(|v| u64::try_from(v).ok()).unwrap_or(0))
+fn meta(conn: &Connection, key: &str) -> rusqlite::Result<Option<i64>> {
+    conn.query_row("SELECT value FROM view_meta WHERE key = ?1", [key], |row| {
+        row.get(0)
+    })
+    .optional()
+}
+
+fn set_meta(conn: &Connection, key: &str, value: i64) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT INTO view_meta (key, value) VALUES (?1, ?2)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        rusqlite::params![key, value],
+    )?;
+    Ok(())
 }
 
 /// Applies the stream to `view` until the process ends, publishing each applied sequence to
@@ -162,18 +169,20 @@ fn apply_batch(conn: &Connection, batch: &[(u64, bytes::Bytes)]) -> rusqlite::Re
         conn.execute_batch("SAVEPOINT fact")?;
         match fact.apply(conn) {
             Ok(()) => conn.execute_batch("RELEASE fact")?,
-            Err(err) => {
-                tracing::error!(sequence, %err, "cannot apply a fact to the view; skipped");
+            // A fact the schema refuses is refused on every node alike: skipping it keeps the
+            // views equal. Anything else (a full disk, an I/O error) fails the batch, which is
+            // applied again from the stream, so that this view does not drift from the others.
+            Err(err)
+                if err.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) =>
+            {
+                tracing::error!(sequence, %err, "a fact the view refuses; skipped");
                 conn.execute_batch("ROLLBACK TO fact; RELEASE fact")?;
             }
+            Err(err) => return Err(err),
         }
     }
     if let Some((last, _)) = batch.last() {
-        conn.execute(
-            "INSERT INTO view_meta (key, value) VALUES ('applied', ?1)
-             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            [i64::try_from(*last).unwrap_or(i64::MAX)],
-        )?;
+        set_meta(conn, "applied", i64::try_from(*last).unwrap_or(i64::MAX))?;
     }
     Ok(())
 }

@@ -3,7 +3,7 @@
 //!
 //! A node pulls only as many messages as it has free slots, so work spreads over the nodes that
 //! have capacity. While a message is being worked on the node tells the server so (an
-//! in-progress ack) every third of the ack wait; a node that dies stops doing that, and the
+//! in-progress ack) every two seconds; a node that dies stops doing that, and the
 //! server hands the message to another node once the ack wait has passed. Every step publishes
 //! its outcome under a message id of its own before it acks, so a step repeated after such a
 //! handover changes nothing twice.
@@ -17,19 +17,17 @@ use futures_util::StreamExt;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
-use super::{Cluster, Fact, RUNNER_MAX_DELIVER};
-use crate::gateway::runner::{Conclusion, conclude, turn};
-use crate::gateway::runs::{self, RunOutcome};
-use crate::gateway::runtime::{Runtime, now_rfc3339};
+use super::Cluster;
+use crate::gateway::runtime::Runtime;
 
 /// How long a worker waits before pulling again after the cluster failed it.
-const RETRY: Duration = Duration::from_secs(1);
+pub(super) const RETRY: Duration = Duration::from_secs(1);
 
 /// How long a pull waits for messages before asking again.
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 
 /// How long a worker waits for its view to show what a message refers to.
-const VIEW_WAIT: Duration = Duration::from_secs(10);
+pub(super) const VIEW_WAIT: Duration = Duration::from_secs(10);
 
 /// Starts the projection and the workers of a node on the cluster.
 pub fn start_workers(
@@ -40,7 +38,7 @@ pub fn start_workers(
     let runner = {
         let (runtime, cluster) = (Arc::clone(runtime), cluster.clone());
         consume(cluster.clone(), "runner", slots, move |message| {
-            run(Arc::clone(&runtime), cluster.clone(), message)
+            super::run::run(Arc::clone(&runtime), cluster.clone(), message)
         })
     };
     let heartbeat = {
@@ -78,7 +76,7 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(slots));
-    loop {
+    'consumer: loop {
         let consumer = match cluster.consumer(name).await {
             Ok(consumer) => consumer,
             Err(err) => {
@@ -121,30 +119,92 @@ where
                 let message = match message {
                     Ok(message) => message,
                     Err(err) => {
-                        tracing::debug!(%err, consumer = name, "pull ended");
-                        break;
+                        // A consumer deleted, a leader being elected: pull again after a pause,
+                        // the consumer looked up (or created) afresh.
+                        tracing::warn!(%err, consumer = name, "pull failed");
+                        tokio::time::sleep(RETRY).await;
+                        continue 'consumer;
                     }
                 };
                 let Some(permit) = permits.pop() else { break };
+                let reply = message.reply.clone();
                 let work = handle(message);
+                let (client, in_flight) = (cluster.client.clone(), cluster.in_flight.clone());
+                let guard = in_flight.enter();
                 tokio::spawn(async move {
-                    work.await;
-                    drop(permit);
+                    tokio::select! {
+                        () = work => {}
+                        () = in_flight.stopping() => {
+                            // The node is stopping: the work is dropped where it stands and its
+                            // message handed back for another node to take at once.
+                            if let Some(reply) = reply {
+                                let _ = client.publish(reply, "-NAK".into()).await;
+                            }
+                        }
+                    }
+                    drop((permit, guard));
                 });
             }
         }
     }
 }
 
-/// Runs `work` while telling the server every third of the ack wait that `message` is still
-/// being worked on (and calling `refresh`, to keep a lock alive as long).
+/// The work a node has in hand, so that a stopping node can hand it back instead of leaving it
+/// to the ack wait (five minutes past the run timeout by default) on every rolling restart.
+#[derive(Clone)]
+pub struct InFlight {
+    stop: Arc<tokio::sync::watch::Sender<bool>>,
+    active: Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+/// Counts one message in hand until dropped.
+pub(super) struct Entered(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+impl Default for InFlight {
+    fn default() -> Self {
+        InFlight {
+            stop: Arc::new(tokio::sync::watch::channel(false).0),
+            active: Arc::new(tokio::sync::watch::channel(0).0),
+        }
+    }
+}
+
+impl InFlight {
+    pub(super) fn enter(&self) -> Entered {
+        self.active.send_modify(|n| *n += 1);
+        Entered(Arc::clone(&self.active))
+    }
+
+    /// Resolves once [`InFlight::hand_back`] has begun.
+    pub(super) async fn stopping(&self) {
+        let mut stop = self.stop.subscribe();
+        let _ = stop.wait_for(|stop| *stop).await;
+    }
+
+    /// Has every message in hand given back to the server (its work dropped), waiting at most
+    /// `limit` for the hand-backs to be sent.
+    pub async fn hand_back(&self, limit: Duration) {
+        self.stop.send_replace(true);
+        let mut active = self.active.subscribe();
+        let _ = tokio::time::timeout(limit, active.wait_for(|n| *n == 0)).await;
+    }
+}
+
+/// Runs `work` while telling the server every [`Cluster::progress_every`] that `message` is
+/// still being worked on (and calling `refresh`, to keep a lock alive as long).
 pub(super) async fn with_progress<T, R: Future<Output = ()>>(
     cluster: &Cluster,
     message: &Message,
     refresh: impl Fn() -> R,
     work: impl Future<Output = T>,
 ) -> T {
-    let every = (cluster.ack_wait / 3).max(Duration::from_millis(500));
+    let every = cluster.progress_every();
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tokio::pin!(work);
     loop {
@@ -177,150 +237,6 @@ pub(super) async fn later(message: &Message, delay: Duration) {
 pub(super) async fn done(message: &Message) {
     if let Err(err) = message.ack().await {
         tracing::warn!(%err, "cannot acknowledge work");
-    }
-}
-
-/// One agent run from the runner consumer: never two of one session key at once in the
-/// cluster, and never again once its outcome is on the stream.
-async fn run(runtime: Arc<Runtime>, cluster: Cluster, message: Message) {
-    let (sequence, delivered) = position(&message);
-    let Ok(Fact::Run { run }) = serde_json::from_slice::<Fact>(&message.payload) else {
-        tracing::warn!(
-            sequence,
-            "the runner consumer got something other than a run"
-        );
-        return done(&message).await;
-    };
-    cluster.wait_applied(sequence, VIEW_WAIT).await;
-    let run_id = run.run_id.clone();
-    let found = runtime
-        .store
-        .read(move |conn| runs::work(conn, &run_id))
-        .await;
-    let work = match found {
-        Ok(Some((status, work))) if status == "queued" || status == "running" => work,
-        Ok(Some(_)) => return done(&message).await,
-        Ok(None) | Err(_) => return later(&message, RETRY).await,
-    };
-    let lock = SessionLock::new(&cluster, &work.session_key, &work.run_id);
-    if !lock.take().await {
-        if delivered < RUNNER_MAX_DELIVER {
-            // Its session has a run in progress elsewhere: offered again, later each time.
-            let delay = Duration::from_millis(250 * u64::try_from(delivered).unwrap_or(1));
-            return later(&message, delay.min(Duration::from_secs(5))).await;
-        }
-        let outcome = RunOutcome {
-            status: "error".into(),
-            reply: None,
-            summary: None,
-            error: Some("its session key stayed busy; given up".into()),
-            finished_at: now_rfc3339(),
-        };
-        let conclusion = conclude(&runtime, &work, outcome).await;
-        if publish_outcome(&cluster, &work.run_id, conclusion).await {
-            done(&message).await;
-        }
-        return;
-    }
-    let started = Fact::Started {
-        run_id: work.run_id.clone(),
-        started_at: now_rfc3339(),
-    };
-    let started_id = format!("started-{}-{delivered}", work.run_id);
-    if let Err(err) = cluster.publish(&started, &started_id).await {
-        tracing::warn!(%err, run_id = %work.run_id, "cannot record the start of a run");
-        lock.release().await;
-        return later(&message, RETRY).await;
-    }
-    let outcome = with_progress(&cluster, &message, || lock.refresh(), turn(&runtime, &work)).await;
-    let conclusion = conclude(&runtime, &work, outcome).await;
-    let wakes_now = conclusion.wakes_now(&work);
-    if !publish_outcome(&cluster, &work.run_id, conclusion).await {
-        // Not acknowledged: the server offers the run again after the ack wait.
-        return;
-    }
-    lock.release().await;
-    done(&message).await;
-    if wakes_now {
-        if let Err(err) = cluster.request_beat().await {
-            tracing::warn!(%err, "cannot request a heartbeat");
-        }
-    }
-}
-
-/// Publishes a run's outcome under an id of its own (a repeat is dropped); whether it landed.
-async fn publish_outcome(cluster: &Cluster, run_id: &str, conclusion: Conclusion) -> bool {
-    let fact = Fact::Finished {
-        run_id: run_id.to_string(),
-        outcome: conclusion.outcome,
-        delivery: conclusion.delivery,
-        summary: conclusion.summary_now,
-        job: conclusion.job,
-    };
-    match cluster.publish(&fact, &format!("finished-{run_id}")).await {
-        Ok(_) => true,
-        Err(err) => {
-            tracing::error!(%err, %run_id, "cannot record the run's outcome");
-            false
-        }
-    }
-}
-
-/// A session key's run in progress, for the whole cluster: a key in the locks bucket whose
-/// value is the run's id. It expires with the ack wait unless refreshed, so a dead node's lock
-/// ends when its run is handed to another node; that node, holding the same run, takes it over.
-struct SessionLock<'a> {
-    cluster: &'a Cluster,
-    key: String,
-    run_id: &'a str,
-}
-
-impl<'a> SessionLock<'a> {
-    fn new(cluster: &'a Cluster, session_key: &str, run_id: &'a str) -> Self {
-        use sha2::Digest;
-        let key = hex::encode(sha2::Sha256::digest(session_key.as_bytes()));
-        SessionLock {
-            cluster,
-            key,
-            run_id,
-        }
-    }
-
-    /// Whether the session is now this run's.
-    async fn take(&self) -> bool {
-        let bucket = &self.cluster.buckets.locks;
-        if bucket
-            .create(&self.key, self.run_id.to_string().into())
-            .await
-            .is_ok()
-        {
-            return true;
-        }
-        match bucket.get(&self.key).await {
-            Ok(Some(holder)) if holder == self.run_id.as_bytes() => {
-                self.refresh().await;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    async fn refresh(&self) {
-        let value = self.run_id.to_string().into();
-        if let Err(err) = self.cluster.buckets.locks.put(&self.key, value).await {
-            tracing::warn!(%err, "cannot refresh a session lock");
-        }
-    }
-
-    async fn release(&self) {
-        let bucket = &self.cluster.buckets.locks;
-        if let Ok(Some(entry)) = bucket.entry(&self.key).await {
-            if entry.value == self.run_id.as_bytes() {
-                let _ = bucket
-                    .delete_expect_revision(&self.key, Some(entry.revision))
-                    .await;
-            }
-        }
     }
 }
 

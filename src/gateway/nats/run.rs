@@ -1,0 +1,273 @@
+//! One agent run on the cluster: taken from the runner consumer, run by one node at a time, its
+//! session key held for the whole cluster while it runs, its outcome on the stream before the
+//! message is acknowledged.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_nats::jetstream::Message;
+use serde_json::json;
+
+use super::work::{RETRY, VIEW_WAIT, done, later, position, with_progress};
+use super::{Cluster, ClusterError, Fact, RUNNER_MAX_DELIVER};
+use crate::gateway::runner::{Conclusion, conclude, turn};
+use crate::gateway::runs::{self, RunOutcome, RunWork};
+use crate::gateway::runtime::{Runtime, now_rfc3339};
+
+/// One agent run from the runner consumer: never two of one session key at once in the
+/// cluster, and not again once its outcome is on the stream.
+pub(super) async fn run(runtime: std::sync::Arc<Runtime>, cluster: Cluster, message: Message) {
+    let (sequence, delivered) = position(&message);
+    let Ok(Fact::Run { run }) = serde_json::from_slice::<Fact>(&message.payload) else {
+        tracing::warn!(
+            sequence,
+            "the runner consumer got something other than a run"
+        );
+        return done(&message).await;
+    };
+    let work = RunWork::of(&run);
+    if delivered >= RUNNER_MAX_DELIVER {
+        // The server drops a message after its last offer: the run gets an outcome instead of
+        // staying queued for good.
+        let error = format!(
+            "given up after {delivered} offers (its session key stayed busy, or no node could record it)"
+        );
+        let outcome = RunOutcome {
+            status: "error".into(),
+            reply: None,
+            summary: None,
+            error: Some(error),
+            finished_at: now_rfc3339(),
+        };
+        let conclusion = conclude(&runtime, &work, outcome).await;
+        let record = record_outcome(&cluster, &work.run_id, conclusion);
+        with_progress(&cluster, &message, || async {}, record).await;
+        return done(&message).await;
+    }
+    // A run offered again may have been finished by a node that stopped before acknowledging
+    // it: this node's view must have caught up with everything published so far to tell.
+    let current = match delivered {
+        1 => Ok(sequence),
+        _ => cluster.last_sequence().await.map(|last| last.max(sequence)),
+    };
+    let caught_up = match current {
+        Ok(current) => cluster.wait_applied(current, VIEW_WAIT).await,
+        Err(_) => false,
+    };
+    if !caught_up {
+        return later(&message, RETRY).await;
+    }
+    let run_id = work.run_id.clone();
+    let status = runtime
+        .store
+        .read(move |conn| runs::work(conn, &run_id))
+        .await;
+    match status {
+        Ok(Some((status, _))) if status == "queued" || status == "running" => {}
+        Ok(Some(_)) => return done(&message).await,
+        Ok(None) | Err(_) => return later(&message, RETRY).await,
+    }
+    let lock = SessionLock::new(&cluster, &work.session_key, &work.run_id, delivered);
+    if !lock.take().await {
+        // Its session has a run in progress elsewhere: offered again, later each time.
+        let delay = Duration::from_millis(250 * u64::try_from(delivered).unwrap_or(1));
+        return later(&message, delay.min(Duration::from_secs(5))).await;
+    }
+    let started = Fact::Started {
+        run_id: work.run_id.clone(),
+        started_at: now_rfc3339(),
+    };
+    let started_id = format!("started-{}-{delivered}", work.run_id);
+    if let Err(err) = cluster.publish(&started, &started_id).await {
+        tracing::warn!(%err, run_id = %work.run_id, "cannot record the start of a run");
+        lock.release().await;
+        return later(&message, RETRY).await;
+    }
+    let refresh = || lock.refresh();
+    let outcome = with_progress(&cluster, &message, refresh, turn(&runtime, &work)).await;
+    let conclusion = conclude(&runtime, &work, outcome).await;
+    let wakes_now = conclusion.wakes_now(&work);
+    let record = record_outcome(&cluster, &work.run_id, conclusion);
+    with_progress(&cluster, &message, refresh, record).await;
+    lock.release().await;
+    done(&message).await;
+    if wakes_now {
+        if let Err(err) = cluster.request_beat().await {
+            tracing::warn!(%err, "cannot request a heartbeat");
+        }
+    }
+}
+
+/// Publishes a run's outcome under an id of its own (a repeat is dropped), trying until the
+/// stream has it: the model's answer is not thrown away because NATS was away for a while.
+async fn record_outcome(cluster: &Cluster, run_id: &str, conclusion: Conclusion) {
+    let limit = cluster.max_payload().saturating_sub(1024);
+    let mut fact = finished(run_id, conclusion, limit);
+    let id = format!("finished-{run_id}");
+    loop {
+        match cluster.publish(&fact, &id).await {
+            Ok(_) => return,
+            Err(err @ ClusterError::TooLarge { .. }) => {
+                tracing::error!(%err, %run_id, "the outcome does not fit; recording it without the reply");
+                if let Fact::Finished { outcome, job, .. } = &mut fact {
+                    outcome.reply = None;
+                    *job = None;
+                }
+            }
+            Err(err) => {
+                tracing::error!(%err, %run_id, "cannot record the run's outcome; trying again");
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    }
+}
+
+/// The outcome as a fact the servers take in one message: a reply too long for it is cut, in
+/// the record and in the delivery alike, and says so.
+fn finished(run_id: &str, conclusion: Conclusion, limit: usize) -> Fact {
+    let mut fact = Fact::Finished {
+        run_id: run_id.to_string(),
+        outcome: conclusion.outcome,
+        delivery: conclusion.delivery,
+        summary: conclusion.summary_now,
+        job: conclusion.job,
+    };
+    let mut keep = limit / 2;
+    while fact.to_bytes().len() > limit && keep > 0 {
+        if let Fact::Finished { outcome, job, .. } = &mut fact {
+            if let Some(reply) = &mut outcome.reply {
+                cut(reply, keep);
+            }
+            if let Some(text) = job.as_ref().and_then(|j| j["text"].as_str()) {
+                let mut text = text.to_string();
+                cut(&mut text, keep);
+                if let Some(job) = job {
+                    job["text"] = json!(text);
+                }
+            }
+        }
+        keep /= 2;
+    }
+    fact
+}
+
+/// Cuts `text` to at most `keep` bytes (at a character boundary) and says so.
+fn cut(text: &mut String, keep: usize) {
+    const NOTE: &str = " [cut: too long for one NATS message]";
+    if text.len() <= keep {
+        return;
+    }
+    let mut at = keep.saturating_sub(NOTE.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    text.truncate(at);
+    text.push_str(NOTE);
+}
+
+/// A session key's run in progress, for the whole cluster: a key in the locks bucket whose
+/// value names the run and the offer that holds it. It expires with the ack wait unless
+/// refreshed, so a dead node's lock ends when its run is handed to another node; that node,
+/// holding a later offer of the same run, takes it over.
+struct SessionLock<'a> {
+    cluster: &'a Cluster,
+    key: String,
+    run_id: &'a str,
+    holder: String,
+    /// The revision of the last write of ours; `None` once the lock was lost or released.
+    revision: Mutex<Option<u64>>,
+}
+
+impl<'a> SessionLock<'a> {
+    fn new(cluster: &'a Cluster, session_key: &str, run_id: &'a str, offer: i64) -> Self {
+        use sha2::Digest;
+        SessionLock {
+            cluster,
+            key: hex::encode(sha2::Sha256::digest(session_key.as_bytes())),
+            run_id,
+            holder: format!("{run_id} {offer}"),
+            revision: Mutex::new(None),
+        }
+    }
+
+    fn set_revision(&self, revision: Option<u64>) {
+        *self.revision.lock().unwrap_or_else(|p| p.into_inner()) = revision;
+    }
+
+    fn revision(&self) -> Option<u64> {
+        *self.revision.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the session is now this run's.
+    async fn take(&self) -> bool {
+        let bucket = &self.cluster.buckets.locks;
+        let value = || self.holder.clone().into();
+        if let Ok(revision) = bucket.create(&self.key, value()).await {
+            self.set_revision(Some(revision));
+            return true;
+        }
+        let Ok(Some(entry)) = bucket.entry(&self.key).await else {
+            return false;
+        };
+        let held_by_this_run = entry.operation == async_nats::jetstream::kv::Operation::Put
+            && entry
+                .value
+                .strip_prefix(self.run_id.as_bytes())
+                .is_some_and(|rest| rest.starts_with(b" "));
+        if !held_by_this_run {
+            return false;
+        }
+        // An earlier offer of this run, on a node that stopped or died.
+        match bucket.update(&self.key, value(), entry.revision).await {
+            Ok(revision) => {
+                self.set_revision(Some(revision));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Keeps the lock from expiring; only while it is still ours.
+    async fn refresh(&self) {
+        let Some(revision) = self.revision() else {
+            return;
+        };
+        let bucket = &self.cluster.buckets.locks;
+        match bucket
+            .update(&self.key, self.holder.clone().into(), revision)
+            .await
+        {
+            Ok(revision) => self.set_revision(Some(revision)),
+            Err(err) => {
+                tracing::warn!(%err, run_id = %self.run_id, "session lock lost");
+                self.set_revision(None);
+            }
+        }
+    }
+
+    async fn release(&self) {
+        if let Some(revision) = self.revision() {
+            let bucket = &self.cluster.buckets.locks;
+            let _ = bucket
+                .delete_expect_revision(&self.key, Some(revision))
+                .await;
+            self.set_revision(None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_text_fits_and_ends_on_a_character() {
+        let mut text = "é".repeat(100);
+        cut(&mut text, 60);
+        assert!(text.len() <= 60, "{}", text.len());
+        assert!(text.ends_with("[cut: too long for one NATS message]"));
+        let mut short = "short".to_string();
+        cut(&mut short, 60);
+        assert_eq!(short, "short");
+    }
+}
