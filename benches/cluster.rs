@@ -24,22 +24,7 @@ const HOOK_TOKEN: &str = "bench-hook-token-0123";
 const GATEWAY_TOKEN: &str = "bench-gateway-token-0123";
 
 fn cases() -> [Case; 2] {
-    [
-        Case {
-            name: "/hooks/wake",
-            path: "/hooks/wake",
-            body: json!({"text": "benchmark event", "mode": "next-heartbeat"}),
-            headers: vec![],
-            token: HOOK_TOKEN,
-        },
-        Case {
-            name: "/hooks/agent",
-            path: "/hooks/agent",
-            body: json!({"message": "benchmark run", "wakeMode": "next-heartbeat", "deliver": false}),
-            headers: vec![],
-            token: HOOK_TOKEN,
-        },
-    ]
+    [Case::wake(HOOK_TOKEN), Case::agent(HOOK_TOKEN)]
 }
 
 /// A server stopped (SIGTERM, then waited for) when dropped, also when the benchmark panics: one

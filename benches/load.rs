@@ -29,20 +29,8 @@ fn cases() -> Vec<Case> {
     )
     .unwrap();
     vec![
-        Case {
-            name: "/hooks/wake",
-            path: "/hooks/wake",
-            body: json!({"text": "benchmark event", "mode": "next-heartbeat"}),
-            headers: vec![],
-            token: HOOK_TOKEN,
-        },
-        Case {
-            name: "/hooks/agent",
-            path: "/hooks/agent",
-            body: json!({"message": "benchmark run", "wakeMode": "next-heartbeat"}),
-            headers: vec![],
-            token: HOOK_TOKEN,
-        },
+        Case::wake(HOOK_TOKEN),
+        Case::agent(HOOK_TOKEN),
         Case {
             name: "template mapping",
             path: "/hooks/deploy",

@@ -116,6 +116,30 @@ pub struct Case {
     pub token: &'static str,
 }
 
+impl Case {
+    /// `/hooks/wake` with a system event that waits for the next heartbeat.
+    pub fn wake(token: &'static str) -> Case {
+        Case {
+            name: "/hooks/wake",
+            path: "/hooks/wake",
+            body: serde_json::json!({"text": "benchmark event", "mode": "next-heartbeat"}),
+            headers: vec![],
+            token,
+        }
+    }
+
+    /// `/hooks/agent` with a run that wakes nothing and delivers nothing.
+    pub fn agent(token: &'static str) -> Case {
+        Case {
+            name: "/hooks/agent",
+            path: "/hooks/agent",
+            body: serde_json::json!({"message": "benchmark run", "wakeMode": "next-heartbeat", "deliver": false}),
+            headers: vec![],
+            token,
+        }
+    }
+}
+
 /// Requests/s and latencies of `connections` clients sending `case` to `base` for `seconds`.
 pub async fn drive(
     base: &str,

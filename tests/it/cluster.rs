@@ -259,26 +259,30 @@ async fn a_signed_redelivery_to_the_other_node_gets_the_first_answer() {
     assert_eq!(runs["runs"].as_array().unwrap().len(), 1, "{runs}");
 }
 
+/// A provider that answers nothing for two minutes until the flag is set, and at once after:
+/// the runs of a node are in flight when the test stops it.
+async fn provider_stalling_until_told() -> (Fake, Arc<std::sync::atomic::AtomicBool>) {
+    let told = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = Arc::clone(&told);
+    let provider = Fake::start(move |_, _| {
+        if flag.load(Ordering::SeqCst) {
+            Answer::Json(200, chat_reply("done"))
+        } else {
+            Answer::After(
+                Duration::from_secs(120),
+                Box::new(Answer::Json(200, chat_reply("late"))),
+            )
+        }
+    })
+    .await;
+    (provider, told)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_s_runs_are_finished_by_the_other_once_each() {
     let nats = NatsServer::start();
-    // Until the first node is killed, the provider never answers in time: its runs are in
-    // flight when it dies. Afterwards it answers at once.
-    let killed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let provider = {
-        let killed = Arc::clone(&killed);
-        Fake::start(move |_, _| {
-            if killed.load(Ordering::SeqCst) {
-                Answer::Json(200, chat_reply("done"))
-            } else {
-                Answer::After(
-                    Duration::from_secs(60),
-                    Box::new(Answer::Json(200, chat_reply("late"))),
-                )
-            }
-        })
-        .await
-    };
+    // Until the first node is killed its runs are in flight; afterwards they end at once.
+    let (provider, killed) = provider_stalling_until_told().await;
     let config = node_config(&nats, &provider);
     let (a, _dir_a) = Hookgate::start(&config);
     // Two runs of one session key: the second waits for the first, across the handover.
@@ -506,21 +510,7 @@ async fn a_view_of_a_stream_that_was_recreated_is_rebuilt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopping_node_hands_its_runs_back_at_once() {
     let nats = NatsServer::start();
-    let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let provider = {
-        let stopped = Arc::clone(&stopped);
-        Fake::start(move |_, _| {
-            if stopped.load(Ordering::SeqCst) {
-                Answer::Json(200, chat_reply("done"))
-            } else {
-                Answer::After(
-                    Duration::from_secs(120),
-                    Box::new(Answer::Json(200, chat_reply("late"))),
-                )
-            }
-        })
-        .await
-    };
+    let (provider, stopped) = provider_stalling_until_told().await;
     let mut config = node_config(&nats, &provider);
     // An ack wait of 65 s: runs that come back within the test's bound were handed back.
     set(&mut config, "agents.defaults.timeoutSeconds", json!(60));
