@@ -535,3 +535,69 @@ async fn a_stopping_node_hands_its_runs_back_at_once() {
         BTreeMap::from([("p".into(), 1), ("q".into(), 1)])
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_and_heartbeats_are_delivered_once_across_nodes() {
+    let nats = NatsServer::start();
+    let provider = Fake::provider("All good.").await;
+    let chat = Fake::start(|_, _| Answer::Json(200, json!({"ok": true}))).await;
+    let mut config = node_config(&nats, &provider);
+    config["channels"] = json!({
+        "telegram": {"botToken": "tg-token", "apiBase": chat.base},
+        "defaultRoute": {"channel": "telegram", "to": "42"},
+    });
+    let (a, _dir_a) = Hookgate::start(&config);
+    let (b, _dir_b) = Hookgate::start(&config);
+
+    let mut run_ids = Vec::new();
+    for i in 0..10 {
+        let node = [&a, &b][i % 2];
+        let body = json!({"message": format!("task {i}"), "channel": "telegram", "to": "42", "wakeMode": "next-heartbeat"});
+        run_ids.push(agent(node, body).await);
+    }
+    for node in [&a, &b] {
+        eventually("every reply sent", async || {
+            let mut sent = 0;
+            for id in &run_ids {
+                sent += usize::from(run(node, id).await["delivery"]["status"] == "sent");
+            }
+            sent == run_ids.len()
+        })
+        .await;
+    }
+    assert_eq!(chat.requests().len(), 10, "one message per run");
+
+    // A heartbeat over the pending events, on one node, delivered once.
+    let wake = async |node: &Hookgate, text: &str, mode: &str| {
+        let response = node
+            .hook("/hooks/wake")
+            .json(&json!({"text": text, "mode": mode}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    };
+    wake(&a, "later one", "next-heartbeat").await;
+    wake(&b, "Deploy done", "now").await;
+    eventually("the heartbeat's reply delivered", async || {
+        chat.requests().len() == 11
+    })
+    .await;
+    wake(&a, "third", "now").await;
+    eventually("a second heartbeat delivered", async || {
+        chat.requests().len() == 12
+    })
+    .await;
+    let heartbeats: Vec<String> = provider
+        .requests()
+        .iter()
+        .map(|r| r.body.to_string())
+        .filter(|body| body.contains("System (untrusted)"))
+        .collect();
+    let with = |text: &str| heartbeats.iter().filter(|b| b.contains(text)).count();
+    assert_eq!(
+        (with("Deploy done"), with("later one"), with("] third")),
+        (1, 1, 1),
+        "each event in one heartbeat: {heartbeats:#?}"
+    );
+}

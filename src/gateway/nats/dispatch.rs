@@ -27,6 +27,12 @@ const DONE: &[u8] = b"done";
 /// One heartbeat, on one node at a time (its consumer lets one message out at a time).
 pub(super) async fn beat(runtime: Arc<Runtime>, cluster: Cluster, message: Message) {
     let (sequence, _) = position(&message);
+    if let Ok(Fact::BeatRequested { not_before_ms }) = serde_json::from_slice(&message.payload) {
+        // The end of the window whose requests this one stands for (bounded, whatever a
+        // clock says).
+        let wait = u64::try_from(not_before_ms.saturating_sub(now_ms())).unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(wait.min(1000))).await;
+    }
     // The view must hold every earlier heartbeat's consumption, or this one would take the
     // same events again: it waits for everything the stream has now, or hands the request
     // back (a node still building its view from a long stream, a stream it cannot read).
@@ -207,7 +213,8 @@ pub(super) async fn clock(runtime: Arc<Runtime>, cluster: Cluster) {
         let (wait, index) = next_period(every, now_ms());
         tokio::time::sleep(wait).await;
         let id = format!("beat-every-{}-{index}", every.as_millis());
-        if let Err(err) = cluster.publish(&Fact::BeatRequested, &id).await {
+        let request = Fact::BeatRequested { not_before_ms: 0 };
+        if let Err(err) = cluster.publish(&request, &id).await {
             tracing::warn!(%err, "cannot request the periodic heartbeat");
         }
     }

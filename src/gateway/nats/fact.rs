@@ -36,9 +36,11 @@ pub enum Fact {
         summary: Option<SummaryEvent>,
         job: Option<Value>,
     },
-    /// A request for a heartbeat, which the heartbeat consumer hands to one node at a time.
-    /// Changes nothing by itself.
-    BeatRequested,
+    /// A request for a heartbeat, which the heartbeat consumer hands to one node at a time, to
+    /// begin no earlier than `not_before_ms` (the end of the window whose requests it stands
+    /// for). Changes nothing by itself.
+    #[serde(rename_all = "camelCase")]
+    BeatRequested { not_before_ms: i64 },
     /// A heartbeat consumed the main session's events up to `up_to`; its reply, if any, is
     /// delivered by the delivery consumer.
     #[serde(rename_all = "camelCase")]
@@ -68,7 +70,7 @@ impl Fact {
             Fact::Wake { .. } => "wake",
             Fact::Run { .. } => "run",
             Fact::Started { .. } => "started",
-            Fact::BeatRequested => "beat",
+            Fact::BeatRequested { .. } => "beat",
             Fact::Finished { .. } => "out.finished",
             Fact::Beat { .. } => "out.beat",
             Fact::Delivered { .. } => "delivered",
@@ -128,7 +130,7 @@ impl Fact {
                     runs::finish(conn, run_id, outcome, delivery, summary.as_ref(), None)?;
                 }
             }
-            Fact::BeatRequested => {}
+            Fact::BeatRequested { .. } => {}
             Fact::Beat { agent, up_to, .. } => runs::consume_events(conn, agent, *up_to)?,
             Fact::Delivered {
                 run_id,

@@ -66,10 +66,16 @@ impl Cluster {
         Ok(())
     }
 
-    /// Asks for a heartbeat soon, on whichever node the heartbeat consumer picks.
+    /// Asks for a heartbeat soon, on whichever node the heartbeat consumer picks. Requests of
+    /// one 250 ms window, from any node, are one message (the stream drops the copies), and its
+    /// heartbeat begins only when the window has ended, so that it covers the events of every
+    /// request it stands for (the nodes' clocks are taken to agree to well within that).
     pub async fn request_beat(&self) -> Result<(), ClusterError> {
         let slot = now_ms() / BEAT_COALESCE_MS;
-        self.publish(&Fact::BeatRequested, &format!("beat-now-{slot}"))
+        let request = Fact::BeatRequested {
+            not_before_ms: (slot + 1) * BEAT_COALESCE_MS,
+        };
+        self.publish(&request, &format!("beat-now-{slot}"))
             .await
             .map(drop)
     }
