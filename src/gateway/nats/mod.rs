@@ -59,7 +59,7 @@ pub struct Buckets {
     pub idempotency: kv::Store,
     /// Signed delivery id → claim or recorded answer, for the replay window.
     pub replay: kv::Store,
-    /// Session key → the run in progress, for an ack wait (refreshed while the run goes on).
+    /// Session key → the run in progress, for twice the ack wait (refreshed while it runs).
     pub locks: kv::Store,
     /// Delivery job → `sending` or `retry`, so that no chat message is sent twice.
     pub sends: kv::Store,
@@ -340,7 +340,9 @@ async fn ensure_buckets(
     Ok(Buckets {
         idempotency: bucket(js, names, "idempotency", crate::hook::idempotency::WINDOW).await?,
         replay: bucket(js, names, "replay", super::deliveries::REPLAY_WINDOW).await?,
-        locks: bucket(js, names, "locks", ack_wait).await?,
+        // Longer than the ack wait: a dead node's run is handed over (and takes its lock over)
+        // before the lock expires and lets another run of its session in first.
+        locks: bucket(js, names, "locks", ack_wait.saturating_mul(2)).await?,
         sends: bucket(js, names, "sends", day).await?,
     })
 }

@@ -166,9 +166,9 @@ fn cut(text: &mut String, keep: usize) {
 }
 
 /// A session key's run in progress, for the whole cluster: a key in the locks bucket whose
-/// value names the run and the offer that holds it. It expires with the ack wait unless
-/// refreshed, so a dead node's lock ends when its run is handed to another node; that node,
-/// holding a later offer of the same run, takes it over.
+/// value names the run and the offer that holds it. When the holder dies, its run is offered
+/// again after the ack wait, and that offer takes the lock over; the lock itself expires only
+/// after twice the ack wait unless refreshed, so no other run of the session gets in between.
 struct SessionLock<'a> {
     cluster: &'a Cluster,
     key: String,
