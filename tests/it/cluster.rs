@@ -440,7 +440,8 @@ async fn every_acknowledged_request_survives_nats_killed_and_restarted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn check_creates_the_stream_and_buckets_and_names_an_unreachable_store() {
+async fn check_creates_the_stream_and_buckets_keeps_operator_limits_and_names_an_unreachable_store()
+{
     let nats = NatsServer::start();
     let provider = Fake::provider("done").await;
     let config = node_config(&nats, &provider);
@@ -452,6 +453,19 @@ async fn check_creates_the_stream_and_buckets_and_names_an_unreachable_store() {
             && output.contains("ack wait 7 s"),
         "{output}"
     );
+    // A limit an operator sets on the stream survives the next check (and start).
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    let mut stream = js.get_stream("HOOKGATE").await.unwrap();
+    let mut limited = stream.info().await.unwrap().config.clone();
+    limited.max_age = Duration::from_secs(3600);
+    js.update_stream(limited).await.unwrap();
+    let (status, output, _dir) = check(&config);
+    assert!(status.success(), "{output}");
+    let mut stream = js.get_stream("HOOKGATE").await.unwrap();
+    let kept = stream.info().await.unwrap().config.clone();
+    assert_eq!(kept.max_age, Duration::from_secs(3600));
+    assert_eq!(kept.subjects, ["HOOKGATE.>"]);
+
     let mut unreachable = config.clone();
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = closed.local_addr().unwrap().port();

@@ -307,24 +307,30 @@ impl Cluster {
     }
 }
 
+/// Creates the stream, or updates what hookgate relies on in an existing one (its subjects,
+/// duplicate window and replicas) and keeps the rest as it is, limits an operator set included.
 async fn ensure_stream(
     js: &jetstream::Context,
     names: &Names,
     ack_wait: Duration,
 ) -> Result<(), ClusterError> {
-    let config = stream::Config {
+    let existing = match js.get_stream(&names.stream).await {
+        Ok(mut stream) => stream.info().await.ok().map(|info| info.config.clone()),
+        Err(_) => None,
+    };
+    let mut config = existing.unwrap_or_else(|| stream::Config {
         name: names.stream.clone(),
-        subjects: vec![names.subject(">")],
         storage: stream::StorageType::File,
-        num_replicas: names.replicas,
-        // A retried publish of a run is dropped within the idempotency window, so that an
-        // idempotent retry answered from the bucket never stores the run twice; and a step
-        // repeated by the node that takes over after an ack wait (plus the progress interval)
-        // is dropped too.
-        duplicate_window: crate::hook::idempotency::WINDOW.max(ack_wait.saturating_mul(2)),
         description: Some("hookgate: accepted hooks and every change of a run".into()),
         ..Default::default()
-    };
+    });
+    config.subjects = vec![names.subject(">")];
+    config.num_replicas = names.replicas;
+    // A retried publish of a run is dropped within the idempotency window, so that an
+    // idempotent retry answered from the bucket never stores the run twice; and a step
+    // repeated by the node that takes over after an ack wait (plus the progress interval) is
+    // dropped too.
+    config.duplicate_window = crate::hook::idempotency::WINDOW.max(ack_wait.saturating_mul(2));
     js.create_or_update_stream(config)
         .await
         .map(drop)
