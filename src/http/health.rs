@@ -15,16 +15,22 @@ pub async fn livez() -> Json<serde_json::Value> {
 }
 
 /// `GET /readyz`: 200 when a configuration is loaded, the store commits a write (on a NATS
-/// store: the view does, and the cluster is connected) and every runtime worker is alive; else
-/// 503 saying which is not.
+/// store: the view does, the cluster is connected, and the view has caught up with what the
+/// stream held when the node started) and every runtime worker is alive; else 503 saying which
+/// is not.
 pub async fn readyz(State(app): State<AppState>) -> Response {
     if let Err(err) = app.store.probe().await {
         tracing::warn!(%err, "readiness probe: store not writable");
         return json_error(StatusCode::SERVICE_UNAVAILABLE, "store not writable");
     }
-    if app.runtime.cluster.as_ref().is_some_and(|c| !c.connected()) {
-        tracing::warn!("readiness probe: not connected to NATS");
-        return json_error(StatusCode::SERVICE_UNAVAILABLE, "store not reachable");
+    if let Some(cluster) = &app.runtime.cluster {
+        if !cluster.connected() {
+            tracing::warn!("readiness probe: not connected to NATS");
+            return json_error(StatusCode::SERVICE_UNAVAILABLE, "store not reachable");
+        }
+        if !cluster.caught_up() {
+            return json_error(StatusCode::SERVICE_UNAVAILABLE, "view catching up");
+        }
     }
     let dead = app.runtime.dead_workers();
     if !dead.is_empty() {

@@ -615,3 +615,33 @@ async fn replies_and_heartbeats_are_delivered_once_across_nodes() {
         "each event in one heartbeat: {heartbeats:#?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_node_is_ready_once_its_view_holds_what_the_stream_held() {
+    let nats = NatsServer::start();
+    let provider = Fake::provider("done").await;
+    let config = node_config(&nats, &provider);
+    let (a, _dir_a) = Hookgate::start(&config);
+    for i in 0..300 {
+        let response = a
+            .hook("/hooks/wake")
+            .json(&json!({"text": format!("early {i}"), "mode": "next-heartbeat"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let (b, _dir_b) = Hookgate::start(&config);
+    eventually("the new node ready", async || {
+        client()
+            .get(b.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            == 200
+    })
+    .await;
+    // Ready means caught up: no waiting for the view from here on.
+    assert_eq!(all_events(&b).await.len(), 300);
+}

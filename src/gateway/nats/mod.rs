@@ -79,6 +79,8 @@ pub struct Cluster {
     applied_tx: std::sync::Arc<watch::Sender<u64>>,
     /// Changes on every reconnection to the servers.
     connections: watch::Receiver<u64>,
+    /// The stream's last sequence when this node opened its view.
+    at_start: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// The messages this node is working on.
     pub in_flight: work::InFlight,
 }
@@ -164,6 +166,7 @@ impl Cluster {
             applied,
             applied_tx: std::sync::Arc::new(applied_tx),
             connections,
+            at_start: std::sync::Arc::default(),
             in_flight: work::InFlight::default(),
         })
     }
@@ -280,6 +283,12 @@ impl Cluster {
     /// The last sequence this node's view applied.
     pub fn applied(&self) -> u64 {
         *self.applied.borrow()
+    }
+
+    /// Whether this node's view has applied everything the stream held when the node started:
+    /// until then its operator API shows an older state.
+    pub fn caught_up(&self) -> bool {
+        self.applied() >= self.at_start.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn set_applied(&self, sequence: u64) {

@@ -63,6 +63,9 @@ pub async fn open_view(
         (store, applied, _) = open().await?;
     }
     cluster.set_applied(applied);
+    cluster
+        .at_start
+        .store(last, std::sync::atomic::Ordering::Relaxed);
     Ok(store)
 }
 
