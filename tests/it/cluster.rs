@@ -484,13 +484,8 @@ async fn check_creates_the_stream_and_buckets_keeps_operator_limits_and_names_an
     assert!(!output.contains("s3cret-pass"), "{output}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_view_of_a_stream_that_was_recreated_is_rebuilt() {
-    let first = NatsServer::start();
-    let provider = Fake::provider("done").await;
-    let dir = ConfigDir::new(&node_config(&first, &provider));
-    let node = Hookgate::start_in(&dir);
-    for text in ["old 1", "old 2", "old 3"] {
+async fn post_wakes(node: &Hookgate, texts: &[&str]) {
+    for text in texts {
         let response = node
             .hook("/hooks/wake")
             .json(&json!({"text": text, "mode": "next-heartbeat"}))
@@ -499,26 +494,54 @@ async fn a_view_of_a_stream_that_was_recreated_is_rebuilt() {
             .unwrap();
         assert_eq!(response.status(), 200);
     }
-    node.terminate();
-    drop(first);
+}
 
-    // Another, empty, NATS: the view (three facts applied) is ahead of its stream.
-    let second = NatsServer::start();
-    dir.write(&node_config(&second, &provider));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_is_kept_across_restarts_and_rebuilt_for_a_recreated_stream() {
+    let mut first = NatsServer::start();
+    let provider = Fake::provider("done").await;
+    let dir = ConfigDir::new(&node_config(&first, &provider));
     let node = Hookgate::start_in(&dir);
-    let response = node
-        .hook("/hooks/wake")
-        .json(&json!({"text": "new", "mode": "next-heartbeat"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    post_wakes(&node, &["old 1", "old 2", "old 3"]).await;
+    eventually("the wakes in the view", async || {
+        node.wake_texts().await.len() == 3
+    })
+    .await;
+    node.terminate();
+
+    // NATS restarted, the stream updated by a start, NATS restarted again (a 2.9 server then
+    // reports a new creation time): the same stream, the same view.
+    first.kill();
+    first.start_again();
+    let node = Hookgate::start_in(&dir);
+    node.terminate();
+    first.kill();
+    first.start_again();
+    let node = Hookgate::start_in(&dir);
+    assert_eq!(node.wake_texts().await, ["old 1", "old 2", "old 3"]);
+
+    // The stream deleted and created again under the running node: its view starts afresh.
+    let js = async_nats::jetstream::new(async_nats::connect(first.url()).await.unwrap());
+    js.delete_stream("HOOKGATE").await.unwrap();
+    let (status, output) = check_in(&dir);
+    assert!(status.success(), "{output}");
+    post_wakes(&node, &["new"]).await;
     eventually("the new wake in the rebuilt view", async || {
         node.wake_texts().await == ["new"]
     })
     .await;
     let (_, log) = node.terminate();
-    assert!(log.contains("rebuilding it"), "{log}");
+    assert_eq!(log.matches("rebuilding it").count(), 1, "{log}");
+
+    // Another, empty, NATS: the view (one fact applied) is ahead of its stream.
+    let second = NatsServer::start();
+    dir.write(&node_config(&second, &provider));
+    let node = Hookgate::start_in(&dir);
+    post_wakes(&node, &["other"]).await;
+    eventually("the wake in the view of the other stream", async || {
+        node.wake_texts().await == ["other"]
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -81,6 +81,8 @@ pub struct Cluster {
     connections: watch::Receiver<u64>,
     /// The stream's last sequence when this node opened its view.
     at_start: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Whether the view has once read everything there was to read.
+    drained: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// The messages this node is working on.
     pub in_flight: work::InFlight,
 }
@@ -167,18 +169,18 @@ impl Cluster {
             applied_tx: std::sync::Arc::new(applied_tx),
             connections,
             at_start: std::sync::Arc::default(),
+            drained: std::sync::Arc::default(),
             in_flight: work::InFlight::default(),
         })
     }
 
     /// The stream's last sequence number: what a view must reach to be current.
     pub async fn last_sequence(&self) -> Result<u64, ClusterError> {
-        Ok(self.stream_state().await?.0)
+        Ok(self.stream_state().await?.last_sequence)
     }
 
-    /// The stream's last sequence number, and when the stream was created (in nanoseconds since
-    /// the epoch): a view of another stream of the same name is of no use.
-    pub async fn stream_state(&self) -> Result<(u64, i64), ClusterError> {
+    /// The stream's message count and first and last sequence numbers.
+    pub async fn stream_state(&self) -> Result<stream::State, ClusterError> {
         let mut stream = self
             .js
             .get_stream(&self.names.stream)
@@ -188,8 +190,22 @@ impl Cluster {
             .info()
             .await
             .map_err(|e| ClusterError::new("cannot read the stream", e))?;
-        let created = i64::try_from(info.created.unix_timestamp_nanos()).unwrap_or(i64::MAX);
-        Ok((info.state.last_sequence, created))
+        Ok(info.state.clone())
+    }
+
+    /// The payload of the stream's message `sequence`, `None` when there is none (never
+    /// written, deleted, or trimmed by a limit).
+    pub async fn message(&self, sequence: u64) -> Result<Option<bytes::Bytes>, ClusterError> {
+        let stream = self
+            .js
+            .get_stream_no_info(&self.names.stream)
+            .await
+            .map_err(|e| ClusterError::new("cannot read the stream", e))?;
+        match stream.get_raw_message(sequence).await {
+            Ok(message) => Ok(Some(message.payload)),
+            Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(err) => Err(ClusterError::new("cannot read the stream", err)),
+        }
     }
 
     /// Resolves on the next reconnection to the servers after this call. A pull in flight when
@@ -288,7 +304,8 @@ impl Cluster {
     /// Whether this node's view has applied everything the stream held when the node started:
     /// until then its operator API shows an older state.
     pub fn caught_up(&self) -> bool {
-        self.applied() >= self.at_start.load(std::sync::atomic::Ordering::Relaxed)
+        use std::sync::atomic::Ordering::Relaxed;
+        self.applied() >= self.at_start.load(Relaxed) || self.drained.load(Relaxed)
     }
 
     fn set_applied(&self, sequence: u64) {

@@ -21,52 +21,96 @@ const MAX_BATCH: usize = 512;
 /// How long the projection waits before reading the stream again after an error.
 const RETRY: Duration = Duration::from_secs(1);
 
+/// How often an idle projection makes sure that its stream is still the one it follows.
+const CHECK: Duration = Duration::from_secs(2);
+
 const VIEW_SCHEMA: &str =
     "CREATE TABLE IF NOT EXISTS view_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);";
 
-/// Opens this node's view of `cluster`'s stream in `state_dir`/`nats-<stream>`, starting it
-/// afresh when it has applied more than the stream holds (the stream was deleted and created
-/// again: the old view describes something that no longer exists).
+/// Opens this node's view of `cluster`'s stream in `state_dir`/`nats-<stream>`, emptied first
+/// when it was built from an earlier stream of this name (see [`verify`]).
 pub async fn open_view(
     cluster: &Cluster,
     state_dir: &Path,
     commit_time: Option<Histogram>,
 ) -> Result<Store, StoreError> {
     let dir = state_dir.join(format!("nats-{}", cluster.names.stream));
-    let (last, created) = cluster.stream_state().await?;
-    let open = || async {
-        let store = Store::open_copy(&dir, commit_time.clone())?;
-        let (applied, of_stream) = store
-            .write(move |conn| {
-                conn.execute_batch(VIEW_SCHEMA)?;
-                let of_stream = meta(conn, "stream_created")?;
-                if of_stream.is_none() {
-                    set_meta(conn, "stream_created", created)?;
-                }
-                Ok((meta(conn, "applied")?.unwrap_or(0), of_stream))
-            })
-            .await?;
-        let applied = u64::try_from(applied).unwrap_or(0);
-        Ok::<_, StoreError>((store, applied, of_stream))
+    let store = Store::open_copy(&dir, commit_time)?;
+    let applied = store
+        .write(|conn| {
+            conn.execute_batch(VIEW_SCHEMA)?;
+            meta(conn, "applied")
+        })
+        .await?;
+    cluster.set_applied(u64::try_from(applied.unwrap_or(0)).unwrap_or(0));
+    verify(cluster, &store).await?;
+    let state = cluster.stream_state().await?;
+    // Until its view holds this much, a starting node is not ready (see `Cluster::caught_up`).
+    let at_start = if state.messages == 0 {
+        0
+    } else {
+        state.last_sequence
     };
-    let (mut store, mut applied, of_stream) = open().await?;
-    if applied > last || of_stream.is_some_and(|c| c != created) {
-        tracing::warn!(
-            applied,
-            last,
-            "the view is of an earlier stream of this name, deleted since; rebuilding it"
-        );
-        store.close();
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(dir.join(format!("{}{suffix}", crate::gateway::DB_FILE)));
-        }
-        (store, applied, _) = open().await?;
-    }
-    cluster.set_applied(applied);
     cluster
         .at_start
-        .store(last, std::sync::atomic::Ordering::Relaxed);
+        .store(at_start, std::sync::atomic::Ordering::Relaxed);
     Ok(store)
+}
+
+/// Empties the view when it was built from another stream of this name (deleted and created
+/// again since): when it has applied more than the stream holds, or the stream's message at
+/// the view's last applied sequence is not the one it applied. (The stream's creation time
+/// cannot tell: a 2.9 server reports a new one after an update and a restart.) A message
+/// trimmed by the stream's limits cannot be compared; the view is then kept.
+async fn verify(cluster: &Cluster, view: &Store) -> Result<(), ClusterError> {
+    if !of_this_stream(cluster, view).await? {
+        tracing::warn!(
+            applied = cluster.applied(),
+            "the view is of an earlier stream of this name, deleted since; rebuilding it"
+        );
+        view.write(|conn| conn.execute_batch(RESET))
+            .await
+            .map_err(|e| ClusterError::new("cannot empty the view", e))?;
+        cluster.set_applied(0);
+    }
+    Ok(())
+}
+
+/// Whether the view was built from the stream that now has this name (see [`verify`]).
+async fn of_this_stream(cluster: &Cluster, view: &Store) -> Result<bool, ClusterError> {
+    let applied = cluster.applied();
+    if applied == 0 {
+        return Ok(true);
+    }
+    if applied > cluster.stream_state().await?.last_sequence {
+        return Ok(false);
+    }
+    let recorded = view
+        .read(|conn| meta(conn, "applied_digest"))
+        .await
+        .map_err(|e| ClusterError::new("cannot read the view", e))?;
+    Ok(match cluster.message(applied).await {
+        Ok(Some(payload)) => recorded == Some(digest(&payload)),
+        Ok(None) => true,
+        Err(err) => {
+            tracing::warn!(%err, "cannot compare the view with the stream; keeping it");
+            true
+        }
+    })
+}
+
+/// Every row of the view, and the numbering of its events.
+const RESET: &str = "DELETE FROM events; DELETE FROM runs; DELETE FROM idempotency;
+    DELETE FROM outbox; DELETE FROM routes; DELETE FROM deliveries; DELETE FROM view_meta;
+    DELETE FROM sqlite_sequence;";
+
+/// What a view records of the last fact it applied, to recognise its stream by.
+fn digest(payload: &[u8]) -> i64 {
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(payload);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&hash[..8]);
+    i64::from_be_bytes(first)
 }
 
 fn meta(conn: &Connection, key: &str) -> rusqlite::Result<Option<i64>> {
@@ -102,6 +146,8 @@ pub async fn project(cluster: Cluster, view: Store) {
 }
 
 async fn follow(cluster: &Cluster, view: &Store) -> Result<(), ClusterError> {
+    // The stream may have been deleted and created again under this running node.
+    verify(cluster, view).await?;
     let stream = cluster
         .js
         .get_stream_no_info(&cluster.names.stream)
@@ -122,12 +168,23 @@ async fn follow(cluster: &Cluster, view: &Store) -> Result<(), ClusterError> {
         .map_err(|e| ClusterError::new("cannot follow the stream", e))?;
     let reconnection = cluster.reconnection();
     tokio::pin!(reconnection);
+    // A stream deleted and created again does not end the consumer (it follows the new stream
+    // from where it was): looked for now and then while idle.
+    let mut checks = tokio::time::interval_at(tokio::time::Instant::now() + CHECK, CHECK);
+    let mut received = 0u64;
     loop {
         let mut batch = Vec::new();
+        let mut drained = false;
         let first = tokio::select! {
             first = messages.next() => first,
             () = &mut reconnection => {
                 tracing::info!("reconnected to NATS; following the stream again");
+                return Ok(());
+            }
+            _ = checks.tick() => {
+                if of_this_stream(cluster, view).await? {
+                    continue;
+                }
                 return Ok(());
             }
         };
@@ -137,10 +194,20 @@ async fn follow(cluster: &Cluster, view: &Store) -> Result<(), ClusterError> {
         let mut next = Some(first);
         while let Some(message) = next.take() {
             let message = message.map_err(|e| ClusterError::new("stream read", e))?;
-            let sequence = message
+            let info = message
                 .info()
-                .map_err(|e| ClusterError::new("stream read", e))?
-                .stream_sequence;
+                .map_err(|e| ClusterError::new("stream read", e))?;
+            let sequence = info.stream_sequence;
+            let behind = batch.last().map_or(cluster.applied(), |(last, _)| *last);
+            let restarted = received > 0 && info.consumer_sequence == 1;
+            if sequence <= behind || restarted {
+                // The consumer started over by itself, or went back: the stream may be another
+                // one now. Nothing of this batch is applied before the view is verified.
+                tracing::info!(sequence, "the stream's order changed; verifying the view");
+                return Ok(());
+            }
+            received += 1;
+            drained = info.pending == 0;
             batch.push((sequence, message.payload.clone()));
             if batch.len() < MAX_BATCH {
                 // Whatever has already arrived joins this batch; nothing waits for more.
@@ -155,6 +222,13 @@ async fn follow(cluster: &Cluster, view: &Store) -> Result<(), ClusterError> {
             .await
             .map_err(|e| ClusterError::new("cannot apply to the view", e))?;
         cluster.set_applied(last);
+        if drained {
+            // Nothing more to read now: caught up, even when messages the view started from
+            // were trimmed away since (its `applied` then never reaches the start's last).
+            cluster
+                .drained
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 
@@ -184,8 +258,9 @@ fn apply_batch(conn: &Connection, batch: &[(u64, bytes::Bytes)]) -> rusqlite::Re
             Err(err) => return Err(err),
         }
     }
-    if let Some((last, _)) = batch.last() {
+    if let Some((last, payload)) = batch.last() {
         set_meta(conn, "applied", i64::try_from(*last).unwrap_or(i64::MAX))?;
+        set_meta(conn, "applied_digest", digest(payload))?;
     }
     Ok(())
 }
