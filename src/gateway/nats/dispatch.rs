@@ -21,26 +21,32 @@ const VIEW_WAIT: Duration = Duration::from_secs(10);
 /// happened and does not risk a duplicate.
 const SENDING: &[u8] = b"sending";
 
+/// A send marker's value once the message went out, until that is recorded.
+const SENT: &[u8] = b"sent";
+
 /// A send marker's value once the delivery is settled, sent or given up.
 const DONE: &[u8] = b"done";
 
 /// One heartbeat, on one node at a time (its consumer lets one message out at a time).
 pub(super) async fn beat(runtime: Arc<Runtime>, cluster: Cluster, message: Message) {
     let (sequence, _) = position(&message);
-    if let Ok(Fact::BeatRequested { not_before_ms }) = serde_json::from_slice(&message.payload) {
-        // The end of the window whose requests this one stands for (bounded, whatever a
-        // clock says).
-        let wait = u64::try_from(not_before_ms.saturating_sub(now_ms())).unwrap_or(0);
-        tokio::time::sleep(Duration::from_millis(wait.min(1000))).await;
-    }
-    // The view must hold every earlier heartbeat's consumption, or this one would take the
-    // same events again: it waits for everything the stream has now, or hands the request
-    // back (a node still building its view from a long stream, a stream it cannot read).
-    let caught_up = match cluster.last_sequence().await {
-        Ok(current) => cluster.wait_applied(current.max(sequence), VIEW_WAIT).await,
-        Err(_) => false,
+    let ready = async {
+        if let Ok(Fact::BeatRequested { not_before_ms }) = serde_json::from_slice(&message.payload)
+        {
+            // The end of the window whose requests this one stands for (bounded, whatever a
+            // clock says).
+            let wait = u64::try_from(not_before_ms.saturating_sub(now_ms())).unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(wait.min(1000))).await;
+        }
+        // The view must hold every earlier heartbeat's consumption, or this one would take the
+        // same events again: it waits for everything the stream has now, or hands the request
+        // back (a node still building its view from a long stream, a stream it cannot read).
+        match cluster.last_sequence().await {
+            Ok(current) => cluster.wait_applied(current.max(sequence), VIEW_WAIT).await,
+            Err(_) => false,
+        }
     };
-    if !caught_up {
+    if !with_progress(&cluster, &message, || async {}, ready).await {
         return later(&message, Duration::from_secs(1)).await;
     }
     let composed = with_progress(&cluster, &message, || async {}, compose(&runtime)).await;
@@ -93,6 +99,10 @@ pub(super) async fn deliver(runtime: Arc<Runtime>, cluster: Cluster, message: Me
     if entry.as_ref().is_some_and(|e| e.value == DONE) {
         return done(&message).await;
     }
+    if entry.as_ref().is_some_and(|e| e.value == SENT) {
+        // Sent by a node that stopped before recording it.
+        return record_sent(&cluster, &message, &job, &marker, attempts).await;
+    }
     if entry.as_ref().is_some_and(|e| e.value == SENDING) {
         // A node died while sending it: it may have arrived; it is not sent again.
         let error = "interrupted by a stop; not sent again to avoid a duplicate";
@@ -120,11 +130,11 @@ pub(super) async fn deliver(runtime: Arc<Runtime>, cluster: Cluster, message: Me
     let sent = with_progress(&cluster, &message, || async {}, send(&runtime, &job)).await;
     match sent {
         Ok(()) => {
-            let delivery = json!({
-                "status": "sent", "channel": job["channel"], "to": job["to"], "attempts": attempts,
-            });
-            let fact = delivered_fact(&job, delivery, None, Some(now_rfc3339()));
-            settle(&cluster, &message, &fact, &marker).await;
+            // Known to be sent before it is recorded: a node that takes over records it.
+            if let Err(err) = sends.put(&marker, SENT.into()).await {
+                tracing::warn!(%err, %marker, "cannot mark a send as made");
+            }
+            record_sent(&cluster, &message, &job, &marker, attempts).await;
         }
         Err(error) => {
             let policy = runtime.config.current().runtime.channels.retry;
@@ -145,6 +155,20 @@ pub(super) async fn deliver(runtime: Arc<Runtime>, cluster: Cluster, message: Me
             later(&message, backoff).await;
         }
     }
+}
+
+async fn record_sent(
+    cluster: &Cluster,
+    message: &Message,
+    job: &Value,
+    marker: &str,
+    attempts: u32,
+) {
+    let delivery = json!({
+        "status": "sent", "channel": job["channel"], "to": job["to"], "attempts": attempts,
+    });
+    let fact = delivered_fact(job, delivery, None, Some(now_rfc3339()));
+    settle(cluster, message, &fact, marker).await;
 }
 
 /// Records a delivery's outcome, marks its send done for good (a repeat of the job then sends

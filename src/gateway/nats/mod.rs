@@ -221,11 +221,12 @@ impl Cluster {
         }
     }
 
-    /// Hands the work in hand back to the servers, for another node to take at once, and flushes
-    /// what is still to be sent. For a stopping node.
+    /// Lets the work in hand finish for a moment, hands what is left back to the servers for
+    /// another node to take at once, and flushes what is still to be sent. For a stopping node.
     pub async fn stop(&self) {
-        self.in_flight.hand_back(Duration::from_secs(2)).await;
-        let _ = tokio::time::timeout(Duration::from_secs(2), self.client.flush()).await;
+        let limit = work::FINISH_GRACE + Duration::from_secs(1);
+        self.in_flight.hand_back(limit).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.client.flush()).await;
     }
 
     /// Whether the client is connected now.
@@ -340,9 +341,15 @@ async fn ensure_stream(
     names: &Names,
     ack_wait: Duration,
 ) -> Result<(), ClusterError> {
+    let error = |e: &dyn std::fmt::Display| {
+        ClusterError::new(&format!("cannot create stream {}", names.stream), e)
+    };
     let existing = match js.get_stream(&names.stream).await {
-        Ok(mut stream) => stream.info().await.ok().map(|info| info.config.clone()),
-        Err(_) => None,
+        Ok(mut stream) => Some(stream.info().await.map_err(|e| error(&e))?.config.clone()),
+        Err(err) if is_not_found(&err) => None,
+        // Anything else is not an answer: updating with defaults would undo what an operator
+        // set on the stream.
+        Err(err) => return Err(error(&err)),
     };
     let mut config = existing.unwrap_or_else(|| stream::Config {
         name: names.stream.clone(),
@@ -357,10 +364,22 @@ async fn ensure_stream(
     // repeated by the node that takes over after an ack wait (plus the progress interval) is
     // dropped too.
     config.duplicate_window = crate::hook::idempotency::WINDOW.max(ack_wait.saturating_mul(2));
+    if !config.max_age.is_zero() {
+        // The server refuses a window longer than the messages live.
+        config.duplicate_window = config.duplicate_window.min(config.max_age);
+    }
     js.create_or_update_stream(config)
         .await
         .map(drop)
-        .map_err(|e| ClusterError::new(&format!("cannot create stream {}", names.stream), e))
+        .map_err(|e| error(&e))
+}
+
+fn is_not_found(err: &jetstream::context::GetStreamError) -> bool {
+    matches!(
+        err.kind(),
+        jetstream::context::GetStreamErrorKind::JetStream(e)
+            if e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND
+    )
 }
 
 async fn ensure_buckets(

@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use async_nats::jetstream::Message;
+use async_nats::jetstream::{Message, kv};
 use serde_json::json;
 
 use super::work::{RETRY, VIEW_WAIT, done, later, position, with_progress};
@@ -15,7 +15,9 @@ use crate::gateway::runs::{self, RunOutcome, RunWork};
 use crate::gateway::runtime::{Runtime, now_rfc3339};
 
 /// One agent run from the runner consumer: never two of one session key at once in the
-/// cluster, and not again once its outcome is on the stream.
+/// cluster, and not again once its outcome is on the stream. Every step, the waits included,
+/// runs under in-progress acks, so that the server never hands the run to a second node while
+/// this one is still on it.
 pub(super) async fn run(runtime: std::sync::Arc<Runtime>, cluster: Cluster, message: Message) {
     let (sequence, delivered) = position(&message);
     let Ok(Fact::Run { run }) = serde_json::from_slice::<Fact>(&message.payload) else {
@@ -27,23 +29,48 @@ pub(super) async fn run(runtime: std::sync::Arc<Runtime>, cluster: Cluster, mess
     };
     let work = RunWork::of(&run);
     if delivered >= RUNNER_MAX_DELIVER {
-        // The server drops a message after its last offer: the run gets an outcome instead of
-        // staying queued for good.
-        let error = format!(
-            "given up after {delivered} offers (its session key stayed busy, or no node could record it)"
-        );
-        let outcome = RunOutcome {
-            status: "error".into(),
-            reply: None,
-            summary: None,
-            error: Some(error),
-            finished_at: now_rfc3339(),
-        };
-        let conclusion = conclude(&runtime, &work, outcome).await;
-        let record = record_outcome(&cluster, &work.run_id, conclusion);
-        with_progress(&cluster, &message, || async {}, record).await;
-        return done(&message).await;
+        return give_up(&runtime, &cluster, &message, &work, delivered).await;
     }
+    let prepare = prepare(&runtime, &cluster, &work, sequence, delivered);
+    let lock = match with_progress(&cluster, &message, || async {}, prepare).await {
+        Prepared::Run(lock) => lock,
+        Prepared::Done => return done(&message).await,
+        Prepared::Later(delay) => return later(&message, delay).await,
+    };
+    let refresh = || lock.refresh();
+    let outcome = with_progress(&cluster, &message, refresh, turn(&runtime, &work)).await;
+    let conclusion = conclude(&runtime, &work, outcome).await;
+    let wakes_now = conclusion.wakes_now(&work);
+    let record = record_outcome(&cluster, &work.run_id, conclusion);
+    if !with_progress(&cluster, &message, refresh, record).await {
+        // Left unacknowledged: offered again after the ack wait, its lock taken over then.
+        return;
+    }
+    lock.release().await;
+    done(&message).await;
+    if wakes_now {
+        request_beat(&cluster).await;
+    }
+}
+
+/// What to do with a run that was offered.
+enum Prepared<'a> {
+    /// Run it: its session is this run's now, and its start is on the stream.
+    Run(SessionLock<'a>),
+    /// It is finished already.
+    Done,
+    /// Not now: offered again after the delay.
+    Later(Duration),
+}
+
+/// Checks that the run still needs running, takes its session and records its start.
+async fn prepare<'a>(
+    runtime: &Runtime,
+    cluster: &'a Cluster,
+    work: &'a RunWork,
+    sequence: u64,
+    delivered: i64,
+) -> Prepared<'a> {
     // A run offered again may have been finished by a node that stopped before acknowledging
     // it: this node's view must have caught up with everything published so far to tell.
     let current = match delivered {
@@ -55,7 +82,7 @@ pub(super) async fn run(runtime: std::sync::Arc<Runtime>, cluster: Cluster, mess
         Err(_) => false,
     };
     if !caught_up {
-        return later(&message, RETRY).await;
+        return Prepared::Later(RETRY);
     }
     let run_id = work.run_id.clone();
     let status = runtime
@@ -64,14 +91,14 @@ pub(super) async fn run(runtime: std::sync::Arc<Runtime>, cluster: Cluster, mess
         .await;
     match status {
         Ok(Some((status, _))) if status == "queued" || status == "running" => {}
-        Ok(Some(_)) => return done(&message).await,
-        Ok(None) | Err(_) => return later(&message, RETRY).await,
+        Ok(Some(_)) => return Prepared::Done,
+        Ok(None) | Err(_) => return Prepared::Later(RETRY),
     }
-    let lock = SessionLock::new(&cluster, &work.session_key, &work.run_id, delivered);
+    let lock = SessionLock::new(cluster, &work.session_key, &work.run_id, delivered);
     if !lock.take().await {
         // Its session has a run in progress elsewhere: offered again, later each time.
         let delay = Duration::from_millis(250 * u64::try_from(delivered).unwrap_or(1));
-        return later(&message, delay.min(Duration::from_secs(5))).await;
+        return Prepared::Later(delay.min(Duration::from_secs(5)));
     }
     let started = Fact::Started {
         run_id: work.run_id.clone(),
@@ -81,38 +108,76 @@ pub(super) async fn run(runtime: std::sync::Arc<Runtime>, cluster: Cluster, mess
     if let Err(err) = cluster.publish(&started, &started_id).await {
         tracing::warn!(%err, run_id = %work.run_id, "cannot record the start of a run");
         lock.release().await;
-        return later(&message, RETRY).await;
+        return Prepared::Later(RETRY);
     }
-    let refresh = || lock.refresh();
-    let outcome = with_progress(&cluster, &message, refresh, turn(&runtime, &work)).await;
-    let conclusion = conclude(&runtime, &work, outcome).await;
-    let wakes_now = conclusion.wakes_now(&work);
-    let record = record_outcome(&cluster, &work.run_id, conclusion);
-    with_progress(&cluster, &message, refresh, record).await;
-    lock.release().await;
-    done(&message).await;
+    Prepared::Run(lock)
+}
+
+/// The last offer of a run: the server drops the message after it, so the run gets an error
+/// outcome instead of staying queued for good.
+async fn give_up(
+    runtime: &Runtime,
+    cluster: &Cluster,
+    message: &Message,
+    work: &RunWork,
+    delivered: i64,
+) {
+    let error = format!(
+        "given up after {delivered} offers (its session key stayed busy, or no node could record it)"
+    );
+    let outcome = RunOutcome {
+        status: "error".into(),
+        reply: None,
+        summary: None,
+        error: Some(error),
+        finished_at: now_rfc3339(),
+    };
+    let conclusion = conclude(runtime, work, outcome).await;
+    let wakes_now = conclusion.wakes_now(work);
+    let record = record_outcome(cluster, &work.run_id, conclusion);
+    if !with_progress(cluster, message, || async {}, record).await {
+        tracing::error!(run_id = %work.run_id, "a run given up could not be recorded; it stays queued");
+    }
+    done(message).await;
     if wakes_now {
-        if let Err(err) = cluster.request_beat().await {
-            tracing::warn!(%err, "cannot request a heartbeat");
-        }
+        request_beat(cluster).await;
     }
 }
 
-/// Publishes a run's outcome under an id of its own (a repeat is dropped), trying until the
-/// stream has it: the model's answer is not thrown away because NATS was away for a while.
-async fn record_outcome(cluster: &Cluster, run_id: &str, conclusion: Conclusion) {
+async fn request_beat(cluster: &Cluster) {
+    if let Err(err) = cluster.request_beat().await {
+        tracing::warn!(%err, "cannot request a heartbeat");
+    }
+}
+
+/// Publishes a run's outcome under an id of its own (a repeat is dropped), trying for up to an
+/// ack wait: the model's answer is not thrown away because NATS was away for a moment, and a
+/// publish the stream refuses for good (a limit an operator set) does not hold the run's slot
+/// and session forever. Whether it landed.
+async fn record_outcome(cluster: &Cluster, run_id: &str, conclusion: Conclusion) -> bool {
     let limit = cluster.max_payload().saturating_sub(1024);
     let mut fact = finished(run_id, conclusion, limit);
     let id = format!("finished-{run_id}");
-    loop {
+    let deadline = tokio::time::Instant::now() + cluster.ack_wait;
+    let mut stripped = false;
+    while tokio::time::Instant::now() < deadline {
         match cluster.publish(&fact, &id).await {
-            Ok(_) => return,
-            Err(err @ ClusterError::TooLarge { .. }) => {
-                tracing::error!(%err, %run_id, "the outcome does not fit; recording it without the reply");
-                if let Fact::Finished { outcome, job, .. } = &mut fact {
+            Ok(_) => return true,
+            Err(err @ ClusterError::TooLarge { .. }) if !stripped => {
+                tracing::error!(%err, %run_id, "the outcome does not fit; recording it without its reply");
+                if let Fact::Finished {
+                    outcome,
+                    job,
+                    delivery,
+                    ..
+                } = &mut fact
+                {
                     outcome.reply = None;
                     *job = None;
+                    *delivery =
+                        json!({"status": "skipped", "reason": "the reply was too large to record"});
                 }
+                stripped = true;
             }
             Err(err) => {
                 tracing::error!(%err, %run_id, "cannot record the run's outcome; trying again");
@@ -120,6 +185,7 @@ async fn record_outcome(cluster: &Cluster, run_id: &str, conclusion: Conclusion)
             }
         }
     }
+    false
 }
 
 /// The outcome as a fact the servers take in one message: a reply too long for it is cut, in
@@ -209,7 +275,7 @@ impl<'a> SessionLock<'a> {
         let Ok(Some(entry)) = bucket.entry(&self.key).await else {
             return false;
         };
-        let held_by_this_run = entry.operation == async_nats::jetstream::kv::Operation::Put
+        let held_by_this_run = entry.operation == kv::Operation::Put
             && entry
                 .value
                 .strip_prefix(self.run_id.as_bytes())
@@ -238,9 +304,14 @@ impl<'a> SessionLock<'a> {
             .await
         {
             Ok(revision) => self.set_revision(Some(revision)),
-            Err(err) => {
+            // Another holder wrote since: the lock is not ours any more.
+            Err(err) if err.kind() == kv::UpdateErrorKind::WrongLastRevision => {
                 tracing::warn!(%err, run_id = %self.run_id, "session lock lost");
                 self.set_revision(None);
+            }
+            // A timeout or a lost connection: still ours; the next refresh tries again.
+            Err(err) => {
+                tracing::warn!(%err, run_id = %self.run_id, "cannot refresh a session lock")
             }
         }
     }

@@ -23,6 +23,9 @@ use crate::gateway::runtime::Runtime;
 /// How long a worker waits before pulling again after the cluster failed it.
 pub(super) const RETRY: Duration = Duration::from_secs(1);
 
+/// How long a stopping node lets the work in hand finish before handing it back.
+pub(super) const FINISH_GRACE: Duration = Duration::from_secs(3);
+
 /// How long a pull waits for messages before asking again.
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 
@@ -132,12 +135,15 @@ where
                 let (client, in_flight) = (cluster.client.clone(), cluster.in_flight.clone());
                 let guard = in_flight.enter();
                 tokio::spawn(async move {
+                    tokio::pin!(work);
                     tokio::select! {
-                        () = work => {}
+                        () = &mut work => {}
                         () = in_flight.stopping() => {
-                            // The node is stopping: the work is dropped where it stands and its
-                            // message handed back for another node to take at once.
-                            if let Some(reply) = reply {
+                            // The node is stopping: a moment to finish (a send, an outcome
+                            // being recorded), then the work is dropped where it stands and
+                            // its message handed back for another node to take at once.
+                            let finished = tokio::time::timeout(FINISH_GRACE, &mut work).await;
+                            if let (Err(_), Some(reply)) = (finished, reply) {
                                 let _ = client.publish(reply, "-NAK".into()).await;
                             }
                         }
