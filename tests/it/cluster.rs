@@ -645,15 +645,8 @@ async fn a_new_node_is_ready_once_its_view_holds_what_the_stream_held() {
     let provider = Fake::provider("done").await;
     let config = node_config(&nats, &provider);
     let (a, _dir_a) = Hookgate::start(&config);
-    for i in 0..300 {
-        let response = a
-            .hook("/hooks/wake")
-            .json(&json!({"text": format!("early {i}"), "mode": "next-heartbeat"}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-    }
+    let texts: Vec<String> = (0..300).map(|i| format!("early {i}")).collect();
+    post_wakes(&a, &texts.iter().map(String::as_str).collect::<Vec<_>>()).await;
     let (b, _dir_b) = Hookgate::start(&config);
     eventually("the new node ready", async || {
         client()

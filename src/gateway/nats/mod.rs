@@ -2,10 +2,10 @@
 //!
 //! Everything a node would commit to its SQLite file is published to the stream instead, as a
 //! [`Fact`], and a hook is answered 200 only once the stream has acknowledged it (so once a
-//! majority of its replicas has stored it). Each node then applies the stream, in order, to a local SQLite file of the
-//! same schema as the embedded store: the *view*, which the operator API reads. Since every node
-//! applies the same facts in the same order, every view holds the same events and runs, with the
-//! same sequence numbers; a view can always be rebuilt from the stream.
+//! majority of its replicas has stored it). Each node then applies the stream, in order, to a
+//! local SQLite file of the same schema as the embedded store: the *view*, which the operator API
+//! reads. Since every node applies the same facts in the same order, every view holds the same
+//! events and runs, with the same sequence numbers; a view can always be rebuilt from the stream.
 //!
 //! Work is shared through durable pull consumers with explicit acks (see [`work`]): a run,
 //! a heartbeat or a delivery is handed to one node at a time, and to another if that node stops
