@@ -661,3 +661,54 @@ async fn a_new_node_is_ready_once_its_view_holds_what_the_stream_held() {
     // Ready means caught up: no waiting for the view from here on.
     assert_eq!(all_events(&b).await.len(), 300);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_too_large_for_one_nats_message_gets_413() {
+    let nats = NatsServer::start();
+    let provider = Fake::provider("done").await;
+    let mut config = node_config(&nats, &provider);
+    set(&mut config, "hooks.maxBodyBytes", json!(4 * 1024 * 1024));
+    let (node, _dir) = Hookgate::start(&config);
+    // Within the body limit, over the server's 1 MiB message limit.
+    let text = "x".repeat(1536 * 1024);
+    let (status, body) = json_of(
+        node.hook("/hooks/wake")
+            .json(&json!({"text": text, "mode": "next-heartbeat"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body),
+        (413, json!({"ok": false, "error": "payload too large"}))
+    );
+    // Smaller ones still pass.
+    post_wakes(&node, &["small"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_too_large_for_one_nats_message_is_recorded_cut() {
+    let nats = NatsServer::start();
+    let reply = format!("First line.\n{}", "y".repeat(1536 * 1024));
+    let provider = Fake::start(move |_, _| Answer::Json(200, chat_reply(&reply))).await;
+    let config = node_config(&nats, &provider);
+    let (node, _dir) = Hookgate::start(&config);
+    let run_id = agent(
+        &node,
+        json!({"message": "m", "name": "big", "deliver": false, "wakeMode": "next-heartbeat"}),
+    )
+    .await;
+    all_ok(
+        &node,
+        std::slice::from_ref(&run_id),
+        Duration::from_secs(20),
+    )
+    .await;
+    let record = run(&node, &run_id).await;
+    let recorded = record["reply"].as_str().unwrap();
+    assert!(recorded.starts_with("First line.\nyyy"));
+    assert!(recorded.ends_with("[cut: too long for one NATS message]"));
+    assert!(recorded.len() < 1024 * 1024, "{}", recorded.len());
+    assert_eq!(record["summary"], "First line.");
+}
