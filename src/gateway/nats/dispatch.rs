@@ -3,19 +3,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::Message;
+use async_nats::jetstream::{Message, kv};
 use serde_json::{Value, json};
 
-use super::work::{done, later, next_period, position, with_progress};
+use super::work::{VIEW_WAIT, done, later, next_period, position, with_progress};
 use super::{Cluster, Fact, MAX_DELIVER};
 use crate::gateway::heartbeat::compose;
 use crate::gateway::outbox::{deliver as send, is_permanent};
 use crate::gateway::runs::SummaryEvent;
 use crate::gateway::runtime::{Runtime, now_ms, now_rfc3339};
-use async_nats::jetstream::kv;
-
-/// How long a heartbeat waits for its view to catch up with the stream.
-const VIEW_WAIT: Duration = Duration::from_secs(10);
 
 /// A send marker's value while the send is under way: a node finding it knows a send may have
 /// happened and does not risk a duplicate.
