@@ -71,8 +71,11 @@ async fn beat(runtime: &Runtime) {
         return;
     };
     let Beat {
-        agent, up_to, job, ..
-    } = beat.clone();
+        agent,
+        up_to,
+        more,
+        job,
+    } = beat;
     let recorded = runtime
         .store
         .write(move |conn| {
@@ -93,7 +96,7 @@ async fn beat(runtime: &Runtime) {
     match recorded {
         Ok(()) => {
             runtime.outbox_ready.notify_one();
-            if beat.more {
+            if more {
                 // Events past this heartbeat's share do not wait for the next period.
                 runtime.heartbeat.request();
             }
@@ -103,7 +106,7 @@ async fn beat(runtime: &Runtime) {
 }
 
 /// What one heartbeat did: the events it consumed, and the reply to deliver, if any.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(super) struct Beat {
     pub agent: String,
     /// The last event (by sequence) the turn was given.

@@ -105,7 +105,14 @@ fn lock(busy: &BusySessions) -> std::sync::MutexGuard<'_, HashSet<String>> {
 async fn execute(runtime: &Runtime, work: RunWork) {
     let outcome = turn(runtime, &work).await;
     let conclusion = conclude(runtime, &work, outcome).await;
-    let outbox = conclusion.job.clone().map(|payload| OutboxEntry {
+    let wakes_now = conclusion.wakes_now(&work);
+    let Conclusion {
+        outcome,
+        delivery,
+        summary_now,
+        job,
+    } = conclusion;
+    let outbox = job.map(|payload| OutboxEntry {
         kind: "delivery",
         run_id: Some(work.run_id.clone()),
         payload,
@@ -113,12 +120,6 @@ async fn execute(runtime: &Runtime, work: RunWork) {
         now_ms: now_ms(),
     });
     let run_id = work.run_id.clone();
-    let Conclusion {
-        outcome,
-        delivery,
-        summary_now,
-        ..
-    } = conclusion.clone();
     let recorded = runtime
         .store
         .write(move |conn| {
@@ -135,7 +136,7 @@ async fn execute(runtime: &Runtime, work: RunWork) {
     match recorded {
         Ok(()) => {
             runtime.outbox_ready.notify_one();
-            if conclusion.wakes_now(&work) {
+            if wakes_now {
                 runtime.heartbeat.request();
             }
         }
@@ -145,7 +146,7 @@ async fn execute(runtime: &Runtime, work: RunWork) {
 }
 
 /// What a finished run leaves behind, whatever the store.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(super) struct Conclusion {
     pub outcome: RunOutcome,
     /// The run's delivery record: pending, or skipped with the reason.

@@ -99,18 +99,13 @@ pub fn claim(
     if changed == 0 {
         return Ok(None);
     }
-    Ok(work(conn, run_id)?.map(|(_, work)| work))
-}
-
-/// A run's status and what the runner needs of it, whatever its status.
-pub fn work(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<(String, RunWork)>> {
     conn.query_row(
         "SELECT run_id, hook_name, target_agent, prompt, model, thinking,
-                timeout_seconds, deliver, channel, to_addr, wake_mode, status, session_key
+                timeout_seconds, deliver, channel, to_addr, wake_mode, session_key
          FROM runs WHERE run_id = ?1",
         params![run_id],
         |row| {
-            let work = RunWork {
+            Ok(RunWork {
                 run_id: row.get(0)?,
                 hook_name: row.get(1)?,
                 target_agent: row.get(2)?,
@@ -122,10 +117,19 @@ pub fn work(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<(String,
                 channel: row.get(8)?,
                 to: row.get(9)?,
                 wake_mode: row.get(10)?,
-                session_key: row.get(12)?,
-            };
-            Ok((row.get(11)?, work))
+                session_key: row.get(11)?,
+            })
         },
+    )
+    .optional()
+}
+
+/// A run's status, if the run is known.
+pub fn status(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<String>> {
+    conn.query_row(
+        "SELECT status FROM runs WHERE run_id = ?1",
+        params![run_id],
+        |row| row.get(0),
     )
     .optional()
 }

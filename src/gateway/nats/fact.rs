@@ -6,7 +6,7 @@
 //! arrives twice, or one that no longer applies (a run finished by another node first), changes
 //! nothing.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -98,14 +98,7 @@ impl Fact {
                 event.insert(conn)?;
             }
             Fact::Run { run } => {
-                let known = conn
-                    .query_row(
-                        "SELECT 1 FROM runs WHERE run_id = ?1",
-                        params![run.run_id],
-                        |_| Ok(()),
-                    )
-                    .optional()?;
-                if known.is_none() {
+                if runs::status(conn, &run.run_id)?.is_none() {
                     run.insert(conn)?;
                 }
             }
@@ -119,14 +112,8 @@ impl Fact {
                 summary,
                 ..
             } => {
-                let open: Option<String> = conn
-                    .query_row(
-                        "SELECT status FROM runs WHERE run_id = ?1 AND status IN ('queued', 'running')",
-                        params![run_id],
-                        |row| row.get(0),
-                    )
-                    .optional()?;
-                if open.is_some() {
+                let status = runs::status(conn, run_id)?;
+                if matches!(status.as_deref(), Some("queued" | "running")) {
                     runs::finish(conn, run_id, outcome, delivery, summary.as_ref(), None)?;
                 }
             }

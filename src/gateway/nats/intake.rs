@@ -16,8 +16,8 @@ use crate::gateway::{IdempotencyClaim, NewEvent, NewRun, RunQueued};
 use crate::hook::WakeMode;
 
 /// Heartbeat requests within this long of each other make one heartbeat, whichever node they
-/// reach: they share a message id, which the stream keeps once.
-const BEAT_COALESCE_MS: i64 = 250;
+/// reach (they share a message id, which the stream keeps once), as on one node.
+const BEAT_COALESCE_MS: i64 = crate::gateway::heartbeat::COALESCE.as_millis() as i64;
 
 /// What a signed delivery's id holds in the replay bucket.
 #[derive(Debug, Serialize, Deserialize)]
@@ -35,11 +35,8 @@ enum ReplayEntry {
     },
 }
 
-/// The outcome of claiming a signed delivery, as [`crate::gateway::deliveries::claim`] gives it.
-pub type ReplayClaim = Claim;
-
 /// A bucket key for any text: keys allow only a few characters, so they are digests.
-fn key_of(text: &str) -> String {
+pub(super) fn key_of(text: &str) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
@@ -119,7 +116,7 @@ impl Cluster {
     }
 
     /// Claims a signed delivery id for the whole cluster.
-    pub async fn claim_delivery(&self, key: &str) -> Result<ReplayClaim, ClusterError> {
+    pub async fn claim_delivery(&self, key: &str) -> Result<Claim, ClusterError> {
         let key = key_of(key);
         let bucket = &self.buckets.replay;
         let claim = |at_ms| serde_json::to_vec(&ReplayEntry::Claimed { at_ms }).unwrap_or_default();

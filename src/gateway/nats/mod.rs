@@ -27,7 +27,7 @@ use tokio::sync::watch;
 
 use crate::config::store::NatsSettings;
 
-pub use fact::Fact;
+use fact::Fact;
 
 /// Added to the run timeout to make the ack wait: a node that stops acknowledging a run's
 /// message for this long past the longest a run may take is taken to be gone.
@@ -75,8 +75,7 @@ pub struct Cluster {
     /// How long a consumer waits for an ack before handing a message to another node.
     pub ack_wait: Duration,
     /// The last stream sequence this node's view has applied.
-    applied: watch::Receiver<u64>,
-    applied_tx: std::sync::Arc<watch::Sender<u64>>,
+    applied: std::sync::Arc<watch::Sender<u64>>,
     /// Changes on every reconnection to the servers.
     connections: watch::Receiver<u64>,
     /// The stream's last sequence when this node opened its view.
@@ -158,15 +157,13 @@ impl Cluster {
         ensure_stream(&js, &names, ack_wait).await?;
         let buckets = ensure_buckets(&js, &names, ack_wait).await?;
         ensure_consumers(&js, &names, ack_wait).await?;
-        let (applied_tx, applied) = watch::channel(0);
         Ok(Cluster {
             client,
             js,
             names,
             buckets,
             ack_wait,
-            applied,
-            applied_tx: std::sync::Arc::new(applied_tx),
+            applied: std::sync::Arc::new(watch::channel(0).0),
             connections,
             at_start: std::sync::Arc::default(),
             drained: std::sync::Arc::default(),
@@ -238,18 +235,8 @@ impl Cluster {
     /// acknowledged it. A publish whose acknowledgement does not come is sent again with the
     /// same id, which the stream drops if the first one did land (within its duplicate window).
     pub async fn publish(&self, fact: &Fact, msg_id: &str) -> Result<u64, ClusterError> {
-        self.publish_to(&fact.subject(), fact.to_bytes(), msg_id)
-            .await
-    }
-
-    /// Like [`Cluster::publish`], for a payload that is not a fact (a heartbeat request).
-    pub async fn publish_to(
-        &self,
-        suffix: &str,
-        payload: bytes::Bytes,
-        msg_id: &str,
-    ) -> Result<u64, ClusterError> {
-        let subject = self.names.subject(suffix);
+        let subject = self.names.subject(&fact.subject());
+        let payload = fact.to_bytes();
         // Headers and the subject take a little room of their own.
         let limit = self.max_payload().saturating_sub(1024);
         if payload.len() > limit {
@@ -291,7 +278,7 @@ impl Cluster {
 
     /// Waits until this node's view has applied `sequence`, for at most `limit`; whether it has.
     pub async fn wait_applied(&self, sequence: u64, limit: Duration) -> bool {
-        let mut applied = self.applied.clone();
+        let mut applied = self.applied.subscribe();
         tokio::time::timeout(limit, applied.wait_for(|at| *at >= sequence))
             .await
             .is_ok_and(|r| r.is_ok())
@@ -310,7 +297,7 @@ impl Cluster {
     }
 
     fn set_applied(&self, sequence: u64) {
-        self.applied_tx.send_replace(sequence);
+        self.applied.send_replace(sequence);
     }
 
     /// Consumer `name`, created again (with every other) if it is missing: a stream deleted and
@@ -479,6 +466,5 @@ pub async fn check(settings: &NatsSettings, run_timeout: Duration) -> Result<Str
     ))
 }
 
-pub use intake::ReplayClaim;
 pub use projection::{open_view, project};
 pub use work::start_workers;

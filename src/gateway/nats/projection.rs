@@ -12,14 +12,12 @@ use futures_util::StreamExt;
 use prometheus_client::metrics::histogram::Histogram;
 use rusqlite::{Connection, OptionalExtension};
 
+use super::work::RETRY;
 use super::{Cluster, ClusterError, Fact};
 use crate::gateway::{Store, StoreError};
 
 /// Facts applied in one transaction at most.
 const MAX_BATCH: usize = 512;
-
-/// How long the projection waits before reading the stream again after an error.
-const RETRY: Duration = Duration::from_secs(1);
 
 /// How often an idle projection makes sure that its stream is still the one it follows.
 const CHECK: Duration = Duration::from_secs(2);

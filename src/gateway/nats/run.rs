@@ -87,10 +87,10 @@ async fn prepare<'a>(
     let run_id = work.run_id.clone();
     let status = runtime
         .store
-        .read(move |conn| runs::work(conn, &run_id))
+        .read(move |conn| runs::status(conn, &run_id))
         .await;
     match status {
-        Ok(Some((status, _))) if status == "queued" || status == "running" => {}
+        Ok(Some(status)) if status == "queued" || status == "running" => {}
         Ok(Some(_)) => return Prepared::Done,
         Ok(None) | Err(_) => return Prepared::Later(RETRY),
     }
@@ -246,10 +246,9 @@ struct SessionLock<'a> {
 
 impl<'a> SessionLock<'a> {
     fn new(cluster: &'a Cluster, session_key: &str, run_id: &'a str, offer: i64) -> Self {
-        use sha2::Digest;
         SessionLock {
             cluster,
-            key: hex::encode(sha2::Sha256::digest(session_key.as_bytes())),
+            key: super::intake::key_of(session_key),
             run_id,
             holder: format!("{run_id} {offer}"),
             revision: Mutex::new(None),
