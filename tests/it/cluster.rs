@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use crate::fake::{Answer, Fake, chat_reply};
 use crate::harness::*;
 use crate::nats::NatsServer;
+use crate::runtime::agent;
 
 /// A node's configuration: the fake provider, the NATS store, a short run timeout (so that a
 /// dead node's runs are handed over after 2 + 5 s).
@@ -61,13 +62,6 @@ async fn run(node: &Hookgate, run_id: &str) -> Value {
     )
     .await
     .1
-}
-
-async fn agent(node: &Hookgate, body: Value) -> String {
-    let (status, reply) =
-        json_of(node.hook("/hooks/agent").json(&body).send().await.unwrap()).await;
-    assert_eq!(status, 200, "{reply}");
-    reply["runId"].as_str().unwrap().to_string()
 }
 
 /// Waits, up to `limit`, until every run in `run_ids` is `ok` on `node`.

@@ -19,7 +19,8 @@ fn with_provider(provider: &Fake) -> Value {
     config
 }
 
-async fn agent(server: &Hookgate, body: Value) -> String {
+/// Queues an agent run on `server`; its run id.
+pub(crate) async fn agent(server: &Hookgate, body: Value) -> String {
     let (status, reply) = json_of(
         server
             .hook("/hooks/agent")
