@@ -129,7 +129,7 @@ impl Server {
             None => TcpListener::bind((settings.bind.as_str(), settings.port)).await,
         };
         let listener = bound.map_err(|e| anyhow::anyhow!("cannot listen: {e}"))?;
-        let runtime = Runtime::start(store.clone(), config.clone(), cluster);
+        let runtime = Arc::new(Runtime::start(store.clone(), config.clone(), cluster));
         let state = AppState {
             config,
             store,
@@ -158,9 +158,15 @@ impl Server {
         serve(
             self.listener,
             router(self.state.clone()),
-            ConnectionLimits {
-                max_connections: self.state.config.current().max_connections,
-                header_timeout: self.state.config.current().header_timeout,
+            {
+                let config = self.state.config.clone();
+                move || {
+                    let settings = config.current();
+                    ConnectionLimits {
+                        max_connections: settings.max_connections,
+                        header_timeout: settings.header_timeout,
+                    }
+                }
             },
             shutdown,
         )

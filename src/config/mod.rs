@@ -157,24 +157,17 @@ impl LiveConfig {
             }
         };
         let old = self.current();
-        let restart_only = settings.state_dir != old.state_dir
-            || settings.store != old.store
-            || (settings.bind.as_str(), settings.port) != (old.bind.as_str(), old.port)
-            || settings.runtime.mode != old.runtime.mode
-            || settings.runtime.max_concurrent != old.runtime.max_concurrent
-            || settings.runtime.heartbeat_every != old.runtime.heartbeat_every;
+        let needs_restart = restart_only_changes(&old, &settings);
+        if !needs_restart.is_empty() {
+            let mut status = self.lock_status();
+            status.last_error = Some(needs_restart.iter().map(ToString::to_string).collect());
+            return Err(needs_restart);
+        }
         let pool_memory = |s: &Settings| s.hooks.as_ref().map(|h| h.engine_limits().memory_bytes);
         if pool_memory(&settings) > pool_memory(&old) {
             tracing::warn!(
                 "a transform memory cap above the one the instance pool was sized for at start \
                  is held to that size until a restart"
-            );
-        }
-        if restart_only {
-            tracing::warn!(
-                "gateway.stateDir, gateway.store, gateway.bind, gateway.port, gateway.mode, \
-                 agents.defaults.maxConcurrent and agents.defaults.heartbeat.every \
-                 take effect only after a restart"
             );
         }
         let mut status = self.lock_status();
@@ -183,4 +176,40 @@ impl LiveConfig {
         status.last_error = None;
         Ok(())
     }
+}
+
+/// The keys whose change a running server cannot take: each is named, and the reload refused
+/// whole, so that a configuration never half-applies. Every other key takes effect on reload.
+fn restart_only_changes(old: &Settings, new: &Settings) -> Vec<ConfigError> {
+    let nats = matches!(old.store, store::StoreSettings::Nats(_));
+    let changed = [
+        ("gateway.stateDir", old.state_dir != new.state_dir),
+        ("gateway.store", old.store != new.store),
+        ("gateway.bind", old.bind != new.bind),
+        ("gateway.port", old.port != new.port),
+        ("gateway.groupCommit", old.group_commit != new.group_commit),
+        (
+            "gateway.mode",
+            std::mem::discriminant(&old.runtime.mode) != std::mem::discriminant(&new.runtime.mode),
+        ),
+        // On a NATS store the consumers' pull slots and ack wait are set from these at start.
+        (
+            "agents.defaults.maxConcurrent",
+            nats && old.runtime.max_concurrent != new.runtime.max_concurrent,
+        ),
+        (
+            "agents.defaults.timeoutSeconds",
+            nats && old.runtime.run_timeout != new.runtime.run_timeout,
+        ),
+    ];
+    changed
+        .into_iter()
+        .filter(|(_, changed)| *changed)
+        .map(|(key, _)| {
+            ConfigError::invalid(
+                key,
+                "changed; takes effect only after a restart, so the reload was refused and the running configuration kept",
+            )
+        })
+        .collect()
 }

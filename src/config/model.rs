@@ -45,6 +45,18 @@ pub struct GatewayConfig {
     pub forward: Option<ForwardConfig>,
     /// Where accepted hooks are kept: the embedded SQLite file (default) or NATS JetStream.
     pub store: Option<StoreConfig>,
+    /// How long finished work is kept in the store.
+    pub retention: Option<RetentionConfig>,
+}
+
+/// `gateway.retention`: durations like `30d`; `0` keeps everything.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RetentionConfig {
+    /// Main-session events (default `30d`).
+    pub events: Option<String>,
+    /// Finished runs with their prompts, replies and failed sends (default `30d`).
+    pub runs: Option<String>,
 }
 
 /// `gateway.store`.
@@ -76,10 +88,16 @@ pub struct MetricsConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ForwardConfig {
-    /// Base URL; wakes go to `<url>/hooks/wake`, agent runs to `<url>/hooks/agent`.
+    /// Base URL of the upstream gateway.
     pub url: String,
+    /// The upstream's `hooks.path` (default `/hooks`): wakes go to `<url><path>/wake`, agent runs
+    /// to `<url><path>/agent`.
+    pub path: Option<String>,
     /// The upstream's hook token.
     pub token: SecretValue,
+    /// Relay a run's session key (default false: the upstream applies its own
+    /// `defaultSessionKey`, and refuses request keys unless its `allowRequestSessionKey` is on).
+    pub relay_session_key: Option<bool>,
 }
 
 /// `gateway.auth.*`.

@@ -21,7 +21,26 @@ pub enum GatewayMode {
     /// Runs agents, heartbeats and deliveries here.
     Embedded,
     /// Relays every accepted wake and agent run to an upstream gateway.
-    Forward { url: String, token: String },
+    Forward(Upstream),
+}
+
+/// `gateway.forward`: the gateway forward mode relays to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    /// Base URL, without a trailing `/`.
+    pub url: String,
+    /// The upstream's hooks prefix, normalised like `hooks.path`.
+    pub path: String,
+    pub token: String,
+    /// Whether a run's session key is relayed.
+    pub relay_session_key: bool,
+}
+
+impl Upstream {
+    /// The URL of the upstream's hook `name` (`wake` or `agent`).
+    pub fn endpoint(&self, name: &str) -> String {
+        format!("{}{}/{name}", self.url, self.path)
+    }
 }
 
 /// A model endpoint with its credentials resolved.
@@ -39,7 +58,7 @@ pub struct AgentRuntime {
 }
 
 /// Where a reply goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Route {
     pub channel: Channel,
     pub to: Option<String>,
@@ -133,6 +152,35 @@ pub struct RuntimeSettings {
     /// `None`: no periodic heartbeat (`every: "0"`).
     pub heartbeat_every: Option<Duration>,
     pub channels: ChannelSettings,
+    pub retention: Retention,
+}
+
+/// `gateway.retention`: how long finished work is kept; `None` keeps it for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub events: Option<Duration>,
+    pub runs: Option<Duration>,
+}
+
+/// Events and runs are kept this long unless configured otherwise.
+const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
+
+fn retention(file: &FileConfig, problems: &mut Vec<ConfigError>) -> Retention {
+    let config = file.gateway.retention.clone().unwrap_or_default();
+    let mut period = |value: Option<String>, key: &str| match value {
+        None => Some(DEFAULT_RETENTION),
+        Some(text) => parse_every(&text).unwrap_or_else(|_| {
+            problems.push(ConfigError::invalid(
+                key,
+                "must be a duration like 30d, 12h or 90m, or 0 to keep everything",
+            ));
+            Some(DEFAULT_RETENTION)
+        }),
+    };
+    Retention {
+        events: period(config.events, "gateway.retention.events"),
+        runs: period(config.runs, "gateway.retention.runs"),
+    }
 }
 
 impl RuntimeSettings {
@@ -211,6 +259,7 @@ pub fn runtime_settings(
         ),
         heartbeat_every,
         channels: channels(file.channels.as_ref(), config_dir, problems),
+        retention: retention(file, problems),
     }
 }
 
@@ -272,10 +321,19 @@ fn mode(file: &FileConfig, config_dir: &Path, problems: &mut Vec<ConfigError>) -
                 config_dir,
                 problems,
             );
-            GatewayMode::Forward {
+            let path = super::normalize_hooks_path(forward.path.as_deref()).unwrap_or_else(|| {
+                problems.push(ConfigError::invalid(
+                    "gateway.forward.path",
+                    "must name a prefix other than '/', like the upstream's hooks.path",
+                ));
+                String::new()
+            });
+            GatewayMode::Forward(Upstream {
                 url: forward.url.trim_end_matches('/').to_string(),
+                path,
                 token: token.unwrap_or_default(),
-            }
+                relay_session_key: forward.relay_session_key.unwrap_or(false),
+            })
         }
         Some(other) => {
             problems.push(ConfigError::invalid(

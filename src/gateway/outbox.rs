@@ -1,56 +1,269 @@
-//! The outbox worker: sends what the runtime committed to send (replies to chat channels, and in
-//! forward mode every accepted wake and run), retrying with backoff, and records the result.
+//! The outbox: what a backend committed to send, kept in the store until it is done or given up,
+//! and the worker that sends it with retries. The embedded backend's rows are deliveries of
+//! replies to chat channels; forward mode's are relays to the upstream gateway.
 //!
 //! A chat message is sent at most once: a row is marked `sending` before the attempt, and a
-//! process that dies mid-attempt leaves it `uncertain` rather than sending it again. Forwarded
-//! requests are safe to repeat (they carry an idempotency key) and are retried until they land.
+//! process that dies mid-attempt leaves it `uncertain` rather than sending it again. Relays are
+//! safe to repeat (they carry an idempotency key) and are retried until they land or the upstream
+//! refuses them.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use rusqlite::{Connection, params};
 
-use super::channels::send;
-use super::runs::{self, DueEntry, SummaryEvent};
-use super::runtime::{Runtime, now_ms, now_rfc3339};
-use crate::config::runtime::{GatewayMode, Route};
-use crate::hook::Channel;
+use super::clock::{millis, now_ms, now_rfc3339};
+use super::context::Context;
+use super::delivery::{self, DeliveryJob, DeliveryRecord, Next, SendError, next_attempt};
+use super::records::RunStatus;
+use super::relay::{AgentBody, Relayed, WakeBody, relay};
+use super::runs;
+use super::signals::Signals;
+use crate::config::runtime::{GatewayMode, RetryPolicy};
 
-/// The longest wait between two attempts of a forwarded request.
-const MAX_FORWARD_BACKOFF: Duration = Duration::from_secs(30);
+/// The longest wait between two attempts of a relay.
+const MAX_RELAY_BACKOFF: Duration = Duration::from_secs(30);
 /// The longest the worker sleeps without looking at the outbox.
 const POLL: Duration = Duration::from_secs(1);
 
-/// Runs the worker until the process ends.
-pub async fn run(runtime: Arc<Runtime>) {
-    match runtime.store.write(runs::abandon_in_flight).await {
+/// One thing to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutboxItem {
+    Delivery(DeliveryJob),
+    Relay(Relayed),
+}
+
+/// The rows one worker sends, by their `kind` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Replies to chat channels (embedded backend).
+    Deliveries,
+    /// Relays upstream (forward backend).
+    Relays,
+}
+
+impl Lane {
+    fn kinds(self) -> (&'static str, &'static str) {
+        match self {
+            Lane::Deliveries => ("delivery", "delivery"),
+            Lane::Relays => ("forward-wake", "forward-run"),
+        }
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AgentRow {
+    body: AgentBody,
+    idempotency_key: String,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct WakeRow {
+    body: WakeBody,
+}
+
+impl OutboxItem {
+    /// The `kind` column and the `payload` JSON.
+    fn encode(&self) -> (&'static str, String) {
+        // Plain data: always serialises.
+        let json = |value: serde_json::Result<String>| value.unwrap_or_default();
+        match self {
+            OutboxItem::Delivery(job) => ("delivery", json(serde_json::to_string(job))),
+            OutboxItem::Relay(Relayed::Wake { body }) => (
+                "forward-wake",
+                json(serde_json::to_string(&WakeRow { body: body.clone() })),
+            ),
+            OutboxItem::Relay(Relayed::Agent {
+                body,
+                idempotency_key,
+            }) => (
+                "forward-run",
+                json(serde_json::to_string(&AgentRow {
+                    body: body.clone(),
+                    idempotency_key: idempotency_key.clone(),
+                })),
+            ),
+        }
+    }
+
+    fn decode(kind: &str, payload: &str) -> Option<OutboxItem> {
+        Some(match kind {
+            "delivery" => OutboxItem::Delivery(serde_json::from_str(payload).ok()?),
+            "forward-wake" => {
+                let row: WakeRow = serde_json::from_str(payload).ok()?;
+                OutboxItem::Relay(Relayed::Wake { body: row.body })
+            }
+            "forward-run" => {
+                let row: AgentRow = serde_json::from_str(payload).ok()?;
+                OutboxItem::Relay(Relayed::Agent {
+                    body: row.body,
+                    idempotency_key: row.idempotency_key,
+                })
+            }
+            _ => return None,
+        })
+    }
+
+    /// Adds the item to the outbox, due now.
+    pub fn insert(&self, conn: &Connection, run_id: Option<&str>) -> rusqlite::Result<()> {
+        let (kind, payload) = self.encode();
+        conn.prepare_cached(
+            "INSERT INTO outbox (kind, run_id, payload, next_at_ms, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![kind, run_id, payload, now_ms(), now_rfc3339()])?;
+        Ok(())
+    }
+}
+
+/// Where a row is; spelled in lower case in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RowStatus {
+    Pending,
+    Done,
+    Failed,
+    Uncertain,
+}
+
+impl RowStatus {
+    fn as_str(self) -> &'static str {
+        match self {
+            RowStatus::Pending => "pending",
+            RowStatus::Done => "done",
+            RowStatus::Failed => "failed",
+            RowStatus::Uncertain => "uncertain",
+        }
+    }
+}
+
+/// An outbox row due for an attempt. `item` is `None` for a row this version cannot read.
+#[derive(Debug, Clone)]
+struct Row {
+    id: i64,
+    run_id: Option<String>,
+    item: Option<OutboxItem>,
+    attempts: u32,
+}
+
+impl Row {
+    /// From a row of `SELECT id, kind, run_id, payload, attempts`.
+    fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+        let (kind, payload): (String, String) = (row.get(1)?, row.get(3)?);
+        Ok(Row {
+            id: row.get(0)?,
+            run_id: row.get(2)?,
+            item: OutboxItem::decode(&kind, &payload),
+            attempts: row.get(4)?,
+        })
+    }
+}
+
+fn due(conn: &Connection, lane: Lane, now_ms: i64, limit: u32) -> rusqlite::Result<Vec<Row>> {
+    let (a, b) = lane.kinds();
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, kind, run_id, payload, attempts FROM outbox
+         WHERE status = 'pending' AND next_at_ms <= ?1 AND kind IN (?3, ?4) ORDER BY id LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![now_ms, limit, a, b], Row::read)?;
+    rows.collect()
+}
+
+fn next_due_ms(conn: &Connection, lane: Lane) -> rusqlite::Result<Option<i64>> {
+    let (a, b) = lane.kinds();
+    conn.query_row(
+        "SELECT MIN(next_at_ms) FROM outbox WHERE status = 'pending' AND kind IN (?1, ?2)",
+        params![a, b],
+        |row| row.get(0),
+    )
+}
+
+/// Marks a row as being sent; a process that dies now leaves it `sending`, which the next start
+/// does not resend (see [`abandon_in_flight`]).
+fn mark_sending(conn: &Connection, id: i64) -> rusqlite::Result<bool> {
+    Ok(conn.execute(
+        "UPDATE outbox SET status = 'sending' WHERE id = ?1 AND status = 'pending'",
+        params![id],
+    )? == 1)
+}
+
+fn settle(
+    conn: &Connection,
+    id: i64,
+    status: RowStatus,
+    error: Option<&str>,
+    attempts: u32,
+    next_at_ms: i64,
+) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE outbox SET status = ?2, last_error = ?3, attempts = ?4, next_at_ms = ?5 WHERE id = ?1",
+        params![id, status.as_str(), error, attempts, next_at_ms],
+    )?;
+    Ok(())
+}
+
+/// Rows of `lane` a dead process was sending: relays go back to pending (safe to repeat);
+/// deliveries are returned, to be given up as uncertain (a chat message is never sent twice).
+fn abandon_in_flight(conn: &Connection, lane: Lane) -> rusqlite::Result<Vec<Row>> {
+    if lane == Lane::Relays {
+        conn.execute(
+            "UPDATE outbox SET status = 'pending' WHERE status = 'sending' AND kind LIKE 'forward-%'",
+            [],
+        )?;
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare(
+        "SELECT id, kind, run_id, payload, attempts FROM outbox
+         WHERE status = 'sending' AND kind = 'delivery'",
+    )?;
+    let rows = stmt.query_map([], Row::read)?;
+    rows.collect()
+}
+
+/// Sends a run's failed relay or delivery again, once the operator mended the cause: its row goes
+/// back to pending with its attempts reset, and a forward-failed run back to `forwarding`.
+/// Whether there was something to retry.
+pub fn retry_run(conn: &Connection, run_id: &str) -> rusqlite::Result<bool> {
+    let retried = conn.execute(
+        "UPDATE outbox SET status = 'pending', attempts = 0, last_error = NULL, next_at_ms = ?2
+         WHERE run_id = ?1 AND status IN ('failed', 'uncertain')",
+        params![run_id, now_ms()],
+    )?;
+    if retried == 0 {
+        return Ok(false);
+    }
+    conn.execute(
+        "UPDATE runs SET status = 'forwarding', error = NULL
+         WHERE run_id = ?1 AND status = 'forward_failed'",
+        params![run_id],
+    )?;
+    Ok(true)
+}
+
+/// Runs the worker of `lane` until the stop.
+pub async fn run(ctx: Context, signals: Arc<Signals>, lane: Lane) {
+    match ctx
+        .store
+        .write(move |conn| abandon_in_flight(conn, lane))
+        .await
+    {
         Ok(abandoned) => {
-            for entry in abandoned {
-                tracing::warn!(
-                    id = entry.id,
-                    "a send interrupted by a stop is not repeated"
-                );
-                give_up(
-                    &runtime,
-                    &entry,
-                    "interrupted by a stop; not sent again to avoid a duplicate",
-                    "uncertain",
-                )
-                .await;
+            for row in abandoned {
+                tracing::warn!(id = row.id, "a send interrupted by a stop is not repeated");
+                give_up(&ctx, &signals, &row, &SendError::Interrupted).await;
             }
         }
         Err(err) => tracing::error!(%err, "cannot recover the outbox"),
     }
-    while !runtime.stopping() {
-        let due = runtime
+    while !signals.stopping() {
+        let due = ctx
             .store
-            .read(|conn| runs::due(conn, now_ms(), 32))
+            .read(move |conn| due(conn, lane, now_ms(), 32))
             .await;
         let store_ok = match due {
             Ok(due) => {
                 let mut ok = true;
-                for entry in due.into_iter().take_while(|_| !runtime.stopping()) {
-                    if !attempt(&runtime, entry).await {
+                for row in due.into_iter().take_while(|_| !signals.stopping()) {
+                    if !attempt(&ctx, &signals, row).await {
                         ok = false;
                         break;
                     }
@@ -67,27 +280,23 @@ pub async fn run(runtime: Arc<Runtime>) {
             tokio::time::sleep(POLL).await;
             continue;
         }
-        let wait = runtime
+        let wait = ctx
             .store
-            .read(runs::next_due_ms)
+            .read(move |conn| next_due_ms(conn, lane))
             .await
             .ok()
             .flatten()
             .map_or(POLL, |at| {
                 Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0)).min(POLL)
             });
-        let _ = tokio::time::timeout(wait, runtime.outbox_ready.notified()).await;
+        let _ = tokio::time::timeout(wait, signals.outbox_ready.notified()).await;
     }
 }
 
 /// One attempt at a row; false when the store could not even mark it.
-async fn attempt(runtime: &Runtime, entry: DueEntry) -> bool {
-    let id = entry.id;
-    match runtime
-        .store
-        .write(move |conn| runs::mark_sending(conn, id))
-        .await
-    {
+async fn attempt(ctx: &Context, signals: &Signals, row: Row) -> bool {
+    let id = row.id;
+    match ctx.store.write(move |conn| mark_sending(conn, id)).await {
         Ok(true) => {}
         Ok(false) => return true,
         Err(err) => {
@@ -95,106 +304,79 @@ async fn attempt(runtime: &Runtime, entry: DueEntry) -> bool {
             return false;
         }
     }
-    let result = match entry.kind.as_str() {
-        "delivery" => deliver(runtime, &entry.payload).await.map(|()| None),
-        "forward-wake" | "forward-run" => forward(runtime, &entry).await.map(Some),
-        other => Err(format!("unknown outbox kind {other}")),
+    let settings = ctx.config.current();
+    let Some(item) = &row.item else {
+        let unreadable = SendError::Refused {
+            service: "outbox",
+            reason: "a row this version cannot read".into(),
+        };
+        give_up(ctx, signals, &row, &unreadable).await;
+        return true;
     };
+    let (result, policy, max_delay) = match item {
+        OutboxItem::Delivery(job) => {
+            let sent = delivery::deliver(&ctx.http, &settings.runtime.channels, job).await;
+            let policy = settings.runtime.channels.retry;
+            (sent.map(|()| None), policy, Duration::MAX)
+        }
+        OutboxItem::Relay(relayed) => {
+            let relayed = match &settings.runtime.mode {
+                GatewayMode::Forward(upstream) => relay(&ctx.http, upstream, relayed).await,
+                // A store written in forward mode, opened by an embedded gateway: kept.
+                GatewayMode::Embedded => Err(SendError::Unreachable {
+                    service: "upstream",
+                    detail: "forward mode is off".into(),
+                }),
+            };
+            // Relays are retried until they land: the client already has its 200.
+            let policy = RetryPolicy {
+                attempts: u32::MAX,
+                base_delay: settings.runtime.channels.retry.base_delay,
+            };
+            (relayed, policy, MAX_RELAY_BACKOFF)
+        }
+    };
+    let attempts = row.attempts + 1;
     match result {
-        Ok(upstream) => succeed(runtime, &entry, upstream).await,
-        Err(error) => retry_or_give_up(runtime, &entry, &error).await,
+        Ok(upstream) => succeed(ctx, &row, upstream).await,
+        Err(error) => match next_attempt(&policy, attempts, &error, max_delay) {
+            Next::GiveUp => {
+                tracing::warn!(id, attempts, %error, "giving up a send");
+                give_up(ctx, signals, &row, &error).await;
+            }
+            Next::RetryAfter(backoff) => {
+                tracing::info!(id, attempts, %error, ?backoff, "send failed; will retry");
+                let (error, next) = (error.to_string(), now_ms().saturating_add(millis(backoff)));
+                let retried = ctx
+                    .store
+                    .write(move |conn| {
+                        settle(conn, id, RowStatus::Pending, Some(&error), attempts, next)
+                    })
+                    .await;
+                if let Err(err) = retried {
+                    tracing::error!(%err, id, "cannot schedule a retry");
+                }
+                signals.outbox_ready.notify_one();
+            }
+        },
     }
     true
 }
 
-/// Sends a reply to its channel.
-pub(super) async fn deliver(runtime: &Runtime, payload: &Value) -> Result<(), String> {
-    let settings = runtime.config.current();
-    let channel = payload["channel"]
-        .as_str()
-        .and_then(Channel::parse)
-        .ok_or("delivery without a channel")?;
-    let endpoint = settings
-        .runtime
-        .channels
-        .endpoint(channel)
-        .ok_or_else(|| format!("channel {} is not configured", channel.as_str()))?;
-    send(
-        &runtime.http,
-        endpoint,
-        payload["to"].as_str(),
-        payload["text"].as_str().unwrap_or(""),
-    )
-    .await
-}
-
-/// Relays a wake or a run to the upstream gateway; returns the upstream run id, if any.
-async fn forward(runtime: &Runtime, entry: &DueEntry) -> Result<String, String> {
-    let settings = runtime.config.current();
-    let GatewayMode::Forward { url, token } = &settings.runtime.mode else {
-        return Err("forward mode is off; kept for when it is on again".into());
-    };
-    let path = if entry.kind == "forward-wake" {
-        "wake"
-    } else {
-        "agent"
-    };
-    let mut request = runtime
-        .http
-        .post(format!("{url}/hooks/{path}"))
-        .bearer_auth(token)
-        .json(&entry.payload["body"]);
-    if let Some(key) = entry.payload["idempotencyKey"].as_str() {
-        request = request.header("idempotency-key", key);
-    }
-    let response = request
-        .timeout(super::channels::SEND_TIMEOUT)
-        .send()
-        .await
-        .map_err(|e| format!("upstream unreachable: {}", e.without_url()))?;
-    let status = response.status();
-    let body: Value = response.json().await.unwrap_or(Value::Null);
-    if status.is_success() {
-        Ok(body["runId"].as_str().unwrap_or("").to_string())
-    } else if matches!(status.as_u16(), 400 | 413 | 422) {
-        // The upstream refuses the request itself: sending it again cannot help. Anything else
-        // (401 during a token rotation, 404 during a redeploy, 5xx) may pass later.
-        Err(format!(
-            "refused:{status}: {}",
-            body["error"].as_str().unwrap_or("")
-        ))
-    } else {
-        Err(format!("upstream answered {status}"))
-    }
-}
-
-async fn succeed(runtime: &Runtime, entry: &DueEntry, upstream: Option<String>) {
-    let (id, run_id, payload, attempts) = (
-        entry.id,
-        entry.run_id.clone(),
-        entry.payload.clone(),
-        entry.attempts + 1,
-    );
-    let kind = entry.kind.clone();
-    let result = runtime
+async fn succeed(ctx: &Context, row: &Row, upstream: Option<String>) {
+    let (id, attempts) = (row.id, row.attempts + 1);
+    let (run_id, item) = (row.run_id.clone(), row.item.clone());
+    let result = ctx
         .store
         .write(move |conn| {
-            runs::settle(conn, id, "done", None, attempts, now_ms())?;
-            match (kind.as_str(), &run_id) {
-                ("delivery", _) => {
-                    let route = Route {
-                        channel: payload["channel"].as_str().and_then(Channel::parse).unwrap_or(Channel::Whatsapp),
-                        to: payload["to"].as_str().map(String::from),
-                    };
-                    let agent = payload["agent"].as_str().unwrap_or("main");
-                    runs::set_last_route(conn, agent, &route, &now_rfc3339())?;
-                    if let Some(run_id) = &run_id {
-                        let delivery = json!({"status": "sent", "channel": route.channel.as_str(), "to": route.to, "attempts": attempts});
-                        runs::set_delivery(conn, run_id, &delivery)?;
-                    }
+            settle(conn, id, RowStatus::Done, None, attempts, now_ms())?;
+            match (item, &run_id) {
+                (Some(OutboxItem::Delivery(job)), Some(run_id)) => {
+                    runs::set_delivery(conn, run_id, &DeliveryRecord::sent(&job, attempts))?;
                 }
-                ("forward-run", Some(run_id)) => {
-                    runs::set_forwarded(conn, run_id, "forwarded", upstream.as_deref().filter(|u| !u.is_empty()), None)?;
+                (Some(OutboxItem::Relay(Relayed::Agent { .. })), Some(run_id)) => {
+                    let upstream = upstream.as_deref().filter(|u| !u.is_empty());
+                    runs::set_forwarded(conn, run_id, RunStatus::Forwarded, upstream, None)?;
                 }
                 _ => {}
             }
@@ -202,80 +384,59 @@ async fn succeed(runtime: &Runtime, entry: &DueEntry, upstream: Option<String>) 
         })
         .await;
     if let Err(err) = result {
-        tracing::error!(%err, id = entry.id, "cannot record a completed send");
+        tracing::error!(%err, id = row.id, "cannot record a completed send");
     }
 }
 
-async fn retry_or_give_up(runtime: &Runtime, entry: &DueEntry, error: &str) {
-    let settings = runtime.config.current();
-    let attempts = entry.attempts + 1;
-    let forward = entry.kind.starts_with("forward-");
-    let permanent = is_permanent(error);
-    let policy = settings.runtime.channels.retry;
-    if permanent || (!forward && attempts >= policy.attempts) {
-        tracing::warn!(id = entry.id, attempts, %error, "giving up a send");
-        give_up(runtime, entry, error, "failed").await;
-        return;
-    }
-    let backoff = policy
-        .base_delay
-        .saturating_mul(1 << (attempts - 1).min(16));
-    let backoff = if forward {
-        backoff.min(MAX_FORWARD_BACKOFF)
-    } else {
-        backoff
+/// Ends a row without success. A reply that was not delivered becomes the run's summary event;
+/// a relay the upstream refused leaves its run `forward_failed`, with the upstream's answer.
+async fn give_up(ctx: &Context, signals: &Signals, row: &Row, error: &SendError) {
+    let status = match error {
+        SendError::Interrupted => RowStatus::Uncertain,
+        _ => RowStatus::Failed,
     };
-    tracing::info!(id = entry.id, attempts, %error, ?backoff, "send failed; will retry");
-    let (id, error) = (entry.id, error.to_string());
-    let next = now_ms().saturating_add(i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX));
-    if let Err(err) = runtime
-        .store
-        .write(move |conn| runs::settle(conn, id, "pending", Some(&error), attempts, next))
-        .await
-    {
-        tracing::error!(%err, id = entry.id, "cannot schedule a retry");
-    }
-    runtime.outbox_ready.notify_one();
-}
-
-/// Whether a send failed in a way no retry can mend.
-pub(super) fn is_permanent(error: &str) -> bool {
-    error.starts_with("refused:")
-        || error.contains("is not configured")
-        || error.starts_with("no recipient")
-}
-
-/// Ends a row without success. A reply that was not delivered becomes the run's summary event.
-async fn give_up(runtime: &Runtime, entry: &DueEntry, error: &str, status: &'static str) {
-    let (id, run_id, payload, attempts) = (
-        entry.id,
-        entry.run_id.clone(),
-        entry.payload.clone(),
-        entry.attempts + 1,
-    );
-    let (kind, error) = (entry.kind.clone(), error.to_string());
-    let wake_now = payload["wakeNow"].as_bool() == Some(true);
-    let result = runtime
+    let (id, attempts) = (row.id, row.attempts + 1);
+    let (run_id, item, error) = (row.run_id.clone(), row.item.clone(), error.clone());
+    let wake_now = matches!(&item, Some(OutboxItem::Delivery(job)) if job.wake_now);
+    let result = ctx
         .store
         .write(move |conn| {
-            runs::settle(conn, id, status, Some(&error), attempts, now_ms())?;
-            match (kind.as_str(), &run_id) {
-                ("delivery", Some(run_id)) => {
-                    let delivery = json!({"status": status, "channel": payload["channel"], "to": payload["to"], "attempts": attempts, "error": error});
-                    runs::set_delivery(conn, run_id, &delivery)?;
-                    if let Ok(summary) = serde_json::from_value::<SummaryEvent>(payload["summary"].clone()) {
+            settle(
+                conn,
+                id,
+                status,
+                Some(&error.to_string()),
+                attempts,
+                now_ms(),
+            )?;
+            match (item, &run_id) {
+                (Some(OutboxItem::Delivery(job)), run_id) => {
+                    if let Some(run_id) = run_id {
+                        let record = DeliveryRecord::given_up(&job, attempts, &error);
+                        runs::set_delivery(conn, run_id, &record)?;
+                    }
+                    if let Some(summary) = &job.summary {
                         summary.insert(conn)?;
                     }
                 }
-                ("forward-run", Some(run_id)) => runs::set_forwarded(conn, run_id, "forward_failed", None, Some(&error))?,
+                (Some(OutboxItem::Relay(Relayed::Agent { .. })), Some(run_id)) => {
+                    let error = error.to_string();
+                    runs::set_forwarded(
+                        conn,
+                        run_id,
+                        RunStatus::ForwardFailed,
+                        None,
+                        Some(&error),
+                    )?;
+                }
                 _ => {}
             }
             Ok(())
         })
         .await;
     match result {
-        Ok(()) if wake_now => runtime.heartbeat.request(),
+        Ok(()) if wake_now => signals.heartbeat.request(),
         Ok(()) => {}
-        Err(err) => tracing::error!(%err, id = entry.id, "cannot record a failed send"),
+        Err(err) => tracing::error!(%err, id = row.id, "cannot record a failed send"),
     }
 }

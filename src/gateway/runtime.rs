@@ -1,84 +1,96 @@
-//! The gateway runtime: what an accepted wake or run sets in motion, and the workers that carry
-//! it out (agent runner, heartbeats, outbox), or, in forward mode, relay it upstream.
+//! The gateway runtime: a thin façade over the one backend chosen at start (embedded, forward or
+//! NATS). Intake hands it what it accepted; it answers once that is durable, and owns the
+//! backend's workers.
 
-use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Mutex;
+use std::time::Duration;
 
-use serde_json::{Value, json};
-use tokio::sync::Notify;
-use tokio::task::JoinHandle;
-
+use super::clock::{now_ms, now_rfc3339};
+use super::context::{Context, Worker};
 use super::deliveries::{self, Claim, RecordedAnswer};
-use super::heartbeat::HeartbeatTrigger;
-use super::nats::Cluster;
-use super::runs::OutboxEntry;
-use super::{IdempotencyClaim, NewEvent, NewRun, RunQueued, Store, StoreError};
+use super::embedded::Embedded;
+use super::forward::Forward;
+use super::nats::{Cluster, Fact};
+use super::outbox;
+use super::records::{NewEvent, NewRun};
+use super::runs;
+use super::signals::Signals;
+use super::store::{IdempotencyClaim, RunQueued, Store, StoreError};
 use crate::config::LiveConfig;
-use crate::config::runtime::GatewayMode;
+use crate::config::runtime::{GatewayMode, Route};
 use crate::hook::{AdmittedRun, WakeMode};
 
-/// Shared by the workers and the request handlers.
+/// Shared by the request handlers.
 pub struct Runtime {
-    pub store: Store,
-    pub config: LiveConfig,
-    /// For the model provider, chat channels and the upstream gateway.
-    pub http: reqwest::Client,
-    /// Signalled when a run is queued.
-    pub runs_queued: Notify,
-    /// Signalled when the outbox has something new.
-    pub outbox_ready: Notify,
-    pub heartbeat: HeartbeatTrigger,
-    /// The NATS cluster, when `gateway.store` is nats; `store` is then this node's view of it.
-    pub cluster: Option<Cluster>,
-    workers: Mutex<Vec<(&'static str, JoinHandle<()>)>>,
-    stopping: std::sync::atomic::AtomicBool,
+    backend: Backend,
+    /// The store: the embedded file, or on a NATS cluster this node's view of the stream.
+    store: Store,
+    workers: Mutex<Vec<Worker>>,
+}
+
+enum Backend {
+    Embedded(Embedded),
+    Forward(Forward),
+    /// Boxed: a cluster handle is several kilobytes.
+    Nats(Box<Cluster>),
+}
+
+/// Why a run cannot be retried.
+#[derive(Debug, thiserror::Error)]
+pub enum RetryError {
+    #[error("run not found")]
+    NotFound,
+    #[error("nothing of this run failed")]
+    NothingFailed,
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 impl Runtime {
-    /// Starts the workers of the configured mode: in embedded mode the runner, heartbeats and the
-    /// outbox; in forward mode the outbox alone; on a NATS cluster the view's projection and the
-    /// workers that pull runs, heartbeats and deliveries from the cluster.
-    pub fn start(store: Store, config: LiveConfig, cluster: Option<Cluster>) -> Arc<Runtime> {
-        let http = reqwest::Client::builder()
-            .user_agent(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(std::time::Duration::from_secs(10))
-            .build()
-            .unwrap_or_default();
-        let forward = matches!(config.current().runtime.mode, GatewayMode::Forward { .. });
-        let runtime = Arc::new(Runtime {
+    /// Starts the backend the configuration names: the NATS cluster's when one is given, else
+    /// forward mode's or the embedded one. The choice holds until the process ends (a reload
+    /// that would change it is refused).
+    pub fn start(store: Store, config: LiveConfig, cluster: Option<Cluster>) -> Runtime {
+        let mode = config.current().runtime.mode.clone();
+        let ctx = Context::new(store.clone(), config);
+        let (backend, workers) = match (cluster, mode) {
+            (Some(cluster), _) => {
+                let workers = super::nats::start_workers(&ctx, &cluster);
+                (Backend::Nats(Box::new(cluster)), workers)
+            }
+            (None, GatewayMode::Forward(_)) => {
+                let (forward, workers) = Forward::start(ctx);
+                (Backend::Forward(forward), workers)
+            }
+            (None, GatewayMode::Embedded) => {
+                let (embedded, workers) = Embedded::start(ctx);
+                (Backend::Embedded(embedded), workers)
+            }
+        };
+        Runtime {
+            backend,
             store,
-            config,
-            http,
-            runs_queued: Notify::new(),
-            outbox_ready: Notify::new(),
-            heartbeat: HeartbeatTrigger::default(),
-            cluster: cluster.clone(),
-            workers: Mutex::new(Vec::new()),
-            stopping: std::sync::atomic::AtomicBool::new(false),
-        });
-        if let Some(cluster) = &cluster {
-            *runtime.lock_workers() = super::nats::start_workers(&runtime, cluster);
-            return runtime;
+            workers: Mutex::new(workers),
         }
-        let mut workers = vec![(
-            "outbox",
-            tokio::spawn(super::outbox::run(Arc::clone(&runtime))),
-        )];
-        if !forward {
-            workers.push((
-                "runner",
-                tokio::spawn(super::runner::run(Arc::clone(&runtime))),
-            ));
-            workers.push((
-                "heartbeat",
-                tokio::spawn(super::heartbeat::run(Arc::clone(&runtime))),
-            ));
-        }
-        *runtime.lock_workers() = workers;
-        runtime
     }
 
-    fn lock_workers(&self) -> std::sync::MutexGuard<'_, Vec<(&'static str, JoinHandle<()>)>> {
+    /// The NATS cluster, when that is the backend.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        match &self.backend {
+            Backend::Nats(cluster) => Some(cluster.as_ref()),
+            _ => None,
+        }
+    }
+
+    fn signals(&self) -> Option<&Signals> {
+        match &self.backend {
+            Backend::Embedded(embedded) => Some(embedded.signals()),
+            Backend::Forward(forward) => Some(forward.signals()),
+            Backend::Nats(_) => None,
+        }
+    }
+
+    fn lock_workers(&self) -> std::sync::MutexGuard<'_, Vec<Worker>> {
         self.workers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -96,10 +108,8 @@ impl Runtime {
     /// aborted. What the workers committed stays committed; runs in progress are resumed by the
     /// next start. On a NATS cluster the runs, heartbeats and deliveries in hand are given back
     /// for the other nodes to take at once (a send cut off halfway is again not repeated).
-    pub async fn stop(&self, grace: std::time::Duration) {
-        self.stopping
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        if let Some(cluster) = &self.cluster {
+    pub async fn stop(&self, grace: Duration) {
+        if let Backend::Nats(cluster) = &self.backend {
             // No more pulls; then what this node holds goes back to the cluster.
             for (_, handle) in self.lock_workers().iter() {
                 handle.abort();
@@ -107,7 +117,9 @@ impl Runtime {
             cluster.stop().await;
             return;
         }
-        self.outbox_ready.notify_one();
+        if let Some(signals) = self.signals() {
+            signals.stop();
+        }
         let outbox = {
             let mut workers = self.lock_workers();
             let at = workers.iter().position(|(name, _)| *name == "outbox");
@@ -123,54 +135,17 @@ impl Runtime {
         }
     }
 
-    /// Whether [`Runtime::stop`] has begun.
-    pub fn stopping(&self) -> bool {
-        self.stopping.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    fn forwarding(&self) -> bool {
-        matches!(
-            self.config.current().runtime.mode,
-            GatewayMode::Forward { .. }
-        )
-    }
-
-    /// Commits a wake; answers once durable. `now` asks for a heartbeat (embedded) or is passed
-    /// upstream (forward).
+    /// Commits a wake; answers once durable.
     pub async fn submit_wake(&self, event: NewEvent, mode: WakeMode) -> Result<(), StoreError> {
-        if let Some(cluster) = &self.cluster {
-            return Ok(cluster.submit_wake(event, mode).await?);
+        match &self.backend {
+            Backend::Embedded(embedded) => embedded.submit_wake(event, mode).await,
+            Backend::Forward(forward) => forward.submit_wake(event, mode).await,
+            Backend::Nats(cluster) => Ok(cluster.submit_wake(event, mode).await?),
         }
-        if self.forwarding() {
-            let entry = OutboxEntry {
-                kind: "forward-wake",
-                run_id: None,
-                payload: json!({"body": {"text": event.text, "mode": mode.as_str()}}),
-                created_at: event.at.clone(),
-                now_ms: now_ms(),
-            };
-            self.store
-                .write(move |conn| {
-                    let seq = event.insert(conn)?;
-                    // Handled upstream, not by a heartbeat here.
-                    conn.execute("UPDATE events SET consumed = 1 WHERE seq = ?1", [seq])?;
-                    entry.insert(conn)?;
-                    Ok(())
-                })
-                .await?;
-            self.outbox_ready.notify_one();
-            return Ok(());
-        }
-        self.store.append_event(event).await?;
-        if mode == WakeMode::Now {
-            self.heartbeat.request();
-        }
-        Ok(())
     }
 
-    /// Queues a run (unless it repeats an earlier one); answers once durable. In forward mode
-    /// the run is relayed upstream instead, with the client's idempotency key (else the run id)
-    /// so that retried relays never make a second upstream run.
+    /// Queues a run (unless `claim` finds it a repeat of an earlier one); answers once durable.
+    /// In forward mode the run is relayed upstream instead (see [`Forward::submit_run`]).
     pub async fn submit_run(
         &self,
         run: NewRun,
@@ -178,48 +153,63 @@ impl Runtime {
         admitted: &AdmittedRun,
         idempotency_key: Option<&str>,
     ) -> Result<RunQueued, StoreError> {
-        if let Some(cluster) = &self.cluster {
-            return Ok(cluster.submit_run(run, claim).await?);
+        match &self.backend {
+            Backend::Embedded(embedded) => embedded.submit_run(run, claim).await,
+            Backend::Forward(forward) => {
+                forward
+                    .submit_run(run, claim, admitted, idempotency_key)
+                    .await
+            }
+            Backend::Nats(cluster) => Ok(cluster.submit_run(run, claim).await?),
         }
-        if !self.forwarding() {
-            let queued = self.store.queue_run(run, claim).await?;
-            self.runs_queued.notify_one();
-            return Ok(queued);
-        }
-        let entry = OutboxEntry {
-            kind: "forward-run",
-            run_id: Some(run.run_id.clone()),
-            payload: json!({
-                "body": forward_body(admitted),
-                "idempotencyKey": idempotency_key.unwrap_or(&run.run_id),
-            }),
-            created_at: run.created_at.clone(),
-            now_ms: now_ms(),
-        };
-        let queued = self
-            .store
-            .write(move |conn| {
-                let queued = super::store::queue_run(conn, &run, claim.as_ref())?;
-                if let RunQueued::New { run_id } = &queued {
-                    conn.execute(
-                        "UPDATE runs SET status = 'forwarding' WHERE run_id = ?1",
-                        [run_id],
-                    )?;
-                    entry.insert(conn)?;
-                }
-                Ok(queued)
-            })
-            .await?;
-        self.outbox_ready.notify_one();
-        Ok(queued)
     }
-}
 
-impl Runtime {
+    /// Sends again what failed of a run: a relay the upstream refused (the run goes back to
+    /// `forwarding`) or a delivery given up. Not on a NATS cluster, whose deliveries live on the
+    /// stream.
+    pub async fn retry_run(&self, run_id: &str) -> Result<(), RetryError> {
+        let Some(signals) = self.signals() else {
+            return Err(RetryError::NothingFailed);
+        };
+        let id = run_id.to_string();
+        if self.store.run(run_id).await?.is_none() {
+            return Err(RetryError::NotFound);
+        }
+        if !self
+            .store
+            .write(move |conn| outbox::retry_run(conn, &id))
+            .await?
+        {
+            return Err(RetryError::NothingFailed);
+        }
+        signals.outbox_ready.notify_one();
+        Ok(())
+    }
+
+    /// Sets the main session's route (`None` clears it): where `channel: last` replies and
+    /// heartbeat replies go. Only the operator sets it; no hook run changes it.
+    pub async fn set_owner_route(
+        &self,
+        agent: &str,
+        route: Option<Route>,
+    ) -> Result<(), StoreError> {
+        let (agent, at) = (agent.to_string(), now_rfc3339());
+        if let Backend::Nats(cluster) = &self.backend {
+            let id = format!("route-{}", uuid::Uuid::new_v4());
+            cluster
+                .publish(&Fact::RouteSet { agent, route, at }, &id)
+                .await?;
+            return Ok(());
+        }
+        self.store
+            .write(move |conn| runs::set_owner_route(conn, &agent, route.as_ref(), &at))
+            .await
+    }
+
     /// Claims a signed delivery's id before it is processed (see [`deliveries::claim`]), in the
     /// cluster's replay bucket when there is one, else in the store.
     pub async fn claim_delivery(&self, key: &str) -> Result<Claim, StoreError> {
-        if let Some(cluster) = &self.cluster {
+        if let Backend::Nats(cluster) = &self.backend {
             return Ok(cluster.claim_delivery(key).await?);
         }
         let key = key.to_string();
@@ -234,7 +224,7 @@ impl Runtime {
         key: String,
         answer: RecordedAnswer,
     ) -> Result<(), StoreError> {
-        if let Some(cluster) = &self.cluster {
+        if let Backend::Nats(cluster) = &self.backend {
             return Ok(cluster.answer_delivery(&key, &answer).await?);
         }
         self.store
@@ -244,53 +234,11 @@ impl Runtime {
 
     /// Gives a claimed delivery up, so that a retry is processed.
     pub async fn release_delivery(&self, key: String) -> Result<(), StoreError> {
-        if let Some(cluster) = &self.cluster {
+        if let Backend::Nats(cluster) = &self.backend {
             return Ok(cluster.release_delivery(&key).await?);
         }
         self.store
             .write(move |conn| deliveries::release(conn, &key))
             .await
     }
-}
-
-/// The `/hooks/agent` body an upstream gateway receives for a run accepted here.
-pub fn forward_body(run: &AdmittedRun) -> Value {
-    let mut body = json!({
-        "message": run.message,
-        "name": run.name,
-        "wakeMode": run.wake_mode.as_str(),
-        "deliver": run.deliver,
-        "channel": run.channel.as_str(),
-    });
-    let optional = [
-        ("agentId", run.agent_id.clone()),
-        (
-            "sessionKey",
-            run.session_key_chosen.then(|| run.session_key.clone()),
-        ),
-        ("to", run.to.clone()),
-        ("model", run.model.clone()),
-        ("thinking", run.thinking.clone()),
-    ];
-    for (key, value) in optional {
-        if let Some(value) = value {
-            body[key] = json!(value);
-        }
-    }
-    if let Some(timeout) = run.timeout_seconds {
-        body["timeoutSeconds"] = json!(timeout);
-    }
-    body
-}
-
-/// RFC 3339 UTC with milliseconds.
-pub fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

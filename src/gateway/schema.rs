@@ -93,6 +93,12 @@ const SCHEMA_V4: &str = "
 CREATE INDEX runs_queue ON runs (status, session_key);
 ";
 
+/// The main session's route belongs to its owner: routes that earlier versions took from hook
+/// runs' deliveries are dropped (`channels.defaultRoute` applies until the operator sets one).
+const SCHEMA_V5: &str = "
+DELETE FROM routes;
+";
+
 /// Brings the schema up to date, one version per transaction.
 pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
@@ -101,6 +107,7 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         (2, SCHEMA_V2),
         (3, SCHEMA_V3),
         (4, SCHEMA_V4),
+        (5, SCHEMA_V5),
     ] {
         if version < target {
             conn.execute_batch(&format!(

@@ -14,8 +14,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use tokio::sync::{mpsc, oneshot};
 
-use super::record::{EventRecord, NewEvent, NewRun, RunRecord};
+use super::records::{EventRecord, NewEvent, NewRun, RunRecord, RunStatus};
 use super::schema::migrate;
+use crate::config::runtime::Route;
 
 /// The most submissions one transaction takes; bounds the latency a batch adds to its first member.
 const MAX_BATCH: usize = 512;
@@ -187,13 +188,13 @@ impl Store {
     }
 
     /// Runs per status, and the work waiting (queued runs plus pending outbox sends).
-    pub async fn gauges(&self) -> Result<(Vec<(String, i64)>, i64), StoreError> {
+    pub async fn gauges(&self) -> Result<(Vec<(RunStatus, i64)>, i64), StoreError> {
         self.read(|conn| {
             let mut stmt =
                 conn.prepare_cached("SELECT status, COUNT(*) FROM runs GROUP BY status")?;
             let by_status = stmt
                 .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
-                .collect::<rusqlite::Result<Vec<(String, i64)>>>()?;
+                .collect::<rusqlite::Result<Vec<(RunStatus, i64)>>>()?;
             let waiting: i64 = conn.query_row(
                 "SELECT (SELECT COUNT(*) FROM runs WHERE status = 'queued')
                       + (SELECT COUNT(*) FROM outbox WHERE status = 'pending')",
@@ -208,10 +209,17 @@ impl Store {
     /// Runs with `status` (any when `None`), newest first.
     pub async fn runs(
         &self,
-        status: Option<String>,
+        status: Option<RunStatus>,
         limit: u32,
     ) -> Result<Vec<RunRecord>, StoreError> {
-        self.read(move |conn| RunRecord::select_by_status(conn, status.as_deref(), limit))
+        self.read(move |conn| RunRecord::select_by_status(conn, status, limit))
+            .await
+    }
+
+    /// The main session's route as its owner set it.
+    pub async fn owner_route(&self, agent: &str) -> Result<Option<Route>, StoreError> {
+        let agent = agent.to_string();
+        self.read(move |conn| super::runs::owner_route(conn, &agent))
             .await
     }
 
@@ -416,13 +424,13 @@ mod tests {
             message: "m".into(),
             prompt: "p".into(),
             deliver: true,
-            channel: "last".into(),
+            channel: crate::hook::Channel::Last,
             to: None,
             model: None,
             thinking: None,
             timeout_seconds: Some(u64::MAX),
-            wake_mode: "now".into(),
-            source: "webhook".into(),
+            wake_mode: crate::hook::WakeMode::Now,
+            source: crate::hook::envelope::ContentSource::Webhook,
             created_at: "2026-01-01T00:00:00.000Z".into(),
         }
     }

@@ -1,12 +1,12 @@
 //! What a hook asks for, as plain data: a wake (a system event for the main session) or an agent
 //! run, before and after policy.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::envelope::ContentSource;
 
 /// When the agent should look at what a hook delivered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum WakeMode {
     /// Trigger a heartbeat at once.
@@ -35,7 +35,7 @@ impl WakeMode {
 }
 
 /// A messaging surface an agent's reply may be delivered to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Channel {
     Last,
@@ -103,7 +103,9 @@ pub struct AgentRequest {
     pub session_key: Option<String>,
     pub wake_mode: WakeMode,
     pub deliver: bool,
-    pub channel: Channel,
+    /// As the request or mapping named it; absent means `last`. Kept apart so that forward mode
+    /// relays only what was asked for.
+    pub channel: Option<Channel>,
     pub to: Option<String>,
     pub model: Option<String>,
     pub thinking: Option<String>,
@@ -126,7 +128,8 @@ pub struct AdmittedRun {
     pub session_key_chosen: bool,
     pub wake_mode: WakeMode,
     pub deliver: bool,
-    pub channel: Channel,
+    /// As requested; absent means `last` (see [`AdmittedRun::channel_or_last`]).
+    pub channel: Option<Channel>,
     pub to: Option<String>,
     /// The resolved model id (aliases resolved).
     pub model: Option<String>,
@@ -134,6 +137,13 @@ pub struct AdmittedRun {
     pub timeout_seconds: Option<u64>,
     pub source: ContentSource,
     pub allow_unsafe_external_content: bool,
+}
+
+impl AdmittedRun {
+    /// The channel the reply goes to: as requested, else `last`.
+    pub fn channel_or_last(&self) -> Channel {
+        self.channel.unwrap_or(Channel::Last)
+    }
 }
 
 impl ContentSource {

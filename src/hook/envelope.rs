@@ -52,7 +52,8 @@ static SYSTEM_PREFIX: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?im)^(\s*)system:").expect("constant pattern"));
 
 /// Where the untrusted content came from; decides the `Source:` line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ContentSource {
     Webhook,
     Email,

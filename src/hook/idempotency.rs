@@ -44,7 +44,7 @@ pub fn fingerprint(key: &str, hook_path: &str, run: &AdmittedRun) -> String {
         session_key,
         run.wake_mode.as_str(),
         run.deliver,
-        run.channel.as_str(),
+        run.channel_or_last().as_str(),
         run.to,
         run.model,
         run.thinking,
@@ -57,8 +57,8 @@ pub fn fingerprint(key: &str, hook_path: &str, run: &AdmittedRun) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hook::WakeMode;
     use crate::hook::envelope::ContentSource;
-    use crate::hook::{Channel, WakeMode};
 
     fn run(message: &str, session_key: &str, chosen: bool) -> AdmittedRun {
         AdmittedRun {
@@ -70,7 +70,7 @@ mod tests {
             session_key_chosen: chosen,
             wake_mode: WakeMode::Now,
             deliver: true,
-            channel: Channel::Last,
+            channel: None,
             to: None,
             model: None,
             thinking: None,

@@ -54,15 +54,16 @@ pub fn agent_request(payload: &Value) -> Result<AgentRequest, Rejected> {
     })
 }
 
-/// Absent → `last`; present, it must be a string naming a channel (`null` included in "present").
-pub fn channel(value: Option<&Value>) -> Result<Channel, Rejected> {
-    match value {
-        None => Ok(Channel::Last),
-        Some(v) => v
-            .as_str()
-            .and_then(Channel::parse)
-            .ok_or_else(|| Rejected::new(Channel::EXPECTED)),
-    }
+/// Absent stays absent (admission makes it `last`); present, it must be a string naming a channel
+/// (`null` included in "present").
+pub fn channel(value: Option<&Value>) -> Result<Option<Channel>, Rejected> {
+    value
+        .map(|v| {
+            v.as_str()
+                .and_then(Channel::parse)
+                .ok_or_else(|| Rejected::new(Channel::EXPECTED))
+        })
+        .transpose()
 }
 
 fn model(present: bool, payload: &Value) -> Result<Option<String>, Rejected> {
@@ -134,7 +135,7 @@ mod tests {
         let req = agent(json!({"message": " hi "})).unwrap();
         assert_eq!(req.message, "hi");
         assert_eq!(req.name, "Hook");
-        assert_eq!(req.channel, Channel::Last);
+        assert_eq!(req.channel, None);
         assert!(req.deliver);
         assert_eq!(req.wake_mode, WakeMode::Now);
         assert_eq!((req.agent_id, req.session_key, req.to), (None, None, None));
@@ -161,8 +162,8 @@ mod tests {
                 .unwrap()
                 .channel
         };
-        assert_eq!(ch("Telegram"), Channel::Telegram);
-        assert_eq!(ch("IMSG"), Channel::Imessage);
+        assert_eq!(ch("Telegram"), Some(Channel::Telegram));
+        assert_eq!(ch("IMSG"), Some(Channel::Imessage));
     }
 
     #[test]

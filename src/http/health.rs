@@ -23,7 +23,7 @@ pub async fn readyz(State(app): State<AppState>) -> Response {
         tracing::warn!(%err, "readiness probe: store not writable");
         return json_error(StatusCode::SERVICE_UNAVAILABLE, "store not writable");
     }
-    if let Some(cluster) = &app.runtime.cluster {
+    if let Some(cluster) = app.runtime.cluster() {
         if !cluster.connected() {
             tracing::warn!("readiness probe: not connected to NATS");
             return json_error(StatusCode::SERVICE_UNAVAILABLE, "store not reachable");

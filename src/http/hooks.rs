@@ -9,18 +9,16 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header, request::Pa
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 use super::AppState;
 use super::body::{parse_json, read_limited};
 use super::reply::HookError;
 use super::signed::{self, Credential};
 use crate::config::{HookSettings, Settings};
-use crate::gateway::runtime_clock::{now_ms, now_rfc3339};
-use crate::gateway::{EventKind, IdempotencyClaim, NewEvent, NewRun, RunQueued};
-use crate::hook::envelope::{ContentSource, wrap_prompt};
-use crate::hook::policy::KeyOrigin;
+use crate::gateway::RunQueued;
+use crate::gateway::runtime_clock::now_rfc3339;
 use crate::hook::{AgentRequest, WakeRequest, idempotency, payload};
+use crate::intake::{self, AgentOrigin};
 use crate::mapping::{self, FinishedAction, Mapping, TemplateContext};
 use crate::metrics::{FailureLabels, MappingLabels};
 use crate::transform::{CallOutcome, Reply, TransformInput};
@@ -32,9 +30,37 @@ pub async fn dispatch(
     request: Request,
 ) -> Response {
     let settings = app.config.current();
-    match handle(&app, &settings, peer, request).await {
+    let label = HookLabel::of(&settings, request.uri().path());
+    let mut response = match handle(&app, &settings, peer, request).await {
         Ok(response) => response,
         Err(err) => err.into_response(),
+    };
+    if let Some(label) = label {
+        response.extensions_mut().insert(label);
+    }
+    response
+}
+
+/// The metrics labels of a request under the hook prefix, as the handler decided them: the
+/// route template and the hook name. Names no route or mapping knows are `<unknown>`, so a
+/// client cannot create new time series.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookLabel {
+    pub route: String,
+    pub hook: String,
+}
+
+impl HookLabel {
+    fn of(settings: &Settings, path: &str) -> Option<HookLabel> {
+        let hooks = settings.hooks.as_ref()?;
+        let name = under_prefix(path, &hooks.path)?.trim_start_matches('/');
+        let known = matches!(name, "wake" | "agent")
+            || hooks.mappings.iter().any(|m| m.path() == Some(name));
+        let hook = if known { name } else { "<unknown>" };
+        Some(HookLabel {
+            route: format!("{}/{hook}", hooks.path),
+            hook: hook.to_string(),
+        })
     }
 }
 
@@ -135,13 +161,6 @@ struct HookRequest<'a> {
     payload: &'a Value,
     /// Set when a signature, not the token, admitted the request.
     signed: Option<Signed<'a>>,
-}
-
-/// Where an agent request came from, which decides the session-key rule and the content source.
-#[derive(Clone, Copy)]
-enum AgentOrigin<'a> {
-    Direct,
-    Mapped(&'a Mapping),
 }
 
 /// `POST {prefix}/<name>`: the first matching mapping's action, through its transform if any.
@@ -295,19 +314,12 @@ async fn commit_wake(
     wake: WakeRequest,
     source: String,
 ) -> Result<Response, HookError> {
-    let event = NewEvent {
-        agent: settings.agents.default_id().to_string(),
-        kind: EventKind::System,
-        text: wake.text,
-        trusted: false,
-        source,
-        at: now_rfc3339(),
-    };
+    let event = intake::wake_event(settings, &wake, source);
     app.runtime.submit_wake(event, wake.mode).await?;
     Ok(Json(json!({"ok": true, "mode": wake.mode.as_str()})).into_response())
 }
 
-/// An agent request through every policy, then durably queued as a run.
+/// An agent request admitted (see [`intake::admit_agent`]), then durably queued as a run.
 async fn queue_agent(
     app: &AppState,
     hooks: &HookSettings,
@@ -315,45 +327,25 @@ async fn queue_agent(
     agent: AgentRequest,
     origin: AgentOrigin<'_>,
 ) -> Result<Response, HookError> {
-    let (key_origin, allow_unsafe) = match origin {
-        AgentOrigin::Direct => (KeyOrigin::Request, false),
-        AgentOrigin::Mapped(m) => (KeyOrigin::Mapping, m.allow_unsafe_external_content),
-    };
-    let mut admitted = hooks.policy.admit(agent, key_origin, allow_unsafe, || {
-        format!("hook:{}", Uuid::new_v4())
-    })?;
-    if matches!(origin, AgentOrigin::Mapped(m) if m.is_email) {
-        admitted.source = ContentSource::Email;
-    }
-    let (parts, payload) = (request.parts, request.payload);
-    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-    let key = idempotency::choose_key([
+    let headers = &request.parts.headers;
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let keys = [
         header("idempotency-key"),
         header("x-idempotency-key"),
         header("x-openclaw-idempotency-key"),
-        idempotency::body_key(payload),
+        idempotency::body_key(request.payload),
         request.signed.map(|s| s.key),
-    ]);
-    let claim = key.map(|key| IdempotencyClaim {
-        fingerprint: idempotency::fingerprint(key, parts.uri.path(), &admitted),
-        now_ms: now_ms(),
-        window: idempotency::WINDOW,
-    });
-    let run_id = Uuid::new_v4().to_string();
-    let received = now_rfc3339();
-    let prompt = if admitted.allow_unsafe_external_content {
-        admitted.message.clone()
-    } else {
-        wrap_prompt(
-            &admitted.name,
-            &run_id,
-            &received,
-            admitted.source,
-            &admitted.message,
+    ];
+    let admission = intake::admit_agent(hooks, agent, origin, keys, request.parts.uri.path())?;
+    let queued = app
+        .runtime
+        .submit_run(
+            admission.run,
+            admission.claim,
+            &admission.admitted,
+            admission.idempotency_key.as_deref(),
         )
-    };
-    let run = NewRun::admitted(run_id, &admitted, prompt, received);
-    let queued = app.runtime.submit_run(run, claim, &admitted, key).await?;
+        .await?;
     let (RunQueued::New { run_id } | RunQueued::Replayed { run_id }) = queued;
     Ok(Json(json!({"ok": true, "runId": run_id})).into_response())
 }

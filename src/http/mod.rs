@@ -8,6 +8,7 @@ mod client;
 mod health;
 mod hooks;
 mod observe;
+mod operator;
 mod reply;
 mod serve;
 mod signed;
@@ -18,7 +19,7 @@ use axum::Router;
 use axum::http::{HeaderValue, header};
 use axum::middleware::{from_fn_with_state, map_response};
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{get, post};
 use tower_http::catch_panic::CatchPanicLayer;
 
 pub use auth::AuthFailureLimiter;
@@ -54,7 +55,14 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/api/sessions/main/events", get(api::main_session_events))
         .route("/api/runs", get(api::runs))
+        .route(
+            "/api/sessions/main/route",
+            get(api::main_route)
+                .put(api::set_main_route)
+                .delete(api::set_main_route),
+        )
         .route("/api/runs/{run_id}", get(api::run))
+        .route("/api/runs/{run_id}/retry", post(api::retry_run))
         .route("/api/config", get(api::config_status))
         .route("/metrics", get(api::metrics))
         .fallback(hooks::dispatch)

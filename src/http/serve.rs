@@ -5,7 +5,6 @@
 //! headers one byte at a time, before any authentication.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -16,8 +15,9 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tower::ServiceExt;
+
+use crate::slots::Slots;
 
 /// Bounds on connections.
 #[derive(Debug, Clone, Copy)]
@@ -30,19 +30,29 @@ pub struct ConnectionLimits {
 
 /// Serves `router` on `listener` until `shutdown` completes; then stops accepting and waits for
 /// the requests in flight to finish.
+///
+/// `limits` is asked before each accepted connection, so that reloaded limits apply to the
+/// connections that follow (a lower `max_connections` once enough connections ended).
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    limits: ConnectionLimits,
+    limits: impl Fn() -> ConnectionLimits,
     shutdown: impl Future<Output = ()>,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let slots = Slots::new(limits().max_connections);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        let slot = tokio::select! {
-            slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
-            () = &mut shutdown => break,
+    'accept: loop {
+        // While every slot is held, the limits are read again each second: a reload that raises
+        // `max_connections` lets waiting clients in without a connection having to end first.
+        let (slot, current) = loop {
+            let current = limits();
+            slots.resize(current.max_connections);
+            tokio::select! {
+                slot = slots.take() => break (slot, current),
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                () = &mut shutdown => break 'accept,
+            }
         };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -54,7 +64,7 @@ pub async fn serve(
                     continue;
                 }
             },
-            () = &mut shutdown => break,
+            () = &mut shutdown => break 'accept,
         };
         let router = router.clone();
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
@@ -64,7 +74,7 @@ pub async fn serve(
         });
         let connection = http1::Builder::new()
             .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_timeout)
+            .header_read_timeout(current.header_timeout)
             .serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {

@@ -308,10 +308,11 @@ impl MappedAction {
                 if message.is_empty() {
                     return Err(Rejected::new("hook mapping requires message"));
                 }
-                let channel = match self.channel.as_deref() {
-                    None => Channel::Last,
-                    Some(c) => Channel::parse(c).ok_or_else(|| Rejected::new(Channel::EXPECTED))?,
-                };
+                let channel = self
+                    .channel
+                    .as_deref()
+                    .map(|c| Channel::parse(c).ok_or_else(|| Rejected::new(Channel::EXPECTED)))
+                    .transpose()?;
                 Ok(FinishedAction::Agent(AgentRequest {
                     message: message.to_string(),
                     name: self.name.unwrap_or_else(|| "Hook".to_string()),

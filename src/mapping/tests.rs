@@ -153,7 +153,7 @@ fn transform_agent_fields_left_unset_take_the_mapping_values() {
     };
     assert_eq!(request.message, "hello");
     assert_eq!(request.name, "CI");
-    assert_eq!(request.channel, Channel::Slack);
+    assert_eq!(request.channel, Some(Channel::Slack));
     assert_eq!(request.to.as_deref(), Some("C2"));
     assert!(!request.deliver);
 }

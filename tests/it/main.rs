@@ -17,6 +17,8 @@ mod limits;
 mod mapped;
 mod metrics;
 mod pipeline;
+mod reload;
+mod retention;
 mod runtime;
 mod security;
 mod signatures;

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use crate::fake::{Answer, Fake, chat_reply};
 use crate::harness::*;
 
-fn with_provider(provider: &Fake) -> Value {
+pub(crate) fn with_provider(provider: &Fake) -> Value {
     let mut config = base_config();
     set(
         &mut config,
@@ -349,43 +349,88 @@ async fn every_channel_adapter_speaks_its_api() {
     assert!(summaries(&server).await.is_empty());
 }
 
+/// The (channel, to) a run's reply went to.
+fn route_of(run: &Value) -> (Option<&str>, Option<&str>) {
+    (
+        run["delivery"]["channel"].as_str(),
+        run["delivery"]["to"].as_str(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn channel_last_follows_the_default_route_then_the_last_delivery() {
+async fn the_last_route_belongs_to_the_owner_not_to_hook_runs() {
     let provider = Fake::provider("hello").await;
     let chat = Fake::start(|_, _| Answer::Json(200, json!({"ok": true}))).await;
     let mut config = with_provider(&provider);
     config["channels"] = all_channels(&chat);
     config["channels"]["defaultRoute"] = json!({"channel": "signal", "to": "+1999"});
     let (server, _dir) = Hookgate::start(&config);
-    let run = finished(&server, &agent(&server, json!({"message": "m"})).await).await;
-    assert_eq!(
-        (
-            run["delivery"]["channel"].as_str(),
-            run["delivery"]["to"].as_str()
-        ),
-        (Some("signal"), Some("+1999"))
-    );
-    finished(
-        &server,
-        &agent(
-            &server,
-            json!({"message": "m", "channel": "telegram", "to": "42"}),
-        )
-        .await,
+    let last = async || {
+        let body = json!({"message": "m", "wakeMode": "next-heartbeat"});
+        finished(&server, &agent(&server, body).await).await
+    };
+    assert_eq!(route_of(&last().await), (Some("signal"), Some("+1999")));
+
+    // A hook-token holder sends a run's reply to a chat of their own: it goes there, and only
+    // there; the owner's route is untouched.
+    let elsewhere =
+        json!({"message": "m", "channel": "telegram", "to": "666", "wakeMode": "next-heartbeat"});
+    let run = finished(&server, &agent(&server, elsewhere).await).await;
+    assert_eq!(run["delivery"]["status"], "sent", "{run}");
+    assert_eq!(route_of(&run), (Some("telegram"), Some("666")));
+    assert_eq!(route_of(&last().await), (Some("signal"), Some("+1999")));
+
+    // The heartbeat's reply goes to the owner's route too.
+    let sent_before = chat.requests().len();
+    let woke = server
+        .hook("/hooks/wake")
+        .json(&json!({"text": "ping"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(woke.status(), 200);
+    eventually("the heartbeat's reply to be sent", async || {
+        chat.requests().len() > sent_before
+    })
+    .await;
+    let beat = chat.requests().into_iter().last().unwrap();
+    assert_eq!(beat.body["recipients"], json!(["+1999"]), "{:?}", beat.body);
+
+    // The operator moves the route; `last` follows it, and a DELETE gives the default back.
+    let put = |body: Value| {
+        client()
+            .put(server.url("/api/sessions/main/route"))
+            .bearer_auth(GATEWAY_TOKEN)
+            .json(&body)
+            .send()
+    };
+    let (status, set) = json_of(
+        put(json!({"channel": "telegram", "to": "42"}))
+            .await
+            .unwrap(),
     )
     .await;
-    let run = finished(
-        &server,
-        &agent(&server, json!({"message": "m", "channel": "last"})).await,
-    )
-    .await;
     assert_eq!(
-        (
-            run["delivery"]["channel"].as_str(),
-            run["delivery"]["to"].as_str()
-        ),
-        (Some("telegram"), Some("42"))
+        (status, &set["route"]),
+        (200, &json!({"channel": "telegram", "to": "42"}))
     );
+    let (_, shown) = json_of(server.api("/api/sessions/main/route").send().await.unwrap()).await;
+    assert_eq!(
+        shown["route"],
+        json!({"channel": "telegram", "to": "42"}),
+        "{shown}"
+    );
+    assert_eq!(route_of(&last().await), (Some("telegram"), Some("42")));
+    let (status, refused) = json_of(put(json!({"channel": "last"})).await.unwrap()).await;
+    assert_eq!(status, 400, "{refused}");
+    let cleared = client()
+        .delete(server.url("/api/sessions/main/route"))
+        .bearer_auth(GATEWAY_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cleared.status(), 200);
+    assert_eq!(route_of(&last().await), (Some("signal"), Some("+1999")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -832,4 +877,88 @@ async fn a_send_in_progress_at_sigterm_is_finished_not_abandoned() {
     let run = finished(&server, &run_id).await;
     assert_eq!(run["delivery"]["status"], "sent", "{run}");
     assert_eq!(chat.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_refusal_fails_the_run_until_the_operator_retries_it() {
+    let port = free_port();
+    // The upstream serves its hooks under /ingress and refuses request session keys.
+    let mut upstream_config = base_config();
+    set(&mut upstream_config, "hooks.path", json!("/ingress"));
+    let upstream_dir = ConfigDir::new(&upstream_config);
+    let upstream = Hookgate::try_start_on(&upstream_dir, port).unwrap();
+    let mut config = base_config();
+    set(&mut config, "hooks.allowRequestSessionKey", json!(true));
+    set(&mut config, "gateway.mode", json!("forward"));
+    set(
+        &mut config,
+        "gateway.forward",
+        json!({"url": format!("http://127.0.0.1:{port}"), "path": "ingress", "token": HOOK_TOKEN,
+               "relaySessionKey": true}),
+    );
+    let (forwarder, _dir) = Hookgate::start(&config);
+    let run_id = agent(
+        &forwarder,
+        json!({"message": "keyed", "sessionKey": "hook:ops"}),
+    )
+    .await;
+    let run = finished(&forwarder, &run_id).await;
+    assert_eq!(run["status"], "forward_failed", "{run}");
+    assert!(
+        run["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("upstream answered 400: sessionKey is disabled")),
+        "{run}"
+    );
+    let (_, listed) = json_of(
+        forwarder
+            .api("/api/runs?status=forward_failed")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(listed["runs"][0]["runId"], run_id.as_str(), "{listed}");
+    let metrics = forwarder
+        .api("/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"hookgate_runs{status="forward_failed"} 1"#),
+        "{metrics}"
+    );
+
+    // Nothing to retry for an unknown run; the operator mends the upstream, then retries.
+    let retry = |id: &str| {
+        client()
+            .post(forwarder.url(&format!("/api/runs/{id}/retry")))
+            .bearer_auth(GATEWAY_TOKEN)
+            .send()
+    };
+    assert_eq!(retry("no-such-run").await.unwrap().status(), 404);
+    set(
+        &mut upstream_config,
+        "hooks.allowRequestSessionKey",
+        json!(true),
+    );
+    upstream_dir.write(&upstream_config);
+    eventually("the upstream to reload", async || {
+        let (_, status) = json_of(upstream.api("/api/config").send().await.unwrap()).await;
+        status["generation"] == 2
+    })
+    .await;
+    let (status, retried) = json_of(retry(&run_id).await.unwrap()).await;
+    assert_eq!(status, 200, "{retried}");
+    let run = finished(&forwarder, &run_id).await;
+    assert_eq!(run["status"], "forwarded", "{run}");
+    let upstream_run = upstream
+        .run_of(&json!({"runId": run["upstreamRunId"]}))
+        .await;
+    assert_eq!(upstream_run["sessionKey"], "hook:ops");
+    let (status, _) = json_of(retry(&run_id).await.unwrap()).await;
+    assert_eq!(status, 409, "a forwarded run has nothing to retry");
 }

@@ -1,17 +1,15 @@
 //! Heartbeats and deliveries on the cluster, and the clock of periodic heartbeats.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{Message, kv};
-use serde_json::{Value, json};
 
 use super::work::{VIEW_WAIT, done, later, next_period, position, with_progress};
 use super::{Cluster, Fact, MAX_DELIVER};
-use crate::gateway::heartbeat::compose;
-use crate::gateway::outbox::{deliver as send, is_permanent};
-use crate::gateway::runs::SummaryEvent;
-use crate::gateway::runtime::{Runtime, now_ms, now_rfc3339};
+use crate::gateway::agent;
+use crate::gateway::clock::now_ms;
+use crate::gateway::context::Context;
+use crate::gateway::delivery::{self, DeliveryJob, DeliveryRecord, Next, SendError, next_attempt};
 
 /// A send marker's value while the send is under way: a node finding it knows a send may have
 /// happened and does not risk a duplicate.
@@ -24,7 +22,7 @@ const SENT: &[u8] = b"sent";
 const DONE: &[u8] = b"done";
 
 /// One heartbeat, on one node at a time (its consumer lets one message out at a time).
-pub(super) async fn beat(runtime: Arc<Runtime>, cluster: Cluster, message: Message) {
+pub(super) async fn beat(ctx: Context, cluster: Cluster, message: Message) {
     let (sequence, _) = position(&message);
     let ready = async {
         if let Ok(Fact::BeatRequested { not_before_ms }) = serde_json::from_slice(&message.payload)
@@ -45,7 +43,9 @@ pub(super) async fn beat(runtime: Arc<Runtime>, cluster: Cluster, message: Messa
     if !with_progress(&cluster, &message, || async {}, ready).await {
         return later(&message, Duration::from_secs(1)).await;
     }
-    let composed = with_progress(&cluster, &message, || async {}, compose(&runtime)).await;
+    let settings = ctx.config.current();
+    let compose = agent::heartbeat(&ctx.http, &settings, &ctx.store);
+    let composed = with_progress(&cluster, &message, || async {}, compose).await;
     let Some(beat) = composed else {
         return done(&message).await;
     };
@@ -71,7 +71,7 @@ pub(super) async fn beat(runtime: Arc<Runtime>, cluster: Cluster, message: Messa
 
 /// One delivery of a run's reply or a heartbeat's: at most once per chat message, retried with
 /// the channels' backoff until it lands or is given up.
-pub(super) async fn deliver(runtime: Arc<Runtime>, cluster: Cluster, message: Message) {
+pub(super) async fn deliver(ctx: Context, cluster: Cluster, message: Message) {
     let (sequence, delivered) = position(&message);
     let job = match serde_json::from_slice::<Fact>(&message.payload) {
         Ok(fact) => fact.job().cloned(),
@@ -83,7 +83,7 @@ pub(super) async fn deliver(runtime: Arc<Runtime>, cluster: Cluster, message: Me
     let attempts = u32::try_from(delivered).unwrap_or(u32::MAX);
     // One marker per run (a run's outcome may reach the stream twice: its reply is still sent
     // once), one per heartbeat.
-    let marker = match job["runId"].as_str() {
+    let marker = match &job.run_id {
         Some(run_id) => format!("run-{run_id}"),
         None => format!("beat-{sequence}"),
     };
@@ -101,17 +101,8 @@ pub(super) async fn deliver(runtime: Arc<Runtime>, cluster: Cluster, message: Me
     }
     if entry.as_ref().is_some_and(|e| e.value == SENDING) {
         // A node died while sending it: it may have arrived; it is not sent again.
-        let error = "interrupted by a stop; not sent again to avoid a duplicate";
-        return give_up(
-            &cluster,
-            &message,
-            &job,
-            &marker,
-            attempts,
-            error,
-            "uncertain",
-        )
-        .await;
+        let error = SendError::Interrupted;
+        return give_up(&cluster, &message, &job, &marker, attempts, &error).await;
     }
     let marked = match entry {
         Some(entry) => sends
@@ -123,7 +114,9 @@ pub(super) async fn deliver(runtime: Arc<Runtime>, cluster: Cluster, message: Me
     if !marked {
         return later(&message, Duration::from_secs(1)).await;
     }
-    let sent = with_progress(&cluster, &message, || async {}, send(&runtime, &job)).await;
+    let settings = ctx.config.current();
+    let send = delivery::deliver(&ctx.http, &settings.runtime.channels, &job);
+    let sent = with_progress(&cluster, &message, || async {}, send).await;
     match sent {
         Ok(()) => {
             // Known to be sent before it is recorded: a node that takes over records it.
@@ -133,22 +126,22 @@ pub(super) async fn deliver(runtime: Arc<Runtime>, cluster: Cluster, message: Me
             record_sent(&cluster, &message, &job, &marker, attempts).await;
         }
         Err(error) => {
-            let policy = runtime.config.current().runtime.channels.retry;
+            let mut policy = settings.runtime.channels.retry;
             // The server offers a message MAX_DELIVER times at most: the last offer gives up.
-            let last = u32::try_from(MAX_DELIVER).unwrap_or(u32::MAX);
-            if is_permanent(&error) || attempts >= policy.attempts.min(last) {
-                tracing::warn!(sequence, attempts, %error, "giving up a send");
-                return give_up(
-                    &cluster, &message, &job, &marker, attempts, &error, "failed",
-                )
-                .await;
+            policy.attempts = policy
+                .attempts
+                .min(u32::try_from(MAX_DELIVER).unwrap_or(u32::MAX));
+            match next_attempt(&policy, attempts, &error, Duration::MAX) {
+                Next::GiveUp => {
+                    tracing::warn!(sequence, attempts, %error, "giving up a send");
+                    give_up(&cluster, &message, &job, &marker, attempts, &error).await;
+                }
+                Next::RetryAfter(backoff) => {
+                    tracing::info!(sequence, attempts, %error, ?backoff, "send failed; will retry");
+                    let _ = sends.put(&marker, "retry".into()).await;
+                    later(&message, backoff).await;
+                }
             }
-            let backoff = policy
-                .base_delay
-                .saturating_mul(1 << (attempts.saturating_sub(1)).min(16));
-            tracing::info!(sequence, attempts, %error, ?backoff, "send failed; will retry");
-            let _ = sends.put(&marker, "retry".into()).await;
-            later(&message, backoff).await;
         }
     }
 }
@@ -156,14 +149,11 @@ pub(super) async fn deliver(runtime: Arc<Runtime>, cluster: Cluster, message: Me
 async fn record_sent(
     cluster: &Cluster,
     message: &Message,
-    job: &Value,
+    job: &DeliveryJob,
     marker: &str,
     attempts: u32,
 ) {
-    let delivery = json!({
-        "status": "sent", "channel": job["channel"], "to": job["to"], "attempts": attempts,
-    });
-    let fact = delivered_fact(job, delivery, None, Some(now_rfc3339()));
+    let fact = delivered_fact(job, DeliveryRecord::sent(job, attempts), false);
     settle(cluster, message, &fact, marker).await;
 }
 
@@ -185,51 +175,43 @@ async fn settle(cluster: &Cluster, message: &Message, fact: &Fact, marker: &str)
 async fn give_up(
     cluster: &Cluster,
     message: &Message,
-    job: &Value,
+    job: &DeliveryJob,
     marker: &str,
     attempts: u32,
-    error: &str,
-    status: &str,
+    error: &SendError,
 ) {
-    let delivery = json!({
-        "status": status, "channel": job["channel"], "to": job["to"],
-        "attempts": attempts, "error": error,
-    });
-    let summary = serde_json::from_value::<SummaryEvent>(job["summary"].clone()).ok();
-    let fact = delivered_fact(job, delivery, summary, None);
+    let record = DeliveryRecord::given_up(job, attempts, error);
+    let fact = delivered_fact(job, record, true);
     if !settle(cluster, message, &fact, marker).await {
         return;
     }
-    if job["wakeNow"].as_bool() == Some(true) {
+    if job.wake_now {
         if let Err(err) = cluster.request_beat().await {
             tracing::warn!(%err, "cannot request a heartbeat");
         }
     }
 }
 
-fn delivered_fact(
-    job: &Value,
-    delivery: Value,
-    summary: Option<SummaryEvent>,
-    sent_at: Option<String>,
-) -> Fact {
+/// The fact of a settled delivery; a reply given up carries its run's summary.
+fn delivered_fact(job: &DeliveryJob, delivery: DeliveryRecord, given_up: bool) -> Fact {
     Fact::Delivered {
-        run_id: job["runId"].as_str().map(String::from),
-        agent: job["agent"].as_str().unwrap_or("main").to_string(),
+        run_id: job.run_id.clone(),
+        agent: job.agent.clone(),
         delivery,
-        summary,
-        sent_at,
+        summary: job.summary.clone().filter(|_| given_up),
     }
 }
 
 /// Requests a heartbeat every `agents.defaults.heartbeat.every`, at multiples of it since the
 /// epoch: every node requests each period's heartbeat under the same message id, and the stream
 /// keeps one.
-pub(super) async fn clock(runtime: Arc<Runtime>, cluster: Cluster) {
-    let Some(every) = runtime.config.current().runtime.heartbeat_every else {
-        return std::future::pending().await;
-    };
+pub(super) async fn clock(ctx: Context, cluster: Cluster) {
     loop {
+        // Read each period, so that a reload of the period takes effect from the next one.
+        let Some(every) = ctx.config.current().runtime.heartbeat_every else {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        };
         let (wait, index) = next_period(every, now_ms());
         tokio::time::sleep(wait).await;
         let id = format!("beat-every-{}-{index}", every.as_millis());

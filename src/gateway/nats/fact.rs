@@ -8,12 +8,11 @@
 
 use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::config::runtime::Route;
-use crate::gateway::runs::{self, RunOutcome, SummaryEvent};
-use crate::gateway::{NewEvent, NewRun};
-use crate::hook::Channel;
+use crate::gateway::delivery::{DeliveryJob, DeliveryRecord};
+use crate::gateway::records::{NewEvent, NewRun, RunOutcome, SummaryEvent};
+use crate::gateway::runs;
 
 /// One change, as published to `<stream>.<subject>`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -32,9 +31,9 @@ pub enum Fact {
     Finished {
         run_id: String,
         outcome: RunOutcome,
-        delivery: Value,
+        delivery: DeliveryRecord,
         summary: Option<SummaryEvent>,
-        job: Option<Value>,
+        job: Option<DeliveryJob>,
     },
     /// A request for a heartbeat, which the heartbeat consumer hands to one node at a time, to
     /// begin no earlier than `not_before_ms` (the end of the window whose requests it stands
@@ -47,18 +46,23 @@ pub enum Fact {
     Beat {
         agent: String,
         up_to: i64,
-        job: Option<Value>,
+        job: Option<DeliveryJob>,
     },
-    /// What became of a delivery: the run's delivery record, the summary of a reply that could
-    /// not be delivered, the route that worked.
+    /// What became of a delivery: the run's delivery record, and the summary of a reply that
+    /// could not be delivered. (Facts of earlier versions also carry `sentAt`, which set the
+    /// main session's route; it is ignored: the route belongs to its owner.)
+    /// The operator set the main session's route (`None`: cleared).
+    RouteSet {
+        agent: String,
+        route: Option<Route>,
+        at: String,
+    },
     #[serde(rename_all = "camelCase")]
     Delivered {
         run_id: Option<String>,
         agent: String,
-        delivery: Value,
+        delivery: DeliveryRecord,
         summary: Option<SummaryEvent>,
-        /// When the reply was sent: the route becomes the main session's last route.
-        sent_at: Option<String>,
     },
 }
 
@@ -74,6 +78,7 @@ impl Fact {
             Fact::Finished { .. } => "out.finished",
             Fact::Beat { .. } => "out.beat",
             Fact::Delivered { .. } => "delivered",
+            Fact::RouteSet { .. } => "route",
         }
         .to_string()
     }
@@ -84,7 +89,7 @@ impl Fact {
     }
 
     /// The delivery this fact asks for, if any.
-    pub fn job(&self) -> Option<&Value> {
+    pub fn job(&self) -> Option<&DeliveryJob> {
         match self {
             Fact::Finished { job, .. } | Fact::Beat { job, .. } => job.as_ref(),
             _ => None,
@@ -113,29 +118,21 @@ impl Fact {
                 ..
             } => {
                 let status = runs::status(conn, run_id)?;
-                if matches!(status.as_deref(), Some("queued" | "running")) {
+                if status.is_some_and(|s| s.is_pending()) {
                     runs::finish(conn, run_id, outcome, delivery, summary.as_ref(), None)?;
                 }
             }
             Fact::BeatRequested { .. } => {}
+            Fact::RouteSet { agent, route, at } => {
+                runs::set_owner_route(conn, agent, route.as_ref(), at)?;
+            }
             Fact::Beat { agent, up_to, .. } => runs::consume_events(conn, agent, *up_to)?,
             Fact::Delivered {
                 run_id,
-                agent,
                 delivery,
                 summary,
-                sent_at,
+                ..
             } => {
-                if let Some(at) = sent_at {
-                    let route = Route {
-                        channel: delivery["channel"]
-                            .as_str()
-                            .and_then(Channel::parse)
-                            .unwrap_or(Channel::Whatsapp),
-                        to: delivery["to"].as_str().map(String::from),
-                    };
-                    runs::set_last_route(conn, agent, &route, at)?;
-                }
                 if let Some(run_id) = run_id {
                     runs::set_delivery(conn, run_id, delivery)?;
                 }

@@ -10,14 +10,15 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{Cluster, ClusterError, Fact};
+use crate::gateway::clock::now_ms;
 use crate::gateway::deliveries::{Claim, RecordedAnswer, STALE_CLAIM};
-use crate::gateway::runtime::now_ms;
-use crate::gateway::{IdempotencyClaim, NewEvent, NewRun, RunQueued};
+use crate::gateway::records::{NewEvent, NewRun};
+use crate::gateway::store::{IdempotencyClaim, RunQueued};
 use crate::hook::WakeMode;
 
 /// Heartbeat requests within this long of each other make one heartbeat, whichever node they
 /// reach (they share a message id, which the stream keeps once), as on one node.
-const BEAT_COALESCE_MS: i64 = crate::gateway::heartbeat::COALESCE.as_millis() as i64;
+const BEAT_COALESCE_MS: i64 = crate::gateway::signals::COALESCE.as_millis() as i64;
 
 /// What a signed delivery's id holds in the replay bucket.
 #[derive(Debug, Serialize, Deserialize)]

@@ -27,7 +27,7 @@ use tokio::sync::watch;
 
 use crate::config::store::NatsSettings;
 
-use fact::Fact;
+pub(crate) use fact::Fact;
 
 /// Added to the run timeout to make the ack wait: a node that stops acknowledging a run's
 /// message for this long past the longest a run may take is taken to be gone.

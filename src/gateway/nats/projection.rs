@@ -14,7 +14,7 @@ use rusqlite::{Connection, OptionalExtension};
 
 use super::work::RETRY;
 use super::{Cluster, ClusterError, Fact};
-use crate::gateway::{Store, StoreError};
+use crate::gateway::store::{Store, StoreError};
 
 /// Facts applied in one transaction at most.
 const MAX_BATCH: usize = 512;

@@ -6,19 +6,21 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_nats::jetstream::{Message, kv};
-use serde_json::json;
 
 use super::work::{RETRY, VIEW_WAIT, done, later, position, with_progress};
 use super::{Cluster, ClusterError, Fact, RUNNER_MAX_DELIVER};
-use crate::gateway::runner::{Conclusion, conclude, turn};
-use crate::gateway::runs::{self, RunOutcome, RunWork};
-use crate::gateway::runtime::{Runtime, now_rfc3339};
+use crate::gateway::agent::{self, Conclusion};
+use crate::gateway::clock::now_rfc3339;
+use crate::gateway::context::Context;
+use crate::gateway::delivery::{DeliveryRecord, SkipReason};
+use crate::gateway::records::{NewRun, RunOutcome, RunStatus};
+use crate::gateway::runs;
 
 /// One agent run from the runner consumer: never two of one session key at once in the
 /// cluster, and not again once its outcome is on the stream. Every step, the waits included,
 /// runs under in-progress acks, so that the server never hands the run to a second node while
 /// this one is still on it.
-pub(super) async fn run(runtime: std::sync::Arc<Runtime>, cluster: Cluster, message: Message) {
+pub(super) async fn run(ctx: Context, cluster: Cluster, message: Message) {
     let (sequence, delivered) = position(&message);
     let Ok(Fact::Run { run }) = serde_json::from_slice::<Fact>(&message.payload) else {
         tracing::warn!(
@@ -27,19 +29,22 @@ pub(super) async fn run(runtime: std::sync::Arc<Runtime>, cluster: Cluster, mess
         );
         return done(&message).await;
     };
-    let work = RunWork::of(&run);
+    let work = run;
     if delivered >= RUNNER_MAX_DELIVER {
-        return give_up(&runtime, &cluster, &message, &work, delivered).await;
+        return give_up(&ctx, &cluster, &message, &work, delivered).await;
     }
-    let prepare = prepare(&runtime, &cluster, &work, sequence, delivered);
+    let prepare = prepare(&ctx, &cluster, &work, sequence, delivered);
     let lock = match with_progress(&cluster, &message, || async {}, prepare).await {
         Prepared::Run(lock) => lock,
         Prepared::Done => return done(&message).await,
         Prepared::Later(delay) => return later(&message, delay).await,
     };
     let refresh = || lock.refresh();
-    let outcome = with_progress(&cluster, &message, refresh, turn(&runtime, &work)).await;
-    let conclusion = conclude(&runtime, &work, outcome).await;
+    let settings = ctx.config.current();
+    let turn = agent::turn(&ctx.http, &settings, &work);
+    let outcome = with_progress(&cluster, &message, refresh, turn).await;
+    let owner = agent::owner_route(&ctx.store, settings.agents.default_id()).await;
+    let conclusion = agent::conclude(&settings, &work, outcome, owner);
     let wakes_now = conclusion.wakes_now(&work);
     let record = record_outcome(&cluster, &work.run_id, conclusion);
     if !with_progress(&cluster, &message, refresh, record).await {
@@ -65,9 +70,9 @@ enum Prepared<'a> {
 
 /// Checks that the run still needs running, takes its session and records its start.
 async fn prepare<'a>(
-    runtime: &Runtime,
+    ctx: &Context,
     cluster: &'a Cluster,
-    work: &'a RunWork,
+    work: &'a NewRun,
     sequence: u64,
     delivered: i64,
 ) -> Prepared<'a> {
@@ -85,12 +90,12 @@ async fn prepare<'a>(
         return Prepared::Later(RETRY);
     }
     let run_id = work.run_id.clone();
-    let status = runtime
+    let status = ctx
         .store
         .read(move |conn| runs::status(conn, &run_id))
         .await;
     match status {
-        Ok(Some(status)) if status == "queued" || status == "running" => {}
+        Ok(Some(status)) if status.is_pending() => {}
         Ok(Some(_)) => return Prepared::Done,
         Ok(None) | Err(_) => return Prepared::Later(RETRY),
     }
@@ -116,23 +121,25 @@ async fn prepare<'a>(
 /// The last offer of a run: the server drops the message after it, so the run gets an error
 /// outcome instead of staying queued for good.
 async fn give_up(
-    runtime: &Runtime,
+    ctx: &Context,
     cluster: &Cluster,
     message: &Message,
-    work: &RunWork,
+    work: &NewRun,
     delivered: i64,
 ) {
     let error = format!(
         "given up after {delivered} offers (its session key stayed busy, or no node could record it)"
     );
     let outcome = RunOutcome {
-        status: "error".into(),
+        status: RunStatus::Error,
         reply: None,
         summary: None,
         error: Some(error),
         finished_at: now_rfc3339(),
     };
-    let conclusion = conclude(runtime, work, outcome).await;
+    let settings = ctx.config.current();
+    let owner = agent::owner_route(&ctx.store, settings.agents.default_id()).await;
+    let conclusion = agent::conclude(&settings, work, outcome, owner);
     let wakes_now = conclusion.wakes_now(work);
     let record = record_outcome(cluster, &work.run_id, conclusion);
     if !with_progress(cluster, message, || async {}, record).await {
@@ -174,8 +181,9 @@ async fn record_outcome(cluster: &Cluster, run_id: &str, conclusion: Conclusion)
                 {
                     outcome.reply = None;
                     *job = None;
-                    *delivery =
-                        json!({"status": "skipped", "reason": "the reply was too large to record"});
+                    *delivery = DeliveryRecord::Skipped {
+                        reason: SkipReason::TooLarge,
+                    };
                 }
                 stripped = true;
             }
@@ -204,12 +212,8 @@ fn finished(run_id: &str, conclusion: Conclusion, limit: usize) -> Fact {
             if let Some(reply) = &mut outcome.reply {
                 cut(reply, keep);
             }
-            if let Some(text) = job.as_ref().and_then(|j| j["text"].as_str()) {
-                let mut text = text.to_string();
-                cut(&mut text, keep);
-                if let Some(job) = job {
-                    job["text"] = json!(text);
-                }
+            if let Some(job) = job {
+                cut(&mut job.text, keep);
             }
         }
         keep /= 2;

@@ -18,7 +18,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use super::Cluster;
-use crate::gateway::runtime::Runtime;
+use crate::gateway::context::Context;
 
 /// How long a worker waits before pulling again after the cluster failed it.
 pub(super) const RETRY: Duration = Duration::from_secs(1);
@@ -33,40 +33,37 @@ const PULL_EXPIRES: Duration = Duration::from_secs(5);
 pub(super) const VIEW_WAIT: Duration = Duration::from_secs(10);
 
 /// Starts the projection and the workers of a node on the cluster.
-pub fn start_workers(
-    runtime: &Arc<Runtime>,
-    cluster: &Cluster,
-) -> Vec<(&'static str, JoinHandle<()>)> {
-    let slots = runtime.config.current().runtime.max_concurrent;
+pub fn start_workers(ctx: &Context, cluster: &Cluster) -> Vec<(&'static str, JoinHandle<()>)> {
+    let slots = ctx.config.current().runtime.max_concurrent;
     let runner = {
-        let (runtime, cluster) = (Arc::clone(runtime), cluster.clone());
+        let (ctx, cluster) = (ctx.clone(), cluster.clone());
         consume(cluster.clone(), "runner", slots, move |message| {
-            super::run::run(Arc::clone(&runtime), cluster.clone(), message)
+            super::run::run(ctx.clone(), cluster.clone(), message)
         })
     };
     let heartbeat = {
-        let (runtime, cluster) = (Arc::clone(runtime), cluster.clone());
+        let (ctx, cluster) = (ctx.clone(), cluster.clone());
         consume(cluster.clone(), "heartbeat", 1, move |message| {
-            super::dispatch::beat(Arc::clone(&runtime), cluster.clone(), message)
+            super::dispatch::beat(ctx.clone(), cluster.clone(), message)
         })
     };
     let delivery = {
-        let (runtime, cluster) = (Arc::clone(runtime), cluster.clone());
+        let (ctx, cluster) = (ctx.clone(), cluster.clone());
         consume(cluster.clone(), "delivery", slots, move |message| {
-            super::dispatch::deliver(Arc::clone(&runtime), cluster.clone(), message)
+            super::dispatch::deliver(ctx.clone(), cluster.clone(), message)
         })
     };
     vec![
         (
             "projection",
-            tokio::spawn(super::project(cluster.clone(), runtime.store.clone())),
+            tokio::spawn(super::project(cluster.clone(), ctx.store.clone())),
         ),
         ("runner", tokio::spawn(runner)),
         ("heartbeat", tokio::spawn(heartbeat)),
         ("delivery", tokio::spawn(delivery)),
         (
             "heartbeat-clock",
-            tokio::spawn(super::dispatch::clock(Arc::clone(runtime), cluster.clone())),
+            tokio::spawn(super::dispatch::clock(ctx.clone(), cluster.clone())),
         ),
     ]
 }

@@ -1,0 +1,69 @@
+//! The embedded backend: accepted hooks are committed to the local store, and this process runs
+//! them: the agent runner, heartbeats, and the outbox that delivers replies to chat channels.
+
+use std::sync::Arc;
+
+use super::context::Context;
+use super::context::Worker;
+use super::outbox::{self, Lane};
+use super::records::{NewEvent, NewRun};
+use super::signals::Signals;
+use super::store::{IdempotencyClaim, RunQueued, StoreError};
+use super::{heartbeat, retention, runner};
+use crate::hook::WakeMode;
+
+pub struct Embedded {
+    ctx: Context,
+    signals: Arc<Signals>,
+}
+
+impl Embedded {
+    /// Starts the runner, heartbeats and the delivery outbox.
+    pub fn start(ctx: Context) -> (Embedded, Vec<Worker>) {
+        let signals = Arc::new(Signals::default());
+        let workers = vec![
+            (
+                "outbox",
+                tokio::spawn(outbox::run(
+                    ctx.clone(),
+                    Arc::clone(&signals),
+                    Lane::Deliveries,
+                )),
+            ),
+            (
+                "runner",
+                tokio::spawn(runner::run(ctx.clone(), Arc::clone(&signals))),
+            ),
+            (
+                "heartbeat",
+                tokio::spawn(heartbeat::run(ctx.clone(), Arc::clone(&signals))),
+            ),
+            ("retention", tokio::spawn(retention::run(ctx.clone()))),
+        ];
+        (Embedded { ctx, signals }, workers)
+    }
+
+    pub fn signals(&self) -> &Signals {
+        &self.signals
+    }
+
+    /// Commits a wake's event; `now` asks for a heartbeat.
+    pub async fn submit_wake(&self, event: NewEvent, mode: WakeMode) -> Result<(), StoreError> {
+        self.ctx.store.append_event(event).await?;
+        if mode == WakeMode::Now {
+            self.signals.heartbeat.request();
+        }
+        Ok(())
+    }
+
+    /// Queues a run (unless `claim` finds it a repeat).
+    pub async fn submit_run(
+        &self,
+        run: NewRun,
+        claim: Option<IdempotencyClaim>,
+    ) -> Result<RunQueued, StoreError> {
+        let queued = self.ctx.store.queue_run(run, claim).await?;
+        self.signals.runs_queued.notify_one();
+        Ok(queued)
+    }
+}

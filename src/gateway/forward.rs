@@ -1,0 +1,98 @@
+//! The forward backend: accepted hooks are committed to the local store together with their
+//! relay to the upstream gateway (one transaction), and the outbox relays them with retries.
+//! Nothing runs here; the upstream runs agents and heartbeats.
+
+use std::sync::Arc;
+
+use super::context::{Context, Worker};
+use super::outbox::{self, Lane, OutboxItem};
+use super::records::{NewEvent, NewRun, RunStatus};
+use super::relay::{AgentBody, Relayed, WakeBody};
+use super::signals::Signals;
+use super::store::{self, IdempotencyClaim, RunQueued, StoreError};
+use crate::config::runtime::GatewayMode;
+use crate::hook::{AdmittedRun, WakeMode};
+
+pub struct Forward {
+    ctx: Context,
+    signals: Arc<Signals>,
+}
+
+impl Forward {
+    /// Starts the relay outbox.
+    pub fn start(ctx: Context) -> (Forward, Vec<Worker>) {
+        let signals = Arc::new(Signals::default());
+        let workers = vec![
+            (
+                "outbox",
+                tokio::spawn(outbox::run(ctx.clone(), Arc::clone(&signals), Lane::Relays)),
+            ),
+            (
+                "retention",
+                tokio::spawn(super::retention::run(ctx.clone())),
+            ),
+        ];
+        (Forward { ctx, signals }, workers)
+    }
+
+    pub fn signals(&self) -> &Signals {
+        &self.signals
+    }
+
+    /// Commits a wake's event (marked consumed: the upstream's heartbeat handles it) with its
+    /// relay.
+    pub async fn submit_wake(&self, event: NewEvent, mode: WakeMode) -> Result<(), StoreError> {
+        let relay = OutboxItem::Relay(Relayed::Wake {
+            body: WakeBody {
+                text: event.text.clone(),
+                mode,
+            },
+        });
+        self.ctx
+            .store
+            .write(move |conn| {
+                let seq = event.insert(conn)?;
+                conn.execute("UPDATE events SET consumed = 1 WHERE seq = ?1", [seq])?;
+                relay.insert(conn, None)
+            })
+            .await?;
+        self.signals.outbox_ready.notify_one();
+        Ok(())
+    }
+
+    /// Records a run as `forwarding` with its relay, which carries the client's idempotency key
+    /// (else the run id) so that a repeated relay never makes a second upstream run.
+    pub async fn submit_run(
+        &self,
+        run: NewRun,
+        claim: Option<IdempotencyClaim>,
+        admitted: &AdmittedRun,
+        idempotency_key: Option<&str>,
+    ) -> Result<RunQueued, StoreError> {
+        let relay_session_key = match &self.ctx.config.current().runtime.mode {
+            GatewayMode::Forward(upstream) => upstream.relay_session_key,
+            GatewayMode::Embedded => false,
+        };
+        let relay = OutboxItem::Relay(Relayed::Agent {
+            body: AgentBody::of(admitted, relay_session_key),
+            idempotency_key: idempotency_key.unwrap_or(&run.run_id).to_string(),
+        });
+        let queued = self
+            .ctx
+            .store
+            .write(move |conn| {
+                let queued = store::queue_run(conn, &run, claim.as_ref())?;
+                if let RunQueued::New { run_id } = &queued {
+                    conn.execute(
+                        "UPDATE runs SET status = ?2 WHERE run_id = ?1",
+                        rusqlite::params![run_id, RunStatus::Forwarding],
+                    )?;
+                    relay.insert(conn, Some(run_id))?;
+                }
+                Ok(queued)
+            })
+            .await?;
+        self.signals.outbox_ready.notify_one();
+        Ok(queued)
+    }
+}

@@ -1,0 +1,464 @@
+//! The records of the runtime as Rust types: main-session events, runs and their status, a run's
+//! outcome and summary. Every backend stores and reads these; they become strings only here, at
+//! the store's edge (the `ToSql`/`FromSql` impls and the row readers), and in the operator API's
+//! JSON.
+
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRef};
+use rusqlite::{Connection, Row, ToSql, params};
+use serde::{Deserialize, Serialize};
+
+use super::delivery::DeliveryRecord;
+use crate::hook::envelope::ContentSource;
+use crate::hook::{AdmittedRun, Channel, WakeMode};
+
+/// Where a run is in its life. Spelled in snake case in the store and the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Accepted, waiting for the runner (or for its session key to be free).
+    Queued,
+    /// A runner has it.
+    Running,
+    /// The turn produced a reply.
+    Ok,
+    /// The turn failed: no provider, the provider refused, a malformed answer.
+    Error,
+    /// The turn took longer than its timeout.
+    Timeout,
+    /// Forward mode: waiting to be relayed upstream.
+    Forwarding,
+    /// Forward mode: the upstream accepted it.
+    Forwarded,
+    /// Forward mode: the upstream refused it; `POST /api/runs/{id}/retry` sends it again.
+    ForwardFailed,
+}
+
+impl RunStatus {
+    /// Every status, in the order of a run's life.
+    pub const ALL: [RunStatus; 8] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Ok,
+        RunStatus::Error,
+        RunStatus::Timeout,
+        RunStatus::Forwarding,
+        RunStatus::Forwarded,
+        RunStatus::ForwardFailed,
+    ];
+
+    /// The spelling of the store and the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Ok => "ok",
+            RunStatus::Error => "error",
+            RunStatus::Timeout => "timeout",
+            RunStatus::Forwarding => "forwarding",
+            RunStatus::Forwarded => "forwarded",
+            RunStatus::ForwardFailed => "forward_failed",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<RunStatus> {
+        RunStatus::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
+    /// Whether the runner still has to take or finish it.
+    pub fn is_pending(self) -> bool {
+        matches!(self, RunStatus::Queued | RunStatus::Running)
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A text column read as one of the domain's enums; any other text is a corrupt row.
+fn parsed<T>(value: ValueRef<'_>, parse: impl FnOnce(&str) -> Option<T>) -> FromSqlResult<T> {
+    let text = value.as_str()?;
+    parse(text).ok_or_else(|| FromSqlError::Other(format!("unexpected value {text:?}").into()))
+}
+
+impl ToSql for RunStatus {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+impl FromSql for RunStatus {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        parsed(value, RunStatus::parse)
+    }
+}
+
+impl ToSql for Channel {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+impl FromSql for Channel {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        parsed(value, Channel::parse)
+    }
+}
+
+impl ToSql for WakeMode {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+impl FromSql for WakeMode {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        parsed(value, |text| match text {
+            "now" => Some(WakeMode::Now),
+            "next-heartbeat" => Some(WakeMode::NextHeartbeat),
+            _ => None,
+        })
+    }
+}
+
+impl ToSql for ContentSource {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+impl FromSql for ContentSource {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        parsed(value, |text| match text {
+            "webhook" => Some(ContentSource::Webhook),
+            "email" => Some(ContentSource::Email),
+            _ => None,
+        })
+    }
+}
+
+/// How a run's turn ended.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunOutcome {
+    /// `Ok`, `Error` or `Timeout`.
+    pub status: RunStatus,
+    pub reply: Option<String>,
+    pub summary: Option<String>,
+    pub error: Option<String>,
+    pub finished_at: String,
+}
+
+/// The untrusted main-session event that tells the agent what a run did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SummaryEvent {
+    pub agent: String,
+    pub run_id: String,
+    pub text: String,
+    pub at: String,
+}
+
+impl SummaryEvent {
+    /// Inserts the event unless this run already has one: a resumed run or a retried delivery
+    /// never adds a second summary.
+    pub fn insert(&self, conn: &Connection) -> rusqlite::Result<bool> {
+        let inserted = conn.execute(
+            "INSERT OR IGNORE INTO events (agent, kind, text, trusted, source, at, run_id)
+             VALUES (?1, 'summary', ?2, 0, 'hook:run', ?3, ?4)",
+            params![self.agent, self.text, self.at, self.run_id],
+        )?;
+        Ok(inserted == 1)
+    }
+}
+
+/// A main-session event about to be appended.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewEvent {
+    /// The agent whose main session receives it.
+    pub agent: String,
+    pub kind: EventKind,
+    pub text: String,
+    pub trusted: bool,
+    /// Where it came from, e.g. `hook:wake`.
+    pub source: String,
+    /// RFC 3339, UTC.
+    pub at: String,
+}
+
+/// What kind of main-session event this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventKind {
+    /// A system event from a wake.
+    System,
+    /// The summary of a finished agent run.
+    Summary,
+}
+
+impl EventKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            EventKind::System => "system",
+            EventKind::Summary => "summary",
+        }
+    }
+}
+
+impl NewEvent {
+    pub(crate) fn insert(&self, conn: &Connection) -> rusqlite::Result<i64> {
+        conn.prepare_cached(
+            "INSERT INTO events (agent, kind, text, trusted, source, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?
+        .execute(params![
+            self.agent,
+            self.kind.as_str(),
+            self.text,
+            self.trusted,
+            self.source,
+            self.at
+        ])?;
+        Ok(conn.last_insert_rowid())
+    }
+}
+
+impl NewRun {
+    /// The run record of an admitted agent request, with the prompt the agent will be given.
+    pub fn admitted(run_id: String, run: &AdmittedRun, prompt: String, created_at: String) -> Self {
+        NewRun {
+            run_id,
+            hook_name: run.name.clone(),
+            agent_id: run.agent_id.clone(),
+            target_agent: run.target_agent.clone(),
+            session_key: run.session_key.clone(),
+            message: run.message.clone(),
+            prompt,
+            deliver: run.deliver,
+            channel: run.channel_or_last(),
+            to: run.to.clone(),
+            model: run.model.clone(),
+            thinking: run.thinking.clone(),
+            timeout_seconds: run.timeout_seconds,
+            wake_mode: run.wake_mode,
+            source: run.source,
+            created_at,
+        }
+    }
+}
+
+/// A committed event, as the operator API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventRecord {
+    pub seq: i64,
+    pub kind: String,
+    pub text: String,
+    pub trusted: bool,
+    pub source: String,
+    pub at: String,
+}
+
+impl EventRecord {
+    pub(crate) fn select_after(
+        conn: &Connection,
+        agent: &str,
+        after: i64,
+        limit: u32,
+    ) -> rusqlite::Result<Vec<EventRecord>> {
+        let mut stmt = conn.prepare_cached(
+            "SELECT seq, kind, text, trusted, source, at FROM events
+             WHERE agent = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(params![agent, after, limit], |row| {
+            Ok(EventRecord {
+                seq: row.get(0)?,
+                kind: row.get(1)?,
+                text: row.get(2)?,
+                trusted: row.get(3)?,
+                source: row.get(4)?,
+                at: row.get(5)?,
+            })
+        })?;
+        rows.collect()
+    }
+}
+
+/// A run about to be queued. Field meanings are those of [`RunRecord`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewRun {
+    pub run_id: String,
+    pub hook_name: String,
+    pub agent_id: Option<String>,
+    pub target_agent: String,
+    pub session_key: String,
+    pub message: String,
+    pub prompt: String,
+    pub deliver: bool,
+    pub channel: Channel,
+    pub to: Option<String>,
+    pub model: Option<String>,
+    pub thinking: Option<String>,
+    pub timeout_seconds: Option<u64>,
+    pub wake_mode: WakeMode,
+    pub source: ContentSource,
+    pub created_at: String,
+}
+
+impl NewRun {
+    pub(crate) fn insert(&self, conn: &Connection) -> rusqlite::Result<()> {
+        conn.prepare_cached(
+            "INSERT INTO runs (run_id, status, hook_name, agent_id, target_agent, session_key,
+                 message, prompt, deliver, channel, to_addr, model, thinking, timeout_seconds,
+                 wake_mode, source, created_at)
+             VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+        )?
+        .execute(params![
+            self.run_id,
+            self.hook_name,
+            self.agent_id,
+            self.target_agent,
+            self.session_key,
+            self.message,
+            self.prompt,
+            self.deliver,
+            self.channel,
+            self.to,
+            self.model,
+            self.thinking,
+            self.timeout_seconds
+                .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
+            self.wake_mode,
+            self.source,
+            self.created_at,
+        ])?;
+        Ok(())
+    }
+
+    /// The run with this id as it was accepted.
+    pub(crate) fn select(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<NewRun>> {
+        use rusqlite::OptionalExtension;
+        conn.prepare_cached(
+            "SELECT run_id, hook_name, agent_id, target_agent, session_key, message, prompt,
+                    deliver, channel, to_addr, model, thinking, timeout_seconds, wake_mode,
+                    source, created_at
+             FROM runs WHERE run_id = ?1",
+        )?
+        .query_row(params![run_id], |row| {
+            Ok(NewRun {
+                run_id: row.get(0)?,
+                hook_name: row.get(1)?,
+                agent_id: row.get(2)?,
+                target_agent: row.get(3)?,
+                session_key: row.get(4)?,
+                message: row.get(5)?,
+                prompt: row.get(6)?,
+                deliver: row.get(7)?,
+                channel: row.get(8)?,
+                to: row.get(9)?,
+                model: row.get(10)?,
+                thinking: row.get(11)?,
+                timeout_seconds: row
+                    .get::<_, Option<i64>>(12)?
+                    .map(|t| u64::try_from(t).unwrap_or(0)),
+                wake_mode: row.get(13)?,
+                source: row.get(14)?,
+                created_at: row.get(15)?,
+            })
+        })
+        .optional()
+    }
+}
+
+/// A run as the operator API shows it (`GET /api/runs/<runId>`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRecord {
+    pub run_id: String,
+    pub status: RunStatus,
+    pub hook_name: String,
+    /// The resolved target agent, or null when the request named none.
+    pub agent_id: Option<String>,
+    pub session_key: String,
+    /// The message as accepted.
+    pub message: String,
+    /// Exactly what the agent will be given.
+    pub prompt: String,
+    pub deliver: bool,
+    pub channel: Channel,
+    pub to: Option<String>,
+    /// The resolved model id, or null.
+    pub model: Option<String>,
+    pub thinking: Option<String>,
+    pub timeout_seconds: Option<i64>,
+    pub wake_mode: WakeMode,
+    pub source: ContentSource,
+    pub created_at: String,
+    /// The agent's reply, once the run finished.
+    pub reply: Option<String>,
+    /// The first non-empty line of the reply, at most 300 characters.
+    pub summary: Option<String>,
+    pub error: Option<String>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    /// What became of delivering the reply.
+    pub delivery: Option<DeliveryRecord>,
+    /// The upstream gateway's run id, in forward mode.
+    pub upstream_run_id: Option<String>,
+}
+
+/// The columns of a [`RunRecord`], in the order `from_row` reads them.
+const RUN_COLUMNS: &str =
+    "run_id, status, hook_name, agent_id, session_key, message, prompt, deliver,
+    channel, to_addr, model, thinking, timeout_seconds, wake_mode, source, created_at,
+    reply, summary, error, started_at, finished_at, delivery, upstream_run_id";
+
+impl RunRecord {
+    pub(crate) fn select(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunRecord>> {
+        use rusqlite::OptionalExtension;
+        conn.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1"))?
+            .query_row(params![run_id], Self::from_row)
+            .optional()
+    }
+
+    fn from_row(row: &Row<'_>) -> rusqlite::Result<RunRecord> {
+        Ok(RunRecord {
+            run_id: row.get(0)?,
+            status: row.get(1)?,
+            hook_name: row.get(2)?,
+            agent_id: row.get(3)?,
+            session_key: row.get(4)?,
+            message: row.get(5)?,
+            prompt: row.get(6)?,
+            deliver: row.get(7)?,
+            channel: row.get(8)?,
+            to: row.get(9)?,
+            model: row.get(10)?,
+            thinking: row.get(11)?,
+            timeout_seconds: row.get(12)?,
+            wake_mode: row.get(13)?,
+            source: row.get(14)?,
+            created_at: row.get(15)?,
+            reply: row.get(16)?,
+            summary: row.get(17)?,
+            error: row.get(18)?,
+            started_at: row.get(19)?,
+            finished_at: row.get(20)?,
+            delivery: row
+                .get::<_, Option<String>>(21)?
+                .and_then(|text| serde_json::from_str(&text).ok()),
+            upstream_run_id: row.get(22)?,
+        })
+    }
+
+    /// Runs with `status` (any when `None`), newest first.
+    pub(crate) fn select_by_status(
+        conn: &Connection,
+        status: Option<RunStatus>,
+        limit: u32,
+    ) -> rusqlite::Result<Vec<RunRecord>> {
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status = ?1)
+             ORDER BY created_at DESC, rowid DESC LIMIT ?2"
+        ))?;
+        let rows = stmt.query_map(params![status, limit], Self::from_row)?;
+        rows.collect()
+    }
+}

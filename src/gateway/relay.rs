@@ -1,0 +1,163 @@
+//! Forward mode's requests to the upstream gateway: the wake and agent bodies, carrying what the
+//! request or mapping set rather than hookgate's defaults, and one relay attempt.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::delivery::SendError;
+use crate::config::runtime::Upstream;
+use crate::hook::{AdmittedRun, Channel, WakeMode};
+
+/// The service name in a relay's errors.
+const UPSTREAM: &str = "upstream";
+
+/// What is relayed, as stored in the outbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Relayed {
+    /// To `<prefix>/wake`.
+    Wake { body: WakeBody },
+    /// To `<prefix>/agent`, with the idempotency key that keeps a repeated relay from making a
+    /// second upstream run: the client's key, else the run id.
+    #[serde(rename_all = "camelCase")]
+    Agent {
+        body: AgentBody,
+        idempotency_key: String,
+    },
+}
+
+/// The body of an upstream `/wake`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WakeBody {
+    pub text: String,
+    pub mode: WakeMode,
+}
+
+/// The body of an upstream `/agent`. Optional fields are sent only when the request or mapping
+/// set them, so that the upstream applies its own defaults and policies (its `defaultSessionKey`
+/// among them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentBody {
+    pub message: String,
+    pub name: String,
+    pub wake_mode: WakeMode,
+    pub deliver: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<Channel>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u64>,
+}
+
+impl AgentBody {
+    /// The body for an admitted run. Its session key goes along only when `relay_session_key`
+    /// is on and the key was chosen (by the request, the mapping or `defaultSessionKey`), not
+    /// generated here.
+    pub fn of(run: &AdmittedRun, relay_session_key: bool) -> AgentBody {
+        AgentBody {
+            message: run.message.clone(),
+            name: run.name.clone(),
+            wake_mode: run.wake_mode,
+            deliver: run.deliver,
+            channel: run.channel,
+            to: run.to.clone(),
+            agent_id: run.agent_id.clone(),
+            session_key: (relay_session_key && run.session_key_chosen)
+                .then(|| run.session_key.clone()),
+            model: run.model.clone(),
+            thinking: run.thinking.clone(),
+            timeout_seconds: run.timeout_seconds,
+        }
+    }
+}
+
+/// One attempt at relaying; returns the upstream's run id for an agent run. An upstream answer
+/// other than success is a [`SendError::Status`] with the upstream's own error text, so that a
+/// refusal (4xx other than 408/429) is permanent and the rest are retried.
+pub async fn relay(
+    http: &reqwest::Client,
+    upstream: &Upstream,
+    relayed: &Relayed,
+) -> Result<Option<String>, SendError> {
+    let request = match relayed {
+        Relayed::Wake { body } => http.post(upstream.endpoint("wake")).json(body),
+        Relayed::Agent {
+            body,
+            idempotency_key,
+        } => http
+            .post(upstream.endpoint("agent"))
+            .header("idempotency-key", idempotency_key)
+            .json(body),
+    };
+    let response = request
+        .bearer_auth(&upstream.token)
+        .timeout(super::delivery::SEND_TIMEOUT)
+        .send()
+        .await
+        .map_err(|e| SendError::unreachable(UPSTREAM, e))?;
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    if !status.is_success() {
+        // The upstream's `{"ok":false,"error":...}` when it gave one, else what it sent.
+        let said = body["error"].as_str().unwrap_or(&text);
+        return Err(SendError::status(UPSTREAM, status.as_u16(), said));
+    }
+    Ok(body["runId"].as_str().map(String::from))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hook::envelope::ContentSource;
+
+    fn admitted() -> AdmittedRun {
+        AdmittedRun {
+            message: "m".into(),
+            name: "Hook".into(),
+            agent_id: None,
+            target_agent: "main".into(),
+            session_key: "hook:ingress".into(),
+            session_key_chosen: true,
+            wake_mode: WakeMode::Now,
+            deliver: true,
+            channel: None,
+            to: None,
+            model: None,
+            thinking: None,
+            timeout_seconds: None,
+            source: ContentSource::Webhook,
+            allow_unsafe_external_content: false,
+        }
+    }
+
+    #[test]
+    fn the_body_carries_only_what_was_set() {
+        let body = serde_json::to_value(AgentBody::of(&admitted(), false)).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"message": "m", "name": "Hook", "wakeMode": "now", "deliver": true})
+        );
+    }
+
+    #[test]
+    fn a_chosen_session_key_is_relayed_only_when_configured() {
+        assert_eq!(
+            AgentBody::of(&admitted(), true).session_key.as_deref(),
+            Some("hook:ingress")
+        );
+        let mut generated = admitted();
+        generated.session_key_chosen = false;
+        assert_eq!(AgentBody::of(&generated, true).session_key, None);
+    }
+}

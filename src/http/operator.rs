@@ -1,0 +1,45 @@
+//! The operator's credential as an extractor: a handler that takes [`Operator`] runs only for a
+//! request bearing `Authorization: Bearer <gateway.auth.token>`. With no gateway token configured,
+//! nothing opens the API. Failures count toward a lockout of their own, as for hooks.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::request::Parts;
+
+use super::AppState;
+use super::auth::{presented_bearer, token_matches};
+use super::client::client_address;
+use super::reply::HookError;
+
+/// Proof that the request carried the gateway token.
+pub struct Operator;
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = HookError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, HookError> {
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(peer)| *peer)
+            .ok_or_else(|| HookError::Internal("no peer address".into()))?;
+        let settings = app.config.current();
+        let client = client_address(peer.ip(), &parts.headers, &settings.trusted_proxies);
+        let now = Instant::now();
+        match &settings.gateway_token {
+            Some(expected) if token_matches(presented_bearer(&parts.headers), expected) => {
+                app.api_limiter.clear(client);
+                Ok(Operator)
+            }
+            _ => {
+                app.api_limiter
+                    .check(client, now)
+                    .map_err(|retry_after| HookError::LockedOut { retry_after })?;
+                app.api_limiter.record_failure(client, now);
+                Err(HookError::Unauthorized)
+            }
+        }
+    }
+}

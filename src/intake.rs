@@ -1,0 +1,92 @@
+//! Admission: what an accepted hook request becomes before the runtime takes it. An agent
+//! request goes through every policy (agent, session key, model), gets its idempotency claim and
+//! its safety envelope, and comes out as the run record to store; a wake becomes its main-session
+//! event. No HTTP and no I/O here: the HTTP layer extracts, this decides, the runtime stores.
+
+use uuid::Uuid;
+
+use crate::config::{HookSettings, Settings};
+use crate::gateway::runtime_clock::{now_ms, now_rfc3339};
+use crate::gateway::{EventKind, IdempotencyClaim, NewEvent, NewRun};
+use crate::hook::envelope::{ContentSource, wrap_prompt};
+use crate::hook::policy::KeyOrigin;
+use crate::hook::{AdmittedRun, AgentRequest, Rejected, WakeRequest, idempotency};
+use crate::mapping::Mapping;
+
+/// Where an agent request came from, which decides the session-key rule, whether the envelope
+/// applies and the content source.
+#[derive(Clone, Copy)]
+pub enum AgentOrigin<'a> {
+    /// `POST {prefix}/agent`.
+    Direct,
+    /// A mapping's agent action.
+    Mapped(&'a Mapping),
+}
+
+/// An admitted agent request, ready for [`crate::gateway::Runtime::submit_run`].
+pub struct AgentAdmission {
+    pub run: NewRun,
+    pub admitted: AdmittedRun,
+    /// Recognises a repeat of the same request within the idempotency window.
+    pub claim: Option<IdempotencyClaim>,
+    /// The key the client (or a signed delivery's id) gave, for relays upstream.
+    pub idempotency_key: Option<String>,
+}
+
+/// Admits an agent request. `keys` are the idempotency key candidates in order of precedence
+/// (headers, body, signed delivery id); `path` is the request path, part of the fingerprint.
+pub fn admit_agent(
+    hooks: &HookSettings,
+    agent: AgentRequest,
+    origin: AgentOrigin<'_>,
+    keys: [Option<&str>; 5],
+    path: &str,
+) -> Result<AgentAdmission, Rejected> {
+    let (key_origin, allow_unsafe) = match origin {
+        AgentOrigin::Direct => (KeyOrigin::Request, false),
+        AgentOrigin::Mapped(m) => (KeyOrigin::Mapping, m.allow_unsafe_external_content),
+    };
+    let mut admitted = hooks.policy.admit(agent, key_origin, allow_unsafe, || {
+        format!("hook:{}", Uuid::new_v4())
+    })?;
+    if matches!(origin, AgentOrigin::Mapped(m) if m.is_email) {
+        admitted.source = ContentSource::Email;
+    }
+    let key = idempotency::choose_key(keys);
+    let claim = key.map(|key| IdempotencyClaim {
+        fingerprint: idempotency::fingerprint(key, path, &admitted),
+        now_ms: now_ms(),
+        window: idempotency::WINDOW,
+    });
+    let run_id = Uuid::new_v4().to_string();
+    let received = now_rfc3339();
+    let prompt = if admitted.allow_unsafe_external_content {
+        admitted.message.clone()
+    } else {
+        wrap_prompt(
+            &admitted.name,
+            &run_id,
+            &received,
+            admitted.source,
+            &admitted.message,
+        )
+    };
+    Ok(AgentAdmission {
+        run: NewRun::admitted(run_id, &admitted, prompt, received),
+        admitted,
+        claim,
+        idempotency_key: key.map(String::from),
+    })
+}
+
+/// A wake's durable, untrusted system event for the default agent's main session.
+pub fn wake_event(settings: &Settings, wake: &WakeRequest, source: String) -> NewEvent {
+    NewEvent {
+        agent: settings.agents.default_id().to_string(),
+        kind: EventKind::System,
+        text: wake.text.clone(),
+        trusted: false,
+        source,
+        at: now_rfc3339(),
+    }
+}
