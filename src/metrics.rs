@@ -35,6 +35,14 @@ pub struct FailureLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RelayLabels {
+    /// `wake` or `agent`.
+    pub kind: &'static str,
+    /// `forwarded`, `retried` or `failed`.
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabels {
     pub status: String,
 }
@@ -50,6 +58,7 @@ pub struct Metrics {
     pub store_commit: Histogram,
     pub runs: Family<StatusLabels, Gauge>,
     pub queue_depth: Gauge,
+    pub relays: Family<RelayLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -71,6 +80,7 @@ impl Default for Metrics {
         let store_commit = latency_histogram();
         let runs = Family::<StatusLabels, Gauge>::default();
         let queue_depth = Gauge::default();
+        let relays = Family::<RelayLabels, Counter>::default();
         registry.register(
             "http_server_request_duration_seconds",
             "Time to answer an HTTP request, by route template and status",
@@ -102,6 +112,12 @@ impl Default for Metrics {
             "Work waiting: queued runs plus pending outbox sends",
             queue_depth.clone(),
         );
+        registry.register(
+            "hookgate_forward_relays",
+            "Forward mode's relay attempts by kind and outcome: forwarded (the upstream took it), \
+             retried (it will be sent again) or failed (the upstream refused it)",
+            relays.clone(),
+        );
         Metrics {
             registry: std::sync::Arc::new(registry),
             http_duration,
@@ -111,6 +127,7 @@ impl Default for Metrics {
             store_commit,
             runs,
             queue_depth,
+            relays,
         }
     }
 }

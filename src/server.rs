@@ -129,7 +129,12 @@ impl Server {
             None => TcpListener::bind((settings.bind.as_str(), settings.port)).await,
         };
         let listener = bound.map_err(|e| anyhow::anyhow!("cannot listen: {e}"))?;
-        let runtime = Arc::new(Runtime::start(store.clone(), config.clone(), cluster));
+        let runtime = Arc::new(Runtime::start(
+            store.clone(),
+            config.clone(),
+            cluster,
+            metrics.clone(),
+        ));
         let state = AppState {
             config,
             store,

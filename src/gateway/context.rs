@@ -1,11 +1,12 @@
 //! What every backend's workers use: the store (a NATS node's view of the stream, on a cluster),
-//! the configuration in force, and one HTTP client for model providers, chat channels and the
-//! upstream gateway. Cheap to clone: each part is a shared handle.
+//! the configuration in force, one HTTP client for model providers, chat channels and the upstream
+//! gateway, and the metrics. Cheap to clone: each part is a shared handle.
 
 use tokio::task::JoinHandle;
 
 use super::store::Store;
 use crate::config::LiveConfig;
+use crate::metrics::Metrics;
 
 /// A backend's long-running task, by name (for `/readyz`).
 pub type Worker = (&'static str, JoinHandle<()>);
@@ -15,10 +16,11 @@ pub struct Context {
     pub store: Store,
     pub config: LiveConfig,
     pub http: reqwest::Client,
+    pub metrics: Metrics,
 }
 
 impl Context {
-    pub fn new(store: Store, config: LiveConfig) -> Context {
+    pub fn new(store: Store, config: LiveConfig, metrics: Metrics) -> Context {
         let http = reqwest::Client::builder()
             .user_agent(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(std::time::Duration::from_secs(10))
@@ -28,6 +30,7 @@ impl Context {
             store,
             config,
             http,
+            metrics,
         }
     }
 }

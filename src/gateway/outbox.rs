@@ -20,6 +20,7 @@ use super::relay::{AgentBody, Relayed, WakeBody, relay};
 use super::runs;
 use super::signals::Signals;
 use crate::config::runtime::{GatewayMode, RetryPolicy};
+use crate::metrics::RelayLabels;
 
 /// The longest wait between two attempts of a relay.
 const MAX_RELAY_BACKOFF: Duration = Duration::from_secs(30);
@@ -337,9 +338,28 @@ async fn attempt(ctx: &Context, signals: &Signals, row: Row) -> bool {
         }
     };
     let attempts = row.attempts + 1;
+    let next = result
+        .as_ref()
+        .err()
+        .map(|error| next_attempt(&policy, attempts, error, max_delay));
+    if let OutboxItem::Relay(relayed) = item {
+        let outcome = match next {
+            None => "forwarded",
+            Some(Next::RetryAfter(_)) => "retried",
+            Some(Next::GiveUp) => "failed",
+        };
+        let kind = match relayed {
+            Relayed::Wake { .. } => "wake",
+            Relayed::Agent { .. } => "agent",
+        };
+        ctx.metrics
+            .relays
+            .get_or_create(&RelayLabels { kind, outcome })
+            .inc();
+    }
     match result {
         Ok(upstream) => succeed(ctx, &row, upstream).await,
-        Err(error) => match next_attempt(&policy, attempts, &error, max_delay) {
+        Err(error) => match next.unwrap_or(Next::GiveUp) {
             Next::GiveUp => {
                 tracing::warn!(id, attempts, %error, "giving up a send");
                 give_up(ctx, signals, &row, &error).await;

@@ -19,6 +19,7 @@ use super::store::{IdempotencyClaim, RunQueued, Store, StoreError};
 use crate::config::LiveConfig;
 use crate::config::runtime::{GatewayMode, Route};
 use crate::hook::{AdmittedRun, WakeMode};
+use crate::metrics::Metrics;
 
 /// Shared by the request handlers.
 pub struct Runtime {
@@ -50,9 +51,14 @@ impl Runtime {
     /// Starts the backend the configuration names: the NATS cluster's when one is given, else
     /// forward mode's or the embedded one. The choice holds until the process ends (a reload
     /// that would change it is refused).
-    pub fn start(store: Store, config: LiveConfig, cluster: Option<Cluster>) -> Runtime {
+    pub fn start(
+        store: Store,
+        config: LiveConfig,
+        cluster: Option<Cluster>,
+        metrics: Metrics,
+    ) -> Runtime {
         let mode = config.current().runtime.mode.clone();
-        let ctx = Context::new(store.clone(), config);
+        let ctx = Context::new(store.clone(), config, metrics);
         let (backend, workers) = match (cluster, mode) {
             (Some(cluster), _) => {
                 let workers = super::nats::start_workers(&ctx, &cluster);
