@@ -409,12 +409,12 @@ pub fn api_and_health() -> Theme {
         case(
             "runs of a status of SQL",
             api("/api/runs?status='%20OR%201=1%20--&limit=5"),
-            Want::Status(200),
+            unknown_status(),
         ),
         case(
             "runs of a status that is not UTF-8",
             api("/api/runs?status=%ff%fe"),
-            Want::Status(200),
+            unknown_status(),
         ),
         case(
             "runs with a limit of letters",
@@ -533,4 +533,12 @@ pub fn api_and_health() -> Theme {
         name: "operator API and health",
         cases,
     }
+}
+
+/// An unknown run status is refused with the list of known ones (docs/operations.md).
+fn unknown_status() -> Want {
+    Want::Error(
+        400,
+        "status must be one of: queued, running, ok, error, timeout, forwarding, forwarded, forward_failed".into(),
+    )
 }
