@@ -16,6 +16,7 @@ mod js;
 mod limits;
 mod mapped;
 mod metrics;
+mod openclaw;
 mod pipeline;
 mod reload;
 mod retention;

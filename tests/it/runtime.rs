@@ -701,7 +701,7 @@ async fn interrupted_runs_are_resumed_and_finish_once_with_one_summary_each() {
 }
 
 /// A free port on 127.0.0.1 for a server that must come back on the same address.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
