@@ -202,9 +202,14 @@ impl Runtime {
         let (agent, at) = (agent.to_string(), now_rfc3339());
         if let Backend::Nats(cluster) = &self.backend {
             let id = format!("route-{}", uuid::Uuid::new_v4());
-            cluster
+            let sequence = cluster
                 .publish(&Fact::RouteSet { agent, route, at }, &id)
                 .await?;
+            // Read-your-writes for the operator: this node's view shows the route (and its runs
+            // use it) once the answer is given. Other nodes follow within their view's lag.
+            cluster
+                .wait_applied(sequence, Duration::from_secs(10))
+                .await;
             return Ok(());
         }
         self.store
