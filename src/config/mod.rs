@@ -4,6 +4,7 @@
 mod confine;
 mod limits;
 mod load;
+mod mapping;
 pub mod model;
 mod reload;
 pub mod runtime;

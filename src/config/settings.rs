@@ -2,7 +2,7 @@
 //! normalised, every startup refusal of behaviour §1 checked. All problems are collected, not just
 //! the first, so that `hookgate check` can list them together.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -71,6 +71,8 @@ pub struct HookSettings {
     /// The effective transforms directory, inside `<config dir>/hooks/transforms`.
     pub transforms_dir: PathBuf,
     pub transform_limits: TransformLimits,
+    /// The bounds of mappings that set their own `transform.limits` or `reuse`, by mapping id.
+    pub mapping_limits: HashMap<String, TransformLimits>,
     /// The loaded transforms of this configuration, set once when it is admitted.
     pub transforms: OnceLock<Arc<TransformSet>>,
 }
@@ -79,10 +81,8 @@ impl HookSettings {
     /// The bounds of `mapping`'s transform calls: its own `transform.limits`, else
     /// `hooks.transformLimits`.
     pub fn limits_for<'a>(&'a self, mapping: &'a Mapping) -> &'a TransformLimits {
-        mapping
-            .transform
-            .as_ref()
-            .and_then(|spec| spec.limits.as_ref())
+        self.mapping_limits
+            .get(&mapping.id)
             .unwrap_or(&self.transform_limits)
     }
 
@@ -90,9 +90,8 @@ impl HookSettings {
     /// instance pool must be sized for.
     pub fn engine_limits(&self) -> TransformLimits {
         let largest = self
-            .mappings
-            .iter()
-            .filter_map(|m| m.transform.as_ref()?.limits.as_ref())
+            .mapping_limits
+            .values()
             .map(|limits| limits.memory_bytes)
             .fold(self.transform_limits.memory_bytes, usize::max);
         TransformLimits {
@@ -357,9 +356,10 @@ fn hook_settings(
                 )
             });
     let mut mappings = Vec::new();
-    let mut ids = std::collections::HashMap::new();
+    let mut mapping_limits = HashMap::new();
+    let mut ids = HashMap::new();
     for (i, config) in hooks.mappings.iter().enumerate() {
-        match Mapping::from_config(i, config) {
+        match super::mapping::mapping(i, config) {
             Ok(mut mapping) => {
                 // Ids name a mapping in logs, metrics, lockout keys and reused instances, so
                 // two mappings may not share one.
@@ -369,9 +369,12 @@ fn hook_settings(
                         format!("'{}' is already the id of hooks.mappings[{j}]", mapping.id),
                     ));
                 }
-                if let (Some(spec), Some(own)) = (mapping.transform.as_mut(), &config.transform) {
+                if let (Some(_), Some(own)) = (&mapping.transform, &config.transform) {
                     let key = format!("hooks.mappings[{i}].transform");
-                    spec.limits = limits::mapping_limits(own, transform_limits, &key, problems);
+                    if let Some(own) = limits::mapping_limits(own, transform_limits, &key, problems)
+                    {
+                        mapping_limits.insert(mapping.id.clone(), own);
+                    }
                 }
                 if let Some(signature) = &config.signature {
                     let key = format!("hooks.mappings[{i}].signature");
@@ -424,6 +427,7 @@ fn hook_settings(
         mappings,
         transforms_dir: transforms_dir?,
         transform_limits,
+        mapping_limits,
         transforms: OnceLock::new(),
     })
 }

@@ -5,11 +5,8 @@ pub mod template;
 
 use serde_json::Value;
 
-use crate::config::model::MappingConfig;
-use crate::hook::payload::timeout_seconds;
 use crate::hook::signature::SignatureRule;
 use crate::hook::{AgentRequest, Channel, Rejected, WakeMode, WakeRequest};
-use crate::transform::TransformLimits;
 pub use template::TemplateContext;
 use template::{render, render_optional};
 
@@ -24,21 +21,21 @@ pub enum ActionKind {
 #[derive(Debug, Clone)]
 pub struct Mapping {
     pub id: String,
-    match_path: Option<String>,
-    match_source: Option<String>,
+    pub(crate) match_path: Option<String>,
+    pub(crate) match_source: Option<String>,
     pub kind: ActionKind,
-    wake_mode: WakeMode,
-    name: Option<String>,
-    agent_id: Option<String>,
-    session_key: Option<String>,
-    message_template: Option<String>,
-    text_template: Option<String>,
-    deliver: Option<bool>,
-    channel: Option<String>,
-    to: Option<String>,
-    model: Option<String>,
-    thinking: Option<String>,
-    timeout_seconds: Option<u64>,
+    pub(crate) wake_mode: WakeMode,
+    pub(crate) name: Option<String>,
+    pub(crate) agent_id: Option<String>,
+    pub(crate) session_key: Option<String>,
+    pub(crate) message_template: Option<String>,
+    pub(crate) text_template: Option<String>,
+    pub(crate) deliver: Option<bool>,
+    pub(crate) channel: Option<String>,
+    pub(crate) to: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) thinking: Option<String>,
+    pub(crate) timeout_seconds: Option<u64>,
     pub allow_unsafe_external_content: bool,
     /// The transform module, relative to the transforms directory, and its config as JSON text.
     pub transform: Option<TransformSpec>,
@@ -54,63 +51,9 @@ pub struct Mapping {
 pub struct TransformSpec {
     pub module: String,
     pub config: Option<String>,
-    /// This mapping's own bounds, when it sets `transform.limits`; else `hooks.transformLimits`.
-    pub limits: Option<TransformLimits>,
 }
 
 impl Mapping {
-    /// Builds the mapping at position `index` (0-based) of `hooks.mappings`.
-    pub fn from_config(index: usize, config: &MappingConfig) -> Result<Mapping, String> {
-        let kind = match config.action.as_deref().map(str::trim) {
-            None | Some("agent") => ActionKind::Agent,
-            Some("wake") => ActionKind::Wake,
-            Some(other) => return Err(format!("action must be wake or agent, not '{other}'")),
-        };
-        if let Some(channel) = &config.channel {
-            Channel::parse(channel).ok_or_else(|| Channel::EXPECTED.to_string())?;
-        }
-        let trimmed = |s: &Option<String>| {
-            s.as_deref()
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(String::from)
-        };
-        let strip_slashes = |s: &str| s.trim().trim_matches('/').to_string();
-        let rule = config.match_rule.clone().unwrap_or_default();
-        Ok(Mapping {
-            id: trimmed(&config.id).unwrap_or_else(|| format!("mapping-{}", index + 1)),
-            match_path: rule.path.as_deref().map(strip_slashes),
-            match_source: rule.source.clone(),
-            kind,
-            wake_mode: match config.wake_mode.as_deref() {
-                Some("next-heartbeat") => WakeMode::NextHeartbeat,
-                _ => WakeMode::Now,
-            },
-            name: config.name.clone(),
-            agent_id: trimmed(&config.agent_id),
-            session_key: config.session_key.clone(),
-            message_template: config.message_template.clone(),
-            text_template: config.text_template.clone(),
-            deliver: config.deliver,
-            channel: trimmed(&config.channel),
-            to: config.to.clone(),
-            model: config.model.clone(),
-            thinking: config.thinking.clone(),
-            timeout_seconds: config
-                .timeout_seconds
-                .and_then(|t| timeout_seconds(Some(&Value::from(t)))),
-            allow_unsafe_external_content: config.allow_unsafe_external_content,
-            transform: config.transform.as_ref().map(|t| TransformSpec {
-                module: t.module.trim().to_string(),
-                config: t.config.as_ref().map(Value::to_string),
-                // Resolved with the problems of the whole configuration, in `config::settings`.
-                limits: None,
-            }),
-            is_email: false,
-            signature: None,
-        })
-    }
-
     /// The name this mapping matches exactly, if it has a `match.path`.
     pub fn path(&self) -> Option<&str> {
         self.match_path.as_deref()
@@ -330,6 +273,3 @@ impl MappedAction {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

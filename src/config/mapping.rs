@@ -1,0 +1,241 @@
+//! A mapping as the file states it (`hooks.mappings[i]`), turned into a [`Mapping`]: its action,
+//! match rule, templates and transform. What the mapping then does with a request is
+//! `crate::mapping`'s; the limits and signature of its transform are settled in `settings`.
+
+use serde_json::Value;
+
+use super::model::MappingConfig;
+use crate::hook::payload::timeout_seconds;
+use crate::hook::{Channel, WakeMode};
+use crate::mapping::{ActionKind, Mapping, TransformSpec};
+
+/// Builds the mapping at position `index` (0-based) of `hooks.mappings` from its entry in the file.
+pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> {
+    let kind = match config.action.as_deref().map(str::trim) {
+        None | Some("agent") => ActionKind::Agent,
+        Some("wake") => ActionKind::Wake,
+        Some(other) => return Err(format!("action must be wake or agent, not '{other}'")),
+    };
+    if let Some(channel) = &config.channel {
+        Channel::parse(channel).ok_or_else(|| Channel::EXPECTED.to_string())?;
+    }
+    let trimmed = |s: &Option<String>| {
+        s.as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+    };
+    let strip_slashes = |s: &str| s.trim().trim_matches('/').to_string();
+    let rule = config.match_rule.clone().unwrap_or_default();
+    Ok(Mapping {
+        id: trimmed(&config.id).unwrap_or_else(|| format!("mapping-{}", index + 1)),
+        match_path: rule.path.as_deref().map(strip_slashes),
+        match_source: rule.source.clone(),
+        kind,
+        wake_mode: match config.wake_mode.as_deref() {
+            Some("next-heartbeat") => WakeMode::NextHeartbeat,
+            _ => WakeMode::Now,
+        },
+        name: config.name.clone(),
+        agent_id: trimmed(&config.agent_id),
+        session_key: config.session_key.clone(),
+        message_template: config.message_template.clone(),
+        text_template: config.text_template.clone(),
+        deliver: config.deliver,
+        channel: trimmed(&config.channel),
+        to: config.to.clone(),
+        model: config.model.clone(),
+        thinking: config.thinking.clone(),
+        timeout_seconds: config
+            .timeout_seconds
+            .and_then(|t| timeout_seconds(Some(&Value::from(t)))),
+        allow_unsafe_external_content: config.allow_unsafe_external_content,
+        transform: config.transform.as_ref().map(|t| TransformSpec {
+            module: t.module.trim().to_string(),
+            config: t.config.as_ref().map(Value::to_string),
+        }),
+        is_email: false,
+        signature: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::mapping as mapping_of;
+    use super::*;
+    use crate::hook::WakeRequest;
+    use crate::mapping::template::TemplateContext;
+    use crate::mapping::*;
+
+    fn mapping(index: usize, config: Value) -> Mapping {
+        let config: MappingConfig = serde_json::from_value(config).unwrap();
+        mapping_of(index, &config).unwrap()
+    }
+
+    fn ctx<'a>(name: &'a str, payload: &'a Value) -> TemplateContext<'a> {
+        TemplateContext {
+            name,
+            now: "2026-01-01T00:00:00.000Z",
+            headers: &[],
+            query: &[],
+            payload,
+        }
+    }
+
+    #[test]
+    fn default_id_and_kind() {
+        let m = mapping(2, json!({}));
+        assert_eq!(m.id, "mapping-3");
+        assert_eq!(m.kind, ActionKind::Agent);
+    }
+
+    #[test]
+    fn unknown_action_is_refused() {
+        let config: MappingConfig = serde_json::from_value(json!({"action": "poke"})).unwrap();
+        assert!(mapping_of(0, &config).is_err());
+    }
+
+    #[test]
+    fn match_path_strips_slashes() {
+        let m = mapping(0, json!({"match": {"path": "/github/"}}));
+        assert!(m.matches("github", &json!({})));
+        assert!(!m.matches("gitlab", &json!({})));
+    }
+
+    #[test]
+    fn match_source_reads_the_payload_string_field() {
+        let m = mapping(0, json!({"match": {"source": "ci"}}));
+        assert!(m.matches("anything", &json!({"source": "ci"})));
+        assert!(!m.matches("anything", &json!({"source": "cd"})));
+        assert!(!m.matches("anything", &json!({"source": 1})));
+        assert!(!m.matches("anything", &json!({})));
+    }
+
+    #[test]
+    fn both_rules_must_hold() {
+        let m = mapping(0, json!({"match": {"path": "ingest", "source": "ci"}}));
+        assert!(m.matches("ingest", &json!({"source": "ci"})));
+        assert!(!m.matches("other", &json!({"source": "ci"})));
+    }
+
+    #[test]
+    fn no_rules_match_every_name() {
+        assert!(mapping(0, json!({})).matches("x", &json!([])));
+    }
+
+    #[test]
+    fn first_match_wins() {
+        let list = vec![
+            mapping(0, json!({"id": "a", "match": {"path": "x"}})),
+            mapping(1, json!({"id": "b"})),
+        ];
+        assert_eq!(find(&list, "x", &json!({})).unwrap().id, "a");
+        assert_eq!(find(&list, "y", &json!({})).unwrap().id, "b");
+    }
+
+    #[test]
+    fn optional_fields_render_and_trim() {
+        let m = mapping(
+            0,
+            json!({"name": " {{repo}} ", "sessionKey": "hook:{{id}}", "to": " ", "model": "{{missing}}"}),
+        );
+        let payload = json!({"repo": "hookgate", "id": 7});
+        let action = m.render(&ctx("gh", &payload));
+        assert_eq!(action.name.as_deref(), Some("hookgate"));
+        assert_eq!(action.session_key.as_deref(), Some("hook:7"));
+        assert_eq!(action.to, None);
+        assert_eq!(action.model, None);
+    }
+
+    #[test]
+    fn wake_requires_text() {
+        let m = mapping(0, json!({"action": "wake", "textTemplate": "{{nothing}}"}));
+        let err = m.render(&ctx("x", &json!({}))).finish().unwrap_err();
+        assert_eq!(err.0, "hook mapping requires text");
+    }
+
+    #[test]
+    fn agent_requires_message() {
+        let m = mapping(0, json!({"messageTemplate": "  "}));
+        let err = m.render(&ctx("x", &json!({}))).finish().unwrap_err();
+        assert_eq!(err.0, "hook mapping requires message");
+    }
+
+    #[test]
+    fn gmail_preset_renders_exactly() {
+        let gmail = preset("gmail").unwrap();
+        let payload = json!({"messages": [{"id": "m1", "from": "a@b", "subject": "Hi", "snippet": "s", "body": "b"}]});
+        let action = gmail.render(&ctx("gmail", &payload));
+        assert_eq!(action.message, "New email from a@b\nSubject: Hi\ns\nb");
+        assert_eq!(action.session_key.as_deref(), Some("hook:gmail:m1"));
+        assert_eq!(action.name.as_deref(), Some("Gmail"));
+        assert_eq!(action.wake_mode, WakeMode::Now);
+        assert!(gmail.is_email);
+        assert!(gmail.matches("gmail", &payload));
+    }
+
+    #[test]
+    fn transform_wake_turns_an_agent_mapping_into_a_wake() {
+        let m = mapping(
+            0,
+            json!({"messageTemplate": "m", "wakeMode": "next-heartbeat"}),
+        );
+        let action = m
+            .render(&ctx("x", &json!({})))
+            .overlay(TransformAction::Wake {
+                text: "t".into(),
+                mode: None,
+            });
+        let finished = action.finish().unwrap();
+        assert_eq!(
+            finished,
+            FinishedAction::Wake(WakeRequest {
+                text: "t".into(),
+                mode: WakeMode::NextHeartbeat
+            })
+        );
+    }
+
+    #[test]
+    fn transform_agent_fields_left_unset_take_the_mapping_values() {
+        let m = mapping(
+            0,
+            json!({"action": "wake", "name": "CI", "channel": "slack", "to": "C1", "deliver": false}),
+        );
+        let agent = TransformAgent {
+            message: "hello".into(),
+            to: Some("C2".into()),
+            ..Default::default()
+        };
+        let finished = m
+            .render(&ctx("x", &json!({})))
+            .overlay(TransformAction::Agent(Box::new(agent)))
+            .finish()
+            .unwrap();
+        let FinishedAction::Agent(request) = finished else {
+            panic!("expected agent")
+        };
+        assert_eq!(request.message, "hello");
+        assert_eq!(request.name, "CI");
+        assert_eq!(request.channel, Some(Channel::Slack));
+        assert_eq!(request.to.as_deref(), Some("C2"));
+        assert!(!request.deliver);
+    }
+
+    #[test]
+    fn transform_channel_must_be_known() {
+        let agent = TransformAgent {
+            message: "m".into(),
+            channel: Some("fax".into()),
+            ..Default::default()
+        };
+        let err = mapping(0, json!({}))
+            .render(&ctx("x", &json!({})))
+            .overlay(TransformAction::Agent(Box::new(agent)))
+            .finish()
+            .unwrap_err();
+        assert_eq!(err.0, Channel::EXPECTED);
+    }
+}
