@@ -13,7 +13,7 @@ use crate::gateway::nats::Cluster;
 use crate::gateway::{Runtime, Store, StoreError};
 use crate::http::{AppState, AuthFailureLimiter, ConnectionLimits, router, serve};
 use crate::metrics::Metrics;
-use crate::transform::{TransformEngine, TransformLimits, TransformRegistry};
+use crate::transform::{TransformEngine, TransformRegistry};
 
 /// How long a stopping server lets the outbox finish the send it is making.
 const OUTBOX_GRACE: Duration = Duration::from_secs(5);
@@ -68,11 +68,7 @@ async fn open_store(
 }
 
 fn transform_registry(settings: &Settings) -> Result<Arc<TransformRegistry>, StartError> {
-    let limits = settings
-        .hooks
-        .as_ref()
-        .map_or_else(TransformLimits::default, |h| h.engine_limits());
-    let engine = TransformEngine::new(&limits)
+    let engine = TransformEngine::new(&settings.engine_limits())
         .map_err(|e| anyhow::anyhow!("cannot start the transform engine: {e:#}"))?;
     Ok(Arc::new(TransformRegistry::new(
         engine,

@@ -9,42 +9,78 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// A semaphore that can be resized while permits are held.
 pub struct Slots {
     semaphore: Arc<Semaphore>,
-    /// The permits in circulation: free ones plus held ones.
-    size: Mutex<usize>,
+    sizes: Mutex<Sizes>,
+}
+
+struct Sizes {
+    /// Permits in circulation: free ones plus held ones.
+    current: usize,
+    /// What [`Slots::resize`] asked for; `current` comes down to it as permits come back.
+    wanted: usize,
 }
 
 impl Slots {
     pub fn new(size: usize) -> Slots {
         Slots {
             semaphore: Arc::new(Semaphore::new(size)),
-            size: Mutex::new(size),
+            sizes: Mutex::new(Sizes {
+                current: size,
+                wanted: size,
+            }),
         }
     }
 
+    fn sizes(&self) -> std::sync::MutexGuard<'_, Sizes> {
+        self.sizes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Sets the number of slots. Growing takes effect at once; shrinking retires free slots now
-    /// and, while too many are held, more on later calls as they come free (work in progress is
-    /// never cut short). Costs a lock and, when the size changed, a semaphore update.
+    /// and the rest as they are next taken (work in progress is never cut short, and a busy
+    /// server whose every freed slot is taken at once still comes down). Costs a lock and, when
+    /// the size changed, a semaphore update.
     pub fn resize(&self, wanted: usize) {
-        let mut size = self.size.lock().unwrap_or_else(|p| p.into_inner());
-        if wanted > *size {
-            self.semaphore.add_permits(wanted - *size);
-            *size = wanted;
-        } else if wanted < *size {
-            *size -= self.semaphore.forget_permits(*size - wanted);
+        let mut sizes = self.sizes();
+        sizes.wanted = wanted;
+        if wanted > sizes.current {
+            self.semaphore.add_permits(wanted - sizes.current);
+            sizes.current = wanted;
+        } else if wanted < sizes.current {
+            sizes.current -= self.semaphore.forget_permits(sizes.current - wanted);
         }
+    }
+
+    /// Keeps `permit` unless there are more slots than wanted; then retires it instead.
+    fn keep(&self, permit: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
+        let mut sizes = self.sizes();
+        if sizes.current > sizes.wanted {
+            permit.forget();
+            sizes.current -= 1;
+            return None;
+        }
+        Some(permit)
     }
 
     /// A free slot now, if there is one.
     pub fn try_take(&self) -> Option<OwnedSemaphorePermit> {
-        Arc::clone(&self.semaphore).try_acquire_owned().ok()
+        loop {
+            let permit = Arc::clone(&self.semaphore).try_acquire_owned().ok()?;
+            if let Some(permit) = self.keep(permit) {
+                return Some(permit);
+            }
+        }
     }
 
     /// Waits for a free slot.
     pub async fn take(&self) -> OwnedSemaphorePermit {
-        Arc::clone(&self.semaphore)
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed")
+        loop {
+            let permit = Arc::clone(&self.semaphore)
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed");
+            if let Some(permit) = self.keep(permit) {
+                return permit;
+            }
+        }
     }
 }
 
@@ -59,10 +95,9 @@ mod tests {
         slots.resize(1);
         drop(a);
         assert!(
-            slots.try_take().is_some(),
-            "not retired yet: the next resize does it"
+            slots.try_take().is_none(),
+            "the freed slot is retired when next taken"
         );
-        slots.resize(1);
         drop(b);
         let held = slots.try_take();
         assert!(held.is_some());

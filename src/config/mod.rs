@@ -139,10 +139,16 @@ impl LiveConfig {
         &self.path
     }
 
-    /// Loads the file again; valid settings replace the current ones, invalid ones are returned
-    /// and the current ones kept.
+    /// Loads the file again; valid settings replace the current ones, invalid ones (and ones
+    /// that change a key only a restart applies) are returned and the current ones kept.
     pub fn reload(&self) -> Result<(), Vec<ConfigError>> {
+        // Restart-only keys are checked before admission, which loads the transforms the new
+        // settings name and so must only run for settings that will be taken.
         let loaded = load_with_digest(&self.path).and_then(|(settings, digest)| {
+            let needs_restart = restart_only_changes(&self.current(), &settings);
+            if !needs_restart.is_empty() {
+                return Err(needs_restart);
+            }
             (self.admission)(&settings).map(|()| (settings, digest))
         });
         let settings = match loaded {
@@ -157,20 +163,6 @@ impl LiveConfig {
                 return Err(problems);
             }
         };
-        let old = self.current();
-        let needs_restart = restart_only_changes(&old, &settings);
-        if !needs_restart.is_empty() {
-            let mut status = self.lock_status();
-            status.last_error = Some(needs_restart.iter().map(ToString::to_string).collect());
-            return Err(needs_restart);
-        }
-        let pool_memory = |s: &Settings| s.hooks.as_ref().map(|h| h.engine_limits().memory_bytes);
-        if pool_memory(&settings) > pool_memory(&old) {
-            tracing::warn!(
-                "a transform memory cap above the one the instance pool was sized for at start \
-                 is held to that size until a restart"
-            );
-        }
         let mut status = self.lock_status();
         self.current.store(Arc::new(settings));
         status.generation += 1;
@@ -183,6 +175,7 @@ impl LiveConfig {
 /// whole, so that a configuration never half-applies. Every other key takes effect on reload.
 fn restart_only_changes(old: &Settings, new: &Settings) -> Vec<ConfigError> {
     let nats = matches!(old.store, store::StoreSettings::Nats(_));
+    let (old_pool, new_pool) = (old.engine_limits(), new.engine_limits());
     let changed = [
         ("gateway.stateDir", old.state_dir != new.state_dir),
         ("gateway.store", old.store != new.store),
@@ -201,6 +194,15 @@ fn restart_only_changes(old: &Settings, new: &Settings) -> Vec<ConfigError> {
         (
             "agents.defaults.timeoutSeconds",
             nats && old.runtime.run_timeout != new.runtime.run_timeout,
+        ),
+        // The transform engine's call slots and instance pool are sized at start.
+        (
+            "hooks.transformLimits.maxConcurrent",
+            old_pool.max_concurrent != new_pool.max_concurrent,
+        ),
+        (
+            "hooks.transformLimits.memoryBytes",
+            new_pool.memory_bytes > old_pool.memory_bytes,
         ),
     ];
     changed

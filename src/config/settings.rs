@@ -56,6 +56,16 @@ pub struct Settings {
     pub runtime: RuntimeSettings,
 }
 
+impl Settings {
+    /// What the transform engine is sized for at start: its call slots and the memory of its
+    /// instance pool (`hooks.transformLimits` with the largest memory cap of any mapping).
+    pub fn engine_limits(&self) -> TransformLimits {
+        self.hooks
+            .as_ref()
+            .map_or_else(TransformLimits::default, HookSettings::engine_limits)
+    }
+}
+
 /// The webhook endpoint's settings, present only when hooks are enabled.
 #[derive(Debug)]
 pub struct HookSettings {

@@ -1,10 +1,8 @@
 //! Retention: finished work older than `gateway.retention` is deleted from the store in small
 //! batches, each its own short transaction in the writer's queue, so that pruning never holds
 //! intake up for long. Done outbox rows go at once; idempotency and replay records once their
-//! window has passed. Runs still to be run or relayed are never deleted.
-//!
-//! Each batch looks only at the oldest rows (by insertion order, which is time order), so a
-//! batch costs the same however large the table: a pass never scans it.
+//! window has passed. Events no heartbeat has taken and runs still to be run or relayed are
+//! never deleted.
 
 use std::time::Duration;
 
@@ -16,8 +14,10 @@ use super::deliveries::REPLAY_WINDOW;
 use crate::config::runtime::Retention;
 use crate::hook::idempotency;
 
-/// Rows one transaction deletes at most.
+/// Rows of one kind one transaction deletes at most.
 const BATCH: u32 = 500;
+/// Runs one transaction deletes at most.
+const RUN_BATCH: u32 = 100;
 /// How often a pass runs, at most; a shorter retention runs it more often, down to every second.
 const EVERY: Duration = Duration::from_secs(60);
 
@@ -26,8 +26,7 @@ pub async fn run(ctx: Context) {
     loop {
         let retention = ctx.config.current().runtime.retention;
         match prune(&ctx, retention).await {
-            Ok(0) => {}
-            Ok(deleted) => tracing::debug!(deleted, "retention pruned the store"),
+            Ok(batches) => tracing::debug!(batches, "retention pass done"),
             Err(err) => tracing::warn!(%err, "retention pass failed; trying again later"),
         }
         let shortest = [retention.events, retention.runs]
@@ -39,18 +38,18 @@ pub async fn run(ctx: Context) {
     }
 }
 
-/// One pass: batches until nothing is left to delete. Returns the rows deleted.
+/// One pass: batches until nothing is left to delete. Returns the transactions it took.
 pub async fn prune(ctx: &Context, retention: Retention) -> Result<usize, super::store::StoreError> {
-    let mut total = 0;
+    let mut batches = 0;
     loop {
         let now = now_ms();
-        let deleted = ctx
+        let more = ctx
             .store
             .write(move |conn| prune_batch(conn, retention, now))
             .await?;
-        total += deleted;
-        if deleted < BATCH as usize {
-            return Ok(total);
+        batches += 1;
+        if !more {
+            return Ok(batches);
         }
         tokio::task::yield_now().await;
     }
@@ -65,49 +64,59 @@ fn cutoff(now_ms: i64, age: Duration) -> String {
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-/// Deletes at most [`BATCH`] rows of each kind; returns the most deleted of any one kind.
-fn prune_batch(conn: &Connection, retention: Retention, now_ms: i64) -> rusqlite::Result<usize> {
-    let mut most = conn.execute(
+/// Deletes at most [`BATCH`] rows of each kind ([`RUN_BATCH`] runs, whose prompts and replies
+/// may be large); returns whether any kind had a full batch (more may be left). Each statement
+/// is a range scan of an index over exactly the rows it may delete, so rows that must stay
+/// (pending events, runs still to run or relay) cost nothing and never hold pruning up.
+fn prune_batch(conn: &Connection, retention: Retention, now_ms: i64) -> rusqlite::Result<bool> {
+    let mut full = conn.execute(
         "DELETE FROM outbox WHERE id IN
-           (SELECT id FROM outbox WHERE status = 'done' ORDER BY status, next_at_ms LIMIT ?1)",
+           (SELECT id FROM outbox WHERE status = 'done' LIMIT ?1)",
         params![BATCH],
-    )?;
+    )? == BATCH as usize;
     if let Some(age) = retention.events {
-        let deleted = conn.execute(
+        // Only events a heartbeat has taken: a pending event is work not yet done.
+        full |= conn.execute(
             "DELETE FROM events WHERE seq IN
-               (SELECT seq FROM (SELECT seq, at FROM events ORDER BY seq LIMIT ?1) WHERE at < ?2)",
+               (SELECT seq FROM events WHERE consumed = 1 AND at < ?2 ORDER BY consumed, at LIMIT ?1)",
             params![BATCH, cutoff(now_ms, age)],
-        )?;
-        most = most.max(deleted);
+        )? == BATCH as usize;
     }
     if let Some(age) = retention.runs {
         let before = cutoff(now_ms, age);
-        let deleted = conn.execute(
+        // A run an idempotency record still names stays: a repeat of its request is answered
+        // with its id, which must then be found.
+        full |= conn.execute(
             "DELETE FROM runs WHERE rowid IN
-               (SELECT rowid FROM (SELECT rowid, created_at, status FROM runs ORDER BY rowid LIMIT ?1)
-                WHERE created_at < ?2 AND status NOT IN ('queued', 'running', 'forwarding'))",
-            params![BATCH, before],
-        )?;
+               (SELECT rowid FROM runs WHERE created_at < ?2
+                  AND status NOT IN ('queued', 'running', 'forwarding')
+                  AND run_id NOT IN (SELECT run_id FROM idempotency WHERE first_at_ms >= ?3)
+                ORDER BY created_at LIMIT ?1)",
+            params![
+                RUN_BATCH,
+                before,
+                now_ms.saturating_sub(millis(idempotency::WINDOW))
+            ],
+        )? == RUN_BATCH as usize;
         // Failed and uncertain sends stay as long as their runs, for a retry.
-        conn.execute(
+        full |= conn.execute(
             "DELETE FROM outbox WHERE id IN
-               (SELECT id FROM (SELECT id, created_at, status FROM outbox ORDER BY id LIMIT ?1)
-                WHERE created_at < ?2 AND status IN ('failed', 'uncertain'))",
+               (SELECT id FROM outbox WHERE status IN ('failed', 'uncertain') AND created_at < ?2
+                LIMIT ?1)",
             params![BATCH, before],
-        )?;
-        most = most.max(deleted);
+        )? == BATCH as usize;
     }
-    let idempotent = conn.execute(
+    full |= conn.execute(
         "DELETE FROM idempotency WHERE fingerprint IN
            (SELECT fingerprint FROM idempotency WHERE first_at_ms < ?2 ORDER BY first_at_ms LIMIT ?1)",
         params![BATCH, now_ms.saturating_sub(millis(idempotency::WINDOW))],
-    )?;
-    let replays = conn.execute(
+    )? == BATCH as usize;
+    full |= conn.execute(
         "DELETE FROM deliveries WHERE key IN
            (SELECT key FROM deliveries WHERE first_at_ms < ?2 ORDER BY first_at_ms LIMIT ?1)",
         params![BATCH, now_ms.saturating_sub(millis(REPLAY_WINDOW))],
-    )?;
-    Ok(most.max(idempotent).max(replays))
+    )? == BATCH as usize;
+    Ok(full)
 }
 
 #[cfg(test)]
@@ -115,12 +124,16 @@ mod tests {
     use super::*;
     use crate::gateway::store::Store;
 
-    /// An event and runs (one per status) created at `at`.
+    /// Events and runs (one per status) created at `at`.
     fn insert_old(conn: &Connection, at: &str) -> rusqlite::Result<()> {
-        conn.execute(
-            "INSERT INTO events (agent, kind, text, trusted, source, at) VALUES ('main', 'system', 't', 0, 'hook:wake', ?1)",
-            [at],
-        )?;
+        // One event a heartbeat took, one still pending.
+        for consumed in [1, 0] {
+            conn.execute(
+                "INSERT INTO events (agent, kind, text, trusted, source, at, consumed)
+                 VALUES ('main', 'system', 't', 0, 'hook:wake', ?1, ?2)",
+                rusqlite::params![at, consumed],
+            )?;
+        }
         for status in [
             "ok",
             "error",
@@ -158,8 +171,14 @@ mod tests {
             runs: None,
         };
         let now = now_ms();
-        let deleted = store.write(move |conn| prune_batch(conn, keep, now)).await;
-        assert_eq!(deleted.unwrap(), 0, "0 keeps everything");
+        store
+            .write(move |conn| prune_batch(conn, keep, now))
+            .await
+            .unwrap();
+        let kept = store
+            .read(|conn| Ok((count(conn, "events")?, count(conn, "runs")?)))
+            .await;
+        assert_eq!(kept.unwrap(), (2, 6), "0 keeps everything");
         let day = Some(Duration::from_secs(86_400));
         let month = Retention {
             events: day,
@@ -183,9 +202,10 @@ mod tests {
         assert_eq!(
             left,
             (
-                0,
+                1,
                 vec!["forwarding".into(), "queued".into(), "running".into()]
-            )
+            ),
+            "the pending event and the runs still to run or relay stay"
         );
         store.close();
     }

@@ -103,7 +103,7 @@ fn lock(busy: &BusySessions) -> std::sync::MutexGuard<'_, HashSet<String>> {
 async fn execute(ctx: &Context, signals: &Signals, run: NewRun) {
     let settings = ctx.config.current();
     let outcome = agent::turn(&ctx.http, &settings, &run).await;
-    let owner = agent::owner_route(&ctx.store, settings.agents.default_id()).await;
+    let owner = agent::owner_route_for(&ctx.store, &settings, &run, &outcome).await;
     let conclusion = agent::conclude(&settings, &run, outcome, owner);
     let wakes_now = conclusion.wakes_now(&run);
     let Conclusion {
@@ -117,14 +117,11 @@ async fn execute(ctx: &Context, signals: &Signals, run: NewRun) {
     let recorded = ctx
         .store
         .write(move |conn| {
-            runs::finish(
-                conn,
-                &run_id,
-                &outcome,
-                &delivery,
-                summary_now.as_ref(),
-                outbox.as_ref(),
-            )
+            runs::finish(conn, &run_id, &outcome, &delivery, summary_now.as_ref())?;
+            match outbox {
+                Some(item) => item.insert(conn, Some(&run_id)),
+                None => Ok(()),
+            }
         })
         .await;
     match recorded {

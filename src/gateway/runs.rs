@@ -5,9 +5,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::delivery::DeliveryRecord;
-use super::outbox::OutboxItem;
-use super::records::{NewRun, RunOutcome, RunStatus, SummaryEvent};
+use super::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus, SummaryEvent};
 use crate::config::runtime::Route;
 
 /// Runs left `running` by a process that died go back to `queued` (at-least-once).
@@ -74,17 +72,18 @@ pub fn status(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunSta
     .optional()
 }
 
-/// Records a run's outcome and what follows from it, in one transaction.
+/// Records a run's outcome with its delivery record and summary event (the caller adds the
+/// delivery's outbox row in the same transaction).
 pub fn finish(
     conn: &Connection,
     run_id: &str,
     outcome: &RunOutcome,
     delivery: &DeliveryRecord,
     summary: Option<&SummaryEvent>,
-    outbox: Option<&OutboxItem>,
 ) -> rusqlite::Result<()> {
     conn.execute(
-        "UPDATE runs SET status = ?2, reply = ?3, summary = ?4, error = ?5, finished_at = ?6, delivery = ?7
+        "UPDATE runs SET status = ?2, reply = ?3, summary = ?4, error = ?5, finished_at = ?6,
+             delivery = ?7, answered_by = ?8
          WHERE run_id = ?1",
         params![
             run_id,
@@ -93,14 +92,12 @@ pub fn finish(
             outcome.summary,
             outcome.error,
             outcome.finished_at,
-            delivery_json(delivery)
+            delivery_json(delivery),
+            outcome.model,
         ],
     )?;
     if let Some(summary) = summary {
         summary.insert(conn)?;
-    }
-    if let Some(item) = outbox {
-        item.insert(conn, Some(run_id))?;
     }
     Ok(())
 }

@@ -174,13 +174,13 @@ impl Runtime {
     /// `forwarding`) or a delivery given up. Not on a NATS cluster, whose deliveries live on the
     /// stream.
     pub async fn retry_run(&self, run_id: &str) -> Result<(), RetryError> {
+        if self.store.run(run_id).await?.is_none() {
+            return Err(RetryError::NotFound);
+        }
         let Some(signals) = self.signals() else {
             return Err(RetryError::NothingFailed);
         };
         let id = run_id.to_string();
-        if self.store.run(run_id).await?.is_none() {
-            return Err(RetryError::NotFound);
-        }
         if !self
             .store
             .write(move |conn| outbox::retry_run(conn, &id))
@@ -190,6 +190,14 @@ impl Runtime {
         }
         signals.outbox_ready.notify_one();
         Ok(())
+    }
+
+    /// The main session's route as its owner set it, if they did.
+    pub async fn owner_route(&self, agent: &str) -> Result<Option<Route>, StoreError> {
+        let agent = agent.to_string();
+        self.store
+            .read(move |conn| runs::owner_route(conn, &agent))
+            .await
     }
 
     /// Sets the main session's route (`None` clears it): where `channel: last` replies and

@@ -16,7 +16,6 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::records::{EventRecord, NewEvent, NewRun, RunRecord, RunStatus};
 use super::schema::migrate;
-use crate::config::runtime::Route;
 
 /// The most submissions one transaction takes; bounds the latency a batch adds to its first member.
 const MAX_BATCH: usize = 512;
@@ -38,8 +37,12 @@ pub enum StoreError {
     Closed,
     #[error("commit failed: {0}")]
     Commit(String),
-    #[error(transparent)]
-    Cluster(#[from] super::nats::ClusterError),
+    /// A record larger than the NATS servers take in one message: the client's to mend (413).
+    #[error("a {size}-byte record is over the store's limit of {limit} bytes")]
+    TooLarge { size: usize, limit: usize },
+    /// The NATS cluster failed.
+    #[error("{0}")]
+    Cluster(String),
 }
 
 /// What became of a queued run.
@@ -213,13 +216,6 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<RunRecord>, StoreError> {
         self.read(move |conn| RunRecord::select_by_status(conn, status, limit))
-            .await
-    }
-
-    /// The main session's route as its owner set it.
-    pub async fn owner_route(&self, agent: &str) -> Result<Option<Route>, StoreError> {
-        let agent = agent.to_string();
-        self.read(move |conn| super::runs::owner_route(conn, &agent))
             .await
     }
 

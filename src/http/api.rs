@@ -118,7 +118,10 @@ pub async fn retry_run(
 /// route the operator set (`route`, null when none), else `channels.defaultRoute` (`default`).
 pub async fn main_route(_: Operator, State(app): State<AppState>) -> Result<Response, HookError> {
     let settings = app.config.current();
-    let route = app.store.owner_route(settings.agents.default_id()).await?;
+    let route = app
+        .runtime
+        .owner_route(settings.agents.default_id())
+        .await?;
     let default = settings.runtime.channels.default_route.clone();
     Ok(Json(json!({"route": route, "default": default})).into_response())
 }
@@ -169,11 +172,11 @@ fn parse_limit(value: &str) -> Result<u32, String> {
 /// `GET /metrics`: the Prometheus text format; behind the gateway token unless
 /// `gateway.metrics.public`.
 pub async fn metrics(
-    operator: Result<Operator, HookError>,
     State(app): State<AppState>,
+    request: axum::http::request::Parts,
 ) -> Result<Response, HookError> {
     if !app.config.current().metrics_public {
-        operator?;
+        Operator::authorize(&request, &app)?;
     }
     if let Ok((by_status, waiting)) = app.store.gauges().await {
         // Statuses with no runs left drop out of the query: start from an empty family.

@@ -20,6 +20,14 @@ impl FromRequestParts<AppState> for Operator {
     type Rejection = HookError;
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, HookError> {
+        Operator::authorize(parts, app)
+    }
+}
+
+impl Operator {
+    /// The check the extractor makes, for a handler that needs it only sometimes (`/metrics`
+    /// when it is not public): a failure counts toward the lockout only when the check is made.
+    pub fn authorize(parts: &Parts, app: &AppState) -> Result<Operator, HookError> {
         let peer = parts
             .extensions
             .get::<ConnectInfo<SocketAddr>>()

@@ -43,9 +43,9 @@ impl From<crate::gateway::StoreError> for HookError {
     /// The store failing is our problem, not the client's: a 500, the cause in the log. Only a
     /// request too large for the NATS servers' messages is the client's: a 413.
     fn from(err: crate::gateway::StoreError) -> Self {
-        use crate::gateway::{StoreError, nats::ClusterError};
+        use crate::gateway::StoreError;
         match err {
-            StoreError::Cluster(ClusterError::TooLarge { size, limit }) => {
+            StoreError::TooLarge { size, limit } => {
                 tracing::info!(size, limit, "request too large for a NATS message");
                 HookError::PayloadTooLarge
             }

@@ -45,11 +45,10 @@ pub async fn serve(
     'accept: loop {
         // While every slot is held, the limits are read again each second: a reload that raises
         // `max_connections` lets waiting clients in without a connection having to end first.
-        let (slot, current) = loop {
-            let current = limits();
-            slots.resize(current.max_connections);
+        let slot = loop {
+            slots.resize(limits().max_connections);
             tokio::select! {
-                slot = slots.take() => break (slot, current),
+                slot = slots.take() => break slot,
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
                 () = &mut shutdown => break 'accept,
             }
@@ -72,9 +71,11 @@ pub async fn serve(
             // Router's error type is Infallible: `oneshot` cannot fail.
             router.clone().oneshot(request.map(Body::new))
         });
+        // Read again: the wait for a client may have outlasted a reload.
+        let header_timeout = limits().header_timeout;
         let connection = http1::Builder::new()
             .timer(TokioTimer::new())
-            .header_read_timeout(current.header_timeout)
+            .header_read_timeout(header_timeout)
             .serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {

@@ -10,8 +10,9 @@ use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
 use crate::config::runtime::Route;
-use crate::gateway::delivery::{DeliveryJob, DeliveryRecord};
-use crate::gateway::records::{NewEvent, NewRun, RunOutcome, SummaryEvent};
+use crate::gateway::records::{
+    DeliveryJob, DeliveryRecord, NewEvent, NewRun, RunOutcome, SummaryEvent,
+};
 use crate::gateway::runs;
 
 /// One change, as published to `<stream>.<subject>`.
@@ -33,7 +34,8 @@ pub enum Fact {
         outcome: RunOutcome,
         delivery: DeliveryRecord,
         summary: Option<SummaryEvent>,
-        job: Option<DeliveryJob>,
+        /// Boxed: a reply is the bulk of the fact, and most facts carry none.
+        job: Option<Box<DeliveryJob>>,
     },
     /// A request for a heartbeat, which the heartbeat consumer hands to one node at a time, to
     /// begin no earlier than `not_before_ms` (the end of the window whose requests it stands
@@ -48,15 +50,15 @@ pub enum Fact {
         up_to: i64,
         job: Option<DeliveryJob>,
     },
-    /// What became of a delivery: the run's delivery record, and the summary of a reply that
-    /// could not be delivered. (Facts of earlier versions also carry `sentAt`, which set the
-    /// main session's route; it is ignored: the route belongs to its owner.)
     /// The operator set the main session's route (`None`: cleared).
     RouteSet {
         agent: String,
         route: Option<Route>,
         at: String,
     },
+    /// What became of a delivery: the run's delivery record, and the summary of a reply that
+    /// could not be delivered. (Facts of earlier versions also carry `sentAt`, which set the
+    /// main session's route; it is ignored: the route belongs to its owner.)
     #[serde(rename_all = "camelCase")]
     Delivered {
         run_id: Option<String>,
@@ -91,7 +93,8 @@ impl Fact {
     /// The delivery this fact asks for, if any.
     pub fn job(&self) -> Option<&DeliveryJob> {
         match self {
-            Fact::Finished { job, .. } | Fact::Beat { job, .. } => job.as_ref(),
+            Fact::Finished { job, .. } => job.as_deref(),
+            Fact::Beat { job, .. } => job.as_ref(),
             _ => None,
         }
     }
@@ -119,7 +122,7 @@ impl Fact {
             } => {
                 let status = runs::status(conn, run_id)?;
                 if status.is_some_and(|s| s.is_pending()) {
-                    runs::finish(conn, run_id, outcome, delivery, summary.as_ref(), None)?;
+                    runs::finish(conn, run_id, outcome, delivery, summary.as_ref())?;
                 }
             }
             Fact::BeatRequested { .. } => {}

@@ -19,6 +19,7 @@ mod intake;
 mod projection;
 mod run;
 mod work;
+mod workers;
 
 use std::time::Duration;
 
@@ -49,6 +50,16 @@ pub enum ClusterError {
 impl ClusterError {
     fn new(context: &str, err: impl std::fmt::Display) -> Self {
         ClusterError::Failed(format!("{context}: {err}"))
+    }
+}
+
+impl From<ClusterError> for crate::gateway::store::StoreError {
+    fn from(err: ClusterError) -> Self {
+        use crate::gateway::store::StoreError;
+        match err {
+            ClusterError::TooLarge { size, limit } => StoreError::TooLarge { size, limit },
+            err @ ClusterError::Failed(_) => StoreError::Cluster(err.to_string()),
+        }
     }
 }
 
@@ -467,4 +478,4 @@ pub async fn check(settings: &NatsSettings, run_timeout: Duration) -> Result<Str
 }
 
 pub use projection::{open_view, project};
-pub use work::start_workers;
+pub use workers::start_workers;

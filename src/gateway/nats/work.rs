@@ -13,12 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{AckKind, Message};
-use futures_util::StreamExt;
-use tokio::sync::Semaphore;
-use tokio::task::JoinHandle;
 
 use super::Cluster;
-use crate::gateway::context::Context;
 
 /// How long a worker waits before pulling again after the cluster failed it.
 pub(super) const RETRY: Duration = Duration::from_secs(1);
@@ -26,131 +22,8 @@ pub(super) const RETRY: Duration = Duration::from_secs(1);
 /// How long a stopping node lets the work in hand finish before handing it back.
 pub(super) const FINISH_GRACE: Duration = Duration::from_secs(3);
 
-/// How long a pull waits for messages before asking again.
-const PULL_EXPIRES: Duration = Duration::from_secs(5);
-
 /// How long a worker waits for its view to show what a message refers to.
 pub(super) const VIEW_WAIT: Duration = Duration::from_secs(10);
-
-/// Starts the projection and the workers of a node on the cluster.
-pub fn start_workers(ctx: &Context, cluster: &Cluster) -> Vec<(&'static str, JoinHandle<()>)> {
-    let slots = ctx.config.current().runtime.max_concurrent;
-    let runner = {
-        let (ctx, cluster) = (ctx.clone(), cluster.clone());
-        consume(cluster.clone(), "runner", slots, move |message| {
-            super::run::run(ctx.clone(), cluster.clone(), message)
-        })
-    };
-    let heartbeat = {
-        let (ctx, cluster) = (ctx.clone(), cluster.clone());
-        consume(cluster.clone(), "heartbeat", 1, move |message| {
-            super::dispatch::beat(ctx.clone(), cluster.clone(), message)
-        })
-    };
-    let delivery = {
-        let (ctx, cluster) = (ctx.clone(), cluster.clone());
-        consume(cluster.clone(), "delivery", slots, move |message| {
-            super::dispatch::deliver(ctx.clone(), cluster.clone(), message)
-        })
-    };
-    vec![
-        (
-            "projection",
-            tokio::spawn(super::project(cluster.clone(), ctx.store.clone())),
-        ),
-        ("runner", tokio::spawn(runner)),
-        ("heartbeat", tokio::spawn(heartbeat)),
-        ("delivery", tokio::spawn(delivery)),
-        (
-            "heartbeat-clock",
-            tokio::spawn(super::dispatch::clock(ctx.clone(), cluster.clone())),
-        ),
-    ]
-}
-
-/// Pulls from consumer `name` at most `slots` messages at a time and hands each to `handle` in
-/// a task of its own, until the process ends.
-async fn consume<F, Fut>(cluster: Cluster, name: &'static str, slots: usize, handle: F)
-where
-    F: Fn(Message) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let slots = Arc::new(Semaphore::new(slots));
-    'consumer: loop {
-        let consumer = match cluster.consumer(name).await {
-            Ok(consumer) => consumer,
-            Err(err) => {
-                tracing::warn!(%err, "cannot pull work");
-                tokio::time::sleep(RETRY).await;
-                continue;
-            }
-        };
-        loop {
-            // Wait for a free slot before asking for work, then ask for as many as are free.
-            let Ok(first) = Arc::clone(&slots).acquire_owned().await else {
-                return;
-            };
-            let mut permits = vec![first];
-            while let Ok(permit) = Arc::clone(&slots).try_acquire_owned() {
-                permits.push(permit);
-            }
-            let batch = consumer
-                .batch()
-                .max_messages(permits.len())
-                .expires(PULL_EXPIRES)
-                .messages()
-                .await;
-            let mut batch = match batch {
-                Ok(batch) => batch,
-                Err(err) => {
-                    tracing::warn!(%err, consumer = name, "cannot pull work");
-                    tokio::time::sleep(RETRY).await;
-                    break;
-                }
-            };
-            let reconnection = cluster.reconnection();
-            tokio::pin!(reconnection);
-            loop {
-                let message = tokio::select! {
-                    message = batch.next() => message,
-                    () = &mut reconnection => None,
-                };
-                let Some(message) = message else { break };
-                let message = match message {
-                    Ok(message) => message,
-                    Err(err) => {
-                        // A consumer deleted, a leader being elected: pull again after a pause,
-                        // the consumer looked up (or created) afresh.
-                        tracing::warn!(%err, consumer = name, "pull failed");
-                        tokio::time::sleep(RETRY).await;
-                        continue 'consumer;
-                    }
-                };
-                let Some(permit) = permits.pop() else { break };
-                let reply = message.reply.clone();
-                let work = handle(message);
-                let (client, in_flight) = (cluster.client.clone(), cluster.in_flight.clone());
-                let guard = in_flight.enter();
-                tokio::spawn(async move {
-                    tokio::pin!(work);
-                    tokio::select! {
-                        () = &mut work => {}
-                        () = in_flight.stopping() => {
-                            // The node is stopping: a moment to finish (a send, an outcome
-                            // being recorded), then the work is dropped where it stands and
-                            // its message handed back for another node to take at once.
-                            let finished = tokio::time::timeout(FINISH_GRACE, &mut work).await;
-                            if let (Err(_), Some(reply)) = (finished, reply) {
-                                let _ = client.publish(reply, "-NAK".into()).await;
-                            }
-                        }
-                    }
-                    drop((permit, guard));
-                });
-            }
-        }
-    }
-}
 
 /// The work a node has in hand, so that a stopping node can hand it back instead of leaving it
 /// to the ack wait (five minutes past the run timeout by default) on every rolling restart.
