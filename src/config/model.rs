@@ -18,6 +18,9 @@ pub struct FileConfig {
     pub hooks: HooksConfig,
     #[serde(default)]
     pub agents: AgentsConfig,
+    /// Named model providers.
+    #[serde(default)]
+    pub models: ModelsConfig,
     /// Delivery adapters; interpreted by the gateway runtime, kept as written until then.
     #[serde(default)]
     pub channels: Option<serde_json::Value>,
@@ -224,23 +227,55 @@ pub struct AgentDefaultsConfig {
     #[serde(default)]
     pub models: BTreeMap<String, ModelEntryConfig>,
     pub heartbeat: Option<HeartbeatConfig>,
-    /// The OpenAI-compatible chat-completions endpoint agents use.
+    /// The provider of model ids that name none of `models.providers`.
     pub provider: Option<ProviderConfig>,
-    /// The model of runs that name none.
-    pub model: Option<String>,
+    /// The model of runs that name none: an id, or `{ primary, fallbacks }`.
+    pub model: Option<ModelConfig>,
     /// Agent runs at once (default 4).
     pub max_concurrent: Option<u32>,
-    /// Default bound on a run, in seconds (default 300).
+    /// Default bound on a run, in seconds (default 600).
     pub timeout_seconds: Option<u64>,
 }
 
-/// An OpenAI-compatible chat-completions endpoint (OpenAI, Ollama, vLLM, llama.cpp server).
+/// `model`: one id, or a primary with fallbacks tried in order when it fails for a while.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum ModelConfig {
+    Id(String),
+    Chain(ModelChainConfig),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ModelChainConfig {
+    pub primary: String,
+    #[serde(default)]
+    pub fallbacks: Vec<String>,
+}
+
+/// A model endpoint.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ProviderConfig {
-    /// Up to, not including, `/chat/completions`: `https://api.openai.com/v1`.
+    /// `openai-completions`: up to, not including, `/chat/completions` (`https://api.openai.com/v1`);
+    /// `anthropic-messages`: up to `/v1/messages` (`https://api.anthropic.com`).
     pub base_url: String,
     pub api_key: Option<SecretValue>,
+    /// The wire format: `openai-completions` (default) or `anthropic-messages`.
+    pub api: Option<String>,
+    /// The provider's model catalogue, as OpenClaw lists it; accepted, not needed here.
+    pub models: Option<serde_json::Value>,
+}
+
+/// `models.*`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ModelsConfig {
+    /// Providers by name: a model id `<name>/<model>` is sent to `<name>` as `<model>`.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// OpenClaw's `merge`/`replace` of its built-in catalogue; accepted, nothing to merge here.
+    pub mode: Option<String>,
 }
 
 /// One model of the allowlist.
@@ -255,6 +290,9 @@ pub struct ModelEntryConfig {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct HeartbeatConfig {
     pub every: Option<String>,
+    /// The most characters a reply may have besides `HEARTBEAT_OK` and still be an
+    /// acknowledgement (default 300).
+    pub ack_max_chars: Option<usize>,
 }
 
 /// One entry of `agents.list`.
@@ -265,7 +303,7 @@ pub struct AgentEntryConfig {
     #[serde(default)]
     pub default: bool,
     pub name: Option<String>,
-    pub model: Option<String>,
+    pub model: Option<ModelConfig>,
     pub provider: Option<ProviderConfig>,
 }
 

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::ConfigError;
-use super::model::{FileConfig, ProviderConfig, SecretValue};
+use super::model::{FileConfig, ModelConfig, ProviderConfig, SecretValue};
 use super::settings::secret;
 use crate::hook::Channel;
 use crate::hook::policy::normalize_agent_id;
@@ -43,18 +43,36 @@ impl Upstream {
     }
 }
 
+/// The wire format a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireFormat {
+    /// `POST <baseUrl>/chat/completions`: OpenAI, Ollama, vLLM, llama.cpp, OpenRouter, LiteLLM.
+    OpenAiCompletions,
+    /// `POST <baseUrl>/v1/messages`: Anthropic's Messages API.
+    AnthropicMessages,
+}
+
 /// A model endpoint with its credentials resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Provider {
     pub base_url: String,
     pub api_key: Option<String>,
+    pub wire: WireFormat,
+}
+
+/// A model and the ones tried after it, in order, when it fails in a way that may pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelChain {
+    pub primary: String,
+    pub fallbacks: Vec<String>,
 }
 
 /// What one agent runs with.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AgentRuntime {
+    /// The endpoint of model ids that name no provider of `models.providers`.
     pub provider: Option<Provider>,
-    pub model: Option<String>,
+    pub model: Option<ModelChain>,
 }
 
 /// Where a reply goes.
@@ -151,6 +169,10 @@ pub struct RuntimeSettings {
     pub run_timeout: Duration,
     /// `None`: no periodic heartbeat (`every: "0"`).
     pub heartbeat_every: Option<Duration>,
+    /// `agents.defaults.heartbeat.ackMaxChars`.
+    pub ack_max_chars: usize,
+    /// `models.providers`, by name.
+    pub providers: BTreeMap<String, Provider>,
     pub channels: ChannelSettings,
     pub retention: Retention,
 }
@@ -188,6 +210,21 @@ impl RuntimeSettings {
     pub fn agent(&self, id: &str) -> &AgentRuntime {
         self.agents.get(id).unwrap_or(&self.fallback)
     }
+
+    /// Where model `id` goes and the model name sent there: `<name>/<model>` goes to the named
+    /// provider as `<model>`; any other id, whole, to the agent's own provider.
+    pub fn route_model<'a>(
+        &'a self,
+        agent: &'a AgentRuntime,
+        id: &'a str,
+    ) -> Option<(&'a Provider, &'a str)> {
+        if let Some((name, model)) = id.split_once('/') {
+            if let Some(provider) = self.providers.get(name) {
+                return Some((provider, model));
+            }
+        }
+        agent.provider.as_ref().map(|provider| (provider, id))
+    }
 }
 
 /// Builds the runtime settings, adding every problem found to `problems`.
@@ -197,33 +234,57 @@ pub fn runtime_settings(
     problems: &mut Vec<ConfigError>,
 ) -> RuntimeSettings {
     let defaults = &file.agents.defaults;
-    let provider = |config: &Option<ProviderConfig>, key: &str, problems: &mut Vec<ConfigError>| {
-        config.as_ref().map(|p| Provider {
-            base_url: p.base_url.trim_end_matches('/').to_string(),
-            api_key: secret(
-                p.api_key.clone(),
-                &format!("{key}.apiKey"),
-                config_dir,
-                problems,
-            ),
-        })
+    let provider = |p: &ProviderConfig, key: &str, problems: &mut Vec<ConfigError>| Provider {
+        base_url: p.base_url.trim_end_matches('/').to_string(),
+        api_key: secret(
+            p.api_key.clone(),
+            &format!("{key}.apiKey"),
+            config_dir,
+            problems,
+        ),
+        wire: match p.api.as_deref().map(str::trim) {
+            None | Some("openai-completions") => WireFormat::OpenAiCompletions,
+            Some("anthropic-messages") => WireFormat::AnthropicMessages,
+            Some(_) => {
+                problems.push(ConfigError::invalid(
+                    format!("{key}.api"),
+                    "must be openai-completions or anthropic-messages",
+                ));
+                WireFormat::OpenAiCompletions
+            }
+        },
     };
+    let providers = file
+        .models
+        .providers
+        .iter()
+        .map(|(name, p)| {
+            let key = format!("models.providers.{name}");
+            (name.clone(), provider(p, &key, problems))
+        })
+        .collect();
     let fallback = AgentRuntime {
-        provider: provider(&defaults.provider, "agents.defaults.provider", problems),
-        model: defaults.model.clone(),
+        provider: defaults
+            .provider
+            .as_ref()
+            .map(|p| provider(p, "agents.defaults.provider", problems)),
+        model: defaults.model.as_ref().map(chain),
     };
     let mut agents = BTreeMap::new();
     for (i, entry) in file.agents.list.iter().enumerate() {
-        let own = provider(
-            &entry.provider,
-            &format!("agents.list[{i}].provider"),
-            problems,
-        );
+        let own = entry
+            .provider
+            .as_ref()
+            .map(|p| provider(p, &format!("agents.list[{i}].provider"), problems));
         agents.insert(
             normalize_agent_id(&entry.id),
             AgentRuntime {
                 provider: own.or_else(|| fallback.provider.clone()),
-                model: entry.model.clone().or_else(|| fallback.model.clone()),
+                model: entry
+                    .model
+                    .as_ref()
+                    .map(chain)
+                    .or_else(|| fallback.model.clone()),
             },
         );
     }
@@ -255,11 +316,30 @@ pub fn runtime_settings(
             None => 4,
         },
         run_timeout: Duration::from_secs(
-            defaults.timeout_seconds.filter(|t| *t > 0).unwrap_or(300),
+            defaults.timeout_seconds.filter(|t| *t > 0).unwrap_or(600),
         ),
         heartbeat_every,
+        ack_max_chars: defaults
+            .heartbeat
+            .as_ref()
+            .and_then(|h| h.ack_max_chars)
+            .unwrap_or(300),
+        providers,
         channels: channels(file.channels.as_ref(), config_dir, problems),
         retention: retention(file, problems),
+    }
+}
+
+fn chain(config: &ModelConfig) -> ModelChain {
+    match config {
+        ModelConfig::Id(id) => ModelChain {
+            primary: id.clone(),
+            fallbacks: Vec::new(),
+        },
+        ModelConfig::Chain(chain) => ModelChain {
+            primary: chain.primary.clone(),
+            fallbacks: chain.fallbacks.clone(),
+        },
     }
 }
 

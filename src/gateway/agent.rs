@@ -5,15 +5,17 @@
 use std::time::Duration;
 
 use super::clock::now_rfc3339;
-use super::delivery::{DeliveryJob, DeliveryRecord, SkipReason, resolve_route};
-use super::provider::{ChatError, ChatTurn, complete, is_silent, summary_of};
-use super::records::{NewRun, RunOutcome, RunStatus, SummaryEvent};
+use super::delivery::resolve_route;
+use super::provider::{ChatError, ChatTurn, complete, is_acknowledgement, summary_of};
+use super::records::{
+    DeliveryJob, DeliveryRecord, NewRun, RunOutcome, RunStatus, SkipReason, SummaryEvent,
+};
 use super::runs::{self, PendingEvent};
 use super::store::Store;
 use crate::config::Settings;
-use crate::config::runtime::Route;
+use crate::config::runtime::{AgentRuntime, Route};
 use crate::hook::envelope::sanitize_summary_name;
-use crate::hook::{Channel, WakeMode};
+use crate::hook::{Channel, Thinking, WakeMode};
 
 /// The longest a run may take, whatever it asks for.
 const MAX_RUN_SECONDS: u64 = 86_400;
@@ -21,48 +23,110 @@ const MAX_RUN_SECONDS: u64 = 86_400;
 /// Events one heartbeat takes at most; the rest wait for the next.
 const MAX_BEAT_EVENTS: u32 = 100;
 
-/// Calls the model for one run.
+/// The models a turn tries: the run's own (or the agent's primary), then the agent's fallbacks.
+fn model_chain(agent: &AgentRuntime, requested: Option<&str>) -> Vec<String> {
+    let mut chain: Vec<String> = Vec::new();
+    let primary = requested.or(agent.model.as_ref().map(|m| m.primary.as_str()));
+    chain.extend(primary.map(String::from));
+    for fallback in agent.model.iter().flat_map(|m| &m.fallbacks) {
+        if !chain.contains(fallback) {
+            chain.push(fallback.clone());
+        }
+    }
+    chain
+}
+
+/// One turn through the model chain: each model in order until one answers or fails in a way
+/// that no other model mends (a refusal, an unreadable answer). Returns the reply or the last
+/// failure, with the model id it came from.
+async fn ask(
+    http: &reqwest::Client,
+    settings: &Settings,
+    agent: &AgentRuntime,
+    chain: &[String],
+    prompt: &str,
+    thinking: Option<Thinking>,
+    timeout: Duration,
+) -> (Result<String, TurnError>, Option<String>) {
+    let unconfigured = settings.runtime.providers.is_empty() && agent.provider.is_none();
+    let mut last = match unconfigured {
+        true => (Err(TurnError::NoProviders), None),
+        false => (Err(TurnError::NoModel), None),
+    };
+    for id in chain {
+        let Some((provider, model)) = settings.runtime.route_model(agent, id) else {
+            last = (Err(TurnError::NoProvider(id.clone())), Some(id.clone()));
+            continue;
+        };
+        let turn = ChatTurn {
+            model,
+            prompt,
+            thinking,
+            timeout,
+        };
+        match complete(http, provider, &turn).await {
+            Ok(reply) => return (Ok(reply), Some(id.clone())),
+            Err(err) => {
+                let transient = err.is_transient();
+                tracing::warn!(model = %id, %err, transient, "model turn failed");
+                last = (Err(TurnError::Chat(err)), Some(id.clone()));
+                if !transient {
+                    break;
+                }
+            }
+        }
+    }
+    last
+}
+
+/// Why a turn has no reply.
+#[derive(Debug, thiserror::Error)]
+enum TurnError {
+    #[error("no model provider configured")]
+    NoProviders,
+    #[error("no model configured for the run or its agent")]
+    NoModel,
+    #[error("no model provider configured for {0}")]
+    NoProvider(String),
+    #[error(transparent)]
+    Chat(ChatError),
+}
+
+/// Calls the model for one run, trying the agent's fallbacks when a model fails for a while.
 pub async fn turn(http: &reqwest::Client, settings: &Settings, run: &NewRun) -> RunOutcome {
     let agent = settings.runtime.agent(&run.target_agent);
-    let failed = |status, error: String| RunOutcome {
-        status,
-        reply: None,
-        summary: None,
-        error: Some(error),
-        finished_at: now_rfc3339(),
+    // A request may shorten or lengthen its run, but not beyond a day (`0` asks for that): a
+    // run that never ends would hold a slot and its session key for good.
+    let timeout = match run.timeout_seconds {
+        None => settings.runtime.run_timeout,
+        Some(0) => Duration::from_secs(MAX_RUN_SECONDS),
+        Some(t) => Duration::from_secs(t.min(MAX_RUN_SECONDS)),
     };
-    let Some(provider) = &agent.provider else {
-        return failed(RunStatus::Error, "no model provider configured".into());
-    };
-    let Some(model) = run.model.as_deref().or(agent.model.as_deref()) else {
-        return failed(
-            RunStatus::Error,
-            "no model configured for the run or its agent".into(),
-        );
-    };
-    // A request may shorten or lengthen its run, but not beyond a day: a run that never ends
-    // would hold a slot and its session key for good.
-    let timeout = run
-        .timeout_seconds
-        .map_or(settings.runtime.run_timeout, |t| {
-            Duration::from_secs(t.min(MAX_RUN_SECONDS))
-        });
-    let turn = ChatTurn {
-        model,
-        prompt: &run.prompt,
-        thinking: run.thinking.as_deref(),
+    let chain = model_chain(agent, run.model.as_deref());
+    let (answer, model) = ask(
+        http,
+        settings,
+        agent,
+        &chain,
+        &run.prompt,
+        run.thinking,
         timeout,
+    )
+    .await;
+    let (status, reply, error) = match answer {
+        Ok(reply) => (RunStatus::Ok, Some(reply), None),
+        Err(err @ TurnError::Chat(ChatError::Timeout(_))) => {
+            (RunStatus::Timeout, None, Some(err.to_string()))
+        }
+        Err(err) => (RunStatus::Error, None, Some(err.to_string())),
     };
-    match complete(http, provider, &turn).await {
-        Ok(reply) => RunOutcome {
-            status: RunStatus::Ok,
-            summary: Some(summary_of(&reply)),
-            reply: Some(reply),
-            error: None,
-            finished_at: now_rfc3339(),
-        },
-        Err(err @ ChatError::Timeout(_)) => failed(RunStatus::Timeout, err.to_string()),
-        Err(err) => failed(RunStatus::Error, err.to_string()),
+    RunOutcome {
+        status,
+        summary: reply.as_deref().map(summary_of),
+        reply,
+        error,
+        model,
+        finished_at: now_rfc3339(),
     }
 }
 
@@ -80,9 +144,10 @@ pub struct Conclusion {
 }
 
 impl Conclusion {
-    /// Whether the run asks for a heartbeat now (a delivered run asks after its delivery).
+    /// Whether the run asks for a heartbeat now: every `wakeMode: now` run does once it is
+    /// recorded, its reply delivered or not, as the OpenClaw gateway does.
     pub fn wakes_now(&self, run: &NewRun) -> bool {
-        self.job.is_none() && run.wake_mode == WakeMode::Now
+        run.wake_mode == WakeMode::Now
     }
 }
 
@@ -102,7 +167,7 @@ pub fn conclude(
         Some(SkipReason::NotAsked)
     } else if outcome.status != RunStatus::Ok {
         Some(SkipReason::RunFailed)
-    } else if is_silent(reply) {
+    } else if is_acknowledgement(reply, settings.runtime.ack_max_chars) {
         Some(SkipReason::Acknowledgement)
     } else {
         None
@@ -128,7 +193,6 @@ pub fn conclude(
         to: route.to.clone(),
         text: reply.to_string(),
         summary: Some(summary),
-        wake_now: run.wake_mode == WakeMode::Now,
     };
     Conclusion {
         outcome,
@@ -163,6 +227,20 @@ fn summary_event(run: &NewRun, outcome: &RunOutcome, agent: &str) -> SummaryEven
     }
 }
 
+/// The route the owner set, for a run whose reply may be delivered (one store read); `None`
+/// without a read for a run whose reply is not delivered (not asked for, or the run failed).
+pub async fn owner_route_for(
+    store: &Store,
+    settings: &Settings,
+    run: &NewRun,
+    outcome: &RunOutcome,
+) -> Option<Route> {
+    if !run.deliver || outcome.status != RunStatus::Ok {
+        return None;
+    }
+    owner_route(store, settings.agents.default_id()).await
+}
+
 /// The main session's route as its owner set it through the operator API, if they did.
 pub async fn owner_route(store: &Store, agent: &str) -> Option<Route> {
     let agent = agent.to_string();
@@ -195,10 +273,11 @@ pub struct Beat {
 pub async fn heartbeat(http: &reqwest::Client, settings: &Settings, store: &Store) -> Option<Beat> {
     let agent = settings.agents.default_id().to_string();
     let agent_runtime = settings.runtime.agent(&agent);
-    let (Some(provider), Some(model)) = (&agent_runtime.provider, &agent_runtime.model) else {
-        tracing::debug!("heartbeat skipped: no model provider or model configured");
+    let chain = model_chain(agent_runtime, None);
+    if chain.is_empty() {
+        tracing::debug!("heartbeat skipped: no model configured");
         return None;
-    };
+    }
     let pending = {
         let agent = agent.clone();
         store
@@ -214,20 +293,25 @@ pub async fn heartbeat(http: &reqwest::Client, settings: &Settings, store: &Stor
         }
     };
     let prompt = heartbeat_prompt(&pending);
-    let turn = ChatTurn {
-        model,
-        prompt: &prompt,
-        thinking: None,
-        timeout: settings.runtime.run_timeout,
-    };
-    let reply = match complete(http, provider, &turn).await {
+    let timeout = settings.runtime.run_timeout;
+    let (answer, _) = ask(
+        http,
+        settings,
+        agent_runtime,
+        &chain,
+        &prompt,
+        None,
+        timeout,
+    )
+    .await;
+    let reply = match answer {
         Ok(reply) => reply,
         Err(err) => {
             tracing::warn!(%err, "heartbeat turn failed; its events stay pending");
             return None;
         }
     };
-    let job = if is_silent(&reply) {
+    let job = if is_acknowledgement(&reply, settings.runtime.ack_max_chars) {
         None
     } else {
         let owner = owner_route(store, &agent).await;
@@ -239,7 +323,6 @@ pub async fn heartbeat(http: &reqwest::Client, settings: &Settings, store: &Stor
             to: route.to,
             text: reply,
             summary: None,
-            wake_now: false,
         })
     };
     Some(Beat {

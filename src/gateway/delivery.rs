@@ -1,127 +1,20 @@
-//! Delivering a reply to a chat channel, shared by every backend: the job, the record of what
-//! became of it, where `last` goes, the send itself with a typed failure, and when to try again.
+//! Delivering a reply to a chat channel, shared by every backend: where `last` goes, the send
+//! itself (split to the channel's limit) with a typed failure, and when to try again. The job and
+//! the record of what became of it are `records`' types.
 //!
 //! One HTTP request per message, to each chat service's own API. A failure says whether sending
 //! again can help ([`SendError::is_permanent`]); the retry policy never reads error text.
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::records::SummaryEvent;
+use super::records::{DeliveryJob, DeliveryRecord};
 use crate::config::runtime::{ChannelEndpoint, ChannelSettings, RetryPolicy, Route};
 use crate::hook::Channel;
 
 /// A chat API that accepts the connection and never answers must not hold up the outbox.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A reply to send: a run's (with the summary to record if it cannot be delivered) or a
-/// heartbeat's. Stored as JSON in the outbox and on the NATS stream.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DeliveryJob {
-    /// The run whose reply this is; `None` for a heartbeat's.
-    pub run_id: Option<String>,
-    /// The agent whose main session is told when the reply cannot be delivered.
-    pub agent: String,
-    pub channel: Channel,
-    pub to: Option<String>,
-    pub text: String,
-    /// The run's summary event, recorded instead of the reply when it is not delivered.
-    pub summary: Option<SummaryEvent>,
-    /// The run asked for a heartbeat once its reply is settled.
-    pub wake_now: bool,
-}
-
-impl DeliveryJob {
-    /// The route the job goes to.
-    pub fn route(&self) -> Route {
-        Route {
-            channel: self.channel,
-            to: self.to.clone(),
-        }
-    }
-}
-
-/// What became of delivering a run's reply, as `GET /api/runs/{id}` shows it under `delivery`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "lowercase")]
-pub enum DeliveryRecord {
-    /// Nothing is sent, for the reason given.
-    Skipped { reason: SkipReason },
-    /// In the outbox.
-    Pending {
-        channel: Channel,
-        to: Option<String>,
-    },
-    /// The channel accepted it.
-    Sent {
-        channel: Channel,
-        to: Option<String>,
-        attempts: u32,
-    },
-    /// Given up: a refusal no retry mends, or every attempt failed.
-    Failed {
-        channel: Channel,
-        to: Option<String>,
-        attempts: u32,
-        error: String,
-    },
-    /// A send cut off by a stop: it may have arrived, so it is not made again.
-    Uncertain {
-        channel: Channel,
-        to: Option<String>,
-        attempts: u32,
-        error: String,
-    },
-}
-
-impl DeliveryRecord {
-    /// The record of a job given up after `attempts`: `uncertain` when the last attempt may have
-    /// reached the channel, `failed` otherwise.
-    pub fn given_up(job: &DeliveryJob, attempts: u32, error: &SendError) -> DeliveryRecord {
-        let (channel, to, text) = (job.channel, job.to.clone(), error.to_string());
-        if *error == SendError::Interrupted {
-            DeliveryRecord::Uncertain {
-                channel,
-                to,
-                attempts,
-                error: text,
-            }
-        } else {
-            DeliveryRecord::Failed {
-                channel,
-                to,
-                attempts,
-                error: text,
-            }
-        }
-    }
-
-    /// The record of a job the channel accepted.
-    pub fn sent(job: &DeliveryJob, attempts: u32) -> DeliveryRecord {
-        DeliveryRecord::Sent {
-            channel: job.channel,
-            to: job.to.clone(),
-            attempts,
-        }
-    }
-}
-
-/// Why a run's reply is not sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum SkipReason {
-    #[serde(rename = "deliver is false")]
-    NotAsked,
-    #[serde(rename = "the run did not succeed")]
-    RunFailed,
-    #[serde(rename = "the reply is an acknowledgement")]
-    Acknowledgement,
-    /// On a NATS cluster: the reply did not fit in one message even when cut.
-    #[serde(rename = "the reply was too large to record")]
-    TooLarge,
-}
 
 /// Why a send did not happen. The message says what the service answered, never credentials.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -136,12 +29,13 @@ pub enum SendError {
         service: &'static str,
         detail: String,
     },
-    /// An HTTP status other than success.
+    /// An HTTP status other than success, with the wait its `Retry-After` asked for.
     #[error("{service} answered {status}: {body}")]
     Status {
         service: &'static str,
         status: u16,
         body: String,
+        retry_after: Option<Duration>,
     },
     /// A success status whose body says no (Slack's `{"ok":false}`).
     #[error("{service} refused: {reason}")]
@@ -175,6 +69,35 @@ impl SendError {
             service,
             status,
             body: body.chars().take(300).collect(),
+            retry_after: None,
+        }
+    }
+
+    /// The same, with the answer's `Retry-After` header (seconds; an HTTP date is not used).
+    pub fn answered(
+        service: &'static str,
+        status: u16,
+        body: &str,
+        headers: &reqwest::header::HeaderMap,
+    ) -> SendError {
+        let retry_after = headers
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(|s| Duration::from_secs(s.min(MAX_RETRY_AFTER.as_secs())));
+        match SendError::status(service, status, body) {
+            SendError::Status {
+                service,
+                status,
+                body,
+                ..
+            } => SendError::Status {
+                service,
+                status,
+                body,
+                retry_after,
+            },
+            other => other,
         }
     }
 
@@ -183,6 +106,27 @@ impl SendError {
         SendError::Unreachable {
             service,
             detail: err.without_url().to_string(),
+        }
+    }
+}
+
+/// The record of a job given up after `attempts`: `uncertain` when the last attempt may have
+/// reached the channel, `failed` otherwise.
+pub fn given_up(job: &DeliveryJob, attempts: u32, error: &SendError) -> DeliveryRecord {
+    let (channel, to, text) = (job.channel, job.to.clone(), error.to_string());
+    if *error == SendError::Interrupted {
+        DeliveryRecord::Uncertain {
+            channel,
+            to,
+            attempts,
+            error: text,
+        }
+    } else {
+        DeliveryRecord::Failed {
+            channel,
+            to,
+            attempts,
+            error: text,
         }
     }
 }
@@ -196,10 +140,13 @@ pub enum Next {
     GiveUp,
 }
 
+/// The longest `Retry-After` honoured.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
 /// After the `attempts`-th attempt failed with `error`: give up when no retry can help or the
-/// policy's attempts are spent (`limit` caps them further, for a queue that offers a message a
-/// bounded number of times), else wait the policy's exponential backoff, capped at `max_delay`,
-/// with jitter so that many failures at once do not come back at once.
+/// policy's attempts are spent, else wait a random time up to the policy's exponential backoff
+/// (capped at `max_delay`; full jitter, so that many failures at once do not come back at once),
+/// and at least what the service's `Retry-After` asked for.
 pub fn next_attempt(
     policy: &RetryPolicy,
     attempts: u32,
@@ -213,22 +160,79 @@ pub fn next_attempt(
         .base_delay
         .saturating_mul(1 << attempts.saturating_sub(1).min(16))
         .min(max_delay);
-    // Equal jitter: at least half the backoff, at most all of it.
-    let half = backoff / 2;
-    let jitter = half.mul_f64(rand::random::<f64>());
-    Next::RetryAfter(half + jitter)
+    let jittered = backoff.mul_f64(rand::random::<f64>());
+    match error {
+        SendError::Status {
+            retry_after: Some(asked),
+            ..
+        } => Next::RetryAfter(jittered.max(*asked)),
+        _ => Next::RetryAfter(jittered),
+    }
 }
 
-/// Sends a job's text to its route. The route must name a configured channel.
+/// The longest message each channel takes, in characters; longer replies are split.
+pub fn max_chars(channel: Channel) -> usize {
+    match channel {
+        Channel::Telegram | Channel::Whatsapp => 4096,
+        Channel::Discord | Channel::Signal => 2000,
+        Channel::Slack => 40_000,
+        Channel::Mattermost => 16_383,
+        Channel::Msteams => 28_000,
+        Channel::Imessage => 20_000,
+        Channel::Last => usize::MAX,
+    }
+}
+
+/// `text` in parts of at most `max` characters, in order: split after the last line break that
+/// fits, else at the last space, else within a word. The break itself is dropped; no part is
+/// empty.
+pub fn split(text: &str, max: usize) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut rest = text;
+    while rest.chars().count() > max {
+        // The byte offset just past `max` characters.
+        let window_end = rest.char_indices().nth(max).map_or(rest.len(), |(i, _)| i);
+        let window = &rest[..window_end];
+        let (end, next) = match window.rfind('\n').filter(|&i| i > 0) {
+            Some(i) => (i, i + 1),
+            None => match window.rfind(char::is_whitespace).filter(|&i| i > 0) {
+                Some(i) => {
+                    let width = window[i..].chars().next().map_or(1, char::len_utf8);
+                    (i, i + width)
+                }
+                None => (window_end, window_end),
+            },
+        };
+        parts.push(&rest[..end]);
+        rest = &rest[next..];
+    }
+    if !rest.is_empty() || parts.is_empty() {
+        parts.push(rest);
+    }
+    parts
+}
+
+/// Sends a job's text to its route, split to the channel's limit, in order. `sent` counts the
+/// parts that went out before (they are not sent again) and is raised as each part goes out, so
+/// that a retry after a failure halfway resumes where it stopped. The route must name a
+/// configured channel.
 pub async fn deliver(
     http: &reqwest::Client,
     channels: &ChannelSettings,
     job: &DeliveryJob,
+    sent: &mut usize,
 ) -> Result<(), SendError> {
     let endpoint = channels
         .endpoint(job.channel)
         .ok_or(SendError::NotConfigured(job.channel))?;
-    send(http, endpoint, job.to.as_deref(), &job.text).await
+    for part in split(&job.text, max_chars(job.channel))
+        .into_iter()
+        .skip(*sent)
+    {
+        send(http, endpoint, job.to.as_deref(), part).await?;
+        *sent += 1;
+    }
+    Ok(())
 }
 
 /// Sends `text` to `to` through `endpoint`.
@@ -279,9 +283,15 @@ pub async fn send(
         .await
         .map_err(|e| SendError::unreachable(service, e))?;
     let status = response.status();
+    let headers = response.headers().clone();
     let body = response.text().await.unwrap_or_default();
     if !status.is_success() {
-        return Err(SendError::status(service, status.as_u16(), &body));
+        return Err(SendError::answered(
+            service,
+            status.as_u16(),
+            &body,
+            &headers,
+        ));
     }
     // Slack answers 200 with {"ok":false,"error":...} for refusals.
     if matches!(endpoint, ChannelEndpoint::Slack { .. }) {
@@ -310,6 +320,23 @@ pub fn resolve_route(
     settings: &ChannelSettings,
 ) -> Route {
     let owner = owner.or_else(|| settings.default_route.clone());
+    let route = resolve(channel, to, owner, settings);
+    // An msteams incoming webhook posts to its one conversation: no recipient is addressed.
+    match route.channel {
+        Channel::Msteams => Route {
+            channel: Channel::Msteams,
+            to: None,
+        },
+        _ => route,
+    }
+}
+
+fn resolve(
+    channel: Channel,
+    to: Option<String>,
+    owner: Option<Route>,
+    settings: &ChannelSettings,
+) -> Route {
     if channel != Channel::Last {
         let to = to.or_else(|| owner.filter(|o| o.channel == channel).and_then(|o| o.to));
         return Route { channel, to };
@@ -349,7 +376,7 @@ mod tests {
     }
 
     #[test]
-    fn backoff_doubles_with_jitter_within_the_cap_and_attempts() {
+    fn backoff_doubles_with_full_jitter_within_the_cap_and_attempts() {
         let policy = RetryPolicy {
             attempts: 4,
             base_delay: Duration::from_secs(2),
@@ -360,8 +387,7 @@ mod tests {
             let Next::RetryAfter(wait) = next_attempt(&policy, attempts, &transient, cap) else {
                 panic!("attempt {attempts} should be retried");
             };
-            let full = Duration::from_secs(full);
-            assert!(wait >= full / 2 && wait <= full, "{attempts}: {wait:?}");
+            assert!(wait <= Duration::from_secs(full), "{attempts}: {wait:?}");
         }
         assert_eq!(next_attempt(&policy, 4, &transient, cap), Next::GiveUp);
         let refused = SendError::status("telegram", 403, "");
@@ -460,5 +486,47 @@ mod tests {
             &settings(vec![], None),
         );
         assert_eq!(r, route(Channel::Signal, "me"));
+    }
+
+    #[test]
+    fn replies_split_at_lines_then_words_then_anywhere() {
+        assert_eq!(split("short", 10), ["short"]);
+        assert_eq!(split("", 10), [""]);
+        assert_eq!(split("one two\nthree four", 12), ["one two", "three four"]);
+        assert_eq!(split("one two three", 9), ["one two", "three"]);
+        assert_eq!(split("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+        let long = "é".repeat(4100);
+        let parts = split(&long, 4096);
+        assert_eq!(
+            parts.iter().map(|p| p.chars().count()).collect::<Vec<_>>(),
+            [4096, 4]
+        );
+        assert_eq!(parts.concat(), long);
+    }
+
+    #[test]
+    fn retry_after_is_honoured() {
+        let policy = RetryPolicy {
+            attempts: 5,
+            base_delay: Duration::from_millis(10),
+        };
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("retry-after", "7".parse().unwrap());
+        let throttled = SendError::answered("slack", 429, "", &headers);
+        assert_eq!(
+            next_attempt(&policy, 1, &throttled, Duration::MAX),
+            Next::RetryAfter(Duration::from_secs(7))
+        );
+    }
+
+    #[test]
+    fn msteams_addresses_no_recipient() {
+        let r = resolve_route(
+            Channel::Msteams,
+            Some("x".into()),
+            None,
+            &settings(vec![], None),
+        );
+        assert_eq!(r.to, None);
     }
 }

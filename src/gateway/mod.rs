@@ -25,8 +25,9 @@ mod schema;
 mod signals;
 mod store;
 
-pub use delivery::{DeliveryRecord, SkipReason};
-pub use records::{EventKind, EventRecord, NewEvent, NewRun, RunRecord, RunStatus};
+pub use records::{
+    DeliveryRecord, EventKind, EventRecord, NewEvent, NewRun, RunRecord, RunStatus, SkipReason,
+};
 pub use runtime::{RetryError, Runtime};
 
 /// The clock the runtime and replay protection share.

@@ -14,14 +14,16 @@ use rusqlite::{Connection, params};
 
 use super::clock::{millis, now_ms, now_rfc3339};
 use super::context::Context;
-use super::delivery::{self, DeliveryJob, DeliveryRecord, Next, SendError, next_attempt};
-use super::records::RunStatus;
+use super::delivery::{self, Next, SendError, next_attempt};
+use super::records::{DeliveryJob, DeliveryRecord, RunStatus};
 use super::relay::{AgentBody, Relayed, WakeBody, relay};
 use super::runs;
 use super::signals::Signals;
 use crate::config::runtime::{GatewayMode, RetryPolicy};
 use crate::metrics::RelayLabels;
 
+/// The base delay of relays' backoff at least.
+const MIN_RELAY_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest wait between two attempts of a relay.
 const MAX_RELAY_BACKOFF: Duration = Duration::from_secs(30);
 /// The longest the worker sleeps without looking at the outbox.
@@ -144,10 +146,12 @@ struct Row {
     run_id: Option<String>,
     item: Option<OutboxItem>,
     attempts: u32,
+    /// Parts of a split reply already sent.
+    parts_sent: usize,
 }
 
 impl Row {
-    /// From a row of `SELECT id, kind, run_id, payload, attempts`.
+    /// From a row of `SELECT id, kind, run_id, payload, attempts, parts_sent`.
     fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         let (kind, payload): (String, String) = (row.get(1)?, row.get(3)?);
         Ok(Row {
@@ -155,6 +159,7 @@ impl Row {
             run_id: row.get(2)?,
             item: OutboxItem::decode(&kind, &payload),
             attempts: row.get(4)?,
+            parts_sent: row.get(5)?,
         })
     }
 }
@@ -162,7 +167,7 @@ impl Row {
 fn due(conn: &Connection, lane: Lane, now_ms: i64, limit: u32) -> rusqlite::Result<Vec<Row>> {
     let (a, b) = lane.kinds();
     let mut stmt = conn.prepare_cached(
-        "SELECT id, kind, run_id, payload, attempts FROM outbox
+        "SELECT id, kind, run_id, payload, attempts, parts_sent FROM outbox
          WHERE status = 'pending' AND next_at_ms <= ?1 AND kind IN (?3, ?4) ORDER BY id LIMIT ?2",
     )?;
     let rows = stmt.query_map(params![now_ms, limit, a, b], Row::read)?;
@@ -202,6 +207,15 @@ fn settle(
     Ok(())
 }
 
+/// Records how many parts of a split reply went out, before they are known to be all.
+fn record_parts(conn: &Connection, id: i64, parts_sent: usize) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE outbox SET parts_sent = ?2 WHERE id = ?1",
+        params![id, parts_sent],
+    )?;
+    Ok(())
+}
+
 /// Rows of `lane` a dead process was sending: relays go back to pending (safe to repeat);
 /// deliveries are returned, to be given up as uncertain (a chat message is never sent twice).
 fn abandon_in_flight(conn: &Connection, lane: Lane) -> rusqlite::Result<Vec<Row>> {
@@ -213,7 +227,7 @@ fn abandon_in_flight(conn: &Connection, lane: Lane) -> rusqlite::Result<Vec<Row>
         return Ok(Vec::new());
     }
     let mut stmt = conn.prepare(
-        "SELECT id, kind, run_id, payload, attempts FROM outbox
+        "SELECT id, kind, run_id, payload, attempts, parts_sent FROM outbox
          WHERE status = 'sending' AND kind = 'delivery'",
     )?;
     let rows = stmt.query_map([], Row::read)?;
@@ -250,7 +264,7 @@ pub async fn run(ctx: Context, signals: Arc<Signals>, lane: Lane) {
         Ok(abandoned) => {
             for row in abandoned {
                 tracing::warn!(id = row.id, "a send interrupted by a stop is not repeated");
-                give_up(&ctx, &signals, &row, &SendError::Interrupted).await;
+                give_up(&ctx, &row, &SendError::Interrupted).await;
             }
         }
         Err(err) => tracing::error!(%err, "cannot recover the outbox"),
@@ -311,12 +325,24 @@ async fn attempt(ctx: &Context, signals: &Signals, row: Row) -> bool {
             service: "outbox",
             reason: "a row this version cannot read".into(),
         };
-        give_up(ctx, signals, &row, &unreadable).await;
+        give_up(ctx, &row, &unreadable).await;
         return true;
     };
     let (result, policy, max_delay) = match item {
         OutboxItem::Delivery(job) => {
-            let sent = delivery::deliver(&ctx.http, &settings.runtime.channels, job).await;
+            let mut parts = row.parts_sent;
+            let sent = delivery::deliver(&ctx.http, &settings.runtime.channels, job, &mut parts);
+            let sent = sent.await;
+            if parts != row.parts_sent && sent.is_err() {
+                // Some parts went out: a retry sends only the rest.
+                if let Err(err) = ctx
+                    .store
+                    .write(move |conn| record_parts(conn, id, parts))
+                    .await
+                {
+                    tracing::error!(%err, id, "cannot record the parts of a reply sent");
+                }
+            }
             let policy = settings.runtime.channels.retry;
             (sent.map(|()| None), policy, Duration::MAX)
         }
@@ -329,10 +355,16 @@ async fn attempt(ctx: &Context, signals: &Signals, row: Row) -> bool {
                     detail: "forward mode is off".into(),
                 }),
             };
-            // Relays are retried until they land: the client already has its 200.
+            // Relays are retried until they land: the client already has its 200. At least
+            // MIN_RELAY_BACKOFF apart, so that a zero base delay does not hammer the upstream.
             let policy = RetryPolicy {
                 attempts: u32::MAX,
-                base_delay: settings.runtime.channels.retry.base_delay,
+                base_delay: settings
+                    .runtime
+                    .channels
+                    .retry
+                    .base_delay
+                    .max(MIN_RELAY_BACKOFF),
             };
             (relayed, policy, MAX_RELAY_BACKOFF)
         }
@@ -362,7 +394,7 @@ async fn attempt(ctx: &Context, signals: &Signals, row: Row) -> bool {
         Err(error) => match next.unwrap_or(Next::GiveUp) {
             Next::GiveUp => {
                 tracing::warn!(id, attempts, %error, "giving up a send");
-                give_up(ctx, signals, &row, &error).await;
+                give_up(ctx, &row, &error).await;
             }
             Next::RetryAfter(backoff) => {
                 tracing::info!(id, attempts, %error, ?backoff, "send failed; will retry");
@@ -410,14 +442,13 @@ async fn succeed(ctx: &Context, row: &Row, upstream: Option<String>) {
 
 /// Ends a row without success. A reply that was not delivered becomes the run's summary event;
 /// a relay the upstream refused leaves its run `forward_failed`, with the upstream's answer.
-async fn give_up(ctx: &Context, signals: &Signals, row: &Row, error: &SendError) {
+async fn give_up(ctx: &Context, row: &Row, error: &SendError) {
     let status = match error {
         SendError::Interrupted => RowStatus::Uncertain,
         _ => RowStatus::Failed,
     };
     let (id, attempts) = (row.id, row.attempts + 1);
     let (run_id, item, error) = (row.run_id.clone(), row.item.clone(), error.clone());
-    let wake_now = matches!(&item, Some(OutboxItem::Delivery(job)) if job.wake_now);
     let result = ctx
         .store
         .write(move |conn| {
@@ -432,7 +463,7 @@ async fn give_up(ctx: &Context, signals: &Signals, row: &Row, error: &SendError)
             match (item, &run_id) {
                 (Some(OutboxItem::Delivery(job)), run_id) => {
                     if let Some(run_id) = run_id {
-                        let record = DeliveryRecord::given_up(&job, attempts, &error);
+                        let record = delivery::given_up(&job, attempts, &error);
                         runs::set_delivery(conn, run_id, &record)?;
                     }
                     if let Some(summary) = &job.summary {
@@ -454,9 +485,7 @@ async fn give_up(ctx: &Context, signals: &Signals, row: &Row, error: &SendError)
             Ok(())
         })
         .await;
-    match result {
-        Ok(()) if wake_now => signals.heartbeat.request(),
-        Ok(()) => {}
-        Err(err) => tracing::error!(%err, id = row.id, "cannot record a failed send"),
+    if let Err(err) = result {
+        tracing::error!(%err, id = row.id, "cannot record a failed send");
     }
 }

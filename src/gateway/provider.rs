@@ -1,11 +1,14 @@
-//! The model provider: one OpenAI-compatible `POST <baseUrl>/chat/completions` per agent turn
-//! (OpenAI, Ollama, vLLM and llama.cpp's server all speak it).
+//! Model providers: one agent turn as one HTTP request, in the provider's wire format. OpenAI's
+//! chat completions (`POST <baseUrl>/chat/completions`: OpenAI, Ollama, vLLM, llama.cpp,
+//! OpenRouter, LiteLLM) and Anthropic's Messages API (`POST <baseUrl>/v1/messages`). A failure
+//! says whether another attempt, or another model, may do better ([`ChatError::is_transient`]).
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::config::runtime::Provider;
+use crate::config::runtime::{Provider, WireFormat};
+use crate::hook::Thinking;
 
 /// Why a turn produced no reply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -20,38 +23,69 @@ pub enum ChatError {
     Transport(String),
 }
 
+impl ChatError {
+    /// Whether the same request may succeed later or elsewhere: a timeout, no answer, 408, 429
+    /// or a 5xx. A refusal (another 4xx) or an answer that cannot be read is not.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ChatError::Timeout(_) | ChatError::Transport(_) => true,
+            ChatError::Status { status, .. } => matches!(status, 408 | 429 | 500..=599),
+            ChatError::Malformed(_) => false,
+        }
+    }
+}
+
 /// What one turn asks for.
 #[derive(Debug, Clone)]
 pub struct ChatTurn<'a> {
+    /// The model name as the provider knows it (without a `<provider>/` prefix).
     pub model: &'a str,
     pub prompt: &'a str,
-    /// `low`, `medium` or `high`, sent as `reasoning_effort`; other values are not sent.
-    pub thinking: Option<&'a str>,
+    pub thinking: Option<Thinking>,
     pub timeout: Duration,
 }
 
 /// Error bodies are cut to this many characters before they reach the run record.
 const MAX_ERROR_BODY: usize = 500;
 
-/// Sends `turn` to `provider`; returns the first choice's message content.
+/// The `anthropic-version` header the Messages API requires.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Output tokens of an Anthropic turn, besides its thinking budget.
+const ANTHROPIC_MAX_TOKENS: u64 = 4096;
+
+/// Sends `turn` to `provider`; returns the reply's text.
 pub async fn complete(
     http: &reqwest::Client,
     provider: &Provider,
     turn: &ChatTurn<'_>,
 ) -> Result<String, ChatError> {
-    let mut body = json!({
-        "model": turn.model,
-        "messages": [{"role": "user", "content": turn.prompt}],
-    });
-    if let Some(effort @ ("low" | "medium" | "high")) = turn.thinking {
-        body["reasoning_effort"] = json!(effort);
-    }
-    let mut request = http
-        .post(format!("{}/chat/completions", provider.base_url))
-        .json(&body);
-    if let Some(key) = &provider.api_key {
-        request = request.bearer_auth(key);
-    }
+    let request = match provider.wire {
+        WireFormat::OpenAiCompletions => {
+            let request = http
+                .post(format!("{}/chat/completions", provider.base_url))
+                .json(&openai_body(turn));
+            match &provider.api_key {
+                Some(key) => request.bearer_auth(key),
+                None => request,
+            }
+        }
+        WireFormat::AnthropicMessages => {
+            let base = &provider.base_url;
+            let url = match base.strip_suffix("/v1") {
+                Some(_) => format!("{base}/messages"),
+                None => format!("{base}/v1/messages"),
+            };
+            let request = http
+                .post(url)
+                .header("anthropic-version", ANTHROPIC_VERSION)
+                .json(&anthropic_body(turn));
+            match &provider.api_key {
+                Some(key) => request.header("x-api-key", key),
+                None => request,
+            }
+        }
+    };
     let exchange = async {
         let response = request
             .send()
@@ -68,15 +102,72 @@ pub async fn complete(
                 body: text.chars().take(MAX_ERROR_BODY).collect(),
             });
         }
-        reply_of(&text)
+        match provider.wire {
+            WireFormat::OpenAiCompletions => openai_reply(&text),
+            WireFormat::AnthropicMessages => anthropic_reply(&text),
+        }
     };
     tokio::time::timeout(turn.timeout, exchange)
         .await
         .map_err(|_| ChatError::Timeout(turn.timeout))?
 }
 
+/// A chat-completions request; thinking as `reasoning_effort`.
+fn openai_body(turn: &ChatTurn<'_>) -> Value {
+    let mut body = json!({
+        "model": turn.model,
+        "messages": [{"role": "user", "content": turn.prompt}],
+    });
+    let effort = match turn.thinking {
+        Some(Thinking::Minimal) => Some("minimal"),
+        Some(Thinking::Low) => Some("low"),
+        Some(Thinking::Medium) => Some("medium"),
+        Some(Thinking::High | Thinking::Max) => Some("high"),
+        Some(Thinking::Xhigh) => Some("xhigh"),
+        // Off, adaptive or none: the model's own default.
+        Some(Thinking::Off | Thinking::Adaptive) | None => None,
+    };
+    if let Some(effort) = effort {
+        body["reasoning_effort"] = json!(effort);
+    }
+    body
+}
+
+/// The thinking budget, in tokens, of a level on the Messages API.
+fn anthropic_budget(thinking: Thinking) -> Option<u64> {
+    match thinking {
+        Thinking::Off | Thinking::Adaptive => None,
+        Thinking::Minimal => Some(1024),
+        Thinking::Low => Some(4096),
+        Thinking::Medium => Some(10_000),
+        Thinking::High => Some(16_000),
+        Thinking::Xhigh | Thinking::Max => Some(32_000),
+    }
+}
+
+/// A Messages API request; thinking as `thinking` with a token budget (`max_tokens` above it),
+/// or adaptive.
+fn anthropic_body(turn: &ChatTurn<'_>) -> Value {
+    let mut body = json!({
+        "model": turn.model,
+        "max_tokens": ANTHROPIC_MAX_TOKENS,
+        "messages": [{"role": "user", "content": turn.prompt}],
+    });
+    match turn.thinking {
+        Some(Thinking::Adaptive) => body["thinking"] = json!({"type": "adaptive"}),
+        Some(level) => {
+            if let Some(budget) = anthropic_budget(level) {
+                body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
+                body["max_tokens"] = json!(budget + ANTHROPIC_MAX_TOKENS);
+            }
+        }
+        None => {}
+    }
+    body
+}
+
 /// `choices[0].message.content` of a chat-completions response.
-fn reply_of(text: &str) -> Result<String, ChatError> {
+fn openai_reply(text: &str) -> Result<String, ChatError> {
     let value: Value =
         serde_json::from_str(text).map_err(|e| ChatError::Malformed(e.to_string()))?;
     value
@@ -84,6 +175,24 @@ fn reply_of(text: &str) -> Result<String, ChatError> {
         .and_then(Value::as_str)
         .map(String::from)
         .ok_or_else(|| ChatError::Malformed("no choices[0].message.content".into()))
+}
+
+/// The text blocks of a Messages API response, in order (thinking blocks left out).
+fn anthropic_reply(text: &str) -> Result<String, ChatError> {
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| ChatError::Malformed(e.to_string()))?;
+    let blocks = value["content"]
+        .as_array()
+        .ok_or_else(|| ChatError::Malformed("no content".into()))?;
+    let texts: Vec<&str> = blocks
+        .iter()
+        .filter(|block| block["type"] == "text")
+        .filter_map(|block| block["text"].as_str())
+        .collect();
+    if texts.is_empty() {
+        return Err(ChatError::Malformed("no text block in content".into()));
+    }
+    Ok(texts.concat())
 }
 
 /// The first non-empty line of a reply, at most 300 characters.
@@ -98,21 +207,91 @@ pub fn summary_of(reply: &str) -> String {
         .collect()
 }
 
-/// Replies that are only an acknowledgement are never sent to a channel.
-pub fn is_silent(reply: &str) -> bool {
-    matches!(reply.trim(), "" | "HEARTBEAT_OK" | "NO_REPLY")
+/// The token a heartbeat reply starts or ends with when nothing needs attention.
+pub const HEARTBEAT_OK: &str = "HEARTBEAT_OK";
+
+/// Whether a reply is only an acknowledgement, never sent to a channel: empty, `NO_REPLY`, or
+/// starting or ending with `HEARTBEAT_OK` with at most `ack_max_chars` characters besides
+/// (`agents.defaults.heartbeat.ackMaxChars`), as the OpenClaw gateway decides it.
+pub fn is_acknowledgement(reply: &str, ack_max_chars: usize) -> bool {
+    let reply = reply.trim();
+    if reply.is_empty() || reply == "NO_REPLY" {
+        return true;
+    }
+    let rest = reply
+        .strip_prefix(HEARTBEAT_OK)
+        .or_else(|| reply.strip_suffix(HEARTBEAT_OK));
+    rest.is_some_and(|rest| rest.trim().chars().count() <= ack_max_chars)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn turn(thinking: Option<Thinking>) -> ChatTurn<'static> {
+        ChatTurn {
+            model: "m",
+            prompt: "p",
+            thinking,
+            timeout: Duration::from_secs(1),
+        }
+    }
+
     #[test]
-    fn reply_is_the_first_choice() {
+    fn openai_reply_is_the_first_choice() {
         let text = r#"{"choices":[{"message":{"role":"assistant","content":"Hi"}}]}"#;
-        assert_eq!(reply_of(text).unwrap(), "Hi");
-        assert!(matches!(reply_of("{}"), Err(ChatError::Malformed(_))));
-        assert!(matches!(reply_of("not json"), Err(ChatError::Malformed(_))));
+        assert_eq!(openai_reply(text).unwrap(), "Hi");
+        assert!(matches!(openai_reply("{}"), Err(ChatError::Malformed(_))));
+        assert!(matches!(
+            openai_reply("not json"),
+            Err(ChatError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn anthropic_reply_joins_the_text_blocks_without_thinking() {
+        let text = r#"{"content":[{"type":"thinking","thinking":"hmm"},{"type":"text","text":"Hi "},{"type":"text","text":"there"}]}"#;
+        assert_eq!(anthropic_reply(text).unwrap(), "Hi there");
+        let none = r#"{"content":[{"type":"thinking","thinking":"hmm"}]}"#;
+        assert!(matches!(
+            anthropic_reply(none),
+            Err(ChatError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn thinking_maps_to_each_wire_formats_control() {
+        assert_eq!(
+            openai_body(&turn(Some(Thinking::Low)))["reasoning_effort"],
+            "low"
+        );
+        assert_eq!(
+            openai_body(&turn(Some(Thinking::Off))).get("reasoning_effort"),
+            None
+        );
+        let body = anthropic_body(&turn(Some(Thinking::Medium)));
+        assert_eq!(
+            body["thinking"],
+            json!({"type": "enabled", "budget_tokens": 10_000})
+        );
+        assert_eq!(body["max_tokens"], 14_096);
+        assert_eq!(anthropic_body(&turn(None)).get("thinking"), None);
+        assert_eq!(
+            anthropic_body(&turn(Some(Thinking::Adaptive)))["thinking"],
+            json!({"type": "adaptive"})
+        );
+    }
+
+    #[test]
+    fn timeouts_throttling_and_outages_are_transient_refusals_are_not() {
+        let status = |status| ChatError::Status {
+            status,
+            body: String::new(),
+        };
+        assert!(status(429).is_transient() && status(503).is_transient());
+        assert!(!status(400).is_transient() && !status(401).is_transient());
+        assert!(ChatError::Timeout(Duration::ZERO).is_transient());
+        assert!(!ChatError::Malformed(String::new()).is_transient());
     }
 
     #[test]
@@ -123,9 +302,16 @@ mod tests {
     }
 
     #[test]
-    fn acknowledgements_are_silent() {
-        assert!(is_silent(" HEARTBEAT_OK\n"));
-        assert!(is_silent("NO_REPLY"));
-        assert!(!is_silent("HEARTBEAT_OK but also this"));
+    fn acknowledgements_start_or_end_with_the_token_and_say_little_else() {
+        assert!(is_acknowledgement(" HEARTBEAT_OK\n", 300));
+        assert!(is_acknowledgement("HEARTBEAT_OK.", 300));
+        assert!(is_acknowledgement("All quiet. HEARTBEAT_OK", 300));
+        assert!(is_acknowledgement("NO_REPLY", 300));
+        assert!(!is_acknowledgement("HEARTBEAT_OK but also this", 10));
+        assert!(!is_acknowledgement(
+            &format!("HEARTBEAT_OK {}", "x".repeat(301)),
+            300
+        ));
+        assert!(!is_acknowledgement("The deploy failed.", 300));
     }
 }

@@ -7,9 +7,10 @@ use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRe
 use rusqlite::{Connection, Row, ToSql, params};
 use serde::{Deserialize, Serialize};
 
-use super::delivery::DeliveryRecord;
+use crate::config::runtime::Route;
+
 use crate::hook::envelope::ContentSource;
-use crate::hook::{AdmittedRun, Channel, WakeMode};
+use crate::hook::{AdmittedRun, Channel, Thinking, WakeMode};
 
 /// Where a run is in its life. Spelled in snake case in the store and the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -106,6 +107,18 @@ impl FromSql for Channel {
     }
 }
 
+impl ToSql for Thinking {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+impl FromSql for Thinking {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        parsed(value, Thinking::parse)
+    }
+}
+
 impl ToSql for WakeMode {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
         Ok(self.as_str().into())
@@ -138,6 +151,90 @@ impl FromSql for ContentSource {
     }
 }
 
+/// A reply to send: a run's (with the summary to record if it cannot be delivered) or a
+/// heartbeat's. Stored as JSON in the outbox and on the NATS stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryJob {
+    /// The run whose reply this is; `None` for a heartbeat's.
+    pub run_id: Option<String>,
+    /// The agent whose main session is told when the reply cannot be delivered.
+    pub agent: String,
+    pub channel: Channel,
+    pub to: Option<String>,
+    pub text: String,
+    /// The run's summary event, recorded instead of the reply when it is not delivered.
+    pub summary: Option<SummaryEvent>,
+}
+
+impl DeliveryJob {
+    /// The route the job goes to.
+    pub fn route(&self) -> Route {
+        Route {
+            channel: self.channel,
+            to: self.to.clone(),
+        }
+    }
+}
+
+/// What became of delivering a run's reply, as `GET /api/runs/{id}` shows it under `delivery`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum DeliveryRecord {
+    /// Nothing is sent, for the reason given.
+    Skipped { reason: SkipReason },
+    /// In the outbox.
+    Pending {
+        channel: Channel,
+        to: Option<String>,
+    },
+    /// The channel accepted it.
+    Sent {
+        channel: Channel,
+        to: Option<String>,
+        attempts: u32,
+    },
+    /// Given up: a refusal no retry mends, or every attempt failed.
+    Failed {
+        channel: Channel,
+        to: Option<String>,
+        attempts: u32,
+        error: String,
+    },
+    /// A send cut off by a stop: it may have arrived, so it is not made again.
+    Uncertain {
+        channel: Channel,
+        to: Option<String>,
+        attempts: u32,
+        error: String,
+    },
+}
+
+impl DeliveryRecord {
+    /// The record of a job the channel accepted.
+    pub fn sent(job: &DeliveryJob, attempts: u32) -> DeliveryRecord {
+        DeliveryRecord::Sent {
+            channel: job.channel,
+            to: job.to.clone(),
+            attempts,
+        }
+    }
+}
+
+/// Why a run's reply is not sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SkipReason {
+    #[serde(rename = "deliver is false")]
+    NotAsked,
+    #[serde(rename = "the run did not succeed")]
+    RunFailed,
+    #[serde(rename = "the reply is an acknowledgement")]
+    Acknowledgement,
+    /// On a NATS cluster: the reply did not fit in one message even when cut.
+    #[serde(rename = "the reply was too large to record")]
+    TooLarge,
+}
+
 /// How a run's turn ended.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunOutcome {
@@ -146,6 +243,9 @@ pub struct RunOutcome {
     pub reply: Option<String>,
     pub summary: Option<String>,
     pub error: Option<String>,
+    /// The model id that answered (or, when none did, the last one asked).
+    #[serde(default)]
+    pub model: Option<String>,
     pub finished_at: String,
 }
 
@@ -236,7 +336,7 @@ impl NewRun {
             channel: run.channel_or_last(),
             to: run.to.clone(),
             model: run.model.clone(),
-            thinking: run.thinking.clone(),
+            thinking: run.thinking,
             timeout_seconds: run.timeout_seconds,
             wake_mode: run.wake_mode,
             source: run.source,
@@ -295,7 +395,8 @@ pub struct NewRun {
     pub channel: Channel,
     pub to: Option<String>,
     pub model: Option<String>,
-    pub thinking: Option<String>,
+    pub thinking: Option<Thinking>,
+    /// `Some(0)`: no limit but the hard cap.
     pub timeout_seconds: Option<u64>,
     pub wake_mode: WakeMode,
     pub source: ContentSource,
@@ -386,7 +487,7 @@ pub struct RunRecord {
     pub to: Option<String>,
     /// The resolved model id, or null.
     pub model: Option<String>,
-    pub thinking: Option<String>,
+    pub thinking: Option<Thinking>,
     pub timeout_seconds: Option<i64>,
     pub wake_mode: WakeMode,
     pub source: ContentSource,
@@ -396,6 +497,8 @@ pub struct RunRecord {
     /// The first non-empty line of the reply, at most 300 characters.
     pub summary: Option<String>,
     pub error: Option<String>,
+    /// The model id that answered (a fallback, when the primary failed for a while).
+    pub answered_by: Option<String>,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
     /// What became of delivering the reply.
@@ -408,7 +511,7 @@ pub struct RunRecord {
 const RUN_COLUMNS: &str =
     "run_id, status, hook_name, agent_id, session_key, message, prompt, deliver,
     channel, to_addr, model, thinking, timeout_seconds, wake_mode, source, created_at,
-    reply, summary, error, started_at, finished_at, delivery, upstream_run_id";
+    reply, summary, error, started_at, finished_at, delivery, upstream_run_id, answered_by";
 
 impl RunRecord {
     pub(crate) fn select(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunRecord>> {
@@ -445,6 +548,7 @@ impl RunRecord {
                 .get::<_, Option<String>>(21)?
                 .and_then(|text| serde_json::from_str(&text).ok()),
             upstream_run_id: row.get(22)?,
+            answered_by: row.get(23)?,
         })
     }
 

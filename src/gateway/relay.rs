@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::delivery::SendError;
 use crate::config::runtime::Upstream;
-use crate::hook::{AdmittedRun, Channel, WakeMode};
+use crate::hook::{AdmittedRun, Channel, Thinking, WakeMode};
 
 /// The service name in a relay's errors.
 const UPSTREAM: &str = "upstream";
@@ -54,7 +54,7 @@ pub struct AgentBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub thinking: Option<String>,
+    pub thinking: Option<Thinking>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<u64>,
 }
@@ -75,7 +75,7 @@ impl AgentBody {
             session_key: (relay_session_key && run.session_key_chosen)
                 .then(|| run.session_key.clone()),
             model: run.model.clone(),
-            thinking: run.thinking.clone(),
+            thinking: run.thinking,
             timeout_seconds: run.timeout_seconds,
         }
     }

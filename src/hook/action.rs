@@ -86,6 +86,61 @@ impl Channel {
     }
 }
 
+/// How hard the model thinks, as OpenClaw names the levels. Each provider's wire format maps
+/// them to its own control (see the gateway's provider module).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Thinking {
+    Off,
+    Minimal,
+    Low,
+    Medium,
+    High,
+    Xhigh,
+    Max,
+    /// The provider decides the budget.
+    Adaptive,
+}
+
+impl Thinking {
+    /// The message of the rejection for a value that names no level.
+    pub const EXPECTED: &'static str =
+        "thinking must be off|minimal|low|medium|high|xhigh|max|adaptive";
+
+    /// Parses a level, case-insensitively, with OpenClaw's aliases (`x-high`, `extra high`,
+    /// ... for `xhigh`; `highest` for `high`).
+    pub fn parse(name: &str) -> Option<Thinking> {
+        let name = name.trim().to_ascii_lowercase();
+        Some(match name.as_str() {
+            "off" => Thinking::Off,
+            "minimal" => Thinking::Minimal,
+            "low" => Thinking::Low,
+            "medium" => Thinking::Medium,
+            "high" | "highest" => Thinking::High,
+            "xhigh" | "x-high" | "x_high" | "extra-high" | "extra high" | "extra_high" => {
+                Thinking::Xhigh
+            }
+            "max" => Thinking::Max,
+            "adaptive" => Thinking::Adaptive,
+            _ => return None,
+        })
+    }
+
+    /// The canonical, lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Thinking::Off => "off",
+            Thinking::Minimal => "minimal",
+            Thinking::Low => "low",
+            Thinking::Medium => "medium",
+            Thinking::High => "high",
+            Thinking::Xhigh => "xhigh",
+            Thinking::Max => "max",
+            Thinking::Adaptive => "adaptive",
+        }
+    }
+}
+
 /// A validated wake: the text of the system event and when to act on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WakeRequest {
@@ -108,7 +163,8 @@ pub struct AgentRequest {
     pub channel: Option<Channel>,
     pub to: Option<String>,
     pub model: Option<String>,
-    pub thinking: Option<String>,
+    pub thinking: Option<Thinking>,
+    /// `Some(0)`: no limit but the hard cap.
     pub timeout_seconds: Option<u64>,
 }
 
@@ -133,7 +189,7 @@ pub struct AdmittedRun {
     pub to: Option<String>,
     /// The resolved model id (aliases resolved).
     pub model: Option<String>,
-    pub thinking: Option<String>,
+    pub thinking: Option<Thinking>,
     pub timeout_seconds: Option<u64>,
     pub source: ContentSource,
     pub allow_unsafe_external_content: bool,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::action::AdmittedRun;
+use super::action::{AdmittedRun, Thinking};
 
 /// Keys longer than this are not used (the next candidate is tried instead).
 pub const MAX_KEY_CHARS: usize = 256;
@@ -47,7 +47,7 @@ pub fn fingerprint(key: &str, hook_path: &str, run: &AdmittedRun) -> String {
         run.channel_or_last().as_str(),
         run.to,
         run.model,
-        run.thinking,
+        run.thinking.map(Thinking::as_str),
         run.timeout_seconds,
         run.allow_unsafe_external_content,
     ]);

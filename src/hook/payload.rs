@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::Rejected;
-use super::action::{AgentRequest, Channel, WakeMode, WakeRequest};
+use super::action::{AgentRequest, Channel, Thinking, WakeMode, WakeRequest};
 
 /// The fields of a body; a body that is not an object (an array, say) has none.
 fn fields(payload: &Value) -> Option<&Map<String, Value>> {
@@ -49,7 +49,7 @@ pub fn agent_request(payload: &Value) -> Result<AgentRequest, Rejected> {
         )?,
         deliver: !matches!(field(payload, "deliver"), Some(Value::Bool(false))),
         to: owned("to"),
-        thinking: owned("thinking"),
+        thinking: thinking(owned("thinking"))?,
         timeout_seconds: timeout_seconds(field(payload, "timeoutSeconds")),
     })
 }
@@ -78,8 +78,19 @@ fn model(present: bool, payload: &Value) -> Result<Option<String>, Rejected> {
 /// A finite number greater than zero, floored; anything else is absent.
 pub fn timeout_seconds(value: Option<&Value>) -> Option<u64> {
     let seconds = value?.as_f64()?;
-    // `as` saturates, so 1e300 becomes u64::MAX rather than wrapping.
-    (seconds.is_finite() && seconds > 0.0).then(|| seconds.floor() as u64)
+    if seconds == 0.0 {
+        return Some(0);
+    }
+    // At least a second: 0.5 must not floor to "no time at all". `as` saturates, so 1e300
+    // becomes u64::MAX rather than wrapping.
+    (seconds.is_finite() && seconds > 0.0).then(|| (seconds.floor() as u64).max(1))
+}
+
+/// A present `thinking` must name a level.
+pub fn thinking(value: Option<String>) -> Result<Option<Thinking>, Rejected> {
+    value
+        .map(|v| Thinking::parse(&v).ok_or_else(|| Rejected::new(Thinking::EXPECTED)))
+        .transpose()
 }
 
 #[cfg(test)]
@@ -193,11 +204,24 @@ mod tests {
     }
 
     #[test]
-    fn timeout_is_floored_and_positive() {
+    fn timeout_is_floored_to_at_least_a_second_and_zero_means_the_cap() {
         assert_eq!(timeout_seconds(Some(&json!(12.9))), Some(12));
-        assert_eq!(timeout_seconds(Some(&json!(0))), None);
+        assert_eq!(timeout_seconds(Some(&json!(0.5))), Some(1));
+        assert_eq!(timeout_seconds(Some(&json!(0))), Some(0));
         assert_eq!(timeout_seconds(Some(&json!(-3))), None);
         assert_eq!(timeout_seconds(Some(&json!("10"))), None);
         assert_eq!(timeout_seconds(Some(&json!(1e300))), Some(u64::MAX));
+    }
+
+    #[test]
+    fn thinking_must_name_a_level() {
+        let t = |v: Value| agent(json!({"message": "m", "thinking": v}));
+        assert_eq!(t(json!("High")).unwrap().thinking, Some(Thinking::High));
+        assert_eq!(
+            t(json!("extra high")).unwrap().thinking,
+            Some(Thinking::Xhigh)
+        );
+        assert_eq!(t(json!(" ")).unwrap().thinking, None);
+        assert_eq!(t(json!("big")).unwrap_err().0, Thinking::EXPECTED);
     }
 }

@@ -4,8 +4,12 @@
 use std::collections::BTreeSet;
 
 use super::Rejected;
-use super::action::{AdmittedRun, AgentRequest};
+use super::action::{AdmittedRun, AgentRequest, Channel};
 use super::envelope::ContentSource;
+
+/// The refusal of a recipient for msteams, whose incoming webhook addresses one conversation.
+pub const MSTEAMS_TO: &str =
+    "to cannot be used with channel msteams: its incoming webhook posts to one conversation";
 
 /// Agent ids are at most this long after normalising.
 const MAX_AGENT_ID_LEN: usize = 64;
@@ -233,6 +237,9 @@ impl HookPolicy {
         allow_unsafe_external_content: bool,
         fresh_key: impl FnOnce() -> String,
     ) -> Result<AdmittedRun, Rejected> {
+        if request.channel == Some(Channel::Msteams) && request.to.is_some() {
+            return Err(Rejected::new(MSTEAMS_TO));
+        }
         let model = request
             .model
             .as_deref()

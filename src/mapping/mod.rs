@@ -266,7 +266,7 @@ impl MappedAction {
                     channel,
                     to: self.to,
                     model: self.model,
-                    thinking: self.thinking,
+                    thinking: crate::hook::payload::thinking(self.thinking)?,
                     timeout_seconds: self.timeout_seconds,
                 }))
             }

@@ -37,6 +37,8 @@ pub enum Answer {
     Text(u16, String),
     /// Waits, then answers.
     After(Duration, Box<Answer>),
+    /// Answers with this header added.
+    Header(&'static str, String, Box<Answer>),
 }
 
 type Responder = Arc<dyn Fn(&Recorded, usize) -> Answer + Send + Sync>;
@@ -115,10 +117,15 @@ impl Fake {
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);
         let responder = self.responder.lock().unwrap().clone();
         let mut answer = responder(&recorded, index);
+        let mut headers = Vec::new();
         let response = loop {
             match answer {
                 Answer::After(delay, next) => {
                     tokio::time::sleep(delay).await;
+                    answer = *next;
+                }
+                Answer::Header(name, value, next) => {
+                    headers.push((name, value));
                     answer = *next;
                 }
                 Answer::Json(status, body) => {
@@ -130,6 +137,10 @@ impl Fake {
                 }
             }
         };
+        let mut response = response;
+        for (name, value) in headers {
+            response.headers_mut().insert(name, value.parse().unwrap());
+        }
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         response
     }

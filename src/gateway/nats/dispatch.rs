@@ -9,7 +9,8 @@ use super::{Cluster, Fact, MAX_DELIVER};
 use crate::gateway::agent;
 use crate::gateway::clock::now_ms;
 use crate::gateway::context::Context;
-use crate::gateway::delivery::{self, DeliveryJob, DeliveryRecord, Next, SendError, next_attempt};
+use crate::gateway::delivery::{self, Next, SendError, next_attempt};
+use crate::gateway::records::{DeliveryJob, DeliveryRecord};
 
 /// A send marker's value while the send is under way: a node finding it knows a send may have
 /// happened and does not risk a duplicate.
@@ -20,6 +21,9 @@ const SENT: &[u8] = b"sent";
 
 /// A send marker's value once the delivery is settled, sent or given up.
 const DONE: &[u8] = b"done";
+
+/// A send marker's prefix after a failed attempt, before the number of parts it sent.
+const RETRY: &str = "retry:";
 
 /// One heartbeat, on one node at a time (its consumer lets one message out at a time).
 pub(super) async fn beat(ctx: Context, cluster: Cluster, message: Message) {
@@ -104,6 +108,17 @@ pub(super) async fn deliver(ctx: Context, cluster: Cluster, message: Message) {
         let error = SendError::Interrupted;
         return give_up(&cluster, &message, &job, &marker, attempts, &error).await;
     }
+    // `retry:<n>`: an earlier attempt failed after sending the first n parts of a split reply.
+    let mut parts = entry
+        .as_ref()
+        .and_then(|e| {
+            std::str::from_utf8(&e.value)
+                .ok()?
+                .strip_prefix(RETRY)?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0);
     let marked = match entry {
         Some(entry) => sends
             .update(&marker, SENDING.into(), entry.revision)
@@ -115,7 +130,7 @@ pub(super) async fn deliver(ctx: Context, cluster: Cluster, message: Message) {
         return later(&message, Duration::from_secs(1)).await;
     }
     let settings = ctx.config.current();
-    let send = delivery::deliver(&ctx.http, &settings.runtime.channels, &job);
+    let send = delivery::deliver(&ctx.http, &settings.runtime.channels, &job, &mut parts);
     let sent = with_progress(&cluster, &message, || async {}, send).await;
     match sent {
         Ok(()) => {
@@ -138,7 +153,7 @@ pub(super) async fn deliver(ctx: Context, cluster: Cluster, message: Message) {
                 }
                 Next::RetryAfter(backoff) => {
                     tracing::info!(sequence, attempts, %error, ?backoff, "send failed; will retry");
-                    let _ = sends.put(&marker, "retry".into()).await;
+                    let _ = sends.put(&marker, format!("{RETRY}{parts}").into()).await;
                     later(&message, backoff).await;
                 }
             }
@@ -180,16 +195,9 @@ async fn give_up(
     attempts: u32,
     error: &SendError,
 ) {
-    let record = DeliveryRecord::given_up(job, attempts, error);
+    let record = delivery::given_up(job, attempts, error);
     let fact = delivered_fact(job, record, true);
-    if !settle(cluster, message, &fact, marker).await {
-        return;
-    }
-    if job.wake_now {
-        if let Err(err) = cluster.request_beat().await {
-            tracing::warn!(%err, "cannot request a heartbeat");
-        }
-    }
+    settle(cluster, message, &fact, marker).await;
 }
 
 /// The fact of a settled delivery; a reply given up carries its run's summary.
@@ -207,12 +215,16 @@ fn delivered_fact(job: &DeliveryJob, delivery: DeliveryRecord, given_up: bool) -
 /// keeps one.
 pub(super) async fn clock(ctx: Context, cluster: Cluster) {
     loop {
-        // Read each period, so that a reload of the period takes effect from the next one.
         let Some(every) = ctx.config.current().runtime.heartbeat_every else {
             tokio::time::sleep(Duration::from_secs(1)).await;
             continue;
         };
         let (wait, index) = next_period(every, now_ms());
+        // The period is read again every second, so that a reload applies at once.
+        if wait > Duration::from_secs(1) {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        }
         tokio::time::sleep(wait).await;
         let id = format!("beat-every-{}-{index}", every.as_millis());
         let request = Fact::BeatRequested { not_before_ms: 0 };

@@ -12,8 +12,7 @@ use super::{Cluster, ClusterError, Fact, RUNNER_MAX_DELIVER};
 use crate::gateway::agent::{self, Conclusion};
 use crate::gateway::clock::now_rfc3339;
 use crate::gateway::context::Context;
-use crate::gateway::delivery::{DeliveryRecord, SkipReason};
-use crate::gateway::records::{NewRun, RunOutcome, RunStatus};
+use crate::gateway::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus, SkipReason};
 use crate::gateway::runs;
 
 /// One agent run from the runner consumer: never two of one session key at once in the
@@ -43,7 +42,7 @@ pub(super) async fn run(ctx: Context, cluster: Cluster, message: Message) {
     let settings = ctx.config.current();
     let turn = agent::turn(&ctx.http, &settings, &work);
     let outcome = with_progress(&cluster, &message, refresh, turn).await;
-    let owner = agent::owner_route(&ctx.store, settings.agents.default_id()).await;
+    let owner = agent::owner_route_for(&ctx.store, &settings, &work, &outcome).await;
     let conclusion = agent::conclude(&settings, &work, outcome, owner);
     let wakes_now = conclusion.wakes_now(&work);
     let record = record_outcome(&cluster, &work.run_id, conclusion);
@@ -135,11 +134,12 @@ async fn give_up(
         reply: None,
         summary: None,
         error: Some(error),
+        model: None,
         finished_at: now_rfc3339(),
     };
     let settings = ctx.config.current();
-    let owner = agent::owner_route(&ctx.store, settings.agents.default_id()).await;
-    let conclusion = agent::conclude(&settings, work, outcome, owner);
+    // An error outcome: nothing is delivered, no route is needed.
+    let conclusion = agent::conclude(&settings, work, outcome, None);
     let wakes_now = conclusion.wakes_now(work);
     let record = record_outcome(cluster, &work.run_id, conclusion);
     if !with_progress(cluster, message, || async {}, record).await {
@@ -204,7 +204,7 @@ fn finished(run_id: &str, conclusion: Conclusion, limit: usize) -> Fact {
         outcome: conclusion.outcome,
         delivery: conclusion.delivery,
         summary: conclusion.summary_now,
-        job: conclusion.job,
+        job: conclusion.job.map(Box::new),
     };
     let mut keep = limit / 2;
     while fact.to_bytes().len() > limit && keep > 0 {

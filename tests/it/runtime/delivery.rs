@@ -36,8 +36,9 @@ pub(super) async fn every_channel_adapter_speaks_its_api(backend: Backend) {
             json!({"channel_id": "M1", "message": "Reply text"}),
         ),
         (
+            // An incoming webhook: its conversation is its URL, no recipient is named.
             "msteams",
-            "T1",
+            "",
             "/teams-webhook",
             None,
             json!({"text": "Reply text"}),
@@ -58,15 +59,11 @@ pub(super) async fn every_channel_adapter_speaks_its_api(backend: Backend) {
         ),
     ];
     for (channel, to, path, auth, body) in expected {
-        let run = finished(
-            &server,
-            &agent(
-                &server,
-                json!({"message": "m", "channel": channel, "to": to}),
-            )
-            .await,
-        )
-        .await;
+        let request = match to {
+            "" => json!({"message": "m", "channel": channel}),
+            to => json!({"message": "m", "channel": channel, "to": to}),
+        };
+        let run = finished(&server, &agent(&server, request).await).await;
         assert_eq!(run["delivery"]["status"], "sent", "{channel}: {run}");
         let sent = chat.requests().into_iter().last().unwrap();
         assert_eq!(sent.path, path, "{channel}");
@@ -288,5 +285,146 @@ pub(super) async fn an_unconfigured_channel_fails_without_retries(backend: Backe
     assert_eq!(
         run["delivery"]["error"],
         "channel discord is not configured"
+    );
+}
+
+pub(super) async fn a_refusal_is_given_up_at_once_with_the_apis_reason(backend: Backend) {
+    let provider = Fake::provider("the reply").await;
+    let chat = Fake::start(|_, _| {
+        Answer::Json(
+            403,
+            json!({"ok": false, "description": "Forbidden: bot was blocked by the user"}),
+        )
+    })
+    .await;
+    let mut config = with_provider(&provider);
+    config["channels"] = all_channels(&chat);
+    config["channels"]["retry"] = json!({"attempts": 5, "baseDelayMs": 10});
+    let (server, _dir) = backend.start(&config);
+    let body = json!({"message": "m", "channel": "telegram", "to": "42", "name": "Blocked"});
+    let run = finished(&server, &agent(&server, body).await).await;
+    assert_eq!(run["delivery"]["status"], "failed", "{run}");
+    assert_eq!(run["delivery"]["attempts"], 1);
+    let error = run["delivery"]["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("telegram answered 403") && error.contains("bot was blocked"),
+        "{error}"
+    );
+    assert_eq!(chat.requests().len(), 1);
+}
+
+pub(super) async fn a_throttled_send_waits_for_its_retry_after(backend: Backend) {
+    let provider = Fake::provider("the reply").await;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let chat = Fake::start({
+        let seen = seen.clone();
+        move |_, i| {
+            seen.lock().unwrap().push(std::time::Instant::now());
+            if i == 0 {
+                Answer::Header(
+                    "retry-after",
+                    "1".into(),
+                    Box::new(Answer::Json(
+                        429,
+                        json!({"ok": false, "error": "ratelimited"}),
+                    )),
+                )
+            } else {
+                Answer::Json(200, json!({"ok": true}))
+            }
+        }
+    })
+    .await;
+    let mut config = with_provider(&provider);
+    config["channels"] = all_channels(&chat);
+    config["channels"]["retry"] = json!({"attempts": 3, "baseDelayMs": 1});
+    let (server, _dir) = backend.start(&config);
+    let body = json!({"message": "m", "channel": "slack", "to": "C1"});
+    let run = finished(&server, &agent(&server, body).await).await;
+    assert_eq!(
+        (
+            run["delivery"]["status"].as_str(),
+            run["delivery"]["attempts"].as_u64()
+        ),
+        (Some("sent"), Some(2)),
+        "{run}"
+    );
+    let seen = seen.lock().unwrap();
+    // A lower bound the code enforces, not a measurement: without Retry-After the backoff here is
+    // at most a millisecond.
+    assert!(
+        seen[1] - seen[0] >= Duration::from_millis(950),
+        "{:?}",
+        seen[1] - seen[0]
+    );
+}
+
+pub(super) async fn a_long_reply_is_split_to_the_channels_limit_in_order(backend: Backend) {
+    let paragraph = "word ".repeat(500); // 2500 characters
+    let reply = format!(
+        "{}\n{}\n{}",
+        paragraph.trim_end(),
+        paragraph.trim_end(),
+        "the end"
+    );
+    let provider = Fake::start({
+        let reply = reply.clone();
+        move |_, _| Answer::Json(200, chat_reply(&reply))
+    })
+    .await;
+    let chat = Fake::start(|_, _| Answer::Json(200, json!({"ok": true}))).await;
+    let mut config = with_provider(&provider);
+    config["channels"] = all_channels(&chat);
+    let (server, _dir) = backend.start(&config);
+    let body = json!({"message": "m", "channel": "telegram", "to": "42"});
+    let run = finished(&server, &agent(&server, body).await).await;
+    assert_eq!(run["delivery"]["status"], "sent", "{run}");
+    let parts: Vec<String> = chat
+        .requests()
+        .iter()
+        .map(|r| r.body["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        parts.len(),
+        2,
+        "{:?}",
+        parts.iter().map(String::len).collect::<Vec<_>>()
+    );
+    assert!(parts.iter().all(|p| p.chars().count() <= 4096));
+    assert_eq!(parts[0], paragraph.trim_end(), "split at the line break");
+    assert_eq!(parts.join("\n"), reply);
+}
+
+pub(super) async fn msteams_refuses_a_recipient_and_records_none(backend: Backend) {
+    let provider = Fake::provider("to the team").await;
+    let chat = Fake::start(|_, _| Answer::Json(200, json!({"ok": true}))).await;
+    let mut config = with_provider(&provider);
+    config["channels"] = all_channels(&chat);
+    config["channels"]["defaultRoute"] = json!({"channel": "msteams", "to": "ignored"});
+    let (server, _dir) = backend.start(&config);
+    let (status, refused) = json_of(
+        server
+            .hook("/hooks/agent")
+            .json(&json!({"message": "m", "channel": "msteams", "to": "19:abc"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        refused["error"],
+        "to cannot be used with channel msteams: its incoming webhook posts to one conversation"
+    );
+    // `last` on an msteams default route: sent to the webhook, and the record says no recipient.
+    let run = finished(&server, &agent(&server, json!({"message": "m"})).await).await;
+    assert_eq!(
+        (
+            run["delivery"]["status"].as_str(),
+            run["delivery"]["channel"].as_str(),
+            run["delivery"]["to"].as_str()
+        ),
+        (Some("sent"), Some("msteams"), None),
+        "{run}"
     );
 }

@@ -96,3 +96,108 @@ pub(super) async fn heartbeat_requests_close_together_make_one_heartbeat(backend
     // HEARTBEAT_OK is never sent anywhere.
     assert!(chat.requests().is_empty());
 }
+
+pub(super) async fn a_wake_now_run_asks_for_a_heartbeat_even_when_its_reply_is_delivered(
+    backend: Backend,
+) {
+    let provider = Fake::provider("Done.").await;
+    let chat = Fake::start(|_, _| Answer::Json(200, json!({"ok": true}))).await;
+    let mut config = with_provider(&provider);
+    config["channels"] = all_channels(&chat);
+    set(&mut config, "agents.defaults.heartbeat.every", json!("0"));
+    let (server, _dir) = backend.start(&config);
+    let woke = server
+        .hook("/hooks/wake")
+        .json(&json!({"text": "waiting for a heartbeat", "mode": "next-heartbeat"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(woke.status(), 200);
+    let run = json!({"message": "m", "channel": "telegram", "to": "42", "wakeMode": "now"});
+    let run = finished(&server, &agent(&server, run).await).await;
+    assert_eq!(run["delivery"]["status"], "sent", "{run}");
+    eventually("the heartbeat over the pending event", async || {
+        provider.requests().iter().any(|r| {
+            r.body["messages"][0]["content"]
+                .as_str()
+                .is_some_and(|c| c.contains("waiting for a heartbeat"))
+        })
+    })
+    .await;
+}
+
+pub(super) async fn replies_that_start_or_end_with_heartbeat_ok_and_say_little_are_acknowledgements(
+    backend: Backend,
+) {
+    let replies = [
+        "HEARTBEAT_OK.",
+        "All quiet. HEARTBEAT_OK",
+        "HEARTBEAT_OK but the disk is full",
+    ];
+    let provider = Fake::start(move |_, i| Answer::Json(200, chat_reply(replies[i % 3]))).await;
+    let chat = Fake::start(|_, _| Answer::Json(200, json!({"ok": true}))).await;
+    let mut config = with_provider(&provider);
+    config["channels"] = all_channels(&chat);
+    set(
+        &mut config,
+        "agents.defaults.heartbeat.ackMaxChars",
+        json!(10),
+    );
+    let (server, _dir) = backend.start(&config);
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let body = json!({"message": "m", "channel": "telegram", "to": "42", "wakeMode": "next-heartbeat"});
+        let run = finished(&server, &agent(&server, body).await).await;
+        statuses.push(run["delivery"]["status"].as_str().unwrap().to_string());
+    }
+    assert_eq!(statuses, ["skipped", "skipped", "sent"]);
+    assert_eq!(chat.requests().len(), 1);
+    assert_eq!(
+        chat.requests()[0].body["text"],
+        "HEARTBEAT_OK but the disk is full"
+    );
+}
+
+pub(super) async fn periodic_heartbeats_run_while_events_are_pending(backend: Backend) {
+    let provider = Fake::provider("HEARTBEAT_OK").await;
+    let mut config = with_provider(&provider);
+    set(&mut config, "agents.defaults.heartbeat.every", json!("1s"));
+    let (server, _dir) = backend.start(&config);
+    let woke = server
+        .hook("/hooks/wake")
+        .json(&json!({"text": "for the periodic heartbeat", "mode": "next-heartbeat"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(woke.status(), 200);
+    eventually("a periodic heartbeat over the event", async || {
+        provider.requests().iter().any(|r| {
+            r.body["messages"][0]["content"]
+                .as_str()
+                .is_some_and(|c| c.contains("for the periodic heartbeat"))
+        })
+    })
+    .await;
+    // Consumed: later periods find nothing pending and ask the model nothing.
+    let asked = provider.requests().len();
+    let later = server
+        .hook("/hooks/wake")
+        .json(&json!({"text": "second", "mode": "next-heartbeat"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(later.status(), 200);
+    eventually("the next period's heartbeat", async || {
+        provider.requests().len() > asked
+    })
+    .await;
+    let last = provider.requests().into_iter().last().unwrap();
+    let prompt = last.body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        prompt.contains("second") && !prompt.contains("for the periodic"),
+        "{prompt}"
+    );
+}

@@ -8,6 +8,7 @@
 mod delivery;
 mod forward;
 mod heartbeat;
+mod providers;
 mod restart;
 mod runs;
 
@@ -103,6 +104,16 @@ on_every_store!(
     delivery::an_unconfigured_channel_fails_without_retries,
     heartbeat::wake_now_runs_a_heartbeat_over_pending_events_and_delivers_its_reply,
     heartbeat::heartbeat_requests_close_together_make_one_heartbeat,
+    providers::named_providers_speak_their_wire_format_and_take_the_model_without_prefix,
+    providers::a_failing_model_falls_back_in_order_and_a_refusal_does_not,
+    providers::a_timeout_under_a_second_counts_as_one,
+    heartbeat::a_wake_now_run_asks_for_a_heartbeat_even_when_its_reply_is_delivered,
+    heartbeat::replies_that_start_or_end_with_heartbeat_ok_and_say_little_are_acknowledgements,
+    heartbeat::periodic_heartbeats_run_while_events_are_pending,
+    delivery::a_refusal_is_given_up_at_once_with_the_apis_reason,
+    delivery::a_throttled_send_waits_for_its_retry_after,
+    delivery::a_long_reply_is_split_to_the_channels_limit_in_order,
+    delivery::msteams_refuses_a_recipient_and_records_none,
 );
 
 pub(crate) fn with_provider(provider: &Fake) -> Value {
