@@ -3,6 +3,12 @@
 //! intake up for long. Done outbox rows go at once; idempotency and replay records once their
 //! window has passed. Events no heartbeat has taken and runs still to be run or relayed are
 //! never deleted.
+//!
+//! Events and runs are walked in insertion order (which is time order) with a cursor that a pass
+//! carries from batch to batch: a batch looks at the next rows past the cursor and deletes those
+//! that may go, and the pass ends at the first row too young. So a batch costs the same however
+//! large the table, rows that must stay are stepped over rather than holding pruning up, and no
+//! index beyond the row ids is needed: pruning adds nothing to the cost of a write.
 
 use std::time::Duration;
 
@@ -14,9 +20,9 @@ use super::deliveries::REPLAY_WINDOW;
 use crate::config::runtime::Retention;
 use crate::hook::idempotency;
 
-/// Rows of one kind one transaction deletes at most.
+/// Rows of one kind one transaction looks at, at most.
 const BATCH: u32 = 500;
-/// Runs one transaction deletes at most.
+/// Runs one transaction looks at, at most (their prompts and replies may be large).
 const RUN_BATCH: u32 = 100;
 /// How often a pass runs, at most; a shorter retention runs it more often, down to every second.
 const EVERY: Duration = Duration::from_secs(60);
@@ -38,15 +44,31 @@ pub async fn run(ctx: Context) {
     }
 }
 
+/// Where a pass is: the last event `seq` and run `rowid` looked at, and whether each walk is
+/// over (it reached a row too young to go).
+#[derive(Debug, Clone, Copy, Default)]
+struct Cursor {
+    event: i64,
+    events_done: bool,
+    run: i64,
+    runs_done: bool,
+}
+
 /// One pass: batches until nothing is left to delete. Returns the transactions it took.
 pub async fn prune(ctx: &Context, retention: Retention) -> Result<usize, super::store::StoreError> {
+    let mut cursor = Cursor {
+        events_done: retention.events.is_none(),
+        runs_done: retention.runs.is_none(),
+        ..Cursor::default()
+    };
     let mut batches = 0;
     loop {
         let now = now_ms();
-        let more = ctx
+        let (next, more) = ctx
             .store
-            .write(move |conn| prune_batch(conn, retention, now))
+            .write(move |conn| prune_batch(conn, retention, now, cursor))
             .await?;
+        cursor = next;
         batches += 1;
         if !more {
             return Ok(batches);
@@ -64,59 +86,110 @@ fn cutoff(now_ms: i64, age: Duration) -> String {
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-/// Deletes at most [`BATCH`] rows of each kind ([`RUN_BATCH`] runs, whose prompts and replies
-/// may be large); returns whether any kind had a full batch (more may be left). Each statement
-/// is a range scan of an index over exactly the rows it may delete, so rows that must stay
-/// (pending events, runs still to run or relay) cost nothing and never hold pruning up.
-fn prune_batch(conn: &Connection, retention: Retention, now_ms: i64) -> rusqlite::Result<bool> {
-    let mut full = conn.execute(
+/// One batch: the next events and runs past `cursor`, and at most [`BATCH`] rows of each other
+/// kind. Returns the cursor for the next batch and whether one is needed.
+fn prune_batch(
+    conn: &Connection,
+    retention: Retention,
+    now_ms: i64,
+    mut cursor: Cursor,
+) -> rusqlite::Result<(Cursor, bool)> {
+    let mut more = conn.execute(
         "DELETE FROM outbox WHERE id IN
            (SELECT id FROM outbox WHERE status = 'done' LIMIT ?1)",
         params![BATCH],
     )? == BATCH as usize;
-    if let Some(age) = retention.events {
-        // Only events a heartbeat has taken: a pending event is work not yet done.
-        full |= conn.execute(
-            "DELETE FROM events WHERE seq IN
-               (SELECT seq FROM events WHERE consumed = 1 AND at < ?2 ORDER BY consumed, at LIMIT ?1)",
-            params![BATCH, cutoff(now_ms, age)],
-        )? == BATCH as usize;
+    if let (Some(age), false) = (retention.events, cursor.events_done) {
+        (cursor.event, cursor.events_done) =
+            prune_events(conn, cursor.event, &cutoff(now_ms, age))?;
+        more |= !cursor.events_done;
     }
     if let Some(age) = retention.runs {
-        let before = cutoff(now_ms, age);
-        // A run an idempotency record still names stays: a repeat of its request is answered
-        // with its id, which must then be found.
-        full |= conn.execute(
-            "DELETE FROM runs WHERE rowid IN
-               (SELECT rowid FROM runs WHERE created_at < ?2
-                  AND status NOT IN ('queued', 'running', 'forwarding')
-                  AND run_id NOT IN (SELECT run_id FROM idempotency WHERE first_at_ms >= ?3)
-                ORDER BY created_at LIMIT ?1)",
-            params![
-                RUN_BATCH,
-                before,
-                now_ms.saturating_sub(millis(idempotency::WINDOW))
-            ],
-        )? == RUN_BATCH as usize;
+        // A repeat of a request within the idempotency window is answered with its first run's
+        // id, which must then be found: no run younger than the window goes.
+        let before = cutoff(now_ms, age.max(idempotency::WINDOW));
+        if !cursor.runs_done {
+            (cursor.run, cursor.runs_done) = prune_runs(conn, cursor.run, &before)?;
+            more |= !cursor.runs_done;
+        }
         // Failed and uncertain sends stay as long as their runs, for a retry.
-        full |= conn.execute(
+        more |= conn.execute(
             "DELETE FROM outbox WHERE id IN
                (SELECT id FROM outbox WHERE status IN ('failed', 'uncertain') AND created_at < ?2
                 LIMIT ?1)",
             params![BATCH, before],
         )? == BATCH as usize;
     }
-    full |= conn.execute(
+    more |= conn.execute(
         "DELETE FROM idempotency WHERE fingerprint IN
            (SELECT fingerprint FROM idempotency WHERE first_at_ms < ?2 ORDER BY first_at_ms LIMIT ?1)",
         params![BATCH, now_ms.saturating_sub(millis(idempotency::WINDOW))],
     )? == BATCH as usize;
-    full |= conn.execute(
+    more |= conn.execute(
         "DELETE FROM deliveries WHERE key IN
            (SELECT key FROM deliveries WHERE first_at_ms < ?2 ORDER BY first_at_ms LIMIT ?1)",
         params![BATCH, now_ms.saturating_sub(millis(REPLAY_WINDOW))],
     )? == BATCH as usize;
-    Ok(full)
+    Ok((cursor, more))
+}
+
+/// Deletes the events a heartbeat took among the next [`BATCH`] past `after` that are older than
+/// `before`; returns the last `seq` looked at and whether the walk is over.
+fn prune_events(conn: &Connection, after: i64, before: &str) -> rusqlite::Result<(i64, bool)> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, at < ?2, consumed FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?3",
+    )?;
+    let rows = stmt
+        .query_map(params![after, before, BATCH], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, bool>(1)?,
+                row.get::<_, bool>(2)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut delete = conn.prepare_cached("DELETE FROM events WHERE seq = ?1")?;
+    let mut last = after;
+    for &(seq, old, consumed) in &rows {
+        if !old {
+            return Ok((last, true));
+        }
+        if consumed {
+            delete.execute(params![seq])?;
+        }
+        last = seq;
+    }
+    Ok((last, rows.len() < BATCH as usize))
+}
+
+/// Deletes the finished runs among the next [`RUN_BATCH`] past `after` created before `before`;
+/// returns the last rowid looked at and whether the walk is over.
+fn prune_runs(conn: &Connection, after: i64, before: &str) -> rusqlite::Result<(i64, bool)> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT rowid, created_at < ?2, status IN ('queued', 'running', 'forwarding')
+         FROM runs WHERE rowid > ?1 ORDER BY rowid LIMIT ?3",
+    )?;
+    let rows = stmt
+        .query_map(params![after, before, RUN_BATCH], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, bool>(1)?,
+                row.get::<_, bool>(2)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut delete = conn.prepare_cached("DELETE FROM runs WHERE rowid = ?1")?;
+    let mut last = after;
+    for &(rowid, old, pending) in &rows {
+        if !old {
+            return Ok((last, true));
+        }
+        if !pending {
+            delete.execute(params![rowid])?;
+        }
+        last = rowid;
+    }
+    Ok((last, rows.len() < RUN_BATCH as usize))
 }
 
 #[cfg(test)]
@@ -172,7 +245,7 @@ mod tests {
         };
         let now = now_ms();
         store
-            .write(move |conn| prune_batch(conn, keep, now))
+            .write(move |conn| prune_batch(conn, keep, now, Cursor::default()))
             .await
             .unwrap();
         let kept = store
@@ -185,7 +258,7 @@ mod tests {
             runs: day,
         };
         store
-            .write(move |conn| prune_batch(conn, month, now))
+            .write(move |conn| prune_batch(conn, month, now, Cursor::default()))
             .await
             .unwrap();
         let left = store

@@ -100,15 +100,11 @@ DELETE FROM routes;
 ";
 
 /// Which model answered a run (its fallbacks may have); how many parts of a split reply went out
-/// (a retry resumes there); indexes that let retention find what it may delete without scanning;
-/// thinking levels are typed now, so a value earlier versions accepted
+/// (a retry resumes there); thinking levels are typed now, so a value earlier versions accepted
 /// that names no level is dropped.
 const SCHEMA_V6: &str = "
 ALTER TABLE runs ADD COLUMN answered_by TEXT;
 ALTER TABLE outbox ADD COLUMN parts_sent INTEGER NOT NULL DEFAULT 0;
-CREATE INDEX events_prunable ON events (consumed, at);
-CREATE INDEX runs_by_age ON runs (created_at);
-CREATE INDEX outbox_by_age ON outbox (status, created_at);
 UPDATE runs SET thinking = lower(trim(thinking)) WHERE thinking IS NOT NULL;
 UPDATE runs SET thinking = NULL
  WHERE thinking NOT IN ('off', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max', 'adaptive');

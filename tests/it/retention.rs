@@ -8,7 +8,7 @@ use crate::harness::*;
 use crate::runtime::{agent, finished, with_provider};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_a_heartbeat_took_and_finished_runs_are_pruned_once_old() {
+async fn events_a_heartbeat_took_are_pruned_once_old_and_young_runs_stay() {
     let provider = Fake::provider("HEARTBEAT_OK").await;
     let mut config = with_provider(&provider);
     set(
@@ -29,17 +29,13 @@ async fn events_a_heartbeat_took_and_finished_runs_are_pruned_once_old() {
     let run_id = agent(&server, json!({"message": "m", "deliver": false})).await;
     assert_eq!(finished(&server, &run_id).await["status"], "ok");
     eventually(
-        "the events, the run and its summary to be pruned",
-        async || {
-            let run = server
-                .api(&format!("/api/runs/{run_id}"))
-                .send()
-                .await
-                .unwrap();
-            server.events().await.is_empty() && run.status() == 404
-        },
+        "the events and the run's summary to be pruned",
+        async || server.events().await.is_empty(),
     )
     .await;
+    // A run stays at least as long as a repeat of its request would be answered with its id.
+    let run = server.run_of(&json!({"runId": run_id})).await;
+    assert_eq!(run["status"], "ok", "{run}");
     assert!(
         provider.requests().len() >= 2,
         "the run and at least one heartbeat"
