@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::model::MappingConfig;
 use crate::hook::payload::timeout_seconds;
-use crate::hook::{Channel, WakeMode};
+use crate::hook::{Channel, Thinking, WakeMode};
 use crate::mapping::{ActionKind, Mapping, TransformSpec};
 
 /// Builds the mapping at position `index` (0-based) of `hooks.mappings` from its entry in the file.
@@ -14,10 +14,17 @@ pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> 
     let kind = match config.action.as_deref().map(str::trim) {
         None | Some("agent") => ActionKind::Agent,
         Some("wake") => ActionKind::Wake,
-        Some(other) => return Err(format!("action must be wake or agent, not '{other}'")),
+        // The value is not repeated: a configuration message never echoes one.
+        Some(_) => return Err("action must be wake or agent".into()),
     };
     if let Some(channel) = &config.channel {
         Channel::parse(channel).ok_or_else(|| Channel::EXPECTED.to_string())?;
+    }
+    // A level written out (no template) is checked now rather than at the first request.
+    if let Some(thinking) = config.thinking.as_deref().filter(|t| !t.contains("{{")) {
+        if !thinking.trim().is_empty() && Thinking::parse(thinking).is_none() {
+            return Err(Thinking::EXPECTED.into());
+        }
     }
     let trimmed = |s: &Option<String>| {
         s.as_deref()
@@ -237,5 +244,18 @@ mod tests {
             .finish()
             .unwrap_err();
         assert_eq!(err.0, Channel::EXPECTED);
+    }
+
+    #[test]
+    fn a_static_thinking_level_is_checked_at_load_and_a_template_at_request() {
+        let config = |thinking: &str| -> MappingConfig {
+            serde_json::from_value(json!({"thinking": thinking})).unwrap()
+        };
+        assert_eq!(
+            mapping_of(0, &config("big")).unwrap_err(),
+            Thinking::EXPECTED
+        );
+        assert!(mapping_of(0, &config("High")).is_ok());
+        assert!(mapping_of(0, &config("{{payload.level}}")).is_ok());
     }
 }
