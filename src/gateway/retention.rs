@@ -136,41 +136,39 @@ fn prune_batch(
 /// Deletes the events a heartbeat took among the next [`BATCH`] past `after` that are older than
 /// `before`; returns the last `seq` looked at and whether the walk is over.
 fn prune_events(conn: &Connection, after: i64, before: &str) -> rusqlite::Result<(i64, bool)> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT seq, at < ?2, consumed FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?3",
-    )?;
-    let rows = stmt
-        .query_map(params![after, before, BATCH], |row| {
-            Ok((
-                row.get::<_, i64>(0)?,
-                row.get::<_, bool>(1)?,
-                row.get::<_, bool>(2)?,
-            ))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let mut delete = conn.prepare_cached("DELETE FROM events WHERE seq = ?1")?;
-    let mut last = after;
-    for &(seq, old, consumed) in &rows {
-        if !old {
-            return Ok((last, true));
-        }
-        if consumed {
-            delete.execute(params![seq])?;
-        }
-        last = seq;
-    }
-    Ok((last, rows.len() < BATCH as usize))
+    walk(
+        conn,
+        "SELECT seq, at < ?2, consumed = 0 FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?3",
+        "DELETE FROM events WHERE seq = ?1",
+        (after, before, BATCH),
+    )
 }
 
 /// Deletes the finished runs among the next [`RUN_BATCH`] past `after` created before `before`;
 /// returns the last rowid looked at and whether the walk is over.
 fn prune_runs(conn: &Connection, after: i64, before: &str) -> rusqlite::Result<(i64, bool)> {
-    let mut stmt = conn.prepare_cached(
+    walk(
+        conn,
         "SELECT rowid, created_at < ?2, status IN ('queued', 'running', 'forwarding')
          FROM runs WHERE rowid > ?1 ORDER BY rowid LIMIT ?3",
-    )?;
-    let rows = stmt
-        .query_map(params![after, before, RUN_BATCH], |row| {
+        "DELETE FROM runs WHERE rowid = ?1",
+        (after, before, RUN_BATCH),
+    )
+}
+
+/// One step of a walk in row order: `select` gives, for up to `limit` rows past `after`, each
+/// row's id, whether it is old enough (`?2` is the cutoff) and whether it must stay anyway;
+/// `delete` removes one by id. Stops at the first row too young. Returns the last id looked at
+/// and whether the walk is over.
+fn walk(
+    conn: &Connection,
+    select: &str,
+    delete: &str,
+    (after, before, limit): (i64, &str, u32),
+) -> rusqlite::Result<(i64, bool)> {
+    let rows = conn
+        .prepare_cached(select)?
+        .query_map(params![after, before, limit], |row| {
             Ok((
                 row.get::<_, i64>(0)?,
                 row.get::<_, bool>(1)?,
@@ -178,18 +176,18 @@ fn prune_runs(conn: &Connection, after: i64, before: &str) -> rusqlite::Result<(
             ))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    let mut delete = conn.prepare_cached("DELETE FROM runs WHERE rowid = ?1")?;
+    let mut delete = conn.prepare_cached(delete)?;
     let mut last = after;
-    for &(rowid, old, pending) in &rows {
+    for &(id, old, stays) in &rows {
         if !old {
             return Ok((last, true));
         }
-        if !pending {
-            delete.execute(params![rowid])?;
+        if !stays {
+            delete.execute(params![id])?;
         }
-        last = rowid;
+        last = id;
     }
-    Ok((last, rows.len() < RUN_BATCH as usize))
+    Ok((last, rows.len() < limit as usize))
 }
 
 #[cfg(test)]
