@@ -315,9 +315,12 @@ pub fn runtime_settings(
             Some(n) => n as usize,
             None => 4,
         },
-        run_timeout: Duration::from_secs(
-            defaults.timeout_seconds.filter(|t| *t > 0).unwrap_or(600),
-        ),
+        // As a run's own `timeoutSeconds`: `0` is the hard cap of a day, and nothing is longer.
+        run_timeout: Duration::from_secs(match defaults.timeout_seconds {
+            None => 600,
+            Some(0) => MAX_RUN_SECONDS,
+            Some(t) => t.min(MAX_RUN_SECONDS),
+        }),
         heartbeat_every,
         ack_max_chars: defaults
             .heartbeat
@@ -342,6 +345,9 @@ fn chain(config: &ModelConfig) -> ModelChain {
         },
     }
 }
+
+/// The longest an agent run may take, whatever it asks for: a day.
+pub const MAX_RUN_SECONDS: u64 = 86_400;
 
 /// The longest heartbeat interval accepted: a year.
 const MAX_EVERY: Duration = Duration::from_secs(365 * 86_400);
@@ -534,6 +540,12 @@ fn channels(
             "defaultRoute" => {
                 if let Some(route) = typed::<RouteConfig>(value, &key, problems) {
                     match Channel::parse(&route.channel) {
+                        Some(Channel::Msteams) if route.to.is_some() => {
+                            problems.push(ConfigError::invalid(
+                                format!("{key}.to"),
+                                "cannot be used with channel msteams: its incoming webhook posts to one conversation",
+                            ))
+                        }
                         Some(channel) => {
                             settings.default_route = Some(Route {
                                 channel,

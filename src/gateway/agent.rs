@@ -13,12 +13,9 @@ use super::records::{
 use super::runs::{self, PendingEvent};
 use super::store::Store;
 use crate::config::Settings;
-use crate::config::runtime::{AgentRuntime, Route};
+use crate::config::runtime::{AgentRuntime, MAX_RUN_SECONDS, Route};
 use crate::hook::envelope::sanitize_summary_name;
 use crate::hook::{Channel, Thinking, WakeMode};
-
-/// The longest a run may take, whatever it asks for.
-const MAX_RUN_SECONDS: u64 = 86_400;
 
 /// Events one heartbeat takes at most; the rest wait for the next.
 const MAX_BEAT_EVENTS: u32 = 100;
@@ -37,8 +34,8 @@ fn model_chain(agent: &AgentRuntime, requested: Option<&str>) -> Vec<String> {
 }
 
 /// One turn through the model chain: each model in order until one answers or fails in a way
-/// that no other model mends (a refusal, an unreadable answer). Returns the reply or the last
-/// failure, with the model id it came from.
+/// that no other model mends (a refusal, an unreadable answer). Returns the reply with the model
+/// id that gave it, or the last failure.
 async fn ask(
     http: &reqwest::Client,
     settings: &Settings,
@@ -50,33 +47,37 @@ async fn ask(
 ) -> (Result<String, TurnError>, Option<String>) {
     let unconfigured = settings.runtime.providers.is_empty() && agent.provider.is_none();
     let mut last = match unconfigured {
-        true => (Err(TurnError::NoProviders), None),
-        false => (Err(TurnError::NoModel), None),
+        true => Err(TurnError::NoProviders),
+        false => Err(TurnError::NoModel),
     };
+    // Each model gets the run's timeout, and the whole chain no more than the hard cap.
+    let cap = tokio::time::Instant::now() + Duration::from_secs(MAX_RUN_SECONDS);
     for id in chain {
         let Some((provider, model)) = settings.runtime.route_model(agent, id) else {
-            last = (Err(TurnError::NoProvider(id.clone())), Some(id.clone()));
+            tracing::warn!(model = %id, "no model provider for this model id; trying the next");
+            last = Err(TurnError::NoProvider(id.clone()));
             continue;
         };
+        let left = cap.saturating_duration_since(tokio::time::Instant::now());
         let turn = ChatTurn {
             model,
             prompt,
             thinking,
-            timeout,
+            timeout: timeout.min(left),
         };
         match complete(http, provider, &turn).await {
             Ok(reply) => return (Ok(reply), Some(id.clone())),
             Err(err) => {
                 let transient = err.is_transient();
                 tracing::warn!(model = %id, %err, transient, "model turn failed");
-                last = (Err(TurnError::Chat(err)), Some(id.clone()));
-                if !transient {
+                last = Err(TurnError::Chat(err));
+                if !transient || left.is_zero() {
                     break;
                 }
             }
         }
     }
-    last
+    (last, None)
 }
 
 /// Why a turn has no reply.
@@ -193,6 +194,7 @@ pub fn conclude(
         to: route.to.clone(),
         text: reply.to_string(),
         summary: Some(summary),
+        wake_now: run.wake_mode == WakeMode::Now,
     };
     Conclusion {
         outcome,
@@ -323,6 +325,7 @@ pub async fn heartbeat(http: &reqwest::Client, settings: &Settings, store: &Stor
             to: route.to,
             text: reply,
             summary: None,
+            wake_now: false,
         })
     };
     Some(Beat {

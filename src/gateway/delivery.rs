@@ -183,15 +183,21 @@ pub fn max_chars(channel: Channel) -> usize {
     }
 }
 
-/// `text` in parts of at most `max` characters, in order: split after the last line break that
-/// fits, else at the last space, else within a word. The break itself is dropped; no part is
-/// empty.
+/// `text` in parts of at most `max` characters, in order: split at the last line break that
+/// fits, else at the last space, else within a word. The break itself is dropped, and so are
+/// trailing whitespace and parts of only whitespace (a chat API refuses an empty message).
+/// Deterministic: a retry computes the same parts, so the ones already sent can be skipped.
 pub fn split(text: &str, max: usize) -> Vec<&str> {
     let mut parts = Vec::new();
-    let mut rest = text;
+    let mut rest = text.trim_end();
     while rest.chars().count() > max {
-        // The byte offset just past `max` characters.
-        let window_end = rest.char_indices().nth(max).map_or(rest.len(), |(i, _)| i);
+        // The first `max` characters, and one more: a break right after them still lets them go
+        // whole.
+        let hard = rest.char_indices().nth(max).map_or(rest.len(), |(i, _)| i);
+        let window_end = rest
+            .char_indices()
+            .nth(max + 1)
+            .map_or(rest.len(), |(i, _)| i);
         let window = &rest[..window_end];
         let (end, next) = match window.rfind('\n').filter(|&i| i > 0) {
             Some(i) => (i, i + 1),
@@ -200,13 +206,16 @@ pub fn split(text: &str, max: usize) -> Vec<&str> {
                     let width = window[i..].chars().next().map_or(1, char::len_utf8);
                     (i, i + width)
                 }
-                None => (window_end, window_end),
+                None => (hard, hard),
             },
         };
-        parts.push(&rest[..end]);
+        let part = &rest[..end];
+        if !part.trim().is_empty() {
+            parts.push(part);
+        }
         rest = &rest[next..];
     }
-    if !rest.is_empty() || parts.is_empty() {
+    if !rest.trim().is_empty() || parts.is_empty() {
         parts.push(rest);
     }
     parts
@@ -495,6 +504,20 @@ mod tests {
         assert_eq!(split("one two\nthree four", 12), ["one two", "three four"]);
         assert_eq!(split("one two three", 9), ["one two", "three"]);
         assert_eq!(split("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+        assert_eq!(
+            split("aaaa bbbb", 4),
+            ["aaaa", "bbbb"],
+            "a break right at the limit"
+        );
+        assert_eq!(
+            split(&format!("{}{}", "A".repeat(10), "\n".repeat(5)), 10),
+            ["A".repeat(10)]
+        );
+        assert_eq!(
+            split("aaaa\n\n\n\nbbbb", 4),
+            ["aaaa", "bbbb"],
+            "no part of only breaks"
+        );
         let long = "é".repeat(4100);
         let parts = split(&long, 4096);
         assert_eq!(

@@ -264,7 +264,7 @@ pub async fn run(ctx: Context, signals: Arc<Signals>, lane: Lane) {
         Ok(abandoned) => {
             for row in abandoned {
                 tracing::warn!(id = row.id, "a send interrupted by a stop is not repeated");
-                give_up(&ctx, &row, &SendError::Interrupted).await;
+                give_up(&ctx, &signals, &row, &SendError::Interrupted).await;
             }
         }
         Err(err) => tracing::error!(%err, "cannot recover the outbox"),
@@ -325,26 +325,15 @@ async fn attempt(ctx: &Context, signals: &Signals, row: Row) -> bool {
             service: "outbox",
             reason: "a row this version cannot read".into(),
         };
-        give_up(ctx, &row, &unreadable).await;
+        give_up(ctx, signals, &row, &unreadable).await;
         return true;
     };
+    let mut parts = row.parts_sent;
     let (result, policy, max_delay) = match item {
         OutboxItem::Delivery(job) => {
-            let mut parts = row.parts_sent;
             let sent = delivery::deliver(&ctx.http, &settings.runtime.channels, job, &mut parts);
-            let sent = sent.await;
-            if parts != row.parts_sent && sent.is_err() {
-                // Some parts went out: a retry sends only the rest.
-                if let Err(err) = ctx
-                    .store
-                    .write(move |conn| record_parts(conn, id, parts))
-                    .await
-                {
-                    tracing::error!(%err, id, "cannot record the parts of a reply sent");
-                }
-            }
             let policy = settings.runtime.channels.retry;
-            (sent.map(|()| None), policy, Duration::MAX)
+            (sent.await.map(|()| None), policy, Duration::MAX)
         }
         OutboxItem::Relay(relayed) => {
             let relayed = match &settings.runtime.mode {
@@ -394,15 +383,17 @@ async fn attempt(ctx: &Context, signals: &Signals, row: Row) -> bool {
         Err(error) => match next.unwrap_or(Next::GiveUp) {
             Next::GiveUp => {
                 tracing::warn!(id, attempts, %error, "giving up a send");
-                give_up(ctx, &row, &error).await;
+                give_up(ctx, signals, &row, &error).await;
             }
             Next::RetryAfter(backoff) => {
                 tracing::info!(id, attempts, %error, ?backoff, "send failed; will retry");
                 let (error, next) = (error.to_string(), now_ms().saturating_add(millis(backoff)));
+                // With the parts of a split reply that went out: the retry sends only the rest.
                 let retried = ctx
                     .store
                     .write(move |conn| {
-                        settle(conn, id, RowStatus::Pending, Some(&error), attempts, next)
+                        settle(conn, id, RowStatus::Pending, Some(&error), attempts, next)?;
+                        record_parts(conn, id, parts)
                     })
                     .await;
                 if let Err(err) = retried {
@@ -442,7 +433,7 @@ async fn succeed(ctx: &Context, row: &Row, upstream: Option<String>) {
 
 /// Ends a row without success. A reply that was not delivered becomes the run's summary event;
 /// a relay the upstream refused leaves its run `forward_failed`, with the upstream's answer.
-async fn give_up(ctx: &Context, row: &Row, error: &SendError) {
+async fn give_up(ctx: &Context, signals: &Signals, row: &Row, error: &SendError) {
     let status = match error {
         SendError::Interrupted => RowStatus::Uncertain,
         _ => RowStatus::Failed,
@@ -485,7 +476,11 @@ async fn give_up(ctx: &Context, row: &Row, error: &SendError) {
             Ok(())
         })
         .await;
-    if let Err(err) = result {
-        tracing::error!(%err, id = row.id, "cannot record a failed send");
+    let wake_now = matches!(&row.item, Some(OutboxItem::Delivery(job)) if job.wake_now && job.summary.is_some());
+    match result {
+        // The run's summary was just recorded: its heartbeat need not wait for the next period.
+        Ok(()) if wake_now => signals.heartbeat.request(),
+        Ok(()) => {}
+        Err(err) => tracing::error!(%err, id = row.id, "cannot record a failed send"),
     }
 }

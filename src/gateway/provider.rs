@@ -141,7 +141,9 @@ fn anthropic_budget(thinking: Thinking) -> Option<u64> {
         Thinking::Low => Some(4096),
         Thinking::Medium => Some(10_000),
         Thinking::High => Some(16_000),
-        Thinking::Xhigh | Thinking::Max => Some(32_000),
+        // With `max_tokens` 4096 above it, within the 32k output of every current model.
+        Thinking::Xhigh => Some(24_000),
+        Thinking::Max => Some(27_904),
     }
 }
 
@@ -218,9 +220,16 @@ pub fn is_acknowledgement(reply: &str, ack_max_chars: usize) -> bool {
     if reply.is_empty() || reply == "NO_REPLY" {
         return true;
     }
+    // The token as a word: `HEARTBEAT_OKAY` is not it.
+    let word = |c: Option<char>| c.is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
     let rest = reply
         .strip_prefix(HEARTBEAT_OK)
-        .or_else(|| reply.strip_suffix(HEARTBEAT_OK));
+        .filter(|rest| word(rest.chars().next()))
+        .or_else(|| {
+            reply
+                .strip_suffix(HEARTBEAT_OK)
+                .filter(|rest| word(rest.chars().next_back()))
+        });
     rest.is_some_and(|rest| rest.trim().chars().count() <= ack_max_chars)
 }
 
@@ -313,5 +322,10 @@ mod tests {
             300
         ));
         assert!(!is_acknowledgement("The deploy failed.", 300));
+        assert!(!is_acknowledgement(
+            "HEARTBEAT_OKAY, but the disk is full",
+            300
+        ));
+        assert!(!is_acknowledgement("NOTHEARTBEAT_OK", 300));
     }
 }

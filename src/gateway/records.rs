@@ -83,73 +83,40 @@ fn parsed<T>(value: ValueRef<'_>, parse: impl FnOnce(&str) -> Option<T>) -> From
     parse(text).ok_or_else(|| FromSqlError::Other(format!("unexpected value {text:?}").into()))
 }
 
-impl ToSql for RunStatus {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(self.as_str().into())
-    }
+/// Stores each enum as its canonical spelling (`as_str`) and reads it back with its parser.
+macro_rules! text_column {
+    ($($type:ty => $parse:expr),+ $(,)?) => {
+        $(
+            impl ToSql for $type {
+                fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+                    Ok(self.as_str().into())
+                }
+            }
+
+            impl FromSql for $type {
+                fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+                    parsed(value, $parse)
+                }
+            }
+        )+
+    };
 }
 
-impl FromSql for RunStatus {
-    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
-        parsed(value, RunStatus::parse)
-    }
-}
-
-impl ToSql for Channel {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(self.as_str().into())
-    }
-}
-
-impl FromSql for Channel {
-    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
-        parsed(value, Channel::parse)
-    }
-}
-
-impl ToSql for Thinking {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(self.as_str().into())
-    }
-}
-
-impl FromSql for Thinking {
-    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
-        parsed(value, Thinking::parse)
-    }
-}
-
-impl ToSql for WakeMode {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(self.as_str().into())
-    }
-}
-
-impl FromSql for WakeMode {
-    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
-        parsed(value, |text| match text {
-            "now" => Some(WakeMode::Now),
-            "next-heartbeat" => Some(WakeMode::NextHeartbeat),
-            _ => None,
-        })
-    }
-}
-
-impl ToSql for ContentSource {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(self.as_str().into())
-    }
-}
-
-impl FromSql for ContentSource {
-    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
-        parsed(value, |text| match text {
-            "webhook" => Some(ContentSource::Webhook),
-            "email" => Some(ContentSource::Email),
-            _ => None,
-        })
-    }
-}
+text_column!(
+    RunStatus => RunStatus::parse,
+    Channel => Channel::parse,
+    Thinking => Thinking::parse,
+    WakeMode => |text| match text {
+        "now" => Some(WakeMode::Now),
+        "next-heartbeat" => Some(WakeMode::NextHeartbeat),
+        _ => None,
+    },
+    ContentSource => |text| match text {
+        "webhook" => Some(ContentSource::Webhook),
+        "email" => Some(ContentSource::Email),
+        _ => None,
+    },
+);
 
 /// A reply to send: a run's (with the summary to record if it cannot be delivered) or a
 /// heartbeat's. Stored as JSON in the outbox and on the NATS stream.
@@ -165,6 +132,11 @@ pub struct DeliveryJob {
     pub text: String,
     /// The run's summary event, recorded instead of the reply when it is not delivered.
     pub summary: Option<SummaryEvent>,
+    /// The run asked for a heartbeat (`wakeMode: now`): when the reply is given up and its
+    /// summary recorded, another is requested, so that the summary does not wait. (Nodes of
+    /// earlier versions also require the field.)
+    #[serde(default)]
+    pub wake_now: bool,
 }
 
 impl DeliveryJob {
@@ -243,7 +215,7 @@ pub struct RunOutcome {
     pub reply: Option<String>,
     pub summary: Option<String>,
     pub error: Option<String>,
-    /// The model id that answered (or, when none did, the last one asked).
+    /// The model id that answered; `None` when none did.
     #[serde(default)]
     pub model: Option<String>,
     pub finished_at: String,
@@ -395,6 +367,7 @@ pub struct NewRun {
     pub channel: Channel,
     pub to: Option<String>,
     pub model: Option<String>,
+    #[serde(default, deserialize_with = "Thinking::deserialize_lenient")]
     pub thinking: Option<Thinking>,
     /// `Some(0)`: no limit but the hard cap.
     pub timeout_seconds: Option<u64>,

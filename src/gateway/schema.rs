@@ -106,6 +106,9 @@ const SCHEMA_V6: &str = "
 ALTER TABLE runs ADD COLUMN answered_by TEXT;
 ALTER TABLE outbox ADD COLUMN parts_sent INTEGER NOT NULL DEFAULT 0;
 UPDATE runs SET thinking = lower(trim(thinking)) WHERE thinking IS NOT NULL;
+UPDATE runs SET thinking = 'xhigh'
+ WHERE thinking IN ('x-high', 'x_high', 'extra-high', 'extra high', 'extra_high');
+UPDATE runs SET thinking = 'high' WHERE thinking = 'highest';
 UPDATE runs SET thinking = NULL
  WHERE thinking NOT IN ('off', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max', 'adaptive');
 ";

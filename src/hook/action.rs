@@ -126,6 +126,16 @@ impl Thinking {
         })
     }
 
+    /// Reads a level leniently, for serde's `deserialize_with`: any spelling [`Thinking::parse`]
+    /// knows, and `None` for one it does not. Records written before levels were typed (a NATS
+    /// stream, an outbox row) carry free text, and must still load.
+    pub fn deserialize_lenient<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Thinking>, D::Error> {
+        let text: Option<String> = Option::deserialize(deserializer)?;
+        Ok(text.as_deref().and_then(Thinking::parse))
+    }
+
     /// The canonical, lower-case name.
     pub fn as_str(self) -> &'static str {
         match self {

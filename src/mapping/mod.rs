@@ -224,10 +224,8 @@ impl MappedAction {
                 self.to = non_blank(agent.to).or(self.to);
                 self.model = non_blank(agent.model).or(self.model);
                 self.thinking = non_blank(agent.thinking).or(self.thinking);
-                self.timeout_seconds = agent
-                    .timeout_seconds
-                    .filter(|t| *t > 0)
-                    .or(self.timeout_seconds);
+                // As in a request body, 0 asks for no limit but the hard cap.
+                self.timeout_seconds = agent.timeout_seconds.or(self.timeout_seconds);
             }
         }
         self

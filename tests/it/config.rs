@@ -254,3 +254,18 @@ async fn invalid_config_change_keeps_the_old_config() {
     let (_, status) = json_of(server.api("/api/config").send().await.unwrap()).await;
     assert_eq!(status["generation"], 1);
 }
+
+#[test]
+fn an_msteams_default_route_takes_no_recipient() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "channels",
+        json!({"msteams": {"webhookUrl": "http://127.0.0.1:9/hook"},
+               "defaultRoute": {"channel": "msteams", "to": "19:abc"}}),
+    );
+    refused(
+        config,
+        "channels.defaultRoute.to: cannot be used with channel msteams",
+    );
+}

@@ -197,7 +197,12 @@ async fn give_up(
 ) {
     let record = delivery::given_up(job, attempts, error);
     let fact = delivered_fact(job, record, true);
-    settle(cluster, message, &fact, marker).await;
+    if settle(cluster, message, &fact, marker).await && job.wake_now && job.summary.is_some() {
+        // The run's summary was just recorded: its heartbeat need not wait for the next period.
+        if let Err(err) = cluster.request_beat().await {
+            tracing::warn!(%err, "cannot request a heartbeat");
+        }
+    }
 }
 
 /// The fact of a settled delivery; a reply given up carries its run's summary.

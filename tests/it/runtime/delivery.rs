@@ -400,7 +400,7 @@ pub(super) async fn msteams_refuses_a_recipient_and_records_none(backend: Backen
     let chat = Fake::start(|_, _| Answer::Json(200, json!({"ok": true}))).await;
     let mut config = with_provider(&provider);
     config["channels"] = all_channels(&chat);
-    config["channels"]["defaultRoute"] = json!({"channel": "msteams", "to": "ignored"});
+    config["channels"]["defaultRoute"] = json!({"channel": "msteams"});
     let (server, _dir) = backend.start(&config);
     let (status, refused) = json_of(
         server
@@ -416,8 +416,13 @@ pub(super) async fn msteams_refuses_a_recipient_and_records_none(backend: Backen
         refused["error"],
         "to cannot be used with channel msteams: its incoming webhook posts to one conversation"
     );
-    // `last` on an msteams default route: sent to the webhook, and the record says no recipient.
-    let run = finished(&server, &agent(&server, json!({"message": "m"})).await).await;
+    // `last` on an msteams default route, with a `to`: sent to the webhook, and the record says
+    // where it really went: no recipient.
+    let run = finished(
+        &server,
+        &agent(&server, json!({"message": "m", "to": "x"})).await,
+    )
+    .await;
     assert_eq!(
         (
             run["delivery"]["status"].as_str(),
@@ -427,4 +432,41 @@ pub(super) async fn msteams_refuses_a_recipient_and_records_none(backend: Backen
         (Some("sent"), Some("msteams"), None),
         "{run}"
     );
+}
+
+pub(super) async fn a_retried_split_reply_sends_only_the_parts_not_yet_sent(backend: Backend) {
+    let first = "a".repeat(2000);
+    let reply = format!("{first}\nsecond part");
+    let provider = Fake::start({
+        let reply = reply.clone();
+        move |_, _| Answer::Json(200, chat_reply(&reply))
+    })
+    .await;
+    // Discord takes 2000 characters: two parts; the second fails once.
+    let chat = Fake::start(|_, i| match i {
+        1 => Answer::Text(503, "busy".into()),
+        _ => Answer::Json(200, json!({"id": "1"})),
+    })
+    .await;
+    let mut config = with_provider(&provider);
+    config["channels"] = all_channels(&chat);
+    config["channels"]["retry"] = json!({"attempts": 3, "baseDelayMs": 10});
+    let (server, _dir) = backend.start(&config);
+    let body =
+        json!({"message": "m", "channel": "discord", "to": "D1", "wakeMode": "next-heartbeat"});
+    let run = finished(&server, &agent(&server, body).await).await;
+    assert_eq!(
+        (
+            run["delivery"]["status"].as_str(),
+            run["delivery"]["attempts"].as_u64()
+        ),
+        (Some("sent"), Some(2)),
+        "{run}"
+    );
+    let sent: Vec<String> = chat
+        .requests()
+        .iter()
+        .map(|r| r.body["content"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(sent, [first.as_str(), "second part", "second part"]);
 }

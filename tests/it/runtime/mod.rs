@@ -114,6 +114,7 @@ on_every_store!(
     delivery::a_throttled_send_waits_for_its_retry_after,
     delivery::a_long_reply_is_split_to_the_channels_limit_in_order,
     delivery::msteams_refuses_a_recipient_and_records_none,
+    delivery::a_retried_split_reply_sends_only_the_parts_not_yet_sent,
 );
 
 pub(crate) fn with_provider(provider: &Fake) -> Value {
