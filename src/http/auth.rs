@@ -49,6 +49,27 @@ pub fn token_matches(presented: Option<&str>, expected: &str) -> bool {
     a.ct_eq(&b).into()
 }
 
+/// The identity a client's failures count under: its IPv4 address, or its IPv6 /64. One host
+/// usually holds a whole /64, so keying by /128 would let it guess from 2^64 addresses.
+fn key(client: IpAddr) -> IpAddr {
+    match client.to_canonical() {
+        IpAddr::V6(v6) => {
+            let segments = v6.segments();
+            IpAddr::V6(std::net::Ipv6Addr::new(
+                segments[0],
+                segments[1],
+                segments[2],
+                segments[3],
+                0,
+                0,
+                0,
+                0,
+            ))
+        }
+        v4 => v4,
+    }
+}
+
 /// Counts failed authentications per client and locks out clients that fail too often.
 ///
 /// A client whose failures reach `max_failures` within `window` is locked out for `lockout`.
@@ -99,6 +120,7 @@ impl AuthFailureLimiter {
 
     /// `Err(retry_after)` while `client` is locked out.
     pub fn check(&self, client: IpAddr, now: Instant) -> Result<(), Duration> {
+        let client = key(client);
         let clients = self.lock();
         match clients.get(&client).and_then(|f| f.locked_until) {
             Some(until) if now < until => Err(until - now),
@@ -108,6 +130,7 @@ impl AuthFailureLimiter {
 
     /// Records one failure of `client`, locking it out when it reaches the limit.
     pub fn record_failure(&self, client: IpAddr, now: Instant) {
+        let client = key(client);
         let mut clients = self.lock();
         if clients.len() >= self.max_clients && !clients.contains_key(&client) {
             self.make_room(&mut clients, now);
@@ -132,7 +155,7 @@ impl AuthFailureLimiter {
 
     /// Forgets `client`'s failures (after it authenticated).
     pub fn clear(&self, client: IpAddr) {
-        self.lock().remove(&client);
+        self.lock().remove(&key(client));
     }
 
     fn make_room(&self, clients: &mut HashMap<IpAddr, Failures>, now: Instant) {
@@ -251,5 +274,22 @@ mod tests {
             limiter.record_failure(ip(i), t0);
         }
         assert!(limiter.lock().len() <= 4);
+    }
+
+    #[test]
+    fn ipv6_clients_count_by_their_64() {
+        let limiter =
+            AuthFailureLimiter::new(3, Duration::from_secs(60), Duration::from_secs(60), 100);
+        let now = Instant::now();
+        for i in 1..=3u16 {
+            let ip = IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 1, 0, 0, 0, i));
+            limiter.record_failure(ip, now);
+        }
+        let sibling: IpAddr = "2001:db8:0:1::ffff".parse().unwrap();
+        assert!(limiter.check(sibling, now).is_err(), "one /64, one lockout");
+        let other: IpAddr = "2001:db8:0:2::1".parse().unwrap();
+        assert!(limiter.check(other, now).is_ok());
+        let v4: IpAddr = "192.0.2.1".parse().unwrap();
+        assert!(limiter.check(v4, now).is_ok());
     }
 }

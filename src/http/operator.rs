@@ -1,6 +1,7 @@
 //! The operator's credential as an extractor: a handler that takes [`Operator`] runs only for a
 //! request bearing `Authorization: Bearer <gateway.auth.token>`. With no gateway token configured,
-//! nothing opens the API. Failures count toward a lockout of their own, as for hooks.
+//! nothing opens the API. Failures count toward a lockout of their own, as for hooks, and a
+//! locked-out client is refused whatever it presents.
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -36,15 +37,16 @@ impl Operator {
         let settings = app.config.current();
         let client = client_address(peer.ip(), &parts.headers, &settings.trusted_proxies);
         let now = Instant::now();
+        // Locked out means refused whatever is presented: 429 versus 200 confirms no guess.
+        app.api_limiter
+            .check(client, now)
+            .map_err(|retry_after| HookError::LockedOut { retry_after })?;
         match &settings.gateway_token {
             Some(expected) if token_matches(presented_bearer(&parts.headers), expected) => {
                 app.api_limiter.clear(client);
                 Ok(Operator)
             }
             _ => {
-                app.api_limiter
-                    .check(client, now)
-                    .map_err(|retry_after| HookError::LockedOut { retry_after })?;
                 app.api_limiter.record_failure(client, now);
                 Err(HookError::Unauthorized)
             }

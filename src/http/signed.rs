@@ -31,8 +31,9 @@ pub enum Credential<'a> {
     },
 }
 
-/// Step 4 of the pipeline. A wrong or missing token is refused at once unless the name belongs
-/// to a signed mapping; a locked-out client is refused either way.
+/// Step 4 of the pipeline. A locked-out client is refused whatever it presents, the right token
+/// included, so that 429 versus 200 cannot confirm a guess; otherwise a wrong or missing token is
+/// refused at once unless the name belongs to a signed mapping.
 pub fn authenticate<'a>(
     app: &AppState,
     settings: &Settings,
@@ -43,12 +44,12 @@ pub fn authenticate<'a>(
 ) -> Result<Credential<'a>, HookError> {
     let client = client_address(peer.ip(), headers, &settings.trusted_proxies);
     let now = Instant::now();
+    if let Err(retry_after) = app.limiter.check(client, now) {
+        return Err(HookError::LockedOut { retry_after });
+    }
     if token_matches(presented_token(headers), &hooks.token) {
         app.limiter.clear(client);
         return Ok(Credential::Token);
-    }
-    if let Err(retry_after) = app.limiter.check(client, now) {
-        return Err(HookError::LockedOut { retry_after });
     }
     if let Some((mapping, rule)) = mapping::signature_for(&hooks.mappings, name) {
         return Ok(Credential::Signature { mapping, rule });

@@ -211,20 +211,27 @@ async fn twenty_failures_lock_the_client_out_with_retry_after() {
 }
 
 #[tokio::test]
-async fn correct_token_is_never_throttled_and_clears_failures() {
+async fn the_correct_token_clears_failures_but_a_lockout_refuses_it_too() {
     let (server, _dir) = Hookgate::start(&base_config());
-    for _ in 0..20 {
+    let wake = async || {
+        let sent = server
+            .hook("/hooks/wake")
+            .json(&json!({"text": "x"}))
+            .send();
+        sent.await.unwrap().status()
+    };
+    // Before a lockout the correct token clears the count: 19 more failures lock nothing.
+    for _ in 0..19 {
         fail(&server, None).await;
     }
+    assert_eq!(wake().await, 200);
+    for _ in 0..19 {
+        assert_eq!(fail(&server, None).await.status(), 401);
+    }
+    // Locked out, the correct token gets 429 too: 429 versus 200 would confirm a guess.
+    fail(&server, None).await;
     assert_eq!(fail(&server, None).await.status(), 429);
-    let ok = server
-        .hook("/hooks/wake")
-        .json(&json!({"text": "x"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(ok.status(), 200);
-    assert_eq!(fail(&server, None).await.status(), 401);
+    assert_eq!(wake().await, 429);
 }
 
 #[tokio::test]
@@ -253,6 +260,26 @@ async fn trusted_proxy_forwarded_for_identifies_the_client() {
             .status(),
         429
     );
+}
+
+#[tokio::test]
+async fn forwarded_hops_with_ports_identify_their_clients() {
+    let mut config = base_config();
+    set(&mut config, "gateway.trustedProxies", json!(["127.0.0.1"]));
+    let (server, _dir) = Hookgate::start(&config);
+    for _ in 0..20 {
+        fail(&server, Some("198.51.100.7:40001")).await;
+    }
+    assert_eq!(
+        fail(&server, Some("198.51.100.7:40002")).await.status(),
+        429
+    );
+    // Another client behind the same proxy is not locked out with it.
+    assert_eq!(
+        fail(&server, Some("198.51.100.8:40001")).await.status(),
+        401
+    );
+    assert_eq!(fail(&server, Some("[2001:db8::8]:443")).await.status(), 401);
 }
 
 #[tokio::test]
