@@ -21,7 +21,7 @@ pub fn client_address(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> I
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .filter_map(|hop| hop.trim().parse::<IpAddr>().ok())
+        .filter_map(parse_hop)
         .map(|ip| ip.to_canonical())
         .collect();
     hops.iter()
@@ -30,6 +30,16 @@ pub fn client_address(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> I
         .or(hops.first())
         .copied()
         .unwrap_or(peer)
+}
+
+/// One `X-Forwarded-For` hop: an address, or an address with a port (`192.0.2.1:443`,
+/// `[2001:db8::1]:443`) as several proxies write them; `None` for anything else.
+fn parse_hop(hop: &str) -> Option<IpAddr> {
+    let hop = hop.trim().trim_matches('"');
+    hop.parse::<IpAddr>()
+        .or_else(|_| hop.parse::<std::net::SocketAddr>().map(|addr| addr.ip()))
+        .ok()
+        .or_else(|| hop.strip_prefix('[')?.strip_suffix(']')?.parse().ok())
 }
 
 #[cfg(test)]
@@ -83,5 +93,21 @@ mod tests {
             client_address(peer, &HeaderMap::new(), &nets(&["10.0.0.1/32"])),
             peer
         );
+    }
+
+    #[test]
+    fn hops_with_ports_are_read() {
+        assert_eq!(parse_hop(" 192.0.2.1:5555"), "192.0.2.1".parse().ok());
+        assert_eq!(parse_hop("[2001:db8::1]:443"), "2001:db8::1".parse().ok());
+        assert_eq!(parse_hop("[2001:db8::1]"), "2001:db8::1".parse().ok());
+        assert_eq!(parse_hop("2001:db8::1"), "2001:db8::1".parse().ok());
+        assert_eq!(parse_hop("unknown"), None);
+        let peer: IpAddr = "10.0.0.1".parse().unwrap();
+        let got = client_address(
+            peer,
+            &xff("198.51.100.7:5555, 10.0.0.7"),
+            &nets(&["10.0.0.0/8"]),
+        );
+        assert_eq!(got, "198.51.100.7".parse::<IpAddr>().unwrap());
     }
 }
