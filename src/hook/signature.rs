@@ -57,6 +57,17 @@ impl Scheme {
     /// The names `named` and the generic scheme accept, for error messages.
     pub const NAMES: &'static str =
         "github, stripe, slack, standard-webhooks, shopify, gitlab, hmac-sha256";
+
+    /// The header that carries the credential itself rather than a per-message signature: it
+    /// is kept from transforms and templates like the hook token. GitLab's `X-Gitlab-Token` is
+    /// the shared secret; a generic scheme's header is whatever the sender put there.
+    pub fn credential_header(&self) -> Option<&str> {
+        match self {
+            Scheme::Gitlab => Some("x-gitlab-token"),
+            Scheme::HmacSha256 { header, .. } => Some(header),
+            _ => None,
+        }
+    }
 }
 
 /// A mapping's signature check: the scheme and every secret accepted (rotation).
@@ -225,9 +236,15 @@ pub fn verify(
             Ok(Verified { delivery_id })
         }
         Scheme::StandardWebhooks => {
-            let id = require("webhook-id")?;
-            let timestamp = require("webhook-timestamp")?;
-            let value = require("webhook-signature")?;
+            // Svix (and Clerk, Resend on it) send the same headers under a `svix-` prefix.
+            let either = |standard: &'static str, svix: &str| {
+                header(standard)
+                    .or_else(|| header(svix))
+                    .ok_or(SignatureError::Missing(standard))
+            };
+            let id = either("webhook-id", "svix-id")?;
+            let timestamp = either("webhook-timestamp", "svix-timestamp")?;
+            let value = either("webhook-signature", "svix-signature")?;
             fresh(&timestamp, now_unix, rule.tolerance)?;
             let signatures: Vec<Vec<u8>> = value
                 .split_whitespace()

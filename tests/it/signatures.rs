@@ -456,3 +456,67 @@ fn an_unknown_scheme_or_a_malformed_secret_refuses_startup() {
         "{output}"
     );
 }
+
+#[tokio::test]
+async fn svix_sends_standard_webhooks_under_its_own_header_names() {
+    let (server, _dir) = start("standard-webhooks");
+    let body = br#"{"id":"evt_svix"}"#;
+    let svix: Vec<(String, String)> = sign("standard-webhooks", WHSEC_OLD, body, now(), "msg_1")
+        .into_iter()
+        .map(|(name, value)| (name.replacen("webhook-", "svix-", 1), value))
+        .collect();
+    assert!(
+        svix.iter().all(|(name, _)| name.starts_with("svix-")),
+        "{svix:?}"
+    );
+    let (status, reply) = json_of(post(&server, body, &svix).await).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(server.run_of(&reply).await["message"], "delivery evt_svix");
+}
+
+#[tokio::test]
+async fn the_gitlab_token_reaches_no_template() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"id": "gitlab", "match": {"path": "signed"},
+                "messageTemplate": "token [{{headers.x-gitlab-token}}] event [{{headers.x-gitlab-event-uuid}}]",
+                "signature": signature_config("gitlab")}]),
+    );
+    let (server, _dir) = Hookgate::start(&config);
+    let body = br#"{"id":"evt_gl"}"#;
+    let (status, reply) = json_of(
+        post(
+            &server,
+            body,
+            &sign("gitlab", "old-secret", body, now(), "gl-1"),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(
+        server.run_of(&reply).await["message"],
+        "token [] event [gl-1]"
+    );
+}
+
+#[test]
+fn a_tolerance_outside_a_second_to_an_hour_is_refused() {
+    for tolerance in [0, 3601, 99_999_999_999u64] {
+        let mut config = base_config();
+        set(
+            &mut config,
+            "hooks.mappings",
+            json!([{"match": {"path": "signed"},
+                    "signature": {"scheme": "stripe", "secret": "s", "toleranceSeconds": tolerance}}]),
+        );
+        let (status, output, _dir) = check(&config);
+        assert!(!status.success(), "{tolerance}: {output}");
+        assert!(
+            output.contains("hooks.mappings[0].signature.toleranceSeconds: must be from 1 to 3600"),
+            "{output}"
+        );
+    }
+}
