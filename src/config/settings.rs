@@ -579,8 +579,16 @@ fn signature_rule(
     Some(SignatureRule {
         scheme,
         secrets,
-        tolerance: config
-            .tolerance_seconds
-            .map_or(DEFAULT_TOLERANCE, Duration::from_secs),
+        tolerance: match config.tolerance_seconds {
+            None => DEFAULT_TOLERANCE,
+            Some(seconds @ 1..=3600) => Duration::from_secs(seconds),
+            Some(_) => {
+                problems.push(ConfigError::invalid(
+                    format!("{key}.toleranceSeconds"),
+                    "must be from 1 to 3600",
+                ));
+                DEFAULT_TOLERANCE
+            }
+        },
     })
 }
