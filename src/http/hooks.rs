@@ -181,7 +181,11 @@ async fn mapped(
         }
     }
     let now = now_rfc3339();
-    let headers = transform_headers(&request.parts.headers);
+    let credential = mapping
+        .signature
+        .as_ref()
+        .and_then(|rule| rule.scheme.credential_header());
+    let headers = transform_headers(&request.parts.headers, credential);
     let query = query_pairs(request.parts.uri.query());
     let ctx = TemplateContext {
         name: request.name,
@@ -267,8 +271,10 @@ fn own_reply(reply: Reply) -> Response {
     (status, [(header::CONTENT_TYPE, content_type)], reply.body).into_response()
 }
 
-/// Headers as transforms see them: names lower-case (as `http` keeps them), credentials removed.
-fn transform_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+/// Headers as transforms and templates see them: names lower-case (as `http` keeps them),
+/// credentials removed: the hook token's carriers, cookies, and the mapping's own signature
+/// credential (`credential`), such as GitLab's shared token.
+fn transform_headers(headers: &HeaderMap, credential: Option<&str>) -> Vec<(String, String)> {
     const CREDENTIALS: &[&str] = &[
         "authorization",
         "x-service-token",
@@ -278,7 +284,9 @@ fn transform_headers(headers: &HeaderMap) -> Vec<(String, String)> {
     ];
     headers
         .iter()
-        .filter(|(name, _)| !CREDENTIALS.contains(&name.as_str()))
+        .filter(|(name, _)| {
+            !CREDENTIALS.contains(&name.as_str()) && Some(name.as_str()) != credential
+        })
         .map(|(name, value)| {
             (
                 name.as_str().to_string(),
