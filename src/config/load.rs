@@ -141,13 +141,46 @@ fn is_env_name(name: &str) -> bool {
 /// so "unknown field `x`, expected one of ..." becomes `a.b.x: unknown field`.
 fn describe_shape_error(err: serde_path_to_error::Error<serde_json::Error>) -> ConfigError {
     let key = err.path().to_string();
-    let message = err.inner().to_string();
-    let message = if message.starts_with("unknown field") {
-        "unknown field".to_string()
-    } else {
-        message
-    };
+    let message = shape_message(&err.inner().to_string());
     ConfigError::Invalid { key, message }
+}
+
+/// A serde message without the value it quotes: the value may be a secret (after `${ENV}`
+/// expansion) and the message reaches the log and `GET /api/config`. `invalid type: string
+/// "s3cr3t", expected a boolean` becomes `expected a boolean, not a string`; an unknown variant
+/// keeps the variants expected. Keys (`unknown field`, `missing field`) are no values.
+pub(crate) fn shape_message(serde: &str) -> String {
+    if serde.starts_with("unknown field") {
+        return "unknown field".into();
+    }
+    let value_first = ["invalid type: ", "invalid value: ", "unknown variant "];
+    let Some(rest) = value_first.iter().find_map(|p| serde.strip_prefix(p)) else {
+        return serde.to_string();
+    };
+    // The value comes first; what is expected is after the last ", expected " (a value that
+    // itself holds those words is still cut off).
+    let expected = rest.rsplit_once(", expected ").map(|(_, e)| e);
+    if serde.starts_with("unknown variant") {
+        return match expected {
+            Some(expected) => format!("unknown variant, expected {expected}"),
+            None => "unknown variant".into(),
+        };
+    }
+    let kind = rest
+        .split(['"', '`'])
+        .next()
+        .unwrap_or("")
+        .trim()
+        .trim_end_matches(',');
+    let article = match kind.chars().next() {
+        Some('a' | 'e' | 'i' | 'o' | 'u') => "an",
+        _ => "a",
+    };
+    match (expected, kind.is_empty()) {
+        (Some(expected), false) => format!("expected {expected}, not {article} {kind}"),
+        (Some(expected), true) => format!("expected {expected}"),
+        (None, _) => "invalid value".into(),
+    }
 }
 
 #[cfg(test)]
@@ -199,5 +232,27 @@ mod tests {
         let message = err.to_string();
         assert!(message.starts_with("invalid JSON5"), "{message}");
         assert!(!message.contains("s3cret"), "{message}");
+    }
+
+    #[test]
+    fn shape_errors_never_repeat_the_value() {
+        let secret = "s3cr3t, expected nothing";
+        let message = shape_message(&format!(
+            "invalid type: string \"{secret}\", expected a boolean"
+        ));
+        assert_eq!(message, "expected a boolean, not a string");
+        assert_eq!(
+            shape_message("invalid value: integer `-5`, expected u64"),
+            "expected u64, not an integer"
+        );
+        assert_eq!(
+            shape_message("unknown variant `s3cr3t`, expected `a` or `b`"),
+            "unknown variant, expected `a` or `b`"
+        );
+        assert_eq!(shape_message("missing field `url`"), "missing field `url`");
+        let text = "{ gateway: { port: 's3cr3t-port' } }";
+        let err = parse_document(text, &no_env).unwrap_err().to_string();
+        assert!(!err.contains("s3cr3t"), "{err}");
+        assert!(err.starts_with("gateway.port: expected u16"), "{err}");
     }
 }

@@ -501,12 +501,10 @@ fn typed<T: DeserializeOwned>(
             } else {
                 format!("{key}.{path}")
             };
-            let message = if inner.starts_with("unknown field") {
-                "unknown field".to_string()
-            } else {
-                inner
-            };
-            problems.push(ConfigError::invalid(key, message));
+            problems.push(ConfigError::invalid(
+                key,
+                super::load::shape_message(&inner),
+            ));
         })
         .ok()
 }
