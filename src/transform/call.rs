@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use super::bindings::{Transform, types};
 use super::engine::TransformEngine;
+use super::guest_text::{MAX_ERROR_BYTES, guest_text};
 use super::host::HostState;
 use super::limits::TransformLimits;
 use super::registry::LoadedTransform;
@@ -285,7 +286,11 @@ fn answer(
 ) -> Result<CallOutcome, TransformFailure> {
     match result {
         Err(err) => Err(classify(store, &err, limits, memory_cap)),
-        Ok(Err(message)) => Err(TransformFailure::Error(message)),
+        // The guest's own words: escaped and bounded before they reach a log line.
+        Ok(Err(message)) => Err(TransformFailure::Error(guest_text(
+            &message,
+            MAX_ERROR_BYTES,
+        ))),
         Ok(Ok(outcome)) => convert(outcome, limits.output_bytes),
     }
 }

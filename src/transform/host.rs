@@ -10,6 +10,7 @@ use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, Was
 
 use super::bindings::{TransformImports, types};
 use super::engine::{CORE_INSTANCES_PER_COMPONENT, MEMORIES_PER_COMPONENT, TABLES_PER_COMPONENT};
+use super::guest_text::guest_text;
 
 /// Tables may not grow past this many elements (function tables of ordinary guests are far
 /// smaller); keeps a hostile `table.grow` from taking host memory outside the memory cap.
@@ -121,7 +122,8 @@ impl HostState {
         for (stream, bytes) in self.call_output() {
             if !bytes.is_empty() {
                 let text = String::from_utf8_lossy(&bytes);
-                tracing::info!(mapping = %self.log.mapping_id, stream, "transform output: {}", text.trim_end());
+                let text = guest_text(text.trim_end(), bytes.len());
+                tracing::info!(mapping = %self.log.mapping_id, stream, "transform output: {text}");
             }
         }
         if self.log.dropped > 0 {
@@ -233,6 +235,10 @@ impl ResourceLimiter for MemoryCap {
     }
 }
 
+/// What the host adds to each guest log line (time, level, target, mapping id), counted against
+/// the budget with the line.
+const LINE_OVERHEAD: usize = 96;
+
 /// The `log` import's destination: the server log, tagged with the mapping id, within a byte
 /// budget per call (lines past it are counted, not written).
 pub struct LogSink {
@@ -246,11 +252,15 @@ impl types::Host for HostState {}
 impl TransformImports for HostState {
     fn log(&mut self, level: types::Level, message: String) {
         let sink = &mut self.log;
-        if message.len() > sink.budget {
+        // A line costs what the host writes for it, its prefix included: `log("")` in a loop
+        // is bounded too.
+        let cost = message.len().saturating_add(LINE_OVERHEAD);
+        if cost > sink.budget {
             sink.dropped += 1;
             return;
         }
-        sink.budget -= message.len();
+        sink.budget -= cost;
+        let message = guest_text(&message, message.len());
         let mapping = sink.mapping_id.as_str();
         match level {
             types::Level::Debug => tracing::debug!(%mapping, "transform: {message}"),

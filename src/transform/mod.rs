@@ -9,6 +9,7 @@ mod bindings;
 mod cache;
 mod call;
 mod engine;
+mod guest_text;
 mod host;
 mod limits;
 mod registry;

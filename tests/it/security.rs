@@ -324,3 +324,53 @@ async fn a_cache_entry_others_could_write_is_not_loaded() {
         "the entry was compiled again and rewritten"
     );
 }
+
+/// What a guest makes the host write reaches the log escaped and bounded: an error cannot forge a
+/// line or colour a terminal, and 10,000 empty `log` lines write at most the call's budget.
+#[tokio::test]
+async fn guest_text_in_the_log_is_escaped_and_bounded() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([
+            {"match": {"path": "forge"},
+             "transform": {"module": "hostile.wasm", "config": {"mode": "forge"}}},
+            {"match": {"path": "flood"},
+             "transform": {"module": "hostile.wasm", "config": {"mode": "log-flood"},
+                           "limits": {"timeoutMs": 2000}}},
+        ]),
+    );
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["hostile"]);
+    let server = Hookgate::start_in(&dir);
+    let forged = server
+        .hook("/hooks/forge")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 500);
+    let flooded = server
+        .hook("/hooks/flood")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(flooded.status(), 200);
+    let (status, log) = server.terminate();
+    assert!(status.success(), "{status}");
+    assert!(
+        !log.lines()
+            .any(|line| line.starts_with("2026-11-22T00:00:00.000Z")),
+        "a guest forged a log line"
+    );
+    assert!(!log.contains('\u{1b}'), "a guest's ESC reached the log");
+    assert!(
+        log.contains("forged line\\u{1b}[31m"),
+        "the error, escaped, is still there"
+    );
+    assert!(log.len() < 64 * 1024, "the log grew to {} bytes", log.len());
+    let lines = log.lines().filter(|l| l.contains("transform: ")).count();
+    assert!(lines <= 16 * 1024 / 96, "{lines} guest log lines");
+}
