@@ -62,6 +62,7 @@ impl HostState {
             .stderr(stderr.clone())
             .wall_clock(MillisecondWallClock)
             .monotonic_clock(MillisecondMonotonicClock::new())
+            .max_random_size(MAX_RANDOM_BYTES)
             .build();
         HostState {
             wasi,
@@ -234,6 +235,12 @@ impl ResourceLimiter for MemoryCap {
         Ok(desired <= MAX_TABLE_ELEMENTS)
     }
 }
+
+/// The most bytes one `wasi:random` call may ask for; a larger request traps. The call is
+/// synchronous, out of reach of the epoch deadline and outside the guest's memory cap (the
+/// default, 64 MiB, held a runtime worker for 700 ms and 64 MiB per call); 64 KiB takes
+/// microseconds, and a guest that wants more asks again, interruptibly.
+const MAX_RANDOM_BYTES: u64 = 64 * 1024;
 
 /// What the host adds to each guest log line (time, level, target, mapping id), counted against
 /// the budget with the line.

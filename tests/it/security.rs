@@ -374,3 +374,53 @@ async fn guest_text_in_the_log_is_escaped_and_bounded() {
     let lines = log.lines().filter(|l| l.contains("transform: ")).count();
     assert!(lines <= 16 * 1024 / 96, "{lines} guest log lines");
 }
+
+/// `wasi:random` hands out at most 64 KiB a call: more traps at once instead of holding a runtime
+/// worker and 64 MiB of host memory past the call's limits.
+#[tokio::test]
+async fn a_huge_random_request_traps_instead_of_escaping_the_limits() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([
+            {"id": "huge", "match": {"path": "huge"},
+             "transform": {"module": "hostile.wasm", "config": {"mode": "random"}}},
+            {"id": "some", "match": {"path": "some"},
+             "transform": {"module": "hostile.wasm", "config": {"mode": "random", "bytes": 1024}}},
+        ]),
+    );
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["hostile"]);
+    let server = Hookgate::start_in(&dir);
+    let some = server
+        .hook("/hooks/some")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(some.status(), 200);
+    assert_eq!(server.wake_texts().await, ["got 1024 random bytes"]);
+    let huge = server
+        .hook("/hooks/huge")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(huge.status(), 500);
+    let metrics = server
+        .api("/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"hookgate_transform_failures_total{mapping="huge",cause="trap"} 1"#),
+        "{metrics}"
+    );
+    // Refused by the bound, before any work: not by the memory cap after 64 MiB were made.
+    let (_, log) = server.terminate();
+    assert!(log.contains("exceeds limit 65536"), "{log}");
+}
