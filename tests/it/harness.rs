@@ -206,6 +206,12 @@ impl Hookgate {
         client().get(self.url(path)).bearer_auth(GATEWAY_TOKEN)
     }
 
+    /// The `/metrics` text, fetched with the gateway token.
+    pub async fn metrics(&self) -> String {
+        let response = self.api("/metrics").send().await.unwrap();
+        response.text().await.unwrap()
+    }
+
     /// Sends a signal (`-TERM`, `-HUP`, ...) without waiting.
     pub fn signal(&self, name: &str) {
         let status = Command::new("kill")

@@ -217,14 +217,7 @@ async fn forward_mode_relays_to_the_real_openclaw_gateway() {
         "upstream answered 400: channel and to must be set together for hook delivery"
     );
 
-    let metrics = server
-        .api("/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     for line in [
         r#"hookgate_forward_relays_total{kind="wake",outcome="forwarded"} 2"#,
         r#"hookgate_forward_relays_total{kind="agent",outcome="forwarded"} 3"#,

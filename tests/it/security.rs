@@ -408,14 +408,7 @@ async fn a_huge_random_request_traps_instead_of_escaping_the_limits() {
         .await
         .unwrap();
     assert_eq!(huge.status(), 500);
-    let metrics = server
-        .api("/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     assert!(
         metrics.contains(r#"hookgate_transform_failures_total{mapping="huge",cause="trap"} 1"#),
         "{metrics}"

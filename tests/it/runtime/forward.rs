@@ -142,14 +142,7 @@ async fn an_upstream_refusal_fails_the_run_until_the_operator_retries_it() {
     )
     .await;
     assert_eq!(listed["runs"][0]["runId"], run_id.as_str(), "{listed}");
-    let metrics = forwarder
-        .api("/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = forwarder.metrics().await;
     assert!(
         metrics.contains(r#"hookgate_runs{status="forward_failed"} 1"#),
         "{metrics}"
