@@ -5,6 +5,7 @@
 //! durably committed. See `DESIGN.md` for the architecture and the README for operation.
 
 pub mod allocator;
+pub mod client;
 pub mod config;
 pub mod gateway;
 pub mod hook;

@@ -11,12 +11,9 @@ use tokio::net::TcpListener;
 use crate::config::{self, Admission, ConfigError, LiveConfig, Settings};
 use crate::gateway::nats::Cluster;
 use crate::gateway::{Runtime, Store, StoreError};
-use crate::http::{AppState, AuthFailureLimiter, ConnectionLimits, router, serve};
+use crate::http::{AppState, AuthFailureLimiter, router, serve};
 use crate::metrics::Metrics;
 use crate::transform::{TransformEngine, TransformRegistry};
-
-/// How long a stopping server lets the outbox finish the send it is making.
-const OUTBOX_GRACE: Duration = Duration::from_secs(5);
 
 /// How often transform files are checked for replacement.
 const TRANSFORM_POLL: Duration = Duration::from_millis(500);
@@ -138,6 +135,12 @@ impl Server {
             metrics,
             limiter: Arc::new(AuthFailureLimiter::default()),
             api_limiter: Arc::new(AuthFailureLimiter::default()),
+            signature_limiter: Arc::new(AuthFailureLimiter::new(
+                20,
+                Duration::from_secs(60),
+                Duration::from_secs(60),
+                65_536,
+            )),
             transforms,
         };
         Ok(Server { state, listener })
@@ -148,33 +151,30 @@ impl Server {
         self.listener.local_addr()
     }
 
-    /// Serves until `shutdown` completes, then finishes in-flight requests, commits what the store
-    /// has queued and closes it.
+    /// Serves until `shutdown` completes, then finishes in-flight requests and the outbox's
+    /// current sends within `gateway.shutdownTimeoutSeconds`, commits what the store has queued
+    /// and closes it.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), StoreError> {
         let watcher = tokio::spawn(crate::config::watch(self.state.config.clone()));
         let refresher = tokio::spawn(refresh_transforms(Arc::clone(&self.state.transforms)));
-        serve(
+        let config = self.state.config.clone();
+        let stop_began = serve(
             self.listener,
             router(self.state.clone()),
-            {
-                let config = self.state.config.clone();
-                move || {
-                    let settings = config.current();
-                    ConnectionLimits {
-                        max_connections: settings.max_connections,
-                        header_timeout: settings.header_timeout,
-                    }
-                }
-            },
+            move || config.current(),
             shutdown,
         )
         .await;
         watcher.abort();
         refresher.abort();
-        self.state.runtime.stop(OUTBOX_GRACE).await;
+        // What is left of the shutdown deadline goes to the outbox's current sends; a send cut
+        // short is made again at the next start.
+        let deadline = self.state.config.current().connections.shutdown_timeout;
+        let grace = deadline.saturating_sub(stop_began.elapsed());
+        self.state.runtime.stop(grace).await;
         let store = self.state.store;
         tokio::task::spawn_blocking(move || store.close())
             .await

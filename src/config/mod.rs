@@ -2,6 +2,7 @@
 //! [`Settings`], and live reload that swaps a whole new `Settings` in at once.
 
 mod confine;
+mod connections;
 mod limits;
 mod load;
 mod mapping;
@@ -13,10 +14,12 @@ pub mod store;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
 pub use confine::{module_path, transforms_root};
+pub use connections::{ConnectionSettings, RECEIVE_GRACE};
 pub use load::{Digest, file_digest, parse_document, read_document};
 pub use reload::watch;
 pub use settings::{HookSettings, Settings, normalize_hooks_path};
@@ -215,4 +218,24 @@ fn restart_only_changes(old: &Settings, new: &Settings) -> Vec<ConfigError> {
             )
         })
         .collect()
+}
+
+/// A duration key given in seconds: greater than 0 and at most an hour.
+fn seconds(
+    value: Option<f64>,
+    key: &str,
+    default: Duration,
+    problems: &mut Vec<ConfigError>,
+) -> Duration {
+    match value {
+        None => default,
+        Some(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Duration::from_secs_f64(s),
+        Some(_) => {
+            problems.push(ConfigError::invalid(
+                key,
+                "must be a number of seconds greater than 0 and at most 3600",
+            ));
+            default
+        }
+    }
 }

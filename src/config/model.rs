@@ -42,6 +42,17 @@ pub struct GatewayConfig {
     pub max_connections: Option<u32>,
     /// Seconds a client has to send a request's headers (default 10).
     pub header_timeout_seconds: Option<f64>,
+    /// Connections one client may hold (default 64).
+    pub max_connections_per_client: Option<u32>,
+    /// Seconds a response may wait for the client to read it (default 10).
+    pub write_timeout_seconds: Option<f64>,
+    /// Bytes per second a body must arrive at, after 2 s (default 1024; 0 turns it off).
+    pub min_receive_bytes_per_second: Option<u64>,
+    /// Seconds a stop waits for requests in flight and current sends (default 10).
+    pub shutdown_timeout_seconds: Option<f64>,
+    /// The header trusted proxies name the client in: `x-forwarded-for` (default) or
+    /// `forwarded` (RFC 7239).
+    pub forwarded_header: Option<String>,
     pub metrics: Option<MetricsConfig>,
     /// `embedded` (default): run agents here; `forward`: relay to an upstream gateway.
     pub mode: Option<String>,

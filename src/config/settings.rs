@@ -3,18 +3,17 @@
 //! the first, so that `hookgate check` can list them together.
 
 use std::collections::{BTreeSet, HashMap};
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use ipnet::IpNet;
-
-use super::ConfigError;
 use super::confine;
+use super::connections::ConnectionSettings;
 use super::limits;
 use super::model::{FileConfig, HooksConfig, SecretValue, SignatureConfig};
 use super::runtime::{RuntimeSettings, runtime_settings};
+use super::{ConfigError, seconds};
+use crate::client::TrustedProxies;
 use crate::hook::policy::{AllowedAgents, normalize_agent_id};
 use crate::hook::signature::{DEFAULT_TOLERANCE, Encoding, Scheme, SignatureRule, decode_secret};
 use crate::hook::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy};
@@ -41,13 +40,13 @@ pub struct Settings {
     pub port: u16,
     /// Guards the operator API; `None` leaves the API closed to everyone.
     pub gateway_token: Option<String>,
-    pub trusted_proxies: Vec<IpNet>,
+    /// Proxies whose forwarding header names the client, and which header that is.
+    pub trusted_proxies: TrustedProxies,
     pub state_dir: PathBuf,
     pub group_commit: bool,
     /// The embedded SQLite store or a NATS JetStream cluster.
     pub store: super::store::StoreSettings,
-    pub max_connections: usize,
-    pub header_timeout: Duration,
+    pub connections: ConnectionSettings,
     /// `/metrics` without the gateway token.
     pub metrics_public: bool,
     /// `None` when `hooks.enabled` is false: the prefix is then not served at all.
@@ -137,7 +136,8 @@ impl Settings {
             config_dir,
             &mut problems,
         );
-        let trusted_proxies = trusted_proxies(&file.gateway.trusted_proxies, &mut problems);
+        let trusted_proxies = super::connections::trusted_proxies(&file.gateway, &mut problems);
+        let connections = ConnectionSettings::build(&file.gateway, &mut problems);
         let agents = agent_directory(&file);
         let runtime = runtime_settings(&file, config_dir, &mut problems);
         let store = super::store::store_settings(&file, &mut problems);
@@ -147,23 +147,6 @@ impl Settings {
             &agents,
             gateway_token.as_deref(),
             config_dir,
-            &mut problems,
-        );
-        let max_connections = match file.gateway.max_connections {
-            None => 1024,
-            Some(0) => {
-                problems.push(ConfigError::invalid(
-                    "gateway.maxConnections",
-                    "must be greater than 0",
-                ));
-                1
-            }
-            Some(n) => n as usize,
-        };
-        let header_timeout = seconds(
-            file.gateway.header_timeout_seconds,
-            "gateway.headerTimeoutSeconds",
-            Duration::from_secs(10),
             &mut problems,
         );
         let state_dir = config_dir.join(file.gateway.state_dir.as_deref().unwrap_or("state"));
@@ -187,8 +170,7 @@ impl Settings {
             state_dir,
             group_commit: file.gateway.group_commit.unwrap_or(true),
             store,
-            max_connections,
-            header_timeout,
+            connections,
             metrics_public: file.gateway.metrics.as_ref().is_some_and(|m| m.public),
             hooks,
             agents,
@@ -220,24 +202,6 @@ pub(super) fn secret(
         }
     };
     (!value.trim().is_empty()).then_some(value)
-}
-
-fn trusted_proxies(entries: &[String], problems: &mut Vec<ConfigError>) -> Vec<IpNet> {
-    let mut nets = Vec::new();
-    for (i, entry) in entries.iter().enumerate() {
-        let entry = entry.trim();
-        match entry
-            .parse::<IpNet>()
-            .or_else(|_| entry.parse::<IpAddr>().map(IpNet::from))
-        {
-            Ok(net) => nets.push(net),
-            Err(_) => problems.push(ConfigError::invalid(
-                format!("gateway.trustedProxies[{i}]"),
-                format!("'{entry}' is not an IP address or CIDR range"),
-            )),
-        }
-    }
-    nets
 }
 
 fn agent_directory(file: &FileConfig) -> AgentDirectory {
@@ -477,25 +441,6 @@ fn session_policy(hooks: &HooksConfig, problems: &mut Vec<ConfigError>) -> Sessi
 }
 
 /// A duration in seconds, greater than 0 and at most an hour.
-fn seconds(
-    value: Option<f64>,
-    key: &str,
-    default: Duration,
-    problems: &mut Vec<ConfigError>,
-) -> Duration {
-    match value {
-        None => default,
-        Some(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Duration::from_secs_f64(s),
-        Some(_) => {
-            problems.push(ConfigError::invalid(
-                key,
-                "must be a number of seconds greater than 0 and at most 3600",
-            ));
-            default
-        }
-    }
-}
-
 /// A mapping's `signature` with its secrets read and decoded.
 fn signature_rule(
     config: &SignatureConfig,

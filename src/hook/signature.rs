@@ -177,133 +177,173 @@ pub fn verify(
     body: &[u8],
     now_unix: i64,
 ) -> Result<Verified, SignatureError> {
-    let require = |name: &'static str| header(name).ok_or(SignatureError::Missing(name));
-    let check = |ok: bool| {
-        if ok {
-            Ok(())
-        } else {
-            Err(SignatureError::Mismatch)
+    Presented::read(rule, header, now_unix)?.verify(rule, body)
+}
+
+/// A request's credential as its headers present it: every header the scheme needs, parsed,
+/// with timestamps checked for freshness and a static token (GitLab's) already compared.
+///
+/// Reading it before the body lets a request without a well-formed, fresh credential be refused
+/// before it can hold its connection for the body's time; only the MAC over the body is left for
+/// [`Presented::verify`].
+///
+/// Not `Debug`: it holds the presented signatures, which are never logged.
+pub struct Presented {
+    proof: Proof,
+    delivery: DeliveryId,
+}
+
+enum Proof {
+    /// An HMAC over `prefix` followed by the body, to equal one of `candidates`.
+    Mac {
+        prefix: Vec<u8>,
+        candidates: Vec<Vec<u8>>,
+    },
+    /// A static token, compared when the headers were read.
+    Token,
+}
+
+/// Where the delivery id comes from.
+enum DeliveryId {
+    /// A signed header value (Standard Webhooks' id, Slack's timestamp and signature).
+    Signed(String),
+    /// The Stripe event's `id` in the signed body, else the body's digest.
+    StripeEvent,
+    /// The body's digest.
+    BodyDigest,
+}
+
+impl Presented {
+    /// Reads what `rule`'s scheme needs from the headers. `header(name)` gives a header's value
+    /// by lower-case name; `now_unix` is the current time in seconds.
+    pub fn read(
+        rule: &SignatureRule,
+        header: &dyn Fn(&str) -> Option<String>,
+        now_unix: i64,
+    ) -> Result<Presented, SignatureError> {
+        let require = |name: &'static str| header(name).ok_or(SignatureError::Missing(name));
+        let mac_proof =
+            |prefix: Vec<u8>, candidates: Vec<Vec<u8>>| Proof::Mac { prefix, candidates };
+        let (proof, delivery) = match &rule.scheme {
+            Scheme::Github => {
+                let value = require("x-hub-signature-256")?;
+                let hex = value
+                    .trim()
+                    .strip_prefix("sha256=")
+                    .ok_or(SignatureError::Malformed("x-hub-signature-256"))?;
+                let signature = hex_bytes(hex, "x-hub-signature-256")?;
+                (
+                    mac_proof(Vec::new(), vec![signature]),
+                    DeliveryId::BodyDigest,
+                )
+            }
+            Scheme::Stripe => {
+                let value = require("stripe-signature")?;
+                let (timestamp, signatures) = parse_stripe(&value)?;
+                fresh(&timestamp, now_unix, rule.tolerance)?;
+                let prefix = format!("{timestamp}.").into_bytes();
+                (mac_proof(prefix, signatures), DeliveryId::StripeEvent)
+            }
+            Scheme::Slack => {
+                let timestamp = require("x-slack-request-timestamp")?;
+                let value = require("x-slack-signature")?;
+                let hex = value
+                    .trim()
+                    .strip_prefix("v0=")
+                    .ok_or(SignatureError::Malformed("x-slack-signature"))?;
+                fresh(&timestamp, now_unix, rule.tolerance)?;
+                let signature = hex_bytes(hex, "x-slack-signature")?;
+                // Decoded and re-encoded: `ABCD` and `abcd` are one signature, one delivery.
+                let delivery = format!("{}:{}", timestamp.trim(), hex::encode(&signature));
+                let prefix = format!("v0:{}:", timestamp.trim()).into_bytes();
+                (
+                    mac_proof(prefix, vec![signature]),
+                    DeliveryId::Signed(delivery),
+                )
+            }
+            Scheme::StandardWebhooks => {
+                // Svix (and Clerk, Resend on it) send the same headers under a `svix-` prefix.
+                let either = |standard: &'static str, svix: &str| {
+                    header(standard)
+                        .or_else(|| header(svix))
+                        .ok_or(SignatureError::Missing(standard))
+                };
+                let id = either("webhook-id", "svix-id")?;
+                let timestamp = either("webhook-timestamp", "svix-timestamp")?;
+                let value = either("webhook-signature", "svix-signature")?;
+                fresh(&timestamp, now_unix, rule.tolerance)?;
+                let signatures: Vec<Vec<u8>> = value
+                    .split_whitespace()
+                    .filter_map(|entry| entry.strip_prefix("v1,"))
+                    .map(|b64| base64_bytes(b64, "webhook-signature"))
+                    .collect::<Result<_, _>>()?;
+                if signatures.is_empty() {
+                    return Err(SignatureError::Malformed("webhook-signature"));
+                }
+                let prefix = format!("{id}.{}.", timestamp.trim()).into_bytes();
+                (mac_proof(prefix, signatures), DeliveryId::Signed(id))
+            }
+            Scheme::Shopify => {
+                let value = require("x-shopify-hmac-sha256")?;
+                let signature = base64_bytes(&value, "x-shopify-hmac-sha256")?;
+                (
+                    mac_proof(Vec::new(), vec![signature]),
+                    DeliveryId::BodyDigest,
+                )
+            }
+            Scheme::Gitlab => {
+                let value = require("x-gitlab-token")?;
+                // Compared as SHA-256 digests, so neither content nor length leaks.
+                let presented = mac(b"gitlab", &[value.as_bytes()]);
+                let mut found = subtle::Choice::from(0);
+                for secret in &rule.secrets {
+                    found |= presented.ct_eq(&mac(b"gitlab", &[secret]));
+                }
+                if !bool::from(found) {
+                    return Err(SignatureError::Mismatch);
+                }
+                (Proof::Token, DeliveryId::BodyDigest)
+            }
+            Scheme::HmacSha256 {
+                header: name,
+                encoding,
+                prefix,
+            } => {
+                let value = header(name).ok_or(SignatureError::Missing("signature header"))?;
+                let text = value
+                    .trim()
+                    .strip_prefix(prefix.as_str())
+                    .ok_or(SignatureError::Malformed("signature header"))?;
+                let signature = match encoding {
+                    Encoding::Hex => hex_bytes(text, "signature header")?,
+                    Encoding::Base64 => base64_bytes(text, "signature header")?,
+                };
+                (
+                    mac_proof(Vec::new(), vec![signature]),
+                    DeliveryId::BodyDigest,
+                )
+            }
+        };
+        Ok(Presented { proof, delivery })
+    }
+
+    /// Checks the signature over the raw body (nothing left to check for a token) and names the
+    /// delivery.
+    pub fn verify(self, rule: &SignatureRule, body: &[u8]) -> Result<Verified, SignatureError> {
+        if let Proof::Mac { prefix, candidates } = &self.proof {
+            if !any_matches(rule, &[prefix, body], candidates) {
+                return Err(SignatureError::Mismatch);
+            }
         }
-    };
-    match &rule.scheme {
-        Scheme::Github => {
-            let value = require("x-hub-signature-256")?;
-            let hex = value
-                .trim()
-                .strip_prefix("sha256=")
-                .ok_or(SignatureError::Malformed("x-hub-signature-256"))?;
-            check(any_matches(
-                rule,
-                &[body],
-                &[hex_bytes(hex, "x-hub-signature-256")?],
-            ))?;
-            Ok(Verified {
-                delivery_id: body_digest(body),
-            })
-        }
-        Scheme::Stripe => {
-            let value = require("stripe-signature")?;
-            let (timestamp, signatures) = parse_stripe(&value)?;
-            fresh(&timestamp, now_unix, rule.tolerance)?;
-            check(any_matches(
-                rule,
-                &[timestamp.as_bytes(), b".", body],
-                &signatures,
-            ))?;
-            let event_id = serde_json::from_slice::<serde_json::Value>(body)
+        let delivery_id = match self.delivery {
+            DeliveryId::Signed(id) => id,
+            DeliveryId::StripeEvent => serde_json::from_slice::<serde_json::Value>(body)
                 .ok()
-                .and_then(|v| v.get("id").and_then(|id| id.as_str()).map(String::from));
-            Ok(Verified {
-                delivery_id: event_id.unwrap_or_else(|| body_digest(body)),
-            })
-        }
-        Scheme::Slack => {
-            let timestamp = require("x-slack-request-timestamp")?;
-            let value = require("x-slack-signature")?;
-            let hex = value
-                .trim()
-                .strip_prefix("v0=")
-                .ok_or(SignatureError::Malformed("x-slack-signature"))?;
-            fresh(&timestamp, now_unix, rule.tolerance)?;
-            let signature = hex_bytes(hex, "x-slack-signature")?;
-            // Decoded and re-encoded: `ABCD` and `abcd` are one signature, one delivery.
-            let delivery_id = format!("{}:{}", timestamp.trim(), hex::encode(&signature));
-            check(any_matches(
-                rule,
-                &[b"v0:", timestamp.trim().as_bytes(), b":", body],
-                &[signature],
-            ))?;
-            Ok(Verified { delivery_id })
-        }
-        Scheme::StandardWebhooks => {
-            // Svix (and Clerk, Resend on it) send the same headers under a `svix-` prefix.
-            let either = |standard: &'static str, svix: &str| {
-                header(standard)
-                    .or_else(|| header(svix))
-                    .ok_or(SignatureError::Missing(standard))
-            };
-            let id = either("webhook-id", "svix-id")?;
-            let timestamp = either("webhook-timestamp", "svix-timestamp")?;
-            let value = either("webhook-signature", "svix-signature")?;
-            fresh(&timestamp, now_unix, rule.tolerance)?;
-            let signatures: Vec<Vec<u8>> = value
-                .split_whitespace()
-                .filter_map(|entry| entry.strip_prefix("v1,"))
-                .map(|b64| base64_bytes(b64, "webhook-signature"))
-                .collect::<Result<_, _>>()?;
-            if signatures.is_empty() {
-                return Err(SignatureError::Malformed("webhook-signature"));
-            }
-            check(any_matches(
-                rule,
-                &[id.as_bytes(), b".", timestamp.trim().as_bytes(), b".", body],
-                &signatures,
-            ))?;
-            Ok(Verified { delivery_id: id })
-        }
-        Scheme::Shopify => {
-            let value = require("x-shopify-hmac-sha256")?;
-            check(any_matches(
-                rule,
-                &[body],
-                &[base64_bytes(&value, "x-shopify-hmac-sha256")?],
-            ))?;
-            Ok(Verified {
-                delivery_id: body_digest(body),
-            })
-        }
-        Scheme::Gitlab => {
-            let value = require("x-gitlab-token")?;
-            // Compared as SHA-256 digests, so neither content nor length leaks.
-            let presented = mac(b"gitlab", &[value.as_bytes()]);
-            let mut found = subtle::Choice::from(0);
-            for secret in &rule.secrets {
-                found |= presented.ct_eq(&mac(b"gitlab", &[secret]));
-            }
-            check(found.into())?;
-            Ok(Verified {
-                delivery_id: body_digest(body),
-            })
-        }
-        Scheme::HmacSha256 {
-            header: name,
-            encoding,
-            prefix,
-        } => {
-            let value = header(name).ok_or(SignatureError::Missing("signature header"))?;
-            let text = value
-                .trim()
-                .strip_prefix(prefix.as_str())
-                .ok_or(SignatureError::Malformed("signature header"))?;
-            let signature = match encoding {
-                Encoding::Hex => hex_bytes(text, "signature header")?,
-                Encoding::Base64 => base64_bytes(text, "signature header")?,
-            };
-            check(any_matches(rule, &[body], &[signature]))?;
-            Ok(Verified {
-                delivery_id: body_digest(body),
-            })
-        }
+                .and_then(|v| v.get("id").and_then(|id| id.as_str()).map(String::from))
+                .unwrap_or_else(|| body_digest(body)),
+            DeliveryId::BodyDigest => body_digest(body),
+        };
+        Ok(Verified { delivery_id })
     }
 }
 

@@ -1,14 +1,16 @@
 //! Hook authentication: where the token may come from, how it is compared, and the lockout of
 //! clients that keep presenting wrong ones (behaviour §2, step 4).
 
-use std::collections::HashMap;
-use std::net::IpAddr;
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+
+use crate::client::ClientKey;
 
 /// The token of an `Authorization: Bearer <t>` header (scheme case-insensitive, value trimmed).
 pub fn presented_bearer(headers: &HeaderMap) -> Option<&str> {
@@ -49,53 +51,106 @@ pub fn token_matches(presented: Option<&str>, expected: &str) -> bool {
     a.ct_eq(&b).into()
 }
 
-/// The identity a client's failures count under: its IPv4 address, or its IPv6 /64. One host
-/// usually holds a whole /64, so keying by /128 would let it guess from 2^64 addresses.
-fn key(client: IpAddr) -> IpAddr {
-    match client.to_canonical() {
-        IpAddr::V6(v6) => {
-            let segments = v6.segments();
-            IpAddr::V6(std::net::Ipv6Addr::new(
-                segments[0],
-                segments[1],
-                segments[2],
-                segments[3],
-                0,
-                0,
-                0,
-                0,
-            ))
-        }
-        v4 => v4,
-    }
-}
-
-/// Counts failed authentications per client and locks out clients that fail too often.
+/// Counts failed authentications per key (a client, or a client and a mapping) and locks out
+/// keys that fail too often.
 ///
-/// A client whose failures reach `max_failures` within `window` is locked out for `lockout`.
-/// Memory is bounded: at most `max_clients` entries are kept, expired ones pruned first.
+/// A key whose failures reach `max_failures` within `window` is locked out for `lockout`.
+/// Memory is bounded: at most `max_keys` entries are kept. Every operation is O(1) amortised,
+/// eviction included, under one mutex: when full, the entry whose lockout ended longest ago goes
+/// first, then the oldest unlocked one, then the oldest lockout (so that flooding the table with
+/// new addresses frees a locked-out client only once every unlocked entry is gone).
 /// Every method takes `now` so that the rule is testable without waiting.
 #[derive(Debug)]
-pub struct AuthFailureLimiter {
-    clients: Mutex<HashMap<IpAddr, Failures>>,
+pub struct AuthFailureLimiter<K = ClientKey> {
+    table: Mutex<Table<K>>,
     max_failures: u32,
     window: Duration,
     lockout: Duration,
-    max_clients: usize,
+    max_keys: usize,
+}
+
+#[derive(Debug)]
+struct Table<K> {
+    entries: HashMap<K, Entry>,
+    /// Keys in the order their counting windows started, each with the stamp of the entry it
+    /// was queued for: an item whose entry was since replaced or removed is stale and skipped.
+    unlocked: VecDeque<(K, u64)>,
+    /// Keys in the order they were locked out, likewise.
+    locked: VecDeque<(K, u64)>,
+    next_stamp: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Failures {
+struct Entry {
+    stamp: u64,
     window_start: Instant,
     count: u32,
     locked_until: Option<Instant>,
 }
 
-impl Failures {
+impl Entry {
     fn expired(&self, now: Instant, window: Duration) -> bool {
         match self.locked_until {
             Some(until) => now >= until,
             None => now.duration_since(self.window_start) >= window,
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone> Table<K> {
+    fn stamp(&mut self) -> u64 {
+        self.next_stamp += 1;
+        self.next_stamp
+    }
+
+    fn is_live(&self, (key, stamp): &(K, u64)) -> bool {
+        self.entries.get(key).is_some_and(|e| e.stamp == *stamp)
+    }
+
+    /// Drops stale items from the front of both queues, and compacts a queue that has become
+    /// mostly stale (keys cleared by a success leave their items behind), so that the queues
+    /// stay within a constant factor of the table.
+    fn tidy(&mut self) {
+        for locked in [false, true] {
+            loop {
+                let queue = if locked { &self.locked } else { &self.unlocked };
+                match queue.front() {
+                    Some(front) if !self.is_live(front) => {}
+                    _ => break,
+                }
+                if locked {
+                    self.locked.pop_front();
+                } else {
+                    self.unlocked.pop_front();
+                }
+            }
+        }
+        let bound = 2 * self.entries.len() + 16;
+        if self.unlocked.len() + self.locked.len() > bound {
+            let entries = &self.entries;
+            let live =
+                |(key, stamp): &(K, u64)| entries.get(key).is_some_and(|e| e.stamp == *stamp);
+            self.unlocked.retain(live);
+            self.locked.retain(live);
+        }
+    }
+
+    /// Removes one entry, as the type's documentation orders them.
+    fn evict(&mut self, now: Instant) {
+        self.tidy();
+        let lock_ended = self
+            .locked
+            .front()
+            .and_then(|(key, _)| self.entries.get(key))
+            .and_then(|e| e.locked_until)
+            .is_some_and(|until| now >= until);
+        let queue = if lock_ended || self.unlocked.is_empty() {
+            &mut self.locked
+        } else {
+            &mut self.unlocked
+        };
+        if let Some((key, _)) = queue.pop_front() {
+            self.entries.remove(&key);
         }
     }
 }
@@ -107,74 +162,81 @@ impl Default for AuthFailureLimiter {
     }
 }
 
-impl AuthFailureLimiter {
-    pub fn new(max_failures: u32, window: Duration, lockout: Duration, max_clients: usize) -> Self {
+impl<K: Hash + Eq + Clone> AuthFailureLimiter<K> {
+    pub fn new(max_failures: u32, window: Duration, lockout: Duration, max_keys: usize) -> Self {
         AuthFailureLimiter {
-            clients: Mutex::new(HashMap::new()),
+            table: Mutex::new(Table {
+                entries: HashMap::new(),
+                unlocked: VecDeque::new(),
+                locked: VecDeque::new(),
+                next_stamp: 0,
+            }),
             max_failures,
             window,
             lockout,
-            max_clients,
+            max_keys: max_keys.max(1),
         }
     }
 
-    /// `Err(retry_after)` while `client` is locked out.
-    pub fn check(&self, client: IpAddr, now: Instant) -> Result<(), Duration> {
-        let client = key(client);
-        let clients = self.lock();
-        match clients.get(&client).and_then(|f| f.locked_until) {
+    /// `Err(retry_after)` while `key` is locked out.
+    pub fn check(&self, key: &K, now: Instant) -> Result<(), Duration> {
+        let table = self.lock();
+        match table.entries.get(key).and_then(|e| e.locked_until) {
             Some(until) if now < until => Err(until - now),
             _ => Ok(()),
         }
     }
 
-    /// Records one failure of `client`, locking it out when it reaches the limit.
-    pub fn record_failure(&self, client: IpAddr, now: Instant) {
-        let client = key(client);
-        let mut clients = self.lock();
-        if clients.len() >= self.max_clients && !clients.contains_key(&client) {
-            self.make_room(&mut clients, now);
-        }
-        let entry = clients.entry(client).or_insert(Failures {
-            window_start: now,
-            count: 0,
-            locked_until: None,
-        });
-        if entry.expired(now, self.window) {
-            *entry = Failures {
-                window_start: now,
-                count: 0,
-                locked_until: None,
-            };
-        }
-        entry.count += 1;
-        if entry.count >= self.max_failures {
-            entry.locked_until = Some(now + self.lockout);
-        }
-    }
-
-    /// Forgets `client`'s failures (after it authenticated).
-    pub fn clear(&self, client: IpAddr) {
-        self.lock().remove(&key(client));
-    }
-
-    fn make_room(&self, clients: &mut HashMap<IpAddr, Failures>, now: Instant) {
-        clients.retain(|_, f| !f.expired(now, self.window));
-        if clients.len() >= self.max_clients {
-            // Still full of live entries: evict the oldest unlocked one, else the oldest.
-            let oldest = clients
-                .iter()
-                .min_by_key(|(_, f)| (f.locked_until.is_some(), f.window_start))
-                .map(|(ip, _)| *ip);
-            if let Some(ip) = oldest {
-                clients.remove(&ip);
+    /// Records one failure of `key`, locking it out when it reaches the limit.
+    pub fn record_failure(&self, key: &K, now: Instant) {
+        let mut table = self.lock();
+        let table = &mut *table;
+        let fresh = match table.entries.get(key) {
+            None => {
+                if table.entries.len() >= self.max_keys {
+                    table.evict(now);
+                }
+                true
             }
+            Some(entry) => entry.expired(now, self.window),
+        };
+        if fresh {
+            let stamp = table.stamp();
+            table.entries.insert(
+                key.clone(),
+                Entry {
+                    stamp,
+                    window_start: now,
+                    count: 0,
+                    locked_until: None,
+                },
+            );
+            table.unlocked.push_back((key.clone(), stamp));
+        }
+        let stamp = table.stamp();
+        let Some(entry) = table.entries.get_mut(key) else {
+            return;
+        };
+        entry.count += 1;
+        if entry.count >= self.max_failures && entry.locked_until.is_none() {
+            entry.locked_until = Some(now + self.lockout);
+            entry.stamp = stamp;
+            table.locked.push_back((key.clone(), stamp));
+        }
+        table.tidy();
+    }
+
+    /// Forgets `key`'s failures (after it authenticated).
+    pub fn clear(&self, key: &K) {
+        let mut table = self.lock();
+        if table.entries.remove(key).is_some() {
+            table.tidy();
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Failures>> {
-        // The map holds plain counters; a panic elsewhere cannot leave it inconsistent.
-        self.clients.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table<K>> {
+        // The table holds plain counters; a panic elsewhere cannot leave it inconsistent.
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -223,8 +285,8 @@ mod tests {
         assert!(!token_matches(None, "secret"));
     }
 
-    fn ip(last: u8) -> IpAddr {
-        IpAddr::from([10, 0, 0, last])
+    fn ip(last: u8) -> ClientKey {
+        ClientKey::of(std::net::IpAddr::from([10, 0, 0, last]))
     }
 
     #[test]
@@ -232,14 +294,14 @@ mod tests {
         let limiter = AuthFailureLimiter::default();
         let t0 = Instant::now();
         for _ in 0..19 {
-            limiter.record_failure(ip(1), t0);
+            limiter.record_failure(&ip(1), t0);
         }
-        assert!(limiter.check(ip(1), t0).is_ok());
-        limiter.record_failure(ip(1), t0);
-        assert_eq!(limiter.check(ip(1), t0), Err(Duration::from_secs(60)));
-        assert!(limiter.check(ip(2), t0).is_ok());
+        assert!(limiter.check(&ip(1), t0).is_ok());
+        limiter.record_failure(&ip(1), t0);
+        assert_eq!(limiter.check(&ip(1), t0), Err(Duration::from_secs(60)));
+        assert!(limiter.check(&ip(2), t0).is_ok());
         let later = t0 + Duration::from_secs(60);
-        assert!(limiter.check(ip(1), later).is_ok());
+        assert!(limiter.check(&ip(1), later).is_ok());
     }
 
     #[test]
@@ -247,10 +309,10 @@ mod tests {
         let limiter = AuthFailureLimiter::default();
         let t0 = Instant::now();
         for _ in 0..19 {
-            limiter.record_failure(ip(1), t0);
+            limiter.record_failure(&ip(1), t0);
         }
-        limiter.record_failure(ip(1), t0 + Duration::from_secs(61));
-        assert!(limiter.check(ip(1), t0 + Duration::from_secs(61)).is_ok());
+        limiter.record_failure(&ip(1), t0 + Duration::from_secs(61));
+        assert!(limiter.check(&ip(1), t0 + Duration::from_secs(61)).is_ok());
     }
 
     #[test]
@@ -258,11 +320,11 @@ mod tests {
         let limiter = AuthFailureLimiter::default();
         let t0 = Instant::now();
         for _ in 0..19 {
-            limiter.record_failure(ip(1), t0);
+            limiter.record_failure(&ip(1), t0);
         }
-        limiter.clear(ip(1));
-        limiter.record_failure(ip(1), t0);
-        assert!(limiter.check(ip(1), t0).is_ok());
+        limiter.clear(&ip(1));
+        limiter.record_failure(&ip(1), t0);
+        assert!(limiter.check(&ip(1), t0).is_ok());
     }
 
     #[test]
@@ -271,9 +333,57 @@ mod tests {
             AuthFailureLimiter::new(20, Duration::from_secs(60), Duration::from_secs(60), 4);
         let t0 = Instant::now();
         for i in 0..50 {
-            limiter.record_failure(ip(i), t0);
+            limiter.record_failure(&ip(i), t0);
         }
-        assert!(limiter.lock().len() <= 4);
+        assert!(limiter.lock().entries.len() <= 4);
+    }
+
+    #[test]
+    fn a_full_table_evicts_unlocked_clients_before_locked_ones() {
+        let limiter =
+            AuthFailureLimiter::new(2, Duration::from_secs(60), Duration::from_secs(60), 3);
+        let t0 = Instant::now();
+        limiter.record_failure(&ip(1), t0);
+        limiter.record_failure(&ip(1), t0);
+        assert!(limiter.check(&ip(1), t0).is_err());
+        for i in 2..200 {
+            limiter.record_failure(&ip(i), t0);
+        }
+        assert!(
+            limiter.check(&ip(1), t0).is_err(),
+            "the lockout survived the flood"
+        );
+        let table = limiter.lock();
+        assert!(table.entries.len() <= 3);
+        assert!(table.unlocked.len() + table.locked.len() <= 2 * 3 + 16);
+    }
+
+    #[test]
+    fn clearing_keeps_the_queues_bounded() {
+        let limiter = AuthFailureLimiter::default();
+        let t0 = Instant::now();
+        for _ in 0..10_000 {
+            limiter.record_failure(&ip(1), t0);
+            limiter.clear(&ip(1));
+        }
+        let table = limiter.lock();
+        assert!(table.unlocked.len() + table.locked.len() <= 16);
+    }
+
+    #[test]
+    fn an_ended_lockout_is_evicted_first() {
+        let limiter =
+            AuthFailureLimiter::new(1, Duration::from_secs(60), Duration::from_secs(1), 2);
+        let t0 = Instant::now();
+        limiter.record_failure(&ip(1), t0);
+        let later = t0 + Duration::from_secs(2);
+        limiter.record_failure(&ip(2), later);
+        limiter.record_failure(&ip(3), later);
+        assert!(
+            limiter.check(&ip(2), later).is_err(),
+            "ip 2 is still locked out"
+        );
+        assert!(limiter.check(&ip(3), later).is_err());
     }
 
     #[test]
@@ -282,14 +392,15 @@ mod tests {
             AuthFailureLimiter::new(3, Duration::from_secs(60), Duration::from_secs(60), 100);
         let now = Instant::now();
         for i in 1..=3u16 {
-            let ip = IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 1, 0, 0, 0, i));
-            limiter.record_failure(ip, now);
+            let ip = std::net::IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 1, 0, 0, 0, i));
+            limiter.record_failure(&ClientKey::of(ip), now);
         }
-        let sibling: IpAddr = "2001:db8:0:1::ffff".parse().unwrap();
-        assert!(limiter.check(sibling, now).is_err(), "one /64, one lockout");
-        let other: IpAddr = "2001:db8:0:2::1".parse().unwrap();
-        assert!(limiter.check(other, now).is_ok());
-        let v4: IpAddr = "192.0.2.1".parse().unwrap();
-        assert!(limiter.check(v4, now).is_ok());
+        let key = |text: &str| ClientKey::of(text.parse().unwrap());
+        assert!(
+            limiter.check(&key("2001:db8:0:1::ffff"), now).is_err(),
+            "one /64, one lockout"
+        );
+        assert!(limiter.check(&key("2001:db8:0:2::1"), now).is_ok());
+        assert!(limiter.check(&key("192.0.2.1"), now).is_ok());
     }
 }

@@ -9,6 +9,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use super::reply::HookError;
+use crate::config::ConnectionSettings;
 
 /// How much of an oversized body is still read (and discarded) before answering 413. Closing a
 /// socket with unread data makes the kernel send a reset, which can destroy the 413 before the
@@ -18,12 +19,15 @@ const DRAIN_LIMIT: u64 = 8 * 1024 * 1024;
 /// How long that draining may take.
 const DRAIN_TIME: Duration = Duration::from_secs(2);
 
-/// Reads the whole body, refusing more than `limit` bytes or more than `timeout` of waiting.
+/// Reads the whole body, refusing more than `limit` bytes, more than `timeout` of waiting, or a
+/// body that arrives slower than `connections`' minimum receive rate (each byte has a deadline,
+/// so a client that stalls is cut off at the first byte it owes, not at the body timeout).
 pub async fn read_limited(
     headers: &HeaderMap,
     body: Body,
     limit: u64,
     timeout: Duration,
+    connections: &ConnectionSettings,
 ) -> Result<Bytes, HookError> {
     let declared = headers
         .get(axum::http::header::CONTENT_LENGTH)
@@ -39,12 +43,13 @@ pub async fn read_limited(
         }
         return Err(HookError::PayloadTooLarge);
     }
-    match tokio::time::timeout(timeout, collect(body, limit)).await {
+    match tokio::time::timeout(timeout, collect(body, limit, connections)).await {
         Err(_) => Err(HookError::BodyTimeout),
         Ok(Err(Overflow::TooLarge(rest))) => {
             drain(rest).await;
             Err(HookError::PayloadTooLarge)
         }
+        Ok(Err(Overflow::TooSlow)) => Err(HookError::BodyTimeout),
         Ok(Err(Overflow::Broken)) => {
             Err(HookError::Invalid("request body could not be read".into()))
         }
@@ -54,12 +59,26 @@ pub async fn read_limited(
 
 enum Overflow {
     TooLarge(Body),
+    TooSlow,
     Broken,
 }
 
-async fn collect(mut body: Body, limit: u64) -> Result<Bytes, Overflow> {
+async fn collect(
+    mut body: Body,
+    limit: u64,
+    connections: &ConnectionSettings,
+) -> Result<Bytes, Overflow> {
+    let start = tokio::time::Instant::now();
     let mut buffer = BytesMut::new();
-    while let Some(frame) = body.frame().await {
+    loop {
+        let next = body.frame();
+        let frame = match connections.receive_deadline(buffer.len() as u64 + 1) {
+            Some(due) => tokio::time::timeout_at(start + due, next)
+                .await
+                .map_err(|_| Overflow::TooSlow)?,
+            None => next.await,
+        };
+        let Some(frame) = frame else { break };
         let frame = frame.map_err(|_| Overflow::Broken)?;
         if let Ok(data) = frame.into_data() {
             if buffer.len() as u64 + data.len() as u64 > limit {

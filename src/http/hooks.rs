@@ -89,13 +89,15 @@ async fn handle(
         body,
         hooks.max_body_bytes,
         hooks.body_timeout,
+        &settings.connections,
     )
     .await?;
-    let (mapping, rule) = match credential {
+    let attempt = match credential {
         Credential::Token => return route(app, settings, hooks, name, &parts, &bytes, None).await,
-        Credential::Signature { mapping, rule } => (mapping, rule),
+        Credential::Signature(attempt) => attempt,
     };
-    let key = signed::check_signature(app, settings, peer, &parts.headers, mapping, rule, &bytes)?;
+    let mapping = attempt.mapping;
+    let key = signed::check_signature(app, attempt, &bytes)?;
     if let Some(answer) = signed::claim(app, &key).await? {
         return Ok(answer);
     }

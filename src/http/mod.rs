@@ -4,7 +4,6 @@
 mod api;
 mod auth;
 mod body;
-mod client;
 mod health;
 mod hooks;
 mod observe;
@@ -12,6 +11,7 @@ mod operator;
 mod reply;
 mod serve;
 mod signed;
+mod write_deadline;
 
 use std::sync::Arc;
 
@@ -25,7 +25,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 pub use auth::AuthFailureLimiter;
 /// Public so that the `payload` fuzz target reaches the very parsing every hook body goes through.
 pub use body::parse_json;
-pub use serve::{ConnectionLimits, serve};
+pub use serve::serve;
 
 use crate::config::LiveConfig;
 use crate::gateway::{Runtime, Store};
@@ -41,6 +41,8 @@ pub struct AppState {
     pub limiter: Arc<AuthFailureLimiter>,
     /// Failed operator API authentications, counted apart so neither locks out the other.
     pub api_limiter: Arc<AuthFailureLimiter>,
+    /// Failed provider signatures, per client and mapping.
+    pub signature_limiter: Arc<AuthFailureLimiter<signed::SignatureFailureKey>>,
     pub transforms: Arc<TransformRegistry>,
     /// Carries out what the hooks accept (or relays it, in forward mode).
     pub runtime: Arc<Runtime>,

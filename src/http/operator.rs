@@ -11,7 +11,6 @@ use axum::http::request::Parts;
 
 use super::AppState;
 use super::auth::{presented_bearer, token_matches};
-use super::client::client_address;
 use super::reply::HookError;
 
 /// Proof that the request carried the gateway token.
@@ -35,19 +34,26 @@ impl Operator {
             .map(|ConnectInfo(peer)| *peer)
             .ok_or_else(|| HookError::Internal("no peer address".into()))?;
         let settings = app.config.current();
-        let client = client_address(peer.ip(), &parts.headers, &settings.trusted_proxies);
+        // A client whose proxy named no address is not counted: see `signed::authenticate`.
+        let client = settings.trusted_proxies.client(peer.ip(), &parts.headers);
         let now = Instant::now();
         // Locked out means refused whatever is presented: 429 versus 200 confirms no guess.
-        app.api_limiter
-            .check(client, now)
-            .map_err(|retry_after| HookError::LockedOut { retry_after })?;
+        if let Some(client) = &client {
+            app.api_limiter
+                .check(client, now)
+                .map_err(|retry_after| HookError::LockedOut { retry_after })?;
+        }
         match &settings.gateway_token {
             Some(expected) if token_matches(presented_bearer(&parts.headers), expected) => {
-                app.api_limiter.clear(client);
+                if let Some(client) = &client {
+                    app.api_limiter.clear(client);
+                }
                 Ok(Operator)
             }
             _ => {
-                app.api_limiter.record_failure(client, now);
+                if let Some(client) = &client {
+                    app.api_limiter.record_failure(client, now);
+                }
                 Err(HookError::Unauthorized)
             }
         }

@@ -10,30 +10,46 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::auth::{presented_token, token_matches};
-use super::client::client_address;
 use super::reply::HookError;
 use super::reply::json_error;
+use crate::client::ClientKey;
 use crate::config::{HookSettings, Settings};
 use crate::gateway::deliveries::{Claim, RecordedAnswer};
 use crate::gateway::runtime_clock::now_ms;
-use crate::hook::signature::{SignatureRule, verify};
+use crate::hook::signature::{Presented, SignatureError, SignatureRule};
 use crate::mapping::{self, Mapping};
 
 /// How a request may be served.
 pub enum Credential<'a> {
     /// It presented the hook token.
     Token,
-    /// It did not, but its name belongs to a signed mapping: its signature decides, once the
-    /// body has been read.
-    Signature {
-        mapping: &'a Mapping,
-        rule: &'a SignatureRule,
-    },
+    /// It did not, but its name belongs to a signed mapping whose credential headers it
+    /// presents: the signature over the body decides, once the body has been read.
+    Signature(SignedAttempt<'a>),
 }
 
-/// Step 4 of the pipeline. A locked-out client is refused whatever it presents, the right token
-/// included, so that 429 versus 200 cannot confirm a guess; otherwise a wrong or missing token is
-/// refused at once unless the name belongs to a signed mapping.
+/// A request on a signed mapping's path whose credential headers were read and found fresh and
+/// well-formed.
+pub struct SignedAttempt<'a> {
+    pub mapping: &'a Mapping,
+    rule: &'a SignatureRule,
+    presented: Presented,
+    /// Whom its failures count against: the client on this mapping.
+    failures: Option<SignatureFailureKey>,
+}
+
+/// Failed signatures count per client and mapping: junk sent to one mapping cannot lock its
+/// provider out (it is another client), nor lock the sender out of other mappings.
+pub type SignatureFailureKey = (ClientKey, String);
+
+/// Step 4 of the pipeline, before the body is read.
+///
+/// The hook token: a locked-out client presenting a token is refused whatever it presents, the
+/// right token included, so that 429 versus 200 cannot confirm a guess. A wrong or missing token
+/// is refused at once unless the name belongs to a signed mapping; then the request's signature
+/// headers must be present, well-formed and fresh (a GitLab token must match), or it is refused
+/// before its body can hold the connection. A client whose forwarding proxy named no address is
+/// not locked out: counting it under the proxy's address would lock out everyone behind it.
 pub fn authenticate<'a>(
     app: &AppState,
     settings: &Settings,
@@ -42,52 +58,99 @@ pub fn authenticate<'a>(
     headers: &HeaderMap,
     name: &str,
 ) -> Result<Credential<'a>, HookError> {
-    let client = client_address(peer.ip(), headers, &settings.trusted_proxies);
+    let client = settings.trusted_proxies.client(peer.ip(), headers);
     let now = Instant::now();
-    if let Err(retry_after) = app.limiter.check(client, now) {
-        return Err(HookError::LockedOut { retry_after });
+    let token = presented_token(headers);
+    let signed = mapping::signature_for(&hooks.mappings, name);
+    let by_token = token.is_some() || signed.is_none();
+    if let (Some(client), true) = (client, by_token) {
+        if let Err(retry_after) = app.limiter.check(&client, now) {
+            return Err(HookError::LockedOut { retry_after });
+        }
     }
-    if token_matches(presented_token(headers), &hooks.token) {
-        app.limiter.clear(client);
+    if token_matches(token, &hooks.token) {
+        if let Some(client) = client {
+            app.limiter.clear(&client);
+        }
         return Ok(Credential::Token);
     }
-    if let Some((mapping, rule)) = mapping::signature_for(&hooks.mappings, name) {
-        return Ok(Credential::Signature { mapping, rule });
+    if by_token {
+        if let Some(client) = client {
+            app.limiter.record_failure(&client, now);
+        }
+        log_client(client, "hook authentication failed");
     }
-    app.limiter.record_failure(client, now);
-    tracing::info!(%client, "hook authentication failed");
-    Err(HookError::Unauthorized)
-}
-
-/// Checks a signed request's signature over the raw body. On success returns the replay key
-/// `<mapping id>:<delivery id>`; a failure counts toward the lockout and is a plain 401.
-pub fn check_signature(
-    app: &AppState,
-    settings: &Settings,
-    peer: SocketAddr,
-    headers: &HeaderMap,
-    mapping: &Mapping,
-    rule: &SignatureRule,
-    body: &[u8],
-) -> Result<String, HookError> {
-    let client = client_address(peer.ip(), headers, &settings.trusted_proxies);
+    let Some((mapping, rule)) = signed else {
+        return Err(HookError::Unauthorized);
+    };
+    let failures = client.map(|client| (client, mapping.id.clone()));
+    if let Some(key) = &failures {
+        if let Err(retry_after) = app.signature_limiter.check(key, now) {
+            return Err(HookError::LockedOut { retry_after });
+        }
+    }
     let header = |name: &str| {
         headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .map(String::from)
     };
-    let now_unix = now_ms() / 1000;
-    match verify(rule, &header, body, now_unix) {
+    match Presented::read(rule, &header, now_ms() / 1000) {
+        Ok(presented) => Ok(Credential::Signature(SignedAttempt {
+            mapping,
+            rule,
+            presented,
+            failures,
+        })),
+        Err(reason) => Err(signature_refused(app, &failures, mapping, reason)),
+    }
+}
+
+/// Checks a signed request's signature over the raw body. On success returns the replay key
+/// `<mapping id>:<delivery id>`; a failure counts toward the lockout and is a plain 401.
+pub fn check_signature(
+    app: &AppState,
+    attempt: SignedAttempt<'_>,
+    body: &[u8],
+) -> Result<String, HookError> {
+    match attempt.presented.verify(attempt.rule, body) {
         Ok(verified) => {
-            app.limiter.clear(client);
-            Ok(format!("{}:{}", mapping.id, verified.delivery_id))
+            if let Some(key) = &attempt.failures {
+                app.signature_limiter.clear(key);
+            }
+            Ok(format!("{}:{}", attempt.mapping.id, verified.delivery_id))
         }
-        Err(reason) => {
-            app.limiter.record_failure(client, Instant::now());
-            tracing::info!(%client, mapping = %mapping.id, %reason, "signature refused");
-            Err(HookError::Unauthorized)
+        Err(reason) => Err(signature_refused(
+            app,
+            &attempt.failures,
+            attempt.mapping,
+            reason,
+        )),
+    }
+}
+
+fn signature_refused(
+    app: &AppState,
+    failures: &Option<SignatureFailureKey>,
+    mapping: &Mapping,
+    reason: SignatureError,
+) -> HookError {
+    if let Some(key) = failures {
+        app.signature_limiter.record_failure(key, Instant::now());
+    }
+    match failures {
+        Some((client, _)) => {
+            tracing::info!(%client, mapping = %mapping.id, %reason, "signature refused")
         }
+        None => tracing::info!(mapping = %mapping.id, %reason, "signature refused"),
+    }
+    HookError::Unauthorized
+}
+
+fn log_client(client: Option<ClientKey>, message: &str) {
+    match client {
+        Some(client) => tracing::info!(%client, "{message}"),
+        None => tracing::info!("{message} (the trusted proxy named no client)"),
     }
 }
 

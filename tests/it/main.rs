@@ -8,6 +8,7 @@ mod agent;
 mod api;
 mod cluster;
 mod config;
+mod connections;
 mod crash;
 mod durability;
 mod example;

@@ -220,9 +220,10 @@ async fn slow_clients_get_408_or_are_cut_off_in_time() {
     assert_no_panic(&log);
 }
 
-/// The default body timeout (30 s) ends a trickle too: one slow case on a default server.
+/// The default bounds end a trickle too (the minimum receive rate, before the 30 s body
+/// timeout): one slow case on a default server.
 #[tokio::test]
-async fn a_trickle_is_cut_off_by_the_default_body_timeout() {
+async fn a_trickle_is_cut_off_by_the_default_bounds() {
     let (server, _dir) = Hookgate::start(&base_config());
     let theme = wire::slow_clients();
     let trickle = &theme.cases[0];

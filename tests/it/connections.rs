@@ -1,0 +1,296 @@
+//! What a client can hold of the server (docs/configuration.md, "Connections"): attack clients
+//! on 127.0.0.2 against a real client on 127.0.0.1, each bounded in count and time.
+//!
+//! Each test would hang, or fail on its deadline, without the bound it is about: the real
+//! request would wait behind connections held for ever or for the whole body timeout.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::harness::*;
+use crate::signatures::sign;
+
+/// The attacker's address: another loopback address, so that per-client bounds tell it apart.
+const ATTACKER: [u8; 4] = [127, 0, 0, 2];
+
+/// Longer than any bound under test and shorter than the timeouts the test sets, so that a
+/// request that only ends at one of those fails the test.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn addr(server: &Hookgate) -> SocketAddr {
+    server.base.trim_start_matches("http://").parse().unwrap()
+}
+
+/// A connection from `from`, with a small receive buffer when `receive_buffer` is set (so that
+/// unread answers back up into the server quickly).
+async fn connect_from(server: &Hookgate, from: [u8; 4], receive_buffer: Option<u32>) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    if let Some(size) = receive_buffer {
+        socket.set_recv_buffer_size(size).unwrap();
+    }
+    socket.bind(SocketAddr::from((from, 0))).unwrap();
+    socket.connect(addr(server)).await.unwrap()
+}
+
+/// Reads until the server closes the connection or `PATIENCE` passes; `None` on the deadline.
+async fn read_to_close(stream: &mut TcpStream) -> Option<String> {
+    let mut out = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut out))
+        .await
+        .ok()
+        .map(|_| String::from_utf8_lossy(&out).into_owned())
+}
+
+/// A real wake from 127.0.0.1, which must be answered within `PATIENCE`.
+async fn real_wake(server: &Hookgate, text: &str) -> u16 {
+    let request = server.hook("/hooks/wake").json(&json!({ "text": text }));
+    let response = tokio::time::timeout(PATIENCE, request.send())
+        .await
+        .unwrap_or_else(|_| panic!("the real wake '{text}' got no answer"))
+        .unwrap();
+    response.status().as_u16()
+}
+
+fn config_with(pairs: &[(&str, Value)]) -> Value {
+    let mut config = base_config();
+    for (key, value) in pairs {
+        set(&mut config, key, value.clone());
+    }
+    config
+}
+
+#[tokio::test]
+async fn clients_that_never_read_their_answers_lose_their_connections() {
+    let config = config_with(&[
+        ("gateway.maxConnections", json!(4)),
+        ("gateway.writeTimeoutSeconds", json!(1)),
+    ]);
+    let (server, _dir) = Hookgate::start(&config);
+    // Four clients pipeline health checks and never read: their answers fill both socket
+    // buffers and the server's writes block. Each writes until the server gives up on it.
+    let pipeline = b"GET /livez HTTP/1.1\r\nhost: h\r\n\r\n".repeat(2048);
+    let mut attackers = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let mut stream = connect_from(&server, ATTACKER, Some(4096)).await;
+        let pipeline = pipeline.clone();
+        attackers.spawn(async move {
+            let write = async {
+                loop {
+                    if stream.write_all(&pipeline).await.is_err() {
+                        return;
+                    }
+                }
+            };
+            tokio::time::timeout(PATIENCE * 2, write).await.is_ok()
+        });
+    }
+    assert_eq!(real_wake(&server, "behind the non-readers").await, 200);
+    // And the non-readers were cut off, not merely joined by a fifth slot.
+    while let Some(cut_off) = attackers.join_next().await {
+        assert!(
+            cut_off.unwrap(),
+            "a client that never reads kept its connection"
+        );
+    }
+    let (_, log) = server.terminate();
+    assert!(log.contains("connection ended with an error"), "{log}");
+}
+
+#[tokio::test]
+async fn one_client_cannot_take_every_connection() {
+    let config = config_with(&[
+        ("gateway.maxConnections", json!(8)),
+        ("gateway.maxConnectionsPerClient", json!(4)),
+        ("gateway.headerTimeoutSeconds", json!(60)),
+    ]);
+    let (server, _dir) = Hookgate::start(&config);
+    // Slowloris: twelve connections that send half a request line and wait.
+    let mut held = Vec::new();
+    for _ in 0..12 {
+        let mut stream = connect_from(&server, ATTACKER, None).await;
+        stream.write_all(b"POST /hooks/wake HT").await.unwrap();
+        held.push(stream);
+    }
+    // The connections over the cap are answered 503 and closed; the four under it stay open.
+    let mut refused = 0;
+    for stream in held.iter_mut().skip(4) {
+        let answer = read_to_close(stream)
+            .await
+            .expect("an over-cap connection stayed open");
+        assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+        assert!(
+            answer.ends_with(r#"{"ok":false,"error":"too many connections from this client"}"#),
+            "{answer}"
+        );
+        refused += 1;
+    }
+    assert_eq!(refused, 8);
+    assert_eq!(real_wake(&server, "beside the slowloris").await, 200);
+    drop(held);
+}
+
+#[tokio::test]
+async fn a_stalled_body_is_cut_off_at_the_minimum_receive_rate() {
+    let config = config_with(&[("hooks.bodyTimeoutSeconds", json!(3600))]);
+    let (server, _dir) = Hookgate::start(&config);
+    let mut stream = connect_from(&server, ATTACKER, None).await;
+    let head = format!(
+        "POST /hooks/wake HTTP/1.1\r\nhost: h\r\nauthorization: Bearer {HOOK_TOKEN}\r\ncontent-length: 1000\r\n\r\n{{\"text\":"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let answer = read_to_close(&mut stream)
+        .await
+        .expect("a stalled body held its connection until the body timeout");
+    assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+    assert!(answer.contains("request body timeout"), "{answer}");
+}
+
+#[tokio::test]
+async fn a_signed_mapping_refuses_a_request_without_its_signature_before_the_body() {
+    let config = config_with(&[
+        ("hooks.bodyTimeoutSeconds", json!(3600)),
+        ("gateway.minReceiveBytesPerSecond", json!(0)),
+        (
+            "hooks.mappings",
+            json!([{"id": "gh", "match": {"path": "github"}, "action": "wake", "textTemplate": "push",
+                    "signature": {"scheme": "github", "secret": "s3cret"}}]),
+        ),
+    ]);
+    let (server, _dir) = Hookgate::start(&config);
+    for extra in ["", "x-hub-signature-256: md5=00\r\n"] {
+        let mut stream = connect_from(&server, ATTACKER, None).await;
+        let head = format!(
+            "POST /hooks/github HTTP/1.1\r\nhost: h\r\ncontent-length: 1000\r\n{extra}\r\n{{"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let answer = read_to_close(&mut stream)
+            .await
+            .unwrap_or_else(|| panic!("headers '{extra}' waited for the body"));
+        assert!(answer.starts_with("HTTP/1.1 401 "), "{answer}");
+    }
+    // A request that presents the headers is still checked over its body.
+    let body = br#"{"ref":"main"}"#;
+    let mut request = client()
+        .post(server.url("/hooks/github"))
+        .body(body.to_vec());
+    for (name, value) in sign("github", "s3cret", body, 0, "d1") {
+        request = request.header(name, value);
+    }
+    assert_eq!(request.send().await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn a_stop_closes_what_is_still_open_at_the_shutdown_deadline() {
+    let config = config_with(&[
+        ("gateway.shutdownTimeoutSeconds", json!(1)),
+        ("hooks.bodyTimeoutSeconds", json!(3600)),
+        ("gateway.minReceiveBytesPerSecond", json!(0)),
+    ]);
+    let (server, dir) = Hookgate::start(&config);
+    assert_eq!(real_wake(&server, "committed before the stop").await, 200);
+    // A request in flight for ever: its body never comes.
+    let mut stuck = connect_from(&server, ATTACKER, None).await;
+    let head = format!(
+        "POST /hooks/wake HTTP/1.1\r\nhost: h\r\nauthorization: Bearer {HOOK_TOKEN}\r\ncontent-length: 100\r\n\r\n{{"
+    );
+    stuck.write_all(head.as_bytes()).await.unwrap();
+    server.signal("-TERM");
+    let waited = tokio::task::spawn_blocking(move || server.wait());
+    let (status, log) = tokio::time::timeout(PATIENCE, waited)
+        .await
+        .expect("the stop waited for the stuck request without a deadline")
+        .unwrap();
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("requests still in flight at the shutdown deadline"),
+        "{log}"
+    );
+    // What was answered 200 before the stop is in the store.
+    let restarted = Hookgate::start_in(&dir);
+    assert!(
+        restarted
+            .wake_texts()
+            .await
+            .contains(&"committed before the stop".to_string())
+    );
+}
+
+#[tokio::test]
+async fn junk_signatures_lock_out_their_sender_and_not_the_provider() {
+    let config = config_with(&[(
+        "hooks.mappings",
+        json!([{"id": "gh", "match": {"path": "github"}, "action": "wake", "textTemplate": "push {{ref}}",
+                "signature": {"scheme": "github", "secret": "s3cret"}}]),
+    )]);
+    let (server, _dir) = Hookgate::start(&config);
+    let attacker = reqwest::Client::builder()
+        .local_address(IpAddr::from(ATTACKER))
+        .build()
+        .unwrap();
+    let body = br#"{"ref":"junk"}"#;
+    let post = |client: &reqwest::Client, secret: &str, body: &[u8]| {
+        let mut request = client.post(server.url("/hooks/github")).body(body.to_vec());
+        for (name, value) in sign("github", secret, body, 0, "d") {
+            request = request.header(name, value);
+        }
+        request.send()
+    };
+    for _ in 0..20 {
+        assert_eq!(post(&attacker, "guess", body).await.unwrap().status(), 401);
+    }
+    assert_eq!(post(&attacker, "guess", body).await.unwrap().status(), 429);
+    let real = br#"{"ref":"main"}"#;
+    assert_eq!(post(&client(), "s3cret", real).await.unwrap().status(), 200);
+    // Signature failures are their own count: the attacker still has its hook-token attempts.
+    let wake = attacker
+        .post(server.url("/hooks/wake"))
+        .bearer_auth(HOOK_TOKEN)
+        .json(&json!({"text": "x"}));
+    assert_eq!(wake.send().await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn a_proxy_that_names_no_client_locks_no_one_out() {
+    let config = config_with(&[("gateway.trustedProxies", json!(["127.0.0.1"]))]);
+    let (server, _dir) = Hookgate::start(&config);
+    let guess = || {
+        client()
+            .post(server.url("/hooks/wake"))
+            .bearer_auth("wrong")
+            .send()
+    };
+    for _ in 0..25 {
+        assert_eq!(guess().await.unwrap().status(), 401);
+    }
+    // Counting those under the proxy's own address would have locked out everyone behind it.
+    assert_eq!(real_wake(&server, "behind the proxy").await, 200);
+}
+
+#[tokio::test]
+async fn rfc_7239_forwarded_identifies_clients_when_configured() {
+    let config = config_with(&[
+        ("gateway.trustedProxies", json!(["::ffff:127.0.0.1"])),
+        ("gateway.forwardedHeader", json!("forwarded")),
+    ]);
+    let (server, _dir) = Hookgate::start(&config);
+    let guess = |forwarded: &'static str| {
+        client()
+            .post(server.url("/hooks/wake"))
+            .bearer_auth("wrong")
+            .header("forwarded", forwarded)
+            // Ignored: the proxy is configured to write `Forwarded`.
+            .header("x-forwarded-for", "192.0.2.99")
+            .send()
+    };
+    for _ in 0..20 {
+        guess("for=198.51.100.7:5555;proto=https").await.unwrap();
+    }
+    let locked = guess("for=\"198.51.100.7\"").await.unwrap();
+    assert_eq!(locked.status(), 429);
+    let other = guess("for=\"[2001:db8::8]:443\"").await.unwrap();
+    assert_eq!(other.status(), 401);
+}
