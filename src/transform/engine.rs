@@ -83,7 +83,8 @@ fn config(limits: &TransformLimits, pooled: bool) -> Config {
     config.concurrency_support(false);
     config.max_wasm_stack(MAX_WASM_STACK);
     if pooled {
-        // Calls in progress (at most `max_concurrent`) and as many idle reused instances.
+        // Calls in progress (at most `max_concurrent`) and as many idle reused instances
+        // (`max_idle`, the same number).
         let slots = limits.max_concurrent.max(1).saturating_mul(2);
         let mut pool = PoolingAllocationConfig::default();
         // Per-component caps keep one component from taking the slots of the others.
@@ -91,8 +92,12 @@ fn config(limits: &TransformLimits, pooled: bool) -> Config {
             .total_core_instances(slots * CORE_INSTANCES_PER_COMPONENT)
             .total_memories(slots * MEMORIES_PER_COMPONENT)
             .total_tables(slots * TABLES_PER_COMPONENT)
-            // Fiber stacks are held only while a call runs, never by idle instances.
-            .total_stacks(limits.max_concurrent.max(1))
+            // A store keeps the fiber stack of its last call for its next one, and wasmtime
+            // offers no way to hand it back short of dropping the store: an idle reused
+            // instance holds a stack. Sized for both, a fresh call never finds the stacks
+            // taken by instances that are only waiting. Stacks are reserved address space,
+            // committed as a call touches them.
+            .total_stacks(slots)
             .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
             .max_memories_per_component(MEMORIES_PER_COMPONENT)
             .max_tables_per_component(TABLES_PER_COMPONENT)

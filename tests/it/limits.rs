@@ -244,3 +244,60 @@ async fn reused_instances_keep_the_output_and_memory_limits() {
         "{log}"
     );
 }
+
+/// Idle reused instances keep their last fiber stack: with the pool sized for calls alone, four
+/// instances waiting on four reuse mappings took every stack, and fresh calls then failed with a
+/// 500 (`maximum concurrent limit of 4 for fibers reached`).
+#[tokio::test]
+async fn idle_reused_instances_leave_stacks_for_fresh_calls() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.transformLimits",
+        json!({"maxConcurrent": 4}),
+    );
+    let mut mappings: Vec<Value> = (1..=4)
+        .map(|i| counter(&format!("reused-{i}"), Some(100)))
+        .collect();
+    mappings.push(counter("fresh", None));
+    set(&mut config, "hooks.mappings", Value::Array(mappings));
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["hostile"]);
+    let server = Hookgate::start_in(&dir);
+    for i in 1..=4 {
+        let response = server
+            .hook(&format!("/hooks/reused-{i}"))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "reused-{i}");
+    }
+    for round in 0..3 {
+        let calls = (0..4).map(|_| server.hook("/hooks/fresh").json(&json!({})).send());
+        for response in futures_util::future::join_all(calls).await {
+            let response = response.unwrap();
+            let status = response.status();
+            assert_eq!(
+                status,
+                200,
+                "round {round}: {}",
+                response.text().await.unwrap()
+            );
+        }
+    }
+    // The idle instances are still there to serve their mappings.
+    let response = server
+        .hook("/hooks/reused-1")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        server
+            .wake_texts()
+            .await
+            .contains(&"reused-1 call 2".to_string())
+    );
+}
