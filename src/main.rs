@@ -4,6 +4,7 @@ use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use hookgate::config::{self, Settings};
@@ -163,7 +164,7 @@ fn serve(path: PathBuf, listen: Option<SocketAddr>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(async move {
+    let code = runtime.block_on(async move {
         let server = match Server::start(path, listen).await {
             Ok(server) => server,
             Err(StartError::Config(problems)) => return report(&problems),
@@ -197,7 +198,11 @@ fn serve(path: PathBuf, listen: Option<SocketAddr>) -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-    })
+    });
+    // The store is committed and closed by now. Blocking work still running (a module being
+    // compiled, say) is not waited for: dropping the runtime would wait for it without a bound.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    code
 }
 
 /// Completes on SIGINT or SIGTERM. The handlers are installed when this is called, not when the

@@ -75,6 +75,46 @@ pub fn only_we_can_write(path: &Path) -> bool {
     })
 }
 
+/// Why hookgate's user cannot be the only one to control what is under `dir`, or `None` when it
+/// is: `dir` and every directory above it must belong to this user or root, and no other user
+/// may write to them (group and others have no write permission), except that a directory above
+/// may be sticky and writable by all (`/tmp`), since others cannot rename what they do not own
+/// there. A `dir` that does not exist yet is judged by the directories above it. Symlinks on the
+/// way are resolved first: what counts is where the files really are.
+pub fn untrusted_ancestry(dir: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let we = unsafe { libc::geteuid() };
+    let mut existing = std::path::absolute(dir).ok()?;
+    let exists = existing.exists();
+    while !existing.exists() {
+        existing = existing.parent()?.to_path_buf();
+    }
+    let real = existing.canonicalize().ok()?;
+    for (depth, path) in real.ancestors().enumerate() {
+        let is_dir_itself = exists && depth == 0;
+        let Ok(meta) = std::fs::metadata(path) else {
+            return Some("a directory on its path cannot be examined");
+        };
+        if meta.uid() != we && meta.uid() != 0 {
+            return Some(if is_dir_itself {
+                "it belongs to another user"
+            } else {
+                "a directory above it belongs to another user"
+            });
+        }
+        let sticky = meta.mode() & 0o1000 != 0;
+        if meta.mode() & 0o022 != 0 && (is_dir_itself || !sticky) {
+            return Some(if is_dir_itself {
+                "other users may write to it"
+            } else {
+                "other users may write to a directory above it"
+            });
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +149,30 @@ mod tests {
         std::os::unix::fs::symlink(&file, &link).unwrap();
         assert!(!only_we_can_write(&link));
         assert!(!only_we_can_write(&root.path().join("missing")));
+    }
+
+    #[test]
+    fn a_directory_others_may_write_to_is_not_trusted_nor_what_is_under_it() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("state");
+        assert_eq!(
+            untrusted_ancestry(&dir),
+            None,
+            "not yet created, under a private root"
+        );
+        create_private_dir(&dir).unwrap();
+        assert_eq!(untrusted_ancestry(&dir), None);
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(
+            untrusted_ancestry(&dir),
+            Some("other users may write to a directory above it")
+        );
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(untrusted_ancestry(&dir), None, "a sticky parent like /tmp");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o770)).unwrap();
+        assert_eq!(
+            untrusted_ancestry(&dir),
+            Some("other users may write to it")
+        );
     }
 }

@@ -64,7 +64,18 @@ async fn open_store(
     Ok((view, Some(cluster)))
 }
 
+/// The transform engine and registry, with its compile cache in the state directory. hookgate
+/// runs the native code of that cache unchecked, so a state directory that another user could
+/// write to (or replace, through a directory above it) is refused.
 fn transform_registry(settings: &Settings) -> Result<Arc<TransformRegistry>, StartError> {
+    if let Some(why) = crate::private_fs::untrusted_ancestry(&settings.state_dir) {
+        return Err(StartError::Config(vec![ConfigError::invalid(
+            "gateway.stateDir",
+            format!(
+                "must be writable by hookgate's user alone, with every directory above it (or sticky, like /tmp), but {why}"
+            ),
+        )]));
+    }
     let engine = TransformEngine::new(&settings.engine_limits())
         .map_err(|e| anyhow::anyhow!("cannot start the transform engine: {e:#}"))?;
     Ok(Arc::new(TransformRegistry::new(

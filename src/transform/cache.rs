@@ -7,6 +7,10 @@ use std::path::{Path, PathBuf};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
+/// The largest cache entry read: compiled code is a few times its module, and a module file is
+/// at most 64 MiB.
+const MAX_ENTRY_BYTES: u64 = 1024 * 1024 * 1024;
+
 /// A directory of compiled components, named by the SHA-256 of the `.wasm` bytes and a hash of
 /// the engine's compatibility settings. Only hookgate writes here.
 #[derive(Debug, Clone)]
@@ -36,24 +40,24 @@ impl CompileCache {
         bytes: &[u8],
     ) -> wasmtime::Result<Component> {
         let entry = self.entry(engine, digest);
-        // Native code is run unchecked, so only from a directory and a file that no other user
-        // could have written (hookgate makes both so; an operator's lax directory is skipped).
-        let trusted = || {
-            crate::private_fs::only_we_can_write(&self.dir)
-                && crate::private_fs::only_we_can_write(&entry)
-        };
-        if entry.exists() && !trusted() {
-            tracing::warn!(path = %entry.display(), "ignoring a cache entry that other users could have written");
-        } else if entry.exists() {
-            // SAFETY: `deserialize_file` trusts its input to be native code wasmtime produced.
-            // Entries are written only by `store` below, into the state directory, which the
-            // configuration refuses to place inside the transforms directory; their names bind
-            // them to the exact source bytes and engine settings.
-            match unsafe { Component::deserialize_file(engine, &entry) } {
-                Ok(component) => return Ok(component),
-                Err(err) => {
-                    tracing::warn!(%err, path = %entry.display(), "ignoring unusable cache entry")
+        match self.read_entry(&entry) {
+            Ok(None) => {}
+            Ok(Some(code)) => {
+                // SAFETY: `deserialize` trusts its input to be native code wasmtime produced.
+                // Entries are written only by `store` below, into the state directory, which
+                // only hookgate's user can write to (checked at start, ancestors included, and
+                // the configuration refuses to place it inside the transforms directory); the
+                // bytes are the ones read from a descriptor found to be a regular file of
+                // ours, and the entry's name binds them to the exact source bytes and engine.
+                match unsafe { Component::deserialize(engine, &code) } {
+                    Ok(component) => return Ok(component),
+                    Err(err) => {
+                        tracing::warn!(%err, path = %entry.display(), "ignoring unusable cache entry")
+                    }
                 }
+            }
+            Err(why) => {
+                tracing::warn!(path = %entry.display(), why, "ignoring a cache entry");
             }
         }
         let component = Component::new(engine, bytes)?;
@@ -61,6 +65,42 @@ impl CompileCache {
             tracing::warn!(%err, path = %entry.display(), "cannot write compile cache entry");
         }
         Ok(component)
+    }
+
+    /// The bytes of a cache entry, `None` when there is none, or why it may not be run: it is
+    /// opened without following a symlink, and the descriptor itself (not the path looked up
+    /// again) must be a regular file of this user that no one else may write, in a directory of
+    /// the same kind.
+    fn read_entry(&self, entry: &Path) -> Result<Option<Vec<u8>>, &'static str> {
+        use std::io::Read;
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(entry);
+        let file = match opened {
+            Ok(file) => file,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(err) if err.raw_os_error() == Some(libc::ELOOP) => return Err("it is a symlink"),
+            Err(_) => return Err("it cannot be opened"),
+        };
+        let meta = file.metadata().map_err(|_| "it cannot be examined")?;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let we = unsafe { libc::geteuid() };
+        if !meta.is_file() {
+            return Err("it is not a regular file");
+        }
+        if meta.uid() != we || meta.mode() & 0o022 != 0 {
+            return Err("other users could have written it");
+        }
+        if !crate::private_fs::only_we_can_write(&self.dir) {
+            return Err("other users could have written its directory");
+        }
+        let mut code = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+        file.take(MAX_ENTRY_BYTES)
+            .read_to_end(&mut code)
+            .map_err(|_| "it cannot be read")?;
+        Ok(Some(code))
     }
 
     fn store(&self, entry: &Path, component: &Component) -> anyhow::Result<()> {

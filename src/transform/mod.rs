@@ -12,6 +12,7 @@ mod engine;
 mod guest_text;
 mod host;
 mod limits;
+mod module_file;
 mod registry;
 
 pub use call::{CallOutcome, Reply, TransformFailure, TransformInput};

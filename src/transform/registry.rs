@@ -2,11 +2,12 @@
 //! against the world, pre-instantiated, and replaced when their file changes.
 
 use std::collections::HashMap;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use cap_std::ambient_authority;
-use cap_std::fs::Dir;
+use cap_std::fs::{Dir, OpenOptionsExt as _};
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
@@ -15,6 +16,7 @@ use super::cache::CompileCache;
 use super::call::IdleInstance;
 use super::engine::TransformEngine;
 use super::host::HostState;
+use super::module_file;
 
 /// Interfaces a transform may import: its own contract and the WASI interfaces a `wasm32-wasip2`
 /// guest's standard library needs, all backed by an empty context. Anything else (sockets,
@@ -256,9 +258,7 @@ impl TransformRegistry {
             module: module.to_string(),
             reason,
         };
-        let bytes = dir
-            .read(module)
-            .map_err(|e| fail(format!("cannot read: {e}")))?;
+        let bytes = read_module(dir, module).map_err(fail)?;
         let digest: [u8; 32] = Sha256::digest(&bytes).into();
         if let Some(current) = current.filter(|c| c.digest == digest) {
             // Same code, new configuration: compiled once, but idle instances stay with the old
@@ -306,7 +306,15 @@ impl TransformEngine {
             module: module.clone(),
             reason,
         };
-        let bytes = std::fs::read(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(module_file::OPEN_FLAGS)
+            .open(path)
+            .map_err(|e| fail(format!("cannot open: {e}")))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| fail(format!("cannot read: {e}")))?;
+        let bytes = module_file::read(file, meta.is_file(), meta.len()).map_err(fail)?;
         let component = Component::new(&self.engine, &bytes)
             .map_err(|e| fail(format!("not a valid WebAssembly component: {e:#}")))?;
         let pre = self.prepare(&component).map_err(fail)?;
@@ -317,6 +325,18 @@ impl TransformEngine {
             warm: Default::default(),
         })
     }
+}
+
+/// Opens `module` inside `dir` (never outside it: `Dir` refuses `..` and symlinks that leave it)
+/// and reads it as a bounded module file.
+fn read_module(dir: &Dir, module: &str) -> Result<Vec<u8>, String> {
+    let mut options = cap_std::fs::OpenOptions::new();
+    options.read(true).custom_flags(module_file::OPEN_FLAGS);
+    let file = dir
+        .open_with(module, &options)
+        .map_err(|e| format!("cannot open: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
+    module_file::read(file, meta.is_file(), meta.len())
 }
 
 fn open_dir(dir: &Path) -> Result<Dir, String> {

@@ -12,6 +12,7 @@ mod connections;
 mod crash;
 mod durability;
 mod example;
+mod files;
 mod hostile;
 mod js;
 mod limits;

@@ -425,7 +425,7 @@ fn a_core_module_is_refused_at_load_naming_the_file() {
     assert!(!status.success());
     assert!(
         output.contains(
-            "hooks.mappings[0].transform.module: core.wasm: not a valid WebAssembly component"
+            "hooks.mappings[0].transform.module: core.wasm: a WebAssembly core module, not a component"
         ),
         "{output}"
     );
