@@ -80,7 +80,7 @@ impl TransformFailure {
 
 impl TransformEngine {
     /// Calls `transform` on `input` within `limits`, after waiting (within the same wall-time
-    /// budget) for a free slot. The guest yields to other tasks every epoch tick, and when the
+    /// budget) for a slot of its mapping's fair share (`call_slots`). The guest yields to other tasks every epoch tick, and when the
     /// time is up the call's future, and with it the store, the instance and any host call the
     /// guest was blocked in, is dropped: nothing of a timed-out call lives on.
     pub async fn call(
@@ -90,11 +90,7 @@ impl TransformEngine {
         limits: &TransformLimits,
     ) -> Result<CallOutcome, TransformFailure> {
         let call = async {
-            let _slot = self
-                .slots
-                .acquire()
-                .await
-                .map_err(|_| TransformFailure::Trap("engine shut down".into()))?;
+            let _slot = self.slots.acquire(&input.mapping_id).await;
             if limits.reuse > 1 {
                 self.call_reused(transform, input, limits).await
             } else {

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::bindings::Transform;
+use super::call_slots::CallSlots;
 use super::host::HostState;
 use super::limits::TransformLimits;
 
@@ -31,7 +31,7 @@ pub(super) const TABLES_PER_COMPONENT: u32 = 16;
 pub struct TransformEngine {
     pub(super) engine: Engine,
     pub(super) linker: Arc<Linker<HostState>>,
-    pub(super) slots: Arc<Semaphore>,
+    pub(super) slots: CallSlots,
     /// Instances come from the pooling allocator (else on demand).
     pub pooled: bool,
     /// The memory cap the pool was sized for; a larger cap needs a restart.
@@ -60,7 +60,7 @@ impl TransformEngine {
         Transform::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
         Ok(TransformEngine {
             linker: Arc::new(linker),
-            slots: Arc::new(Semaphore::new(limits.max_concurrent as usize)),
+            slots: CallSlots::new(limits.max_concurrent as usize),
             pooled,
             memory_bytes: limits.memory_bytes,
             idle: Arc::default(),

@@ -8,6 +8,7 @@
 mod bindings;
 mod cache;
 mod call;
+mod call_slots;
 mod engine;
 mod guest_text;
 mod host;

@@ -585,3 +585,46 @@ fn transform_run_exits_non_zero_on_a_trap() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// One mapping's slow transform leaves the other mappings their share of `maxConcurrent`: with
+/// every slot held by a flood of calls that spin to their 2 s limit, a quick mapping (100 ms to
+/// wait and run) timed out behind them.
+#[tokio::test]
+async fn a_slow_mapping_cannot_starve_the_others() {
+    let mut slow = hostile("loop");
+    slow["transform"]["limits"] = json!({"timeoutMs": 2000});
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([slow, hostile("rest")]),
+    );
+    set(
+        &mut config,
+        "hooks.transformLimits",
+        json!({"timeoutMs": 100, "maxConcurrent": 4}),
+    );
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["hostile"]);
+    let server = Hookgate::start_in(&dir);
+    let flood: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(server.hook("/hooks/loop").json(&json!({})).send()))
+        .collect();
+    // Quick calls, one after another, for as long as the flood runs (each of its calls holds
+    // a slot for 2 s).
+    let mut quick = 0;
+    while !flood.iter().any(|call| call.is_finished()) {
+        let response = server
+            .hook("/hooks/rest")
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "quick call {quick}");
+        quick += 1;
+    }
+    assert!(quick >= 3, "only {quick} quick calls ran beside the flood");
+    for call in flood {
+        assert_eq!(call.await.unwrap().unwrap().status(), 500);
+    }
+}

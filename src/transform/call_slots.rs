@@ -1,0 +1,205 @@
+//! The engine's call slots (`hooks.transformLimits.maxConcurrent`), shared fairly between
+//! mappings: one mapping's slow transform must not starve the others.
+//!
+//! Two rules do it. A mapping holds at most half the slots (rounded up), so a flood on one
+//! mapping always leaves slots free for the rest; and a freed slot goes to the waiting mapping
+//! with the fewest calls in progress, not to whoever queued first, so a mapping with a long queue
+//! cannot keep the slots it frees. A single busy mapping is the only cost: it runs at most half
+//! the slots at once, which on a machine with fewer cores than slots loses nothing.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+
+/// The slots. Cheap to clone.
+#[derive(Clone)]
+pub struct CallSlots {
+    state: Arc<Mutex<State>>,
+}
+
+struct State {
+    free: usize,
+    /// The most slots one mapping may hold.
+    per_mapping: usize,
+    /// Mappings with calls in progress or waiting; a mapping with neither is removed, so the
+    /// map is bounded by the calls in flight.
+    lanes: HashMap<Arc<str>, Lane>,
+}
+
+#[derive(Default)]
+struct Lane {
+    in_use: usize,
+    /// Calls waiting for a slot, oldest first. A waiter that gave up (its call timed out) leaves
+    /// a closed sender, skipped when its turn comes.
+    waiting: VecDeque<oneshot::Sender<CallSlot>>,
+}
+
+/// One slot, held for one call; given back (to the next waiter, or to the pool) when dropped.
+pub struct CallSlot {
+    /// `None` once given back.
+    held: Option<(Arc<Mutex<State>>, Arc<str>)>,
+}
+
+impl CallSlots {
+    /// `total` slots, at least one; a mapping may hold at most half of them, rounded up.
+    pub fn new(total: usize) -> CallSlots {
+        let total = total.max(1);
+        CallSlots {
+            state: Arc::new(Mutex::new(State {
+                free: total,
+                per_mapping: total.div_ceil(2),
+                lanes: HashMap::new(),
+            })),
+        }
+    }
+
+    /// Waits for a slot for a call of `mapping`. Cancel-safe: dropping the future gives up the
+    /// place in the queue, and a slot handed to it meanwhile goes back.
+    pub async fn acquire(&self, mapping: &str) -> CallSlot {
+        let waiting = {
+            let mut state = lock(&self.state);
+            let state = &mut *state;
+            let free = state.free;
+            let per_mapping = state.per_mapping;
+            let lane = state.lanes.entry(Arc::from(mapping)).or_default();
+            if free > 0 && lane.in_use < per_mapping && lane.waiting.is_empty() {
+                lane.in_use += 1;
+                state.free -= 1;
+                return CallSlot {
+                    held: Some((Arc::clone(&self.state), Arc::from(mapping))),
+                };
+            }
+            if lane.waiting.len() >= 2 * per_mapping {
+                lane.waiting.retain(|waiter| !waiter.is_closed());
+            }
+            let (sender, receiver) = oneshot::channel();
+            lane.waiting.push_back(sender);
+            receiver
+        };
+        // The sender is dropped unsent only by `dispatch`, which never does so for an open
+        // receiver: every waiter is either handed a slot or still queued.
+        waiting
+            .await
+            .expect("a queued call is handed a slot before its sender is dropped")
+    }
+}
+
+impl Drop for CallSlot {
+    fn drop(&mut self) {
+        let Some((state, mapping)) = self.held.take() else {
+            return;
+        };
+        let mut guard = lock(&state);
+        guard.free += 1;
+        if let Some(lane) = guard.lanes.get_mut(&mapping) {
+            lane.in_use -= 1;
+        }
+        dispatch(&mut guard, &state);
+    }
+}
+
+/// Hands free slots to waiting calls, the mapping with the fewest calls in progress first, and
+/// forgets lanes with nothing in progress or waiting. Runs under the lock; a slot whose waiter
+/// has gone is taken back without being dropped (its drop would take the lock again).
+fn dispatch(state: &mut State, shared: &Arc<Mutex<State>>) {
+    while state.free > 0 {
+        let per_mapping = state.per_mapping;
+        let next = state
+            .lanes
+            .iter()
+            .filter(|(_, lane)| !lane.waiting.is_empty() && lane.in_use < per_mapping)
+            .min_by_key(|(_, lane)| lane.in_use)
+            .map(|(mapping, _)| Arc::clone(mapping));
+        let Some(mapping) = next else { break };
+        let lane = state.lanes.get_mut(&mapping).expect("just found");
+        let waiter = lane.waiting.pop_front().expect("has waiters");
+        lane.in_use += 1;
+        state.free -= 1;
+        let slot = CallSlot {
+            held: Some((Arc::clone(shared), Arc::clone(&mapping))),
+        };
+        if let Err(mut unclaimed) = waiter.send(slot) {
+            unclaimed.held = None;
+            lane.in_use -= 1;
+            state.free += 1;
+        }
+    }
+    state
+        .lanes
+        .retain(|_, lane| lane.in_use > 0 || !lane.waiting.is_empty());
+}
+
+fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    // Plain counters and queues: a panic elsewhere cannot leave them inconsistent.
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(slots: &CallSlots) -> (usize, Vec<(String, usize, usize)>) {
+        let state = lock(&slots.state);
+        let mut lanes: Vec<_> = state
+            .lanes
+            .iter()
+            .map(|(m, l)| (m.to_string(), l.in_use, l.waiting.len()))
+            .collect();
+        lanes.sort();
+        (state.free, lanes)
+    }
+
+    #[tokio::test]
+    async fn one_mapping_holds_at_most_half_and_a_freed_slot_goes_to_the_poorer_mapping() {
+        let slots = CallSlots::new(4);
+        let a1 = slots.acquire("a").await;
+        let _a2 = slots.acquire("a").await;
+        // "a" is at its half: its third call waits although two slots are free.
+        let a3 = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.acquire("a").await }
+        });
+        tokio::task::yield_now().await;
+        let _b1 = slots.acquire("b").await;
+        let _b2 = slots.acquire("b").await;
+        let b3 = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.acquire("b").await }
+        });
+        tokio::task::yield_now().await;
+        let c1 = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.acquire("c").await }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(
+            counts(&slots),
+            (
+                0,
+                vec![("a".into(), 2, 1), ("b".into(), 2, 1), ("c".into(), 0, 1)]
+            )
+        );
+        // The slot "a" frees goes to "c", which has nothing in progress, though "a" and "b"
+        // queued first.
+        drop(a1);
+        let _c1 = c1.await.unwrap();
+        assert_eq!(counts(&slots).1[2], ("c".into(), 1, 0));
+        assert!(!a3.is_finished() && !b3.is_finished());
+        a3.abort();
+        b3.abort();
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_gives_up_leaves_no_slot_behind() {
+        let slots = CallSlots::new(2);
+        let held = slots.acquire("a").await;
+        let gave_up =
+            tokio::time::timeout(std::time::Duration::from_millis(1), slots.acquire("a")).await;
+        assert!(gave_up.is_err());
+        drop(held);
+        assert_eq!(counts(&slots), (2, vec![]));
+        let _again = slots.acquire("a").await;
+        assert_eq!(counts(&slots), (1, vec![("a".into(), 1, 0)]));
+    }
+}
