@@ -12,6 +12,7 @@ mod connections;
 mod crash;
 mod durability;
 mod example;
+mod failover;
 mod files;
 mod hostile;
 mod js;

@@ -10,17 +10,20 @@ pub struct NatsServer {
     pub port: u16,
     child: Option<Child>,
     store: tempfile::TempDir,
+    /// The clustering arguments of a cluster member, given again when it restarts.
+    cluster: Vec<String>,
 }
 
 impl NatsServer {
     /// Starts a server on a port of the system's choosing, its JetStream files in a new directory.
     pub fn start() -> NatsServer {
         let store = tempfile::tempdir().expect("tempdir");
-        let (child, port) = spawn(store.path(), None);
+        let (child, port) = spawn(store.path(), None, &[]);
         NatsServer {
             port,
             child: Some(child),
             store,
+            cluster: Vec::new(),
         }
     }
 
@@ -39,8 +42,74 @@ impl NatsServer {
     /// Starts it again on the same port with the same files.
     pub fn start_again(&mut self) {
         assert!(self.child.is_none(), "kill it first");
-        let (child, _) = spawn(self.store.path(), Some(self.port));
+        let (child, _) = spawn(self.store.path(), Some(self.port), &self.cluster);
         self.child = Some(child);
+    }
+}
+
+/// Three JetStream servers clustered on 127.0.0.1 (named `n1`, `n2`, `n3`), as the README's
+/// three-node configuration has them.
+pub struct NatsCluster {
+    pub servers: Vec<NatsServer>,
+}
+
+impl NatsCluster {
+    pub fn start() -> NatsCluster {
+        // Route ports must be known before the servers start: taken from the system, then freed.
+        let route_ports: Vec<u16> = (0..3)
+            .map(|_| {
+                std::net::TcpListener::bind("127.0.0.1:0")
+                    .unwrap()
+                    .local_addr()
+                    .unwrap()
+                    .port()
+            })
+            .collect();
+        let routes = route_ports
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let servers = route_ports
+            .iter()
+            .enumerate()
+            .map(|(i, route_port)| {
+                let store = tempfile::tempdir().expect("tempdir");
+                let cluster = vec![
+                    "-n".to_string(),
+                    format!("n{}", i + 1),
+                    "--cluster_name".into(),
+                    "hookgate".into(),
+                    "--cluster".into(),
+                    format!("nats://127.0.0.1:{route_port}"),
+                    "--routes".into(),
+                    routes.clone(),
+                ];
+                let (child, port) = spawn(store.path(), None, &cluster);
+                NatsServer {
+                    port,
+                    child: Some(child),
+                    store,
+                    cluster,
+                }
+            })
+            .collect();
+        NatsCluster { servers }
+    }
+
+    /// The client URL naming every server, as `gateway.store.url` takes it.
+    pub fn url(&self) -> String {
+        self.servers
+            .iter()
+            .map(NatsServer::url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The server named `name` (`n1`...).
+    pub fn named(&mut self, name: &str) -> &mut NatsServer {
+        let index: usize = name.trim_start_matches('n').parse().expect("a server name");
+        &mut self.servers[index - 1]
     }
 }
 
@@ -62,11 +131,12 @@ fn binary() -> String {
 }
 
 /// Spawns the server and waits until it is ready; returns it with the port it listens on.
-fn spawn(store: &Path, port: Option<u16>) -> (Child, u16) {
+fn spawn(store: &Path, port: Option<u16>, extra: &[String]) -> (Child, u16) {
     let port_arg = port.map_or("-1".to_string(), |p| p.to_string());
     let mut child = Command::new(binary())
         .args(["-js", "-a", "127.0.0.1", "-p", &port_arg, "-sd"])
         .arg(store)
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
