@@ -50,10 +50,12 @@ impl ConnectionSettings {
             1024,
             problems,
         );
+        // Half by default: one client never holds every slot, and a busy one (a load balancer
+        // not listed as a proxy, a benchmark) still gets most of them.
         let per_client = count(
             gateway.max_connections_per_client,
             "gateway.maxConnectionsPerClient",
-            64,
+            max.div_ceil(2),
             problems,
         );
         ConnectionSettings {

@@ -42,7 +42,7 @@ pub struct GatewayConfig {
     pub max_connections: Option<u32>,
     /// Seconds a client has to send a request's headers (default 10).
     pub header_timeout_seconds: Option<f64>,
-    /// Connections one client may hold (default 64).
+    /// Connections one client may hold (default half of `max_connections`).
     pub max_connections_per_client: Option<u32>,
     /// Seconds a response may wait for the client to read it (default 10).
     pub write_timeout_seconds: Option<f64>,
