@@ -20,9 +20,14 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let document = match parse_document(text, &env) {
-        Ok(document) => document,
-        Err(ConfigError::Syntax(place)) => return assert_names_a_place(&place),
-        Err(_) => return,
+        Ok(document) if document.problems.is_empty() => document.config,
+        Ok(_) => return,
+        Err(problems) => {
+            if let [ConfigError::Syntax(place)] = problems.as_slice() {
+                assert_names_a_place(place);
+            }
+            return;
+        }
     };
     if names_a_secret_file(text) {
         return;

@@ -9,17 +9,79 @@ use sha2::{Digest as _, Sha256};
 use super::ConfigError;
 use super::model::FileConfig;
 
-/// Parses JSON5 `text`, substitutes `${NAME}` in every string from `env`, and deserialises the result.
+/// A configuration file read as far as it could be.
+#[derive(Debug)]
+pub struct Document {
+    /// The typed document, with every key that could not be understood left out (so that the
+    /// validation that follows still finds the problems of the rest).
+    pub config: FileConfig,
+    /// Every problem of the file's shape and `${ENV}` references, each naming its key.
+    pub problems: Vec<ConfigError>,
+}
+
+/// How many shape problems one file reports before the rest are left for the next run.
+const MAX_SHAPE_PROBLEMS: usize = 100;
+
+/// Parses JSON5 `text`, substitutes `${NAME}` in every string from `env`, and deserialises the
+/// result, collecting every problem rather than stopping at the first: a key that does not fit
+/// is reported, left out, and the document deserialised again.
 ///
 /// `env` is a parameter rather than `std::env::var` so that loading stays a function of its inputs.
-/// `$${` is an escaped, literal `${`.
+/// `$${` is an escaped, literal `${`. Only a syntax error, or a problem that leaving keys out
+/// cannot mend (at the top level, or past [`MAX_SHAPE_PROBLEMS`]), ends the reading early.
 pub fn parse_document(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<FileConfig, ConfigError> {
-    let mut value: Value = json5::from_str(text).map_err(syntax_error)?;
-    substitute_env(&mut value, &mut String::new(), env)?;
-    serde_path_to_error::deserialize(&value).map_err(describe_shape_error)
+) -> Result<Document, Vec<ConfigError>> {
+    let mut value: Value = json5::from_str(text).map_err(|e| vec![syntax_error(e)])?;
+    let mut problems = Vec::new();
+    substitute_env(&mut value, &mut String::new(), env, &mut problems);
+    loop {
+        match serde_path_to_error::deserialize::<_, FileConfig>(&value) {
+            Ok(config) => return Ok(Document { config, problems }),
+            Err(err) => {
+                let mended =
+                    problems.len() < MAX_SHAPE_PROBLEMS && leave_out(&mut value, err.path());
+                problems.push(describe_shape_error(err));
+                if !mended {
+                    return Err(problems);
+                }
+            }
+        }
+    }
+}
+
+/// Removes the key at `path` (or, for an element of a list, the list) from `value`; `false` when
+/// there is nothing to remove there, as for a missing key.
+fn leave_out(value: &mut Value, path: &serde_path_to_error::Path) -> bool {
+    use serde_path_to_error::Segment;
+    // The path down to the last key of an object: an element of a list goes with its list,
+    // since removing it would renumber the elements after it.
+    let segments: Vec<&Segment> = path.iter().collect();
+    let Some(last_key) = segments
+        .iter()
+        .rposition(|segment| matches!(segment, Segment::Map { .. }))
+    else {
+        return false;
+    };
+    let mut node = value;
+    for segment in &segments[..last_key] {
+        node = match (segment, node) {
+            (Segment::Map { key }, Value::Object(map)) => match map.get_mut(key) {
+                Some(child) => child,
+                None => return false,
+            },
+            (Segment::Seq { index }, Value::Array(items)) => match items.get_mut(*index) {
+                Some(child) => child,
+                None => return false,
+            },
+            _ => return false,
+        };
+    }
+    match (segments[last_key], node) {
+        (Segment::Map { key }, Value::Object(map)) => map.shift_remove(key).is_some(),
+        _ => false,
+    }
 }
 
 /// Where the syntax error is, without the parser's message: that quotes the offending source
@@ -37,15 +99,19 @@ pub type Digest = [u8; 32];
 
 /// Reads the file at `path` and parses it with the process environment; also returns the digest
 /// of exactly the bytes parsed, so that a change made while loading is not mistaken for seen.
-pub fn read_document(path: &Path) -> Result<(FileConfig, Digest), ConfigError> {
-    let bytes = std::fs::read(path).map_err(|e| ConfigError::Read {
-        path: path.display().to_string(),
-        reason: e.to_string(),
+pub fn read_document(path: &Path) -> Result<(Document, Digest), Vec<ConfigError>> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        vec![ConfigError::Read {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        }]
     })?;
     let digest = Sha256::digest(&bytes).into();
-    let text = String::from_utf8(bytes).map_err(|_| ConfigError::Read {
-        path: path.display().to_string(),
-        reason: "not UTF-8 text".into(),
+    let text = String::from_utf8(bytes).map_err(|_| {
+        vec![ConfigError::Read {
+            path: path.display().to_string(),
+            reason: "not UTF-8 text".into(),
+        }]
     })?;
     Ok((
         parse_document(&text, &|name| std::env::var(name).ok())?,
@@ -60,35 +126,53 @@ pub fn file_digest(path: &Path) -> Option<Digest> {
         .map(|bytes| Sha256::digest(bytes).into())
 }
 
+/// Expands `${NAME}` in every string of `value`. A string that cannot be expanded is reported
+/// and its key left out (with its list, for an element of one), so that the rest is still read.
+/// Returns whether `value` itself must be left out.
 fn substitute_env(
     value: &mut Value,
     path: &mut String,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<(), ConfigError> {
+    problems: &mut Vec<ConfigError>,
+) -> bool {
     match value {
-        Value::String(s) if s.contains('$') => *s = expand(s, path, env)?,
+        Value::String(s) if s.contains('$') => match expand(s, path, env) {
+            Ok(expanded) => *s = expanded,
+            Err(problem) => {
+                problems.push(problem);
+                return true;
+            }
+        },
         Value::Array(items) => {
+            let mut failed = false;
             for (i, item) in items.iter_mut().enumerate() {
                 let len = path.len();
                 path.push_str(&format!("[{i}]"));
-                substitute_env(item, path, env)?;
+                failed |= substitute_env(item, path, env, problems);
                 path.truncate(len);
             }
+            return failed;
         }
         Value::Object(map) => {
+            let mut failed = Vec::new();
             for (key, item) in map.iter_mut() {
                 let len = path.len();
                 if !path.is_empty() {
                     path.push('.');
                 }
                 path.push_str(key);
-                substitute_env(item, path, env)?;
+                if substitute_env(item, path, env, problems) {
+                    failed.push(key.clone());
+                }
                 path.truncate(len);
+            }
+            for key in failed {
+                map.shift_remove(&key);
             }
         }
         _ => {}
     }
-    Ok(())
+    false
 }
 
 fn expand(
@@ -141,8 +225,60 @@ fn is_env_name(name: &str) -> bool {
 /// so "unknown field `x`, expected one of ..." becomes `a.b.x: unknown field`.
 fn describe_shape_error(err: serde_path_to_error::Error<serde_json::Error>) -> ConfigError {
     let key = err.path().to_string();
-    let message = shape_message(&err.inner().to_string());
+    let serde = err.inner().to_string();
+    let mut message = shape_message(&serde);
+    if serde.starts_with("unknown field") {
+        let unknown = key.rsplit(['.', ']']).next().unwrap_or(&key);
+        if let Some(known) = closest(unknown, &expected_names(&serde)) {
+            message = format!("unknown field; did you mean `{known}`?");
+        }
+    }
     ConfigError::Invalid { key, message }
+}
+
+/// The names serde lists after `expected one of` (or `expected`) in an unknown-field message.
+fn expected_names(serde: &str) -> Vec<&str> {
+    let Some((_, list)) = serde.split_once("expected ") else {
+        return Vec::new();
+    };
+    list.split('`').skip(1).step_by(2).collect()
+}
+
+/// The known name nearest `unknown` by edit distance, if it is near enough to be a typo (at most a
+/// third of its length, at least one edit) or differs only in case or separators.
+fn closest<'a>(unknown: &str, known: &[&'a str]) -> Option<&'a str> {
+    let fold = |s: &str| {
+        s.chars()
+            .filter(|c| c.is_alphanumeric())
+            .flat_map(char::to_lowercase)
+            .collect::<String>()
+    };
+    if let Some(same) = known.iter().find(|k| fold(k) == fold(unknown)) {
+        return Some(same);
+    }
+    let budget = (unknown.chars().count() / 3).max(1);
+    known
+        .iter()
+        .map(|k| (edit_distance(unknown, k), *k))
+        .filter(|(distance, _)| *distance <= budget)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance over characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
 }
 
 /// A serde message without the value it quotes: the value may be a secret (after `${ENV}`
@@ -194,42 +330,49 @@ mod tests {
     #[test]
     fn unknown_key_is_reported_with_its_path() {
         let text = "{ hooks: { mappings: [{}, {}, { chanel: 'x' }] } }";
-        let err = parse_document(text, &no_env).unwrap_err();
-        assert_eq!(err.to_string(), "hooks.mappings[2].chanel: unknown field");
+        let problems = parse_document(text, &no_env).unwrap().problems;
+        assert_eq!(
+            problems[0].to_string(),
+            "hooks.mappings[2].chanel: unknown field; did you mean `channel`?"
+        );
     }
 
     #[test]
     fn unknown_top_level_key_is_reported() {
-        let err = parse_document("{ hoks: {} }", &no_env).unwrap_err();
-        assert_eq!(err.to_string(), "hoks: unknown field");
+        let problems = parse_document("{ hoks: {} }", &no_env).unwrap().problems;
+        assert_eq!(
+            problems[0].to_string(),
+            "hoks: unknown field; did you mean `hooks`?"
+        );
     }
 
     #[test]
     fn env_reference_is_substituted() {
         let env = |name: &str| (name == "TOKEN").then(|| "s3cret".to_string());
         let doc = parse_document("{ hooks: { path: 'a-${TOKEN}-b' } }", &env).unwrap();
-        assert_eq!(doc.hooks.path.as_deref(), Some("a-s3cret-b"));
+        assert_eq!(doc.config.hooks.path.as_deref(), Some("a-s3cret-b"));
     }
 
     #[test]
     fn unset_env_reference_names_the_variable_and_key() {
-        let err = parse_document("{ hooks: { path: '${NOPE}' } }", &no_env).unwrap_err();
+        let doc = parse_document("{ hooks: { path: '${NOPE}' } }", &no_env).unwrap();
         assert_eq!(
-            err.to_string(),
+            doc.problems[0].to_string(),
             "hooks.path: environment variable NOPE is not set"
         );
+        assert_eq!(doc.config.hooks.path, None, "left out");
     }
 
     #[test]
     fn escaped_dollar_brace_is_literal() {
         let doc = parse_document("{ hooks: { path: '$${X}' } }", &no_env).unwrap();
-        assert_eq!(doc.hooks.path.as_deref(), Some("${X}"));
+        assert_eq!(doc.config.hooks.path.as_deref(), Some("${X}"));
     }
 
     #[test]
     fn json5_syntax_error_gives_the_place_but_not_the_line() {
         let err = parse_document("{\n hooks: { token: 's3cret' \n", &no_env).unwrap_err();
-        let message = err.to_string();
+        let message = err[0].to_string();
         assert!(message.starts_with("invalid JSON5"), "{message}");
         assert!(!message.contains("s3cret"), "{message}");
     }
@@ -251,8 +394,42 @@ mod tests {
         );
         assert_eq!(shape_message("missing field `url`"), "missing field `url`");
         let text = "{ gateway: { port: 's3cr3t-port' } }";
-        let err = parse_document(text, &no_env).unwrap_err().to_string();
+        let err = parse_document(text, &no_env).unwrap().problems[0].to_string();
         assert!(!err.contains("s3cr3t"), "{err}");
         assert!(err.starts_with("gateway.port: expected u16"), "{err}");
+    }
+
+    #[test]
+    fn every_problem_is_reported_in_one_run() {
+        let text = "{ gateway: { port: 'x', bnd: 'y' }, hooks: { enabeld: true, token: '${A}', \
+                    mappings: [{ match: { path: 'p' }, action: 3 }] }, agnets: {} }";
+        let doc = parse_document(text, &no_env).unwrap();
+        let problems: Vec<String> = doc.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            problems,
+            [
+                "hooks.token: environment variable A is not set",
+                "gateway.port: expected u16, not a string",
+                "gateway.bnd: unknown field; did you mean `bind`?",
+                "hooks.enabeld: unknown field; did you mean `enabled`?",
+                "hooks.mappings[0].action: expected a string, not an integer",
+                "agnets: unknown field; did you mean `agents`?",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_object_missing_a_key_is_reported_and_left_out() {
+        let text = "{ gateway: { store: { url: 'nats://x' } }, hoks: {} }";
+        let doc = parse_document(text, &no_env).unwrap();
+        let problems: Vec<String> = doc.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            problems,
+            [
+                "gateway.store: missing field `kind`",
+                "hoks: unknown field; did you mean `hooks`?"
+            ]
+        );
+        assert!(doc.config.gateway.store.is_none());
     }
 }

@@ -20,7 +20,7 @@ use arc_swap::ArcSwap;
 
 pub use confine::{module_path, transforms_root};
 pub use connections::{ConnectionSettings, RECEIVE_GRACE};
-pub use load::{Digest, file_digest, parse_document, read_document};
+pub use load::{Digest, Document, file_digest, parse_document, read_document};
 pub use reload::watch;
 pub use settings::{HookSettings, Settings, normalize_hooks_path};
 
@@ -53,8 +53,16 @@ pub fn load(path: &Path) -> Result<Settings, Vec<ConfigError>> {
 }
 
 fn load_with_digest(path: &Path) -> Result<(Settings, Digest), Vec<ConfigError>> {
-    let (document, digest) = read_document(path).map_err(|e| vec![e])?;
-    Ok((Settings::build(document, &config_dir(path))?, digest))
+    let (document, digest) = read_document(path)?;
+    let mut problems = document.problems;
+    match Settings::build(document.config, &config_dir(path)) {
+        Ok(settings) if problems.is_empty() => Ok((settings, digest)),
+        Ok(_) => Err(problems),
+        Err(more) => {
+            problems.extend(more);
+            Err(problems)
+        }
+    }
 }
 
 /// The directory relative paths in the file are resolved against.
