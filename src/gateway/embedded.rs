@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::context::Context;
 use super::context::Worker;
 use super::outbox::{self, Lane};
-use super::records::{NewEvent, NewRun};
+use super::records::{EventOutcome, NewEvent, NewRun};
 use super::signals::Signals;
 use super::store::{IdempotencyClaim, RunQueued, StoreError};
 use super::{heartbeat, retention, runner};
@@ -48,12 +48,20 @@ impl Embedded {
     }
 
     /// Commits a wake's event; `now` asks for a heartbeat.
-    pub async fn submit_wake(&self, event: NewEvent, mode: WakeMode) -> Result<(), StoreError> {
-        self.ctx.store.append_event(event).await?;
+    pub async fn submit_wake(
+        &self,
+        event: NewEvent,
+        mode: WakeMode,
+    ) -> Result<EventOutcome, StoreError> {
+        let outcome = self
+            .ctx
+            .store
+            .write(move |conn| event.append_wake(conn))
+            .await?;
         if mode == WakeMode::Now {
             self.signals.heartbeat.request();
         }
-        Ok(())
+        Ok(outcome)
     }
 
     /// Queues a run (unless `claim` finds it a repeat).

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::context::{Context, Worker};
 use super::outbox::{self, Lane, OutboxItem};
-use super::records::{NewEvent, NewRun, RunStatus};
+use super::records::{EventOutcome, NewEvent, NewRun, RunStatus};
 use super::relay::{AgentBody, Relayed, WakeBody};
 use super::signals::Signals;
 use super::store::{self, IdempotencyClaim, RunQueued, StoreError};
@@ -39,9 +39,13 @@ impl Forward {
         &self.signals
     }
 
-    /// Commits a wake's event (marked consumed: the upstream's heartbeat handles it) with its
-    /// relay.
-    pub async fn submit_wake(&self, event: NewEvent, mode: WakeMode) -> Result<(), StoreError> {
+    /// Commits a wake's event (marked consumed: the upstream's heartbeat handles it, and
+    /// coalesces it) with its relay; always [`EventOutcome::Queued`] here.
+    pub async fn submit_wake(
+        &self,
+        event: NewEvent,
+        mode: WakeMode,
+    ) -> Result<EventOutcome, StoreError> {
         let relay = OutboxItem::Relay(Relayed::Wake {
             body: WakeBody {
                 text: event.text.clone(),
@@ -57,7 +61,7 @@ impl Forward {
             })
             .await?;
         self.signals.outbox_ready.notify_one();
-        Ok(())
+        Ok(EventOutcome::Queued)
     }
 
     /// Records a run as `forwarding` with its relay, which carries the client's idempotency key

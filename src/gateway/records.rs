@@ -4,7 +4,7 @@
 //! JSON.
 
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRef};
-use rusqlite::{Connection, Row, ToSql, params};
+use rusqlite::{Connection, OptionalExtension, Row, ToSql, params};
 use serde::{Deserialize, Serialize};
 
 use crate::config::runtime::Route;
@@ -276,7 +276,52 @@ impl EventKind {
     }
 }
 
+/// What became of a wake's event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventOutcome {
+    /// Stored as a new pending event.
+    Queued,
+    /// Not stored: it repeats the newest pending event of its session, which the next heartbeat
+    /// sees anyway.
+    Coalesced,
+}
+
+impl EventOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventOutcome::Queued => "queued",
+            EventOutcome::Coalesced => "coalesced",
+        }
+    }
+}
+
 impl NewEvent {
+    /// Whether this wake event would repeat the newest pending event of its agent's main session:
+    /// a system event of the same text that no heartbeat has consumed yet. Older pending events
+    /// of that text do not count, as in the OpenClaw gateway.
+    pub(crate) fn repeats_newest_pending(&self, conn: &Connection) -> rusqlite::Result<bool> {
+        let newest: Option<(String, String)> = conn
+            .prepare_cached(
+                "SELECT kind, text FROM events WHERE agent = ?1 AND consumed = 0
+                 ORDER BY seq DESC LIMIT 1",
+            )?
+            .query_row(params![self.agent], |row| Ok((row.get(0)?, row.get(1)?)))
+            .optional()?;
+        Ok(newest.is_some_and(|(kind, text)| {
+            kind == self.kind.as_str() && self.kind == EventKind::System && text == self.text
+        }))
+    }
+
+    /// Appends a wake's event, unless it repeats the newest pending one
+    /// ([`NewEvent::repeats_newest_pending`]).
+    pub(crate) fn append_wake(&self, conn: &Connection) -> rusqlite::Result<EventOutcome> {
+        if self.repeats_newest_pending(conn)? {
+            return Ok(EventOutcome::Coalesced);
+        }
+        self.insert(conn)?;
+        Ok(EventOutcome::Queued)
+    }
+
     pub(crate) fn insert(&self, conn: &Connection) -> rusqlite::Result<i64> {
         conn.prepare_cached(
             "INSERT INTO events (agent, kind, text, trusted, source, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -408,7 +453,6 @@ impl NewRun {
 
     /// The run with this id as it was accepted.
     pub(crate) fn select(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<NewRun>> {
-        use rusqlite::OptionalExtension;
         conn.prepare_cached(
             "SELECT run_id, hook_name, agent_id, target_agent, session_key, message, prompt,
                     deliver, channel, to_addr, model, thinking, timeout_seconds, wake_mode,
@@ -488,7 +532,6 @@ const RUN_COLUMNS: &str =
 
 impl RunRecord {
     pub(crate) fn select(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunRecord>> {
-        use rusqlite::OptionalExtension;
         conn.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1"))?
             .query_row(params![run_id], Self::from_row)
             .optional()

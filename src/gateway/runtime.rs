@@ -12,7 +12,7 @@ use super::embedded::Embedded;
 use super::forward::Forward;
 use super::nats::{Cluster, Fact};
 use super::outbox;
-use super::records::{NewEvent, NewRun};
+use super::records::{EventOutcome, NewEvent, NewRun};
 use super::runs;
 use super::signals::Signals;
 use super::store::{IdempotencyClaim, RunQueued, Store, StoreError};
@@ -142,11 +142,32 @@ impl Runtime {
     }
 
     /// Commits a wake; answers once durable.
-    pub async fn submit_wake(&self, event: NewEvent, mode: WakeMode) -> Result<(), StoreError> {
+    ///
+    /// A wake that repeats the newest pending event of its session is [`EventOutcome::Coalesced`]
+    /// and stores nothing new. On a NATS cluster the event is always published and each view
+    /// coalesces it in stream order; the answer is read from this node's view at intake, so two
+    /// identical wakes racing on two nodes may both be answered `queued`.
+    pub async fn submit_wake(
+        &self,
+        event: NewEvent,
+        mode: WakeMode,
+    ) -> Result<EventOutcome, StoreError> {
         match &self.backend {
             Backend::Embedded(embedded) => embedded.submit_wake(event, mode).await,
             Backend::Forward(forward) => forward.submit_wake(event, mode).await,
-            Backend::Nats(cluster) => Ok(cluster.submit_wake(event, mode).await?),
+            Backend::Nats(cluster) => {
+                let peek = event.clone();
+                let repeats = self
+                    .store
+                    .read(move |conn| peek.repeats_newest_pending(conn))
+                    .await?;
+                cluster.submit_wake(event, mode).await?;
+                Ok(if repeats {
+                    EventOutcome::Coalesced
+                } else {
+                    EventOutcome::Queued
+                })
+            }
         }
     }
 

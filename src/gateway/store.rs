@@ -14,7 +14,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use tokio::sync::{mpsc, oneshot};
 
-use super::records::{EventRecord, NewEvent, NewRun, RunRecord, RunStatus};
+use super::records::{EventRecord, NewRun, RunRecord, RunStatus};
 use super::schema::migrate;
 
 /// The most submissions one transaction takes; bounds the latency a batch adds to its first member.
@@ -156,11 +156,6 @@ impl Store {
             .send(Write::Op(operation))
             .map_err(|_| StoreError::Closed)?;
         answer.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Appends a main-session event; returns its sequence number once committed.
-    pub async fn append_event(&self, event: NewEvent) -> Result<i64, StoreError> {
-        self.write(move |conn| event.insert(conn)).await
     }
 
     /// Queues a run, unless `claim` recognises it as a repeat; answers once committed.

@@ -325,8 +325,13 @@ async fn commit_wake(
     source: String,
 ) -> Result<Response, HookError> {
     let event = intake::wake_event(settings, &wake, source);
-    app.runtime.submit_wake(event, wake.mode).await?;
-    Ok(Json(json!({"ok": true, "mode": wake.mode.as_str()})).into_response())
+    let outcome = app.runtime.submit_wake(event, wake.mode).await?;
+    Ok(Json(json!({
+        "ok": true,
+        "mode": wake.mode.as_str(),
+        "eventOutcome": outcome.as_str(),
+    }))
+    .into_response())
 }
 
 /// An agent request admitted (see [`intake::admit_agent`]), then durably queued as a run.

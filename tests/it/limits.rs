@@ -130,8 +130,10 @@ async fn reused_instances_serve_their_own_mapping_for_reuse_calls() {
     let dir = ConfigDir::new(&config);
     install_transforms(&dir, &["hostile"]);
     let server = Hookgate::start_in(&dir);
+    // `other` between the two `fresh` calls, so that the second `fresh call 1` is not coalesced
+    // into the first.
     for path in [
-        "reused", "reused", "other", "reused", "reused", "fresh", "fresh",
+        "reused", "reused", "other", "reused", "reused", "fresh", "other", "fresh",
     ] {
         let response = server
             .hook(&format!("/hooks/{path}"))
@@ -150,6 +152,7 @@ async fn reused_instances_serve_their_own_mapping_for_reuse_calls() {
             "reused call 3",
             "reused call 1",
             "fresh call 1",
+            "other call 2",
             "fresh call 1",
         ]
     );
@@ -205,7 +208,9 @@ async fn a_reused_instance_that_traps_is_not_reused() {
         statuses.push(response.status().as_u16());
     }
     assert_eq!(statuses, [200, 500, 200, 500]);
-    assert_eq!(server.wake_texts().await, ["flaky call 1", "flaky call 1"]);
+    // The third call's text repeats the first's (a fresh instance counts from 1 again), so it
+    // is coalesced into that pending event.
+    assert_eq!(server.wake_texts().await, ["flaky call 1"]);
 }
 
 /// Limits hold on reused instances too: a call that writes more than its `logBytes` fails even
@@ -230,13 +235,16 @@ async fn reused_instances_keep_the_output_and_memory_limits() {
         (status, body),
         (500, json!({"ok": false, "error": "hook mapping failed"}))
     );
+    let mut outcomes = Vec::new();
     for _ in 0..2 {
-        assert_eq!(post("/hooks/hungry").await.unwrap().status(), 200);
+        let (status, body) = json_of(post("/hooks/hungry").await.unwrap()).await;
+        assert_eq!(status, 200);
+        outcomes.push(body["eventOutcome"].clone());
     }
-    assert_eq!(
-        server.wake_texts().await,
-        ["hungry call 1, refused true", "hungry call 1, refused true"]
-    );
+    // Both calls said "call 1": the second ran on a fresh instance, and its text, repeating the
+    // first, was coalesced.
+    assert_eq!(outcomes, [json!("queued"), json!("coalesced")]);
+    assert_eq!(server.wake_texts().await, ["hungry call 1, refused true"]);
     let (_, log) = server.terminate();
     assert!(
         log.lines()

@@ -25,7 +25,10 @@ async fn wake_mapping_renders_every_template_root() {
         .unwrap();
     assert_eq!(
         json_of(r).await,
-        (200, json!({"ok": true, "mode": "next-heartbeat"}))
+        (
+            200,
+            json!({"ok": true, "mode": "next-heartbeat", "eventOutcome": "queued"})
+        )
     );
     let events = server.events().await;
     assert_eq!(
@@ -340,7 +343,13 @@ async fn explicit_mappings_come_before_presets() {
         .send()
         .await
         .unwrap();
-    assert_eq!(json_of(r).await, (200, json!({"ok": true, "mode": "now"})));
+    assert_eq!(
+        json_of(r).await,
+        (
+            200,
+            json!({"ok": true, "mode": "now", "eventOutcome": "queued"})
+        )
+    );
     assert_eq!(server.events().await[0]["text"], "mine");
 }
 

@@ -196,7 +196,13 @@ async fn stripe_listed_event_wakes_and_others_are_skipped() {
         .send()
         .await
         .unwrap();
-    assert_eq!(json_of(r).await, (200, json!({"ok": true, "mode": "now"})));
+    assert_eq!(
+        json_of(r).await,
+        (
+            200,
+            json!({"ok": true, "mode": "now", "eventOutcome": "queued"})
+        )
+    );
     let r = server
         .hook("/hooks/stripe")
         .json(&json!({"type": "charge.succeeded", "data": {"object": {}}}))

@@ -13,7 +13,13 @@ async fn wake_appends_an_untrusted_system_event_and_answers_the_mode() {
         .send()
         .await
         .unwrap();
-    assert_eq!(json_of(r).await, (200, json!({"ok": true, "mode": "now"})));
+    assert_eq!(
+        json_of(r).await,
+        (
+            200,
+            json!({"ok": true, "mode": "now", "eventOutcome": "queued"})
+        )
+    );
     let events = server.events().await;
     assert_eq!(events.len(), 1);
     let event = &events[0];
@@ -47,21 +53,27 @@ async fn wake_text_required() {
 #[tokio::test]
 async fn wake_mode_next_heartbeat_only_for_the_exact_string() {
     let (server, _dir) = Hookgate::start(&base_config());
-    for (mode, expected) in [
+    for (i, (mode, expected)) in [
         (json!("next-heartbeat"), "next-heartbeat"),
         (json!("NEXT-HEARTBEAT"), "now"),
         (json!(true), "now"),
         (json!("later"), "now"),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let r = server
             .hook("/hooks/wake")
-            .json(&json!({"text": "t", "mode": mode}))
+            .json(&json!({"text": format!("t{i}"), "mode": mode}))
             .send()
             .await
             .unwrap();
         assert_eq!(
             json_of(r).await,
-            (200, json!({"ok": true, "mode": expected}))
+            (
+                200,
+                json!({"ok": true, "mode": expected, "eventOutcome": "queued"})
+            )
         );
     }
 }
@@ -147,4 +159,28 @@ where
         out.push(h.await.unwrap());
     }
     out
+}
+
+/// A wake whose text repeats the newest pending event of the session is `coalesced` and stores
+/// nothing; an older pending event of that text does not count (as in the OpenClaw gateway).
+#[tokio::test]
+async fn a_repeated_wake_is_coalesced_into_the_newest_pending_event() {
+    let (server, _dir) = Hookgate::start(&base_config());
+    let mut outcomes = Vec::new();
+    for text in ["A", " A ", "B", "A", "a"] {
+        let r = server
+            .hook("/hooks/wake")
+            .json(&json!({"text": text, "mode": "next-heartbeat"}))
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = json_of(r).await;
+        assert_eq!(status, 200, "{body}");
+        outcomes.push(body["eventOutcome"].as_str().unwrap().to_string());
+    }
+    assert_eq!(
+        outcomes,
+        ["queued", "coalesced", "queued", "queued", "queued"]
+    );
+    assert_eq!(server.event_texts().await, ["A", "B", "A", "a"]);
 }

@@ -103,7 +103,8 @@ impl Fact {
     pub fn apply(&self, conn: &Connection) -> rusqlite::Result<()> {
         match self {
             Fact::Wake { event } => {
-                event.insert(conn)?;
+                // Every view applies the stream in one order, so every view coalesces alike.
+                event.append_wake(conn)?;
             }
             Fact::Run { run } => {
                 if runs::status(conn, &run.run_id)?.is_none() {

@@ -295,8 +295,13 @@ impl Want {
 
     fn matches_body(&self, got: &Got, body_json: impl Fn() -> Option<Value>) -> bool {
         match self {
+            // The table repeats texts: a repeat is coalesced into the pending event.
             Want::Woke(mode) => {
-                got.status == 200 && body_json() == Some(json!({"ok": true, "mode": mode}))
+                got.status == 200
+                    && [json!("queued"), json!("coalesced")].iter().any(|outcome| {
+                        body_json()
+                            == Some(json!({"ok": true, "mode": mode, "eventOutcome": outcome}))
+                    })
             }
             Want::Queued => {
                 got.status == 200
@@ -330,7 +335,10 @@ impl Want {
 impl fmt::Display for Want {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Want::Woke(mode) => write!(f, r#"200 {{"ok":true,"mode":"{mode}"}}"#),
+            Want::Woke(mode) => write!(
+                f,
+                r#"200 {{"ok":true,"mode":"{mode}","eventOutcome":"queued"|"coalesced"}}"#
+            ),
             Want::Queued => write!(f, r#"200 {{"ok":true,"runId":<uuid>}}"#),
             Want::Error(status, message) => {
                 write!(f, "{status} {}", json!({"ok": false, "error": message}))
