@@ -1,6 +1,7 @@
 //! Mapped hooks (behaviour §5): which mapping a request matches, and the action its templates, and
 //! optionally its transform, make of the payload. Pure: no HTTP, no wasmtime.
 
+mod js_text;
 pub mod template;
 
 use serde_json::Value;

@@ -3,6 +3,8 @@
 
 use serde_json::Value;
 
+use super::js_text;
+
 /// What a template can see of one request.
 #[derive(Debug, Clone, Copy)]
 pub struct TemplateContext<'a> {
@@ -61,20 +63,26 @@ fn resolve(expr: &str, ctx: &TemplateContext<'_>) -> String {
     }
 }
 
-/// `.name` after `headers` or `query`; the last value of that name wins.
-fn lookup_pairs(pairs: &[(String, String)], rest: &str, lower: bool) -> String {
+/// `.name` after `headers` or `query`. A header sent several times renders as its values joined
+/// with `, ` (as HTTP folds them, and the OpenClaw gateway renders them); of a query parameter
+/// given several times the last value wins.
+fn lookup_pairs(pairs: &[(String, String)], rest: &str, header: bool) -> String {
     let Some(name) = rest.strip_prefix('.').filter(|n| !n.is_empty()) else {
         return String::new();
     };
-    let name = if lower {
-        name.to_ascii_lowercase()
-    } else {
-        name.to_string()
-    };
+    if header {
+        let name = name.to_ascii_lowercase();
+        let values: Vec<&str> = pairs
+            .iter()
+            .filter(|(key, _)| *key == name)
+            .map(|(_, value)| value.as_str())
+            .collect();
+        return values.join(", ");
+    }
     pairs
         .iter()
         .rev()
-        .find(|(key, _)| *key == name)
+        .find(|(key, _)| key == name)
         .map(|(_, value)| value.clone())
         .unwrap_or_default()
 }
@@ -133,12 +141,14 @@ fn walk<'v>(root: &'v Value, path: &str) -> Option<&'v Value> {
     Some(node)
 }
 
+/// A value as the OpenClaw gateway's templates print it ([`js_text`]).
 fn text(value: Option<&Value>) -> String {
     match value {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => s.clone(),
-        Some(other @ (Value::Number(_) | Value::Bool(_))) => other.to_string(),
-        Some(other) => serde_json::to_string(other).unwrap_or_default(),
+        Some(Value::Number(n)) => js_text::number(n),
+        Some(Value::Bool(b)) => b.to_string(),
+        Some(other) => js_text::json(other),
     }
 }
 
@@ -176,9 +186,9 @@ mod tests {
     }
 
     #[test]
-    fn header_root_is_case_insensitive_and_last_value_wins() {
+    fn header_root_is_case_insensitive_and_joins_repeated_values() {
         assert_eq!(with(&json!({}), "{{headers.X-GitHub-Event}}"), "push");
-        assert_eq!(with(&json!({}), "{{headers.x-multi}}"), "second");
+        assert_eq!(with(&json!({}), "{{headers.x-multi}}"), "first, second");
     }
 
     #[test]
@@ -207,10 +217,13 @@ mod tests {
 
     #[test]
     fn scalars_as_text_and_containers_as_compact_json() {
-        let p = json!({"n": 42, "f": 1.5, "t": true, "o": {"k": [1, "x"]}});
+        let p: Value = serde_json::from_str(
+            r#"{"n": 42, "f": 1.5, "whole": 10.0, "t": true, "o": {"k": [1, "x"], "1": 2.0}}"#,
+        )
+        .unwrap();
         assert_eq!(
-            with(&p, "{{n}} {{f}} {{t}} {{o}}"),
-            r#"42 1.5 true {"k":[1,"x"]}"#
+            with(&p, "{{n}} {{f}} {{whole}} {{t}} {{o}}"),
+            r#"42 1.5 10 true {"1":2,"k":[1,"x"]}"#
         );
     }
 
