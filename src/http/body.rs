@@ -106,9 +106,11 @@ async fn drain(mut body: Body) {
     let _ = tokio::time::timeout(DRAIN_TIME, discard).await;
 }
 
-/// Parses a body as JSON: empty or blank is `{}`, a value that is neither an object nor an array
-/// counts as `{}`, invalid JSON is a 400 with the parser's message.
+/// Parses a body as JSON: a leading UTF-8 byte-order mark is skipped, empty or blank is `{}`, a
+/// value that is neither an object nor an array counts as `{}`, invalid JSON is a 400 with the
+/// parser's message.
 pub fn parse_json(bytes: &[u8]) -> Result<Value, HookError> {
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Object(Default::default()));
     }
@@ -124,6 +126,15 @@ pub fn parse_json(bytes: &[u8]) -> Result<Value, HookError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_byte_order_mark_is_skipped() {
+        assert_eq!(
+            parse_json(b"\xEF\xBB\xBF{\"a\":1}").unwrap(),
+            json!({"a": 1})
+        );
+        assert_eq!(parse_json(b"\xEF\xBB\xBF").unwrap(), json!({}));
+    }
 
     #[test]
     fn blank_body_is_an_empty_object() {

@@ -53,7 +53,7 @@ pub struct HookLabel {
 impl HookLabel {
     fn of(settings: &Settings, path: &str) -> Option<HookLabel> {
         let hooks = settings.hooks.as_ref()?;
-        let name = under_prefix(path, &hooks.path)?.trim_start_matches('/');
+        let name = hook_name(under_prefix(path, &hooks.path)?);
         let known = matches!(name, "wake" | "agent")
             || hooks.mappings.iter().any(|m| m.path() == Some(name));
         let hook = if known { name } else { "<unknown>" };
@@ -79,7 +79,7 @@ async fn handle(
     if parts.method != Method::POST {
         return Err(HookError::MethodNotAllowed);
     }
-    let name = rest.trim_start_matches('/');
+    let name = hook_name(rest);
     let credential = signed::authenticate(app, settings, hooks, peer, &parts.headers, name)?;
     if name.is_empty() {
         return Err(HookError::NotFound);
@@ -153,6 +153,13 @@ async fn route(
         }
         _ => mapped(app, settings, hooks, &request).await,
     }
+}
+
+/// The hook a path names (what follows the prefix): leading `/`s stripped and one trailing `/`
+/// ignored, so `/hooks/wake/` is `/hooks/wake` (behaviour §2, step 5).
+fn hook_name(rest: &str) -> &str {
+    let name = rest.trim_start_matches('/');
+    name.strip_suffix('/').unwrap_or(name)
 }
 
 /// One authenticated hook request with its body read.

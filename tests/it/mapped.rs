@@ -38,6 +38,36 @@ async fn wake_mapping_renders_every_template_root() {
     assert_eq!(events[0]["source"], "hook:deploy");
 }
 
+/// Values render as the OpenClaw gateway's templates render them: a repeated header's values
+/// joined with `, `, whole floats without `.0`, objects with integer-like keys first; integers
+/// keep every digit (there, past 2^53 they are rounded).
+#[tokio::test]
+async fn values_render_as_in_the_openclaw_gateway() {
+    let (server, _dir) = Hookgate::start(&with_mappings(json!([{
+        "match": {"path": "m"}, "action": "wake",
+        "textTemplate": "{{headers.x-tag}}|{{n}}|{{small}}|{{big}}|{{o}}",
+    }])));
+    let body = r#"{"n": 10.0, "small": 1e-7, "big": 12345678901234567890, "o": {"b": 1, "10": 2, "2": 3.50}}"#;
+    let r = server
+        .hook("/hooks/m/")
+        .header("x-tag", "one")
+        .header("x-tag", "two")
+        .header("content-type", "application/json")
+        .body(format!("\u{feff}{body}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        200,
+        "a trailing slash and a byte-order mark change nothing"
+    );
+    assert_eq!(
+        server.event_texts().await,
+        [r#"one, two|10|1e-7|12345678901234567890|{"2":3.5,"10":2,"b":1}"#]
+    );
+}
+
 #[tokio::test]
 async fn now_root_renders_rfc3339() {
     let (server, _dir) = Hookgate::start(&with_mappings(
