@@ -116,11 +116,11 @@ function outcomeOf(r) {
 }
 
 function wakeOf(r) {
-  return { text: nonBlank(r.text, 'text'), mode: wakeMode(r.mode ?? r.wakeMode, r.mode != null ? 'mode' : 'wakeMode') };
+  return { text: text(r.text, 'text'), mode: wakeMode(r.mode ?? r.wakeMode, r.mode != null ? 'mode' : 'wakeMode') };
 }
 
 function agentOf(r) {
-  const agent = { message: nonBlank(r.message, 'message'), wakeMode: wakeMode(r.wakeMode, 'wakeMode') };
+  const agent = { message: text(r.message, 'message'), wakeMode: wakeMode(r.wakeMode, 'wakeMode') };
   for (const field of AGENT_STRINGS) agent[field] = optionalString(r[field], field);
   agent.deliver = optionalBoolean(r.deliver, 'deliver');
   agent.timeoutSeconds = optionalU32(r.timeoutSeconds, 'timeoutSeconds');
@@ -148,8 +148,13 @@ function replyOf(r) {
 
 // ---- field checks: each failure names the field, and becomes the request's error ----
 
-function nonBlank(v, field) {
-  if (typeof v !== 'string' || v.trim() === '') invalid(`${field} must be a non-blank string (got ${describe(v)})`);
+/**
+ * The text of a wake or the message of a run: a string, blank included (hookgate answers a blank
+ * one with 400 `hook mapping requires text|message`, as the OpenClaw gateway does); unset is blank.
+ */
+function text(v, field) {
+  if (v == null) return '';
+  if (typeof v !== 'string') invalid(`${field} must be a string (got ${describe(v)})`);
   return v;
 }
 

@@ -52,6 +52,8 @@ async fn existing_style_results_become_outcomes() {
             behaviour("throw", json!({})),
             behaviour("loop", json!({})),
             behaviour("echo-headers", json!({})),
+            behaviour("blank-text", json!({})),
+            behaviour("blank-message", json!({})),
         ]),
         &["js-behaviours"],
     );
@@ -77,6 +79,16 @@ async fn existing_style_results_become_outcomes() {
     );
     assert_eq!(json_of(post("loop").await.unwrap()).await, (500, failed));
     assert_eq!(json_of(post("echo-headers").await.unwrap()).await.0, 200);
+    // Blank is the client's 400, as in the OpenClaw gateway, not the transform's failure.
+    for (mode, error) in [
+        ("blank-text", "hook mapping requires text"),
+        ("blank-message", "hook mapping requires message"),
+    ] {
+        assert_eq!(
+            json_of(post(mode).await.unwrap()).await,
+            (400, json!({"ok": false, "error": error}))
+        );
+    }
 
     let texts = server.wake_texts().await;
     assert_eq!(texts[0], "wake from override-wake: n1");
