@@ -19,8 +19,11 @@ use crate::mapping::Mapping;
 pub enum AgentOrigin<'a> {
     /// `POST {prefix}/agent`.
     Direct,
-    /// A mapping's agent action.
-    Mapped(&'a Mapping),
+    /// A mapping's agent action, with where its session key came from.
+    Mapped {
+        mapping: &'a Mapping,
+        key_origin: KeyOrigin,
+    },
 }
 
 /// An admitted agent request, ready for [`crate::gateway::Runtime::submit_run`].
@@ -44,12 +47,15 @@ pub fn admit_agent(
 ) -> Result<AgentAdmission, Rejected> {
     let (key_origin, allow_unsafe) = match origin {
         AgentOrigin::Direct => (KeyOrigin::Request, false),
-        AgentOrigin::Mapped(m) => (KeyOrigin::Mapping, m.allow_unsafe_external_content),
+        AgentOrigin::Mapped {
+            mapping,
+            key_origin,
+        } => (key_origin, mapping.allow_unsafe_external_content),
     };
     let mut admitted = hooks.policy.admit(agent, key_origin, allow_unsafe, || {
         format!("hook:{}", Uuid::new_v4())
     })?;
-    if matches!(origin, AgentOrigin::Mapped(m) if m.is_email) {
+    if matches!(origin, AgentOrigin::Mapped { mapping, .. } if mapping.is_email) {
         admitted.source = ContentSource::Email;
     }
     let key = idempotency::choose_key(keys);

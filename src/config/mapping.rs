@@ -32,6 +32,11 @@ pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> 
             .filter(|s| !s.is_empty())
             .map(String::from)
     };
+    let for_each = match config.for_each.as_deref().map(str::trim) {
+        None => None,
+        Some(key) if !key.is_empty() && !key.contains(['.', '[', ']']) => Some(key.to_string()),
+        Some(_) => return Err("forEach must be a top-level payload key".into()),
+    };
     let strip_slashes = |s: &str| s.trim().trim_matches('/').to_string();
     let rule = config.match_rule.clone().unwrap_or_default();
     Ok(Mapping {
@@ -63,6 +68,7 @@ pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> 
         }),
         is_email: false,
         signature: None,
+        for_each,
     })
 }
 
@@ -221,7 +227,7 @@ mod tests {
             .overlay(TransformAction::Agent(Box::new(agent)))
             .finish()
             .unwrap();
-        let FinishedAction::Agent(request) = finished else {
+        let FinishedAction::Agent { request, .. } = finished else {
             panic!("expected agent")
         };
         assert_eq!(request.message, "hello");

@@ -181,6 +181,9 @@ pub struct MappingConfig {
     pub transform: Option<TransformConfig>,
     /// Accepts the provider's signature in place of the hook token.
     pub signature: Option<SignatureConfig>,
+    /// A top-level payload key holding a list: one action per element (the gmail preset's
+    /// `messages`).
+    pub for_each: Option<String>,
 }
 
 /// `signature` of a mapping.

@@ -378,6 +378,17 @@ fn hook_settings(
             .iter()
             .filter_map(|name| crate::mapping::preset(name)),
     );
+    if hooks.enabled
+        && sessions.prefixes.is_empty()
+        && crate::mapping::reachable_templated_session_keys(&mappings)
+            .next()
+            .is_some()
+    {
+        // A key the payload chooses must at least be confined to known prefixes.
+        problems.push(ConfigError::Refused(
+            "hooks.allowedSessionKeyPrefixes is required when a hook mapping sessionKey uses templates, even if hooks.allowRequestSessionKey=true".into(),
+        ));
+    }
     let policy = HookPolicy {
         agents: agents.clone(),
         sessions,

@@ -26,7 +26,8 @@ mod signals;
 mod store;
 
 pub use records::{
-    DeliveryRecord, EventKind, EventRecord, NewEvent, NewRun, RunRecord, RunStatus, SkipReason,
+    DeliveryRecord, EventKind, EventOutcome, EventRecord, NewEvent, NewRun, RunRecord, RunStatus,
+    SkipReason,
 };
 pub use runtime::{RetryError, Runtime};
 

@@ -88,12 +88,29 @@ impl AgentDirectory {
     }
 }
 
-/// Where an explicit session key came from; only request payloads need `allowRequestSessionKey`.
+/// Where an explicit session key came from. Keys a client can choose (a request's, a mapping
+/// template's rendering of the payload, a transform's) need `allowRequestSessionKey`; a mapping's
+/// fixed key is the operator's and needs only the prefixes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyOrigin {
+    /// A request body's `sessionKey`.
     Request,
-    Mapping,
+    /// A mapping's `sessionKey` without a template expression.
+    MappingStatic,
+    /// A mapping's `sessionKey` rendered from a template, or one a transform chose.
+    MappingTemplated,
 }
+
+impl KeyOrigin {
+    /// Whether the key is external input: chosen, directly or not, by whoever sent the request.
+    pub fn is_external(self) -> bool {
+        matches!(self, KeyOrigin::Request | KeyOrigin::MappingTemplated)
+    }
+}
+
+/// The refusal of an external session key while `hooks.allowRequestSessionKey` is off (the
+/// OpenClaw gateway's wording).
+pub const EXTERNAL_KEY_DISABLED: &str = "sessionKey is disabled for externally supplied hook payload values; set hooks.allowRequestSessionKey=true to enable";
 
 /// `hooks.defaultSessionKey`, `hooks.allowRequestSessionKey` and `hooks.allowedSessionKeyPrefixes`.
 #[derive(Debug, Clone, Default)]
@@ -120,8 +137,7 @@ impl SessionKeyPolicy {
     }
 
     /// Resolves the session key of a run: the explicit key (checked), else `defaultSessionKey`, else
-    /// `fresh()`. With an explicit agent, `agent:<x>:<rest>` is rebound to that agent and checked
-    /// again.
+    /// `fresh()`. A key `agent:<x>:<rest>` is then rebound to the run's `agent` and checked again.
     pub fn resolve(
         &self,
         explicit: Option<&str>,
@@ -131,10 +147,8 @@ impl SessionKeyPolicy {
     ) -> Result<SessionKey, Rejected> {
         let key = match explicit {
             Some(key) => {
-                if origin == KeyOrigin::Request && !self.allow_request_key {
-                    return Err(Rejected::new(
-                        "sessionKey is disabled for external /hooks/agent payloads; set hooks.allowRequestSessionKey=true to enable",
-                    ));
+                if origin.is_external() && !self.allow_request_key {
+                    return Err(Rejected::new(EXTERNAL_KEY_DISABLED));
                 }
                 self.check_prefix(key)?;
                 SessionKey {
@@ -177,14 +191,19 @@ impl SessionKeyPolicy {
     }
 }
 
-/// `agent:<x>:<rest>` → `agent:<agent>:<rest>`, lower-cased; `None` for keys of another shape.
+/// `agent:<x>:<rest>` → `agent:<agent>:<rest>`, lower-cased: the run's agent decides, whatever
+/// agent the key names (as the OpenClaw gateway re-scopes it). `None` for keys of another shape,
+/// which are kept as they are: no `agent:` prefix (in any case), an empty `<x>`, an empty
+/// `<rest>` or one that starts with `:`.
 fn rebind(key: &str, agent: &str) -> Option<String> {
-    let rest = key.strip_prefix("agent:").or_else(|| {
-        key.get(..6)
-            .filter(|head| head.eq_ignore_ascii_case("agent:"))
-            .map(|_| &key[6..])
-    })?;
-    let (_, tail) = rest.split_once(':')?;
+    let rest = key
+        .get(..6)
+        .filter(|head| head.eq_ignore_ascii_case("agent:"))
+        .map(|_| &key[6..])?;
+    let (named, tail) = rest.split_once(':')?;
+    if named.trim().is_empty() || tail.is_empty() || tail.starts_with(':') {
+        return None;
+    }
     Some(format!("agent:{agent}:{tail}").to_lowercase())
 }
 
@@ -246,10 +265,11 @@ impl HookPolicy {
             .map(|m| self.models.resolve(m))
             .transpose()?;
         let agent_id = self.agents.resolve(request.agent_id.as_deref())?;
+        let target = agent_id.as_deref().unwrap_or(self.agents.default_id());
         let session = self.sessions.resolve(
             request.session_key.as_deref(),
             origin,
-            agent_id.as_deref(),
+            Some(target),
             fresh_key,
         )?;
         let source = if session.key.to_lowercase().starts_with("hook:gmail:") {
@@ -336,12 +356,17 @@ mod tests {
         let err = sessions(false, &[], None)
             .resolve(Some("hook:x"), KeyOrigin::Request, None, || "f".into())
             .unwrap_err();
-        assert!(
-            err.0
-                .starts_with("sessionKey is disabled for external /hooks/agent payloads")
-        );
+        assert_eq!(err.0, EXTERNAL_KEY_DISABLED);
+        let templated = sessions(false, &[], None)
+            .resolve(Some("hook:x"), KeyOrigin::MappingTemplated, None, || {
+                "f".into()
+            })
+            .unwrap_err();
+        assert_eq!(templated.0, EXTERNAL_KEY_DISABLED);
         let mapped = sessions(false, &[], None)
-            .resolve(Some("hook:x"), KeyOrigin::Mapping, None, || "f".into())
+            .resolve(Some("hook:x"), KeyOrigin::MappingStatic, None, || {
+                "f".into()
+            })
             .unwrap();
         assert_eq!(mapped.key, "hook:x");
     }
@@ -422,5 +447,27 @@ mod tests {
             ModelAllowlist::default().resolve("any/thing").unwrap(),
             "any/thing"
         );
+    }
+
+    #[test]
+    fn agent_keys_are_rescoped_to_the_run_s_agent_and_other_shapes_kept() {
+        assert_eq!(
+            rebind("agent:ops:Hook:X", "main").as_deref(),
+            Some("agent:main:hook:x")
+        );
+        assert_eq!(
+            rebind("AGENT:ghost:foo", "main").as_deref(),
+            Some("agent:main:foo")
+        );
+        for kept in [
+            "agent::x",
+            "agent:main:",
+            "agent:x",
+            "agent:a::b",
+            "hook:x",
+            "agent",
+        ] {
+            assert_eq!(rebind(kept, "main"), None, "{kept}");
+        }
     }
 }

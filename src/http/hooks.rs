@@ -1,27 +1,21 @@
 //! The hook endpoint: the request pipeline of behaviour §2, in its order, then `/wake` and `/agent`.
 
 use std::net::SocketAddr;
-use std::time::Instant;
 
-use axum::Json;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header, request::Parts};
+use axum::http::{Method, request::Parts};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::AppState;
 use super::body::{parse_json, read_limited};
 use super::reply::HookError;
 use super::signed::{self, Credential};
+use super::{mapped, submit};
 use crate::config::{HookSettings, Settings};
-use crate::gateway::RunQueued;
-use crate::gateway::runtime_clock::now_rfc3339;
-use crate::hook::{AgentRequest, WakeRequest, idempotency, payload};
-use crate::intake::{self, AgentOrigin};
-use crate::mapping::{self, FinishedAction, Mapping, TemplateContext};
-use crate::metrics::{FailureLabels, MappingLabels};
-use crate::transform::{CallOutcome, Reply, TransformInput};
+use crate::hook::payload;
+use crate::mapping::Mapping;
 
 /// Serves every path the router does not know: hooks under the configured prefix, 404 elsewhere.
 pub async fn dispatch(
@@ -118,10 +112,10 @@ async fn handle(
 
 /// A request authenticated by a mapping's signature: it may run that mapping and nothing else.
 #[derive(Clone, Copy)]
-struct Signed<'a> {
-    mapping: &'a Mapping,
+pub(super) struct Signed<'a> {
+    pub mapping: &'a Mapping,
     /// The replay key; doubles as the idempotency key of the run it makes.
-    key: &'a str,
+    pub key: &'a str,
 }
 
 /// Steps 6 and 7: the body as JSON, then the hook it names.
@@ -145,13 +139,13 @@ async fn route(
     match name {
         "wake" => {
             let wake = payload::wake_request(&payload)?;
-            commit_wake(app, settings, wake, "hook:wake".into()).await
+            submit::wake(app, settings, wake, "hook:wake".into()).await
         }
         "agent" => {
             let agent = payload::agent_request(&payload)?;
-            queue_agent(app, hooks, &request, agent, AgentOrigin::Direct).await
+            submit::agent(app, hooks, &request, agent).await
         }
-        _ => mapped(app, settings, hooks, &request).await,
+        _ => mapped::mapped(app, settings, hooks, &request).await,
     }
 }
 
@@ -163,152 +157,13 @@ fn hook_name(rest: &str) -> &str {
 }
 
 /// One authenticated hook request with its body read.
-struct HookRequest<'a> {
-    name: &'a str,
-    parts: &'a Parts,
-    body: &'a Bytes,
-    payload: &'a Value,
+pub(super) struct HookRequest<'a> {
+    pub name: &'a str,
+    pub parts: &'a Parts,
+    pub body: &'a Bytes,
+    pub payload: &'a Value,
     /// Set when a signature, not the token, admitted the request.
-    signed: Option<Signed<'a>>,
-}
-
-/// `POST {prefix}/<name>`: the first matching mapping's action, through its transform if any.
-async fn mapped(
-    app: &AppState,
-    settings: &Settings,
-    hooks: &HookSettings,
-    request: &HookRequest<'_>,
-) -> Result<Response, HookError> {
-    let mapping =
-        mapping::find(&hooks.mappings, request.name, request.payload).ok_or(HookError::NotFound)?;
-    // A signature admits its own mapping only: a payload steering the request (by `source`) to
-    // another mapping of the same name needs the hook token.
-    if let Some(signed) = request.signed {
-        if !std::ptr::eq(signed.mapping, mapping) {
-            tracing::info!(signed = %signed.mapping.id, matched = %mapping.id, "signed request matched another mapping");
-            return Err(HookError::Unauthorized);
-        }
-    }
-    let now = now_rfc3339();
-    let credential = mapping
-        .signature
-        .as_ref()
-        .and_then(|rule| rule.scheme.credential_header());
-    let headers = transform_headers(&request.parts.headers, credential);
-    let query = query_pairs(request.parts.uri.query());
-    let ctx = TemplateContext {
-        name: request.name,
-        now: &now,
-        headers: &headers,
-        query: &query,
-        payload: request.payload,
-    };
-    let mut action = mapping.render(&ctx);
-    if let Some(spec) = &mapping.transform {
-        let input = TransformInput {
-            name: request.name.to_string(),
-            headers,
-            query,
-            body: request.body.to_vec(),
-            mapping_id: mapping.id.clone(),
-            config: spec.config.clone(),
-        };
-        match run_transform(app, hooks, mapping, &spec.module, input).await? {
-            CallOutcome::Run(decided) => action = action.overlay(decided),
-            CallOutcome::Keep => {}
-            CallOutcome::Skip => return Ok(StatusCode::NO_CONTENT.into_response()),
-            CallOutcome::Respond(reply) => return Ok(own_reply(reply)),
-        }
-    }
-    match action.finish()? {
-        FinishedAction::Wake(wake) => {
-            commit_wake(app, settings, wake, format!("hook:{}", request.name)).await
-        }
-        FinishedAction::Agent(agent) => {
-            queue_agent(app, hooks, request, agent, AgentOrigin::Mapped(mapping)).await
-        }
-    }
-}
-
-async fn run_transform(
-    app: &AppState,
-    hooks: &HookSettings,
-    mapping: &Mapping,
-    module: &str,
-    input: TransformInput,
-) -> Result<CallOutcome, HookError> {
-    let loaded = hooks.transforms.get().and_then(|set| set.get(module));
-    let Some(loaded) = loaded else {
-        tracing::error!(mapping = %mapping.id, %module, "transform not loaded");
-        return Err(HookError::MappingFailed);
-    };
-    let started = Instant::now();
-    let outcome = app
-        .transforms
-        .engine()
-        .call(&loaded, input, hooks.limits_for(mapping))
-        .await;
-    app.metrics
-        .transform_duration
-        .get_or_create(&MappingLabels {
-            mapping: mapping.id.clone(),
-        })
-        .observe(started.elapsed().as_secs_f64());
-    match outcome {
-        Ok(outcome) => {
-            tracing::debug!(mapping = %mapping.id, elapsed = ?started.elapsed(), "transform answered");
-            Ok(outcome)
-        }
-        Err(failure) => {
-            app.metrics
-                .transform_failures
-                .get_or_create(&FailureLabels {
-                    mapping: mapping.id.clone(),
-                    cause: failure.cause(),
-                })
-                .inc();
-            tracing::error!(mapping = %mapping.id, %module, cause = failure.cause(), %failure, "transform failed");
-            Err(HookError::MappingFailed)
-        }
-    }
-}
-
-fn own_reply(reply: Reply) -> Response {
-    let content_type = HeaderValue::from_str(&reply.content_type)
-        .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
-    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
-    (status, [(header::CONTENT_TYPE, content_type)], reply.body).into_response()
-}
-
-/// Headers as transforms and templates see them: names lower-case (as `http` keeps them),
-/// credentials removed: the hook token's carriers, cookies, and the mapping's own signature
-/// credential (`credential`), such as GitLab's shared token.
-fn transform_headers(headers: &HeaderMap, credential: Option<&str>) -> Vec<(String, String)> {
-    const CREDENTIALS: &[&str] = &[
-        "authorization",
-        "x-service-token",
-        "x-openclaw-token",
-        "cookie",
-        "proxy-authorization",
-    ];
-    headers
-        .iter()
-        .filter(|(name, _)| {
-            !CREDENTIALS.contains(&name.as_str()) && Some(name.as_str()) != credential
-        })
-        .map(|(name, value)| {
-            (
-                name.as_str().to_string(),
-                String::from_utf8_lossy(value.as_bytes()).into_owned(),
-            )
-        })
-        .collect()
-}
-
-fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
-    form_urlencoded::parse(query.unwrap_or("").as_bytes())
-        .into_owned()
-        .collect()
+    pub signed: Option<Signed<'a>>,
 }
 
 /// The part of `path` after `prefix` when `path` is the prefix or below it; case-sensitive and not
@@ -322,54 +177,6 @@ fn under_prefix<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
 /// in proxy and server logs, so it is refused whatever its value.
 fn query_names_token(query: Option<&str>) -> bool {
     query.is_some_and(|q| form_urlencoded::parse(q.as_bytes()).any(|(name, _)| name == "token"))
-}
-
-/// A wake: a durable, untrusted system event for the default agent's main session.
-async fn commit_wake(
-    app: &AppState,
-    settings: &Settings,
-    wake: WakeRequest,
-    source: String,
-) -> Result<Response, HookError> {
-    let event = intake::wake_event(settings, &wake, source);
-    let outcome = app.runtime.submit_wake(event, wake.mode).await?;
-    Ok(Json(json!({
-        "ok": true,
-        "mode": wake.mode.as_str(),
-        "eventOutcome": outcome.as_str(),
-    }))
-    .into_response())
-}
-
-/// An agent request admitted (see [`intake::admit_agent`]), then durably queued as a run.
-async fn queue_agent(
-    app: &AppState,
-    hooks: &HookSettings,
-    request: &HookRequest<'_>,
-    agent: AgentRequest,
-    origin: AgentOrigin<'_>,
-) -> Result<Response, HookError> {
-    let headers = &request.parts.headers;
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let keys = [
-        header("idempotency-key"),
-        header("x-idempotency-key"),
-        header("x-openclaw-idempotency-key"),
-        idempotency::body_key(request.payload),
-        request.signed.map(|s| s.key),
-    ];
-    let admission = intake::admit_agent(hooks, agent, origin, keys, request.parts.uri.path())?;
-    let queued = app
-        .runtime
-        .submit_run(
-            admission.run,
-            admission.claim,
-            &admission.admitted,
-            admission.idempotency_key.as_deref(),
-        )
-        .await?;
-    let (RunQueued::New { run_id } | RunQueued::Replayed { run_id }) = queued;
-    Ok(Json(json!({"ok": true, "runId": run_id})).into_response())
 }
 
 #[cfg(test)]

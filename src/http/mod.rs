@@ -6,11 +6,13 @@ mod auth;
 mod body;
 mod health;
 mod hooks;
+mod mapped;
 mod observe;
 mod operator;
 mod reply;
 mod serve;
 mod signed;
+mod submit;
 mod write_deadline;
 
 use std::sync::Arc;

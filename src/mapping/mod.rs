@@ -6,6 +6,7 @@ pub mod template;
 
 use serde_json::Value;
 
+use crate::hook::policy::KeyOrigin;
 use crate::hook::signature::SignatureRule;
 use crate::hook::{AgentRequest, Channel, Rejected, WakeMode, WakeRequest};
 pub use template::TemplateContext;
@@ -45,6 +46,8 @@ pub struct Mapping {
     /// When set, a valid provider signature is accepted in place of the hook token for requests
     /// whose name is this mapping's `match.path`.
     pub signature: Option<SignatureRule>,
+    /// `forEach`: the top-level payload key whose list elements each make one action.
+    pub for_each: Option<String>,
 }
 
 /// The `transform` of a mapping.
@@ -71,9 +74,32 @@ impl Mapping {
         path_ok && source_ok
     }
 
+    /// Whether the mapping's `sessionKey` holds a template expression: then the payload chooses
+    /// the key, which makes it external input (behaviour §5). `{{}}` is no expression, as in the
+    /// OpenClaw gateway.
+    pub fn session_key_is_templated(&self) -> bool {
+        self.session_key
+            .as_deref()
+            .is_some_and(has_template_expression)
+    }
+
+    /// Whether this mapping can never be reached because an earlier one matches every request it
+    /// would (the first match is final).
+    pub fn is_shadowed_by(&self, earlier: &Mapping) -> bool {
+        let path = earlier.match_path.is_none() || earlier.match_path == self.match_path;
+        let source = earlier.match_source.is_none() || earlier.match_source == self.match_source;
+        path && source
+    }
+
     /// Every field of the mapping rendered against one request.
     pub fn render(&self, ctx: &TemplateContext<'_>) -> MappedAction {
+        let key_origin = if self.session_key_is_templated() {
+            KeyOrigin::MappingTemplated
+        } else {
+            KeyOrigin::MappingStatic
+        };
         MappedAction {
+            key_origin,
             kind: self.kind,
             text: self
                 .text_template
@@ -97,6 +123,69 @@ impl Mapping {
             timeout_seconds: self.timeout_seconds,
         }
     }
+}
+
+/// The most elements of a `forEach` list one request turns into actions; the rest are dropped
+/// (and the drop logged), as the OpenClaw gateway does.
+pub const MAX_FAN_OUT: usize = 200;
+
+/// The payloads a `forEach` mapping renders, one per element of `payload[key]`: the payload with
+/// that list replaced by a list of the one element, so that templates written for a single
+/// element (`{{messages[0].id}}`) see each in turn. No list (or not an object) makes none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FanOut {
+    pub payloads: Vec<Value>,
+    /// Elements past [`MAX_FAN_OUT`].
+    pub dropped: usize,
+}
+
+impl FanOut {
+    pub fn of(payload: &Value, key: &str) -> FanOut {
+        let Some(Value::Array(items)) = payload.get(key) else {
+            return FanOut {
+                payloads: Vec::new(),
+                dropped: 0,
+            };
+        };
+        let payloads = items
+            .iter()
+            .take(MAX_FAN_OUT)
+            .map(|item| {
+                let mut one = payload.clone();
+                one[key] = Value::Array(vec![item.clone()]);
+                one
+            })
+            .collect();
+        FanOut {
+            payloads,
+            dropped: items.len().saturating_sub(MAX_FAN_OUT),
+        }
+    }
+}
+
+/// `{{ expr }}` with something in it other than `}`.
+fn has_template_expression(text: &str) -> bool {
+    let mut rest = text;
+    while let Some(open) = rest.find("{{") {
+        let after = &rest[open + 2..];
+        match after.find("}}") {
+            Some(close) if close > 0 && !after[..close].contains('}') => return true,
+            Some(_) => rest = after,
+            None => return false,
+        }
+    }
+    false
+}
+
+/// The mappings whose templated `sessionKey` can be reached: these need
+/// `hooks.allowedSessionKeyPrefixes` (checked at start).
+pub fn reachable_templated_session_keys(mappings: &[Mapping]) -> impl Iterator<Item = &Mapping> {
+    mappings.iter().enumerate().filter_map(|(i, mapping)| {
+        let reachable = !mappings[..i]
+            .iter()
+            .any(|earlier| mapping.is_shadowed_by(earlier));
+        (reachable && mapping.session_key_is_templated()).then_some(mapping)
+    })
 }
 
 /// The signature rule for requests named `name`: that of the first mapping whose `match.path` is
@@ -127,6 +216,7 @@ pub fn preset(name: &str) -> Option<Mapping> {
         name: Some("Gmail".into()),
         agent_id: None,
         session_key: Some("hook:gmail:{{messages[0].id}}".into()),
+        for_each: Some("messages".into()),
         message_template: Some(
             "New email from {{messages[0].from}}\nSubject: {{messages[0].subject}}\n{{messages[0].snippet}}\n{{messages[0].body}}".into(),
         ),
@@ -149,6 +239,8 @@ pub fn preset(name: &str) -> Option<Mapping> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MappedAction {
     pub kind: ActionKind,
+    /// Where `session_key` came from: the mapping's fixed key, or one the payload chose.
+    pub key_origin: KeyOrigin,
     pub text: String,
     pub message: String,
     pub name: Option<String>,
@@ -193,7 +285,10 @@ pub struct TransformAgent {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FinishedAction {
     Wake(WakeRequest),
-    Agent(AgentRequest),
+    Agent {
+        request: AgentRequest,
+        key_origin: KeyOrigin,
+    },
 }
 
 fn non_blank(value: Option<String>) -> Option<String> {
@@ -218,7 +313,11 @@ impl MappedAction {
                 self.message = agent.message;
                 self.name = non_blank(agent.name).or(self.name);
                 self.agent_id = non_blank(agent.agent_id).or(self.agent_id);
-                self.session_key = non_blank(agent.session_key).or(self.session_key);
+                if let Some(key) = non_blank(agent.session_key) {
+                    // The transform chose it, from the payload as far as anyone knows.
+                    self.session_key = Some(key);
+                    self.key_origin = KeyOrigin::MappingTemplated;
+                }
                 self.wake_mode = agent.wake_mode.unwrap_or(self.wake_mode);
                 self.deliver = agent.deliver.unwrap_or(self.deliver);
                 self.channel = non_blank(agent.channel).or(self.channel);
@@ -232,8 +331,14 @@ impl MappedAction {
         self
     }
 
-    /// Checks what a mapped action needs: wake text, agent message, a known channel.
+    /// Checks what a mapped action needs: a templated session key that rendered to something,
+    /// wake text, agent message, a known channel.
     pub fn finish(self) -> Result<FinishedAction, Rejected> {
+        if self.key_origin == KeyOrigin::MappingTemplated && self.session_key.is_none() {
+            return Err(Rejected::new(
+                "hook mapping sessionKey template rendered empty",
+            ));
+        }
         match self.kind {
             ActionKind::Wake => {
                 let text = self.text.trim();
@@ -255,19 +360,22 @@ impl MappedAction {
                     .as_deref()
                     .map(|c| Channel::parse(c).ok_or_else(|| Rejected::new(Channel::EXPECTED)))
                     .transpose()?;
-                Ok(FinishedAction::Agent(AgentRequest {
-                    message: message.to_string(),
-                    name: self.name.unwrap_or_else(|| "Hook".to_string()),
-                    agent_id: self.agent_id,
-                    session_key: self.session_key,
-                    wake_mode: self.wake_mode,
-                    deliver: self.deliver,
-                    channel,
-                    to: self.to,
-                    model: self.model,
-                    thinking: crate::hook::payload::thinking(self.thinking)?,
-                    timeout_seconds: self.timeout_seconds,
-                }))
+                Ok(FinishedAction::Agent {
+                    key_origin: self.key_origin,
+                    request: AgentRequest {
+                        message: message.to_string(),
+                        name: self.name.unwrap_or_else(|| "Hook".to_string()),
+                        agent_id: self.agent_id,
+                        session_key: self.session_key,
+                        wake_mode: self.wake_mode,
+                        deliver: self.deliver,
+                        channel,
+                        to: self.to,
+                        model: self.model,
+                        thinking: crate::hook::payload::thinking(self.thinking)?,
+                        timeout_seconds: self.timeout_seconds,
+                    },
+                })
             }
         }
     }

@@ -272,7 +272,7 @@ async fn request_session_key_is_refused_by_default() {
     rejected(
         &server,
         json!({"message": "m", "sessionKey": "hook:x"}),
-        "sessionKey is disabled for external /hooks/agent payloads; set hooks.allowRequestSessionKey=true to enable",
+        "sessionKey is disabled for externally supplied hook payload values; set hooks.allowRequestSessionKey=true to enable",
     )
     .await;
 }
@@ -369,7 +369,7 @@ async fn checks_run_in_the_stated_order() {
         "agentId is not allowed by hooks.allowedAgentIds",
     )
     .await;
-    rejected(&server, json!({"message": "m", "sessionKey": "s"}), "sessionKey is disabled for external /hooks/agent payloads; set hooks.allowRequestSessionKey=true to enable").await;
+    rejected(&server, json!({"message": "m", "sessionKey": "s"}), "sessionKey is disabled for externally supplied hook payload values; set hooks.allowRequestSessionKey=true to enable").await;
 }
 
 #[tokio::test]

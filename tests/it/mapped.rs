@@ -10,6 +10,17 @@ fn with_mappings(mappings: Value) -> Value {
     config
 }
 
+/// Lets payloads choose session keys (a templated mapping key, the gmail preset's), under `hook:`.
+fn allowing_payload_keys(mut config: Value) -> Value {
+    set(&mut config, "hooks.allowRequestSessionKey", json!(true));
+    set(
+        &mut config,
+        "hooks.allowedSessionKeyPrefixes",
+        json!(["hook:"]),
+    );
+    config
+}
+
 #[tokio::test]
 async fn wake_mapping_renders_every_template_root() {
     let (server, _dir) = Hookgate::start(&with_mappings(json!([{
@@ -105,11 +116,11 @@ async fn prototype_keys_render_nothing() {
 
 #[tokio::test]
 async fn agent_mapping_queues_a_run_like_a_direct_one() {
-    let (server, _dir) = Hookgate::start(&with_mappings(json!([{
+    let (server, _dir) = Hookgate::start(&allowing_payload_keys(with_mappings(json!([{
         "id": "ci", "match": {"path": "ci"}, "name": " CI {{pipeline}} ", "messageTemplate": "Build {{status}}",
         "sessionKey": "hook:ci:{{pipeline}}", "channel": "telegram", "to": "{{chat}}", "deliver": false,
         "thinking": "low", "timeoutSeconds": 60.7, "wakeMode": "next-heartbeat",
-    }])));
+    }]))));
     let (status, reply) = json_of(
         server
             .hook("/hooks/ci")
@@ -140,14 +151,9 @@ async fn agent_mapping_queues_a_run_like_a_direct_one() {
 
 #[tokio::test]
 async fn mapping_session_keys_are_checked_against_prefixes() {
-    let mut config = with_mappings(
+    let config = allowing_payload_keys(with_mappings(
         json!([{"match": {"path": "x"}, "messageTemplate": "m", "sessionKey": "other:{{id}}"}]),
-    );
-    set(
-        &mut config,
-        "hooks.allowedSessionKeyPrefixes",
-        json!(["hook:"]),
-    );
+    ));
     let (server, _dir) = Hookgate::start(&config);
     let r = server
         .hook("/hooks/x")
@@ -332,7 +338,7 @@ fn gmail_payload() -> Value {
 async fn gmail_preset_makes_an_email_run() {
     let mut config = base_config();
     set(&mut config, "hooks.presets", json!(["gmail"]));
-    let (server, _dir) = Hookgate::start(&config);
+    let (server, _dir) = Hookgate::start(&allowing_payload_keys(config));
     let (status, reply) = json_of(
         server
             .hook("/hooks/gmail")
@@ -403,4 +409,112 @@ fn unknown_preset_is_refused() {
         output.contains("hooks.presets[0]: unknown preset 'hotmail'"),
         "{output}"
     );
+}
+
+/// A mapping key with a template expression is chosen by the payload: external input, under the
+/// rule of request keys (behaviour §5, as in the OpenClaw gateway 2026.9.6).
+#[tokio::test]
+async fn templated_session_keys_are_external_input() {
+    let mappings = json!([
+        {"match": {"path": "t"}, "messageTemplate": "m", "sessionKey": "hook:t:{{id}}"},
+        {"match": {"path": "s"}, "messageTemplate": "m", "sessionKey": "hook:static"},
+        {"match": {"path": "e"}, "messageTemplate": "m", "sessionKey": "{{ missing }}"},
+    ]);
+    let mut config = with_mappings(mappings.clone());
+    let (status, output, _dir) = check(&config);
+    assert!(!status.success());
+    assert!(
+        output.contains("error: hooks.allowedSessionKeyPrefixes is required when a hook mapping sessionKey uses templates, even if hooks.allowRequestSessionKey=true"),
+        "{output}"
+    );
+
+    set(
+        &mut config,
+        "hooks.allowedSessionKeyPrefixes",
+        json!(["hook:"]),
+    );
+    let (server, _dir) = Hookgate::start(&config);
+    let post = |path: &'static str| server.hook(path).json(&json!({"id": 7})).send();
+    let disabled = "sessionKey is disabled for externally supplied hook payload values; set hooks.allowRequestSessionKey=true to enable";
+    assert_eq!(
+        json_of(post("/hooks/t").await.unwrap()).await,
+        (400, json!({"ok": false, "error": disabled}))
+    );
+    let (status, reply) = json_of(post("/hooks/s").await.unwrap()).await;
+    assert_eq!(status, 200, "a fixed key is the operator's: {reply}");
+    assert_eq!(server.run_of(&reply).await["sessionKey"], "hook:static");
+    assert_eq!(
+        json_of(post("/hooks/e").await.unwrap()).await,
+        (
+            400,
+            json!({"ok": false, "error": "hook mapping sessionKey template rendered empty"})
+        )
+    );
+    drop(server);
+
+    let (server, _dir) = Hookgate::start(&allowing_payload_keys(with_mappings(mappings)));
+    let (status, reply) = json_of(
+        server
+            .hook("/hooks/t")
+            .json(&json!({"id": 7}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(server.run_of(&reply).await["sessionKey"], "hook:t:7");
+}
+
+/// The gmail preset makes one run per message, and answers a batch as the OpenClaw gateway does;
+/// no messages is a 204. A retried batch (same idempotency key) finds its runs again.
+#[tokio::test]
+async fn the_gmail_preset_makes_one_run_per_message() {
+    let mut config = base_config();
+    set(&mut config, "hooks.presets", json!(["gmail"]));
+    let (server, _dir) = Hookgate::start(&allowing_payload_keys(config));
+    let message = |id: &str| json!({"id": id, "from": "ana@example.com", "subject": id, "snippet": "s", "body": "b"});
+    let batch = json!({"messages": [message("a1"), message("a2"), message("a2")]});
+    let post = |body: Value| {
+        server
+            .hook("/hooks/gmail")
+            .header("idempotency-key", "batch-1")
+            .json(&body)
+            .send()
+    };
+    let (status, reply) = json_of(post(batch.clone()).await.unwrap()).await;
+    assert_eq!(status, 200, "{reply}");
+    let ids: Vec<String> = reply["runIds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 3, "two equal messages are two runs");
+    assert_eq!(reply["runId"], ids[0]);
+    assert_eq!(reply["dispatched"], 3);
+    let mut keys = Vec::new();
+    for id in &ids {
+        let run = server.run_of(&json!({"runId": id})).await;
+        keys.push(run["sessionKey"].as_str().unwrap().to_string());
+    }
+    assert_eq!(keys, ["hook:gmail:a1", "hook:gmail:a2", "hook:gmail:a2"]);
+    let (_, again) = json_of(post(batch).await.unwrap()).await;
+    assert_eq!(
+        again["runIds"], reply["runIds"],
+        "the retried batch replays"
+    );
+
+    let (status, one) = json_of(post(json!({"messages": [message("b1")]})).await.unwrap()).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        one.as_object().unwrap().len(),
+        2,
+        "one message answers as one run: {one}"
+    );
+    for empty in [json!({"messages": []}), json!({}), json!({"messages": "x"})] {
+        let r = post(empty).await.unwrap();
+        assert_eq!(r.status(), 204);
+        assert!(r.bytes().await.unwrap().is_empty());
+    }
 }

@@ -1,6 +1,7 @@
 //! Forward mode in front of the real OpenClaw gateway (2026.9.6 from the npm registry, on Node 24,
 //! installed by `scripts/install-openclaw`), both sides on the recommended configuration: a fixed
-//! `defaultSessionKey`, request session keys off, `hook:` prefixes. Wakes, agent runs, the gmail
+//! `defaultSessionKey`, `hook:` prefixes, request session keys off upstream (hookgate allows the
+//! gmail preset's, which it does not relay). Wakes, agent runs, the gmail
 //! preset and mapped hooks are relayed and accepted; a refusal fails the run with the upstream's
 //! answer (docs/configuration.md, forward mode).
 
@@ -149,7 +150,9 @@ async fn forward_mode_relays_to_the_real_openclaw_gateway() {
         "hooks.defaultSessionKey",
         json!("hook:ingress"),
     );
-    set(&mut config, "hooks.allowRequestSessionKey", json!(false));
+    // The gmail preset's session key comes from the payload, which takes allowRequestSessionKey
+    // here (as it would upstream); the key is not relayed, so the upstream keeps its own off.
+    set(&mut config, "hooks.allowRequestSessionKey", json!(true));
     set(
         &mut config,
         "hooks.allowedSessionKeyPrefixes",

@@ -74,6 +74,13 @@ fn table() -> Vec<Theme> {
 fn table_server() -> (Hookgate, ConfigDir) {
     let mut config = base_config();
     set(&mut config, "hooks.presets", json!(["gmail"]));
+    // The gmail preset's key comes from the payload: it needs the prefixes, and without
+    // allowRequestSessionKey its runs are refused (behaviour §5).
+    set(
+        &mut config,
+        "hooks.allowedSessionKeyPrefixes",
+        json!(["hook:"]),
+    );
     set(
         &mut config,
         "hooks.mappings",

@@ -1,0 +1,176 @@
+//! Mapped hooks, `POST {prefix}/<name>` (behaviour §5): the first matching mapping's action, from
+//! its templates and, when it has one, its transform; for a `forEach` mapping, one action per
+//! element of a payload list (the gmail preset's `messages`).
+
+use std::borrow::Cow;
+use std::time::Instant;
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use super::AppState;
+use super::hooks::HookRequest;
+use super::reply::HookError;
+use super::submit;
+use crate::config::{HookSettings, Settings};
+use crate::gateway::runtime_clock::now_rfc3339;
+use crate::mapping::{self, FanOut, Mapping, TemplateContext};
+use crate::metrics::{FailureLabels, MappingLabels};
+use crate::transform::{CallOutcome, Reply, TransformInput};
+
+/// Serves a request whose name is neither `wake` nor `agent`.
+pub(super) async fn mapped(
+    app: &AppState,
+    settings: &Settings,
+    hooks: &HookSettings,
+    request: &HookRequest<'_>,
+) -> Result<Response, HookError> {
+    let mapping =
+        mapping::find(&hooks.mappings, request.name, request.payload).ok_or(HookError::NotFound)?;
+    // A signature admits its own mapping only: a payload steering the request (by `source`) to
+    // another mapping of the same name needs the hook token.
+    if let Some(signed) = request.signed {
+        if !std::ptr::eq(signed.mapping, mapping) {
+            tracing::info!(signed = %signed.mapping.id, matched = %mapping.id, "signed request matched another mapping");
+            return Err(HookError::Unauthorized);
+        }
+    }
+    let payloads: Vec<Cow<'_, Value>> = match mapping.for_each.as_deref() {
+        None => vec![Cow::Borrowed(request.payload)],
+        Some(key) => {
+            let fan_out = FanOut::of(request.payload, key);
+            if fan_out.dropped > 0 {
+                tracing::warn!(mapping = %mapping.id, dropped = fan_out.dropped, limit = mapping::MAX_FAN_OUT, "forEach elements beyond the limit dropped");
+            }
+            fan_out.payloads.into_iter().map(Cow::Owned).collect()
+        }
+    };
+    let credential = mapping
+        .signature
+        .as_ref()
+        .and_then(|rule| rule.scheme.credential_header());
+    let headers = transform_headers(&request.parts.headers, credential);
+    let query = query_pairs(request.parts.uri.query());
+    let now = now_rfc3339();
+    let mut actions = Vec::with_capacity(payloads.len());
+    for payload in &payloads {
+        let ctx = TemplateContext {
+            name: request.name,
+            now: &now,
+            headers: &headers,
+            query: &query,
+            payload,
+        };
+        let mut action = mapping.render(&ctx);
+        if let Some(spec) = &mapping.transform {
+            let body = match payload {
+                // An element of a `forEach` list reaches the transform as its own payload.
+                Cow::Owned(one) => one.to_string().into_bytes(),
+                Cow::Borrowed(_) => request.body.to_vec(),
+            };
+            let input = TransformInput {
+                name: request.name.to_string(),
+                headers: headers.clone(),
+                query: query.clone(),
+                body,
+                mapping_id: mapping.id.clone(),
+                config: spec.config.clone(),
+            };
+            match run_transform(app, hooks, mapping, &spec.module, input).await? {
+                CallOutcome::Run(decided) => action = action.overlay(decided),
+                CallOutcome::Keep => {}
+                CallOutcome::Skip => continue,
+                CallOutcome::Respond(reply) => return Ok(own_reply(reply)),
+            }
+        }
+        actions.push(action.finish()?);
+    }
+    if actions.is_empty() {
+        // Skipped by the transform, or a `forEach` list with nothing in it.
+        tracing::info!(mapping = %mapping.id, "mapping matched with nothing to do");
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    submit::mapped(app, settings, hooks, request, mapping, actions).await
+}
+
+async fn run_transform(
+    app: &AppState,
+    hooks: &HookSettings,
+    mapping: &Mapping,
+    module: &str,
+    input: TransformInput,
+) -> Result<CallOutcome, HookError> {
+    let loaded = hooks.transforms.get().and_then(|set| set.get(module));
+    let Some(loaded) = loaded else {
+        tracing::error!(mapping = %mapping.id, %module, "transform not loaded");
+        return Err(HookError::MappingFailed);
+    };
+    let started = Instant::now();
+    let outcome = app
+        .transforms
+        .engine()
+        .call(&loaded, input, hooks.limits_for(mapping))
+        .await;
+    app.metrics
+        .transform_duration
+        .get_or_create(&MappingLabels {
+            mapping: mapping.id.clone(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    match outcome {
+        Ok(outcome) => {
+            tracing::debug!(mapping = %mapping.id, elapsed = ?started.elapsed(), "transform answered");
+            Ok(outcome)
+        }
+        Err(failure) => {
+            app.metrics
+                .transform_failures
+                .get_or_create(&FailureLabels {
+                    mapping: mapping.id.clone(),
+                    cause: failure.cause(),
+                })
+                .inc();
+            tracing::error!(mapping = %mapping.id, %module, cause = failure.cause(), %failure, "transform failed");
+            Err(HookError::MappingFailed)
+        }
+    }
+}
+
+fn own_reply(reply: Reply) -> Response {
+    let content_type = HeaderValue::from_str(&reply.content_type)
+        .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
+    (status, [(header::CONTENT_TYPE, content_type)], reply.body).into_response()
+}
+
+/// Headers as transforms and templates see them: names lower-case (as `http` keeps them),
+/// credentials removed: the hook token's carriers, cookies, and the mapping's own signature
+/// credential (`credential`), such as GitLab's shared token.
+fn transform_headers(headers: &HeaderMap, credential: Option<&str>) -> Vec<(String, String)> {
+    const CREDENTIALS: &[&str] = &[
+        "authorization",
+        "x-service-token",
+        "x-openclaw-token",
+        "cookie",
+        "proxy-authorization",
+    ];
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            !CREDENTIALS.contains(&name.as_str()) && Some(name.as_str()) != credential
+        })
+        .map(|(name, value)| {
+            (
+                name.as_str().to_string(),
+                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .into_owned()
+        .collect()
+}

@@ -1,0 +1,175 @@
+//! What an accepted hook request becomes: wakes committed to the main session, agent runs
+//! admitted and queued, and the answer the client gets once they are durable (behaviour §3–5).
+
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::hooks::HookRequest;
+use super::reply::HookError;
+use crate::config::{HookSettings, Settings};
+use crate::gateway::{EventOutcome, RunQueued};
+use crate::hook::{AgentRequest, WakeMode, WakeRequest, idempotency};
+use crate::intake::{self, AgentAdmission, AgentOrigin};
+use crate::mapping::{FinishedAction, Mapping};
+
+/// `POST {prefix}/wake`: a durable, untrusted system event for the default agent's main session.
+pub(super) async fn wake(
+    app: &AppState,
+    settings: &Settings,
+    wake: WakeRequest,
+    source: String,
+) -> Result<Response, HookError> {
+    let outcome = commit_wake(app, settings, &wake, source).await?;
+    Ok(Json(wake_answer(wake.mode, outcome)).into_response())
+}
+
+/// `POST {prefix}/agent`: an agent request admitted (see [`intake::admit_agent`]), then durably
+/// queued as a run.
+pub(super) async fn agent(
+    app: &AppState,
+    hooks: &HookSettings,
+    request: &HookRequest<'_>,
+    agent: AgentRequest,
+) -> Result<Response, HookError> {
+    let keys = idempotency_keys(request);
+    let admission = intake::admit_agent(
+        hooks,
+        agent,
+        AgentOrigin::Direct,
+        keys,
+        request.parts.uri.path(),
+    )?;
+    let run_id = queue(app, admission).await?;
+    Ok(Json(json!({"ok": true, "runId": run_id})).into_response())
+}
+
+/// A mapped request's actions: one, or one per element of a `forEach` list. Every agent action
+/// is admitted before anything is stored, so that a refused element refuses the request and
+/// stores nothing; then each is committed in order.
+///
+/// The answer is a wake's (`mode`, `eventOutcome`: `queued` when any event was) when there are
+/// only wakes; a run's (`runId`) for one run; and for several runs, as the OpenClaw gateway
+/// answers a batch, `{ok, runId: <first>, runIds, dispatched}`. Wakes beside runs add their
+/// `eventOutcome`.
+pub(super) async fn mapped(
+    app: &AppState,
+    settings: &Settings,
+    hooks: &HookSettings,
+    request: &HookRequest<'_>,
+    mapping: &Mapping,
+    actions: Vec<FinishedAction>,
+) -> Result<Response, HookError> {
+    let keys = idempotency_keys(request);
+    let chosen = idempotency::choose_key(keys);
+    let path = request.parts.uri.path();
+    let mut admitted = Vec::with_capacity(actions.len());
+    for (i, action) in actions.into_iter().enumerate() {
+        admitted.push(match action {
+            FinishedAction::Wake(wake) => Admitted::Wake(wake),
+            FinishedAction::Agent {
+                request: agent,
+                key_origin,
+            } => {
+                let origin = AgentOrigin::Mapped {
+                    mapping,
+                    key_origin,
+                };
+                // Each element of a batch has a key of its own, so that a retried batch finds
+                // each of its runs again, and two equal elements are two runs.
+                let element_key = chosen.filter(|_| i > 0).map(|key| format!("{key}#{i}"));
+                let keys = match &element_key {
+                    Some(key) => [Some(key.as_str()), None, None, None, None],
+                    None => keys,
+                };
+                Admitted::Agent(Box::new(intake::admit_agent(
+                    hooks, agent, origin, keys, path,
+                )?))
+            }
+        });
+    }
+    let mut run_ids = Vec::new();
+    let mut woke: Option<(WakeMode, EventOutcome)> = None;
+    for action in admitted {
+        match action {
+            Admitted::Wake(wake) => {
+                let source = format!("hook:{}", request.name);
+                let outcome = commit_wake(app, settings, &wake, source).await?;
+                let any_queued = woke.is_some_and(|(_, o)| o == EventOutcome::Queued);
+                let outcome = if any_queued {
+                    EventOutcome::Queued
+                } else {
+                    outcome
+                };
+                woke = Some((wake.mode, outcome));
+            }
+            Admitted::Agent(admission) => run_ids.push(queue(app, *admission).await?),
+        }
+    }
+    let mut answer = match (run_ids.as_slice(), woke) {
+        ([], Some((mode, outcome))) => return Ok(Json(wake_answer(mode, outcome)).into_response()),
+        ([], None) => unreachable!("a mapped request has at least one action"),
+        ([run_id], _) => json!({"ok": true, "runId": run_id}),
+        ([first, ..], _) => json!({
+            "ok": true,
+            "runId": first,
+            "runIds": run_ids,
+            "dispatched": run_ids.len(),
+        }),
+    };
+    if let Some((_, outcome)) = woke {
+        answer["eventOutcome"] = Value::from(outcome.as_str());
+    }
+    Ok(Json(answer).into_response())
+}
+
+/// An action of a mapped request that passed every policy.
+enum Admitted {
+    Wake(WakeRequest),
+    /// Boxed: an admission carries the whole run record.
+    Agent(Box<AgentAdmission>),
+}
+
+async fn commit_wake(
+    app: &AppState,
+    settings: &Settings,
+    wake: &WakeRequest,
+    source: String,
+) -> Result<EventOutcome, HookError> {
+    let event = intake::wake_event(settings, wake, source);
+    Ok(app.runtime.submit_wake(event, wake.mode).await?)
+}
+
+fn wake_answer(mode: WakeMode, outcome: EventOutcome) -> Value {
+    json!({"ok": true, "mode": mode.as_str(), "eventOutcome": outcome.as_str()})
+}
+
+/// Queues an admitted run; its id, or the first run's when it repeats one (idempotency).
+async fn queue(app: &AppState, admission: AgentAdmission) -> Result<String, HookError> {
+    let queued = app
+        .runtime
+        .submit_run(
+            admission.run,
+            admission.claim,
+            &admission.admitted,
+            admission.idempotency_key.as_deref(),
+        )
+        .await?;
+    let (RunQueued::New { run_id } | RunQueued::Replayed { run_id }) = queued;
+    Ok(run_id)
+}
+
+/// The idempotency key candidates of a request, in order of precedence: the headers, the body's
+/// `idempotencyKey`, a signed delivery's id.
+fn idempotency_keys<'a>(request: &HookRequest<'a>) -> [Option<&'a str>; 5] {
+    let headers = &request.parts.headers;
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    [
+        header("idempotency-key"),
+        header("x-idempotency-key"),
+        header("x-openclaw-idempotency-key"),
+        idempotency::body_key(request.payload),
+        request.signed.map(|s| s.key),
+    ]
+}
