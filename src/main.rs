@@ -141,6 +141,9 @@ fn check(path: &std::path::Path) -> ExitCode {
             }
         }
     }
+    for notice in &settings.notices {
+        eprintln!("warning: {notice}");
+    }
     match &settings.hooks {
         Some(hooks) => println!(
             "ok: {} — hooks at {}, {} mapping(s), presets [{}], default agent '{}'",

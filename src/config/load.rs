@@ -6,8 +6,12 @@ use std::path::Path;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
+use std::collections::HashMap;
+
 use super::ConfigError;
 use super::model::FileConfig;
+use super::openclaw::ConfigNotice;
+use super::suggest::closest;
 
 /// A configuration file read as far as it could be.
 #[derive(Debug)]
@@ -17,6 +21,8 @@ pub struct Document {
     pub config: FileConfig,
     /// Every problem of the file's shape and `${ENV}` references, each naming its key.
     pub problems: Vec<ConfigError>,
+    /// OpenClaw keys taken in hookgate's own form, or left out, and why.
+    pub notices: Vec<ConfigNotice>,
 }
 
 /// How many shape problems one file reports before the rest are left for the next run.
@@ -35,10 +41,20 @@ pub fn parse_document(
 ) -> Result<Document, Vec<ConfigError>> {
     let mut value: Value = json5::from_str(text).map_err(|e| vec![syntax_error(e)])?;
     let mut problems = Vec::new();
-    substitute_env(&mut value, &mut String::new(), env, &mut problems);
+    let (vars, mut notices) = env_section(&mut value);
+    notices.extend(super::openclaw::adopt(&mut value, &mut problems));
+    // As in the OpenClaw gateway, `env.vars` serve the variables the environment lacks.
+    let env = |name: &str| env(name).or_else(|| vars.get(name).cloned());
+    substitute_env(&mut value, &mut String::new(), &env, &mut problems);
     loop {
         match serde_path_to_error::deserialize::<_, FileConfig>(&value) {
-            Ok(config) => return Ok(Document { config, problems }),
+            Ok(config) => {
+                return Ok(Document {
+                    config,
+                    problems,
+                    notices,
+                });
+            }
             Err(err) => {
                 let mended =
                     problems.len() < MAX_SHAPE_PROBLEMS && leave_out(&mut value, err.path());
@@ -49,6 +65,30 @@ pub fn parse_document(
             }
         }
     }
+}
+
+/// Takes OpenClaw's `env` section out of the document: its `vars` (text values by name) and a
+/// notice for the rest (`shellEnv`: hookgate reads no login shell).
+fn env_section(value: &mut Value) -> (HashMap<String, String>, Vec<ConfigNotice>) {
+    let mut notices = Vec::new();
+    let Some(Value::Object(mut env)) = value.as_object_mut().and_then(|m| m.shift_remove("env"))
+    else {
+        return (HashMap::new(), notices);
+    };
+    let vars = match env.shift_remove("vars") {
+        Some(Value::Object(vars)) => vars
+            .into_iter()
+            .filter_map(|(name, value)| Some((name, value.as_str()?.to_string())))
+            .collect(),
+        _ => HashMap::new(),
+    };
+    for key in env.keys() {
+        notices.push(ConfigNotice {
+            key: format!("env.{key}"),
+            message: "ignored: hookgate reads the process environment and env.vars only".into(),
+        });
+    }
+    (vars, notices)
 }
 
 /// Removes the key at `path` (or, for an element of a list, the list) from `value`; `false` when
@@ -242,43 +282,6 @@ fn expected_names(serde: &str) -> Vec<&str> {
         return Vec::new();
     };
     list.split('`').skip(1).step_by(2).collect()
-}
-
-/// The known name nearest `unknown` by edit distance, if it is near enough to be a typo (at most a
-/// third of its length, at least one edit) or differs only in case or separators.
-fn closest<'a>(unknown: &str, known: &[&'a str]) -> Option<&'a str> {
-    let fold = |s: &str| {
-        s.chars()
-            .filter(|c| c.is_alphanumeric())
-            .flat_map(char::to_lowercase)
-            .collect::<String>()
-    };
-    if let Some(same) = known.iter().find(|k| fold(k) == fold(unknown)) {
-        return Some(same);
-    }
-    let budget = (unknown.chars().count() / 3).max(1);
-    known
-        .iter()
-        .map(|k| (edit_distance(unknown, k), *k))
-        .filter(|(distance, _)| *distance <= budget)
-        .min_by_key(|(distance, _)| *distance)
-        .map(|(_, k)| k)
-}
-
-/// Levenshtein distance over characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = diagonal + usize::from(ca != *cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
-        }
-    }
-    row[b.len()]
 }
 
 /// A serde message without the value it quotes: the value may be a secret (after `${ENV}`

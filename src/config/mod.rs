@@ -7,10 +7,12 @@ mod limits;
 mod load;
 mod mapping;
 pub mod model;
+mod openclaw;
 mod reload;
 pub mod runtime;
 mod settings;
 pub mod store;
+mod suggest;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -21,6 +23,7 @@ use arc_swap::ArcSwap;
 pub use confine::{module_path, transforms_root};
 pub use connections::{ConnectionSettings, RECEIVE_GRACE};
 pub use load::{Digest, Document, file_digest, parse_document, read_document};
+pub use openclaw::ConfigNotice;
 pub use reload::watch;
 pub use settings::{HookSettings, Settings, normalize_hooks_path};
 
@@ -56,7 +59,10 @@ fn load_with_digest(path: &Path) -> Result<(Settings, Digest), Vec<ConfigError>>
     let (document, digest) = read_document(path)?;
     let mut problems = document.problems;
     match Settings::build(document.config, &config_dir(path)) {
-        Ok(settings) if problems.is_empty() => Ok((settings, digest)),
+        Ok(mut settings) if problems.is_empty() => {
+            settings.notices = document.notices;
+            Ok((settings, digest))
+        }
         Ok(_) => Err(problems),
         Err(more) => {
             problems.extend(more);
@@ -119,6 +125,7 @@ impl LiveConfig {
     pub fn open(path: PathBuf, admission: Admission) -> Result<Self, Vec<ConfigError>> {
         let (settings, digest) = load_with_digest(&path)?;
         admission(&settings)?;
+        settings.log_notices();
         Ok(LiveConfig {
             admission,
             path: Arc::new(path),
@@ -174,6 +181,7 @@ impl LiveConfig {
                 return Err(problems);
             }
         };
+        settings.log_notices();
         let mut status = self.lock_status();
         self.current.store(Arc::new(settings));
         status.generation += 1;

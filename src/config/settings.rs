@@ -12,7 +12,7 @@ use super::connections::ConnectionSettings;
 use super::limits;
 use super::model::{FileConfig, HooksConfig, SecretValue, SignatureConfig};
 use super::runtime::{RuntimeSettings, runtime_settings};
-use super::{ConfigError, seconds};
+use super::{ConfigError, ConfigNotice, seconds};
 use crate::client::TrustedProxies;
 use crate::hook::policy::{AllowedAgents, normalize_agent_id};
 use crate::hook::signature::{DEFAULT_TOLERANCE, Encoding, Scheme, SignatureRule, decode_secret};
@@ -53,9 +53,18 @@ pub struct Settings {
     pub hooks: Option<HookSettings>,
     pub agents: AgentDirectory,
     pub runtime: RuntimeSettings,
+    /// OpenClaw keys of the file that hookgate took in its own form or left out.
+    pub notices: Vec<ConfigNotice>,
 }
 
 impl Settings {
+    /// Logs the notices, one warning each: at start and after a reload.
+    pub fn log_notices(&self) {
+        for notice in &self.notices {
+            tracing::warn!(key = %notice.key, "{}", notice.message);
+        }
+    }
+
     /// What the transform engine is sized for at start: its call slots and the memory of its
     /// instance pool (`hooks.transformLimits` with the largest memory cap of any mapping).
     pub fn engine_limits(&self) -> TransformLimits {
@@ -149,6 +158,14 @@ impl Settings {
             config_dir,
             &mut problems,
         );
+        let bind = file.gateway.bind.unwrap_or_else(|| "127.0.0.1".into());
+        if bind.parse::<std::net::IpAddr>().is_err() {
+            // What `serve` would fail on, said by `check` too.
+            problems.push(ConfigError::invalid(
+                "gateway.bind",
+                "must be an IP address, or one of loopback, lan, auto, custom",
+            ));
+        }
         let state_dir = config_dir.join(file.gateway.state_dir.as_deref().unwrap_or("state"));
         if confine::is_within(&state_dir, &confine::transforms_root(config_dir)) {
             // The compile cache in the state directory holds native code that hookgate loads
@@ -163,7 +180,7 @@ impl Settings {
         }
         Ok(Settings {
             config_dir: config_dir.to_path_buf(),
-            bind: file.gateway.bind.unwrap_or_else(|| "127.0.0.1".into()),
+            bind,
             port: file.gateway.port.unwrap_or(8787),
             gateway_token,
             trusted_proxies,
@@ -175,6 +192,7 @@ impl Settings {
             hooks,
             agents,
             runtime,
+            notices: Vec::new(),
         })
     }
 }

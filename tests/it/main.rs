@@ -20,6 +20,7 @@ mod limits;
 mod mapped;
 mod metrics;
 mod openclaw;
+mod openclaw_config;
 mod pipeline;
 mod reload;
 mod retention;
