@@ -5,7 +5,7 @@
 
 use uuid::Uuid;
 
-use crate::config::{HookSettings, Settings};
+use crate::config::HookSettings;
 use crate::gateway::runtime_clock::{now_ms, now_rfc3339};
 use crate::gateway::{EventKind, IdempotencyClaim, NewEvent, NewRun};
 use crate::hook::envelope::{ContentSource, wrap_prompt};
@@ -85,14 +85,31 @@ pub fn admit_agent(
     })
 }
 
-/// A wake's durable, untrusted system event for the default agent's main session.
-pub fn wake_event(settings: &Settings, wake: &WakeRequest, source: String) -> NewEvent {
-    NewEvent {
-        agent: settings.agents.default_id().to_string(),
+/// A wake admitted: its durable, untrusted system event for the main session of its agent (the
+/// default one unless it named another, under the agent policy of `/agent`). A session key it
+/// names passes the session-key policy of a request's key, re-scoped to that agent, but selects
+/// no session of its own: hookgate keeps one main session per agent.
+pub fn admit_wake(
+    hooks: &HookSettings,
+    wake: &WakeRequest,
+    source: String,
+) -> Result<NewEvent, Rejected> {
+    let policy = &hooks.policy;
+    let agent = policy
+        .agents
+        .resolve(wake.agent_id.as_deref())?
+        .unwrap_or_else(|| policy.agents.default_id().to_string());
+    if let Some(key) = wake.session_key.as_deref() {
+        policy
+            .sessions
+            .resolve(Some(key), KeyOrigin::Request, Some(&agent), String::new)?;
+    }
+    Ok(NewEvent {
+        agent,
         kind: EventKind::System,
         text: wake.text.clone(),
         trusted: false,
         source,
         at: now_rfc3339(),
-    }
+    })
 }

@@ -206,7 +206,9 @@ mod tests {
             finished,
             FinishedAction::Wake(WakeRequest {
                 text: "t".into(),
-                mode: WakeMode::NextHeartbeat
+                mode: WakeMode::NextHeartbeat,
+                agent_id: None,
+                session_key: None,
             })
         );
     }

@@ -156,6 +156,11 @@ impl Thinking {
 pub struct WakeRequest {
     pub text: String,
     pub mode: WakeMode,
+    /// The agent whose main session gets the event; the default agent when absent.
+    pub agent_id: Option<String>,
+    /// A session key the request named, checked by the session-key policy; it selects no session
+    /// of its own (hookgate keeps one main session per agent).
+    pub session_key: Option<String>,
 }
 
 /// A validated agent request, before agent, model and session-key policy.
@@ -176,6 +181,17 @@ pub struct AgentRequest {
     pub thinking: Option<Thinking>,
     /// `Some(0)`: no limit but the hard cap.
     pub timeout_seconds: Option<u64>,
+    pub session_mode: SessionMode,
+    /// Answer once the run has ended (within its time limit), with its outcome.
+    pub wait_for_completion: bool,
+}
+
+/// Whether a run starts a fresh conversation or continues its session key's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SessionMode {
+    #[default]
+    Isolated,
+    Persistent,
 }
 
 /// An agent request that passed every policy: what gets queued as a run.

@@ -9,7 +9,9 @@ pub mod payload;
 pub mod policy;
 pub mod signature;
 
-pub use action::{AdmittedRun, AgentRequest, Channel, Thinking, WakeMode, WakeRequest};
+pub use action::{
+    AdmittedRun, AgentRequest, Channel, SessionMode, Thinking, WakeMode, WakeRequest,
+};
 pub use policy::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy};
 
 /// A request the hook contract refuses, with the message the client gets (HTTP 400).

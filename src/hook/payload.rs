@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::Rejected;
-use super::action::{AgentRequest, Channel, Thinking, WakeMode, WakeRequest};
+use super::action::{AgentRequest, Channel, SessionMode, Thinking, WakeMode, WakeRequest};
 
 /// The fields of a body; a body that is not an object (an array, say) has none.
 fn fields(payload: &Value) -> Option<&Map<String, Value>> {
@@ -26,22 +26,56 @@ pub fn non_blank<'a>(payload: &'a Value, key: &str) -> Option<&'a str> {
 /// `POST /wake`: `text` is required (trimmed, non-blank); `mode` defaults to `now`.
 pub fn wake_request(payload: &Value) -> Result<WakeRequest, Rejected> {
     let text = non_blank(payload, "text").ok_or_else(|| Rejected::new("text required"))?;
+    let mode = WakeMode::from_json(field(payload, "mode"));
+    let agent_id = present_non_blank(payload, "agentId")?;
+    let session_key = present_non_blank(payload, "sessionKey")?;
+    if session_key.is_some() && mode == WakeMode::NextHeartbeat {
+        return Err(Rejected::new("sessionKey requires mode=now"));
+    }
     Ok(WakeRequest {
         text: text.to_string(),
-        mode: WakeMode::from_json(field(payload, "mode")),
+        mode,
+        agent_id,
+        session_key,
     })
+}
+
+/// A field that may be absent but, when present, must be a non-blank string (trimmed): else
+/// `<key> must be a non-empty string`, as the OpenClaw gateway words it.
+fn present_non_blank(payload: &Value, key: &str) -> Result<Option<String>, Rejected> {
+    match field(payload, key) {
+        None => Ok(None),
+        Some(_) => non_blank(payload, key)
+            .map(|value| Some(value.to_string()))
+            .ok_or_else(|| Rejected::new(format!("{key} must be a non-empty string"))),
+    }
 }
 
 /// `POST /agent`: every field rule of behaviour §4 up to, not including, the policies.
 pub fn agent_request(payload: &Value) -> Result<AgentRequest, Rejected> {
+    let wait_for_completion = match field(payload, "waitForCompletion") {
+        None => false,
+        Some(Value::Bool(wait)) => *wait,
+        Some(_) => return Err(Rejected::new("waitForCompletion must be boolean")),
+    };
     let message = non_blank(payload, "message").ok_or_else(|| Rejected::new("message required"))?;
     let owned = |key| non_blank(payload, key).map(str::to_string);
+    let agent_id = present_non_blank(payload, "agentId")?;
+    let wake_mode = WakeMode::from_json(field(payload, "wakeMode"));
+    let session_mode = match field(payload, "sessionMode") {
+        None => SessionMode::Isolated,
+        Some(Value::String(mode)) if mode == "isolated" => SessionMode::Isolated,
+        Some(Value::String(mode)) if mode == "persistent" => SessionMode::Persistent,
+        Some(_) => return Err(Rejected::new("sessionMode must be isolated or persistent")),
+    };
     Ok(AgentRequest {
         message: message.to_string(),
         name: owned("name").unwrap_or_else(|| "Hook".to_string()),
-        agent_id: owned("agentId"),
+        agent_id,
         session_key: owned("sessionKey"),
-        wake_mode: WakeMode::from_json(field(payload, "wakeMode")),
+        wake_mode,
+        session_mode,
+        wait_for_completion,
         channel: channel(field(payload, "channel"))?,
         model: model(
             fields(payload).is_some_and(|m| m.contains_key("model")),

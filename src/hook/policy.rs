@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::Rejected;
-use super::action::{AdmittedRun, AgentRequest, Channel};
+use super::action::{AdmittedRun, AgentRequest, Channel, SessionMode};
 use super::envelope::ContentSource;
 
 /// The refusal of a recipient for msteams, whose incoming webhook addresses one conversation.
@@ -266,12 +266,31 @@ impl HookPolicy {
             .transpose()?;
         let agent_id = self.agents.resolve(request.agent_id.as_deref())?;
         let target = agent_id.as_deref().unwrap_or(self.agents.default_id());
+        let persistent = request.session_mode == SessionMode::Persistent;
+        if persistent && request.session_key.is_none() {
+            return Err(Rejected::new(
+                "sessionKey is required when sessionMode is persistent",
+            ));
+        }
         let session = self.sessions.resolve(
             request.session_key.as_deref(),
             origin,
             Some(target),
             fresh_key,
         )?;
+        if persistent {
+            if self.sessions.prefixes.is_empty() {
+                return Err(Rejected::new(
+                    "hooks.allowedSessionKeyPrefixes is required when direct hook sessionMode is persistent",
+                ));
+            }
+            // Continuing a session's conversation needs the runtime to keep its history, which
+            // it does not yet (docs/coming-from-openclaw.md): a clear refusal, not an isolated run
+            // pretending otherwise.
+            return Err(Rejected::new(
+                "sessionMode persistent is not served by hookgate yet; send isolated runs",
+            ));
+        }
         let source = if session.key.to_lowercase().starts_with("hook:gmail:") {
             ContentSource::Email
         } else {

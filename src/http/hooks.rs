@@ -87,7 +87,7 @@ async fn handle(
     )
     .await?;
     let attempt = match credential {
-        Credential::Token => return route(app, settings, hooks, name, &parts, &bytes, None).await,
+        Credential::Token => return route(app, hooks, name, &parts, &bytes, None).await,
         Credential::Signature(attempt) => attempt,
     };
     let mapping = attempt.mapping;
@@ -96,17 +96,9 @@ async fn handle(
         return Ok(answer);
     }
     let signed_request = Signed { mapping, key: &key };
-    let response = route(
-        app,
-        settings,
-        hooks,
-        name,
-        &parts,
-        &bytes,
-        Some(signed_request),
-    )
-    .await
-    .unwrap_or_else(IntoResponse::into_response);
+    let response = route(app, hooks, name, &parts, &bytes, Some(signed_request))
+        .await
+        .unwrap_or_else(IntoResponse::into_response);
     Ok(signed::settle(app, key.clone(), response).await)
 }
 
@@ -121,7 +113,6 @@ pub(super) struct Signed<'a> {
 /// Steps 6 and 7: the body as JSON, then the hook it names.
 async fn route(
     app: &AppState,
-    settings: &Settings,
     hooks: &HookSettings,
     name: &str,
     parts: &Parts,
@@ -139,13 +130,13 @@ async fn route(
     match name {
         "wake" => {
             let wake = payload::wake_request(&payload)?;
-            submit::wake(app, settings, wake, "hook:wake".into()).await
+            submit::wake(app, hooks, wake, "hook:wake".into()).await
         }
         "agent" => {
             let agent = payload::agent_request(&payload)?;
             submit::agent(app, hooks, &request, agent).await
         }
-        _ => mapped::mapped(app, settings, hooks, &request).await,
+        _ => mapped::mapped(app, hooks, &request).await,
     }
 }
 

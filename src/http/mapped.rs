@@ -13,7 +13,7 @@ use super::AppState;
 use super::hooks::HookRequest;
 use super::reply::HookError;
 use super::submit;
-use crate::config::{HookSettings, Settings};
+use crate::config::HookSettings;
 use crate::gateway::runtime_clock::now_rfc3339;
 use crate::mapping::{self, FanOut, Mapping, TemplateContext};
 use crate::metrics::{FailureLabels, MappingLabels};
@@ -22,7 +22,6 @@ use crate::transform::{CallOutcome, Reply, TransformInput};
 /// Serves a request whose name is neither `wake` nor `agent`.
 pub(super) async fn mapped(
     app: &AppState,
-    settings: &Settings,
     hooks: &HookSettings,
     request: &HookRequest<'_>,
 ) -> Result<Response, HookError> {
@@ -91,7 +90,7 @@ pub(super) async fn mapped(
         tracing::info!(mapping = %mapping.id, "mapping matched with nothing to do");
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    submit::mapped(app, settings, hooks, request, mapping, actions).await
+    submit::mapped(app, hooks, request, mapping, actions).await
 }
 
 async fn run_transform(

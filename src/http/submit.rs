@@ -1,6 +1,8 @@
 //! What an accepted hook request becomes: wakes committed to the main session, agent runs
 //! admitted and queued, and the answer the client gets once they are durable (behaviour §3–5).
 
+use std::time::Duration;
+
 use axum::Json;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -8,8 +10,8 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::hooks::HookRequest;
 use super::reply::HookError;
-use crate::config::{HookSettings, Settings};
-use crate::gateway::{EventOutcome, RunQueued};
+use crate::config::HookSettings;
+use crate::gateway::{EventOutcome, RunQueued, RunStatus};
 use crate::hook::{AgentRequest, WakeMode, WakeRequest, idempotency};
 use crate::intake::{self, AgentAdmission, AgentOrigin};
 use crate::mapping::{FinishedAction, Mapping};
@@ -17,11 +19,11 @@ use crate::mapping::{FinishedAction, Mapping};
 /// `POST {prefix}/wake`: a durable, untrusted system event for the default agent's main session.
 pub(super) async fn wake(
     app: &AppState,
-    settings: &Settings,
+    hooks: &HookSettings,
     wake: WakeRequest,
     source: String,
 ) -> Result<Response, HookError> {
-    let outcome = commit_wake(app, settings, &wake, source).await?;
+    let outcome = commit_wake(app, hooks, &wake, source).await?;
     Ok(Json(wake_answer(wake.mode, outcome)).into_response())
 }
 
@@ -34,6 +36,7 @@ pub(super) async fn agent(
     agent: AgentRequest,
 ) -> Result<Response, HookError> {
     let keys = idempotency_keys(request);
+    let wait = agent.wait_for_completion.then_some(agent.timeout_seconds);
     let admission = intake::admit_agent(
         hooks,
         agent,
@@ -42,7 +45,51 @@ pub(super) async fn agent(
         request.parts.uri.path(),
     )?;
     let run_id = queue(app, admission).await?;
-    Ok(Json(json!({"ok": true, "runId": run_id})).into_response())
+    let mut answer = json!({"ok": true, "runId": run_id});
+    if let Some(timeout_seconds) = wait {
+        answer["completion"] = completion(app, &run_id, timeout_seconds).await?;
+    }
+    Ok(Json(answer).into_response())
+}
+
+/// How long past its own time limit an answer waits for a run (its conclusion and summary).
+const COMPLETION_MARGIN: Duration = Duration::from_secs(5);
+
+/// `waitForCompletion`: the run's outcome once it has ended, `{status, reply}` (`error` instead
+/// of `reply` when it failed), or `{status: "running"}` when its time limit and
+/// [`COMPLETION_MARGIN`] have passed first. The run is read from the store (on NATS, this
+/// node's view) every so often, so the answer follows the run by at most a quarter second.
+async fn completion(
+    app: &AppState,
+    run_id: &str,
+    timeout_seconds: Option<u64>,
+) -> Result<Value, HookError> {
+    let limit = match timeout_seconds {
+        Some(seconds) if seconds > 0 => Duration::from_secs(seconds),
+        _ => app.config.current().runtime.run_timeout,
+    };
+    let deadline = tokio::time::Instant::now() + limit + COMPLETION_MARGIN;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        if let Some(run) = app.store.run(run_id).await? {
+            let waiting = run.status.is_pending() || run.status == RunStatus::Forwarding;
+            if !waiting {
+                let mut outcome = json!({"status": run.status.as_str()});
+                if let Some(reply) = run.reply {
+                    outcome["reply"] = Value::from(reply);
+                }
+                if let Some(error) = run.error {
+                    outcome["error"] = Value::from(error);
+                }
+                return Ok(outcome);
+            }
+        }
+        if tokio::time::Instant::now() + pause > deadline {
+            return Ok(json!({"status": "running"}));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(250));
+    }
 }
 
 /// A mapped request's actions: one, or one per element of a `forEach` list. Every agent action
@@ -55,7 +102,6 @@ pub(super) async fn agent(
 /// `eventOutcome`.
 pub(super) async fn mapped(
     app: &AppState,
-    settings: &Settings,
     hooks: &HookSettings,
     request: &HookRequest<'_>,
     mapping: &Mapping,
@@ -95,7 +141,7 @@ pub(super) async fn mapped(
         match action {
             Admitted::Wake(wake) => {
                 let source = format!("hook:{}", request.name);
-                let outcome = commit_wake(app, settings, &wake, source).await?;
+                let outcome = commit_wake(app, hooks, &wake, source).await?;
                 let any_queued = woke.is_some_and(|(_, o)| o == EventOutcome::Queued);
                 let outcome = if any_queued {
                     EventOutcome::Queued
@@ -133,11 +179,11 @@ enum Admitted {
 
 async fn commit_wake(
     app: &AppState,
-    settings: &Settings,
+    hooks: &HookSettings,
     wake: &WakeRequest,
     source: String,
 ) -> Result<EventOutcome, HookError> {
-    let event = intake::wake_event(settings, wake, source);
+    let event = intake::admit_wake(hooks, wake, source)?;
     Ok(app.runtime.submit_wake(event, wake.mode).await?)
 }
 

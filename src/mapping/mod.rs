@@ -348,6 +348,8 @@ impl MappedAction {
                 Ok(FinishedAction::Wake(WakeRequest {
                     text: text.to_string(),
                     mode: self.wake_mode,
+                    agent_id: self.agent_id,
+                    session_key: None,
                 }))
             }
             ActionKind::Agent => {
@@ -374,6 +376,8 @@ impl MappedAction {
                         model: self.model,
                         thinking: crate::hook::payload::thinking(self.thinking)?,
                         timeout_seconds: self.timeout_seconds,
+                        session_mode: crate::hook::SessionMode::Isolated,
+                        wait_for_completion: false,
                     },
                 })
             }

@@ -479,3 +479,112 @@ async fn requests_without_idempotency_key_are_never_deduplicated() {
     let (_, b) = post(&server, json!({"message": "m"})).await;
     assert_ne!(a["runId"], b["runId"]);
 }
+
+/// OpenClaw's newer `/hooks/agent` fields, with its messages, in its order of checks.
+#[tokio::test]
+async fn session_mode_and_wait_for_completion_are_checked_as_openclaw_checks_them() {
+    let (server, _dir) = start(|config| {
+        set(config, "hooks.allowRequestSessionKey", json!(true));
+    });
+    rejected(
+        &server,
+        json!({"message": "m", "waitForCompletion": "yes"}),
+        "waitForCompletion must be boolean",
+    )
+    .await;
+    rejected(
+        &server,
+        json!({"message": "m", "agentId": " "}),
+        "agentId must be a non-empty string",
+    )
+    .await;
+    rejected(
+        &server,
+        json!({"message": "m", "sessionMode": "shared"}),
+        "sessionMode must be isolated or persistent",
+    )
+    .await;
+    rejected(
+        &server,
+        json!({"message": "m", "sessionMode": "persistent"}),
+        "sessionKey is required when sessionMode is persistent",
+    )
+    .await;
+    rejected(
+        &server,
+        json!({"message": "m", "sessionMode": "persistent", "sessionKey": "hook:a"}),
+        "hooks.allowedSessionKeyPrefixes is required when direct hook sessionMode is persistent",
+    )
+    .await;
+    accepted_run(&server, json!({"message": "m", "sessionMode": "isolated"})).await;
+}
+
+/// `waitForCompletion: true` answers once the run has ended, with its outcome.
+#[tokio::test]
+async fn wait_for_completion_answers_with_the_outcome() {
+    let provider = crate::fake::Fake::provider("all green").await;
+    let config = crate::runtime::with_provider(&provider);
+    let (server, _dir) = Hookgate::start(&config);
+    let (status, reply) = post(
+        &server,
+        json!({"message": "check the build", "deliver": false, "waitForCompletion": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(
+        reply["completion"],
+        json!({"status": "ok", "reply": "all green"})
+    );
+    let run = run(&server, reply["runId"].as_str().unwrap()).await;
+    assert_eq!(run["status"], "ok");
+}
+
+/// `/hooks/wake` takes OpenClaw's `agentId` and `sessionKey`, under the policies of `/agent`.
+#[tokio::test]
+async fn wakes_take_an_agent_and_a_session_key_under_the_agent_policies() {
+    let (server, _dir) = start(|config| {
+        set(
+            config,
+            "agents.list",
+            json!([{"id": "main"}, {"id": "ops"}]),
+        );
+        set(config, "hooks.allowedAgentIds", json!(["main", "ops"]));
+        set(config, "hooks.allowedSessionKeyPrefixes", json!(["hook:"]));
+    });
+    let wake = |body: Value| server.hook("/hooks/wake").json(&body).send();
+    for (body, error) in [
+        (
+            json!({"text": "t", "agentId": ""}),
+            "agentId must be a non-empty string",
+        ),
+        (
+            json!({"text": "t", "sessionKey": 5}),
+            "sessionKey must be a non-empty string",
+        ),
+        (
+            json!({"text": "t", "sessionKey": "hook:x", "mode": "next-heartbeat"}),
+            "sessionKey requires mode=now",
+        ),
+        (
+            json!({"text": "t", "sessionKey": "hook:x"}),
+            "sessionKey is disabled for externally supplied hook payload values; set hooks.allowRequestSessionKey=true to enable",
+        ),
+    ] {
+        assert_eq!(
+            json_of(wake(body.clone()).await.unwrap()).await,
+            (400, json!({"ok": false, "error": error})),
+            "{body}"
+        );
+    }
+    let (status, _) = json_of(
+        wake(json!({"text": "for ops", "agentId": "OPS"}))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, _) = json_of(wake(json!({"text": "for main"})).await.unwrap()).await;
+    assert_eq!(status, 200);
+    // The default agent's main session has its own event only; ops's went to ops's.
+    assert_eq!(server.event_texts().await, ["for main"]);
+}

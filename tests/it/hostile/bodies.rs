@@ -264,7 +264,12 @@ pub fn agent_bodies() -> Theme {
             error(400, "message required"),
         ),
         ("name", &["5", "null", "[]", "{}", r#""""#], Want::Queued),
-        ("agentId", &["5", "[]", "{}", r#""""#], Want::Queued),
+        // As the OpenClaw gateway: an agentId given must be a non-empty string.
+        (
+            "agentId",
+            &["5", "[]", "{}", r#""""#],
+            error(400, "agentId must be a non-empty string"),
+        ),
         (
             "sessionKey",
             &["5", "null", "[]", "{}", r#"" ""#],
