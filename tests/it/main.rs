@@ -21,6 +21,7 @@ mod mapped;
 mod metrics;
 mod openclaw;
 mod openclaw_config;
+mod parity;
 mod pipeline;
 mod reload;
 mod retention;

@@ -18,7 +18,7 @@ const OPENCLAW_HOOK_TOKEN: &str = "openclaw-hook-token-0123456789abcdef";
 const OPENCLAW_GATEWAY_TOKEN: &str = "openclaw-gateway-token-0123456789ab";
 
 /// A running OpenClaw gateway on 127.0.0.1; stopped with SIGTERM when dropped.
-struct OpenClaw {
+pub(crate) struct OpenClaw {
     child: Child,
     port: u16,
     state: tempfile::TempDir,
@@ -26,6 +26,27 @@ struct OpenClaw {
 
 impl OpenClaw {
     fn start() -> OpenClaw {
+        OpenClaw::start_with(|state| {
+            json!({
+                "gateway": {
+                    "mode": "local",
+                    "bind": "loopback",
+                    "auth": {"mode": "token", "token": OPENCLAW_GATEWAY_TOKEN},
+                },
+                "hooks": {
+                    "enabled": true,
+                    "token": OPENCLAW_HOOK_TOKEN,
+                    "defaultSessionKey": "hook:ingress",
+                    "allowRequestSessionKey": false,
+                    "allowedSessionKeyPrefixes": ["hook:"],
+                },
+                "logging": {"file": state.join("openclaw.log")},
+            })
+        })
+    }
+
+    /// Starts a gateway on the configuration `config` makes, given the gateway's own directory.
+    pub(crate) fn start_with(config: impl FnOnce(&std::path::Path) -> Value) -> OpenClaw {
         let home = PathBuf::from(
             std::env::var("OPENCLAW_HOME").unwrap_or_else(|_| "/var/tmp/hookgate-openclaw".into()),
         );
@@ -37,21 +58,7 @@ impl OpenClaw {
             home.display()
         );
         let state = tempfile::tempdir().unwrap();
-        let config = json!({
-            "gateway": {
-                "mode": "local",
-                "bind": "loopback",
-                "auth": {"mode": "token", "token": OPENCLAW_GATEWAY_TOKEN},
-            },
-            "hooks": {
-                "enabled": true,
-                "token": OPENCLAW_HOOK_TOKEN,
-                "defaultSessionKey": "hook:ingress",
-                "allowRequestSessionKey": false,
-                "allowedSessionKeyPrefixes": ["hook:"],
-            },
-            "logging": {"file": state.path().join("openclaw.log")},
-        });
+        let config = config(state.path());
         let config_path = state.path().join("openclaw.json");
         std::fs::write(&config_path, config.to_string()).unwrap();
         let port = free_port();
@@ -73,17 +80,17 @@ impl OpenClaw {
         OpenClaw { child, port, state }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
     /// What the gateway printed, for a failing assertion.
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.state.path().join("stdout.log")).unwrap_or_default()
     }
 
     /// Waits for `/readyz` (20–30 s after the start on this machine).
-    async fn ready(&mut self) {
+    pub(crate) async fn ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(150);
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
