@@ -187,11 +187,14 @@ mod tests {
     }
 
     #[test]
-    fn blank_optional_strings_are_absent() {
-        let req = agent(json!({"message": "m", "name": " ", "agentId": "", "to": 3})).unwrap();
+    fn blank_optional_strings_are_absent_but_a_blank_agent_id_is_refused() {
+        let req = agent(json!({"message": "m", "name": " ", "to": 3})).unwrap();
         assert_eq!(req.name, "Hook");
         assert_eq!(req.agent_id, None);
         assert_eq!(req.to, None);
+        // As the OpenClaw gateway: an agentId given must be a non-empty string.
+        let err = agent(json!({"message": "m", "agentId": ""})).unwrap_err();
+        assert_eq!(err.0, "agentId must be a non-empty string");
     }
 
     #[test]
