@@ -6,16 +6,15 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{Method, request::Parts};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use serde_json::Value;
 
 use super::AppState;
 use super::body::{parse_json, read_limited};
 use super::reply::HookError;
+use super::request::{HookRequest, Signed};
 use super::signed::{self, Credential};
 use super::{mapped, submit};
 use crate::config::{HookSettings, Settings};
 use crate::hook::payload;
-use crate::mapping::Mapping;
 
 /// Serves every path the router does not know: hooks under the configured prefix, 404 elsewhere.
 pub async fn dispatch(
@@ -102,14 +101,6 @@ async fn handle(
     Ok(signed::settle(app, key.clone(), response).await)
 }
 
-/// A request authenticated by a mapping's signature: it may run that mapping and nothing else.
-#[derive(Clone, Copy)]
-pub(super) struct Signed<'a> {
-    pub mapping: &'a Mapping,
-    /// The replay key; doubles as the idempotency key of the run it makes.
-    pub key: &'a str,
-}
-
 /// Steps 6 and 7: the body as JSON, then the hook it names.
 async fn route(
     app: &AppState,
@@ -145,16 +136,6 @@ async fn route(
 fn hook_name(rest: &str) -> &str {
     let name = rest.trim_start_matches('/');
     name.strip_suffix('/').unwrap_or(name)
-}
-
-/// One authenticated hook request with its body read.
-pub(super) struct HookRequest<'a> {
-    pub name: &'a str,
-    pub parts: &'a Parts,
-    pub body: &'a Bytes,
-    pub payload: &'a Value,
-    /// Set when a signature, not the token, admitted the request.
-    pub signed: Option<Signed<'a>>,
 }
 
 /// The part of `path` after `prefix` when `path` is the prefix or below it; case-sensitive and not

@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use super::AppState;
-use super::hooks::HookRequest;
 use super::reply::HookError;
+use super::request::HookRequest;
 use super::submit;
 use crate::config::HookSettings;
 use crate::gateway::runtime_clock::now_rfc3339;

@@ -10,6 +10,7 @@ mod mapped;
 mod observe;
 mod operator;
 mod reply;
+mod request;
 mod serve;
 mod signed;
 mod submit;

@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::AppState;
-use super::hooks::HookRequest;
 use super::reply::HookError;
+use super::request::HookRequest;
 use crate::config::HookSettings;
 use crate::gateway::{EventOutcome, RunQueued, RunStatus};
 use crate::hook::{AgentRequest, WakeMode, WakeRequest, idempotency};
