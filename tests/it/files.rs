@@ -5,10 +5,8 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use serde_json::json;
-
 use crate::harness::*;
-use crate::security::alerts_dir;
+use crate::security::{alerts_dir, post_alert};
 
 /// Longer than anything here should take; a hang fails on it instead of stalling the suite.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -91,14 +89,7 @@ async fn a_fifo_renamed_over_a_live_module_is_refused_and_the_old_version_serves
         body.to_string().contains("not a regular file")
     })
     .await;
-    let body = json!({"alert": {"summary": "served by the old version"}});
-    let response = server
-        .hook("/hooks/alerts")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    assert_eq!(post_alert(&server, "served by the old version").await, 200);
     server.signal("-TERM");
     let stopped = tokio::task::spawn_blocking(move || server.wait());
     let (status, log) = tokio::time::timeout(PATIENCE, stopped)
@@ -126,14 +117,7 @@ async fn a_symlink_in_the_compile_cache_is_never_followed() {
     std::os::unix::fs::symlink(&planted, &entry).unwrap();
 
     let server = Hookgate::start_in(&dir);
-    let body = json!({"alert": {"summary": "compiled again"}});
-    let response = server
-        .hook("/hooks/alerts")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    assert_eq!(post_alert(&server, "compiled again").await, 200);
     let (_, log) = server.terminate();
     assert!(
         log.contains("ignoring a cache entry") && log.contains("it is a symlink"),

@@ -277,6 +277,18 @@ pub(crate) fn alerts_dir() -> ConfigDir {
     dir
 }
 
+/// Posts an alert to the `alerts` mapping of [`alerts_dir`]; the status.
+pub(crate) async fn post_alert(server: &Hookgate, summary: &str) -> u16 {
+    let body = json!({"alert": {"summary": summary}});
+    let response = server
+        .hook("/hooks/alerts")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    response.status().as_u16()
+}
+
 /// `dir` and everything below it.
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut found = vec![dir.to_path_buf()];
@@ -304,14 +316,7 @@ async fn a_cache_entry_others_could_write_is_not_loaded() {
     std::fs::set_permissions(&entries[0], std::fs::Permissions::from_mode(0o666)).unwrap();
 
     let server = Hookgate::start_in(&dir);
-    let body = json!({"alert": {"summary": "still served"}});
-    let response = server
-        .hook("/hooks/alerts")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    assert_eq!(post_alert(&server, "still served").await, 200);
     let (_, log) = server.terminate();
     assert!(
         log.contains("ignoring a cache entry") && log.contains("other users could have written it"),
