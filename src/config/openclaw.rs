@@ -616,7 +616,7 @@ const OPENCLAW_ONLY_CHANNELS: &[&str] = &[
     "zalo",
 ];
 
-/// A mapping's `sessionMode: "isolated"` is what every hookgate run is; `transform.export`
+/// A mapping's `sessionMode: "isolated"` is what every mapped run is; `transform.export`
 /// picks a JavaScript export, which a component does not have.
 fn adopt_mappings(root: &mut Map<String, Value>, notices: &mut Vec<ConfigNotice>) {
     let Some(Value::Object(hooks)) = root.get_mut("hooks") else {
@@ -633,7 +633,7 @@ fn adopt_mappings(root: &mut Map<String, Value>, notices: &mut Vec<ConfigNotice>
             if mode.as_str() != Some("isolated") {
                 notices.push(ignored(
                     &format!("hooks.mappings[{i}].sessionMode"),
-                    "every hookgate run is isolated",
+                    "a mapped run is isolated (a request's sessionMode is served)",
                 ));
             }
         }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::clock::now_rfc3339;
 use super::delivery::resolve_route;
-use super::provider::{ChatError, ChatTurn, complete, is_acknowledgement, summary_of};
+use super::provider::{ChatError, ChatTurn, Exchange, complete, is_acknowledgement, summary_of};
 use super::records::{
     DeliveryJob, DeliveryRecord, NewRun, RunOutcome, RunStatus, SkipReason, SummaryEvent,
 };
@@ -15,7 +15,7 @@ use super::store::Store;
 use crate::config::Settings;
 use crate::config::runtime::{AgentRuntime, MAX_RUN_SECONDS, Route};
 use crate::hook::envelope::sanitize_summary_name;
-use crate::hook::{Channel, Thinking, WakeMode};
+use crate::hook::{Channel, SessionMode, Thinking, WakeMode};
 
 /// Events one heartbeat takes at most; the rest wait for the next.
 const MAX_BEAT_EVENTS: u32 = 100;
@@ -33,6 +33,13 @@ fn model_chain(agent: &AgentRuntime, requested: Option<&str>) -> Vec<String> {
     chain
 }
 
+/// What a turn asks of the model: the conversation so far, the prompt, the thinking level.
+struct Question<'a> {
+    history: &'a [Exchange],
+    prompt: &'a str,
+    thinking: Option<Thinking>,
+}
+
 /// One turn through the model chain: each model in order until one answers or fails in a way
 /// that no other model mends (a refusal, an unreadable answer). Returns the reply with the model
 /// id that gave it, or the last failure.
@@ -41,8 +48,7 @@ async fn ask(
     settings: &Settings,
     agent: &AgentRuntime,
     chain: &[String],
-    prompt: &str,
-    thinking: Option<Thinking>,
+    question: &Question<'_>,
     timeout: Duration,
 ) -> (Result<String, TurnError>, Option<String>) {
     let unconfigured = settings.runtime.providers.is_empty() && agent.provider.is_none();
@@ -61,8 +67,9 @@ async fn ask(
         let left = cap.saturating_duration_since(tokio::time::Instant::now());
         let turn = ChatTurn {
             model,
-            prompt,
-            thinking,
+            history: question.history,
+            prompt: question.prompt,
+            thinking: question.thinking,
             timeout: timeout.min(left),
         };
         match complete(http, provider, &turn).await {
@@ -93,8 +100,32 @@ enum TurnError {
     Chat(ChatError),
 }
 
+/// The earlier exchanges of a persistent run's session, from `store` (on NATS, the node's view,
+/// brought up to the stream first); none for an isolated run, or when they cannot be read (the
+/// turn then starts the conversation afresh, and the failure is logged).
+pub async fn history(store: &Store, run: &NewRun) -> Vec<Exchange> {
+    if run.session_mode != SessionMode::Persistent {
+        return Vec::new();
+    }
+    let of = run.clone();
+    match store.read(move |conn| runs::history(conn, &of)).await {
+        Ok(history) => history,
+        Err(err) => {
+            tracing::error!(%err, run = %run.run_id, "cannot read the session's history");
+            Vec::new()
+        }
+    }
+}
+
 /// Calls the model for one run, trying the agent's fallbacks when a model fails for a while.
-pub async fn turn(http: &reqwest::Client, settings: &Settings, run: &NewRun) -> RunOutcome {
+/// `history`: the earlier exchanges of a persistent run's session (see [`runs::history`]),
+/// empty for an isolated one.
+pub async fn turn(
+    http: &reqwest::Client,
+    settings: &Settings,
+    run: &NewRun,
+    history: &[Exchange],
+) -> RunOutcome {
     let agent = settings.runtime.agent(&run.target_agent);
     // A request may shorten or lengthen its run, but not beyond a day (`0` asks for that): a
     // run that never ends would hold a slot and its session key for good.
@@ -109,8 +140,11 @@ pub async fn turn(http: &reqwest::Client, settings: &Settings, run: &NewRun) -> 
         settings,
         agent,
         &chain,
-        &run.prompt,
-        run.thinking,
+        &Question {
+            history,
+            prompt: &run.prompt,
+            thinking: run.thinking,
+        },
         timeout,
     )
     .await;
@@ -301,8 +335,11 @@ pub async fn heartbeat(http: &reqwest::Client, settings: &Settings, store: &Stor
         settings,
         agent_runtime,
         &chain,
-        &prompt,
-        None,
+        &Question {
+            history: &[],
+            prompt: &prompt,
+            thinking: None,
+        },
         timeout,
     )
     .await;

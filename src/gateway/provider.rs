@@ -40,9 +40,35 @@ impl ChatError {
 pub struct ChatTurn<'a> {
     /// The model name as the provider knows it (without a `<provider>/` prefix).
     pub model: &'a str,
+    /// Earlier exchanges of the conversation, oldest first: sent before `prompt`.
+    pub history: &'a [Exchange],
     pub prompt: &'a str,
     pub thinking: Option<Thinking>,
     pub timeout: Duration,
+}
+
+/// One earlier exchange of a persistent session: what the agent was given and what it replied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exchange {
+    pub prompt: String,
+    pub reply: String,
+}
+
+/// The conversation as both wire formats take it: each exchange as a user and an assistant
+/// message, then the prompt.
+fn messages(turn: &ChatTurn<'_>) -> Value {
+    let mut messages: Vec<Value> = turn
+        .history
+        .iter()
+        .flat_map(|exchange| {
+            [
+                json!({"role": "user", "content": exchange.prompt}),
+                json!({"role": "assistant", "content": exchange.reply}),
+            ]
+        })
+        .collect();
+    messages.push(json!({"role": "user", "content": turn.prompt}));
+    Value::Array(messages)
 }
 
 /// Error bodies are cut to this many characters before they reach the run record.
@@ -116,7 +142,7 @@ pub async fn complete(
 fn openai_body(turn: &ChatTurn<'_>) -> Value {
     let mut body = json!({
         "model": turn.model,
-        "messages": [{"role": "user", "content": turn.prompt}],
+        "messages": messages(turn),
     });
     let effort = match turn.thinking {
         Some(Thinking::Minimal) => Some("minimal"),
@@ -153,7 +179,7 @@ fn anthropic_body(turn: &ChatTurn<'_>) -> Value {
     let mut body = json!({
         "model": turn.model,
         "max_tokens": ANTHROPIC_MAX_TOKENS,
-        "messages": [{"role": "user", "content": turn.prompt}],
+        "messages": messages(turn),
     });
     match turn.thinking {
         Some(Thinking::Adaptive) => body["thinking"] = json!({"type": "adaptive"}),
@@ -240,6 +266,7 @@ mod tests {
     fn turn(thinking: Option<Thinking>) -> ChatTurn<'static> {
         ChatTurn {
             model: "m",
+            history: &[],
             prompt: "p",
             thinking,
             timeout: Duration::from_secs(1),

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::runtime::Route;
 
 use crate::hook::envelope::ContentSource;
-use crate::hook::{AdmittedRun, Channel, Thinking, WakeMode};
+use crate::hook::{AdmittedRun, Channel, SessionMode, Thinking, WakeMode};
 
 /// Where a run is in its life. Spelled in snake case in the store and the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -109,6 +109,11 @@ text_column!(
     WakeMode => |text| match text {
         "now" => Some(WakeMode::Now),
         "next-heartbeat" => Some(WakeMode::NextHeartbeat),
+        _ => None,
+    },
+    SessionMode => |text| match text {
+        "isolated" => Some(SessionMode::Isolated),
+        "persistent" => Some(SessionMode::Persistent),
         _ => None,
     },
     ContentSource => |text| match text {
@@ -358,6 +363,7 @@ impl NewRun {
             wake_mode: run.wake_mode,
             source: run.source,
             created_at,
+            session_mode: run.session_mode,
         }
     }
 }
@@ -419,6 +425,9 @@ pub struct NewRun {
     pub wake_mode: WakeMode,
     pub source: ContentSource,
     pub created_at: String,
+    /// Absent from runs written before there were session modes: those were isolated.
+    #[serde(default)]
+    pub session_mode: SessionMode,
 }
 
 impl NewRun {
@@ -426,8 +435,9 @@ impl NewRun {
         conn.prepare_cached(
             "INSERT INTO runs (run_id, status, hook_name, agent_id, target_agent, session_key,
                  message, prompt, deliver, channel, to_addr, model, thinking, timeout_seconds,
-                 wake_mode, source, created_at)
-             VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                 wake_mode, source, created_at, session_mode)
+             VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                     ?17)",
         )?
         .execute(params![
             self.run_id,
@@ -447,6 +457,7 @@ impl NewRun {
             self.wake_mode,
             self.source,
             self.created_at,
+            self.session_mode,
         ])?;
         Ok(())
     }
@@ -456,7 +467,7 @@ impl NewRun {
         conn.prepare_cached(
             "SELECT run_id, hook_name, agent_id, target_agent, session_key, message, prompt,
                     deliver, channel, to_addr, model, thinking, timeout_seconds, wake_mode,
-                    source, created_at
+                    source, created_at, session_mode
              FROM runs WHERE run_id = ?1",
         )?
         .query_row(params![run_id], |row| {
@@ -479,6 +490,7 @@ impl NewRun {
                 wake_mode: row.get(13)?,
                 source: row.get(14)?,
                 created_at: row.get(15)?,
+                session_mode: row.get(16)?,
             })
         })
         .optional()

@@ -142,6 +142,7 @@ mod tests {
             timeout_seconds: None,
             source: ContentSource::Webhook,
             allow_unsafe_external_content: false,
+            session_mode: Default::default(),
         }
     }
 

@@ -102,7 +102,8 @@ fn lock(busy: &BusySessions) -> std::sync::MutexGuard<'_, HashSet<String>> {
 /// One run: the turn, then its outcome, summary or delivery in one transaction.
 async fn execute(ctx: &Context, signals: &Signals, run: NewRun) {
     let settings = ctx.config.current();
-    let outcome = agent::turn(&ctx.http, &settings, &run).await;
+    let history = agent::history(&ctx.store, &run).await;
+    let outcome = agent::turn(&ctx.http, &settings, &run, &history).await;
     let owner = agent::owner_route_for(&ctx.store, &settings, &run, &outcome).await;
     let conclusion = agent::conclude(&settings, &run, outcome, owner);
     let wakes_now = conclusion.wakes_now(&run);

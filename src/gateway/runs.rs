@@ -5,6 +5,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::provider::Exchange;
 use super::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus, SummaryEvent};
 use crate::config::runtime::Route;
 
@@ -192,6 +193,51 @@ pub fn pending_events(
         })
     })?;
     rows.collect()
+}
+
+/// The most earlier exchanges a persistent run's turn carries, and their most bytes together;
+/// the oldest are left out first. Retention prunes them with their runs.
+const HISTORY_EXCHANGES: u32 = 20;
+const HISTORY_BYTES: usize = 64 * 1024;
+
+/// The earlier exchanges of `run`'s conversation, oldest first: the persistent runs of its agent
+/// and session key that ended with a reply, stored before it. Runs of one session key run one
+/// after another, so these are complete.
+pub fn history(conn: &Connection, run: &NewRun) -> rusqlite::Result<Vec<Exchange>> {
+    let mut newest_first: Vec<Exchange> = conn
+        .prepare_cached(
+            "SELECT prompt, reply FROM runs
+             WHERE session_key = ?1 AND status = 'ok' AND target_agent = ?2
+               AND session_mode = 'persistent' AND reply IS NOT NULL
+               AND rowid < (SELECT rowid FROM runs WHERE run_id = ?3)
+             ORDER BY rowid DESC LIMIT ?4",
+        )?
+        .query_map(
+            params![
+                run.session_key,
+                run.target_agent,
+                run.run_id,
+                HISTORY_EXCHANGES
+            ],
+            |row| {
+                Ok(Exchange {
+                    prompt: row.get(0)?,
+                    reply: row.get(1)?,
+                })
+            },
+        )?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut bytes = 0;
+    let kept = newest_first
+        .iter()
+        .take_while(|exchange| {
+            bytes += exchange.prompt.len() + exchange.reply.len();
+            bytes <= HISTORY_BYTES
+        })
+        .count();
+    newest_first.truncate(kept);
+    newest_first.reverse();
+    Ok(newest_first)
 }
 
 pub fn consume_events(conn: &Connection, agent: &str, up_to_seq: i64) -> rusqlite::Result<()> {

@@ -113,6 +113,11 @@ UPDATE runs SET thinking = NULL
  WHERE thinking NOT IN ('off', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max', 'adaptive');
 ";
 
+/// Whether a run continues its session key's conversation (`sessionMode: "persistent"`).
+const SCHEMA_V7: &str = "
+ALTER TABLE runs ADD COLUMN session_mode TEXT NOT NULL DEFAULT 'isolated';
+";
+
 /// Brings the schema up to date, one version per transaction.
 pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
@@ -123,6 +128,7 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         (4, SCHEMA_V4),
         (5, SCHEMA_V5),
         (6, SCHEMA_V6),
+        (7, SCHEMA_V7),
     ] {
         if version < target {
             conn.execute_batch(&format!(

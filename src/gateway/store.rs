@@ -423,6 +423,7 @@ mod tests {
             wake_mode: crate::hook::WakeMode::Now,
             source: crate::hook::envelope::ContentSource::Webhook,
             created_at: "2026-01-01T00:00:00.000Z".into(),
+            session_mode: Default::default(),
         }
     }
 

@@ -187,11 +187,23 @@ pub struct AgentRequest {
 }
 
 /// Whether a run starts a fresh conversation or continues its session key's.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum SessionMode {
     #[default]
     Isolated,
+    /// The run's turn carries the earlier exchanges of its agent and session key.
     Persistent,
+}
+
+impl SessionMode {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionMode::Isolated => "isolated",
+            SessionMode::Persistent => "persistent",
+        }
+    }
 }
 
 /// An agent request that passed every policy: what gets queued as a run.
@@ -219,6 +231,7 @@ pub struct AdmittedRun {
     pub timeout_seconds: Option<u64>,
     pub source: ContentSource,
     pub allow_unsafe_external_content: bool,
+    pub session_mode: SessionMode,
 }
 
 impl AdmittedRun {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::action::{AdmittedRun, Thinking};
+use super::action::{AdmittedRun, SessionMode, Thinking};
 
 /// Keys longer than this are not used (the next candidate is tried instead).
 pub const MAX_KEY_CHARS: usize = 256;
@@ -35,7 +35,7 @@ pub fn body_key(payload: &Value) -> Option<&str> {
 /// in would make every repeat look new.
 pub fn fingerprint(key: &str, hook_path: &str, run: &AdmittedRun) -> String {
     let session_key = run.session_key_chosen.then_some(run.session_key.as_str());
-    let material = serde_json::json!([
+    let mut material = serde_json::json!([
         key,
         hook_path,
         run.message,
@@ -51,6 +51,12 @@ pub fn fingerprint(key: &str, hook_path: &str, run: &AdmittedRun) -> String {
         run.timeout_seconds,
         run.allow_unsafe_external_content,
     ]);
+    // Appended only when set, so that the fingerprints of isolated runs stay what they were.
+    if run.session_mode == SessionMode::Persistent {
+        if let Some(fields) = material.as_array_mut() {
+            fields.push(serde_json::Value::from(run.session_mode.as_str()));
+        }
+    }
     hex::encode(Sha256::digest(material.to_string().as_bytes()))
 }
 
@@ -77,6 +83,7 @@ mod tests {
             timeout_seconds: None,
             source: ContentSource::Webhook,
             allow_unsafe_external_content: false,
+            session_mode: Default::default(),
         }
     }
 

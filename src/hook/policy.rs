@@ -278,17 +278,10 @@ impl HookPolicy {
             Some(target),
             fresh_key,
         )?;
-        if persistent {
-            if self.sessions.prefixes.is_empty() {
-                return Err(Rejected::new(
-                    "hooks.allowedSessionKeyPrefixes is required when direct hook sessionMode is persistent",
-                ));
-            }
-            // Continuing a session's conversation needs the runtime to keep its history, which
-            // it does not yet (docs/coming-from-openclaw.md): a clear refusal, not an isolated run
-            // pretending otherwise.
+        if persistent && self.sessions.prefixes.is_empty() {
+            // A conversation the request names must at least be confined to known prefixes.
             return Err(Rejected::new(
-                "sessionMode persistent is not served by hookgate yet; send isolated runs",
+                "hooks.allowedSessionKeyPrefixes is required when direct hook sessionMode is persistent",
             ));
         }
         let source = if session.key.to_lowercase().starts_with("hook:gmail:") {
@@ -314,6 +307,7 @@ impl HookPolicy {
             timeout_seconds: request.timeout_seconds,
             source,
             allow_unsafe_external_content,
+            session_mode: request.session_mode,
         })
     }
 }

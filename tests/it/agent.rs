@@ -588,3 +588,48 @@ async fn wakes_take_an_agent_and_a_session_key_under_the_agent_policies() {
     // The default agent's main session has its own event only; ops's went to ops's.
     assert_eq!(server.event_texts().await, ["for main"]);
 }
+
+/// A persistent run's turn carries the earlier exchanges of its session key, oldest first; an
+/// isolated run of the same key starts afresh and is no part of the conversation.
+#[tokio::test]
+async fn persistent_runs_continue_their_session_s_conversation() {
+    let provider = crate::fake::Fake::provider("noted").await;
+    let mut config = crate::runtime::with_provider(&provider);
+    set(&mut config, "hooks.allowRequestSessionKey", json!(true));
+    set(
+        &mut config,
+        "hooks.allowedSessionKeyPrefixes",
+        json!(["hook:"]),
+    );
+    let (server, _dir) = Hookgate::start(&config);
+    let send = |message: &str, mode: &str| {
+        json!({"message": message, "sessionKey": "hook:conversation", "sessionMode": mode,
+               "deliver": false, "waitForCompletion": true})
+    };
+    for (message, mode) in [
+        ("first", "persistent"),
+        ("aside", "isolated"),
+        ("second", "persistent"),
+    ] {
+        let (status, reply) = post(&server, send(message, mode)).await;
+        assert_eq!(status, 200, "{reply}");
+        assert_eq!(reply["completion"]["status"], "ok", "{reply}");
+    }
+    let requests = provider.requests();
+    let roles = |i: usize| -> Vec<String> {
+        requests[i].body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(roles(0), ["user"]);
+    assert_eq!(roles(1), ["user"], "an isolated run starts afresh");
+    assert_eq!(roles(2), ["user", "assistant", "user"]);
+    let messages = &requests[2].body["messages"];
+    assert!(messages[0]["content"].as_str().unwrap().contains("first"));
+    assert_eq!(messages[1]["content"], "noted");
+    assert!(messages[2]["content"].as_str().unwrap().contains("second"));
+    assert!(!messages.to_string().contains("aside"));
+}

@@ -14,6 +14,10 @@ use crate::gateway::clock::now_rfc3339;
 use crate::gateway::context::Context;
 use crate::gateway::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus, SkipReason};
 use crate::gateway::runs;
+use crate::hook::SessionMode;
+
+/// How long a persistent run waits for this node's view to show its session's earlier runs.
+const HISTORY_CATCH_UP: Duration = Duration::from_secs(2);
 
 /// One agent run from the runner consumer: never two of one session key at once in the
 /// cluster, and not again once its outcome is on the stream. Every step, the waits included,
@@ -40,7 +44,15 @@ pub(super) async fn run(ctx: Context, cluster: Cluster, message: Message) {
     };
     let refresh = || lock.refresh();
     let settings = ctx.config.current();
-    let turn = agent::turn(&ctx.http, &settings, &work);
+    if work.session_mode == SessionMode::Persistent {
+        // The session's previous run finished before this one took its lock, but this node's
+        // view may not show it yet: bring the view up to the stream (briefly) first.
+        if let Ok(last) = cluster.last_sequence().await {
+            cluster.wait_applied(last, HISTORY_CATCH_UP).await;
+        }
+    }
+    let history = agent::history(&ctx.store, &work).await;
+    let turn = agent::turn(&ctx.http, &settings, &work, &history);
     let outcome = with_progress(&cluster, &message, refresh, turn).await;
     let owner = agent::owner_route_for(&ctx.store, &settings, &work, &outcome).await;
     let conclusion = agent::conclude(&settings, &work, outcome, owner);
