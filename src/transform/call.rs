@@ -2,19 +2,18 @@
 //! mapping with `transform.reuse`, a call on an instance kept from its earlier calls); and what
 //! the answer means for the request.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use wasmtime::{Store, Trap};
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-
-use super::bindings::{Transform, types};
+use super::bindings::types;
 use super::engine::TransformEngine;
 use super::guest_text::{MAX_ERROR_BYTES, guest_text};
 use super::host::HostState;
 use super::limits::TransformLimits;
 use super::registry::LoadedTransform;
+use super::warm::{IdleCount, IdleInstance, WarmInstance};
 use crate::hook::WakeMode;
 use crate::mapping::{TransformAction, TransformAgent};
 
@@ -217,42 +216,6 @@ impl TransformEngine {
             _count: count,
         };
         lock(&transform.warm).entry(key).or_default().push(idle);
-    }
-}
-
-/// An instance kept between the calls of one mapping (`transform.reuse`), with its store.
-pub(crate) struct WarmInstance {
-    store: Store<HostState>,
-    instance: Transform,
-    calls: u32,
-}
-
-/// An instance waiting for its mapping's next call, counted as idle for as long as it waits:
-/// until a call takes it, or until it is dropped with its module's version on a reload.
-pub(crate) struct IdleInstance {
-    instance: WarmInstance,
-    _count: IdleCount,
-}
-
-/// One unit of the engine's idle count, given back when dropped, so the count cannot drift
-/// from the instances that exist.
-struct IdleCount(Arc<AtomicUsize>);
-
-impl IdleCount {
-    /// A unit of `count`, unless it already holds `max`.
-    fn claim(count: &Arc<AtomicUsize>, max: usize) -> Option<IdleCount> {
-        count
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| IdleCount(Arc::clone(count)))
-    }
-}
-
-impl Drop for IdleCount {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -472,19 +435,5 @@ mod tests {
             mode: None,
         }));
         assert_eq!(convert(outcome, 10).unwrap_err().cause(), "output");
-    }
-
-    #[test]
-    fn the_idle_count_never_passes_its_max_and_follows_drops() {
-        let count = Arc::new(AtomicUsize::new(0));
-        let first = IdleCount::claim(&count, 2).unwrap();
-        let second = IdleCount::claim(&count, 2).unwrap();
-        assert!(IdleCount::claim(&count, 2).is_none());
-        drop(first);
-        assert_eq!(count.load(Ordering::SeqCst), 1);
-        let third = IdleCount::claim(&count, 2);
-        assert!(third.is_some());
-        drop((second, third));
-        assert_eq!(count.load(Ordering::SeqCst), 0);
     }
 }

@@ -15,6 +15,7 @@ mod host;
 mod limits;
 mod module_file;
 mod registry;
+mod warm;
 
 pub use call::{CallOutcome, Reply, TransformFailure, TransformInput};
 pub use engine::TransformEngine;

@@ -13,10 +13,10 @@ use wasmtime::component::Component;
 
 use super::bindings::TransformPre;
 use super::cache::CompileCache;
-use super::call::IdleInstance;
 use super::engine::TransformEngine;
 use super::host::HostState;
 use super::module_file;
+use super::warm::IdleInstance;
 
 /// Interfaces a transform may import: its own contract and the WASI interfaces a `wasm32-wasip2`
 /// guest's standard library needs, all backed by an empty context. Anything else (sockets,
