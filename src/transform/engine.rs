@@ -12,19 +12,15 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use super::bindings::Transform;
 use super::call_slots::CallSlots;
 use super::host::HostState;
-use super::limits::TransformLimits;
+use super::limits::{
+    CORE_INSTANCES_PER_COMPONENT, MEMORIES_PER_COMPONENT, TABLES_PER_COMPONENT, TransformLimits,
+};
 
 /// How often the epoch advances: how long a guest runs before it yields its thread.
 pub(super) const TICK: Duration = Duration::from_millis(10);
 
 /// Guest stack; deep recursion traps here instead of exhausting the host thread.
 const MAX_WASM_STACK: usize = 512 * 1024;
-
-/// Core instances, memories and tables one component may need. Rust components are one core
-/// module plus a few small shims; interpreted guests have more.
-pub(super) const CORE_INSTANCES_PER_COMPONENT: u32 = 16;
-pub(super) const MEMORIES_PER_COMPONENT: u32 = 2;
-pub(super) const TABLES_PER_COMPONENT: u32 = 16;
 
 /// The engine, linker, ticker and call slots. Cheap to clone; the ticker stops with the last clone.
 #[derive(Clone)]

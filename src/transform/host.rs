@@ -9,8 +9,8 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{TransformImports, types};
-use super::engine::{CORE_INSTANCES_PER_COMPONENT, MEMORIES_PER_COMPONENT, TABLES_PER_COMPONENT};
 use super::guest_text::guest_text;
+use super::limits::{CORE_INSTANCES_PER_COMPONENT, MEMORIES_PER_COMPONENT, TABLES_PER_COMPONENT};
 
 /// Tables may not grow past this many elements (function tables of ordinary guests are far
 /// smaller); keeps a hostile `table.grow` from taking host memory outside the memory cap.

@@ -2,6 +2,12 @@
 
 use std::time::Duration;
 
+/// Core instances, memories and tables one component may need. Rust components are one core
+/// module plus a few small shims; interpreted guests have more.
+pub(super) const CORE_INSTANCES_PER_COMPONENT: u32 = 16;
+pub(super) const MEMORIES_PER_COMPONENT: u32 = 2;
+pub(super) const TABLES_PER_COMPONENT: u32 = 16;
+
 /// Bounds on one call of a transform. Defaults suit small Rust transforms; interpreted guests
 /// (JavaScript, Python) need more memory and time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
