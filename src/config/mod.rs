@@ -10,6 +10,7 @@ pub mod model;
 mod openclaw;
 mod reload;
 pub mod runtime;
+mod secret;
 mod settings;
 pub mod store;
 mod suggest;

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::ConfigError;
 use super::model::{FileConfig, ModelConfig, ProviderConfig, SecretValue};
-use super::settings::secret;
+use super::secret::secret;
 use crate::hook::Channel;
 use crate::hook::policy::normalize_agent_id;
 

@@ -12,6 +12,7 @@ use super::connections::ConnectionSettings;
 use super::limits;
 use super::model::{FileConfig, HooksConfig, SecretValue, SignatureConfig};
 use super::runtime::{RuntimeSettings, runtime_settings};
+use super::secret::secret;
 use super::{ConfigError, ConfigNotice, seconds};
 use crate::client::TrustedProxies;
 use crate::hook::policy::{AllowedAgents, normalize_agent_id};
@@ -195,31 +196,6 @@ impl Settings {
             notices: Vec::new(),
         })
     }
-}
-
-pub(super) fn secret(
-    value: Option<SecretValue>,
-    key: &str,
-    config_dir: &Path,
-    problems: &mut Vec<ConfigError>,
-) -> Option<String> {
-    let value = match value? {
-        SecretValue::Inline(value) => value,
-        SecretValue::File(file) => {
-            let path = config_dir.join(&file.file);
-            match std::fs::read_to_string(&path) {
-                Ok(contents) => contents.trim().to_string(),
-                Err(err) => {
-                    problems.push(ConfigError::invalid(
-                        key,
-                        format!("cannot read secret file {}: {err}", path.display()),
-                    ));
-                    return None;
-                }
-            }
-        }
-    };
-    (!value.trim().is_empty()).then_some(value)
 }
 
 fn agent_directory(file: &FileConfig) -> AgentDirectory {
