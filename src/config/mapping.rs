@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::model::MappingConfig;
 use crate::hook::payload::timeout_seconds;
-use crate::hook::{Channel, Thinking, WakeMode};
+use crate::hook::{Channel, SessionMode, Thinking, WakeMode};
 use crate::mapping::{ActionKind, Mapping, TransformSpec};
 
 /// Builds the mapping at position `index` (0-based) of `hooks.mappings` from its entry in the file.
@@ -36,6 +36,11 @@ pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> 
         None => None,
         Some(key) if !key.is_empty() && !key.contains(['.', '[', ']']) => Some(key.to_string()),
         Some(_) => return Err("forEach must be a top-level payload key".into()),
+    };
+    let session_mode = match config.session_mode.as_deref() {
+        None | Some("isolated") => SessionMode::Isolated,
+        Some("persistent") => SessionMode::Persistent,
+        Some(_) => return Err("sessionMode must be isolated or persistent".into()),
     };
     let strip_slashes = |s: &str| s.trim().trim_matches('/').to_string();
     let rule = config.match_rule.clone().unwrap_or_default();
@@ -69,6 +74,7 @@ pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> 
         is_email: false,
         signature: None,
         for_each,
+        session_mode,
     })
 }
 

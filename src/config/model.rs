@@ -184,6 +184,8 @@ pub struct MappingConfig {
     /// A top-level payload key holding a list: one action per element (the gmail preset's
     /// `messages`).
     pub for_each: Option<String>,
+    /// `isolated` (default) or `persistent`: the runs continue their session key's conversation.
+    pub session_mode: Option<String>,
 }
 
 /// `signature` of a mapping.

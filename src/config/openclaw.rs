@@ -616,8 +616,7 @@ const OPENCLAW_ONLY_CHANNELS: &[&str] = &[
     "zalo",
 ];
 
-/// A mapping's `sessionMode: "isolated"` is what every mapped run is; `transform.export`
-/// picks a JavaScript export, which a component does not have.
+/// `transform.export` picks a JavaScript export, which a component does not have.
 fn adopt_mappings(root: &mut Map<String, Value>, notices: &mut Vec<ConfigNotice>) {
     let Some(Value::Object(hooks)) = root.get_mut("hooks") else {
         return;
@@ -629,14 +628,6 @@ fn adopt_mappings(root: &mut Map<String, Value>, notices: &mut Vec<ConfigNotice>
         let Value::Object(mapping) = mapping else {
             continue;
         };
-        if let Some(mode) = mapping.shift_remove("sessionMode") {
-            if mode.as_str() != Some("isolated") {
-                notices.push(ignored(
-                    &format!("hooks.mappings[{i}].sessionMode"),
-                    "a mapped run is isolated (a request's sessionMode is served)",
-                ));
-            }
-        }
         if let Some(Value::Object(transform)) = mapping.get_mut("transform") {
             if transform.shift_remove("export").is_some() {
                 notices.push(ignored(

@@ -337,6 +337,18 @@ fn hook_settings(
                         format!("'{}' is already the id of hooks.mappings[{j}]", mapping.id),
                     ));
                 }
+                let persistent = mapping.session_mode == crate::hook::SessionMode::Persistent;
+                if persistent
+                    && mapping.kind == crate::mapping::ActionKind::Agent
+                    && mapping.session_key_template().is_none()
+                    && sessions.default_key.is_none()
+                    && mapping.transform.is_none()
+                {
+                    problems.push(ConfigError::invalid(
+                        format!("hooks.mappings[{i}].sessionMode"),
+                        "persistent hook mappings require sessionKey, hooks.defaultSessionKey, or a transform",
+                    ));
+                }
                 if let (Some(_), Some(own)) = (&mapping.transform, &config.transform) {
                     let key = format!("hooks.mappings[{i}].transform");
                     if let Some(own) = limits::mapping_limits(own, transform_limits, &key, problems)

@@ -267,10 +267,20 @@ impl HookPolicy {
         let agent_id = self.agents.resolve(request.agent_id.as_deref())?;
         let target = agent_id.as_deref().unwrap_or(self.agents.default_id());
         let persistent = request.session_mode == SessionMode::Persistent;
+        let direct = origin == KeyOrigin::Request;
         if persistent && request.session_key.is_none() {
-            return Err(Rejected::new(
-                "sessionKey is required when sessionMode is persistent",
-            ));
+            // A mapping may continue the conversation of `defaultSessionKey`; a request must
+            // name its own (the OpenClaw gateway's rules and words).
+            if direct {
+                return Err(Rejected::new(
+                    "sessionKey is required when sessionMode is persistent",
+                ));
+            }
+            if self.sessions.default_key.is_none() {
+                return Err(Rejected::new(
+                    "sessionKey or hooks.defaultSessionKey is required when mapped hook sessionMode is persistent",
+                ));
+            }
         }
         let session = self.sessions.resolve(
             request.session_key.as_deref(),
@@ -278,7 +288,7 @@ impl HookPolicy {
             Some(target),
             fresh_key,
         )?;
-        if persistent && self.sessions.prefixes.is_empty() {
+        if persistent && direct && self.sessions.prefixes.is_empty() {
             // A conversation the request names must at least be confined to known prefixes.
             return Err(Rejected::new(
                 "hooks.allowedSessionKeyPrefixes is required when direct hook sessionMode is persistent",

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::hook::policy::KeyOrigin;
 use crate::hook::signature::SignatureRule;
-use crate::hook::{AgentRequest, Channel, Rejected, WakeMode, WakeRequest};
+use crate::hook::{AgentRequest, Channel, Rejected, SessionMode, WakeMode, WakeRequest};
 pub use template::TemplateContext;
 use template::{render, render_optional};
 
@@ -48,6 +48,8 @@ pub struct Mapping {
     pub signature: Option<SignatureRule>,
     /// `forEach`: the top-level payload key whose list elements each make one action.
     pub for_each: Option<String>,
+    /// Whether the mapping's runs continue their session key's conversation.
+    pub session_mode: SessionMode,
 }
 
 /// The `transform` of a mapping.
@@ -72,6 +74,11 @@ impl Mapping {
             .as_deref()
             .is_none_or(|s| payload.get("source").and_then(Value::as_str) == Some(s));
         path_ok && source_ok
+    }
+
+    /// The mapping's `sessionKey` as written, template expressions and all.
+    pub fn session_key_template(&self) -> Option<&str> {
+        self.session_key.as_deref()
     }
 
     /// Whether the mapping's `sessionKey` holds a template expression: then the payload chooses
@@ -100,6 +107,7 @@ impl Mapping {
         };
         MappedAction {
             key_origin,
+            session_mode: self.session_mode,
             kind: self.kind,
             text: self
                 .text_template
@@ -217,6 +225,7 @@ pub fn preset(name: &str) -> Option<Mapping> {
         agent_id: None,
         session_key: Some("hook:gmail:{{messages[0].id}}".into()),
         for_each: Some("messages".into()),
+        session_mode: SessionMode::Isolated,
         message_template: Some(
             "New email from {{messages[0].from}}\nSubject: {{messages[0].subject}}\n{{messages[0].snippet}}\n{{messages[0].body}}".into(),
         ),
@@ -241,6 +250,7 @@ pub struct MappedAction {
     pub kind: ActionKind,
     /// Where `session_key` came from: the mapping's fixed key, or one the payload chose.
     pub key_origin: KeyOrigin,
+    pub session_mode: SessionMode,
     pub text: String,
     pub message: String,
     pub name: Option<String>,
@@ -376,7 +386,7 @@ impl MappedAction {
                         model: self.model,
                         thinking: crate::hook::payload::thinking(self.thinking)?,
                         timeout_seconds: self.timeout_seconds,
-                        session_mode: crate::hook::SessionMode::Isolated,
+                        session_mode: self.session_mode,
                         wait_for_completion: false,
                     },
                 })

@@ -518,3 +518,52 @@ async fn the_gmail_preset_makes_one_run_per_message() {
         assert!(r.bytes().await.unwrap().is_empty());
     }
 }
+
+/// A mapping's `sessionMode: "persistent"` continues its session key's conversation; without a
+/// key, `defaultSessionKey` or a transform the mapping is refused at start (OpenClaw's rules).
+#[tokio::test]
+async fn persistent_mappings_continue_their_conversation() {
+    let provider = crate::fake::Fake::provider("seen").await;
+    let mut config = crate::runtime::with_provider(&provider);
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"match": {"path": "thread"}, "messageTemplate": "note {{n}}",
+                "sessionKey": "hook:thread", "sessionMode": "persistent", "deliver": false}]),
+    );
+    let (server, _dir) = Hookgate::start(&config);
+    for n in [1, 2] {
+        let (status, reply) = json_of(
+            server
+                .hook("/hooks/thread")
+                .json(&json!({"n": n}))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 200, "{reply}");
+        let run_id = reply["runId"].as_str().unwrap().to_string();
+        eventually("the run ends", async || {
+            server.run_of(&json!({"runId": run_id})).await["status"] == "ok"
+        })
+        .await;
+    }
+    let second = &provider.requests()[1].body["messages"];
+    assert_eq!(second.as_array().unwrap().len(), 3, "{second}");
+    assert!(second[0]["content"].as_str().unwrap().contains("note 1"));
+    assert!(second[2]["content"].as_str().unwrap().contains("note 2"));
+
+    let mut keyless = base_config();
+    set(
+        &mut keyless,
+        "hooks.mappings",
+        json!([{"match": {"path": "t"}, "messageTemplate": "m", "sessionMode": "persistent"}]),
+    );
+    let (status, output, _dir) = check(&keyless);
+    assert!(!status.success());
+    assert!(
+        output.contains("hooks.mappings[0].sessionMode: persistent hook mappings require sessionKey, hooks.defaultSessionKey, or a transform"),
+        "{output}"
+    );
+}
