@@ -70,6 +70,8 @@ type FileStamp = (Option<std::time::SystemTime>, u64);
 /// one pointer swap per module: a call keeps the `Arc` it started with.
 pub struct TransformSet {
     dir: Option<Dir>,
+    /// Where `dir` is, for messages.
+    path: PathBuf,
     modules: RwLock<HashMap<String, Arc<LoadedTransform>>>,
     /// Why the latest change of a module's file was refused, until a later change loads.
     refused: RwLock<HashMap<String, String>>,
@@ -178,7 +180,7 @@ impl TransformRegistry {
         if let Some(handle) = &handle {
             for module in modules {
                 let reusable = previous.as_ref().and_then(|set| set.get(module));
-                match self.load_one(handle, module, reusable) {
+                match self.load_one(handle, dir, module, reusable) {
                     Ok(transform) => {
                         loaded.insert(module.clone(), transform);
                     }
@@ -191,6 +193,7 @@ impl TransformRegistry {
         }
         let set = Arc::new(TransformSet {
             dir: handle,
+            path: dir.to_path_buf(),
             modules: RwLock::new(loaded),
             refused: RwLock::new(HashMap::new()),
             examined: Mutex::new(HashMap::new()),
@@ -214,7 +217,7 @@ impl TransformRegistry {
             if !self.changed(&set, dir, &module) {
                 continue;
             }
-            match self.load_one(dir, &module, set.get(&module)) {
+            match self.load_one(dir, &set.path, &module, set.get(&module)) {
                 Ok(fresh) => {
                     write(&set.refused).remove(&module);
                     let mut loaded = write(&set.modules);
@@ -239,7 +242,7 @@ impl TransformRegistry {
 
     /// Whether the file's (modification time, length) differs from when it was last examined.
     fn changed(&self, set: &TransformSet, dir: &Dir, module: &str) -> bool {
-        let Ok(meta) = dir.metadata(module) else {
+        let Ok(meta) = dir.metadata(component_name(module).as_ref()) else {
             return true;
         };
         let stamp = (meta.modified().ok().map(|t| t.into_std()), meta.len());
@@ -251,6 +254,7 @@ impl TransformRegistry {
     fn load_one(
         &self,
         dir: &Dir,
+        dir_path: &Path,
         module: &str,
         current: Option<Arc<LoadedTransform>>,
     ) -> Result<Arc<LoadedTransform>, LoadError> {
@@ -258,7 +262,7 @@ impl TransformRegistry {
             module: module.to_string(),
             reason,
         };
-        let bytes = read_module(dir, module).map_err(fail)?;
+        let bytes = read_module(dir, dir_path, module).map_err(fail)?;
         let digest: [u8; 32] = Sha256::digest(&bytes).into();
         if let Some(current) = current.filter(|c| c.digest == digest) {
             // Same code, new configuration: compiled once, but idle instances stay with the old
@@ -329,14 +333,33 @@ impl TransformEngine {
 
 /// Opens `module` inside `dir` (never outside it: `Dir` refuses `..` and symlinks that leave it)
 /// and reads it as a bounded module file.
-fn read_module(dir: &Dir, module: &str) -> Result<Vec<u8>, String> {
+fn read_module(dir: &Dir, dir_path: &Path, module: &str) -> Result<Vec<u8>, String> {
+    let component = component_name(module);
+    if component != module && !dir.exists(component.as_ref()) {
+        return Err(format!(
+            "is JavaScript or TypeScript, which hookgate runs as the WebAssembly component built from it, and there is no {component} beside it: build it with `node transforms/js-sdk/build.mjs {source} -o {target}`",
+            source = dir_path.join(module).display(),
+            target = dir_path.join(component.as_ref()).display(),
+        ));
+    }
     let mut options = cap_std::fs::OpenOptions::new();
     options.read(true).custom_flags(module_file::OPEN_FLAGS);
     let file = dir
-        .open_with(module, &options)
+        .open_with(component.as_ref(), &options)
         .map_err(|e| format!("cannot open: {e}"))?;
     let meta = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
     module_file::read(file, meta.is_file(), meta.len())
+}
+
+/// The file a module name stands for: itself, or for a JavaScript or TypeScript source (as an
+/// openclaw.json names a transform) the component built from it beside it, `<stem>.wasm`.
+fn component_name(module: &str) -> std::borrow::Cow<'_, str> {
+    for source in [".js", ".mjs", ".cjs", ".ts", ".mts"] {
+        if let Some(stem) = module.strip_suffix(source) {
+            return format!("{stem}.wasm").into();
+        }
+    }
+    module.into()
 }
 
 fn open_dir(dir: &Path) -> Result<Dir, String> {

@@ -634,3 +634,42 @@ async fn a_slow_mapping_cannot_starve_the_others() {
         assert_eq!(call.await.unwrap().unwrap().status(), 500);
     }
 }
+
+/// A module named by its JavaScript or TypeScript source, as an openclaw.json names it, is the
+/// component built from it beside it; without one, the refusal gives the command that builds it.
+#[tokio::test]
+async fn a_javascript_module_name_loads_the_component_built_beside_it() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"match": {"path": "alert"}, "transform": {"module": "passthrough.mjs",
+                "config": {"action": "wake", "field": "/alert/summary"}}}]),
+    );
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["passthrough"]);
+    let server = Hookgate::start_in(&dir);
+    let r = server
+        .hook("/hooks/alert")
+        .json(&json!({"alert": {"summary": "from the built component"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(server.event_texts().await, ["from the built component"]);
+
+    let missing = ConfigDir::new(&with_module("digest.ts"));
+    std::fs::create_dir_all(missing.path().join("hooks/transforms")).unwrap();
+    let (status, output) = check_in(&missing);
+    assert!(!status.success());
+    let transforms = missing.path().join("hooks/transforms");
+    let command = format!(
+        "node transforms/js-sdk/build.mjs {} -o {}",
+        transforms.join("digest.ts").display(),
+        transforms.join("digest.wasm").display()
+    );
+    assert!(
+        output.contains("digest.ts: is JavaScript or TypeScript") && output.contains(&command),
+        "{output}"
+    );
+}
