@@ -356,6 +356,11 @@ fn secret_refs(map: &mut Map<String, Value>, path: &mut String, problems: &mut V
     for (key, value) in map.iter_mut() {
         let len = path.len();
         *path = join(path, key);
+        if path.ends_with(".transform.config") {
+            // The transform's own JSON: whatever its shape, it is handed over as written.
+            path.truncate(len);
+            continue;
+        }
         match value {
             Value::Object(inner) if is_secret_ref(inner) => {
                 match (inner.get("source").and_then(Value::as_str), inner.get("id")) {
@@ -679,6 +684,10 @@ mod tests {
             "models": {"providers": {"o": {"apiKey": {"source": "file", "provider": "f", "id": "/k"}}}},
         }));
         assert_eq!(value["gateway"]["auth"]["token"], "${GW}");
+        let config = json!({"source": "env", "id": "NOT_A_SECRET"});
+        let (value, _, _) = adopted(json!({"hooks": {"mappings": [
+            {"transform": {"module": "t.wasm", "config": config.clone()}}]}}));
+        assert_eq!(value["hooks"]["mappings"][0]["transform"]["config"], config);
         assert_eq!(problems.len(), 1);
         assert!(problems[0].starts_with("models.providers.o.apiKey: a SecretRef"));
     }
