@@ -111,11 +111,7 @@ text_column!(
         "next-heartbeat" => Some(WakeMode::NextHeartbeat),
         _ => None,
     },
-    SessionMode => |text| match text {
-        "isolated" => Some(SessionMode::Isolated),
-        "persistent" => Some(SessionMode::Persistent),
-        _ => None,
-    },
+    SessionMode => SessionMode::parse,
     ContentSource => |text| match text {
         "webhook" => Some(ContentSource::Webhook),
         "email" => Some(ContentSource::Email),

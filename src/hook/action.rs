@@ -197,6 +197,15 @@ pub enum SessionMode {
 }
 
 impl SessionMode {
+    /// The mode a wire spelling names.
+    pub fn parse(text: &str) -> Option<SessionMode> {
+        match text {
+            "isolated" => Some(SessionMode::Isolated),
+            "persistent" => Some(SessionMode::Persistent),
+            _ => None,
+        }
+    }
+
     /// The wire spelling.
     pub fn as_str(self) -> &'static str {
         match self {

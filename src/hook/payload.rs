@@ -64,9 +64,10 @@ pub fn agent_request(payload: &Value) -> Result<AgentRequest, Rejected> {
     let wake_mode = WakeMode::from_json(field(payload, "wakeMode"));
     let session_mode = match field(payload, "sessionMode") {
         None => SessionMode::Isolated,
-        Some(Value::String(mode)) if mode == "isolated" => SessionMode::Isolated,
-        Some(Value::String(mode)) if mode == "persistent" => SessionMode::Persistent,
-        Some(_) => return Err(Rejected::new("sessionMode must be isolated or persistent")),
+        Some(mode) => mode
+            .as_str()
+            .and_then(SessionMode::parse)
+            .ok_or_else(|| Rejected::new("sessionMode must be isolated or persistent"))?,
     };
     Ok(AgentRequest {
         message: message.to_string(),
