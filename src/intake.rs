@@ -23,6 +23,8 @@ pub enum AgentOrigin<'a> {
     Mapped {
         mapping: &'a Mapping,
         key_origin: KeyOrigin,
+        /// The mapping's `allowUnsafeExternalContent`, or its transform's override.
+        allow_unsafe: bool,
     },
 }
 
@@ -48,9 +50,10 @@ pub fn admit_agent(
     let (key_origin, allow_unsafe) = match origin {
         AgentOrigin::Direct => (KeyOrigin::Request, false),
         AgentOrigin::Mapped {
-            mapping,
             key_origin,
-        } => (key_origin, mapping.allow_unsafe_external_content),
+            allow_unsafe,
+            ..
+        } => (key_origin, allow_unsafe),
     };
     let mut admitted = hooks.policy.admit(agent, key_origin, allow_unsafe, || {
         format!("hook:{}", Uuid::new_v4())

@@ -69,6 +69,9 @@ enum TransformCommand {
         /// The mapping's `transform.config`, as JSON text.
         #[arg(long)]
         config: Option<String>,
+        /// The mapping's `transform.export`: which entry point to run.
+        #[arg(long)]
+        export: Option<String>,
     },
 }
 
@@ -93,9 +96,13 @@ fn main() -> ExitCode {
             headers,
             query,
             config,
+            export,
         }) => {
             let input = match transform_input(&body, name, &headers, &query, config) {
-                Ok(input) => input,
+                Ok(input) => TransformInput {
+                    export_name: export,
+                    ..input
+                },
                 Err(message) => {
                     eprintln!("error: {message}");
                     return ExitCode::FAILURE;
@@ -245,7 +252,7 @@ fn transform_input(
                 .ok_or_else(|| format!("--header '{h}' is not 'Name: value'"))
         })
         .collect::<Result<_, _>>()?;
-    let query = query
+    let query: Vec<(String, String)> = query
         .iter()
         .map(|q| {
             q.split_once('=')
@@ -257,13 +264,22 @@ fn transform_input(
         serde_json::from_str::<serde_json::Value>(config)
             .map_err(|e| format!("--config is not JSON: {e}"))?;
     }
+    let url = match form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(&query)
+        .finish()
+    {
+        search if search.is_empty() => format!("/hooks/{name}"),
+        search => format!("/hooks/{name}?{search}"),
+    };
     Ok(TransformInput {
         name,
+        url,
         headers,
         query,
         body,
         mapping_id: "cli".into(),
         config,
+        export_name: None,
     })
 }
 

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use crate::config::{self, Admission, ConfigError, LiveConfig, Settings};
+use crate::config::{self, Admission, ConfigError, HookSettings, LiveConfig, Settings};
 use crate::gateway::nats::Cluster;
 use crate::gateway::{Runtime, Store, StoreError};
 use crate::http::{AppState, AuthFailureLimiter, router, serve};
 use crate::metrics::Metrics;
-use crate::transform::{TransformEngine, TransformRegistry};
+use crate::transform::{Contract, TransformEngine, TransformRegistry, TransformSet};
 
 /// How often transform files are checked for replacement.
 const TRANSFORM_POLL: Duration = Duration::from_millis(500);
@@ -106,10 +106,39 @@ fn transform_admission(registry: Arc<TransformRegistry>) -> Admission {
                 .collect::<Vec<_>>()
         })?;
         if let Some(hooks) = &settings.hooks {
+            entry_points_exist(hooks, &set)?;
             let _ = hooks.transforms.set(set);
         }
         Ok(())
     })
+}
+
+/// Refuses a `transform.export` on a 0.1 component, which has one entry point and would run it
+/// whatever the mapping asked for.
+fn entry_points_exist(hooks: &HookSettings, set: &TransformSet) -> Result<(), Vec<ConfigError>> {
+    let refused: Vec<ConfigError> = hooks
+        .mappings
+        .iter()
+        .enumerate()
+        .filter_map(|(i, mapping)| {
+            let spec = mapping.transform.as_ref().filter(|s| s.export.is_some())?;
+            let loaded = set.get(&spec.module)?;
+            (loaded.contract() == Contract::V0_1).then(|| {
+                ConfigError::invalid(
+                    format!("hooks.mappings[{i}].transform.export"),
+                    format!(
+                        "needs a component built against hookgate:transform@0.2, and {} is built against 0.1",
+                        spec.module
+                    ),
+                )
+            })
+        })
+        .collect();
+    if refused.is_empty() {
+        Ok(())
+    } else {
+        Err(refused)
+    }
 }
 
 /// A started server's parts, before it accepts connections.

@@ -6,7 +6,15 @@ use std::time::Duration;
 
 use super::ConfigError;
 use super::model::{TransformConfig, TransformLimitsConfig};
+use crate::mapping::javascript_component;
 use crate::transform::TransformLimits;
+
+/// What a JavaScript engine needs at least: it does not start in 8 MiB, and its first call takes
+/// longer than a Rust transform's whole run. A mapping naming a JavaScript or TypeScript module,
+/// as an openclaw.json does, gets this much unless its own `transform.limits` say otherwise, so
+/// that such a file runs unchanged (docs/transforms.md#limits).
+const JAVASCRIPT_MEMORY_BYTES: usize = 64 * 1024 * 1024;
+const JAVASCRIPT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// `config` over `base`, each value checked to be positive; problems are named under `key`
 /// (`hooks.transformLimits` or `hooks.mappings[2].transform.limits`).
@@ -48,8 +56,9 @@ pub(super) fn transform_limits(
     limits
 }
 
-/// A mapping's own bounds, when its `transform` sets `limits` or `reuse`: `limits` over
-/// `global`, and `reuse`. `maxConcurrent` is refused: the call slots are shared by all
+/// A mapping's own bounds, when its `transform` sets `limits` or `reuse` or names a JavaScript
+/// module: `limits` over `global` (raised to the JavaScript minimum for a JavaScript module), and
+/// `reuse`. `maxConcurrent` is refused: the call slots are shared by all
 /// transforms, so only `hooks.transformLimits` can size them. `key` names the `transform`.
 pub(super) fn mapping_limits(
     config: &TransformConfig,
@@ -57,10 +66,15 @@ pub(super) fn mapping_limits(
     key: &str,
     problems: &mut Vec<ConfigError>,
 ) -> Option<TransformLimits> {
-    if config.limits.is_none() && config.reuse.is_none() {
+    let javascript = javascript_component(config.module.trim()).is_some();
+    if config.limits.is_none() && config.reuse.is_none() && !javascript {
         return None;
     }
     let mut limits = global;
+    if javascript {
+        limits.memory_bytes = limits.memory_bytes.max(JAVASCRIPT_MEMORY_BYTES);
+        limits.timeout = limits.timeout.max(JAVASCRIPT_TIMEOUT);
+    }
     if let Some(own) = &config.limits {
         let key = format!("{key}.limits");
         if own.max_concurrent.is_some() {
@@ -69,7 +83,7 @@ pub(super) fn mapping_limits(
                 "bounds all transforms together; set it in hooks.transformLimits",
             ));
         }
-        limits = transform_limits(own, global, &key, problems);
+        limits = transform_limits(own, limits, &key, problems);
     }
     match config.reuse {
         Some(0) => problems.push(ConfigError::invalid(

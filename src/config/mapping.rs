@@ -38,9 +38,9 @@ pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> 
         Some(_) => return Err("forEach must be a top-level payload key".into()),
     };
     let session_mode = match config.session_mode.as_deref() {
-        None | Some("isolated") => SessionMode::Isolated,
-        Some("persistent") => SessionMode::Persistent,
-        Some(_) => return Err("sessionMode must be isolated or persistent".into()),
+        None => SessionMode::Isolated,
+        Some(mode) => SessionMode::parse(mode)
+            .ok_or_else(|| "sessionMode must be isolated or persistent".to_string())?,
     };
     let strip_slashes = |s: &str| s.trim().trim_matches('/').to_string();
     let rule = config.match_rule.clone().unwrap_or_default();
@@ -70,6 +70,12 @@ pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> 
         transform: config.transform.as_ref().map(|t| TransformSpec {
             module: t.module.trim().to_string(),
             config: t.config.as_ref().map(Value::to_string),
+            export: t
+                .export
+                .as_deref()
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(String::from),
         }),
         is_email: false,
         signature: None,

@@ -219,6 +219,9 @@ pub struct MatchConfig {
 pub struct TransformConfig {
     pub module: String,
     pub config: Option<serde_json::Value>,
+    /// Which entry point of the component to run (contract 0.2; a JavaScript module's named
+    /// export).
+    pub export: Option<String>,
     /// This mapping's bounds, over `hooks.transformLimits` (all but `maxConcurrent`).
     pub limits: Option<TransformLimitsConfig>,
     /// Calls one instance serves before it is replaced (default 1: a fresh one every call).

@@ -277,7 +277,6 @@ pub fn adopt(document: &mut Value, problems: &mut Vec<ConfigError>) -> Vec<Confi
     if let Some(Value::Object(channels)) = root.get_mut("channels") {
         adopt_channels(channels, &mut notices);
     }
-    adopt_mappings(root, &mut notices);
     for (path, why) in KEYS {
         let segments: Vec<&str> = path.split('.').collect();
         remove_matching(document, &segments, &mut String::new(), why, &mut notices);
@@ -620,29 +619,6 @@ const OPENCLAW_ONLY_CHANNELS: &[&str] = &[
     "twitch",
     "zalo",
 ];
-
-/// `transform.export` picks a JavaScript export, which a component does not have.
-fn adopt_mappings(root: &mut Map<String, Value>, notices: &mut Vec<ConfigNotice>) {
-    let Some(Value::Object(hooks)) = root.get_mut("hooks") else {
-        return;
-    };
-    let Some(Value::Array(mappings)) = hooks.get_mut("mappings") else {
-        return;
-    };
-    for (i, mapping) in mappings.iter_mut().enumerate() {
-        let Value::Object(mapping) = mapping else {
-            continue;
-        };
-        if let Some(Value::Object(transform)) = mapping.get_mut("transform") {
-            if transform.shift_remove("export").is_some() {
-                notices.push(ignored(
-                    &format!("hooks.mappings[{i}].transform.export"),
-                    "a transform component has one export",
-                ));
-            }
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

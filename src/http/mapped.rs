@@ -70,14 +70,17 @@ pub(super) async fn mapped(
             };
             let input = TransformInput {
                 name: request.name.to_string(),
+                url: request.parts.uri.to_string(),
                 headers: headers.clone(),
                 query: query.clone(),
                 body,
                 mapping_id: mapping.id.clone(),
                 config: spec.config.clone(),
+                export_name: spec.export.clone(),
             };
             match run_transform(app, hooks, mapping, &spec.module, input).await? {
                 CallOutcome::Run(decided) => action = action.overlay(decided),
+                CallOutcome::Merge(overrides) => action = action.merge(*overrides)?,
                 CallOutcome::Keep => {}
                 CallOutcome::Skip => continue,
                 CallOutcome::Respond(reply) => return Ok(own_reply(reply)),

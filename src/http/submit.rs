@@ -117,10 +117,12 @@ pub(super) async fn mapped(
             FinishedAction::Agent {
                 request: agent,
                 key_origin,
+                allow_unsafe_external_content,
             } => {
                 let origin = AgentOrigin::Mapped {
                     mapping,
                     key_origin,
+                    allow_unsafe: allow_unsafe_external_content,
                 };
                 // Each element of a batch has a key of its own, so that a retried batch finds
                 // each of its runs again, and two equal elements are two runs.

@@ -2,6 +2,7 @@
 //! optionally its transform, make of the payload. Pure: no HTTP, no wasmtime.
 
 mod js_text;
+mod merge;
 pub mod template;
 
 use serde_json::Value;
@@ -9,6 +10,7 @@ use serde_json::Value;
 use crate::hook::policy::KeyOrigin;
 use crate::hook::signature::SignatureRule;
 use crate::hook::{AgentRequest, Channel, Rejected, SessionMode, WakeMode, WakeRequest};
+pub use merge::Overrides;
 pub use template::TemplateContext;
 use template::{render, render_optional};
 
@@ -57,6 +59,17 @@ pub struct Mapping {
 pub struct TransformSpec {
     pub module: String,
     pub config: Option<String>,
+    /// `transform.export`: the entry point to run, when the component has several.
+    pub export: Option<String>,
+}
+
+/// For a module name that is a JavaScript or TypeScript source (as an openclaw.json names a
+/// transform), the component built from it, which hookgate runs instead: `<stem>.wasm` beside it.
+pub fn javascript_component(module: &str) -> Option<String> {
+    [".js", ".mjs", ".cjs", ".ts", ".mts"]
+        .into_iter()
+        .find_map(|source| module.strip_suffix(source))
+        .map(|stem| format!("{stem}.wasm"))
 }
 
 impl Mapping {
@@ -124,6 +137,7 @@ impl Mapping {
             session_key: render_optional(self.session_key.as_deref(), ctx),
             wake_mode: self.wake_mode,
             deliver: self.deliver.unwrap_or(true),
+            allow_unsafe_external_content: self.allow_unsafe_external_content,
             channel: self.channel.clone(),
             to: render_optional(self.to.as_deref(), ctx),
             model: render_optional(self.model.as_deref(), ctx),
@@ -258,6 +272,8 @@ pub struct MappedAction {
     pub session_key: Option<String>,
     pub wake_mode: WakeMode,
     pub deliver: bool,
+    /// The prompt goes to the agent without the safety envelope.
+    pub allow_unsafe_external_content: bool,
     pub channel: Option<String>,
     pub to: Option<String>,
     pub model: Option<String>,
@@ -298,6 +314,7 @@ pub enum FinishedAction {
     Agent {
         request: AgentRequest,
         key_origin: KeyOrigin,
+        allow_unsafe_external_content: bool,
     },
 }
 
@@ -374,6 +391,7 @@ impl MappedAction {
                     .transpose()?;
                 Ok(FinishedAction::Agent {
                     key_origin: self.key_origin,
+                    allow_unsafe_external_content: self.allow_unsafe_external_content,
                     request: AgentRequest {
                         message: message.to_string(),
                         name: self.name.unwrap_or_else(|| "Hook".to_string()),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use wasmtime::{Store, Trap};
 
 use super::bindings::types;
+use super::contract::Contract;
 use super::engine::TransformEngine;
 use super::guest_text::{MAX_ERROR_BYTES, guest_text};
 use super::host::HostState;
@@ -15,24 +16,30 @@ use super::limits::TransformLimits;
 use super::registry::LoadedTransform;
 use super::warm::{IdleCount, IdleInstance, WarmInstance};
 use crate::hook::WakeMode;
-use crate::mapping::{TransformAction, TransformAgent};
+use crate::mapping::{ActionKind, Overrides, TransformAction, TransformAgent};
 
 /// The request as a transform sees it.
 #[derive(Debug, Clone, Default)]
 pub struct TransformInput {
     pub name: String,
+    /// The request target as received, path and query.
+    pub url: String,
     /// Lower-cased names, credentials removed.
     pub headers: Vec<(String, String)>,
     pub query: Vec<(String, String)>,
     pub body: Vec<u8>,
     pub mapping_id: String,
     pub config: Option<String>,
+    /// The mapping's `transform.export`.
+    pub export_name: Option<String>,
 }
 
 /// What a transform decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallOutcome {
     Run(TransformAction),
+    /// Fields to change in the mapping's action (contract 0.2).
+    Merge(Box<Overrides>),
     Keep,
     Skip,
     Respond(Reply),
@@ -88,6 +95,12 @@ impl TransformEngine {
         input: TransformInput,
         limits: &TransformLimits,
     ) -> Result<CallOutcome, TransformFailure> {
+        if input.export_name.is_some() && transform.pre.contract() == Contract::V0_1 {
+            // A 0.1 component has one entry point and would silently run it.
+            return Err(TransformFailure::Invalid(
+                "transform.export needs a component built against hookgate:transform@0.2; this one is 0.1".into(),
+            ));
+        }
         let call = async {
             let _slot = self.slots.acquire(&input.mapping_id).await;
             if limits.reuse > 1 {
@@ -116,7 +129,7 @@ impl TransformEngine {
         ));
         let request = request(input);
         let result = match transform.pre.instantiate_async(&mut store).await {
-            Ok(instance) => instance.call_transform(&mut store, &request).await,
+            Ok(instance) => instance.call_transform(&mut store, request).await,
             Err(err) => Err(err),
         };
         store.data().flush_output();
@@ -156,10 +169,7 @@ impl TransformEngine {
         warm.store.data_mut().begin_call(limits.log_bytes);
         warm.store.set_epoch_deadline(1);
         let request = request(input);
-        let result = warm
-            .instance
-            .call_transform(&mut warm.store, &request)
-            .await;
+        let result = warm.instance.call_transform(&mut warm.store, request).await;
         warm.store.data().flush_output();
         warm.calls += 1;
         let returned = result.is_ok();
@@ -228,11 +238,13 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 fn request(input: TransformInput) -> types::Request {
     types::Request {
         name: input.name,
+        url: input.url,
         headers: input.headers,
         query: input.query,
         body: input.body,
         mapping_id: input.mapping_id,
         config: input.config,
+        export_name: input.export_name,
     }
 }
 
@@ -280,8 +292,34 @@ impl CallOutcome {
                     "thinking": a.thinking, "timeoutSeconds": a.timeout_seconds,
                 },
             }),
+            CallOutcome::Merge(o) => json!({
+                "outcome": "merge",
+                "overrides": without_nulls(json!({
+                    "kind": o.kind.map(|k| match k {
+                        ActionKind::Wake => "wake",
+                        ActionKind::Agent => "agent",
+                    }),
+                    "text": o.text, "mode": o.mode.map(WakeMode::as_str), "message": o.message,
+                    "wakeMode": o.wake_mode.map(WakeMode::as_str), "name": o.name,
+                    "agentId": o.agent_id, "sessionKey": o.session_key,
+                    "sessionKeySource": o.session_key.as_ref()
+                        .map(|_| if o.session_key_fixed { "static" } else { "templated" }),
+                    "sessionMode": o.session_mode, "deliver": o.deliver,
+                    "allowUnsafeExternalContent": o.allow_unsafe_external_content,
+                    "channel": o.channel, "to": o.to, "model": o.model, "thinking": o.thinking,
+                    "timeoutSeconds": o.timeout_seconds,
+                })),
+            }),
         }
     }
+}
+
+/// The fields of `value` that are set: an override lists only what it changes.
+fn without_nulls(mut value: serde_json::Value) -> serde_json::Value {
+    if let Some(fields) = value.as_object_mut() {
+        fields.retain(|_, v| !v.is_null());
+    }
+    value
 }
 
 fn classify(
@@ -340,6 +378,28 @@ fn convert(outcome: types::Outcome, output_bytes: usize) -> Result<CallOutcome, 
                 timeout_seconds: agent.timeout_seconds.map(u64::from),
             })))
         }
+        types::Outcome::Merge(o) => CallOutcome::Merge(Box::new(Overrides {
+            kind: o.kind.map(|kind| match kind {
+                types::ActionKind::Wake => ActionKind::Wake,
+                types::ActionKind::Agent => ActionKind::Agent,
+            }),
+            text: o.text,
+            mode: o.mode.map(wake_mode),
+            message: o.message,
+            wake_mode: o.wake_mode.map(wake_mode),
+            name: o.name,
+            agent_id: o.agent_id,
+            session_key: o.session_key,
+            session_key_fixed: o.session_key_source == Some(types::KeySource::Fixed),
+            session_mode: o.session_mode,
+            deliver: o.deliver,
+            allow_unsafe_external_content: o.allow_unsafe_external_content,
+            channel: o.channel,
+            to: o.to,
+            model: o.model,
+            thinking: o.thinking,
+            timeout_seconds: o.timeout_seconds.map(u64::from),
+        })),
     })
 }
 
@@ -393,6 +453,21 @@ fn outcome_size(outcome: &types::Outcome) -> usize {
                 .map(opt)
                 .sum::<usize>()
         }
+        types::Outcome::Merge(o) => [
+            &o.text,
+            &o.message,
+            &o.name,
+            &o.agent_id,
+            &o.session_key,
+            &o.session_mode,
+            &o.channel,
+            &o.to,
+            &o.model,
+            &o.thinking,
+        ]
+        .into_iter()
+        .map(opt)
+        .sum::<usize>(),
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::bindings::Transform;
+use super::bindings::{v0_1, v0_2};
 use super::call_slots::CallSlots;
 use super::host::HostState;
 use super::limits::{
@@ -53,7 +53,14 @@ impl TransformEngine {
         };
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        Transform::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
+        // Both contracts: their imports have distinct names (0.1's root `log`, 0.2's versioned
+        // `host` interface), so one linker serves either.
+        v0_1::Transform::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| {
+            state
+        })?;
+        v0_2::Transform::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| {
+            state
+        })?;
         Ok(TransformEngine {
             linker: Arc::new(linker),
             slots: CallSlots::new(limits.max_concurrent as usize),

@@ -8,7 +8,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
-use super::bindings::{TransformImports, types};
+use super::bindings::{types, v0_1, v0_2};
 use super::guest_text::guest_text;
 use super::limits::{CORE_INSTANCES_PER_COMPONENT, MEMORIES_PER_COMPONENT, TABLES_PER_COMPONENT};
 
@@ -254,21 +254,35 @@ pub struct LogSink {
     dropped: usize,
 }
 
-impl types::Host for HostState {}
+impl v0_2::types::Host for HostState {}
 
-impl TransformImports for HostState {
+impl v0_2::host::Host for HostState {
     fn log(&mut self, level: types::Level, message: String) {
-        let sink = &mut self.log;
+        self.log.write(level, message);
+    }
+}
+
+impl v0_1::types::Host for HostState {}
+
+impl v0_1::TransformImports for HostState {
+    fn log(&mut self, level: v0_1::types::Level, message: String) {
+        self.log.write(level.into(), message);
+    }
+}
+
+impl LogSink {
+    /// Writes one guest line, unless the call's budget is spent.
+    fn write(&mut self, level: types::Level, message: String) {
         // A line costs what the host writes for it, its prefix included: `log("")` in a loop
         // is bounded too.
         let cost = message.len().saturating_add(LINE_OVERHEAD);
-        if cost > sink.budget {
-            sink.dropped += 1;
+        if cost > self.budget {
+            self.dropped += 1;
             return;
         }
-        sink.budget -= cost;
+        self.budget -= cost;
         let message = guest_text(&message, message.len());
-        let mapping = sink.mapping_id.as_str();
+        let mapping = self.mapping_id.as_str();
         match level {
             types::Level::Debug => tracing::debug!(%mapping, "transform: {message}"),
             types::Level::Info => tracing::info!(%mapping, "transform: {message}"),

@@ -1,4 +1,5 @@
-//! The WebAssembly transform host: components of the world in `wit/transform.wit`, compiled once
+//! The WebAssembly transform host: components of the world in `wit/transform.wit` (0.2, and 0.1
+//! components still), compiled once
 //! (cached on disk), pre-instantiated, and instantiated into a fresh, limited store per request.
 //!
 //! A transform sees only its request: no filesystem, network, environment, arguments or stdin.
@@ -9,6 +10,7 @@ mod bindings;
 mod cache;
 mod call;
 mod call_slots;
+mod contract;
 mod engine;
 mod guest_text;
 mod host;
@@ -18,6 +20,7 @@ mod registry;
 mod warm;
 
 pub use call::{CallOutcome, Reply, TransformFailure, TransformInput};
+pub use contract::Contract;
 pub use engine::TransformEngine;
 pub use limits::TransformLimits;
 pub use registry::{LoadError, LoadedTransform, TransformRegistry, TransformSet, TransformStatus};

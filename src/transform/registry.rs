@@ -11,12 +11,12 @@ use cap_std::fs::{Dir, OpenOptionsExt as _};
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
-use super::bindings::TransformPre;
 use super::cache::CompileCache;
+use super::contract::{Contract, TransformPre};
 use super::engine::TransformEngine;
-use super::host::HostState;
 use super::module_file;
 use super::warm::IdleInstance;
+use crate::mapping::javascript_component;
 
 /// Interfaces a transform may import: its own contract and the WASI interfaces a `wasm32-wasip2`
 /// guest's standard library needs, all backed by an empty context. Anything else (sockets,
@@ -35,7 +35,7 @@ const ALLOWED_IMPORTS: &[&str] = &[
 pub struct LoadedTransform {
     /// The module path, relative to the transforms directory.
     pub module: String,
-    pub(super) pre: TransformPre<HostState>,
+    pub(super) pre: TransformPre,
     digest: [u8; 32],
     /// Idle instances of mappings with `transform.reuse`, by mapping and limits: never shared
     /// between mappings, and dropped with this module's version.
@@ -86,6 +86,13 @@ impl std::fmt::Debug for TransformSet {
         f.debug_struct("TransformSet")
             .field("modules", &modules)
             .finish()
+    }
+}
+
+impl LoadedTransform {
+    /// The version of the contract the component was built against.
+    pub fn contract(&self) -> Contract {
+        self.pre.contract()
     }
 }
 
@@ -291,14 +298,18 @@ impl TransformRegistry {
 
 impl TransformEngine {
     /// Checks a compiled component against the transform world and pre-instantiates it.
-    fn prepare(&self, component: &Component) -> Result<TransformPre<HostState>, String> {
+    fn prepare(&self, component: &Component) -> Result<TransformPre, String> {
+        let contract = Contract::of(component, &self.engine)?;
         check_imports(component, &self.engine)?;
         let pre = self
             .linker
             .instantiate_pre(component)
             .map_err(|e| format!("cannot be linked: {e:#}"))?;
-        TransformPre::new(pre).map_err(|e| {
-            format!("does not implement the hookgate:transform world (it must export `transform`): {e:#}")
+        TransformPre::new(contract, pre).map_err(|e| {
+            format!(
+                "does not implement the hookgate:transform@{} world: {e:#}",
+                contract.as_str()
+            )
         })
     }
 
@@ -351,15 +362,9 @@ fn read_module(dir: &Dir, dir_path: &Path, module: &str) -> Result<Vec<u8>, Stri
     module_file::read(file, meta.is_file(), meta.len())
 }
 
-/// The file a module name stands for: itself, or for a JavaScript or TypeScript source (as an
-/// openclaw.json names a transform) the component built from it beside it, `<stem>.wasm`.
+/// The file a module name stands for: itself, or the component built from a JavaScript source.
 fn component_name(module: &str) -> std::borrow::Cow<'_, str> {
-    for source in [".js", ".mjs", ".cjs", ".ts", ".mts"] {
-        if let Some(stem) = module.strip_suffix(source) {
-            return format!("{stem}.wasm").into();
-        }
-    }
-    module.into()
+    javascript_component(module).map_or(module.into(), Into::into)
 }
 
 fn open_dir(dir: &Path) -> Result<Dir, String> {

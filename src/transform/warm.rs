@@ -6,13 +6,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use wasmtime::Store;
 
-use super::bindings::Transform;
+use super::contract::TransformInstance;
 use super::host::HostState;
 
 /// An instance kept between the calls of one mapping (`transform.reuse`), with its store.
 pub(crate) struct WarmInstance {
     pub(super) store: Store<HostState>,
-    pub(super) instance: Transform,
+    pub(super) instance: TransformInstance,
     pub(super) calls: u32,
 }
 

@@ -1,11 +1,14 @@
 //! The same requests sent to the real OpenClaw gateway (2026.9.6, from the npm registry, installed
 //! by `scripts/install-openclaw`) and to hookgate, both started on one `openclaw.json`, get the
 //! same answers: status and body, run ids aside. The differences hookgate keeps on purpose are in
-//! docs/coming-from-openclaw.md and are not sent here.
+//! docs/coming-from-openclaw.md and are not sent here. One mapping's transform is a JavaScript
+//! module written for OpenClaw (transforms/fixtures/js/partial.mjs): OpenClaw imports it, hookgate
+//! runs the component built from it.
 
 use serde_json::{Value, json};
 
 use crate::harness::*;
+use crate::js::js_transforms;
 use crate::openclaw::OpenClaw;
 
 const TOKEN: &str = "parity-hook-token-0123456789abcdef";
@@ -28,6 +31,12 @@ fn openclaw_json(state: &std::path::Path) -> Value {
                 {"id": "empty", "match": {"path": "empty"}, "action": "agent", "messageTemplate": "m",
                  "sessionKey": "{{ missing }}"},
                 {"id": "blank", "match": {"path": "blank"}, "action": "wake", "textTemplate": "{{ missing }}"},
+                {"id": "partial", "match": {"path": "partial"}, "action": "agent",
+                 "messageTemplate": "base {{case}}", "transform": {"module": "partial.mjs"}},
+                {"id": "named", "match": {"path": "named"}, "action": "agent", "messageTemplate": "m",
+                 "transform": {"module": "partial.mjs", "export": "named"}},
+                {"id": "not-a-function", "match": {"path": "not-a-function"}, "action": "agent",
+                 "messageTemplate": "m", "transform": {"module": "partial.mjs", "export": "notAFunction"}},
             ],
         },
         "logging": {"file": state.join("openclaw.log")},
@@ -68,9 +77,18 @@ async fn answer(base: &str, exchange: &Exchange) -> (u16, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_requests_get_the_same_answers() {
-    let mut openclaw = OpenClaw::start_with(openclaw_json);
+    // Each gateway's transforms directory is hooks/transforms beside its openclaw.json: OpenClaw's
+    // gets the module, hookgate's the component built from it.
+    let built = js_transforms();
+    let mut openclaw = OpenClaw::start_with(|state| {
+        let transforms = state.join("hooks/transforms");
+        std::fs::create_dir_all(&transforms).unwrap();
+        std::fs::copy(built.join("partial.mjs"), transforms.join("partial.mjs")).unwrap();
+        openclaw_json(state)
+    });
     // hookgate ignores `logging`, with a warning: any path will do.
     let dir = ConfigDir::new(&openclaw_json(std::path::Path::new("/tmp")));
+    install_from(built, &dir, &["partial"]);
     let hookgate = Hookgate::start_in(&dir);
     openclaw.ready().await;
 
@@ -133,6 +151,24 @@ async fn the_same_requests_get_the_same_answers() {
         post("/hooks/gmail", json!({"messages": []})),
         post("/hooks/gmail", json!({})),
         post("/hooks/nothing-maps-this", json!({})),
+        // A JavaScript transform: what it returns, merged into the mapping's action.
+        post("/hooks/partial", json!({"case": "to"})),
+        post("/hooks/partial", json!({"case": "undeliver"})),
+        post("/hooks/partial", json!({"case": "wrong-types"})),
+        post("/hooks/partial", json!({"case": "blank-message"})),
+        post("/hooks/partial", json!({"case": "to-wake"})),
+        post("/hooks/partial", json!({"case": "to-wake-text"})),
+        post("/hooks/partial", json!({"case": "weird-session-mode"})),
+        post("/hooks/partial", json!({"case": "key"})),
+        post("/hooks/partial", json!({"case": "static-key"})),
+        post("/hooks/partial", json!({"case": "blank-key"})),
+        post("/hooks/partial", json!({"case": "string"})),
+        post("/hooks/partial", json!({"case": "empty"})),
+        post("/hooks/partial", json!({"case": "null"})),
+        post("/hooks/partial?x=1", json!({"case": "url"})),
+        post("/hooks/partial", json!({"case": "throw"})),
+        post("/hooks/named", json!({"case": "n"})),
+        post("/hooks/not-a-function", json!({})),
     ];
     let mut differences = Vec::new();
     for exchange in &exchanges {

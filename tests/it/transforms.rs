@@ -450,7 +450,7 @@ fn a_component_without_the_transform_export_is_refused_at_load() {
         .err()
         .expect("must refuse to start");
     assert!(
-        err.contains("empty.wasm: does not implement the hookgate:transform world"),
+        err.contains("empty.wasm: exports neither `hookgate:transform/handler@0.2.0` nor (as 0.1 components do) `transform`: it is not a hookgate transform"),
         "{err}"
     );
 }

@@ -6,7 +6,7 @@
 interface Input {
   payload: unknown; // the body as JSON, or null
   headers: Record<string, string>;
-  url: string;
+  url: URL;
   path: string;
 }
 

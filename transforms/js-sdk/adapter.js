@@ -1,16 +1,20 @@
 // The glue between a hookgate transform written in JavaScript and hookgate's WIT world
-// `transform` (wit/transform.wit). build.mjs bundles this file with the user's module (imported
-// as 'user-module') and ComponentizeJS turns the bundle into a component.
+// `transform` (wit/transform.wit, hookgate:transform@0.2.0). build.mjs bundles this file with the
+// user's module (imported as 'user-module') and ComponentizeJS turns the bundle into a component.
 //
-// It implements the contract of the gateway hookgate replaces: the module's default export (else
-// its export `transform`) is called as fn({ payload, headers, url, path }, ctx) and answers
-//   undefined -> the mapping's own action (keep)      null -> nothing happens (skip)
-//   { kind: 'wake', text, mode }                      { kind: 'agent', message, ... }
-//   { kind: 'respond', status, contentType, body }    (kind is inferred from `text` / `message`)
-// Everything is checked here: ComponentizeJS traps on a value that does not fit the WIT types and
-// on an uncaught exception, and a trap tells the operator far less than an error message.
+// It runs the module as the OpenClaw gateway runs a hook transform: the export the mapping names
+// (`transform.export`), else the default export, else `transform`, is called as
+// fn({ payload, headers, url, path }, ctx), `url` a URL, and what it returns is merged into the
+// mapping's action as OpenClaw merges it:
+//   undefined, or anything not an object -> the mapping's own action       null -> nothing (skip)
+//   an object -> its fields over the mapping's (`kind` may switch wake <-> agent)
+//   { kind: 'respond', status, contentType, body } -> this response (hookgate's own)
+// Field values OpenClaw would not use (a number as `message`, `deliver: 'no'`) are ignored as it
+// ignores them, and each is logged. Nothing here may throw out of `transform`: ComponentizeJS
+// traps on an uncaught exception or a value that does not fit the WIT types, and a trap tells
+// the operator far less than an error message.
 
-import log from 'log';
+import { log } from 'hookgate:transform/host@0.2.0';
 import * as userModule from 'user-module';
 
 // Replaced by build.mjs: false only with --allow-fetch, a test aid for the host's refusal.
@@ -23,39 +27,60 @@ if (stubFetch) {
   };
 }
 
-const userFn = pickUserFunction(userModule);
 const LEVELS = ['debug', 'info', 'warn', 'error'];
-const WAKE_MODES = ['now', 'next-heartbeat'];
-const AGENT_STRINGS = ['name', 'agentId', 'sessionKey', 'channel', 'to', 'model', 'thinking'];
+const STRINGS = ['name', 'agentId', 'sessionKey', 'sessionMode', 'channel', 'to', 'model', 'thinking'];
+const BOOLEANS = ['deliver', 'allowUnsafeExternalContent'];
 
-/** The function to call: the default export, else a named export `transform`. */
-function pickUserFunction(mod) {
-  const candidates = [mod['default'], mod['transform']];
-  return candidates.find((f) => typeof f === 'function');
+/** The function to call: the named export, else the default export, else `transform`. */
+function userFunction(exportName) {
+  if (exportName !== undefined) {
+    const named = userModule[exportName];
+    if (typeof named !== 'function') {
+      throw new Error(`the module has no function export ${JSON.stringify(exportName)} (transform.export)`);
+    }
+    return named;
+  }
+  const fn = [userModule['default'], userModule['transform']].find((f) => typeof f === 'function');
+  if (!fn) throw new Error('the module exports no function (default or `transform`)');
+  return fn;
 }
 
 /** The component's export: never throws, since a thrown exception would trap. */
-export async function transform(req) {
-  try {
-    if (!userFn) throw new Error('the module exports no function (default or `transform`)');
-    const result = await userFn(inputOf(req), contextOf(req));
-    return { tag: 'ok', val: outcomeOf(result) };
-  } catch (e) {
-    return { tag: 'err', val: errorText(e) };
-  }
-}
+export const handler = {
+  async transform(req) {
+    try {
+      const fn = userFunction(req.exportName);
+      const result = await fn(inputOf(req), contextOf(req));
+      return { tag: 'ok', val: outcomeOf(result) };
+    } catch (e) {
+      return { tag: 'err', val: errorText(e) };
+    }
+  },
+};
 
 // ---- request -> ({ payload, headers, url, path }, ctx) ----
 
 function inputOf(req) {
-  const path = req.name;
-  return { payload: parsePayload(req.body), headers: headersOf(req.headers), url: urlOf(path, req.query), path };
+  return {
+    payload: parsePayload(req.body),
+    headers: headersOf(req.headers),
+    // As OpenClaw builds it: the request target against http://localhost.
+    url: new URL(req.url, 'http://localhost'),
+    path: req.name,
+  };
 }
 
-/** The body as JSON, or null when it is not JSON (including an empty body). */
+/**
+ * The body as OpenClaw hands it over: a JSON object or array as parsed, `{}` for a blank body or
+ * another JSON value. hookgate answers a body that is not JSON with 400 before any transform;
+ * only `hookgate transform run` can pass one, which is `null` here.
+ */
 function parsePayload(body) {
+  const text = new TextDecoder().decode(body); // drops a byte-order mark, as hookgate does
+  if (text.trim() === '') return {};
   try {
-    return JSON.parse(new TextDecoder().decode(body));
+    const value = JSON.parse(text);
+    return typeof value === 'object' && value !== null ? value : {};
   } catch {
     return null;
   }
@@ -72,15 +97,11 @@ function headersOf(pairs) {
   return Object.fromEntries(joined);
 }
 
-function urlOf(path, query) {
-  const search = new URLSearchParams(query).toString();
-  return `/hooks/${path}${search ? `?${search}` : ''}`;
-}
-
 function contextOf(req) {
   return {
     mappingId: req.mappingId,
     config: req.config === undefined ? undefined : JSON.parse(req.config),
+    body: req.body,
     log: ctxLog,
   };
 }
@@ -95,36 +116,32 @@ function ctxLog(level, message) {
 // ---- what the function returned -> outcome ----
 
 function outcomeOf(r) {
-  if (r === undefined) return { tag: 'keep' };
   if (r === null) return { tag: 'skip' };
-  if (typeof r !== 'object' || Array.isArray(r)) {
-    invalid(`the transform returned ${describe(r)}; expected an object, null or undefined`);
+  if (r === undefined) return { tag: 'keep' };
+  if (typeof r !== 'object') {
+    if (r !== false && r !== 0 && r !== '') ignored('the result', r, 'an object, null or undefined');
+    return { tag: 'keep' };
   }
-  const kind = r.kind ?? (r.text !== undefined ? 'wake' : r.message !== undefined ? 'agent' : undefined);
-  switch (kind) {
-    case 'wake':
-      return { tag: 'run', val: { tag: 'wake', val: wakeOf(r) } };
-    case 'agent':
-      return { tag: 'run', val: { tag: 'agent', val: agentOf(r) } };
-    case 'respond':
-      return { tag: 'respond', val: replyOf(r) };
-    case undefined:
-      return invalid('the returned object has no kind, text or message; give { kind: "wake", text } or { kind: "agent", message }');
-    default:
-      return invalid(`kind must be "wake", "agent" or "respond" (got ${describe(kind)})`);
-  }
+  if (r.kind === 'respond') return { tag: 'respond', val: replyOf(r) };
+  return { tag: 'merge', val: overridesOf(r) };
 }
 
-function wakeOf(r) {
-  return { text: text(r.text, 'text'), mode: wakeMode(r.mode ?? r.wakeMode, r.mode != null ? 'mode' : 'wakeMode') };
-}
-
-function agentOf(r) {
-  const agent = { message: text(r.message, 'message'), wakeMode: wakeMode(r.wakeMode, 'wakeMode') };
-  for (const field of AGENT_STRINGS) agent[field] = optionalString(r[field], field);
-  agent.deliver = optionalBoolean(r.deliver, 'deliver');
-  agent.timeoutSeconds = optionalU32(r.timeoutSeconds, 'timeoutSeconds');
-  return agent;
+/** The fields of `r` as OpenClaw's merge reads them; the WIT record wants exact types. */
+function overridesOf(r) {
+  const o = {};
+  // OpenClaw: `kind` "wake" is a wake, any other kind an agent run, none the mapping's kind.
+  if (r.kind != null) o.kind = r.kind === 'wake' ? 'wake' : 'agent';
+  if (r.kind != null && r.kind !== 'wake' && r.kind !== 'agent') ignored('kind', r.kind, '"wake" or "agent"; it runs an agent');
+  o.text = string(r, 'text');
+  o.message = string(r, 'message');
+  // Only "next-heartbeat" changes a mode; anything else keeps the mapping's.
+  if (r.mode === 'next-heartbeat') o.mode = 'next-heartbeat';
+  if (r.wakeMode === 'next-heartbeat') o.wakeMode = 'next-heartbeat';
+  for (const field of STRINGS) o[field] = string(r, field);
+  for (const field of BOOLEANS) o[field] = boolean(r, field);
+  if (o.sessionKey !== undefined) o.sessionKeySource = r.sessionKeySource === 'static' ? 'fixed' : 'external';
+  o.timeoutSeconds = seconds(r, 'timeoutSeconds');
+  return o;
 }
 
 function replyOf(r) {
@@ -132,7 +149,10 @@ function replyOf(r) {
   if (!Number.isInteger(status) || status < 200 || status > 599) {
     invalid(`status must be a whole number from 200 to 599 (got ${describe(status)})`);
   }
-  let contentType = optionalString(r.contentType, 'contentType');
+  let contentType = r.contentType == null ? undefined : r.contentType;
+  if (contentType !== undefined && typeof contentType !== 'string') {
+    invalid(`contentType must be a string (got ${describe(contentType)})`);
+  }
   let body = r.body ?? '';
   if (typeof body === 'string') {
     body = new TextEncoder().encode(body);
@@ -146,41 +166,32 @@ function replyOf(r) {
   return { status, contentType, body };
 }
 
-// ---- field checks: each failure names the field, and becomes the request's error ----
+// ---- field reads: a value of the wrong type is ignored, as OpenClaw ignores it, and logged ----
 
-/**
- * The text of a wake or the message of a run: a string, blank included (hookgate answers a blank
- * one with 400 `hook mapping requires text|message`, as the OpenClaw gateway does); unset is blank.
- */
-function text(v, field) {
-  if (v == null) return '';
-  if (typeof v !== 'string') invalid(`${field} must be a string (got ${describe(v)})`);
-  return v;
+function string(r, field) {
+  const v = r[field];
+  if (v == null) return undefined;
+  if (typeof v === 'string') return v;
+  return ignored(field, v, 'a string');
 }
 
-function optionalString(v, field) {
+function boolean(r, field) {
+  const v = r[field];
   if (v == null) return undefined;
-  if (typeof v !== 'string') invalid(`${field} must be a string (got ${describe(v)})`);
-  return v;
+  if (typeof v === 'boolean') return v;
+  return ignored(field, v, 'true or false');
 }
 
-function optionalBoolean(v, field) {
+function seconds(r, field) {
+  const v = r[field];
   if (v == null) return undefined;
-  if (typeof v !== 'boolean') invalid(`${field} must be true or false (got ${describe(v)})`);
-  return v;
+  if (Number.isInteger(v) && v >= 0 && v <= 0xffffffff) return v;
+  return ignored(field, v, 'a whole number of seconds');
 }
 
-function optionalU32(v, field) {
-  if (v == null) return undefined;
-  if (!Number.isInteger(v) || v < 0 || v > 0xffffffff) invalid(`${field} must be a whole number of seconds (got ${describe(v)})`);
-  return v;
-}
-
-/** The WIT enum wants exactly 'now' or 'next-heartbeat'; anything else would trap. */
-function wakeMode(v, field) {
-  if (v == null) return undefined;
-  if (!WAKE_MODES.includes(v)) invalid(`${field} must be "now" or "next-heartbeat" (got ${describe(v)})`);
-  return v;
+function ignored(field, v, expected) {
+  log('warn', `transform result: ${field} ignored: expected ${expected}, got ${describe(v)}`);
+  return undefined;
 }
 
 function invalid(message) {

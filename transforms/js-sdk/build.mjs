@@ -25,8 +25,8 @@ const USAGE = `usage: node build.mjs <module.mjs|.js|.ts> [-o out.wasm] [--wit D
                  exists only to test that refusal.
   -h, --help     this text
 
-The module's default export (or its export \`transform\`) is called as
-fn({ payload, headers, url, path }, ctx); see README.md.`;
+The export a mapping names in transform.export, else the module's default export, else its
+export \`transform\`, is called as fn({ payload, headers, url, path }, ctx); see README.md.`;
 
 // When run as `npm run build` here, npm changes into this directory; paths the user typed are
 // relative to where they typed them, which npm passes on as INIT_CWD.
@@ -63,14 +63,16 @@ function fail(message) {
 }
 
 /**
- * Refuses a module without a function to call, before the slow part. esbuild's metafile lists
- * the entry's exports; whether the export is a function is checked again at run time.
+ * Refuses a module that exports nothing, before the slow part, and warns when only a mapping's
+ * transform.export can pick its function. esbuild's metafile lists the entry's exports; whether
+ * the one picked is a function is checked at run time.
  */
 async function checkExports(entry) {
   const { metafile } = await build({ ...esbuildCommon(), entryPoints: [entry], write: false, metafile: true });
   const exports = Object.values(metafile.outputs)[0].exports;
+  if (exports.length === 0) throw new Error(`${entry} exports nothing: export the function to call`);
   if (!exports.includes('default') && !exports.includes('transform')) {
-    throw new Error(`${entry} exports neither a default function nor \`transform\` (it exports: ${exports.join(', ') || 'nothing'})`);
+    console.error(`build.mjs: ${entry} has no default export and no \`transform\`: its mappings must name one of ${exports.join(', ')} in transform.export`);
   }
 }
 
@@ -82,7 +84,7 @@ function esbuildCommon() {
     platform: 'neutral', // no Node built-ins: the engine is not Node
     mainFields: ['module', 'main'],
     target: 'es2022',
-    external: ['log'], // hookgate's `log` import, wired by ComponentizeJS
+    external: ['hookgate:*'], // hookgate's own imports (`log`), wired by ComponentizeJS
     logLevel: 'warning',
   };
 }

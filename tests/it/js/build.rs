@@ -18,10 +18,12 @@ const MODULES: &[(&str, &str, bool)] = &[
     ),
     ("js-example/form-to-wake.ts", "form-to-wake", false),
     ("fixtures/js/behaviours.mjs", "js-behaviours", false),
+    ("fixtures/js/partial.mjs", "partial", false),
     ("fixtures/js/fetches.mjs", "js-fetches", true),
 ];
 
-/// The directory holding `<name>.wasm` for every module of [`MODULES`].
+/// The directory holding `<name>.wasm` for every module of [`MODULES`], and a copy of its source
+/// (`<name>.mjs`, `.ts`), for gateways that run the source itself.
 pub fn js_transforms() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -63,6 +65,11 @@ pub fn js_transforms() -> &'static Path {
         for (name, mut build) in builds {
             let status = build.wait().unwrap();
             assert!(status.success(), "building the {name} transform failed");
+        }
+        for (source, name, _) in MODULES {
+            let source = root.join(source);
+            let extension = source.extension().unwrap().to_str().unwrap();
+            std::fs::copy(&source, out.join(format!("{name}.{extension}"))).unwrap();
         }
         out
     })

@@ -3,11 +3,12 @@
 //! examples, the time limit on a loop, and the refusal of a component that could fetch.
 
 mod build;
+mod partial;
 
 use serde_json::{Value, json};
 
 use crate::harness::*;
-use build::js_transforms;
+pub(crate) use build::js_transforms;
 
 /// What the examples' README recommends for JavaScript: its engine needs more than the 16 MiB
 /// default to be safe.

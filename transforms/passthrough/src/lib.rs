@@ -12,7 +12,8 @@ use serde_json::Value;
 
 wit_bindgen::generate!({ path: "../../wit", world: "transform" });
 
-use hookgate::transform::types::{Action, Agent, Wake, WakeMode};
+use exports::hookgate::transform::handler::Guest;
+use hookgate::transform::types::{Action, Agent, Outcome, Request, Wake, WakeMode};
 
 struct Passthrough;
 
@@ -49,6 +50,9 @@ impl Guest for Passthrough {
     }
 }
 
+// Native builds (the crate's unit tests) leave the component's exports out: their symbol names
+// (`hookgate:transform/handler@0.2.0#transform`) are not valid in a native linker's version script.
+#[cfg(target_family = "wasm")]
 export!(Passthrough);
 
 /// The text of the action: `prefix` + the value at `field`. Pure, so it is tested natively.

@@ -7,7 +7,8 @@ use serde_json::Value;
 
 wit_bindgen::generate!({ path: "../../wit", world: "transform" });
 
-use hookgate::transform::types::{Action, Wake};
+use exports::hookgate::transform::handler::Guest;
+use hookgate::transform::types::{Action, Outcome, Request, Wake};
 
 /// Event types woken on when the config names none.
 pub const DEFAULT_EVENTS: &[&str] = &[
@@ -31,6 +32,9 @@ impl Guest for Stripe {
     }
 }
 
+// Native builds (the crate's unit tests) leave the component's exports out: their symbol names
+// (`hookgate:transform/handler@0.2.0#transform`) are not valid in a native linker's version script.
+#[cfg(target_family = "wasm")]
 export!(Stripe);
 
 /// The event types from `transform.config`, or the defaults.

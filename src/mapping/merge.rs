@@ -1,0 +1,217 @@
+//! A transform's partial override (a `merge` outcome of contract 0.2), merged into its mapping's
+//! action the way the OpenClaw gateway merges what a JavaScript transform returns
+//! (docs/transforms.md#partial-overrides).
+
+use crate::hook::policy::KeyOrigin;
+use crate::hook::{Rejected, SessionMode, WakeMode};
+
+use super::{ActionKind, MappedAction};
+
+/// The fields a transform changes in its mapping's action; `None` keeps the mapping's value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// The kind asked for; another kind than the mapping's starts from an empty action.
+    pub kind: Option<ActionKind>,
+    /// A wake's text and mode.
+    pub text: Option<String>,
+    pub mode: Option<WakeMode>,
+    /// An agent run's prompt and wake mode.
+    pub message: Option<String>,
+    pub wake_mode: Option<WakeMode>,
+    pub name: Option<String>,
+    pub agent_id: Option<String>,
+    /// A blank key stands for none (the default or a generated key).
+    pub session_key: Option<String>,
+    /// The transform vouches that `session_key` is its own, not taken from the request.
+    pub session_key_fixed: bool,
+    /// Checked here: `isolated` or `persistent`.
+    pub session_mode: Option<String>,
+    pub deliver: Option<bool>,
+    pub allow_unsafe_external_content: Option<bool>,
+    pub channel: Option<String>,
+    pub to: Option<String>,
+    pub model: Option<String>,
+    pub thinking: Option<String>,
+    pub timeout_seconds: Option<u64>,
+}
+
+impl MappedAction {
+    /// This action with `overrides` merged in. Set fields replace the mapping's, unset ones keep
+    /// them, and a change of kind keeps nothing (an agent run made from a wake mapping has only
+    /// what the transform gave it), as in the OpenClaw gateway. Values are used as given: not
+    /// rendered, not trimmed (the checks of [`MappedAction::finish`] follow).
+    pub fn merge(self, overrides: Overrides) -> Result<MappedAction, Rejected> {
+        let kind = overrides.kind.unwrap_or(self.kind);
+        let mut action = if kind == self.kind {
+            self
+        } else {
+            MappedAction::empty(kind)
+        };
+        match kind {
+            ActionKind::Wake => {
+                set(&mut action.text, overrides.text);
+                action.wake_mode = overrides.mode.unwrap_or(action.wake_mode);
+            }
+            ActionKind::Agent => {
+                set(&mut action.message, overrides.message);
+                action.wake_mode = overrides.wake_mode.unwrap_or(action.wake_mode);
+                action.name = overrides.name.or(action.name);
+                if let Some(mode) = overrides.session_mode {
+                    action.session_mode = SessionMode::parse(&mode).ok_or_else(|| {
+                        Rejected::new("hook mapping sessionMode must be isolated or persistent")
+                    })?;
+                }
+                action.deliver = overrides.deliver.unwrap_or(action.deliver);
+                action.allow_unsafe_external_content = overrides
+                    .allow_unsafe_external_content
+                    .unwrap_or(action.allow_unsafe_external_content);
+                action.channel = overrides.channel.or(action.channel);
+                action.to = overrides.to.or(action.to);
+                action.model = overrides.model.or(action.model);
+                action.thinking = overrides.thinking.or(action.thinking);
+                action.timeout_seconds = overrides.timeout_seconds.or(action.timeout_seconds);
+            }
+        }
+        action.agent_id = overrides.agent_id.or(action.agent_id);
+        if let Some(key) = overrides.session_key {
+            let key = key.trim();
+            (action.session_key, action.key_origin) = if key.is_empty() {
+                (None, KeyOrigin::MappingStatic)
+            } else if overrides.session_key_fixed {
+                (Some(key.to_string()), KeyOrigin::MappingStatic)
+            } else {
+                (Some(key.to_string()), KeyOrigin::MappingTemplated)
+            };
+        }
+        Ok(action)
+    }
+
+    /// An action of `kind` with every field unset: what a transform that changes the kind
+    /// builds on.
+    fn empty(kind: ActionKind) -> MappedAction {
+        MappedAction {
+            kind,
+            key_origin: KeyOrigin::MappingStatic,
+            session_mode: SessionMode::Isolated,
+            text: String::new(),
+            message: String::new(),
+            name: None,
+            agent_id: None,
+            session_key: None,
+            wake_mode: WakeMode::Now,
+            deliver: true,
+            allow_unsafe_external_content: false,
+            channel: None,
+            to: None,
+            model: None,
+            thinking: None,
+            timeout_seconds: None,
+        }
+    }
+}
+
+fn set(field: &mut String, value: Option<String>) {
+    if let Some(value) = value {
+        *field = value;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent_action() -> MappedAction {
+        MappedAction {
+            kind: ActionKind::Agent,
+            key_origin: KeyOrigin::MappingStatic,
+            session_mode: SessionMode::Isolated,
+            text: String::new(),
+            message: "from the template".into(),
+            name: Some("Deploys".into()),
+            agent_id: Some("ops".into()),
+            session_key: Some("hook:deploys".into()),
+            wake_mode: WakeMode::NextHeartbeat,
+            deliver: true,
+            allow_unsafe_external_content: false,
+            channel: Some("telegram".into()),
+            to: Some("{{dest}} rendered".into()),
+            model: Some("base/model".into()),
+            thinking: None,
+            timeout_seconds: Some(30),
+        }
+    }
+
+    #[test]
+    fn a_partial_override_changes_only_its_fields() {
+        let merged = agent_action()
+            .merge(Overrides {
+                to: Some("+1555".into()),
+                deliver: Some(false),
+                model: Some("x/y".into()),
+                ..Overrides::default()
+            })
+            .unwrap();
+        assert_eq!(merged.to.as_deref(), Some("+1555"));
+        assert!(!merged.deliver);
+        assert_eq!(merged.model.as_deref(), Some("x/y"));
+        let unchanged = MappedAction {
+            to: merged.to.clone(),
+            deliver: false,
+            model: merged.model.clone(),
+            ..agent_action()
+        };
+        assert_eq!(merged, unchanged);
+    }
+
+    #[test]
+    fn another_kind_keeps_nothing_of_the_mapping() {
+        let wake = agent_action()
+            .merge(Overrides {
+                kind: Some(ActionKind::Wake),
+                ..Overrides::default()
+            })
+            .unwrap();
+        assert_eq!(wake.kind, ActionKind::Wake);
+        assert_eq!(wake.text, "", "blank, so finish() refuses it");
+        assert_eq!(wake.wake_mode, WakeMode::Now);
+        assert_eq!((&wake.agent_id, &wake.session_key), (&None, &None));
+        assert!(wake.finish().is_err());
+    }
+
+    #[test]
+    fn session_keys_from_a_transform_are_external_unless_fixed() {
+        let key = |key: &str, fixed| {
+            let merged = agent_action()
+                .merge(Overrides {
+                    session_key: Some(key.into()),
+                    session_key_fixed: fixed,
+                    ..Overrides::default()
+                })
+                .unwrap();
+            (merged.session_key, merged.key_origin)
+        };
+        assert_eq!(
+            key("hook:t3", false),
+            (Some("hook:t3".into()), KeyOrigin::MappingTemplated)
+        );
+        assert_eq!(
+            key("hook:t3", true),
+            (Some("hook:t3".into()), KeyOrigin::MappingStatic)
+        );
+        assert_eq!(key("  ", false), (None, KeyOrigin::MappingStatic));
+    }
+
+    #[test]
+    fn an_unknown_session_mode_is_the_clients_400() {
+        let refused = agent_action()
+            .merge(Overrides {
+                session_mode: Some("weird".into()),
+                ..Overrides::default()
+            })
+            .unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "hook mapping sessionMode must be isolated or persistent"
+        );
+    }
+}
