@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use crate::config::{self, Admission, ConfigError, HookSettings, LiveConfig, Settings};
 use crate::gateway::nats::Cluster;
 use crate::gateway::{Runtime, Store, StoreError};
-use crate::http::{AppState, AuthFailureLimiter, router, serve};
+use crate::http::{AppParts, AppState, AuthFailureLimiter, router, serve};
 use crate::metrics::Metrics;
 use crate::transform::{Contract, TransformEngine, TransformRegistry, TransformSet};
 
@@ -168,7 +168,7 @@ impl Server {
             cluster,
             metrics.clone(),
         ));
-        let state = AppState {
+        let state = AppState::new(AppParts {
             config,
             store,
             runtime,
@@ -182,7 +182,7 @@ impl Server {
                 65_536,
             )),
             transforms,
-        };
+        });
         Ok(Server { state, listener })
     }
 
@@ -215,7 +215,7 @@ impl Server {
         let deadline = self.state.config.current().connections.shutdown_timeout;
         let grace = deadline.saturating_sub(stop_began.elapsed());
         self.state.runtime.stop(grace).await;
-        let store = self.state.store;
+        let store = self.state.store.clone();
         tokio::task::spawn_blocking(move || store.close())
             .await
             .map_err(|_| StoreError::Closed)

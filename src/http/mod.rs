@@ -35,9 +35,27 @@ use crate::gateway::{Runtime, Store};
 use crate::metrics::Metrics;
 use crate::transform::TransformRegistry;
 
-/// What every handler can reach. Cheap to clone.
+/// What every handler can reach: one pointer, cloned by every extractor and layer of every
+/// request (an atomic increment; cloning the parts themselves was a tenth of intake's CPU).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<AppParts>);
+
+impl AppState {
+    pub fn new(parts: AppParts) -> Self {
+        AppState(Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = AppParts;
+
+    fn deref(&self) -> &AppParts {
+        &self.0
+    }
+}
+
+/// The parts of [`AppState`].
+pub struct AppParts {
     pub config: LiveConfig,
     pub store: Store,
     /// Failed hook authentications.
