@@ -47,11 +47,17 @@ async fn start_queued(
     slots: &Slots,
     busy: &BusySessions,
 ) -> Result<(), StoreError> {
-    let queued = ctx.store.read(|conn| runs::queued(conn, 256)).await?;
+    // Without a free slot nothing can start, and reading the queue would only load the store:
+    // a slot that frees up signals the runner again.
+    let Some(mut slot) = slots.try_take() else {
+        return Ok(());
+    };
+    let running = lock(busy).clone();
+    let queued = ctx
+        .store
+        .read(move |conn| runs::queued(conn, 256, &running))
+        .await?;
     for (run_id, session_key) in queued {
-        let Some(slot) = slots.try_take() else {
-            return Ok(());
-        };
         if !lock(busy).insert(session_key.clone()) {
             continue;
         }
@@ -75,6 +81,10 @@ async fn start_queued(
             execute(&ctx, &signals, run).await;
             drop(release);
         });
+        slot = match slots.try_take() {
+            Some(next) => next,
+            None => return Ok(()),
+        };
     }
     Ok(())
 }

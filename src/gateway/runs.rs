@@ -3,6 +3,8 @@
 //! it. Each function runs inside one transaction of the store's writer (or on its read
 //! connection), so a crash leaves either all of an outcome or none of it.
 
+use std::collections::HashSet;
+
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::provider::Exchange;
@@ -17,15 +19,57 @@ pub fn resume_interrupted(conn: &Connection) -> rusqlite::Result<usize> {
     )
 }
 
+/// Queued runs the runner may start, oldest first, at most `limit`: the oldest queued run of
+/// each session key that has none running and is not in `busy` (the keys of the runs this
+/// process is running).
+///
+/// Hooks usually give each run a key of its own, and then the first `limit` queued runs are the
+/// answer: one indexed read of `limit` rows ([`oldest_queued`]). Only when those hold nothing to
+/// start (a backlog of busy keys) is the queue walked key by key ([`queued_heads`]), so one busy
+/// key with a long backlog never hides the runs of others.
+pub fn queued(
+    conn: &Connection,
+    limit: u32,
+    busy: &HashSet<String>,
+) -> rusqlite::Result<Vec<(String, String)>> {
+    let oldest = oldest_queued(conn, limit)?;
+    let whole_queue = oldest.len() < limit as usize;
+    let mut seen = HashSet::new();
+    let startable: Vec<(String, String)> = oldest
+        .into_iter()
+        .filter(|(_, key)| seen.insert(key.clone()) && !busy.contains(key))
+        .collect();
+    if !startable.is_empty() || whole_queue {
+        return Ok(startable);
+    }
+    // Keys in `busy` are running in the store too, and so not among the heads; the margin
+    // covers a key that is busy here before its claim is committed.
+    let margin = u32::try_from(busy.len()).unwrap_or(u32::MAX);
+    Ok(queued_heads(conn, limit.saturating_add(margin))?
+        .into_iter()
+        .filter(|(_, key)| !busy.contains(key))
+        .take(limit as usize)
+        .collect())
+}
+
+/// The first `limit` queued runs, oldest first, on the `runs_by_status` index.
+fn oldest_queued(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<(String, String)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT run_id, session_key FROM runs WHERE status = 'queued' ORDER BY rowid LIMIT ?1",
+    )?;
+    let rows = stmt.query_map(params![limit], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    rows.collect()
+}
+
 /// The oldest queued run of each session key that has none running: (run id, session key),
-/// oldest first. One busy key with a long backlog therefore never hides the runs of others.
+/// oldest first.
 ///
 /// Costs O(k log n) for k session keys with queued runs and n runs, not O(n): the keys are
 /// walked on the `runs_queue` index one `MIN(session_key) > previous` step at a time (a loose
 /// index scan, which SQLite does not plan by itself), and each key's oldest run is the first
 /// entry of that key in the same index. A scan of every queued run here made a backlog of one
 /// busy session quadratic to drain, since the runner asks after every run.
-pub fn queued(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<(String, String)>> {
+pub fn queued_heads(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<(String, String)>> {
     let mut stmt = conn.prepare_cached(
         "WITH RECURSIVE keys(key) AS (
              SELECT MIN(session_key) FROM runs WHERE status = 'queued'
