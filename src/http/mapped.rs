@@ -17,7 +17,7 @@ use crate::config::HookSettings;
 use crate::gateway::runtime_clock::now_rfc3339;
 use crate::mapping::{self, FanOut, Mapping, TemplateContext};
 use crate::metrics::{FailureLabels, MappingLabels};
-use crate::transform::{CallOutcome, Reply, TransformInput};
+use crate::transform::{CallOutcome, Reply, TransformFailure, TransformInput};
 
 /// Serves a request whose name is neither `wake` nor `agent`.
 pub(super) async fn mapped(
@@ -134,7 +134,10 @@ async fn run_transform(
                 })
                 .inc();
             tracing::error!(mapping = %mapping.id, %module, cause = failure.cause(), %failure, "transform failed");
-            Err(HookError::MappingFailed)
+            Err(match failure {
+                TransformFailure::Busy(_) => HookError::TransformsBusy,
+                _ => HookError::MappingFailed,
+            })
         }
     }
 }

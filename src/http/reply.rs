@@ -35,6 +35,9 @@ pub enum HookError {
     /// A mapping's transform failed (its cause is logged where it happened).
     #[error("hook mapping failed")]
     MappingFailed,
+    /// Every transform call slot stayed taken for as long as a call may wait for one.
+    #[error("transforms busy")]
+    TransformsBusy,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -111,6 +114,14 @@ impl IntoResponse for HookError {
             HookError::Invalid(message) => json_error(StatusCode::BAD_REQUEST, &message),
             HookError::MappingFailed => {
                 json_error(StatusCode::INTERNAL_SERVER_ERROR, "hook mapping failed")
+            }
+            HookError::TransformsBusy => {
+                let mut response =
+                    json_error(StatusCode::SERVICE_UNAVAILABLE, "transforms busy; retry");
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                response
             }
             HookError::Internal(cause) => {
                 tracing::error!(%cause, "hook request failed");

@@ -2,14 +2,15 @@
 //! mapping with `transform.reuse`, a call on an instance kept from its earlier calls); and what
 //! the answer means for the request.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use wasmtime::{Store, Trap};
+use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings::types;
 use super::contract::Contract;
 use super::engine::TransformEngine;
+use super::guest_clock::{Budgeted, GuestClock};
 use super::guest_text::{MAX_ERROR_BYTES, guest_text};
 use super::host::HostState;
 use super::limits::TransformLimits;
@@ -58,6 +59,8 @@ pub struct Reply {
 pub enum TransformFailure {
     #[error("wall-time limit of {0:?} exceeded")]
     Timeout(Duration),
+    #[error("no call slot free within {0:?}")]
+    Busy(Duration),
     #[error("memory limit of {0} bytes exceeded")]
     Memory(usize),
     #[error("output limit exceeded: {0}")]
@@ -75,6 +78,7 @@ impl TransformFailure {
     pub fn cause(&self) -> &'static str {
         match self {
             TransformFailure::Timeout(_) => "timeout",
+            TransformFailure::Busy(_) => "busy",
             TransformFailure::Memory(_) => "memory",
             TransformFailure::Output(_) => "output",
             TransformFailure::Trap(_) => "trap",
@@ -85,10 +89,12 @@ impl TransformFailure {
 }
 
 impl TransformEngine {
-    /// Calls `transform` on `input` within `limits`, after waiting (within the same wall-time
-    /// budget) for a slot of its mapping's fair share (`call_slots`). The guest yields to other tasks every epoch tick, and when the
-    /// time is up the call's future, and with it the store, the instance and any host call the
-    /// guest was blocked in, is dropped: nothing of a timed-out call lives on.
+    /// Calls `transform` on `input` within `limits`, after waiting for a slot of its mapping's
+    /// fair share (`call_slots`) for at most [`slot_wait`]. The call is charged for its time
+    /// less its waits for a turn (`guest_clock`); the guest yields to other tasks every epoch
+    /// tick and is interrupted at the first tick past `limits.timeout`. A call past its limit
+    /// while blocked in a host call is stopped too: its future, and with it the store, the
+    /// instance and the host call, is dropped, so nothing of a stopped call lives on.
     pub async fn call(
         &self,
         transform: &LoadedTransform,
@@ -101,15 +107,21 @@ impl TransformEngine {
                 "transform.export needs a component built against hookgate:transform@0.2; this one is 0.1".into(),
             ));
         }
+        let wait = slot_wait(limits.timeout);
+        let Ok(_slot) = tokio::time::timeout(wait, self.slots.acquire(&input.mapping_id)).await
+        else {
+            return Err(TransformFailure::Busy(wait));
+        };
+        let clock = GuestClock::new();
         let call = async {
-            let _slot = self.slots.acquire(&input.mapping_id).await;
             if limits.reuse > 1 {
-                self.call_reused(transform, input, limits).await
+                self.call_reused(transform, input, limits, &clock).await
             } else {
-                self.call_in_fresh_store(transform, input, limits).await
+                self.call_in_fresh_store(transform, input, limits, &clock)
+                    .await
             }
         };
-        match tokio::time::timeout(limits.timeout, call).await {
+        match Budgeted::new(Arc::clone(&clock), limits.timeout, call).await {
             Err(_) => Err(TransformFailure::Timeout(limits.timeout)),
             Ok(result) => result,
         }
@@ -120,13 +132,12 @@ impl TransformEngine {
         transform: &LoadedTransform,
         input: TransformInput,
         limits: &TransformLimits,
+        clock: &Arc<GuestClock>,
     ) -> Result<CallOutcome, TransformFailure> {
         let memory_cap = limits.memory_bytes.min(self.memory_bytes);
-        let mut store = self.store(HostState::new(
-            &input.mapping_id,
-            memory_cap,
-            limits.log_bytes,
-        ));
+        let mut state = HostState::new(&input.mapping_id, memory_cap, limits.log_bytes);
+        state.charge_to(Arc::clone(clock), limits.timeout);
+        let mut store = self.store(state);
         let request = request(input);
         let result = match transform.pre.instantiate_async(&mut store).await {
             Ok(instance) => instance.call_transform(&mut store, request).await,
@@ -145,6 +156,7 @@ impl TransformEngine {
         transform: &LoadedTransform,
         input: TransformInput,
         limits: &TransformLimits,
+        clock: &Arc<GuestClock>,
     ) -> Result<CallOutcome, TransformFailure> {
         let memory_cap = limits.memory_bytes.min(self.memory_bytes);
         // Limits are part of the key, so a call never gets an instance made for other limits.
@@ -152,7 +164,9 @@ impl TransformEngine {
         let mut warm = match self.take_warm(transform, &key) {
             Some(warm) => warm,
             None => {
-                let state = HostState::for_reuse(&input.mapping_id, memory_cap, limits.log_bytes);
+                let mut state =
+                    HostState::for_reuse(&input.mapping_id, memory_cap, limits.log_bytes);
+                state.charge_to(Arc::clone(clock), limits.timeout);
                 let mut store = self.store(state);
                 let instance = transform
                     .pre
@@ -167,6 +181,9 @@ impl TransformEngine {
             }
         };
         warm.store.data_mut().begin_call(limits.log_bytes);
+        warm.store
+            .data_mut()
+            .charge_to(Arc::clone(clock), limits.timeout);
         warm.store.set_epoch_deadline(1);
         let request = request(input);
         let result = warm.instance.call_transform(&mut warm.store, request).await;
@@ -200,13 +217,22 @@ impl TransformEngine {
         answer
     }
 
-    /// A store for `state` with the memory limiter set and, at every epoch tick, a yield to the
-    /// executor, so a spinning guest shares its thread (the deadline itself is the timeout in
-    /// `call`).
+    /// A store for `state` with the memory limiter set and, at every epoch tick, either an
+    /// interrupt (the call has run for its time limit) or a yield to the executor, so a
+    /// spinning guest shares its thread.
     fn store(&self, state: HostState) -> Store<HostState> {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.memory);
-        store.epoch_deadline_async_yield_and_update(1);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|store| {
+            let state = store.data();
+            Ok(if state.out_of_time() {
+                UpdateDeadline::Interrupt
+            } else {
+                state.clock.yielding();
+                UpdateDeadline::Yield(1)
+            })
+        });
         store
     }
 
@@ -227,6 +253,12 @@ impl TransformEngine {
         };
         lock(&transform.warm).entry(key).or_default().push(idle);
     }
+}
+
+/// How long a call may wait for a call slot: ten times its time limit, and at least a second.
+/// Past that the transforms are overloaded, and the client is told to retry (503).
+pub(super) fn slot_wait(limit: Duration) -> Duration {
+    limit.saturating_mul(10).max(Duration::from_secs(1))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -339,7 +371,7 @@ fn classify(
     }
     if let Some(trap) = err.downcast_ref::<Trap>() {
         return match trap {
-            // With yielding deadlines the epoch does not trap; kept for engines that do.
+            // The epoch callback interrupts a call that has run for its time limit.
             Trap::Interrupt => TransformFailure::Timeout(limits.timeout),
             Trap::StackOverflow => TransformFailure::Trap("stack overflow".into()),
             other => TransformFailure::Trap(other.to_string()),

@@ -1,6 +1,7 @@
 //! The per-call state a transform's store holds: an empty WASI context, the memory cap, and the
 //! bounded sinks for stdout, stderr and the `log` import.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use wasmtime::ResourceLimiter;
@@ -9,6 +10,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{types, v0_1, v0_2};
+use super::guest_clock::GuestClock;
 use super::guest_text::guest_text;
 use super::limits::{CORE_INSTANCES_PER_COMPONENT, MEMORIES_PER_COMPONENT, TABLES_PER_COMPONENT};
 
@@ -31,6 +33,9 @@ pub struct HostState {
     stderr: MemoryOutputPipe,
     /// How much of stdout and stderr was there when the current call began.
     output_at_call: [usize; 2],
+    /// The current call's running time, and the limit it is held to (`timeoutMs`).
+    pub(super) clock: Arc<GuestClock>,
+    pub(super) time_limit: Duration,
 }
 
 impl HostState {
@@ -80,7 +85,20 @@ impl HostState {
             stdout,
             stderr,
             output_at_call: [0, 0],
+            clock: GuestClock::new(),
+            time_limit: Duration::MAX,
         }
+    }
+
+    /// Charges the calls to come to `clock`, within `limit`.
+    pub fn charge_to(&mut self, clock: Arc<GuestClock>, limit: Duration) {
+        self.clock = clock;
+        self.time_limit = limit;
+    }
+
+    /// Whether the current call has run for its whole limit.
+    pub fn out_of_time(&self) -> bool {
+        self.clock.spent() >= self.time_limit
     }
 
     /// Starts another call on a reused store: a fresh log budget, output counted from here, and

@@ -12,6 +12,7 @@ mod call;
 mod call_slots;
 mod contract;
 mod engine;
+mod guest_clock;
 mod guest_text;
 mod host;
 mod limits;
@@ -19,6 +20,7 @@ mod module_file;
 mod registry;
 mod warm;
 
+pub use cache::CompileCache;
 pub use call::{CallOutcome, Reply, TransformFailure, TransformInput};
 pub use contract::Contract;
 pub use engine::TransformEngine;

@@ -309,3 +309,49 @@ async fn idle_reused_instances_leave_stacks_for_fresh_calls() {
             .contains(&"reused-1 call 2".to_string())
     );
 }
+
+/// When no call slot frees up for ten times the mapping's time limit (at least a second), the
+/// request is refused with 503 and `Retry-After`, which providers retry, rather than queued
+/// without end or failed as if the transform had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_finds_no_slot_in_time_is_told_to_retry() {
+    let mut config = base_config();
+    let sleep = json!({"id": "sleep", "match": {"path": "sleep"},
+                       "transform": {"module": "hostile.wasm", "config": {"mode": "sleep"}}});
+    set(&mut config, "hooks.mappings", json!([sleep]));
+    // One slot for the mapping (half of two); each call holds it for its 150 ms limit, so of
+    // sixteen calls at once the last ones wait longer than 1.5 s.
+    set(
+        &mut config,
+        "hooks.transformLimits",
+        json!({"timeoutMs": 150, "maxConcurrent": 2}),
+    );
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["hostile"]);
+    let server = Hookgate::start_in(&dir);
+    let calls: Vec<_> = (0..16)
+        .map(|_| tokio::spawn(server.hook("/hooks/sleep").json(&json!({})).send()))
+        .collect();
+    let mut busy = 0;
+    for call in calls {
+        let response = call.await.unwrap().unwrap();
+        match response.status().as_u16() {
+            500 => {}
+            503 => {
+                busy += 1;
+                assert_eq!(response.headers()["retry-after"], "1");
+                assert_eq!(
+                    response.json::<Value>().await.unwrap(),
+                    json!({"ok": false, "error": "transforms busy; retry"})
+                );
+            }
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert!(busy > 0, "some calls waited past the slot bound");
+    let (_, log) = server.terminate();
+    assert!(
+        log.contains("cause=\"busy\"") || log.contains("cause=busy"),
+        "{log}"
+    );
+}
