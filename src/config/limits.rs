@@ -9,13 +9,6 @@ use super::model::{TransformConfig, TransformLimitsConfig};
 use crate::mapping::javascript_component;
 use crate::transform::TransformLimits;
 
-/// What a JavaScript engine needs at least: it does not start in 8 MiB, and its first call takes
-/// longer than a Rust transform's whole run. A mapping naming a JavaScript or TypeScript module,
-/// as an openclaw.json does, gets this much unless its own `transform.limits` say otherwise, so
-/// that such a file runs unchanged (docs/transforms.md#limits).
-const JAVASCRIPT_MEMORY_BYTES: usize = 64 * 1024 * 1024;
-const JAVASCRIPT_TIMEOUT: Duration = Duration::from_secs(1);
-
 /// `config` over `base`, each value checked to be positive; problems are named under `key`
 /// (`hooks.transformLimits` or `hooks.mappings[2].transform.limits`).
 pub(super) fn transform_limits(
@@ -72,8 +65,9 @@ pub(super) fn mapping_limits(
     }
     let mut limits = global;
     if javascript {
-        limits.memory_bytes = limits.memory_bytes.max(JAVASCRIPT_MEMORY_BYTES);
-        limits.timeout = limits.timeout.max(JAVASCRIPT_TIMEOUT);
+        // An openclaw.json has no limits to give: a JavaScript module gets what its engine
+        // needs (docs/transforms.md#limits).
+        limits = limits.for_javascript();
     }
     if let Some(own) = &config.limits {
         let key = format!("{key}.limits");

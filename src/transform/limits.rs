@@ -12,7 +12,8 @@ pub(super) const TABLES_PER_COMPONENT: u32 = 16;
 /// (JavaScript, Python) need more memory and time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TransformLimits {
-    /// Wall time from instantiation to the answer; enforced by epoch interruption.
+    /// Running time from instantiation to the answer: the time the call runs, not its waits for
+    /// a slot or a thread (see `guest_clock`); enforced at epoch ticks.
     pub timeout: Duration,
     /// Linear memory the instance may grow to, in bytes.
     pub memory_bytes: usize,
@@ -27,6 +28,30 @@ pub struct TransformLimits {
     /// a fresh instance for every call. More lets what a call leaves in the instance's memory
     /// (globals, caches, the JavaScript heap) reach the mapping's later calls.
     pub reuse: u32,
+}
+
+/// What a JavaScript engine needs at least: it does not start in 8 MiB, and its first call takes
+/// longer than a Rust transform's whole run.
+const JAVASCRIPT_MEMORY_BYTES: usize = 64 * 1024 * 1024;
+const JAVASCRIPT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A JavaScript module's instances serve their mapping's calls until one fails or the module or
+/// the configuration changes, as the OpenClaw gateway keeps an imported module until a reload:
+/// a fresh JavaScript engine per call costs milliseconds of CPU.
+const JAVASCRIPT_REUSE: u32 = u32::MAX;
+
+impl TransformLimits {
+    /// These limits raised to what a JavaScript module needs (at least 64 MiB and 1 s), with
+    /// instances kept between calls: the defaults of a mapping naming a JavaScript or TypeScript
+    /// module, which its own `transform.limits` and `reuse` override.
+    pub fn for_javascript(self) -> TransformLimits {
+        TransformLimits {
+            memory_bytes: self.memory_bytes.max(JAVASCRIPT_MEMORY_BYTES),
+            timeout: self.timeout.max(JAVASCRIPT_TIMEOUT),
+            reuse: JAVASCRIPT_REUSE,
+            ..self
+        }
+    }
 }
 
 impl Default for TransformLimits {
