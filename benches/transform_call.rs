@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use hookgate::transform::{TransformEngine, TransformInput, TransformLimits};
+use hookgate::transform::{CompileCache, TransformEngine, TransformInput, TransformLimits};
 
 mod support;
 use support::{build_transforms, percentiles};
@@ -20,7 +20,10 @@ fn main() {
     .unwrap();
     let limits = TransformLimits::default();
     let engine = TransformEngine::new(&limits).unwrap();
-    let loaded = engine.load_file(&wasm).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let loaded = engine
+        .load_file(&wasm, &CompileCache::new(cache.path().to_path_buf()))
+        .unwrap();
     let input = TransformInput {
         name: "github".into(),
         headers: vec![("x-github-event".into(), "push".into())],

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use hookgate::config::{self, Settings};
 use hookgate::server::{self, Server, StartError};
-use hookgate::transform::{TransformEngine, TransformInput, TransformLimits};
+use hookgate::transform::{CompileCache, TransformEngine, TransformInput, TransformLimits};
 
 #[derive(Parser)]
 #[command(name = "hookgate", version, about = "A webhook ingress for AI agents")]
@@ -52,7 +52,8 @@ enum Command {
 enum TransformCommand {
     /// Run a transform component on a request and print its outcome as JSON.
     Run {
-        /// The component (`.wasm`) to run.
+        /// The component (`.wasm`) to run, or a JavaScript module (`.mjs`, `.ts`, ...) to run
+        /// the component built beside it with a mapping's JavaScript limits.
         module: PathBuf,
         /// A file holding the request body.
         #[arg(long)]
@@ -72,7 +73,48 @@ enum TransformCommand {
         /// The mapping's `transform.export`: which entry point to run.
         #[arg(long)]
         export: Option<String>,
+        #[command(flatten)]
+        limits: LimitArgs,
     },
+}
+
+/// A mapping's limits, to try a transform with the ones it will have.
+#[derive(clap::Args)]
+struct LimitArgs {
+    /// `memoryBytes`: the most linear memory, in bytes.
+    #[arg(long)]
+    memory: Option<usize>,
+    /// `timeoutMs`: the most running time of a call, in milliseconds.
+    #[arg(long)]
+    timeout: Option<u64>,
+    /// `reuse`: calls one instance serves before it is replaced.
+    #[arg(long)]
+    reuse: Option<u32>,
+    /// Send the request this many times (to one instance, with --reuse), and report the time
+    /// of the first call and of the others.
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
+}
+
+impl LimitArgs {
+    /// The defaults of a mapping naming `module` (a JavaScript module gets its engine's), with
+    /// these options over them.
+    fn limits(&self, javascript: bool) -> TransformLimits {
+        let mut limits = TransformLimits::default();
+        if javascript {
+            limits = limits.for_javascript();
+        }
+        if let Some(bytes) = self.memory {
+            limits.memory_bytes = bytes;
+        }
+        if let Some(ms) = self.timeout {
+            limits.timeout = Duration::from_millis(ms);
+        }
+        if let Some(calls) = self.reuse {
+            limits.reuse = calls.max(1);
+        }
+        limits
+    }
 }
 
 fn main() -> ExitCode {
@@ -97,6 +139,7 @@ fn main() -> ExitCode {
             query,
             config,
             export,
+            limits,
         }) => {
             let input = match transform_input(&body, name, &headers, &query, config) {
                 Ok(input) => TransformInput {
@@ -108,7 +151,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            run_transform(&module, input)
+            run_transform(&module, input, &limits)
         }
     }
 }
@@ -283,17 +326,43 @@ fn transform_input(
     })
 }
 
-fn run_transform(module: &std::path::Path, input: TransformInput) -> ExitCode {
-    let limits = TransformLimits::default();
+fn run_transform(module: &std::path::Path, input: TransformInput, args: &LimitArgs) -> ExitCode {
+    let component = module
+        .to_str()
+        .and_then(hookgate::mapping::javascript_component)
+        .map(PathBuf::from);
+    let limits = args.limits(component.is_some());
+    let module = component.as_deref().unwrap_or(module);
     let outcome = tokio::runtime::Runtime::new()
         .map_err(|e| format!("cannot start the async runtime: {e}"))
         .and_then(|runtime| {
             let engine = TransformEngine::new(&limits)
                 .map_err(|e| format!("cannot start the transform engine: {e:#}"))?;
-            let loaded = engine.load_file(module).map_err(|e| e.to_string())?;
-            runtime
-                .block_on(engine.call(&loaded, input, &limits))
-                .map_err(|failure| format!("{} ({})", failure, failure.cause()))
+            let loaded = engine
+                .load_file(module, &user_compile_cache())
+                .map_err(|e| e.to_string())?;
+            let mut took = Vec::new();
+            let mut last = None;
+            for _ in 0..args.repeat.max(1) {
+                let started = std::time::Instant::now();
+                let outcome = runtime
+                    .block_on(engine.call(&loaded, input.clone(), &limits))
+                    .map_err(|failure| format!("{} ({})", failure, failure.cause()))?;
+                took.push(started.elapsed());
+                last = Some(outcome);
+            }
+            if let [first, rest @ ..] = took.as_slice() {
+                let mut rest = rest.to_vec();
+                rest.sort();
+                match rest.get(rest.len() / 2) {
+                    Some(median) => eprintln!(
+                        "{} calls: the first {first:.1?}, the others {median:.1?} (median)",
+                        took.len()
+                    ),
+                    None => eprintln!("1 call: {first:.1?}"),
+                }
+            }
+            last.ok_or_else(|| "no call made".to_string())
         });
     match outcome {
         Ok(outcome) => {
@@ -305,4 +374,17 @@ fn run_transform(module: &std::path::Path, input: TransformInput) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The compile cache of `transform run`: the user's cache directory (`$XDG_CACHE_HOME`, else
+/// `~/.cache`) under `hookgate/transform-cache`, so that trying a JavaScript transform again
+/// does not compile its engine again. Without a home, nothing is cached.
+fn user_compile_cache() -> CompileCache {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")));
+    CompileCache::new(base.map_or_else(
+        || std::env::temp_dir().join(format!("hookgate-{}", std::process::id())),
+        |base| base.join("hookgate/transform-cache"),
+    ))
 }

@@ -3,6 +3,7 @@
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -10,6 +11,32 @@ use wasmtime::component::Component;
 /// The largest cache entry read: compiled code is a few times its module, and a module file is
 /// at most 64 MiB.
 const MAX_ENTRY_BYTES: u64 = 1024 * 1024 * 1024;
+
+/// How long a compile runs before it is announced: most take less, and a JavaScript component
+/// (an engine of 12 MiB) takes several seconds, which an operator should not mistake for a hang.
+const ANNOUNCE_AFTER: Duration = Duration::from_secs(1);
+
+/// Compiles `bytes`, logging the compile; one that runs over [`ANNOUNCE_AFTER`] is announced
+/// while it runs.
+pub fn compile(engine: &Engine, name: &str, bytes: &[u8]) -> wasmtime::Result<Component> {
+    let started = Instant::now();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let compiled = std::thread::scope(|scope| {
+        scope.spawn(move || {
+            // Disconnected: the compile ended first.
+            let timeout = std::sync::mpsc::RecvTimeoutError::Timeout;
+            if finished.recv_timeout(ANNOUNCE_AFTER) == Err(timeout) {
+                tracing::info!(module = %name, bytes = bytes.len(), "compiling a transform (cached once compiled)");
+            }
+        });
+        let compiled = Component::new(engine, bytes);
+        drop(done);
+        compiled
+    });
+    let elapsed_ms = started.elapsed().as_millis();
+    tracing::info!(module = %name, bytes = bytes.len(), elapsed_ms, "transform compiled");
+    compiled
+}
 
 /// A directory of compiled components, named by the SHA-256 of the `.wasm` bytes and a hash of
 /// the engine's compatibility settings. Only hookgate writes here.
@@ -31,11 +58,13 @@ impl CompileCache {
             .join(format!("{}-{engine_key:016x}.cwasm", hex::encode(digest)))
     }
 
-    /// The component for `bytes`: from the cache when present and loadable, else compiled (and
-    /// then stored, best effort).
+    /// The component for `bytes` (the file `name`): from the cache when present and loadable,
+    /// else compiled (and then stored, best effort). A compile is logged with its name, size
+    /// and duration, and announced when it takes over a second.
     pub fn component(
         &self,
         engine: &Engine,
+        name: &str,
         digest: &[u8; 32],
         bytes: &[u8],
     ) -> wasmtime::Result<Component> {
@@ -60,7 +89,7 @@ impl CompileCache {
                 tracing::warn!(path = %entry.display(), why, "ignoring a cache entry");
             }
         }
-        let component = Component::new(engine, bytes)?;
+        let component = compile(engine, name, bytes)?;
         if let Err(err) = self.store(&entry, &component) {
             tracing::warn!(%err, path = %entry.display(), "cannot write compile cache entry");
         }

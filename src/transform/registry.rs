@@ -185,9 +185,14 @@ impl TransformRegistry {
         let mut loaded = HashMap::new();
         let mut errors = Vec::new();
         if let Some(handle) = &handle {
-            for module in modules {
+            // Compiles run side by side: a configuration naming several JavaScript modules
+            // (seconds each) starts in the time of the slowest.
+            let results = in_parallel(modules, |module| {
                 let reusable = previous.as_ref().and_then(|set| set.get(module));
-                match self.load_one(handle, dir, module, reusable) {
+                self.load_one(handle, dir, module, reusable)
+            });
+            for (module, result) in modules.iter().zip(results) {
+                match result {
                     Ok(transform) => {
                         loaded.insert(module.clone(), transform);
                     }
@@ -284,7 +289,7 @@ impl TransformRegistry {
         }
         let component = self
             .cache
-            .component(self.engine.engine(), &digest, &bytes)
+            .component(self.engine.engine(), module, &digest, &bytes)
             .map_err(|e| fail(format!("not a valid WebAssembly component: {e:#}")))?;
         let pre = self.engine.prepare(&component).map_err(fail)?;
         Ok(Arc::new(LoadedTransform {
@@ -313,9 +318,13 @@ impl TransformEngine {
         })
     }
 
-    /// Compiles and prepares a component from a file anywhere, without the cache: for
+    /// Compiles (or finds in `cache`) and prepares a component from a file anywhere: for
     /// `hookgate transform run`, where the author points at their build output.
-    pub fn load_file(&self, path: &Path) -> Result<LoadedTransform, LoadError> {
+    pub fn load_file(
+        &self,
+        path: &Path,
+        cache: &CompileCache,
+    ) -> Result<LoadedTransform, LoadError> {
         let module = path.display().to_string();
         let fail = |reason: String| LoadError {
             module: module.clone(),
@@ -330,13 +339,15 @@ impl TransformEngine {
             .metadata()
             .map_err(|e| fail(format!("cannot read: {e}")))?;
         let bytes = module_file::read(file, meta.is_file(), meta.len()).map_err(fail)?;
-        let component = Component::new(&self.engine, &bytes)
+        let digest: [u8; 32] = Sha256::digest(&bytes).into();
+        let component = cache
+            .component(&self.engine, &module, &digest, &bytes)
             .map_err(|e| fail(format!("not a valid WebAssembly component: {e:#}")))?;
         let pre = self.prepare(&component).map_err(fail)?;
         Ok(LoadedTransform {
             module: module.clone(),
             pre,
-            digest: Sha256::digest(&bytes).into(),
+            digest,
             warm: Default::default(),
         })
     }
@@ -365,6 +376,43 @@ fn read_module(dir: &Dir, dir_path: &Path, module: &str) -> Result<Vec<u8>, Stri
 /// The file a module name stands for: itself, or the component built from a JavaScript source.
 fn component_name(module: &str) -> std::borrow::Cow<'_, str> {
     javascript_component(module).map_or(module.into(), Into::into)
+}
+
+/// `f` of each item, in order, computed on up to as many threads as the machine has cores.
+fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(items.len());
+    if threads <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut results: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else {
+                            return done;
+                        };
+                        done.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| {
+                worker
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
+            })
+            .collect()
+    });
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
 }
 
 fn open_dir(dir: &Path) -> Result<Dir, String> {
