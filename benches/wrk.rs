@@ -1,0 +1,449 @@
+//! The HTTP load benchmark, driven by wrk (the C load generator, a process of its own): the real
+//! hookgate binary against a bare axum server in the same run, at 32 and 64 connections.
+//!
+//! Every case gets `WRK_WARMUP` seconds of load first (default 3, not measured) and then
+//! `WRK_SECONDS` (default 10); each line gives requests/s, p50, p99 (wrk's latency distribution),
+//! the ratio to the baseline, the p99 over the baseline's, answers that were not 2xx, and the
+//! ratio the targets name (docs/performance.md). `WRK_CASE=github` runs the cases whose name
+//! contains that text. wrk is installed with apt-get when missing and the user may.
+//!
+//! Run: `cargo bench --bench wrk`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+mod support;
+use support::{build_transforms, start_hookgate, stop};
+
+const HOOK_TOKEN: &str = "bench-hook-token-0123";
+const GATEWAY_TOKEN: &str = "bench-gateway-token-0123";
+const CONNECTIONS: [usize; 2] = [32, 64];
+
+/// Which server a case is sent to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Server {
+    Baseline,
+    /// hookgate without a model provider: runs end at once.
+    Hookgate,
+    /// hookgate whose provider answers after one second: runs stay in flight.
+    SlowProvider,
+}
+
+/// One kind of request.
+struct Case {
+    name: &'static str,
+    server: Server,
+    path: &'static str,
+    body: String,
+    headers: Vec<(&'static str, &'static str)>,
+    /// The case whose rate the target compares this one's with, and the least ratio.
+    target: Option<(&'static str, f64)>,
+}
+
+fn case(name: &'static str, server: Server, path: &'static str, body: Value) -> Case {
+    Case {
+        name,
+        server,
+        path,
+        body: body.to_string(),
+        headers: Vec::new(),
+        target: None,
+    }
+}
+
+impl Case {
+    fn header(mut self, name: &'static str, value: &'static str) -> Case {
+        self.headers.push((name, value));
+        self
+    }
+
+    fn target(mut self, of: &'static str, ratio: f64) -> Case {
+        self.target = Some((of, ratio));
+        self
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let push = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/payloads/github-push.json"),
+    )
+    .unwrap();
+    let push: Value = serde_json::from_str(&push).unwrap();
+    let deploy = json!({"service": "api", "version": "1.2"});
+    let run = json!({"message": "benchmark run", "wakeMode": "next-heartbeat", "deliver": false});
+    vec![
+        case("axum baseline", Server::Baseline, "/", json!({"text": "x"})),
+        case(
+            "/hooks/wake",
+            Server::Hookgate,
+            "/hooks/wake",
+            json!({"text": "benchmark event", "mode": "next-heartbeat"}),
+        )
+        .target("axum baseline", 0.6),
+        case(
+            "/hooks/agent",
+            Server::Hookgate,
+            "/hooks/agent",
+            run.clone(),
+        )
+        .target("/hooks/wake", 0.7),
+        case(
+            "/hooks/agent, 1 s provider",
+            Server::SlowProvider,
+            "/hooks/agent",
+            run,
+        )
+        .target("/hooks/wake", 0.7),
+        case(
+            "template → wake",
+            Server::Hookgate,
+            "/hooks/deploy",
+            deploy.clone(),
+        ),
+        case(
+            "template → agent",
+            Server::Hookgate,
+            "/hooks/deploy-run",
+            deploy,
+        ),
+        case(
+            "github → agent",
+            Server::Hookgate,
+            "/hooks/github",
+            push.clone(),
+        )
+        .header("x-github-event", "push")
+        .target("template → agent", 0.85),
+        case(
+            "github, reuse 1000",
+            Server::Hookgate,
+            "/hooks/github-reused",
+            push,
+        )
+        .header("x-github-event", "push"),
+        case(
+            "js → wake",
+            Server::Hookgate,
+            "/hooks/title",
+            json!({"title": "a benchmark", "n": 1}),
+        )
+        .target("template → wake", 0.4),
+        case(
+            "js, fresh instance",
+            Server::Hookgate,
+            "/hooks/title-fresh",
+            json!({"title": "a benchmark", "n": 1}),
+        ),
+    ]
+}
+
+/// The 15-line JavaScript transform of the JavaScript cases.
+const TITLE_MJS: &str = r#"// Reads payload.title and returns a wake, as a small hook transform does.
+export default function ({ payload, headers, path }) {
+  const title = typeof payload.title === 'string' ? payload.title.trim() : '';
+  if (!title) return null;
+  const from = headers['user-agent'] ?? 'someone';
+  const words = title.split(/\s+/).length;
+  return {
+    kind: 'wake',
+    text: `${path}: ${title} (${words} words, from ${from})`,
+    mode: 'next-heartbeat',
+  };
+}
+"#;
+
+fn config(provider: Option<&str>) -> Value {
+    let transform = |module: &str, reuse: Option<u32>| {
+        let mut t = json!({"module": module});
+        if let Some(reuse) = reuse {
+            t["reuse"] = json!(reuse);
+        }
+        t
+    };
+    let mut config = json!({
+        "gateway": {"auth": {"token": GATEWAY_TOKEN}},
+        "hooks": {"enabled": true, "token": HOOK_TOKEN, "mappings": [
+            {"id": "deploy", "match": {"path": "deploy"}, "action": "wake", "wakeMode": "next-heartbeat",
+             "textTemplate": "Deployed {{service}} {{version}}"},
+            {"id": "deploy-run", "match": {"path": "deploy-run"}, "action": "agent", "wakeMode": "next-heartbeat",
+             "deliver": false, "messageTemplate": "Deployed {{service}} {{version}}"},
+            {"id": "github", "match": {"path": "github"}, "wakeMode": "next-heartbeat",
+             "transform": transform("github.wasm", None)},
+            {"id": "github-reused", "match": {"path": "github-reused"}, "wakeMode": "next-heartbeat",
+             "transform": transform("github.wasm", Some(1000))},
+            {"id": "title", "match": {"path": "title"}, "action": "wake", "textTemplate": "-",
+             "transform": transform("title.mjs", None)},
+            {"id": "title-fresh", "match": {"path": "title-fresh"}, "action": "wake", "textTemplate": "-",
+             "transform": transform("title.mjs", Some(1))},
+        ]},
+        // No heartbeats: the benchmark measures intake.
+        "agents": {"defaults": {"heartbeat": {"every": "0"}}},
+    });
+    if let Some(base) = provider {
+        config["models"] = json!({"providers": {"slow": {"baseUrl": base}}});
+        config["agents"]["defaults"]["model"] = json!("slow/model");
+    }
+    config
+}
+
+/// A configuration directory with the transforms in place.
+fn prepare_dir(provider: Option<&str>, wasm: &Path, js: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("hooks/transforms");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::copy(wasm.join("github.wasm"), root.join("github.wasm")).unwrap();
+    std::fs::copy(js, root.join("title.wasm")).unwrap();
+    let config = config(provider).to_string();
+    std::fs::write(dir.path().join("hookgate.json5"), config).unwrap();
+    dir
+}
+
+/// The JavaScript transform's component, built with the SDK unless an earlier run built it.
+fn build_js() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), PathBuf::from)
+        .join("bench-js");
+    std::fs::create_dir_all(&out).unwrap();
+    let source = out.join("title.mjs");
+    let component = out.join("title.wasm");
+    let unchanged = std::fs::read_to_string(&source).is_ok_and(|s| s == TITLE_MJS);
+    let sdk = root.join("transforms/js-sdk");
+    if unchanged && component.exists() {
+        return component;
+    }
+    std::fs::write(&source, TITLE_MJS).unwrap();
+    if !sdk.join("node_modules").is_dir() {
+        run(Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&sdk));
+    }
+    run(Command::new("node")
+        .arg(sdk.join("build.mjs"))
+        .arg(&source)
+        .arg("-o")
+        .arg(&component));
+    component
+}
+
+fn run(command: &mut Command) {
+    let status = command
+        .status()
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    assert!(status.success(), "{command:?} failed");
+}
+
+/// wrk's path, installing Debian's package when it is missing and we are root.
+fn wrk() -> &'static str {
+    let found = || Command::new("wrk").arg("--version").output().is_ok();
+    if !found() {
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| o.stdout.starts_with(b"0"));
+        assert!(root, "wrk is missing: apt-get install wrk");
+        run(Command::new("apt-get").args(["install", "-y", "-qq", "wrk"]));
+    }
+    "wrk"
+}
+
+/// What one wrk run measured.
+struct Measured {
+    rate: f64,
+    p50: Duration,
+    p99: Duration,
+    /// Answers that were not 2xx or 3xx, and socket errors.
+    failed: u64,
+}
+
+/// Drives `url` with `case`'s request from `connections` connections for `seconds`.
+fn drive(url: &str, case: &Case, connections: usize, seconds: u64) -> Measured {
+    let script = tempfile::NamedTempFile::new().unwrap();
+    let mut lua = String::from("wrk.method = \"POST\"\n");
+    lua += &format!("wrk.body = [==[{}]==]\n", case.body);
+    lua += "wrk.headers[\"Content-Type\"] = \"application/json\"\n";
+    lua += &format!("wrk.headers[\"Authorization\"] = \"Bearer {HOOK_TOKEN}\"\n");
+    for (name, value) in &case.headers {
+        lua += &format!("wrk.headers[\"{name}\"] = \"{value}\"\n");
+    }
+    std::fs::write(script.path(), lua).unwrap();
+    let output = Command::new(wrk())
+        .args(["-t2", &format!("-c{connections}"), &format!("-d{seconds}s")])
+        .args(["--latency", "-s"])
+        .arg(script.path())
+        .arg(format!("{url}{}", case.path))
+        .output()
+        .expect("run wrk");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "wrk failed: {text}");
+    parse(&text)
+}
+
+/// Reads wrk's `--latency` report.
+fn parse(text: &str) -> Measured {
+    let field = |prefix: &str| {
+        text.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix(prefix))
+            .map(str::trim)
+    };
+    let percentile = |p: &str| field(p).map_or(Duration::ZERO, duration);
+    let errors: u64 = field("Socket errors:").map_or(0, |rest| {
+        rest.split(',')
+            .filter_map(|part| part.split_whitespace().last()?.parse::<u64>().ok())
+            .sum()
+    });
+    Measured {
+        rate: field("Requests/sec:")
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0.0),
+        p50: percentile("50%"),
+        p99: percentile("99%"),
+        failed: field("Non-2xx or 3xx responses:")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+            + errors,
+    }
+}
+
+/// `276.00us`, `1.23ms`, `2.00s`.
+fn duration(text: &str) -> Duration {
+    let split = text
+        .find(|c: char| c.is_ascii_alphabetic())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().unwrap_or(0.0);
+    Duration::from_secs_f64(match unit {
+        "us" => number / 1e6,
+        "ms" => number / 1e3,
+        "s" => number,
+        "m" => number * 60.0,
+        _ => 0.0,
+    })
+}
+
+/// The bare axum server of the baseline: a JSON echo, on a runtime of two threads as hookgate's.
+fn start_baseline() -> String {
+    serve_in_thread(
+        axum::Router::new().fallback(|body: axum::body::Bytes| async move {
+            ([("content-type", "application/json")], body)
+        }),
+    )
+}
+
+/// A model provider that answers every chat completion after one second.
+fn start_slow_provider() -> String {
+    serve_in_thread(axum::Router::new().fallback(|| async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        axum::Json(json!({"id": "c", "object": "chat.completion", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "done"}, "finish_reason": "stop"}]}))
+    }))
+}
+
+fn serve_in_thread(app: axum::Router) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(format!("http://{}", listener.local_addr().unwrap()))
+                .unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}
+
+fn env_seconds(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The machine, for the report.
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map_or("unknown CPU", |m| m.trim_start_matches([' ', '\t', ':']));
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cores} cores, {model}")
+}
+
+fn main() {
+    let seconds = env_seconds("WRK_SECONDS", 10);
+    let warmup = env_seconds("WRK_WARMUP", 3);
+    let only = std::env::var("WRK_CASE").ok();
+    let cases: Vec<Case> = cases()
+        .into_iter()
+        .filter(|c| only.as_deref().is_none_or(|o| c.name.contains(o)))
+        .collect();
+    let wasm = build_transforms();
+    let js = build_js();
+    let baseline = start_baseline();
+    let provider = start_slow_provider();
+    let plain_dir = prepare_dir(None, &wasm, &js);
+    let slow_dir = prepare_dir(Some(&format!("{provider}/v1")), &wasm, &js);
+    let (plain, plain_url, _) = start_hookgate(plain_dir.path());
+    let (slow, slow_url, _) = start_hookgate(slow_dir.path());
+
+    println!(
+        "hookgate under wrk -t2: {warmup} s warm-up, {seconds} s per case; {}",
+        machine()
+    );
+    println!(
+        "{:<28} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6}  target",
+        "case", "conns", "req/s", "p50", "p99", "/axum", "p99/ax", "failed"
+    );
+    let mut results: Vec<(&str, usize, Measured)> = Vec::new();
+    for connections in CONNECTIONS {
+        for case in &cases {
+            let url = match case.server {
+                Server::Baseline => &baseline,
+                Server::Hookgate => &plain_url,
+                Server::SlowProvider => &slow_url,
+            };
+            if warmup > 0 {
+                drive(url, case, connections, warmup);
+            }
+            let measured = drive(url, case, connections, seconds);
+            let base = results
+                .iter()
+                .find(|(n, c, _)| *n == "axum baseline" && *c == connections)
+                .map(|(.., m)| (m.rate, m.p99));
+            let (per_base, p99_per_base) = base.map_or((1.0, 1.0), |(rate, p99)| {
+                (
+                    measured.rate / rate,
+                    measured.p99.as_secs_f64() / p99.as_secs_f64(),
+                )
+            });
+            let target = case
+                .target
+                .and_then(|(of, least)| {
+                    let other = results
+                        .iter()
+                        .find(|(n, c, _)| *n == of && *c == connections)?;
+                    let ratio = measured.rate / other.2.rate;
+                    let verdict = if ratio >= least { "met" } else { "NOT met" };
+                    Some(format!("{ratio:.2} of {of} (≥ {least}: {verdict})"))
+                })
+                .unwrap_or_default();
+            println!(
+                "{:<28} {connections:>5} {:>9.0} {:>9.1?} {:>9.1?} {per_base:>6.2} {p99_per_base:>6.1} {:>6}  {target}",
+                case.name, measured.rate, measured.p50, measured.p99, measured.failed
+            );
+            results.push((case.name, connections, measured));
+        }
+    }
+    stop(plain);
+    stop(slow);
+}
