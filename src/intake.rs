@@ -56,7 +56,7 @@ pub fn admit_agent(
         } => (key_origin, allow_unsafe),
     };
     let mut admitted = hooks.policy.admit(agent, key_origin, allow_unsafe, || {
-        format!("hook:{}", Uuid::new_v4())
+        format!("hook:{}", Uuid::now_v7())
     })?;
     if matches!(origin, AgentOrigin::Mapped { mapping, .. } if mapping.is_email) {
         admitted.source = ContentSource::Email;
@@ -67,7 +67,9 @@ pub fn admit_agent(
         now_ms: now_ms(),
         window: idempotency::WINDOW,
     });
-    let run_id = Uuid::new_v4().to_string();
+    // Time-ordered ids (UUIDv7, 74 random bits): each insert lands at the end of the runs'
+    // indexes instead of on a random page, which cost a page write per run under load.
+    let run_id = Uuid::now_v7().to_string();
     let received = now_rfc3339();
     let prompt = if admitted.allow_unsafe_external_content {
         admitted.message.clone()
