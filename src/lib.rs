@@ -2,7 +2,7 @@
 //!
 //! External services POST webhooks; hookgate authenticates each request, turns it into a wake (a
 //! system event for the agent's main session) or an agent run, and answers 200 only once that is
-//! durably committed. See `DESIGN.md` for the architecture and the README for operation.
+//! durably committed. See docs/architecture.md for the layout and docs/ for operation.
 
 pub mod allocator;
 pub mod client;

@@ -1,4 +1,4 @@
-//! Confinement of transform paths (behaviour §1): the transforms directory stays inside
+//! Confinement of transform paths (docs/configuration.md): the transforms directory stays inside
 //! `<config dir>/hooks/transforms`, and every `transform.module` inside the effective directory,
 //! with symlinks followed, so that no configuration can point the host at an arbitrary file.
 

@@ -37,7 +37,7 @@ pub enum ConfigError {
     Syntax(String),
     #[error("{key}: {message}")]
     Invalid { key: String, message: String },
-    /// A refusal whose fixed wording (behaviour §1) already names its keys.
+    /// A refusal whose fixed wording (docs/configuration.md) already names its keys.
     #[error("{0}")]
     Refused(String),
 }

@@ -1,5 +1,5 @@
 //! From the file as written to the [`Settings`] the server runs on: secrets read, values
-//! normalised, every startup refusal of behaviour §1 checked. All problems are collected, not just
+//! normalised, every startup refusal of docs/configuration.md checked. All problems are collected, not just
 //! the first, so that `hookgate check` can list them together.
 
 use std::collections::{BTreeSet, HashMap};

@@ -1,4 +1,4 @@
-//! The hook endpoint: the request pipeline of behaviour §2, in its order, then `/wake` and `/agent`.
+//! The hook endpoint: the request pipeline of docs/endpoints.md, in its order, then `/wake` and `/agent`.
 
 use std::net::SocketAddr;
 
@@ -132,7 +132,7 @@ async fn route(
 }
 
 /// The hook a path names (what follows the prefix): leading `/`s stripped and one trailing `/`
-/// ignored, so `/hooks/wake/` is `/hooks/wake` (behaviour §2, step 5).
+/// ignored, so `/hooks/wake/` is `/hooks/wake` (docs/endpoints.md, step 5).
 fn hook_name(rest: &str) -> &str {
     let name = rest.trim_start_matches('/');
     name.strip_suffix('/').unwrap_or(name)

@@ -1,4 +1,4 @@
-//! Mapped hooks, `POST {prefix}/<name>` (behaviour §5): the first matching mapping's action, from
+//! Mapped hooks, `POST {prefix}/<name>` (docs/hooks.md): the first matching mapping's action, from
 //! its templates and, when it has one, its transform; for a `forEach` mapping, one action per
 //! element of a payload list (the gmail preset's `messages`).
 

@@ -1,4 +1,4 @@
-//! Every way a hook request can be refused, with the exact status and body of behaviour §2–§4.
+//! Every way a hook request can be refused, with the exact status and body of docs/endpoints.md.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Mapped hooks (behaviour §5): which mapping a request matches, and the action its templates, and
+//! Mapped hooks (docs/hooks.md): which mapping a request matches, and the action its templates, and
 //! optionally its transform, make of the payload. Pure: no HTTP, no wasmtime.
 
 mod js_text;
@@ -95,7 +95,7 @@ impl Mapping {
     }
 
     /// Whether the mapping's `sessionKey` holds a template expression: then the payload chooses
-    /// the key, which makes it external input (behaviour §5). `{{}}` is no expression, as in the
+    /// the key, which makes it external input (docs/hooks.md). `{{}}` is no expression, as in the
     /// OpenClaw gateway.
     pub fn session_key_is_templated(&self) -> bool {
         self.session_key

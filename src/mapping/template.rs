@@ -1,4 +1,4 @@
-//! `{{ expr }}` templates over a hook request (behaviour §5): the roots `path`, `now`,
+//! `{{ expr }}` templates over a hook request (docs/hooks.md): the roots `path`, `now`,
 //! `headers.<name>`, `query.<name>` and `payload.<path>`, any other root being a payload path.
 
 use serde_json::Value;

@@ -1,4 +1,4 @@
-//! Behaviour §4 and §6: `POST {prefix}/agent`, its policies, idempotency and the safety envelope.
+//! docs/endpoints.md and docs/runtime.md: `POST {prefix}/agent`, its policies, idempotency and the safety envelope.
 
 use serde_json::{Value, json};
 

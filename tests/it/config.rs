@@ -1,4 +1,4 @@
-//! Behaviour §1: loading, refusing and reloading the configuration.
+//! docs/configuration.md: loading, refusing and reloading the configuration.
 
 use serde_json::json;
 

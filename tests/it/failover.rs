@@ -1,5 +1,5 @@
 //! Failover. A lone NATS server SIGKILLed under load and restarted loses nothing acknowledged.
-//! And on the README's three-node configuration: three `nats-server` processes clustered
+//! And on the three-node configuration of docs/cluster.md: three `nats-server` processes clustered
 //! with JetStream on 127.0.0.1 (stream and buckets with three replicas) and two hookgate nodes.
 //! Under load, the stream's leader is SIGKILLed, and then one hookgate node: every request
 //! answered 200 is afterwards on both nodes exactly once, and every acknowledged run ends once.

@@ -1,4 +1,4 @@
-//! Behaviour §5: mapped hooks with templates and the gmail preset (no transforms here).
+//! docs/hooks.md: mapped hooks with templates and the gmail preset (no transforms here).
 
 use serde_json::{Value, json};
 
@@ -412,7 +412,7 @@ fn unknown_preset_is_refused() {
 }
 
 /// A mapping key with a template expression is chosen by the payload: external input, under the
-/// rule of request keys (behaviour §5, as in the OpenClaw gateway 2026.9.6).
+/// rule of request keys (docs/hooks.md, as in the OpenClaw gateway 2026.9.6).
 #[tokio::test]
 async fn templated_session_keys_are_external_input() {
     let mappings = json!([

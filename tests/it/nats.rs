@@ -47,7 +47,7 @@ impl NatsServer {
     }
 }
 
-/// Three JetStream servers clustered on 127.0.0.1 (named `n1`, `n2`, `n3`), as the README's
+/// Three JetStream servers clustered on 127.0.0.1 (named `n1`, `n2`, `n3`), as docs/cluster.md's
 /// three-node configuration has them.
 pub struct NatsCluster {
     pub servers: Vec<NatsServer>,

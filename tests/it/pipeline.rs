@@ -1,4 +1,4 @@
-//! Behaviour §2: the request pipeline, rule by rule, in order.
+//! docs/endpoints.md: the request pipeline, rule by rule, in order.
 
 use std::time::Duration;
 

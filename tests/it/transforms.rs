@@ -1,4 +1,4 @@
-//! Behaviour §5 transforms: the example components over real HTTP, hostile components within
+//! docs/hooks.md transforms: the example components over real HTTP, hostile components within
 //! their limits while the server keeps serving, load-time refusals and live replacement.
 
 use serde_json::{Value, json};

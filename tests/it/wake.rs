@@ -1,4 +1,4 @@
-//! Behaviour §3: `POST {prefix}/wake`.
+//! docs/endpoints.md: `POST {prefix}/wake`.
 
 use serde_json::json;
 

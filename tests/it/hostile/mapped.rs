@@ -1,4 +1,4 @@
-//! Hostile bodies for mapped hooks (behaviour §5): templates, `match.source`, the gmail preset,
+//! Hostile bodies for mapped hooks (docs/hooks.md): templates, `match.source`, the gmail preset,
 //! the example transforms and a signed mapping.
 
 use serde_json::json;
@@ -120,7 +120,7 @@ pub fn mapped_bodies() -> Theme {
     ));
 
     // `ünï`: a mapping with a Unicode name. Names are compared as written, never
-    // percent-decoded (behaviour §2.1), so only the raw UTF-8 bytes reach it, which hyper accepts
+    // percent-decoded (docs/endpoints.md), so only the raw UTF-8 bytes reach it, which hyper accepts
     // in a request target although HTTP does not allow them; the percent-encoded name (what a
     // conforming client sends, in `paths`) and a decomposed `ü` do not.
     cases.extend([
@@ -183,7 +183,7 @@ pub fn mapped_bodies() -> Theme {
             Want::NoBody(204),
         ),
         // Not a GitHub delivery: the transform answers 400 itself rather than failing (a
-        // failed transform would be behaviour §5's 500).
+        // failed transform would be docs/hooks.md's 500).
         case(
             "github without its event header",
             post("/hooks/github", "{}"),
