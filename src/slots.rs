@@ -49,6 +49,11 @@ impl Slots {
         }
     }
 
+    /// Slots free now (a snapshot: another task may take one at once).
+    pub fn free(&self) -> usize {
+        self.semaphore.available_permits()
+    }
+
     /// Keeps `permit` unless there are more slots than wanted; then retires it instead.
     fn keep(&self, permit: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
         let mut sizes = self.sizes();

@@ -53,9 +53,10 @@ async fn start_queued(
         return Ok(());
     };
     let running = lock(busy).clone();
+    let want = 1 + slots.free();
     let queued = ctx
         .store
-        .read(move |conn| runs::queued(conn, 256, &running))
+        .read(move |conn| runs::queued(conn, 256, &running, want))
         .await?;
     for (run_id, session_key) in queued {
         if !lock(busy).insert(session_key.clone()) {
@@ -74,7 +75,7 @@ async fn start_queued(
             busy: Arc::clone(busy),
             session_key,
             signals: Arc::clone(signals),
-            _slot: slot,
+            slot: Some(slot),
         };
         let (ctx, signals) = (ctx.clone(), Arc::clone(signals));
         tokio::spawn(async move {
@@ -94,11 +95,13 @@ struct Release {
     busy: BusySessions,
     session_key: String,
     signals: Arc<Signals>,
-    _slot: tokio::sync::OwnedSemaphorePermit,
+    slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl Drop for Release {
     fn drop(&mut self) {
+        // The slot first: the runner, woken below, looks for a free slot before anything else.
+        drop(self.slot.take());
         lock(&self.busy).remove(&self.session_key);
         // A run of this session key may have been waiting for this one.
         self.signals.runs_queued.notify_one();

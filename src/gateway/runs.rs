@@ -21,16 +21,17 @@ pub fn resume_interrupted(conn: &Connection) -> rusqlite::Result<usize> {
 
 /// Queued runs the runner may start, oldest first, at most `limit`: the oldest queued run of
 /// each session key that has none running and is not in `busy` (the keys of the runs this
-/// process is running).
+/// process is running). `want` is how many the caller can start now.
 ///
-/// Hooks usually give each run a key of its own, and then the first `limit` queued runs are the
-/// answer: one indexed read of `limit` rows ([`oldest_queued`]). Only when those hold nothing to
-/// start (a backlog of busy keys) is the queue walked key by key ([`queued_heads`]), so one busy
-/// key with a long backlog never hides the runs of others.
+/// Hooks usually give each run a key of its own, and then the first `limit` queued runs hold
+/// `want` of them: one indexed read of `limit` rows ([`oldest_queued`]). Only when those hold
+/// fewer (a backlog of busy keys in front) is the queue walked key by key ([`queued_heads`]),
+/// so one busy key with a long backlog never hides the runs of others, nor leaves slots idle.
 pub fn queued(
     conn: &Connection,
     limit: u32,
     busy: &HashSet<String>,
+    want: usize,
 ) -> rusqlite::Result<Vec<(String, String)>> {
     let oldest = oldest_queued(conn, limit)?;
     let whole_queue = oldest.len() < limit as usize;
@@ -39,7 +40,7 @@ pub fn queued(
         .into_iter()
         .filter(|(_, key)| seen.insert(key.clone()) && !busy.contains(key))
         .collect();
-    if !startable.is_empty() || whole_queue {
+    if startable.len() >= want || whole_queue {
         return Ok(startable);
     }
     // Keys in `busy` are running in the store too, and so not among the heads; the margin
@@ -52,10 +53,13 @@ pub fn queued(
         .collect())
 }
 
-/// The first `limit` queued runs, oldest first, on the `runs_by_status` index.
+/// The first `limit` queued runs of keys with none running, oldest first, on the
+/// `runs_by_status` index (the running runs are few: at most the runner's slots).
 fn oldest_queued(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<(String, String)>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT run_id, session_key FROM runs WHERE status = 'queued' ORDER BY rowid LIMIT ?1",
+        "SELECT run_id, session_key FROM runs WHERE status = 'queued'
+           AND session_key NOT IN (SELECT session_key FROM runs WHERE status = 'running')
+         ORDER BY rowid LIMIT ?1",
     )?;
     let rows = stmt.query_map(params![limit], |row| Ok((row.get(0)?, row.get(1)?)))?;
     rows.collect()

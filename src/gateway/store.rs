@@ -493,10 +493,11 @@ mod tests {
             new.session_key = key.into();
             store.queue_run(new, None).await.unwrap();
         }
-        let queued = |limit: u32, busy: &[&str]| {
+        let queued_for = |limit: u32, busy: &[&str], want: usize| {
             let busy = busy.iter().map(|k| k.to_string()).collect();
-            store.read(move |conn| super::super::runs::queued(conn, limit, &busy))
+            store.read(move |conn| super::super::runs::queued(conn, limit, &busy, want))
         };
+        let queued = |limit: u32, busy: &[&str]| queued_for(limit, busy, 1);
         let ids =
             |rows: Vec<(String, String)>| rows.into_iter().map(|(id, _)| id).collect::<Vec<_>>();
         assert_eq!(ids(queued(10, &[]).await.unwrap()), ["a1", "b1", "c1"]);
@@ -517,6 +518,10 @@ mod tests {
         assert_eq!(ids(heads.await.unwrap()), ["b1", "c1"]);
         // A first batch with nothing to start is not the end: the walk finds the others.
         assert_eq!(ids(queued(1, &["hook:a"]).await.unwrap()), ["c1"]);
+        // Nor is one with fewer than the free slots could start: the walk looks further (and
+        // `limit` still bounds the answer).
+        assert_eq!(ids(queued_for(1, &[], 2).await.unwrap()), ["b1"]);
+        assert_eq!(ids(queued_for(2, &["hook:c"], 2).await.unwrap()), ["b1"]);
         store.close();
     }
 
