@@ -22,19 +22,23 @@ pub fn compile(engine: &Engine, name: &str, bytes: &[u8]) -> wasmtime::Result<Co
     let started = Instant::now();
     let (done, finished) = std::sync::mpsc::channel::<()>();
     let compiled = std::thread::scope(|scope| {
-        scope.spawn(move || {
+        let announcer = std::thread::Builder::new().spawn_scoped(scope, move || {
             // Disconnected: the compile ended first.
             let timeout = std::sync::mpsc::RecvTimeoutError::Timeout;
             if finished.recv_timeout(ANNOUNCE_AFTER) == Err(timeout) {
                 tracing::info!(module = %name, bytes = bytes.len(), "compiling a transform (cached once compiled)");
             }
         });
+        // Without a thread for it (a process limit), the compile goes unannounced.
+        drop(announcer);
         let compiled = Component::new(engine, bytes);
         drop(done);
         compiled
     });
-    let elapsed_ms = started.elapsed().as_millis();
-    tracing::info!(module = %name, bytes = bytes.len(), elapsed_ms, "transform compiled");
+    if compiled.is_ok() {
+        let elapsed_ms = started.elapsed().as_millis();
+        tracing::info!(module = %name, bytes = bytes.len(), elapsed_ms, "transform compiled");
+    }
     compiled
 }
 
@@ -135,8 +139,11 @@ impl CompileCache {
     fn store(&self, entry: &Path, component: &Component) -> anyhow::Result<()> {
         crate::private_fs::create_private_dir(&self.dir)?;
         let code = component.serialize()?;
-        // Written aside and renamed, so a reader never sees half an entry.
-        let partial = entry.with_extension(format!("partial-{}", std::process::id()));
+        // Written aside and renamed, so a reader never sees half an entry; the name is this
+        // write's own, since two modules of the same bytes may be compiled side by side.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let write = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let partial = entry.with_extension(format!("partial-{}-{write}", std::process::id()));
         crate::private_fs::write_private(&partial, &code)?;
         std::fs::rename(&partial, entry)?;
         Ok(())

@@ -146,8 +146,8 @@ impl Ticker {
                 }
             });
         if let Err(err) = spawned {
-            // Without a ticker guests never yield; calls are still bounded by the timeout around
-            // each call, which drops the store.
+            // Without a ticker guests never yield and a spinning one is never interrupted (its
+            // limit is checked at ticks); a call blocked in a host call is still stopped.
             tracing::error!(%err, "cannot start the epoch ticker");
         }
         Ticker { stop }
