@@ -158,6 +158,8 @@ function replyOf(r) {
     body = new TextEncoder().encode(body);
   } else if (ArrayBuffer.isView(body)) {
     body = new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
+  } else if (body instanceof ArrayBuffer) {
+    body = new Uint8Array(body);
   } else {
     // Any other value is sent as JSON, the common handshake answer ({ challenge }).
     body = new TextEncoder().encode(JSON.stringify(body));
@@ -204,13 +206,16 @@ function describe(v) {
   return Array.isArray(v) ? 'an array' : 'an object';
 }
 
-/** The message of whatever was thrown: an Error's message, a string as is, else its JSON. */
+/**
+ * The message of whatever was thrown: an Error's message, a string as is, else its JSON. Always
+ * a string, and never throws (a Proxy or a throwing toString would otherwise trap).
+ */
 function errorText(e) {
-  if (e instanceof Error) return e.message || e.name || 'Error';
-  if (typeof e === 'string') return e;
   try {
-    return JSON.stringify(e) ?? String(e);
+    if (e instanceof Error) return String(e.message || e.name || 'Error');
+    if (typeof e === 'string') return e;
+    return String(JSON.stringify(e) ?? e);
   } catch {
-    return String(e);
+    return 'the transform threw a value that cannot be described';
   }
 }
