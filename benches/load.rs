@@ -15,7 +15,9 @@ use std::time::Duration;
 use serde_json::json;
 
 mod support;
-use support::{Case, build_transforms, drive, load_seconds, rss_mib, start_hookgate, stop};
+use support::{
+    Case, build_transforms, drive, load_seconds, rss_mib, serve_in_thread, start_hookgate, stop,
+};
 
 const HOOK_TOKEN: &str = "bench-hook-token-0123";
 const GATEWAY_TOKEN: &str = "bench-gateway-token-0123";
@@ -62,26 +64,12 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// The bare axum server of the baseline, on a runtime of its own with as many threads as
-/// hookgate gets.
+/// The bare axum server of the baseline.
 fn start_baseline() -> String {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(format!("http://{}", listener.local_addr().unwrap()))
-                .unwrap();
-            let app = axum::Router::new()
-                .fallback(|_body: axum::body::Bytes| async { axum::Json(json!({"ok": true})) });
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    rx.recv().unwrap()
+    serve_in_thread(
+        axum::Router::new()
+            .fallback(|_body: axum::body::Bytes| async { axum::Json(json!({"ok": true})) }),
+    )
 }
 
 fn config(transforms: usize) -> serde_json::Value {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 mod support;
-use support::{build_transforms, start_hookgate, stop};
+use support::{build_transforms, serve_in_thread, start_hookgate, stop};
 
 const HOOK_TOKEN: &str = "bench-hook-token-0123";
 const GATEWAY_TOKEN: &str = "bench-gateway-token-0123";
@@ -351,24 +351,6 @@ fn start_slow_provider() -> String {
         axum::Json(json!({"id": "c", "object": "chat.completion", "choices": [
             {"index": 0, "message": {"role": "assistant", "content": "done"}, "finish_reason": "stop"}]}))
     }))
-}
-
-fn serve_in_thread(app: axum::Router) -> String {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(format!("http://{}", listener.local_addr().unwrap()))
-                .unwrap();
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    rx.recv().unwrap()
 }
 
 /// Waits (at most two minutes) until the server has no queued or running run, asking its

@@ -188,3 +188,23 @@ pub async fn drive(
     let (p50, p99) = percentiles(samples);
     (rate, p50, p99)
 }
+
+/// Serves `app` on 127.0.0.1 from a runtime of its own with two worker threads (as many as
+/// hookgate gets), on a thread of its own; returns its base URL.
+pub fn serve_in_thread(app: axum::Router) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(format!("http://{}", listener.local_addr().unwrap()))
+                .unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}
