@@ -121,10 +121,12 @@ impl TransformEngine {
                     .await
             }
         };
-        match Budgeted::new(Arc::clone(&clock), limits.timeout, call).await {
+        let result = match Budgeted::new(Arc::clone(&clock), limits.timeout, call).await {
             Err(_) => Err(TransformFailure::Timeout(limits.timeout)),
             Ok(result) => result,
-        }
+        };
+        transform.stats.record(&result);
+        result
     }
 
     async fn call_in_fresh_store(

@@ -40,6 +40,32 @@ pub struct LoadedTransform {
     /// Idle instances of mappings with `transform.reuse`, by mapping and limits: never shared
     /// between mappings, and dropped with this module's version.
     pub(super) warm: std::sync::Mutex<HashMap<String, Vec<IdleInstance>>>,
+    /// Calls of this version of the file, kept across reloads that keep its code.
+    pub(super) stats: Arc<CallStats>,
+}
+
+/// How a module's calls went, for operators.
+#[derive(Debug, Default)]
+pub struct CallStats {
+    calls: std::sync::atomic::AtomicU64,
+    failures: std::sync::atomic::AtomicU64,
+    last_failure: std::sync::Mutex<Option<String>>,
+}
+
+impl CallStats {
+    /// Counts one call, and remembers why it failed when it did.
+    pub(super) fn record<T>(&self, result: &Result<T, super::TransformFailure>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.calls.fetch_add(1, Relaxed);
+        if let Err(failure) = result {
+            self.failures.fetch_add(1, Relaxed);
+            let text = format!("{} ({failure})", failure.cause());
+            *self
+                .last_failure
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(text);
+        }
+    }
 }
 
 /// Why a module could not be loaded. The message names the file.
@@ -59,6 +85,11 @@ pub struct TransformStatus {
     pub sha256: String,
     /// Why the file's latest content was refused, while the version above keeps serving.
     pub last_error: Option<String>,
+    /// Calls of the version serving now, and how many failed.
+    pub calls: u64,
+    pub failures: u64,
+    /// The cause of the latest failed call.
+    pub last_failure: Option<String>,
 }
 
 type FileStamp = (Option<std::time::SystemTime>, u64);
@@ -111,6 +142,14 @@ impl TransformSet {
                 module: t.module.clone(),
                 sha256: hex::encode(t.digest),
                 last_error: refused.get(&t.module).cloned(),
+                calls: t.stats.calls.load(std::sync::atomic::Ordering::Relaxed),
+                failures: t.stats.failures.load(std::sync::atomic::Ordering::Relaxed),
+                last_failure: t
+                    .stats
+                    .last_failure
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .clone(),
             })
             .collect();
         list.sort_by(|a, b| a.module.cmp(&b.module));
@@ -285,6 +324,7 @@ impl TransformRegistry {
                 pre: current.pre.clone(),
                 digest,
                 warm: Default::default(),
+                stats: Arc::clone(&current.stats),
             }));
         }
         let component = self
@@ -297,6 +337,7 @@ impl TransformRegistry {
             pre,
             digest,
             warm: Default::default(),
+            stats: Default::default(),
         }))
     }
 }
@@ -349,6 +390,7 @@ impl TransformEngine {
             pre,
             digest,
             warm: Default::default(),
+            stats: Default::default(),
         })
     }
 }
