@@ -14,6 +14,7 @@ pub mod intake;
 pub mod mapping;
 pub mod metrics;
 pub mod private_fs;
+pub mod request_log;
 pub mod server;
 pub mod slots;
 pub mod transform;

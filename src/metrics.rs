@@ -43,6 +43,13 @@ pub struct RelayLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLogLabels {
+    /// `recorded`, `suppressed` (a refusal flood, counted only) or `dropped` (the log's queue
+    /// was full).
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabels {
     pub status: String,
 }
@@ -59,6 +66,7 @@ pub struct Metrics {
     pub runs: Family<StatusLabels, Gauge>,
     pub queue_depth: Gauge,
     pub relays: Family<RelayLabels, Counter>,
+    pub request_log: Family<RequestLogLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -81,6 +89,7 @@ impl Default for Metrics {
         let runs = Family::<StatusLabels, Gauge>::default();
         let queue_depth = Gauge::default();
         let relays = Family::<RelayLabels, Counter>::default();
+        let request_log = Family::<RequestLogLabels, Counter>::default();
         registry.register(
             "http_server_request_duration_seconds",
             "Time to answer an HTTP request, by route template and status",
@@ -118,6 +127,12 @@ impl Default for Metrics {
              retried (it will be sent again) or failed (the upstream refused it)",
             relays.clone(),
         );
+        registry.register(
+            "hookgate_request_log_records",
+            "Hook requests the request log recorded, counted without recording (suppressed: a \
+             client's refusals over the flood threshold) or lost (dropped: its queue was full)",
+            request_log.clone(),
+        );
         Metrics {
             registry: std::sync::Arc::new(registry),
             http_duration,
@@ -128,6 +143,7 @@ impl Default for Metrics {
             runs,
             queue_depth,
             relays,
+            request_log,
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::gateway::nats::Cluster;
 use crate::gateway::{Runtime, Store, StoreError};
 use crate::http::{AppParts, AppState, AuthFailureLimiter, router, serve};
 use crate::metrics::Metrics;
+use crate::request_log::RequestLog;
 use crate::transform::{Contract, TransformEngine, TransformRegistry, TransformSet};
 
 /// How often transform files are checked for replacement.
@@ -168,7 +169,9 @@ impl Server {
             cluster,
             metrics.clone(),
         ));
+        let request_log = RequestLog::start(store.clone(), metrics.clone());
         let state = AppState::new(AppParts {
+            request_log,
             config,
             store,
             runtime,
@@ -215,6 +218,7 @@ impl Server {
         let deadline = self.state.config.current().connections.shutdown_timeout;
         let grace = deadline.saturating_sub(stop_began.elapsed());
         self.state.runtime.stop(grace).await;
+        self.state.request_log.flush().await;
         let store = self.state.store.clone();
         tokio::task::spawn_blocking(move || store.close())
             .await

@@ -71,6 +71,8 @@ pub struct RetentionConfig {
     pub events: Option<String>,
     /// Finished runs with their prompts, replies and failed sends (default `30d`).
     pub runs: Option<String>,
+    /// The request log (default `7d`).
+    pub requests: Option<String>,
 }
 
 /// `gateway.store`.
@@ -143,6 +145,22 @@ pub struct HooksConfig {
     pub mappings: Vec<MappingConfig>,
     pub transforms_dir: Option<String>,
     pub transform_limits: Option<TransformLimitsConfig>,
+    /// What the request log keeps of each request's headers and body.
+    pub capture: Option<CaptureConfig>,
+}
+
+/// `hooks.capture`, or a mapping's `capture` (whose unset fields take `hooks.capture`'s, and
+/// whose `enabled` defaults to true).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CaptureConfig {
+    pub enabled: Option<bool>,
+    /// Bodies longer than this are not kept (default 65536).
+    pub max_bytes: Option<u64>,
+    /// JSON pointers whose values are replaced by `[redacted]` before storage.
+    pub redact: Option<Vec<String>>,
+    /// Header names whose values are replaced by `[redacted]` before storage.
+    pub redact_headers: Option<Vec<String>>,
 }
 
 /// `hooks.transformLimits`, or a mapping's `transform.limits`: bounds on transform calls.
@@ -186,6 +204,8 @@ pub struct MappingConfig {
     pub for_each: Option<String>,
     /// `isolated` (default) or `persistent`: the runs continue their session key's conversation.
     pub session_mode: Option<String>,
+    /// What the request log keeps of this mapping's requests, over `hooks.capture`.
+    pub capture: Option<CaptureConfig>,
 }
 
 /// `signature` of a mapping.

@@ -182,26 +182,34 @@ pub struct RuntimeSettings {
 pub struct Retention {
     pub events: Option<Duration>,
     pub runs: Option<Duration>,
+    pub requests: Option<Duration>,
 }
 
 /// Events and runs are kept this long unless configured otherwise.
 const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
+/// The request log is kept this long unless configured otherwise: it may hold whole bodies.
+const DEFAULT_REQUEST_RETENTION: Duration = Duration::from_secs(7 * 86_400);
 
 fn retention(file: &FileConfig, problems: &mut Vec<ConfigError>) -> Retention {
     let config = file.gateway.retention.clone().unwrap_or_default();
-    let mut period = |value: Option<String>, key: &str| match value {
-        None => Some(DEFAULT_RETENTION),
+    let mut period = |value: Option<String>, key: &str, default: Duration| match value {
+        None => Some(default),
         Some(text) => parse_every(&text).unwrap_or_else(|_| {
             problems.push(ConfigError::invalid(
                 key,
                 "must be a duration like 30d, 12h or 90m, or 0 to keep everything",
             ));
-            Some(DEFAULT_RETENTION)
+            Some(default)
         }),
     };
     Retention {
-        events: period(config.events, "gateway.retention.events"),
-        runs: period(config.runs, "gateway.retention.runs"),
+        events: period(config.events, "gateway.retention.events", DEFAULT_RETENTION),
+        runs: period(config.runs, "gateway.retention.runs", DEFAULT_RETENTION),
+        requests: period(
+            config.requests,
+            "gateway.retention.requests",
+            DEFAULT_REQUEST_RETENTION,
+        ),
     }
 }
 

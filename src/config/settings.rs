@@ -15,6 +15,7 @@ use super::runtime::{RuntimeSettings, runtime_settings};
 use super::secret::secret;
 use super::{ConfigError, ConfigNotice, seconds};
 use crate::client::TrustedProxies;
+use crate::hook::capture::CapturePolicy;
 use crate::hook::policy::{AllowedAgents, normalize_agent_id};
 use crate::hook::signature::{DEFAULT_TOLERANCE, Encoding, Scheme, SignatureRule, decode_secret};
 use crate::hook::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy};
@@ -28,7 +29,7 @@ pub const DEFAULT_MAX_BODY_BYTES: u64 = 256 * 1024;
 /// Default time a client has to send its whole body.
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Paths the server itself answers; the hook prefix may not shadow them.
-const RESERVED_PATHS: &[&str] = &["/api", "/livez", "/readyz", "/metrics"];
+const RESERVED_PATHS: &[&str] = &["/api", "/livez", "/readyz", "/metrics", "/console"];
 /// The presets hookgate ships.
 pub const KNOWN_PRESETS: &[&str] = &["gmail"];
 
@@ -94,6 +95,10 @@ pub struct HookSettings {
     pub mapping_limits: HashMap<String, TransformLimits>,
     /// The loaded transforms of this configuration, set once when it is admitted.
     pub transforms: OnceLock<Arc<TransformSet>>,
+    /// `hooks.capture`.
+    pub capture: CapturePolicy,
+    /// The capture of mappings that set their own, by mapping id.
+    pub mapping_capture: HashMap<String, CapturePolicy>,
 }
 
 impl HookSettings {
@@ -103,6 +108,18 @@ impl HookSettings {
         self.mapping_limits
             .get(&mapping.id)
             .unwrap_or(&self.transform_limits)
+    }
+
+    /// What the request log keeps of a request `mapping_id` served (`None`: no mapping did).
+    pub fn capture_for(&self, mapping_id: Option<&str>) -> &CapturePolicy {
+        mapping_id
+            .and_then(|id| self.mapping_capture.get(id))
+            .unwrap_or(&self.capture)
+    }
+
+    /// Whether any request may be captured: only then are its headers kept until it ends.
+    pub fn captures_any(&self) -> bool {
+        self.capture.enabled || self.mapping_capture.values().any(|c| c.enabled)
     }
 
     /// `hooks.transformLimits` with the largest memory cap any mapping has: what the engine's
@@ -323,6 +340,19 @@ fn hook_settings(
                     problems,
                 )
             });
+    let capture = hooks
+        .capture
+        .as_ref()
+        .map_or_else(CapturePolicy::default, |c| {
+            super::capture::capture_policy(
+                c,
+                &CapturePolicy::default(),
+                false,
+                "hooks.capture",
+                problems,
+            )
+        });
+    let mut mapping_capture = HashMap::new();
     let mut mappings = Vec::new();
     let mut mapping_limits = HashMap::new();
     let mut ids = HashMap::new();
@@ -355,6 +385,11 @@ fn hook_settings(
                     {
                         mapping_limits.insert(mapping.id.clone(), own);
                     }
+                }
+                if let Some(own) = &config.capture {
+                    let key = format!("hooks.mappings[{i}].capture");
+                    let own = super::capture::capture_policy(own, &capture, true, &key, problems);
+                    mapping_capture.insert(mapping.id.clone(), own);
                 }
                 if let Some(signature) = &config.signature {
                     let key = format!("hooks.mappings[{i}].signature");
@@ -420,6 +455,8 @@ fn hook_settings(
         transform_limits,
         mapping_limits,
         transforms: OnceLock::new(),
+        capture,
+        mapping_capture,
     })
 }
 

@@ -17,6 +17,7 @@ mod outbox;
 mod provider;
 mod records;
 mod relay;
+pub mod requests;
 mod retention;
 mod runner;
 mod runs;
@@ -26,13 +27,13 @@ mod signals;
 mod store;
 
 pub use records::{
-    DeliveryRecord, EventKind, EventOutcome, EventRecord, NewEvent, NewRun, RunRecord, RunStatus,
-    SkipReason,
+    DeliveryRecord, EventKind, EventOutcome, EventRecord, NewEvent, NewRun, RunFilter, RunRecord,
+    RunStatus, SkipReason,
 };
 pub use runtime::{RetryError, Runtime};
 
 /// The clock the runtime and replay protection share.
 pub mod runtime_clock {
-    pub use super::clock::{now_ms, now_rfc3339};
+    pub use super::clock::{now_ms, now_rfc3339, rfc3339};
 }
 pub use store::{DB_FILE, IdempotencyClaim, RunQueued, Store, StoreError};

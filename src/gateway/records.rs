@@ -576,17 +576,42 @@ impl RunRecord {
         })
     }
 
-    /// Runs with `status` (any when `None`), newest first.
-    pub(crate) fn select_by_status(
+    /// A page of runs, newest first, each with its cursor (for `before` of the next page).
+    pub(crate) fn select_page(
         conn: &Connection,
-        status: Option<RunStatus>,
-        limit: u32,
-    ) -> rusqlite::Result<Vec<RunRecord>> {
+        filter: &RunFilter,
+    ) -> rusqlite::Result<Vec<(RunRecord, i64)>> {
         let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status = ?1)
-             ORDER BY created_at DESC, rowid DESC LIMIT ?2"
+            "SELECT {RUN_COLUMNS}, rowid FROM runs
+             WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR hook_name = ?2)
+               AND (?3 IS NULL OR session_key = ?3) AND (?4 IS NULL OR created_at >= ?4)
+               AND (?5 IS NULL OR rowid < ?5)
+             ORDER BY rowid DESC LIMIT ?6"
         ))?;
-        let rows = stmt.query_map(params![status, limit], Self::from_row)?;
+        let rows = stmt.query_map(
+            params![
+                filter.status,
+                filter.hook,
+                filter.session_key,
+                filter.since,
+                filter.before,
+                filter.limit
+            ],
+            |row| Ok((Self::from_row(row)?, row.get(24)?)),
+        )?;
         rows.collect()
     }
+}
+
+/// Which runs a listing returns, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub status: Option<RunStatus>,
+    pub hook: Option<String>,
+    pub session_key: Option<String>,
+    /// RFC 3339, milliseconds, UTC: runs created at or after it.
+    pub since: Option<String>,
+    /// The previous page's cursor.
+    pub before: Option<i64>,
+    pub limit: u32,
 }

@@ -1,7 +1,7 @@
 //! Retention: finished work older than `gateway.retention` is deleted from the store in small
 //! batches, each its own short transaction in the writer's queue, so that pruning never holds
 //! intake up for long. Done outbox rows go at once; idempotency and replay records once their
-//! window has passed. Events no heartbeat has taken and runs still to be run or relayed are
+//! window has passed; the request log's records after their own retention. Events no heartbeat has taken and runs still to be run or relayed are
 //! never deleted.
 //!
 //! Events and runs are walked in insertion order (which is time order) with a cursor that a pass
@@ -35,7 +35,7 @@ pub async fn run(ctx: Context) {
             Ok(batches) => tracing::debug!(batches, "retention pass done"),
             Err(err) => tracing::warn!(%err, "retention pass failed; trying again later"),
         }
-        let shortest = [retention.events, retention.runs]
+        let shortest = [retention.events, retention.runs, retention.requests]
             .into_iter()
             .flatten()
             .min();
@@ -80,10 +80,7 @@ pub async fn prune(ctx: &Context, retention: Retention) -> Result<usize, super::
 /// RFC 3339 UTC with milliseconds, `age` before `now_ms`, as the store's `at` columns are
 /// written: such strings order like the times they stand for.
 fn cutoff(now_ms: i64, age: Duration) -> String {
-    let at = now_ms.saturating_sub(millis(age));
-    chrono::DateTime::from_timestamp_millis(at)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    super::clock::rfc3339(now_ms.saturating_sub(millis(age)))
 }
 
 /// One batch: the next events and runs past `cursor`, and at most [`BATCH`] rows of each other
@@ -125,6 +122,10 @@ fn prune_batch(
            (SELECT fingerprint FROM idempotency WHERE first_at_ms < ?2 ORDER BY first_at_ms LIMIT ?1)",
         params![BATCH, now_ms.saturating_sub(millis(idempotency::WINDOW))],
     )? == BATCH as usize;
+    if let Some(age) = retention.requests {
+        let before = now_ms.saturating_sub(millis(age));
+        more |= super::requests::prune(conn, before, BATCH)? == BATCH as usize;
+    }
     more |= conn.execute(
         "DELETE FROM deliveries WHERE key IN
            (SELECT key FROM deliveries WHERE first_at_ms < ?2 ORDER BY first_at_ms LIMIT ?1)",
@@ -240,6 +241,7 @@ mod tests {
         let keep = Retention {
             events: None,
             runs: None,
+            requests: None,
         };
         let now = now_ms();
         store
@@ -254,6 +256,7 @@ mod tests {
         let month = Retention {
             events: day,
             runs: day,
+            requests: day,
         };
         store
             .write(move |conn| prune_batch(conn, month, now, Cursor::default()))

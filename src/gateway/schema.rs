@@ -118,6 +118,37 @@ const SCHEMA_V7: &str = "
 ALTER TABLE runs ADD COLUMN session_mode TEXT NOT NULL DEFAULT 'isolated';
 ";
 
+/// The request log: every request under the hook prefix (see `requests`).
+const SCHEMA_V8: &str = "
+CREATE TABLE requests (
+    id                 TEXT PRIMARY KEY,
+    at                 TEXT NOT NULL,
+    at_ms              INTEGER NOT NULL,
+    client             TEXT,
+    method             TEXT NOT NULL,
+    target             TEXT NOT NULL,
+    hook               TEXT,
+    mapping_id         TEXT,
+    status             INTEGER NOT NULL,
+    error              TEXT,
+    duration_us        INTEGER NOT NULL,
+    transform_outcome  TEXT,
+    transform_us       INTEGER,
+    transform_failure  TEXT,
+    signature_scheme   TEXT,
+    signature_verified INTEGER,
+    run_ids            TEXT,
+    event_outcome      TEXT,
+    suppressed         INTEGER NOT NULL DEFAULT 0,
+    replay_of          TEXT,
+    captured           INTEGER NOT NULL DEFAULT 0,
+    headers            TEXT,
+    body               BLOB,
+    capture_note       TEXT
+);
+CREATE INDEX requests_replays ON requests (replay_of) WHERE replay_of IS NOT NULL;
+";
+
 /// Brings the schema up to date, one version per transaction.
 pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
@@ -129,6 +160,7 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         (5, SCHEMA_V5),
         (6, SCHEMA_V6),
         (7, SCHEMA_V7),
+        (8, SCHEMA_V8),
     ] {
         if version < target {
             conn.execute_batch(&format!(

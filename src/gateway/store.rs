@@ -14,7 +14,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use tokio::sync::{mpsc, oneshot};
 
-use super::records::{EventRecord, NewRun, RunRecord, RunStatus};
+use super::records::{EventRecord, NewRun, RunFilter, RunRecord, RunStatus};
+use super::requests::{RequestFilter, RequestRecord};
 use super::schema::migrate;
 
 /// The most submissions one transaction takes; bounds the latency a batch adds to its first member.
@@ -138,6 +139,28 @@ impl Store {
         })
     }
 
+    /// Writes a batch of the request log (one operation, however many records).
+    pub async fn record_requests(&self, records: Vec<RequestRecord>) -> Result<(), StoreError> {
+        self.write(move |conn| RequestRecord::insert_all(conn, &records))
+            .await
+    }
+
+    /// A page of the request log, newest first.
+    pub async fn requests(&self, filter: RequestFilter) -> Result<Vec<RequestRecord>, StoreError> {
+        self.read(move |conn| RequestRecord::select(conn, &filter))
+            .await
+    }
+
+    /// One request of the log with its capture, and the requests that replayed it.
+    pub async fn request(
+        &self,
+        id: &str,
+    ) -> Result<Option<(RequestRecord, Vec<String>)>, StoreError> {
+        let id = id.to_string();
+        self.read(move |conn| RequestRecord::select_one(conn, &id))
+            .await
+    }
+
     /// Runs `op` in the writer's next transaction; its result is returned once that transaction
     /// has committed (and is an error if it did not). `op` runs in a savepoint of its own, so
     /// when it fails nothing it wrote is kept, and the other writes of the batch are unaffected.
@@ -204,13 +227,9 @@ impl Store {
         .await
     }
 
-    /// Runs with `status` (any when `None`), newest first.
-    pub async fn runs(
-        &self,
-        status: Option<RunStatus>,
-        limit: u32,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        self.read(move |conn| RunRecord::select_by_status(conn, status, limit))
+    /// A page of runs, newest first, each with its cursor.
+    pub async fn runs(&self, filter: RunFilter) -> Result<Vec<(RunRecord, i64)>, StoreError> {
+        self.read(move |conn| RunRecord::select_page(conn, &filter))
             .await
     }
 

@@ -3,6 +3,7 @@
 //! that tests can call directly.
 
 pub mod action;
+pub mod capture;
 pub mod envelope;
 pub mod idempotency;
 pub mod payload;

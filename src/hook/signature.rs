@@ -54,6 +54,19 @@ impl Scheme {
         })
     }
 
+    /// The scheme's name in the configuration.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scheme::Github => "github",
+            Scheme::Stripe => "stripe",
+            Scheme::Slack => "slack",
+            Scheme::StandardWebhooks => "standard-webhooks",
+            Scheme::Shopify => "shopify",
+            Scheme::Gitlab => "gitlab",
+            Scheme::HmacSha256 { .. } => "hmac-sha256",
+        }
+    }
+
     /// The names `named` and the generic scheme accept, for error messages.
     pub const NAMES: &'static str =
         "github, stripe, slack, standard-webhooks, shopify, gitlab, hmac-sha256";

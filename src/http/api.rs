@@ -1,122 +1,161 @@
-//! The operator API: read access to the main session and to runs, behind the gateway token.
+//! The operator API (docs/operations.md#operator-api): the main session, runs and the
+//! configuration in force, behind the gateway token (the `/api` router's layer). The request log's
+//! endpoints are in `api_requests`.
 
 use axum::Json;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::StatusCode;
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::AppState;
+use super::api_error::{ApiError, ApiPath, ApiQuery};
 use super::operator::Operator;
-use super::reply::{HookError, json_error};
+use super::reply::HookError;
 use crate::config::runtime::Route;
-use crate::gateway::{RetryError, RunStatus};
+use crate::gateway::{RetryError, RunFilter, RunStatus};
 use crate::hook::Channel;
 
-/// Events returned when `limit` is not given.
+/// Items a listing returns when `limit` is not given.
 const DEFAULT_LIMIT: u32 = 100;
-/// The most events one call returns.
+/// The most items one call returns.
 const MAX_LIMIT: u32 = 1000;
+
+/// `after` and `limit` of the main session's events. Numbers are read as text and checked
+/// here, so that a refusal names the parameter and what it takes.
+#[derive(Deserialize)]
+pub struct EventsQuery {
+    after: Option<String>,
+    limit: Option<String>,
+}
 
 /// `GET /api/sessions/main/events?after=<seq>&limit=<n>`: the default agent's main session, in
 /// commit order.
 pub async fn main_session_events(
-    _: Operator,
     State(app): State<AppState>,
-    RawQuery(query): RawQuery,
-) -> Result<Response, HookError> {
-    let (after, limit) = page(query.as_deref()).map_err(HookError::Invalid)?;
+    ApiQuery(query): ApiQuery<EventsQuery>,
+) -> Result<Response, ApiError> {
+    let limit = limit(query.limit.as_deref())?;
+    let after = match query.after {
+        None => 0,
+        Some(after) => after
+            .parse()
+            .map_err(|_| ApiError::Invalid("after must be an integer".into()))?,
+    };
     let agent = app.config.current().agents.default_id().to_string();
     let events = app.store.events(&agent, after, limit).await?;
     Ok(Json(json!({"events": events})).into_response())
 }
 
-fn page(query: Option<&str>) -> Result<(i64, u32), String> {
-    let mut after = 0i64;
-    let mut limit = DEFAULT_LIMIT;
-    for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-        match &*name {
-            "after" => {
-                after = value
-                    .parse()
-                    .map_err(|_| "after must be an integer".to_string())?
-            }
-            "limit" => limit = parse_limit(&value)?,
-            _ => {}
-        }
-    }
-    Ok((after, limit))
-}
-
 /// `GET /api/runs/<runId>`: one run, 404 when unknown.
 pub async fn run(
-    _: Operator,
     State(app): State<AppState>,
-    Path(run_id): Path<String>,
-) -> Result<Response, HookError> {
+    ApiPath(run_id): ApiPath<String>,
+) -> Result<Response, ApiError> {
     let run = app.store.run(&run_id).await?;
-    Ok(match run {
-        Some(run) => Json(run).into_response(),
-        None => json_error(StatusCode::NOT_FOUND, "run not found"),
-    })
+    Ok(Json(run.ok_or(ApiError::NotFound("run"))?).into_response())
 }
 
 /// `GET /api/config`: which configuration generation is in force and why the last change, if
-/// any, was refused.
-pub async fn config_status(
-    _: Operator,
-    State(app): State<AppState>,
-) -> Result<Response, HookError> {
+/// any, was refused; and each transform's load state.
+pub async fn config_status(State(app): State<AppState>) -> Result<Response, ApiError> {
     let mut status = serde_json::to_value(app.config.status()).unwrap_or_default();
     status["transforms"] = serde_json::to_value(app.transforms.status()).unwrap_or_default();
     Ok(Json(status).into_response())
 }
 
-/// `GET /api/runs?status=<s>&limit=<n>`: runs, newest first.
+/// The filters of `GET /api/runs`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunsQuery {
+    status: Option<String>,
+    hook: Option<String>,
+    session_key: Option<String>,
+    since: Option<String>,
+    before: Option<String>,
+    limit: Option<String>,
+}
+
+/// `GET /api/runs?status=&hook=&sessionKey=&since=&before=&limit=`: runs, newest first, and
+/// `next`, the `before` of the next page (null on the last).
 pub async fn runs(
-    _: Operator,
     State(app): State<AppState>,
-    RawQuery(query): RawQuery,
-) -> Result<Response, HookError> {
-    let mut status = None;
-    let mut limit = DEFAULT_LIMIT;
-    for (name, value) in form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
-        match &*name {
-            "status" => {
-                status = Some(RunStatus::parse(&value).ok_or_else(|| {
-                    let known: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
-                    HookError::Invalid(format!("status must be one of: {}", known.join(", ")))
-                })?)
-            }
-            "limit" => limit = parse_limit(&value).map_err(HookError::Invalid)?,
-            _ => {}
-        }
-    }
-    let runs = app.store.runs(status, limit).await?;
-    Ok(Json(json!({"runs": runs})).into_response())
+    ApiQuery(query): ApiQuery<RunsQuery>,
+) -> Result<Response, ApiError> {
+    let status = query
+        .status
+        .map(|text| {
+            RunStatus::parse(&text).ok_or_else(|| {
+                let known: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+                ApiError::Invalid(format!("status must be one of: {}", known.join(", ")))
+            })
+        })
+        .transpose()?;
+    let before = query
+        .before
+        .map(|cursor| {
+            cursor
+                .parse::<i64>()
+                .map_err(|_| ApiError::Invalid("before must be a cursor from next".into()))
+        })
+        .transpose()?;
+    let since = query
+        .since
+        .map(|at| time_ms(&at, "since").map(crate::gateway::runtime_clock::rfc3339))
+        .transpose()?;
+    let filter = RunFilter {
+        status,
+        hook: query.hook,
+        session_key: query.session_key,
+        since,
+        before,
+        limit: limit(query.limit.as_deref())?,
+    };
+    let full = filter.limit as usize;
+    let page = app.store.runs(filter).await?;
+    let next = (page.len() == full)
+        .then(|| page.last().map(|(_, cursor)| cursor.to_string()))
+        .flatten();
+    let runs: Vec<_> = page.into_iter().map(|(run, _)| run).collect();
+    Ok(Json(json!({"runs": runs, "next": next})).into_response())
 }
 
 /// `POST /api/runs/<runId>/retry`: sends again what failed of a run (a relay the upstream
 /// refused, a delivery given up), once the operator mended the cause. 404 for an unknown run,
 /// 409 when nothing of it failed.
 pub async fn retry_run(
-    _: Operator,
     State(app): State<AppState>,
-    Path(run_id): Path<String>,
-) -> Result<Response, HookError> {
+    ApiPath(run_id): ApiPath<String>,
+) -> Result<Response, ApiError> {
     match app.runtime.retry_run(&run_id).await {
         Ok(()) => Ok(Json(json!({"ok": true, "runId": run_id})).into_response()),
-        Err(RetryError::NotFound) => Ok(json_error(StatusCode::NOT_FOUND, "run not found")),
-        Err(err @ RetryError::NothingFailed) => {
-            Ok(json_error(StatusCode::CONFLICT, &err.to_string()))
-        }
+        Err(RetryError::NotFound) => Err(ApiError::NotFound("run")),
+        Err(err @ RetryError::NothingFailed) => Err(ApiError::Conflict(err.to_string())),
         Err(RetryError::Store(err)) => Err(err.into()),
     }
 }
 
+/// `limit`, checked: 1 to [`MAX_LIMIT`], [`DEFAULT_LIMIT`] when not given.
+pub(super) fn limit(limit: Option<&str>) -> Result<u32, ApiError> {
+    let Some(text) = limit else {
+        return Ok(DEFAULT_LIMIT);
+    };
+    text.parse::<u32>()
+        .ok()
+        .filter(|n| (1..=MAX_LIMIT).contains(n))
+        .ok_or_else(|| ApiError::Invalid(format!("limit must be an integer from 1 to {MAX_LIMIT}")))
+}
+
+/// An RFC 3339 time of the query parameter `name`, as milliseconds since the epoch.
+pub(super) fn time_ms(text: &str, name: &str) -> Result<i64, ApiError> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|at| at.timestamp_millis())
+        .map_err(|_| ApiError::Invalid(format!("{name} must be an RFC 3339 time")))
+}
+
 /// `GET /api/sessions/main/route`: where `channel: last` replies and heartbeat replies go: the
 /// route the operator set (`route`, null when none), else `channels.defaultRoute` (`default`).
-pub async fn main_route(_: Operator, State(app): State<AppState>) -> Result<Response, HookError> {
+pub async fn main_route(State(app): State<AppState>) -> Result<Response, ApiError> {
     let settings = app.config.current();
     let route = app
         .runtime
@@ -129,14 +168,15 @@ pub async fn main_route(_: Operator, State(app): State<AppState>) -> Result<Resp
 /// `PUT /api/sessions/main/route` with `{"channel": "<channel>", "to": "<recipient>"}` sets the
 /// main session's route; `DELETE` clears it.
 pub async fn set_main_route(
-    _: Operator,
     State(app): State<AppState>,
     method: axum::http::Method,
     body: axum::body::Bytes,
-) -> Result<Response, HookError> {
+) -> Result<Response, ApiError> {
     let route = match method {
         axum::http::Method::DELETE => None,
-        _ => Some(route_of(&super::body::parse_json(&body)?)?),
+        _ => Some(route_of(
+            &super::body::parse_json(&body).map_err(ApiError::from)?,
+        )?),
     };
     let agent = app.config.current().agents.default_id().to_string();
     app.runtime.set_owner_route(&agent, route.clone()).await?;
@@ -144,8 +184,8 @@ pub async fn set_main_route(
 }
 
 /// A route from a request body: a channel other than `last`, and an optional recipient.
-fn route_of(body: &Value) -> Result<Route, HookError> {
-    let invalid = |message: &str| HookError::Invalid(message.into());
+fn route_of(body: &Value) -> Result<Route, ApiError> {
+    let invalid = |message: &str| ApiError::Invalid(message.into());
     let channel = body["channel"]
         .as_str()
         .and_then(Channel::parse)
@@ -159,14 +199,6 @@ fn route_of(body: &Value) -> Result<Route, HookError> {
         _ => return Err(invalid("to must be a non-blank string")),
     };
     Ok(Route { channel, to })
-}
-
-fn parse_limit(value: &str) -> Result<u32, String> {
-    value
-        .parse::<u32>()
-        .ok()
-        .filter(|n| (1..=MAX_LIMIT).contains(n))
-        .ok_or_else(|| format!("limit must be an integer from 1 to {MAX_LIMIT}"))
 }
 
 /// `GET /metrics`: the Prometheus text format; behind the gateway token unless

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{Method, request::Parts};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, request::Parts};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -12,26 +12,105 @@ use super::body::{parse_json, read_limited};
 use super::reply::HookError;
 use super::request::{HookRequest, Signed};
 use super::signed::{self, Credential};
+use super::trace::Trace;
 use super::{mapped, submit};
 use crate::config::{HookSettings, Settings};
+use crate::gateway::requests::RequestRecord;
 use crate::hook::payload;
 
 /// Serves every path the router does not know: hooks under the configured prefix, 404 elsewhere.
+/// Every request under the prefix is recorded in the request log and answered with its record's
+/// id as `X-Request-Id`.
 pub async fn dispatch(
     State(app): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     request: Request,
 ) -> Response {
     let settings = app.config.current();
-    let label = HookLabel::of(&settings, request.uri().path());
-    let mut response = match handle(&app, &settings, peer, request).await {
-        Ok(response) => response,
-        Err(err) => err.into_response(),
+    let (Some(hooks), Some(label)) = (
+        settings.hooks.as_ref(),
+        HookLabel::of(&settings, request.uri().path()),
+    ) else {
+        return HookError::NotFound.into_response();
     };
-    if let Some(label) = label {
-        response.extensions_mut().insert(label);
-    }
+    let client = settings
+        .trusted_proxies
+        .client(peer.ip(), request.headers());
+    let mut trace = Trace::begin(
+        request.method(),
+        request.uri(),
+        request.headers(),
+        client,
+        hooks.captures_any(),
+    );
+    let answer = handle(&app, &settings, hooks, peer, request, &mut trace).await;
+    let mut response = record(&app, hooks, trace, answer);
+    response.extensions_mut().insert(label);
     response
+}
+
+/// Turns a pipeline's answer into its response and hands the request's record to the log.
+fn record(
+    app: &AppState,
+    hooks: &HookSettings,
+    trace: Trace,
+    answer: Result<Response, HookError>,
+) -> Response {
+    let id = HeaderValue::from_str(trace.id()).ok();
+    let (mut response, error) = match answer {
+        Ok(response) => (response, None),
+        Err(err) => {
+            let message = err.client_message().to_string();
+            (err.into_response(), Some(message))
+        }
+    };
+    if let Some(id) = id {
+        response.headers_mut().insert(REQUEST_ID, id);
+    }
+    let (record, client) = trace.finish(Some(hooks), response.status(), error);
+    app.request_log.record(record, client);
+    response
+}
+
+/// The header that carries a hook request's record id.
+pub(super) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Sends a recorded request through the pipeline again, from step 6 (the body as JSON), with
+/// the operator's authority in place of its credential, through the mappings in force now. Its
+/// record links to `original`. Returns the answer and the new record's id.
+pub(super) async fn replay(
+    app: &AppState,
+    original: &RequestRecord,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(Response, String), ReplayError> {
+    let settings = app.config.current();
+    let hooks = settings.hooks.as_ref().ok_or(ReplayError::HooksOff)?;
+    let uri: Uri = original.target.parse().map_err(|_| ReplayError::Gone)?;
+    let rest = under_prefix(uri.path(), &hooks.path).ok_or(ReplayError::Gone)?;
+    let name = hook_name(rest).to_string();
+    let mut request = axum::http::Request::new(());
+    *request.method_mut() = Method::POST;
+    *request.uri_mut() = uri;
+    *request.headers_mut() = headers;
+    let (parts, ()) = request.into_parts();
+    let mut trace = Trace::begin(&parts.method, &parts.uri, &parts.headers, None, true);
+    trace.replay_of(&original.id);
+    trace.hook(&name);
+    trace.body(&body);
+    let id = trace.id().to_string();
+    let answer = route(app, hooks, &name, &parts, &body, None, &mut trace).await;
+    let response = record(app, hooks, trace, answer);
+    Ok((response, id))
+}
+
+/// Why a recorded request cannot be replayed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("hooks are disabled")]
+    HooksOff,
+    #[error("the request's path is no longer under hooks.path")]
+    Gone,
 }
 
 /// The metrics labels of a request under the hook prefix, as the handler decided them: the
@@ -60,10 +139,11 @@ impl HookLabel {
 async fn handle(
     app: &AppState,
     settings: &Settings,
+    hooks: &HookSettings,
     peer: SocketAddr,
     request: Request,
+    trace: &mut Trace,
 ) -> Result<Response, HookError> {
-    let hooks = settings.hooks.as_ref().ok_or(HookError::NotFound)?;
     let (parts, body) = request.into_parts();
     let rest = under_prefix(parts.uri.path(), &hooks.path).ok_or(HookError::NotFound)?;
     if query_names_token(parts.uri.query()) {
@@ -73,6 +153,9 @@ async fn handle(
         return Err(HookError::MethodNotAllowed);
     }
     let name = hook_name(rest);
+    if !name.is_empty() {
+        trace.hook(name);
+    }
     let credential = signed::authenticate(app, settings, hooks, peer, &parts.headers, name)?;
     if name.is_empty() {
         return Err(HookError::NotFound);
@@ -85,19 +168,32 @@ async fn handle(
         &settings.connections,
     )
     .await?;
+    trace.body(&bytes);
     let attempt = match credential {
-        Credential::Token => return route(app, hooks, name, &parts, &bytes, None).await,
+        Credential::Token => return route(app, hooks, name, &parts, &bytes, None, trace).await,
         Credential::Signature(attempt) => attempt,
     };
     let mapping = attempt.mapping;
+    trace.mapping(&mapping.id);
+    let scheme = attempt.scheme();
+    trace.signature(scheme, false);
     let key = signed::check_signature(app, attempt, &bytes)?;
+    trace.signature(scheme, true);
     if let Some(answer) = signed::claim(app, &key).await? {
         return Ok(answer);
     }
     let signed_request = Signed { mapping, key: &key };
-    let response = route(app, hooks, name, &parts, &bytes, Some(signed_request))
-        .await
-        .unwrap_or_else(IntoResponse::into_response);
+    let response = route(
+        app,
+        hooks,
+        name,
+        &parts,
+        &bytes,
+        Some(signed_request),
+        trace,
+    )
+    .await
+    .unwrap_or_else(IntoResponse::into_response);
     Ok(signed::settle(app, key.clone(), response).await)
 }
 
@@ -109,6 +205,7 @@ async fn route(
     parts: &Parts,
     bytes: &Bytes,
     signed: Option<Signed<'_>>,
+    trace: &mut Trace,
 ) -> Result<Response, HookError> {
     let payload = parse_json(bytes)?;
     let request = HookRequest {
@@ -121,13 +218,13 @@ async fn route(
     match name {
         "wake" => {
             let wake = payload::wake_request(&payload)?;
-            submit::wake(app, hooks, wake, "hook:wake".into()).await
+            submit::wake(app, hooks, wake, "hook:wake".into(), trace).await
         }
         "agent" => {
             let agent = payload::agent_request(&payload)?;
-            submit::agent(app, hooks, &request, agent).await
+            submit::agent(app, hooks, &request, agent, trace).await
         }
-        _ => mapped::mapped(app, hooks, &request).await,
+        _ => mapped::mapped(app, hooks, &request, trace).await,
     }
 }
 

@@ -13,8 +13,11 @@ use super::AppState;
 use super::reply::HookError;
 use super::request::HookRequest;
 use super::submit;
+use super::trace::Trace;
 use crate::config::HookSettings;
+use crate::gateway::requests::TransformVerdict;
 use crate::gateway::runtime_clock::now_rfc3339;
+use crate::hook::capture::CREDENTIAL_HEADERS;
 use crate::mapping::{self, FanOut, Mapping, TemplateContext};
 use crate::metrics::{FailureLabels, MappingLabels};
 use crate::transform::{CallOutcome, Reply, TransformFailure, TransformInput};
@@ -24,9 +27,11 @@ pub(super) async fn mapped(
     app: &AppState,
     hooks: &HookSettings,
     request: &HookRequest<'_>,
+    trace: &mut Trace,
 ) -> Result<Response, HookError> {
     let mapping =
         mapping::find(&hooks.mappings, request.name, request.payload).ok_or(HookError::NotFound)?;
+    trace.mapping(&mapping.id);
     // A signature admits its own mapping only: a payload steering the request (by `source`) to
     // another mapping of the same name needs the hook token.
     if let Some(signed) = request.signed {
@@ -78,7 +83,7 @@ pub(super) async fn mapped(
                 config: spec.config.clone(),
                 export_name: spec.export.clone(),
             };
-            match run_transform(app, hooks, mapping, &spec.module, input).await? {
+            match run_transform(app, hooks, mapping, &spec.module, input, trace).await? {
                 CallOutcome::Run(decided) => action = action.overlay(decided),
                 CallOutcome::Merge(overrides) => action = action.merge(*overrides)?,
                 CallOutcome::Keep => {}
@@ -93,7 +98,7 @@ pub(super) async fn mapped(
         tracing::info!(mapping = %mapping.id, "mapping matched with nothing to do");
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    submit::mapped(app, hooks, request, mapping, actions).await
+    submit::mapped(app, hooks, request, mapping, actions, trace).await
 }
 
 async fn run_transform(
@@ -102,6 +107,7 @@ async fn run_transform(
     mapping: &Mapping,
     module: &str,
     input: TransformInput,
+    trace: &mut Trace,
 ) -> Result<CallOutcome, HookError> {
     let loaded = hooks.transforms.get().and_then(|set| set.get(module));
     let Some(loaded) = loaded else {
@@ -123,9 +129,18 @@ async fn run_transform(
     match outcome {
         Ok(outcome) => {
             tracing::debug!(mapping = %mapping.id, elapsed = ?started.elapsed(), "transform answered");
+            let verdict = match &outcome {
+                CallOutcome::Run(_) => TransformVerdict::Run,
+                CallOutcome::Merge(_) => TransformVerdict::Merge,
+                CallOutcome::Keep => TransformVerdict::Keep,
+                CallOutcome::Skip => TransformVerdict::Skip,
+                CallOutcome::Respond(_) => TransformVerdict::Respond,
+            };
+            trace.transform(verdict, started, None);
             Ok(outcome)
         }
         Err(failure) => {
+            trace.transform(TransformVerdict::Failed, started, Some(failure.cause()));
             app.metrics
                 .transform_failures
                 .get_or_create(&FailureLabels {
@@ -153,17 +168,10 @@ fn own_reply(reply: Reply) -> Response {
 /// credentials removed: the hook token's carriers, cookies, and the mapping's own signature
 /// credential (`credential`), such as GitLab's shared token.
 fn transform_headers(headers: &HeaderMap, credential: Option<&str>) -> Vec<(String, String)> {
-    const CREDENTIALS: &[&str] = &[
-        "authorization",
-        "x-service-token",
-        "x-openclaw-token",
-        "cookie",
-        "proxy-authorization",
-    ];
     headers
         .iter()
         .filter(|(name, _)| {
-            !CREDENTIALS.contains(&name.as_str()) && Some(name.as_str()) != credential
+            !CREDENTIAL_HEADERS.contains(&name.as_str()) && Some(name.as_str()) != credential
         })
         .map(|(name, value)| {
             (

@@ -2,6 +2,8 @@
 //! and the headers every response carries.
 
 mod api;
+mod api_error;
+mod api_requests;
 mod auth;
 mod body;
 mod health;
@@ -14,6 +16,7 @@ mod request;
 mod serve;
 mod signed;
 mod submit;
+mod trace;
 mod write_deadline;
 
 use std::sync::Arc;
@@ -33,6 +36,7 @@ pub use serve::serve;
 use crate::config::LiveConfig;
 use crate::gateway::{Runtime, Store};
 use crate::metrics::Metrics;
+use crate::request_log::RequestLog;
 use crate::transform::TransformRegistry;
 
 /// What every handler can reach: one pointer, cloned by every extractor and layer of every
@@ -68,6 +72,8 @@ pub struct AppParts {
     /// Carries out what the hooks accept (or relays it, in forward mode).
     pub runtime: Arc<Runtime>,
     pub metrics: Metrics,
+    /// Every hook request, accepted or not.
+    pub request_log: RequestLog,
 }
 
 /// Every route of the server. Hooks live under a configurable, reloadable prefix, so they are
@@ -76,23 +82,36 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/livez", get(health::livez))
         .route("/readyz", get(health::readyz))
-        .route("/api/sessions/main/events", get(api::main_session_events))
-        .route("/api/runs", get(api::runs))
-        .route(
-            "/api/sessions/main/route",
-            get(api::main_route)
-                .put(api::set_main_route)
-                .delete(api::set_main_route),
-        )
-        .route("/api/runs/{run_id}", get(api::run))
-        .route("/api/runs/{run_id}/retry", post(api::retry_run))
-        .route("/api/config", get(api::config_status))
         .route("/metrics", get(api::metrics))
+        .nest("/api", operator_api(state.clone()))
         .fallback(hooks::dispatch)
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(from_fn_with_state(state.clone(), observe::observe))
         .layer(map_response(security_headers))
         .with_state(state)
+}
+
+/// The operator API: every endpoint, and every path under `/api` it does not have, behind the
+/// gateway token, with JSON errors.
+fn operator_api(state: AppState) -> Router<AppState> {
+    Router::new()
+        .route("/requests", get(api_requests::requests))
+        .route("/requests/{id}", get(api_requests::request))
+        .route("/requests/{id}/replay", post(api_requests::replay))
+        .route("/runs", get(api::runs))
+        .route("/runs/{run_id}", get(api::run))
+        .route("/runs/{run_id}/retry", post(api::retry_run))
+        .route("/sessions/main/events", get(api::main_session_events))
+        .route(
+            "/sessions/main/route",
+            get(api::main_route)
+                .put(api::set_main_route)
+                .delete(api::set_main_route),
+        )
+        .route("/config", get(api::config_status))
+        .fallback(api_error::no_such_endpoint)
+        .method_not_allowed_fallback(api_error::method_not_allowed)
+        .layer(from_fn_with_state(state, operator::require_operator))
 }
 
 async fn security_headers(mut response: Response) -> Response {

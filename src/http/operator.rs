@@ -1,15 +1,19 @@
-//! The operator's credential as an extractor: a handler that takes [`Operator`] runs only for a
-//! request bearing `Authorization: Bearer <gateway.auth.token>`. With no gateway token configured,
-//! nothing opens the API. Failures count toward a lockout of their own, as for hooks, and a
-//! locked-out client is refused whatever it presents.
+//! The operator's credential: every request under `/api` passes [`require_operator`] (a layer),
+//! and `/metrics` takes [`Operator`] when it is not public. Both admit only a request bearing
+//! `Authorization: Bearer <gateway.auth.token>`; with no gateway token configured, nothing opens
+//! the API. Failures count toward a lockout of their own, as for hooks, and a locked-out client is
+//! refused whatever it presents.
 
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
 use axum::http::request::Parts;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 
 use super::AppState;
+use super::api_error::ApiError;
 use super::auth::{presented_bearer, token_matches};
 use super::reply::HookError;
 
@@ -22,6 +26,20 @@ impl FromRequestParts<AppState> for Operator {
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, HookError> {
         Operator::authorize(parts, app)
     }
+}
+
+/// The layer in front of the operator API: the gateway token, or a JSON 401 (429 when locked
+/// out), before any handler runs.
+pub async fn require_operator(
+    State(app): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    if let Err(refused) = Operator::authorize(&parts, &app) {
+        return ApiError::from(refused).into_response();
+    }
+    next.run(Request::from_parts(parts, body)).await
 }
 
 impl Operator {

@@ -68,75 +68,87 @@ pub fn json_error(status: StatusCode, message: &str) -> Response {
     (status, Json(json!({"ok": false, "error": message}))).into_response()
 }
 
-fn text(status: StatusCode, body: &'static str) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        body,
-    )
-        .into_response()
-}
-
 /// Whole seconds, rounded up, at least 1.
 fn retry_after_seconds(left: Duration) -> u64 {
     left.as_secs_f64().ceil().max(1.0) as u64
 }
 
-impl IntoResponse for HookError {
-    fn into_response(self) -> Response {
+impl HookError {
+    /// The text the client is answered with (and the request log records).
+    pub fn client_message(&self) -> &str {
         match self {
-            HookError::QueryToken => text(StatusCode::BAD_REQUEST, QUERY_TOKEN_MESSAGE),
-            HookError::MethodNotAllowed => {
-                let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
-                response
-                    .headers_mut()
-                    .insert(header::ALLOW, HeaderValue::from_static("POST"));
-                response
-            }
-            HookError::Unauthorized => text(StatusCode::UNAUTHORIZED, "Unauthorized"),
-            HookError::LockedOut { retry_after } => {
-                let mut response = text(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests");
-                response.headers_mut().insert(
-                    header::RETRY_AFTER,
-                    HeaderValue::from(retry_after_seconds(retry_after)),
-                );
-                response
-            }
-            HookError::NotFound => text(StatusCode::NOT_FOUND, "Not Found"),
-            HookError::PayloadTooLarge => closing(json_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload too large",
-            )),
-            HookError::BodyTimeout => closing(json_error(
-                StatusCode::REQUEST_TIMEOUT,
-                "request body timeout",
-            )),
-            HookError::Invalid(message) => json_error(StatusCode::BAD_REQUEST, &message),
-            HookError::MappingFailed => {
-                json_error(StatusCode::INTERNAL_SERVER_ERROR, "hook mapping failed")
-            }
-            HookError::TransformsBusy => {
-                let mut response =
-                    json_error(StatusCode::SERVICE_UNAVAILABLE, "transforms busy; retry");
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-                response
-            }
-            HookError::Internal(cause) => {
-                tracing::error!(%cause, "hook request failed");
-                json_error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
-            }
+            HookError::QueryToken => QUERY_TOKEN_MESSAGE,
+            HookError::MethodNotAllowed => "Method Not Allowed",
+            HookError::Unauthorized => "Unauthorized",
+            HookError::LockedOut { .. } => "Too Many Requests",
+            HookError::NotFound => "Not Found",
+            HookError::PayloadTooLarge => "payload too large",
+            HookError::BodyTimeout => "request body timeout",
+            HookError::Invalid(message) => message,
+            HookError::MappingFailed => "hook mapping failed",
+            HookError::TransformsBusy => "transforms busy; retry",
+            HookError::Internal(_) => "internal error",
+        }
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            HookError::QueryToken | HookError::Invalid(_) => StatusCode::BAD_REQUEST,
+            HookError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            HookError::Unauthorized => StatusCode::UNAUTHORIZED,
+            HookError::LockedOut { .. } => StatusCode::TOO_MANY_REQUESTS,
+            HookError::NotFound => StatusCode::NOT_FOUND,
+            HookError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            HookError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            HookError::MappingFailed | HookError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            HookError::TransformsBusy => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 }
 
-/// The connection is not reused after a body we did not read to its end.
-fn closing(mut response: Response) -> Response {
-    response
-        .headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    response
+impl IntoResponse for HookError {
+    fn into_response(self) -> Response {
+        if let HookError::Internal(cause) = &self {
+            tracing::error!(%cause, "hook request failed");
+        }
+        let status = self.status();
+        let message = self.client_message();
+        let mut response = match &self {
+            // The gateway's own refusals before a hook is known are plain text, as OpenClaw's.
+            HookError::QueryToken
+            | HookError::MethodNotAllowed
+            | HookError::Unauthorized
+            | HookError::LockedOut { .. }
+            | HookError::NotFound => (
+                status,
+                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                message.to_string(),
+            )
+                .into_response(),
+            _ => json_error(status, message),
+        };
+        let headers = response.headers_mut();
+        match self {
+            HookError::MethodNotAllowed => {
+                headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
+            }
+            HookError::LockedOut { retry_after } => {
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(retry_after_seconds(retry_after)),
+                );
+            }
+            HookError::TransformsBusy => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            HookError::PayloadTooLarge | HookError::BodyTimeout => {
+                // The connection is not reused after a body we did not read to its end.
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            _ => {}
+        }
+        response
+    }
 }
 
 #[cfg(test)]

@@ -38,6 +38,13 @@ pub struct SignedAttempt<'a> {
     failures: Option<SignatureFailureKey>,
 }
 
+impl SignedAttempt<'_> {
+    /// The name of the signature scheme presented.
+    pub fn scheme(&self) -> &'static str {
+        self.rule.scheme.name()
+    }
+}
+
 /// Failed signatures count per client and mapping: junk sent to one mapping cannot lock its
 /// provider out (it is another client), nor lock the sender out of other mappings.
 pub type SignatureFailureKey = (ClientKey, String);

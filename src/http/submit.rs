@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::reply::HookError;
 use super::request::HookRequest;
+use super::trace::Trace;
 use crate::config::HookSettings;
 use crate::gateway::{EventOutcome, RunQueued, RunStatus};
 use crate::hook::{AgentRequest, WakeMode, WakeRequest, idempotency};
@@ -22,8 +23,10 @@ pub(super) async fn wake(
     hooks: &HookSettings,
     wake: WakeRequest,
     source: String,
+    trace: &mut Trace,
 ) -> Result<Response, HookError> {
     let outcome = commit_wake(app, hooks, &wake, source).await?;
+    trace.event(outcome);
     Ok(Json(wake_answer(wake.mode, outcome)).into_response())
 }
 
@@ -34,6 +37,7 @@ pub(super) async fn agent(
     hooks: &HookSettings,
     request: &HookRequest<'_>,
     agent: AgentRequest,
+    trace: &mut Trace,
 ) -> Result<Response, HookError> {
     let keys = idempotency_keys(request);
     let wait = agent.wait_for_completion.then_some(agent.timeout_seconds);
@@ -45,6 +49,7 @@ pub(super) async fn agent(
         request.parts.uri.path(),
     )?;
     let run_id = queue(app, admission).await?;
+    trace.run(&run_id);
     let mut answer = json!({"ok": true, "runId": run_id});
     if let Some(timeout_seconds) = wait {
         answer["completion"] = completion(app, &run_id, timeout_seconds).await?;
@@ -106,6 +111,7 @@ pub(super) async fn mapped(
     request: &HookRequest<'_>,
     mapping: &Mapping,
     actions: Vec<FinishedAction>,
+    trace: &mut Trace,
 ) -> Result<Response, HookError> {
     let keys = idempotency_keys(request);
     let chosen = idempotency::choose_key(keys);
@@ -144,6 +150,7 @@ pub(super) async fn mapped(
             Admitted::Wake(wake) => {
                 let source = format!("hook:{}", request.name);
                 let outcome = commit_wake(app, hooks, &wake, source).await?;
+                trace.event(outcome);
                 let any_queued = woke.is_some_and(|(_, o)| o == EventOutcome::Queued);
                 let outcome = if any_queued {
                     EventOutcome::Queued
@@ -152,7 +159,11 @@ pub(super) async fn mapped(
                 };
                 woke = Some((wake.mode, outcome));
             }
-            Admitted::Agent(admission) => run_ids.push(queue(app, *admission).await?),
+            Admitted::Agent(admission) => {
+                let run_id = queue(app, *admission).await?;
+                trace.run(&run_id);
+                run_ids.push(run_id);
+            }
         }
     }
     let mut answer = match (run_ids.as_slice(), woke) {

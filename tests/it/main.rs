@@ -25,6 +25,7 @@ mod openclaw_config;
 mod parity;
 mod pipeline;
 mod reload;
+mod requests;
 mod retention;
 mod runtime;
 mod security;

@@ -212,7 +212,7 @@ pub fn framing(max_body: usize) -> Theme {
                 b"{\"text\":\"x\"}GET /api/config HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
                 false,
             )),
-            Want::Sequence(vec![NOW, UNAUTHORIZED]),
+            Want::Sequence(vec![NOW, super::paths::api_unauthorized()]),
         ),
         case(
             "Content-Length shorter than the body, the rest garbage",

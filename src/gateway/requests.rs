@@ -1,0 +1,356 @@
+//! The request log's rows (docs/operations.md#the-request-log): one per request under the hook
+//! prefix, accepted or not, written in batches by `crate::request_log` and read by the operator
+//! API. Ids are UUIDv7, so their text order is their time order: the newest-first listing and
+//! its cursor need no index of their own.
+
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::records::EventOutcome;
+use crate::hook::capture::Captured;
+
+/// What a mapping's transform made of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransformVerdict {
+    /// An action of its own.
+    Run,
+    /// Changes to the mapping's action.
+    Merge,
+    /// The mapping's action as it was.
+    Keep,
+    /// Nothing to do.
+    Skip,
+    /// Its own answer to the client.
+    Respond,
+    /// A trap, a limit, a malformed answer, or no call slot.
+    Failed,
+}
+
+impl TransformVerdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransformVerdict::Run => "run",
+            TransformVerdict::Merge => "merge",
+            TransformVerdict::Keep => "keep",
+            TransformVerdict::Skip => "skip",
+            TransformVerdict::Respond => "respond",
+            TransformVerdict::Failed => "failed",
+        }
+    }
+
+    fn parse(text: &str) -> Option<TransformVerdict> {
+        [
+            TransformVerdict::Run,
+            TransformVerdict::Merge,
+            TransformVerdict::Keep,
+            TransformVerdict::Skip,
+            TransformVerdict::Respond,
+            TransformVerdict::Failed,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == text)
+    }
+}
+
+/// A transform call, as the log keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TransformTrace {
+    pub outcome: TransformVerdict,
+    pub duration_ms: f64,
+    /// Why it failed (`trap`, `timeout`, `memory`, ...), when it did.
+    pub failure: Option<String>,
+}
+
+/// A provider signature, as the log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SignatureTrace {
+    pub scheme: String,
+    pub verified: bool,
+}
+
+/// One request, as recorded. The request log fills it in as the request goes; the store writes
+/// it as it is.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestRecord {
+    /// A UUIDv7, also the `X-Request-Id` the client was answered with.
+    pub id: String,
+    /// RFC 3339, milliseconds, UTC.
+    pub at: String,
+    #[serde(skip)]
+    pub at_ms: i64,
+    /// The client as the lockout counts it; null when a trusted proxy named none.
+    pub client: Option<String>,
+    pub method: String,
+    /// Path and query as received.
+    pub target: String,
+    /// The hook name (what follows the prefix); null when the path had none.
+    pub hook: Option<String>,
+    pub mapping_id: Option<String>,
+    pub status: u16,
+    /// The error text the client got.
+    pub error: Option<String>,
+    pub duration_ms: f64,
+    pub transform: Option<TransformTrace>,
+    pub signature: Option<SignatureTrace>,
+    pub run_ids: Vec<String>,
+    #[serde(serialize_with = "outcome_text")]
+    pub event_outcome: Option<EventOutcome>,
+    /// Refused requests of this client that were counted, not recorded, since its last record.
+    pub suppressed: u64,
+    /// The request this one replayed.
+    pub replay_of: Option<String>,
+    /// Whether headers and body were kept (`GET /api/requests/{id}` shows them).
+    pub captured: bool,
+    #[serde(skip)]
+    pub capture: Option<Captured>,
+}
+
+fn outcome_text<S: serde::Serializer>(
+    outcome: &Option<EventOutcome>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match outcome {
+        Some(outcome) => serializer.serialize_str(outcome.as_str()),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// Which requests a listing returns, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct RequestFilter {
+    pub hook: Option<String>,
+    pub mapping_id: Option<String>,
+    /// 2 for 2xx, 4 for 4xx, 5 for 5xx.
+    pub status_class: Option<u16>,
+    pub since_ms: Option<i64>,
+    pub until_ms: Option<i64>,
+    /// Only requests older than this id (the previous page's cursor).
+    pub before: Option<String>,
+    pub limit: u32,
+}
+
+const COLUMNS: &str = "id, at, at_ms, client, method, target, hook, mapping_id, status, error,
+    duration_us, transform_outcome, transform_us, transform_failure, signature_scheme,
+    signature_verified, run_ids, event_outcome, suppressed, replay_of, captured";
+
+impl RequestRecord {
+    /// Writes records in one statement each; called by the writer with a batch.
+    pub(crate) fn insert_all(conn: &Connection, records: &[RequestRecord]) -> rusqlite::Result<()> {
+        let mut stmt = conn.prepare_cached(
+            "INSERT OR IGNORE INTO requests (id, at, at_ms, client, method, target, hook,
+                mapping_id, status, error, duration_us, transform_outcome, transform_us,
+                transform_failure, signature_scheme, signature_verified, run_ids, event_outcome,
+                suppressed, replay_of, captured, headers, body, capture_note)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+                ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
+        )?;
+        for r in records {
+            let transform = r.transform.as_ref();
+            let signature = r.signature.as_ref();
+            let capture = r.capture.as_ref();
+            let run_ids = (!r.run_ids.is_empty())
+                .then(|| serde_json::to_string(&r.run_ids).unwrap_or_default());
+            let headers = capture.map(|c| {
+                let pairs: Vec<[&str; 2]> = c.headers.iter().map(|(n, v)| [&**n, &**v]).collect();
+                serde_json::to_string(&pairs).unwrap_or_default()
+            });
+            stmt.execute(params![
+                r.id,
+                r.at,
+                r.at_ms,
+                r.client,
+                r.method,
+                r.target,
+                r.hook,
+                r.mapping_id,
+                r.status,
+                r.error,
+                micros(r.duration_ms),
+                transform.map(|t| t.outcome.as_str()),
+                transform.map(|t| micros(t.duration_ms)),
+                transform.and_then(|t| t.failure.as_deref()),
+                signature.map(|s| &s.scheme),
+                signature.map(|s| s.verified),
+                run_ids,
+                r.event_outcome.map(EventOutcome::as_str),
+                i64::try_from(r.suppressed).unwrap_or(i64::MAX),
+                r.replay_of,
+                capture.is_some(),
+                headers,
+                capture.and_then(|c| c.body.as_deref()),
+                capture.and_then(|c| c.note.as_deref()),
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// A page of requests, newest first.
+    pub(crate) fn select(
+        conn: &Connection,
+        filter: &RequestFilter,
+    ) -> rusqlite::Result<Vec<RequestRecord>> {
+        let mut sql = format!("SELECT {COLUMNS} FROM requests WHERE 1 = 1");
+        let mut values: Vec<SqlValue> = Vec::new();
+        let mut condition = |clause: &str, value: SqlValue| {
+            values.push(value);
+            sql.push_str(&format!(" AND {clause} ?{}", values.len()));
+        };
+        if let Some(hook) = &filter.hook {
+            condition("hook =", hook.clone().into());
+        }
+        if let Some(mapping) = &filter.mapping_id {
+            condition("mapping_id =", mapping.clone().into());
+        }
+        if let Some(class) = filter.status_class {
+            condition("status / 100 =", i64::from(class).into());
+        }
+        if let Some(since) = filter.since_ms {
+            condition("at_ms >=", since.into());
+        }
+        if let Some(until) = filter.until_ms {
+            condition("at_ms <", until.into());
+        }
+        if let Some(before) = &filter.before {
+            condition("id <", before.clone().into());
+        }
+        values.push(i64::from(filter.limit).into());
+        sql.push_str(&format!(" ORDER BY id DESC LIMIT ?{}", values.len()));
+        let mut stmt = conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params_from_iter(values), Self::from_row)?;
+        rows.collect()
+    }
+
+    /// One request with what was captured of it, and the ids of the requests that replayed it.
+    pub(crate) fn select_one(
+        conn: &Connection,
+        id: &str,
+    ) -> rusqlite::Result<Option<(RequestRecord, Vec<String>)>> {
+        let found = conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS}, headers, body, capture_note FROM requests WHERE id = ?1"
+            ))?
+            .query_row(params![id], |row| {
+                let mut record = Self::from_row(row)?;
+                if record.captured {
+                    let headers: Option<String> = row.get(21)?;
+                    let headers: Vec<(String, String)> = headers
+                        .and_then(|h| serde_json::from_str(&h).ok())
+                        .unwrap_or_default();
+                    record.capture = Some(Captured {
+                        headers,
+                        body: row.get(22)?,
+                        note: row.get(23)?,
+                    });
+                }
+                Ok(record)
+            })
+            .optional()?;
+        let Some(record) = found else {
+            return Ok(None);
+        };
+        let mut stmt =
+            conn.prepare_cached("SELECT id FROM requests WHERE replay_of = ?1 ORDER BY id")?;
+        let replays = stmt
+            .query_map(params![id], |row| row.get(0))?
+            .collect::<rusqlite::Result<Vec<String>>>()?;
+        Ok(Some((record, replays)))
+    }
+
+    fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
+        let corrupt = |column: usize, text: &str| {
+            rusqlite::Error::FromSqlConversionFailure(
+                column,
+                rusqlite::types::Type::Text,
+                format!("unexpected value {text:?}").into(),
+            )
+        };
+        let transform = match row.get::<_, Option<String>>(11)? {
+            None => None,
+            Some(text) => Some(TransformTrace {
+                outcome: TransformVerdict::parse(&text).ok_or_else(|| corrupt(11, &text))?,
+                duration_ms: millis(row.get(12)?),
+                failure: row.get(13)?,
+            }),
+        };
+        let signature = row
+            .get::<_, Option<String>>(14)?
+            .map(|scheme| -> rusqlite::Result<SignatureTrace> {
+                Ok(SignatureTrace {
+                    scheme,
+                    verified: row.get(15)?,
+                })
+            })
+            .transpose()?;
+        let run_ids = row
+            .get::<_, Option<String>>(16)?
+            .and_then(|ids| serde_json::from_str(&ids).ok())
+            .unwrap_or_default();
+        let event_outcome = match row.get::<_, Option<String>>(17)?.as_deref() {
+            None => None,
+            Some("queued") => Some(EventOutcome::Queued),
+            Some("coalesced") => Some(EventOutcome::Coalesced),
+            Some(other) => return Err(corrupt(17, other)),
+        };
+        Ok(RequestRecord {
+            id: row.get(0)?,
+            at: row.get(1)?,
+            at_ms: row.get(2)?,
+            client: row.get(3)?,
+            method: row.get(4)?,
+            target: row.get(5)?,
+            hook: row.get(6)?,
+            mapping_id: row.get(7)?,
+            status: row.get(8)?,
+            error: row.get(9)?,
+            duration_ms: millis(row.get(10)?),
+            transform,
+            signature,
+            run_ids,
+            event_outcome,
+            suppressed: row.get::<_, i64>(18)?.max(0) as u64,
+            replay_of: row.get(19)?,
+            captured: row.get(20)?,
+            capture: None,
+        })
+    }
+}
+
+/// What `GET /api/requests/{id}` shows of a capture: headers as pairs, the body as text when it
+/// is UTF-8 (else base64, said so).
+pub fn capture_json(capture: &Captured) -> Value {
+    use base64::Engine;
+    let mut json = serde_json::json!({ "headers": capture.headers, "note": capture.note });
+    if let Some(body) = &capture.body {
+        match std::str::from_utf8(body) {
+            Ok(text) => json["body"] = Value::from(text),
+            Err(_) => {
+                json["bodyBase64"] =
+                    Value::from(base64::engine::general_purpose::STANDARD.encode(body))
+            }
+        }
+    }
+    json
+}
+
+/// Deletes up to `batch` of the oldest requests recorded before `before_ms`; returns how many
+/// went. Rows are looked at in insertion order, which is time order.
+pub(crate) fn prune(conn: &Connection, before_ms: i64, batch: u32) -> rusqlite::Result<usize> {
+    conn.execute(
+        "DELETE FROM requests WHERE rowid IN
+           (SELECT rowid FROM requests ORDER BY rowid LIMIT ?1) AND at_ms < ?2",
+        params![batch, before_ms],
+    )
+}
+
+fn micros(ms: f64) -> i64 {
+    (ms * 1000.0).round() as i64
+}
+
+fn millis(us: i64) -> f64 {
+    us as f64 / 1000.0
+}

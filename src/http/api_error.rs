@@ -1,0 +1,117 @@
+//! Every way the operator API refuses a request: always JSON, `{"ok": false, "error": ...}`,
+//! 401 and 404 included, so a script reading the API never has to parse anything else.
+
+use std::time::Duration;
+
+use axum::extract::{FromRequestParts, Path, Query};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+
+use super::reply::{HookError, json_error};
+use crate::gateway::StoreError;
+
+/// A refused operator API request.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("unauthorized")]
+    Unauthorized,
+    #[error("too many failed attempts; retry later")]
+    LockedOut { retry_after: Duration },
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = match &self {
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::LockedOut { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Internal(cause) => {
+                tracing::error!(%cause, "operator API request failed");
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        };
+        let mut response = json_error(status, &self.to_string());
+        let headers = response.headers_mut();
+        match self {
+            ApiError::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::LockedOut { retry_after } => {
+                let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        ApiError::Internal(err.to_string())
+    }
+}
+
+impl From<HookError> for ApiError {
+    /// The shared steps (the credential check, a JSON body) refuse with hook errors.
+    fn from(err: HookError) -> Self {
+        match err {
+            HookError::Unauthorized => ApiError::Unauthorized,
+            HookError::LockedOut { retry_after } => ApiError::LockedOut { retry_after },
+            HookError::Internal(cause) => ApiError::Internal(cause),
+            other => ApiError::Invalid(other.client_message().to_string()),
+        }
+    }
+}
+
+/// A query string read into `T`, refused as a JSON 400 naming what is wrong.
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        Query::try_from_uri(&parts.uri)
+            .map(|Query(value)| ApiQuery(value))
+            .map_err(|rejection| ApiError::Invalid(rejection.body_text()))
+    }
+}
+
+/// Path parameters read into `T`, refused as a JSON 400 (an id that is not UTF-8, say).
+pub struct ApiPath<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Path::from_request_parts(parts, state)
+            .await
+            .map(|Path(value)| ApiPath(value))
+            .map_err(|rejection| ApiError::Invalid(rejection.body_text()))
+    }
+}
+
+/// The API's answer to a path it does not have.
+pub async fn no_such_endpoint() -> ApiError {
+    ApiError::NotFound("endpoint")
+}
+
+/// The API's answer to a method a path does not take.
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}

@@ -1,0 +1,140 @@
+//! The request log through the operator API (docs/operations.md#the-request-log): listing with
+//! filters and a cursor, one request with what was captured of it, and replay.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::api::{limit, time_ms};
+use super::api_error::{ApiError, ApiPath, ApiQuery};
+use super::hooks;
+use crate::gateway::requests::{RequestFilter, capture_json};
+
+/// The filters of `GET /api/requests`.
+#[derive(Deserialize)]
+pub struct RequestsQuery {
+    hook: Option<String>,
+    mapping: Option<String>,
+    /// `2xx`, `4xx` or `5xx`.
+    status: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    before: Option<String>,
+    limit: Option<String>,
+}
+
+/// `GET /api/requests?hook=&mapping=&status=4xx&since=&until=&before=&limit=`: recorded requests,
+/// newest first, and `next`, the `before` of the next page (null on the last).
+pub async fn requests(
+    State(app): State<AppState>,
+    ApiQuery(query): ApiQuery<RequestsQuery>,
+) -> Result<Response, ApiError> {
+    let status_class = match query.status.as_deref() {
+        None => None,
+        Some("2xx") => Some(2),
+        Some("3xx") => Some(3),
+        Some("4xx") => Some(4),
+        Some("5xx") => Some(5),
+        Some(_) => {
+            return Err(ApiError::Invalid(
+                "status must be 2xx, 3xx, 4xx or 5xx".into(),
+            ));
+        }
+    };
+    let filter = RequestFilter {
+        hook: query.hook,
+        mapping_id: query.mapping,
+        status_class,
+        since_ms: query.since.map(|t| time_ms(&t, "since")).transpose()?,
+        until_ms: query.until.map(|t| time_ms(&t, "until")).transpose()?,
+        before: query.before,
+        limit: limit(query.limit.as_deref())?,
+    };
+    let full = filter.limit as usize;
+    let page = app.store.requests(filter).await?;
+    let next = (page.len() == full)
+        .then(|| page.last().map(|r| r.id.clone()))
+        .flatten();
+    Ok(Json(json!({"requests": page, "next": next})).into_response())
+}
+
+/// `GET /api/requests/<id>`: one request, with its captured headers and body (`capture`, null
+/// when nothing was kept) and the ids of the requests that replayed it.
+pub async fn request(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    let (record, replays) = app
+        .store
+        .request(&id)
+        .await?
+        .ok_or(ApiError::NotFound("request"))?;
+    let mut answer = serde_json::to_value(&record).unwrap_or_default();
+    answer["capture"] = record.capture.as_ref().map_or(Value::Null, capture_json);
+    answer["replays"] = Value::from(replays);
+    Ok(Json(answer).into_response())
+}
+
+/// `POST /api/requests/<id>/replay`: sends a captured request through its hook again, as the
+/// mappings and transforms are now, and answers with the new record's id and what the hook
+/// answered. 404 for an unknown request; 409 when its body was not kept or its path is no longer
+/// under `hooks.path`.
+pub async fn replay(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    let (original, _) = app
+        .store
+        .request(&id)
+        .await?
+        .ok_or(ApiError::NotFound("request"))?;
+    let Some(body) = original.capture.as_ref().and_then(|c| c.body.clone()) else {
+        return Err(ApiError::Conflict(
+            "the request's body was not captured, so it cannot be replayed".into(),
+        ));
+    };
+    let headers = original
+        .capture
+        .as_ref()
+        .map(|capture| header_map(&capture.headers))
+        .unwrap_or_default();
+    let (response, new_id) = hooks::replay(&app, &original, headers, Bytes::from(body))
+        .await
+        .map_err(|err| ApiError::Conflict(err.to_string()))?;
+    // The new record is committed before the answer names it.
+    app.request_log.flush().await;
+    let status = response.status().as_u16();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap_or_default();
+    let answer = serde_json::from_slice::<Value>(&bytes)
+        .unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&bytes).into_owned()));
+    Ok(Json(json!({
+        "ok": true,
+        "requestId": new_id,
+        "replayOf": id,
+        "status": status,
+        "answer": answer,
+    }))
+    .into_response())
+}
+
+/// Captured header pairs as a header map, without the length of a body that redaction may have
+/// changed.
+fn header_map(pairs: &[(String, String)]) -> HeaderMap {
+    pairs
+        .iter()
+        .filter(|(name, _)| name != header::CONTENT_LENGTH.as_str())
+        .filter_map(|(name, value)| {
+            Some((
+                HeaderName::from_bytes(name.as_bytes()).ok()?,
+                HeaderValue::from_str(value).ok()?,
+            ))
+        })
+        .collect()
+}
