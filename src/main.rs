@@ -1,4 +1,7 @@
-//! The `hookgate` command: `serve`, `check`.
+//! The `hookgate` command: `serve`, `check`, `transform`, and the operator API's `requests` and
+//! `runs`.
+
+mod remote;
 
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -46,6 +49,12 @@ enum Command {
     /// Tools for transform authors.
     #[command(subcommand)]
     Transform(TransformCommand),
+    /// The request log of a running hookgate: list, show, replay.
+    #[command(subcommand)]
+    Requests(remote::RequestsCommand),
+    /// The agent runs of a running hookgate: list, show, retry.
+    #[command(subcommand)]
+    Runs(remote::RunsCommand),
 }
 
 #[derive(Subcommand)]
@@ -131,6 +140,8 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Check { config } => check(&config),
         Command::Serve { config, listen } => serve(config, listen),
+        Command::Requests(command) => remote::requests(command),
+        Command::Runs(command) => remote::runs(command),
         Command::Transform(TransformCommand::Run {
             module,
             body,

@@ -1,0 +1,361 @@
+//! `hookgate requests …` and `hookgate runs …`: the operator API from a terminal
+//! (docs/cli.md). Part of the binary, not the library: these commands talk to a running hookgate
+//! over HTTP (`--url`, the gateway token from `HOOKGATE_GATEWAY_TOKEN`) and print a table for
+//! people, or the API's JSON with `--json`.
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+/// Where the running hookgate is, and how to print.
+#[derive(Args)]
+pub struct Remote {
+    /// The hookgate to ask (its gateway listener).
+    #[arg(long, env = "HOOKGATE_URL", default_value = "http://127.0.0.1:8787")]
+    url: String,
+    /// Print the API's JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum RequestsCommand {
+    /// Recorded hook requests, newest first.
+    List {
+        #[command(flatten)]
+        remote: Remote,
+        /// Only this hook name.
+        #[arg(long)]
+        hook: Option<String>,
+        /// Only this mapping id.
+        #[arg(long)]
+        mapping: Option<String>,
+        /// Only this status class: 2xx, 4xx or 5xx.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only requests at or after this RFC 3339 time.
+        #[arg(long)]
+        since: Option<String>,
+        /// Only requests before this RFC 3339 time.
+        #[arg(long)]
+        until: Option<String>,
+        /// The cursor a previous page printed.
+        #[arg(long)]
+        before: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// One request: what it was, what it became, and what was captured of it.
+    Show {
+        id: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Send a captured request through its hook again, as the mappings are now.
+    Replay {
+        id: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum RunsCommand {
+    /// Agent runs, newest first.
+    List {
+        #[command(flatten)]
+        remote: Remote,
+        /// Only this status (queued, running, ok, error, timeout, forwarding, forwarded,
+        /// forward_failed).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only runs of this hook name.
+        #[arg(long)]
+        hook: Option<String>,
+        /// Only runs of this session key.
+        #[arg(long)]
+        session_key: Option<String>,
+        /// Only runs created at or after this RFC 3339 time.
+        #[arg(long)]
+        since: Option<String>,
+        /// The cursor a previous page printed.
+        #[arg(long)]
+        before: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// One run.
+    Show {
+        id: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Send again what failed of a run (a relay, a delivery).
+    Retry {
+        id: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+}
+
+pub fn requests(command: RequestsCommand) -> ExitCode {
+    match command {
+        RequestsCommand::List {
+            remote,
+            hook,
+            mapping,
+            status,
+            since,
+            until,
+            before,
+            limit,
+        } => {
+            let query = query(&[
+                ("hook", hook),
+                ("mapping", mapping),
+                ("status", status),
+                ("since", since),
+                ("until", until),
+                ("before", before),
+                ("limit", Some(limit.to_string())),
+            ]);
+            remote.call("GET", &format!("/api/requests?{query}"), |page| {
+                print_table(
+                    &["AT", "STATUS", "HOOK", "MAPPING", "BECAME", "ID"],
+                    page["requests"].as_array().into_iter().flatten().map(|r| {
+                        vec![
+                            text(&r["at"]),
+                            text(&r["status"]),
+                            text(&r["hook"]),
+                            text(&r["mappingId"]),
+                            became(r),
+                            text(&r["id"]),
+                        ]
+                    }),
+                );
+                print_next(page);
+            })
+        }
+        RequestsCommand::Show { id, remote } => {
+            remote.call("GET", &format!("/api/requests/{}", segment(&id)), |r| {
+                print_fields(r);
+                if let Some(capture) = r["capture"].as_object() {
+                    println!("\ncaptured headers:");
+                    for pair in capture["headers"].as_array().into_iter().flatten() {
+                        println!("  {}: {}", text(&pair[0]), text(&pair[1]));
+                    }
+                    match (&capture["body"], &capture["note"]) {
+                        (Value::String(body), _) => println!("\ncaptured body:\n{body}"),
+                        (_, Value::String(note)) => println!("\n{note}"),
+                        _ => {}
+                    }
+                }
+            })
+        }
+        RequestsCommand::Replay { id, remote } => remote.call(
+            "POST",
+            &format!("/api/requests/{}/replay", segment(&id)),
+            |r| {
+                println!(
+                    "replayed {} as {}: {} {}",
+                    text(&r["replayOf"]),
+                    text(&r["requestId"]),
+                    text(&r["status"]),
+                    r["answer"]
+                );
+            },
+        ),
+    }
+}
+
+pub fn runs(command: RunsCommand) -> ExitCode {
+    match command {
+        RunsCommand::List {
+            remote,
+            status,
+            hook,
+            session_key,
+            since,
+            before,
+            limit,
+        } => {
+            let query = query(&[
+                ("status", status),
+                ("hook", hook),
+                ("sessionKey", session_key),
+                ("since", since),
+                ("before", before),
+                ("limit", Some(limit.to_string())),
+            ]);
+            remote.call("GET", &format!("/api/runs?{query}"), |page| {
+                print_table(
+                    &["CREATED", "STATUS", "HOOK", "SESSION", "RUN"],
+                    page["runs"].as_array().into_iter().flatten().map(|r| {
+                        vec![
+                            text(&r["createdAt"]),
+                            text(&r["status"]),
+                            text(&r["hookName"]),
+                            text(&r["sessionKey"]),
+                            text(&r["runId"]),
+                        ]
+                    }),
+                );
+                print_next(page);
+            })
+        }
+        RunsCommand::Show { id, remote } => {
+            remote.call("GET", &format!("/api/runs/{}", segment(&id)), print_fields)
+        }
+        RunsCommand::Retry { id, remote } => {
+            remote.call("POST", &format!("/api/runs/{}/retry", segment(&id)), |r| {
+                println!("retrying {}", text(&r["runId"]))
+            })
+        }
+    }
+}
+
+impl Remote {
+    /// Sends one API request; on success prints the answer with `print` (or as JSON), else the
+    /// API's error. The exit code says which.
+    fn call(&self, method: &str, path: &str, print: impl FnOnce(&Value)) -> ExitCode {
+        let Ok(token) = std::env::var("HOOKGATE_GATEWAY_TOKEN") else {
+            eprintln!(
+                "error: set HOOKGATE_GATEWAY_TOKEN to the gateway token (gateway.auth.token)"
+            );
+            return ExitCode::FAILURE;
+        };
+        let url = format!("{}{path}", self.url.trim_end_matches('/'));
+        let answer = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the async runtime: {e}"))
+            .and_then(|runtime| {
+                runtime.block_on(async {
+                    let client = reqwest::Client::new();
+                    let request = match method {
+                        "POST" => client.post(&url),
+                        _ => client.get(&url),
+                    };
+                    let response = request
+                        .bearer_auth(token.trim())
+                        .send()
+                        .await
+                        .map_err(|e| format!("cannot reach {}: {e}", self.url))?;
+                    let status = response.status();
+                    let body: Value = response
+                        .json()
+                        .await
+                        .map_err(|e| format!("{url} answered {status} with no JSON: {e}"))?;
+                    Ok((status, body))
+                })
+            });
+        match answer {
+            Ok((status, body)) if status.is_success() => {
+                if self.json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&body).unwrap_or_default()
+                    );
+                } else {
+                    print(&body);
+                }
+                ExitCode::SUCCESS
+            }
+            Ok((status, body)) => {
+                eprintln!("error: {} (HTTP {})", text(&body["error"]), status.as_u16());
+                ExitCode::FAILURE
+            }
+            Err(message) => {
+                eprintln!("error: {message}");
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+/// A query string of the parameters that are set.
+fn query(pairs: &[(&str, Option<String>)]) -> String {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in pairs {
+        if let Some(value) = value {
+            query.append_pair(name, value);
+        }
+    }
+    query.finish()
+}
+
+/// An id as one path segment: whatever the user typed cannot reach another endpoint.
+fn segment(id: &str) -> String {
+    form_urlencoded::byte_serialize(id.as_bytes()).collect()
+}
+
+/// A JSON value as table text: strings bare, null as `-`.
+fn text(value: &Value) -> String {
+    match value {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// What a request became, in a few words.
+fn became(record: &Value) -> String {
+    if let Some(error) = record["error"].as_str() {
+        return match record["transform"]["failure"].as_str() {
+            Some(cause) => format!("{error} ({cause})"),
+            None => error.to_string(),
+        };
+    }
+    let runs = record["runIds"].as_array().map_or(0, Vec::len);
+    match (runs, record["eventOutcome"].as_str()) {
+        (0, Some(outcome)) => format!("wake {outcome}"),
+        (0, None) => record["transform"]["outcome"]
+            .as_str()
+            .map_or_else(|| "-".into(), |o| format!("transform: {o}")),
+        (1, _) => format!("run {}", text(&record["runIds"][0])),
+        (n, _) => format!("{n} runs"),
+    }
+}
+
+fn print_table(header: &[&str], rows: impl Iterator<Item = Vec<String>>) {
+    let rows: Vec<Vec<String>> = rows.collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:width$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(header.iter().map(|h| h.to_string()).collect());
+    for row in rows {
+        line(row);
+    }
+}
+
+fn print_next(page: &Value) {
+    if let Some(next) = page["next"].as_str() {
+        println!("\nmore: --before {next}");
+    }
+}
+
+/// An object's fields, one per line, nested values as JSON.
+fn print_fields(object: &Value) {
+    let Some(fields) = object.as_object() else {
+        return;
+    };
+    let width = fields.keys().map(String::len).max().unwrap_or(0);
+    for (name, value) in fields {
+        if name == "capture" {
+            continue;
+        }
+        println!("{name:width$}  {}", text(value));
+    }
+}
