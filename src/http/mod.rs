@@ -6,6 +6,7 @@ mod api_error;
 mod api_requests;
 mod auth;
 mod body;
+mod console;
 mod health;
 mod hooks;
 mod mapped;
@@ -83,6 +84,9 @@ pub fn router(state: AppState) -> Router {
         .route("/livez", get(health::livez))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(api::metrics))
+        .route("/console", get(console::page))
+        .route("/console/console.js", get(console::script))
+        .route("/console/console.css", get(console::style))
         .nest("/api", operator_api(state.clone()))
         .fallback(hooks::dispatch)
         .layer(CatchPanicLayer::custom(panic_response))

@@ -9,6 +9,7 @@ mod api;
 mod cluster;
 mod config;
 mod connections;
+mod console;
 mod contract;
 mod crash;
 mod durability;

@@ -1,0 +1,43 @@
+//! `GET /console`: the operator console (docs/operations.md#the-console), one page whose three
+//! files are built into the binary. The files hold no data and need no credential, like a login
+//! page; everything the page shows it fetches from the operator API with the gateway token,
+//! which the operator types into it. The Content-Security-Policy allows the page's own script and
+//! style and its own origin for API calls, and nothing else: no inline script, no other origin,
+//! no framing.
+
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+
+const PAGE: &str = include_str!("console/index.html");
+const SCRIPT: &str = include_str!("console/console.js");
+const STYLE: &str = include_str!("console/console.css");
+
+const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+     img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// `GET /console`.
+pub async fn page() -> Response {
+    asset("text/html; charset=utf-8", PAGE)
+}
+
+/// `GET /console/console.js`.
+pub async fn script() -> Response {
+    asset("text/javascript; charset=utf-8", SCRIPT)
+}
+
+/// `GET /console/console.css`.
+pub async fn style() -> Response {
+    asset("text/css; charset=utf-8", STYLE)
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    let mut response = ([(header::CONTENT_TYPE, content_type)], body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(POLICY),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    response
+}

@@ -1,0 +1,322 @@
+// The hookgate console (docs/operations.md#the-console). Every piece of data comes from the
+// operator API with the gateway token as a header; the token lives in this tab's session
+// storage only. Untrusted text (payloads, headers, errors) is only ever set as textContent:
+// nothing from the server is parsed as HTML.
+"use strict";
+
+const TOKEN_KEY = "hookgate-gateway-token";
+const LIVE_EVERY_MS = 2000;
+
+const $ = (id) => document.getElementById(id);
+const state = { view: "requests", requestsNext: null, runsNext: null, timer: null, openRequest: null, openRun: null };
+
+function token() {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+function say(text) {
+  $("status").textContent = text;
+}
+
+// Calls the API; a 401 forgets the token and asks for it again.
+async function api(path, options = {}) {
+  const response = await fetch(path, {
+    ...options,
+    headers: { Authorization: `Bearer ${token()}` },
+    cache: "no-store",
+  });
+  let body = null;
+  try {
+    body = await response.json();
+  } catch {
+    body = null;
+  }
+  if (response.status === 401) {
+    logout("The gateway token was refused.");
+    throw new Error("unauthorized");
+  }
+  if (!response.ok) {
+    throw new Error((body && body.error) || `HTTP ${response.status}`);
+  }
+  return body;
+}
+
+// An element with text content and attributes; never HTML.
+function el(tag, text, attributes = {}) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
+  return node;
+}
+
+function cell(row, text, className) {
+  const td = el("td", text ?? "-");
+  if (className) td.className = className;
+  row.append(td);
+  return td;
+}
+
+function fields(list, object, skip = []) {
+  list.replaceChildren();
+  for (const [name, value] of Object.entries(object)) {
+    if (skip.includes(name)) continue;
+    list.append(el("dt", name));
+    const text = value === null || value === undefined ? "-" : typeof value === "object" ? JSON.stringify(value) : value;
+    list.append(el("dd", text));
+  }
+}
+
+function became(record) {
+  if (record.error) {
+    const cause = record.transform && record.transform.failure;
+    return cause ? `${record.error} (${cause})` : record.error;
+  }
+  if (record.runIds.length === 1) return `run ${record.runIds[0]}`;
+  if (record.runIds.length > 1) return `${record.runIds.length} runs`;
+  if (record.eventOutcome) return `wake ${record.eventOutcome}`;
+  if (record.transform) return `transform: ${record.transform.outcome}`;
+  return "-";
+}
+
+// Views
+
+function show(view) {
+  state.view = view;
+  for (const name of ["requests", "runs", "events", "system"]) {
+    $(`${name}-view`).hidden = name !== view;
+    const tab = document.querySelector(`nav button[data-view="${name}"]`);
+    if (name === view) tab.setAttribute("aria-current", "page");
+    else tab.removeAttribute("aria-current");
+  }
+  $("request-detail").hidden = true;
+  $("run-detail").hidden = true;
+  refresh();
+}
+
+async function refresh() {
+  try {
+    if (state.view === "requests" && $("request-detail").hidden) await loadRequests(false);
+    if (state.view === "runs" && $("run-detail").hidden) await loadRuns(false);
+    if (state.view === "events") await loadEvents();
+    if (state.view === "system") await loadSystem();
+    say("");
+  } catch (error) {
+    if (error.message !== "unauthorized") say(`Could not load: ${error.message}`);
+  }
+}
+
+function requestQuery() {
+  const query = new URLSearchParams({ limit: "50" });
+  for (const name of ["hook", "mapping", "status"]) {
+    const value = $(`filter-${name}`).value.trim();
+    if (value) query.set(name, value);
+  }
+  return query;
+}
+
+async function loadRequests(older) {
+  const query = requestQuery();
+  if (older && state.requestsNext) query.set("before", state.requestsNext);
+  const page = await api(`/api/requests?${query}`);
+  const body = $("requests-table").tBodies[0];
+  if (!older) body.replaceChildren();
+  for (const record of page.requests) {
+    const row = el("tr", null, { "data-id": record.id });
+    cell(row, record.at);
+    cell(row, record.status, `status-${String(record.status)[0]}`);
+    cell(row, record.hook);
+    cell(row, record.mappingId);
+    cell(row, became(record));
+    const open = el("button", record.id, { type: "button", "aria-label": `Show request ${record.id}` });
+    open.addEventListener("click", () => openRequest(record.id));
+    cell(row, null).replaceChildren(open);
+    body.append(row);
+  }
+  state.requestsNext = page.next;
+  $("requests-more").hidden = !page.next;
+}
+
+async function openRequest(id) {
+  const record = await api(`/api/requests/${encodeURIComponent(id)}`);
+  state.openRequest = record;
+  $("requests-view").hidden = true;
+  $("request-detail").hidden = false;
+  $("request-id").textContent = record.id;
+  fields($("request-fields"), record, ["capture", "runIds", "replays"]);
+  const list = $("request-became");
+  list.replaceChildren();
+  for (const runId of record.runIds) {
+    const item = el("li");
+    const link = el("button", `run ${runId}`, { type: "button" });
+    link.addEventListener("click", () => openRun(runId));
+    item.append(link);
+    list.append(item);
+  }
+  if (record.eventOutcome) list.append(el("li", `a wake, ${record.eventOutcome}`));
+  for (const replay of record.replays) {
+    const item = el("li");
+    const link = el("button", `replayed as ${replay}`, { type: "button" });
+    link.addEventListener("click", () => openRequest(replay));
+    item.append(link);
+    list.append(item);
+  }
+  if (!list.children.length) list.append(el("li", record.error ? `refused: ${record.error}` : "nothing"));
+  const headers = $("request-headers").tBodies[0];
+  headers.replaceChildren();
+  const capture = record.capture;
+  for (const [name, value] of capture ? capture.headers : []) {
+    const row = el("tr");
+    cell(row, name);
+    cell(row, value);
+    headers.append(row);
+  }
+  $("request-body").textContent = !capture ? "(not captured: set capture on the mapping or hooks.capture)"
+    : capture.body ?? capture.bodyBase64 ?? capture.note ?? "";
+  $("replay").disabled = !(capture && (capture.body !== undefined || capture.bodyBase64 !== undefined));
+  $("replay-result").textContent = "";
+  $("request-close").focus();
+}
+
+async function replay() {
+  const record = state.openRequest;
+  $("replay-result").textContent = "Replaying…";
+  try {
+    const answer = await api(`/api/requests/${encodeURIComponent(record.id)}/replay`, { method: "POST" });
+    const text = typeof answer.answer === "string" ? answer.answer : JSON.stringify(answer.answer);
+    $("replay-result").textContent = `Replayed as ${answer.requestId}: ${answer.status} ${text}`;
+  } catch (error) {
+    $("replay-result").textContent = `Replay refused: ${error.message}`;
+  }
+}
+
+async function loadRuns(older) {
+  const query = new URLSearchParams({ limit: "50" });
+  if (older && state.runsNext) query.set("before", state.runsNext);
+  const page = await api(`/api/runs?${query}`);
+  const body = $("runs-table").tBodies[0];
+  if (!older) body.replaceChildren();
+  for (const run of page.runs) {
+    const row = el("tr", null, { "data-id": run.runId });
+    cell(row, run.createdAt);
+    cell(row, run.status);
+    cell(row, run.hookName);
+    cell(row, run.sessionKey);
+    const open = el("button", run.runId, { type: "button", "aria-label": `Show run ${run.runId}` });
+    open.addEventListener("click", () => openRun(run.runId));
+    cell(row, null).replaceChildren(open);
+    body.append(row);
+  }
+  state.runsNext = page.next;
+  $("runs-more").hidden = !page.next;
+}
+
+async function openRun(id) {
+  const run = await api(`/api/runs/${encodeURIComponent(id)}`);
+  state.openRun = run;
+  for (const name of ["requests", "runs", "events", "system"]) $(`${name}-view`).hidden = true;
+  $("request-detail").hidden = true;
+  $("run-detail").hidden = false;
+  $("run-id").textContent = run.runId;
+  fields($("run-fields"), run);
+  $("retry-result").textContent = "";
+  $("run-close").focus();
+}
+
+async function retry() {
+  try {
+    await api(`/api/runs/${encodeURIComponent(state.openRun.runId)}/retry`, { method: "POST" });
+    $("retry-result").textContent = "Sent again.";
+  } catch (error) {
+    $("retry-result").textContent = `Retry refused: ${error.message}`;
+  }
+}
+
+async function loadEvents() {
+  const events = [];
+  let after = 0;
+  for (let page = 0; page < 10; page++) {
+    const answer = await api(`/api/sessions/main/events?after=${after}&limit=1000`);
+    events.push(...answer.events);
+    if (answer.events.length < 1000) break;
+    after = answer.events[answer.events.length - 1].seq;
+  }
+  const list = $("events");
+  list.replaceChildren();
+  for (const event of events.slice(-200).reverse()) {
+    const item = el("li", null, { value: String(event.seq) });
+    item.append(el("strong", `${event.at} ${event.kind} `));
+    item.append(el("span", event.text));
+    list.append(item);
+  }
+}
+
+async function loadSystem() {
+  const status = await api("/api/config");
+  fields($("config-fields"), {
+    "configuration generation": status.generation,
+    "last refused reload": status.lastError ? status.lastError.join("; ") : "none",
+  });
+  const body = $("transforms-table").tBodies[0];
+  body.replaceChildren();
+  for (const transform of status.transforms) {
+    const row = el("tr");
+    cell(row, transform.module);
+    cell(row, transform.calls);
+    cell(row, transform.failures);
+    cell(row, transform.lastFailure);
+    cell(row, transform.lastError);
+    cell(row, transform.sha256.slice(0, 16));
+    body.append(row);
+  }
+}
+
+// Session
+
+function login(event) {
+  event.preventDefault();
+  sessionStorage.setItem(TOKEN_KEY, $("token").value);
+  $("token").value = "";
+  start();
+}
+
+function logout(message) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  clearInterval(state.timer);
+  $("login").hidden = false;
+  $("logout").hidden = true;
+  $("tabs").hidden = true;
+  for (const section of document.querySelectorAll("main > section")) section.hidden = true;
+  say(typeof message === "string" ? message : "");
+  $("token").focus();
+}
+
+function start() {
+  $("login").hidden = true;
+  $("logout").hidden = false;
+  $("tabs").hidden = false;
+  show(state.view);
+  clearInterval(state.timer);
+  state.timer = setInterval(() => {
+    if ($("live").checked || state.view !== "requests") refresh();
+  }, LIVE_EVERY_MS);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("login").addEventListener("submit", login);
+  $("logout").addEventListener("click", () => logout());
+  for (const tab of document.querySelectorAll("nav button")) {
+    tab.addEventListener("click", () => show(tab.dataset.view));
+  }
+  $("request-filters").addEventListener("submit", (event) => {
+    event.preventDefault();
+    refresh();
+  });
+  $("requests-more").addEventListener("click", () => loadRequests(true));
+  $("runs-more").addEventListener("click", () => loadRuns(true));
+  $("replay").addEventListener("click", replay);
+  $("retry").addEventListener("click", retry);
+  $("request-close").addEventListener("click", () => show("requests"));
+  $("run-close").addEventListener("click", () => show("runs"));
+  if (token()) start();
+  else $("token").focus();
+});

@@ -1,0 +1,315 @@
+//! The console in a real browser: headless Chromium driven through chromedriver's WebDriver
+//! protocol (Debian's `chromium` and `chromium-driver`, which `.ci/run` installs).
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+/// A chromedriver process and one headless Chromium session; both end when dropped.
+struct Browser {
+    driver: Child,
+    session: String,
+    base: String,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    async fn start() -> Browser {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver (Debian package chromium-driver) must be installed");
+        let base = format!("http://127.0.0.1:{port}");
+        let profile = tempfile::tempdir().unwrap();
+        let mut browser = Browser {
+            driver,
+            session: String::new(),
+            base,
+            _profile: profile,
+        };
+        let capabilities = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chromium(),
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--window-size=1280,900",
+                    format!("--user-data-dir={}", browser._profile.path().display()),
+                ],
+            },
+        }}});
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let session = loop {
+            match client()
+                .post(format!("{}/session", browser.base))
+                .json(&capabilities)
+                .send()
+                .await
+            {
+                Ok(response) => break response.json::<Value>().await.unwrap(),
+                Err(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Err(err) => panic!("chromedriver did not answer: {err}"),
+            }
+        };
+        browser.session = session["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no browser session: {session}"))
+            .to_string();
+        browser
+    }
+
+    async fn command(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
+        let url = format!("{}/session/{}{path}", self.base, self.session);
+        let request = client().request(method.clone(), url);
+        // chromedriver refuses a GET that carries a body.
+        let request = match method {
+            reqwest::Method::GET => request,
+            _ => request.json(&body),
+        };
+        let response = request.send().await.unwrap();
+        let answer: Value = response.json().await.unwrap();
+        answer["value"].clone()
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        self.command(reqwest::Method::POST, path, body).await
+    }
+
+    async fn go(&self, url: &str) {
+        self.post("/url", json!({"url": url})).await;
+    }
+
+    /// Runs `script` in the page and returns its value.
+    async fn run(&self, script: &str) -> Value {
+        self.post("/execute/sync", json!({"script": script, "args": []}))
+            .await
+    }
+
+    /// The element `css` selects, once it exists.
+    async fn element(&self, css: &str) -> String {
+        let mut found = String::new();
+        eventually(&format!("{css} to appear"), async || {
+            let value = self
+                .post("/element", json!({"using": "css selector", "value": css}))
+                .await;
+            match value.as_object().and_then(|o| o.values().next()) {
+                Some(Value::String(id)) if value.get("error").is_none() => {
+                    found = id.clone();
+                    true
+                }
+                _ => false,
+            }
+        })
+        .await;
+        found
+    }
+
+    async fn click(&self, css: &str) {
+        let id = self.element(css).await;
+        self.post(&format!("/element/{id}/click"), json!({})).await;
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let id = self.element(css).await;
+        self.post(&format!("/element/{id}/value"), json!({"text": text}))
+            .await;
+    }
+
+    async fn text(&self, css: &str) -> String {
+        let id = self.element(css).await;
+        let value = self
+            .command(
+                reqwest::Method::GET,
+                &format!("/element/{id}/text"),
+                Value::Null,
+            )
+            .await;
+        value.as_str().unwrap_or_default().to_string()
+    }
+
+    /// Waits until the element `css` shows text containing `wanted`.
+    async fn wait_for_text(&self, css: &str, wanted: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let seen = self.text(css).await;
+            if seen.contains(wanted) {
+                return seen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{css} did not show {wanted:?} within 10 s; it shows {seen:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn screenshot(&self) -> Vec<u8> {
+        use base64::Engine;
+        let value = self
+            .command(reqwest::Method::GET, "/screenshot", Value::Null)
+            .await;
+        base64::engine::general_purpose::STANDARD
+            .decode(value.as_str().unwrap())
+            .unwrap()
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn chromium() -> &'static str {
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|path| std::path::Path::new(path).exists())
+        .expect("chromium (Debian package chromium) must be installed")
+}
+
+#[tokio::test]
+async fn the_console_shows_requests_safely_and_replays_a_fixed_one() {
+    let mut config = base_config();
+    set(&mut config, "hooks.capture", json!({"enabled": true}));
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{
+            "id": "alerts",
+            "match": {"path": "alerts"},
+            "transform": {"module": "live.wasm", "config": {"mode": "trap", "action": "wake"}},
+        }]),
+    );
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["hostile", "passthrough"]);
+    let root = dir.path().join("hooks/transforms");
+    std::fs::copy(root.join("hostile.wasm"), root.join("live.wasm")).unwrap();
+    let server = Hookgate::start_in(&dir);
+
+    let hostile_text = "<script>window.pwned = 1</script><img src=x onerror='window.pwned = 2'>";
+    let woke = server
+        .hook("/hooks/wake")
+        .json(&json!({"text": hostile_text}))
+        .send()
+        .await
+        .unwrap();
+    let wake_id = woke.headers()["x-request-id"].to_str().unwrap().to_string();
+    let failed = server
+        .hook("/hooks/alerts")
+        .json(&json!({"alert": "disk full"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(failed.status(), 500);
+    let failed_id = failed.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+
+    let browser = Browser::start().await;
+    browser.go(&server.url("/console")).await;
+    browser.type_into("#token", GATEWAY_TOKEN).await;
+    browser.click("#login button[type=submit]").await;
+
+    // The request the test just sent is listed, with what it became.
+    let row = format!("#requests-table tr[data-id=\"{wake_id}\"]");
+    browser.wait_for_text(&row, "wake queued").await;
+    let failed_row = format!("#requests-table tr[data-id=\"{failed_id}\"]");
+    browser
+        .wait_for_text(&failed_row, "hook mapping failed (trap)")
+        .await;
+    if std::env::var_os("HOOKGATE_UPDATE_SCREENSHOT").is_some() {
+        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/console.png");
+        std::fs::write(docs, browser.screenshot().await).unwrap();
+    }
+
+    // Its payload is shown as text, and nothing in it ran.
+    browser.click(&format!("{row} button")).await;
+    let body = browser.wait_for_text("#request-body", "<script>").await;
+    assert!(
+        body.contains("<img src=x onerror='window.pwned = 2'>"),
+        "{body}"
+    );
+    assert_eq!(browser.run("return window.pwned === undefined").await, true);
+    assert_eq!(
+        browser
+            .run("return document.querySelectorAll('main img, main script').length")
+            .await,
+        0
+    );
+
+    // The failed request, replayed after the operator fixed its transform.
+    browser.click("#request-close").await;
+    replace_file(
+        &root.join("live.wasm"),
+        &std::fs::read(root.join("passthrough.wasm")).unwrap(),
+    );
+    eventually("the fixed transform to load", async || {
+        let (_, status) = json_of(server.api("/api/config").send().await.unwrap()).await;
+        let sha = status["transforms"][0]["sha256"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let passthrough = std::fs::read(root.join("passthrough.wasm")).unwrap();
+        use sha2::Digest as _;
+        sha == hex::encode(sha2::Sha256::digest(&passthrough))
+    })
+    .await;
+    browser.click(&format!("{failed_row} button")).await;
+    browser.click("#replay").await;
+    let result = browser.wait_for_text("#replay-result", "Replayed as").await;
+    assert!(result.contains(": 200 "), "{result}");
+    assert!(result.contains("\"eventOutcome\":\"queued\""), "{result}");
+    let texts = server.wake_texts().await;
+    assert!(texts.iter().any(|t| t.contains("disk full")), "{texts:?}");
+
+    // The transforms view shows the call counts.
+    browser.click("#request-close").await;
+    browser.click("nav button[data-view=system]").await;
+    browser
+        .wait_for_text("#transforms-table", "live.wasm")
+        .await;
+}
+
+#[tokio::test]
+async fn the_console_page_is_static_and_locked_down() {
+    let (server, _dir) = Hookgate::start(&base_config());
+    for path in ["/console", "/console/console.js", "/console/console.css"] {
+        let response = client().get(server.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let policy = response.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(policy.contains("script-src 'self'"), "{policy}");
+        assert!(!policy.contains("unsafe-inline"), "{policy}");
+        let text = response.text().await.unwrap();
+        assert!(!text.contains(GATEWAY_TOKEN));
+        assert!(
+            !text.contains("innerHTML"),
+            "{path} never parses text as HTML"
+        );
+    }
+    let page = client()
+        .get(server.url("/console"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!page.contains("<script>"), "no inline script");
+}
