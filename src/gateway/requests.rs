@@ -1,7 +1,7 @@
 //! The request log's rows (docs/operations.md#the-request-log): one per request under the hook
-//! prefix, accepted or not, written in batches by `crate::request_log` and read by the operator
-//! API. Ids are UUIDv7, so their text order is their time order: the newest-first listing and
-//! its cursor need no index of their own.
+//! prefix, accepted or not, written in batches by the log's writer (`src/request_log.rs`) and
+//! read by the operator API. Ids are UUIDv7, so their text order is their time order: the
+//! newest-first listing and its cursor need no index of their own.
 
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
