@@ -75,7 +75,7 @@ impl TransformEngine {
             memory_bytes: limits.memory_bytes,
             idle: Arc::default(),
             max_idle: limits.max_concurrent as usize,
-            _ticker: Arc::new(Ticker::start(engine.clone())),
+            _ticker: Arc::new(Ticker::start(engine.clone())?),
             engine,
         })
     }
@@ -129,28 +129,30 @@ fn config(limits: &TransformLimits, pooled: bool) -> Config {
 }
 
 /// Advances the engine's epoch every [`TICK`] on its own thread until dropped.
+///
+/// The engine cannot run without it: a guest checks its limit only when the epoch advances, so
+/// without a ticker a spinning guest would never yield its thread nor be stopped. A ticker that
+/// cannot start is therefore an error of [`TransformEngine::new`], not a warning.
 struct Ticker {
     stop: Arc<AtomicBool>,
 }
 
 impl Ticker {
-    fn start(engine: Engine) -> Self {
+    fn start(engine: Engine) -> wasmtime::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
-        let spawned = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("hookgate-epoch".into())
             .spawn(move || {
                 while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(TICK);
                     engine.increment_epoch();
                 }
-            });
-        if let Err(err) = spawned {
-            // Without a ticker guests never yield and a spinning one is never interrupted (its
-            // limit is checked at ticks); a call blocked in a host call is still stopped.
-            tracing::error!(%err, "cannot start the epoch ticker");
-        }
-        Ticker { stop }
+            })
+            .map_err(|err| {
+                wasmtime::Error::msg(format!("cannot start the epoch ticker thread: {err}"))
+            })?;
+        Ok(Ticker { stop })
     }
 }
 
