@@ -140,14 +140,24 @@ pub fn requests(command: RequestsCommand) -> ExitCode {
         RequestsCommand::Show { id, remote } => {
             remote.call("GET", &format!("/api/requests/{}", segment(&id)), |r| {
                 print_fields(r);
-                if let Some(capture) = r["capture"].as_object() {
+                // Indexing a `Value` (not its map) reads a missing key as null, never panics.
+                let capture = &r["capture"];
+                if capture.is_object() {
                     println!("\ncaptured headers:");
                     for pair in capture["headers"].as_array().into_iter().flatten() {
                         println!("  {}: {}", text(&pair[0]), text(&pair[1]));
                     }
-                    match (&capture["body"], &capture["note"]) {
-                        (Value::String(body), _) => println!("\ncaptured body:\n{body}"),
-                        (_, Value::String(note)) => println!("\n{note}"),
+                    if let Some(query) = capture["query"].as_str() {
+                        println!("\ncaptured query: {}", printable(query, false));
+                    }
+                    match (&capture["body"], &capture["bodyBase64"], &capture["note"]) {
+                        (Value::String(body), _, _) => {
+                            println!("\ncaptured body:\n{}", printable(body, true))
+                        }
+                        (_, Value::String(body), _) => {
+                            println!("\ncaptured body (base64, not UTF-8):\n{body}")
+                        }
+                        (_, _, Value::String(note)) => println!("\n{}", printable(note, false)),
                         _ => {}
                     }
                 }
@@ -162,7 +172,7 @@ pub fn requests(command: RequestsCommand) -> ExitCode {
                     text(&r["replayOf"]),
                     text(&r["requestId"]),
                     text(&r["status"]),
-                    r["answer"]
+                    printable(&r["answer"].to_string(), false)
                 );
             },
         ),
@@ -287,15 +297,34 @@ fn query(pairs: &[(&str, Option<String>)]) -> String {
 
 /// An id as one path segment: whatever the user typed cannot reach another endpoint.
 fn segment(id: &str) -> String {
-    form_urlencoded::byte_serialize(id.as_bytes()).collect()
+    id.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Text from the server as a terminal may show it: control characters (an escape sequence a
+/// payload could carry) written as escapes; line breaks kept when `lines`.
+fn printable(text: &str, lines: bool) -> String {
+    text.chars()
+        .map(|c| match c {
+            '\n' if lines => c.to_string(),
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
 }
 
 /// A JSON value as table text: strings bare, null as `-`.
 fn text(value: &Value) -> String {
     match value {
         Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+        Value::String(s) => printable(s, false),
+        other => printable(&other.to_string(), false),
     }
 }
 

@@ -2,11 +2,14 @@
 //! batches, behind the answer, never before it.
 //!
 //! A handler hands its finished record to [`RequestLog::record`], which only queues it; one
-//! task takes everything queued and writes it as one operation of the store's group commit. The
-//! answer therefore waits for nothing of the log, and a thousand requests cost one savepoint, not
-//! a thousand. What that costs: a crash can lose the records of the last moments (never the
-//! events and runs, which are committed before their answer), and a full queue drops records
-//! (counted in `hookgate_request_log_records{outcome="dropped"}`).
+//! task takes everything queued, applies the captures (redaction may parse and re-encode a whole
+//! body: off the request, on a blocking thread) and writes the batch as one operation of the
+//! store's group commit. The answer therefore waits for nothing of the log, and a thousand
+//! requests cost one savepoint, not a thousand. What that costs: a crash can lose the records of
+//! the last moments (never the events and runs, which are committed before their answer). The
+//! queue is bounded by records ([`QUEUE`]) and by captured bytes ([`QUEUE_BYTES`]): past the
+//! first a record is dropped, past the second its capture is (both counted in
+//! `hookgate_request_log_records{outcome="dropped"}`).
 //!
 //! Refusals (4xx) are what a flood is made of, so they are bounded: past
 //! [`REFUSALS_PER_CLIENT`] from one client, or [`REFUSALS_IN_ALL`] from everyone, in one
@@ -15,7 +18,9 @@
 //! (5xx) are always recorded.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
@@ -23,6 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::client::ClientKey;
 use crate::gateway::Store;
 use crate::gateway::requests::RequestRecord;
+use crate::hook::capture::CaptureJob;
 use crate::metrics::{Metrics, RequestLogLabels};
 
 /// Refusals recorded per client in a window; more are counted only.
@@ -33,6 +39,8 @@ pub const REFUSALS_IN_ALL: u32 = 600;
 pub const WINDOW: Duration = Duration::from_secs(60);
 /// Records waiting for the writer, at most; past this they are dropped (and counted).
 const QUEUE: usize = 16_384;
+/// Captured bytes waiting for the writer, at most; past this captures are dropped (and counted).
+const QUEUE_BYTES: usize = 64 * 1024 * 1024;
 /// Records one store operation takes, at most.
 const BATCH: usize = 1024;
 /// Clients whose counted refusals are remembered for their next record.
@@ -42,29 +50,62 @@ const REMEMBERED_CLIENTS: usize = 4096;
 pub struct RequestLog {
     queue: mpsc::Sender<Entry>,
     flood: Mutex<Flood>,
+    /// Bytes of the captures queued.
+    queued_bytes: Arc<AtomicUsize>,
     metrics: Metrics,
 }
 
 enum Entry {
-    Record(Box<RequestRecord>),
+    Record(Box<(RequestRecord, Option<CaptureJob>)>),
     /// Answered once everything queued before it is committed.
     Flush(oneshot::Sender<()>),
+}
+
+/// What became of a record handed to the log (the label of its counter).
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    Recorded,
+    Suppressed,
+    Dropped,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Recorded => "recorded",
+            Outcome::Suppressed => "suppressed",
+            Outcome::Dropped => "dropped",
+        }
+    }
 }
 
 impl RequestLog {
     /// Starts the writer task on the current tokio runtime.
     pub fn start(store: Store, metrics: Metrics) -> RequestLog {
         let (queue, entries) = mpsc::channel(QUEUE);
-        tokio::spawn(write_loop(store, entries, metrics.clone()));
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(write_loop(
+            store,
+            entries,
+            Arc::clone(&queued_bytes),
+            metrics.clone(),
+        ));
         RequestLog {
             queue,
             flood: Mutex::new(Flood::new(Instant::now())),
+            queued_bytes,
             metrics,
         }
     }
 
-    /// Queues `record` (of a request from `client`) for the next batch; never waits.
-    pub fn record(&self, mut record: RequestRecord, client: Option<ClientKey>) {
+    /// Queues `record` (of a request from `client`) and its `capture` for the next batch;
+    /// never waits.
+    pub fn record(
+        &self,
+        mut record: RequestRecord,
+        client: Option<ClientKey>,
+        capture: Option<CaptureJob>,
+    ) {
         if (400..500).contains(&record.status) {
             let admitted = self
                 .flood
@@ -73,15 +114,53 @@ impl RequestLog {
                 .admit(client, Instant::now());
             match admitted {
                 Some(suppressed) => record.suppressed = suppressed,
-                None => return self.count("suppressed"),
+                None => return self.count(Outcome::Suppressed),
             }
         }
-        if self
+        let capture = self.reserve(capture);
+        if let Err(refused) = self
             .queue
-            .try_send(Entry::Record(Box::new(record)))
-            .is_err()
+            .try_send(Entry::Record(Box::new((record, capture))))
         {
-            self.count("dropped");
+            if let Entry::Record(entry) = refused.into_inner() {
+                self.release(entry.1.as_ref());
+            }
+            self.count(Outcome::Dropped);
+        }
+    }
+
+    /// Records a replay: never suppressed, waiting for room in the queue rather than dropped,
+    /// and committed before this returns (the operator is told the new record's id).
+    pub async fn record_replay(&self, record: RequestRecord, capture: Option<CaptureJob>) {
+        let capture = self.reserve(capture);
+        if let Err(refused) = self
+            .queue
+            .send(Entry::Record(Box::new((record, capture))))
+            .await
+        {
+            if let Entry::Record(entry) = refused.0 {
+                self.release(entry.1.as_ref());
+            }
+        }
+        self.flush().await;
+    }
+
+    /// Takes room for `capture` in the byte budget; drops it (and counts that) when there is none.
+    fn reserve(&self, capture: Option<CaptureJob>) -> Option<CaptureJob> {
+        let job = capture?;
+        let size = job.size();
+        let before = self.queued_bytes.fetch_add(size, Ordering::Relaxed);
+        if before + size > QUEUE_BYTES {
+            self.queued_bytes.fetch_sub(size, Ordering::Relaxed);
+            self.count(Outcome::Dropped);
+            return None;
+        }
+        Some(job)
+    }
+
+    fn release(&self, capture: Option<&CaptureJob>) {
+        if let Some(job) = capture {
+            self.queued_bytes.fetch_sub(job.size(), Ordering::Relaxed);
         }
     }
 
@@ -93,22 +172,33 @@ impl RequestLog {
         }
     }
 
-    fn count(&self, outcome: &'static str) {
-        self.metrics
-            .request_log
-            .get_or_create(&RequestLogLabels { outcome })
-            .inc();
+    fn count(&self, outcome: Outcome) {
+        count(&self.metrics, outcome, 1);
     }
 }
 
-async fn write_loop(store: Store, mut entries: mpsc::Receiver<Entry>, metrics: Metrics) {
+fn count(metrics: &Metrics, outcome: Outcome, n: u64) {
+    metrics
+        .request_log
+        .get_or_create(&RequestLogLabels {
+            outcome: outcome.as_str(),
+        })
+        .inc_by(n);
+}
+
+async fn write_loop(
+    store: Store,
+    mut entries: mpsc::Receiver<Entry>,
+    queued_bytes: Arc<AtomicUsize>,
+    metrics: Metrics,
+) {
     let mut batch = Vec::with_capacity(BATCH);
     let mut flushes = Vec::new();
     while let Some(first) = entries.recv().await {
         let mut next = Some(first);
         while let Some(entry) = next.take() {
             match entry {
-                Entry::Record(record) => batch.push(*record),
+                Entry::Record(entry) => batch.push(*entry),
                 Entry::Flush(done) => flushes.push(done),
             }
             if batch.len() < BATCH {
@@ -116,17 +206,36 @@ async fn write_loop(store: Store, mut entries: mpsc::Receiver<Entry>, metrics: M
             }
         }
         if !batch.is_empty() {
-            let count = batch.len() as u64;
-            match store.record_requests(std::mem::take(&mut batch)).await {
-                Ok(()) => {
-                    metrics
-                        .request_log
-                        .get_or_create(&RequestLogLabels {
-                            outcome: "recorded",
-                        })
-                        .inc_by(count);
-                }
-                Err(err) => tracing::warn!(%err, count, "request log records lost"),
+            let count_of = batch.len() as u64;
+            let pending = std::mem::take(&mut batch);
+            let bytes: usize = pending
+                .iter()
+                .filter_map(|(_, job)| job.as_ref().map(CaptureJob::size))
+                .sum();
+            let records = tokio::task::spawn_blocking(move || {
+                pending
+                    .into_iter()
+                    .map(|(mut record, job)| {
+                        if let Some(job) = job {
+                            record.capture = Some(job.capture());
+                            record.captured = true;
+                        }
+                        record
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await;
+            queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            let Ok(records) = records else {
+                tracing::error!(
+                    count = count_of,
+                    "request log captures failed; records lost"
+                );
+                continue;
+            };
+            match store.record_requests(records).await {
+                Ok(()) => count(&metrics, Outcome::Recorded, count_of),
+                Err(err) => tracing::warn!(%err, count = count_of, "request log records lost"),
             }
         }
         for done in flushes.drain(..) {
@@ -140,8 +249,10 @@ struct Flood {
     began: Instant,
     recorded: HashMap<Option<ClientKey>, u32>,
     recorded_in_all: u32,
-    /// Refusals counted, not recorded, per client, until its next record.
+    /// Refusals counted, not recorded, per client, in this window and the one before, until
+    /// its next record.
     counted: HashMap<Option<ClientKey>, u64>,
+    counted_before: HashMap<Option<ClientKey>, u64>,
 }
 
 impl Flood {
@@ -151,6 +262,7 @@ impl Flood {
             recorded: HashMap::new(),
             recorded_in_all: 0,
             counted: HashMap::new(),
+            counted_before: HashMap::new(),
         }
     }
 
@@ -161,6 +273,10 @@ impl Flood {
             self.began = now;
             self.recorded.clear();
             self.recorded_in_all = 0;
+            // A count waits one window for its client's next record, then only the metric has
+            // it: clients that never come back cannot fill the map.
+            std::mem::swap(&mut self.counted, &mut self.counted_before);
+            self.counted.clear();
         }
         let recorded = self.recorded.get(&client).copied().unwrap_or(0);
         if recorded >= REFUSALS_PER_CLIENT || self.recorded_in_all >= REFUSALS_IN_ALL {
@@ -171,7 +287,8 @@ impl Flood {
         }
         self.recorded.insert(client, recorded + 1);
         self.recorded_in_all += 1;
-        Some(self.counted.remove(&client).unwrap_or(0))
+        let now_counted = self.counted.remove(&client).unwrap_or(0);
+        Some(now_counted + self.counted_before.remove(&client).unwrap_or(0))
     }
 }
 

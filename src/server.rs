@@ -172,6 +172,7 @@ impl Server {
         let request_log = RequestLog::start(store.clone(), metrics.clone());
         let state = AppState::new(AppParts {
             request_log,
+            access_log: Default::default(),
             config,
             store,
             runtime,
@@ -187,6 +188,13 @@ impl Server {
             transforms,
         });
         Ok(Server { state, listener })
+    }
+
+    /// Writes one log line per request (target `hookgate::access`).
+    pub fn log_access(&self) {
+        self.state
+            .access_log
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The address the socket is bound to (with the port the system chose for port 0).

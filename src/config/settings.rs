@@ -29,7 +29,9 @@ pub const DEFAULT_MAX_BODY_BYTES: u64 = 256 * 1024;
 /// Default time a client has to send its whole body.
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Paths the server itself answers; the hook prefix may not shadow them.
-const RESERVED_PATHS: &[&str] = &["/api", "/livez", "/readyz", "/metrics", "/console"];
+const RESERVED_PATHS: &[&str] = &[
+    "/api", "/livez", "/healthz", "/readyz", "/metrics", "/console",
+];
 /// The presets hookgate ships.
 pub const KNOWN_PRESETS: &[&str] = &["gmail"];
 
@@ -110,11 +112,22 @@ impl HookSettings {
             .unwrap_or(&self.transform_limits)
     }
 
-    /// What the request log keeps of a request `mapping_id` served (`None`: no mapping did).
-    pub fn capture_for(&self, mapping_id: Option<&str>) -> &CapturePolicy {
-        mapping_id
-            .and_then(|id| self.mapping_capture.get(id))
-            .unwrap_or(&self.capture)
+    /// What the request log keeps of a request that mapping `mapping_id` served; of one that
+    /// no mapping served yet (refused before one matched), what every mapping of its hook name
+    /// would keep together, so that no mapping's redaction is skipped.
+    pub fn capture_for(&self, mapping_id: Option<&str>, hook: Option<&str>) -> CapturePolicy {
+        if let Some(id) = mapping_id {
+            return self
+                .mapping_capture
+                .get(id)
+                .unwrap_or(&self.capture)
+                .clone();
+        }
+        self.mappings
+            .iter()
+            .filter(|m| m.path().is_none() || m.path() == hook)
+            .filter_map(|m| self.mapping_capture.get(&m.id))
+            .fold(self.capture.clone(), |joined, own| joined.union(own))
     }
 
     /// Whether any request may be captured: only then are its headers kept until it ends.

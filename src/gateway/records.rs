@@ -376,16 +376,25 @@ pub struct EventRecord {
 }
 
 impl EventRecord {
+    /// Events of `agent` in commit order: those after `after`, or with `after` `None` the
+    /// newest `limit`.
     pub(crate) fn select_after(
         conn: &Connection,
         agent: &str,
-        after: i64,
+        after: Option<i64>,
         limit: u32,
     ) -> rusqlite::Result<Vec<EventRecord>> {
-        let mut stmt = conn.prepare_cached(
-            "SELECT seq, kind, text, trusted, source, at FROM events
-             WHERE agent = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-        )?;
+        let sql = match after {
+            Some(_) => {
+                "SELECT seq, kind, text, trusted, source, at FROM events
+                 WHERE agent = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"
+            }
+            None => {
+                "SELECT * FROM (SELECT seq, kind, text, trusted, source, at FROM events
+                 WHERE agent = ?1 AND ?2 IS NULL ORDER BY seq DESC LIMIT ?3) ORDER BY seq"
+            }
+        };
+        let mut stmt = conn.prepare_cached(sql)?;
         let rows = stmt.query_map(params![agent, after, limit], |row| {
             Ok(EventRecord {
                 seq: row.get(0)?,

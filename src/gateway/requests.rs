@@ -77,8 +77,10 @@ pub struct SignatureTrace {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RequestRecord {
-    /// A UUIDv7, also the `X-Request-Id` the client was answered with.
+    /// A UUIDv7: the request's `X-Request-Id`, unless the client chose that.
     pub id: String,
+    /// The `X-Request-Id` the client was answered with.
+    pub request_id: String,
     /// RFC 3339, milliseconds, UTC.
     pub at: String,
     #[serde(skip)]
@@ -125,6 +127,8 @@ fn outcome_text<S: serde::Serializer>(
 pub struct RequestFilter {
     pub hook: Option<String>,
     pub mapping_id: Option<String>,
+    /// The `X-Request-Id` it was answered with.
+    pub request_id: Option<String>,
     /// 2 for 2xx, 4 for 4xx, 5 for 5xx.
     pub status_class: Option<u16>,
     pub since_ms: Option<i64>,
@@ -136,7 +140,7 @@ pub struct RequestFilter {
 
 const COLUMNS: &str = "id, at, at_ms, client, method, target, hook, mapping_id, status, error,
     duration_us, transform_outcome, transform_us, transform_failure, signature_scheme,
-    signature_verified, run_ids, event_outcome, suppressed, replay_of, captured";
+    signature_verified, run_ids, event_outcome, suppressed, replay_of, captured, request_id";
 
 impl RequestRecord {
     /// Writes records in one statement each; called by the writer with a batch.
@@ -145,9 +149,9 @@ impl RequestRecord {
             "INSERT OR IGNORE INTO requests (id, at, at_ms, client, method, target, hook,
                 mapping_id, status, error, duration_us, transform_outcome, transform_us,
                 transform_failure, signature_scheme, signature_verified, run_ids, event_outcome,
-                suppressed, replay_of, captured, headers, body, capture_note)
+                suppressed, replay_of, captured, headers, body, capture_note, request_id, query)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
+                ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
         )?;
         for r in records {
             let transform = r.transform.as_ref();
@@ -184,6 +188,8 @@ impl RequestRecord {
                 headers,
                 capture.and_then(|c| c.body.as_deref()),
                 capture.and_then(|c| c.note.as_deref()),
+                r.request_id,
+                capture.and_then(|c| c.query.as_deref()),
             ])?;
         }
         Ok(())
@@ -206,14 +212,19 @@ impl RequestRecord {
         if let Some(mapping) = &filter.mapping_id {
             condition("mapping_id =", mapping.clone().into());
         }
+        if let Some(id) = &filter.request_id {
+            condition("request_id =", id.clone().into());
+        }
         if let Some(class) = filter.status_class {
             condition("status / 100 =", i64::from(class).into());
         }
+        // A UUIDv7 begins with its milliseconds: a time bound is an id bound, which the
+        // primary key answers without a scan.
         if let Some(since) = filter.since_ms {
-            condition("at_ms >=", since.into());
+            condition("id >=", first_id_at(since).into());
         }
         if let Some(until) = filter.until_ms {
-            condition("at_ms <", until.into());
+            condition("id <", first_id_at(until).into());
         }
         if let Some(before) = &filter.before {
             condition("id <", before.clone().into());
@@ -232,19 +243,20 @@ impl RequestRecord {
     ) -> rusqlite::Result<Option<(RequestRecord, Vec<String>)>> {
         let found = conn
             .prepare_cached(&format!(
-                "SELECT {COLUMNS}, headers, body, capture_note FROM requests WHERE id = ?1"
+                "SELECT {COLUMNS}, headers, body, capture_note, query FROM requests WHERE id = ?1"
             ))?
             .query_row(params![id], |row| {
                 let mut record = Self::from_row(row)?;
                 if record.captured {
-                    let headers: Option<String> = row.get(21)?;
+                    let headers: Option<String> = row.get(22)?;
                     let headers: Vec<(String, String)> = headers
                         .and_then(|h| serde_json::from_str(&h).ok())
                         .unwrap_or_default();
                     record.capture = Some(Captured {
                         headers,
-                        body: row.get(22)?,
-                        note: row.get(23)?,
+                        body: row.get(23)?,
+                        note: row.get(24)?,
+                        query: row.get(25)?,
                     });
                 }
                 Ok(record)
@@ -315,6 +327,7 @@ impl RequestRecord {
             suppressed: row.get::<_, i64>(18)?.max(0) as u64,
             replay_of: row.get(19)?,
             captured: row.get(20)?,
+            request_id: row.get(21)?,
             capture: None,
         })
     }
@@ -324,7 +337,11 @@ impl RequestRecord {
 /// is UTF-8 (else base64, said so).
 pub fn capture_json(capture: &Captured) -> Value {
     use base64::Engine;
-    let mut json = serde_json::json!({ "headers": capture.headers, "note": capture.note });
+    let mut json = serde_json::json!({
+        "headers": capture.headers,
+        "query": capture.query,
+        "note": capture.note,
+    });
     if let Some(body) = &capture.body {
         match std::str::from_utf8(body) {
             Ok(text) => json["body"] = Value::from(text),
@@ -347,10 +364,40 @@ pub(crate) fn prune(conn: &Connection, before_ms: i64, batch: u32) -> rusqlite::
     )
 }
 
+/// The smallest UUIDv7 of millisecond `ms` (the Unix epoch's): every id made at or after `ms`
+/// sorts at or after it.
+fn first_id_at(ms: i64) -> String {
+    let ms = ms.clamp(0, (1 << 48) - 1) as u64;
+    format!(
+        "{:08x}-{:04x}-0000-0000-000000000000",
+        ms >> 16,
+        ms & 0xffff
+    )
+}
+
 fn micros(ms: f64) -> i64 {
     (ms * 1000.0).round() as i64
 }
 
 fn millis(us: i64) -> f64 {
     us as f64 / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_time_bound_orders_with_the_ids_of_that_time() {
+        let ms = 1_800_000_000_123;
+        let id = uuid::Uuid::new_v7(uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            (ms / 1000) as u64,
+            ((ms % 1000) * 1_000_000) as u32,
+        ))
+        .to_string();
+        assert!(first_id_at(ms) <= id, "{} vs {id}", first_id_at(ms));
+        assert!(first_id_at(ms + 1) > id);
+        assert!(first_id_at(ms - 1) < id);
+    }
 }

@@ -44,6 +44,33 @@ pub async fn run(ctx: Context) {
     }
 }
 
+/// Prunes the request log only, until the process ends: on a NATS node, whose view mirrors the
+/// stream (bounded by the stream's own limits) but keeps a request log of its own.
+pub async fn run_request_log(ctx: Context) {
+    loop {
+        let age = ctx.config.current().runtime.retention.requests;
+        if let Some(age) = age {
+            loop {
+                let before = now_ms().saturating_sub(millis(age));
+                let pruned = ctx
+                    .store
+                    .write(move |conn| super::requests::prune(conn, before, BATCH))
+                    .await;
+                match pruned {
+                    Ok(n) if n == BATCH as usize => tokio::task::yield_now().await,
+                    Ok(_) => break,
+                    Err(err) => {
+                        tracing::warn!(%err, "request log pruning failed; trying again later");
+                        break;
+                    }
+                }
+            }
+        }
+        let pause = age.map_or(EVERY, |age| (age / 2).clamp(Duration::from_secs(1), EVERY));
+        tokio::time::sleep(pause).await;
+    }
+}
+
 /// Where a pass is: the last event `seq` and run `rowid` looked at, and whether each walk is
 /// over (it reached a row too young to go).
 #[derive(Debug, Clone, Copy, Default)]

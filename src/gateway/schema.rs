@@ -144,9 +144,13 @@ CREATE TABLE requests (
     captured           INTEGER NOT NULL DEFAULT 0,
     headers            TEXT,
     body               BLOB,
-    capture_note       TEXT
+    capture_note       TEXT,
+    request_id         TEXT NOT NULL DEFAULT '',
+    query              TEXT
 );
 CREATE INDEX requests_replays ON requests (replay_of) WHERE replay_of IS NOT NULL;
+CREATE INDEX requests_by_hook ON requests (hook, id);
+CREATE INDEX requests_by_mapping ON requests (mapping_id, id) WHERE mapping_id IS NOT NULL;
 ";
 
 /// Brings the schema up to date, one version per transaction.

@@ -196,11 +196,12 @@ impl Store {
         self.write(|_| Ok(())).await
     }
 
-    /// Events of `agent`'s main session with `seq > after`, oldest first.
+    /// Events of `agent`'s main session with `seq > after` (with `after` `None`: the newest
+    /// `limit`), oldest first.
     pub async fn events(
         &self,
         agent: &str,
-        after: i64,
+        after: Option<i64>,
         limit: u32,
     ) -> Result<Vec<EventRecord>, StoreError> {
         let agent = agent.to_string();

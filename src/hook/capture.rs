@@ -5,6 +5,7 @@
 //! written. A body over the size cap, or one that pointers must redact but that is not JSON, is
 //! not kept at all (a cut JSON document could not be redacted, nor replayed).
 
+use bytes::Bytes;
 use serde_json::Value;
 
 /// Headers that carry credentials: never kept, never shown to a transform.
@@ -45,43 +46,111 @@ impl Default for CapturePolicy {
     }
 }
 
-/// A request's headers and body as the request log keeps them.
+/// A request's headers, query and body as the request log keeps them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Captured {
     /// Names lower-case, credentials removed, redacted values replaced.
     pub headers: Vec<(String, String)>,
+    /// The query string as received, a `token` parameter's value replaced.
+    pub query: Option<String>,
     /// `None` when the body was not kept; `note` says why.
     pub body: Option<Vec<u8>>,
     pub note: Option<String>,
 }
 
-impl CapturePolicy {
-    /// Captures `headers` and `body`; `credential` is the header the mapping's signature scheme
-    /// carries a shared secret in (GitLab's token), removed like the others.
-    pub fn capture<'a>(
-        &self,
-        headers: impl IntoIterator<Item = (&'a str, &'a [u8])>,
-        credential: Option<&str>,
-        body: &[u8],
-    ) -> Captured {
-        let headers = headers
+/// What a capture is made from: the request as received and the policy that applies. Taking it
+/// costs a copy of the header bytes; [`CaptureJob::capture`], which may parse and re-encode the
+/// whole body, is left to whoever can afford it (the request log's writer, not the request).
+#[derive(Debug, Clone)]
+pub struct CaptureJob {
+    policy: CapturePolicy,
+    headers: Vec<(String, Vec<u8>)>,
+    query: Option<String>,
+    body: Bytes,
+}
+
+impl CaptureJob {
+    /// Bytes this job holds: what it costs to keep it queued.
+    pub fn size(&self) -> usize {
+        self.body.len()
+            + self
+                .headers
+                .iter()
+                .map(|(n, v)| n.len() + v.len())
+                .sum::<usize>()
+    }
+
+    /// Applies the policy: credentials out, redactions in, the size cap.
+    pub fn capture(self) -> Captured {
+        let policy = &self.policy;
+        let mut header_bytes = 0;
+        let headers = self
+            .headers
             .into_iter()
-            .filter(|(name, _)| !CREDENTIAL_HEADERS.contains(name) && Some(*name) != credential)
             .map(|(name, value)| {
-                let value = if self.redact_headers.iter().any(|h| h == name) {
+                let value = if policy.redact_headers.contains(&name) {
                     REDACTED.to_string()
                 } else {
-                    String::from_utf8_lossy(value).into_owned()
+                    String::from_utf8_lossy(&value).into_owned()
                 };
-                (name.to_string(), value)
+                (name, value)
+            })
+            .take_while(|(name, value)| {
+                header_bytes += name.len() + value.len();
+                header_bytes <= policy.max_bytes
             })
             .collect();
-        let (body, note) = self.body(body);
+        let query = self.query.map(|query| redact_token(&query));
+        let (body, note) = policy.body(&self.body);
         Captured {
             headers,
+            query,
             body,
             note,
         }
+    }
+}
+
+impl CapturePolicy {
+    /// The material of a capture of this request; `credential` is the header a mapping's
+    /// signature scheme carries a shared secret in (GitLab's token), removed like the others.
+    pub fn job<'a>(
+        &self,
+        headers: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+        credential: Option<&str>,
+        query: Option<&str>,
+        body: Bytes,
+    ) -> CaptureJob {
+        let headers = headers
+            .into_iter()
+            .filter(|(name, _)| !CREDENTIAL_HEADERS.contains(name) && Some(*name) != credential)
+            .map(|(name, value)| (name.to_string(), value.to_vec()))
+            .collect();
+        CaptureJob {
+            policy: self.clone(),
+            headers,
+            query: query.map(String::from),
+            body,
+        }
+    }
+
+    /// This policy and `other` together, for a request either may govern: captured when either
+    /// captures, every redaction of both, the smaller size cap.
+    pub fn union(&self, other: &CapturePolicy) -> CapturePolicy {
+        let mut joined = self.clone();
+        joined.enabled |= other.enabled;
+        joined.max_bytes = joined.max_bytes.min(other.max_bytes);
+        for pointer in &other.redact_pointers {
+            if !joined.redact_pointers.contains(pointer) {
+                joined.redact_pointers.push(pointer.clone());
+            }
+        }
+        for header in &other.redact_headers {
+            if !joined.redact_headers.contains(header) {
+                joined.redact_headers.push(header.clone());
+            }
+        }
+        joined
     }
 
     fn body(&self, body: &[u8]) -> (Option<Vec<u8>>, Option<String>) {
@@ -100,19 +169,33 @@ impl CapturePolicy {
             let note = "body not kept: it is not JSON, so its redactions cannot be applied";
             return (None, Some(note.to_string()));
         };
-        let mut redacted = 0;
         for pointer in &self.redact_pointers {
             if let Some(value) = document.pointer_mut(pointer) {
                 *value = Value::from(REDACTED);
-                redacted += 1;
             }
         }
-        if redacted == 0 {
-            // Kept byte for byte: re-encoding would change what a replay sends for nothing.
-            return (Some(body.to_vec()), None);
-        }
+        // Always the parsed document, never the bytes received: a key given twice is parsed
+        // as its last value, so the bytes could hold a first one that no pointer reached.
         (Some(document.to_string().into_bytes()), None)
     }
+}
+
+/// `query` with the value of every `token` parameter replaced (a token in the query string is
+/// refused, but the refused request is still recorded).
+fn redact_token(query: &str) -> String {
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+        .map(|(name, value)| {
+            let value = if name == "token" {
+                REDACTED.to_string()
+            } else {
+                value.into_owned()
+            };
+            (name.into_owned(), value)
+        })
+        .collect();
+    form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish()
 }
 
 /// Whether `pointer` is a JSON pointer (empty, or starting with `/`).
@@ -133,6 +216,12 @@ mod tests {
         }
     }
 
+    fn capture(policy: &CapturePolicy, body: &[u8]) -> Captured {
+        policy
+            .job([], None, None, Bytes::copy_from_slice(body))
+            .capture()
+    }
+
     #[test]
     fn credentials_and_configured_headers_never_reach_the_record() {
         let headers = [
@@ -142,7 +231,13 @@ mod tests {
             ("x-api-key", b"k"),
             ("x-github-event", b"push"),
         ];
-        let captured = policy().capture(headers, Some("x-gitlab-token"), b"{}");
+        let job = policy().job(
+            headers,
+            Some("x-gitlab-token"),
+            Some("a=1&token=t"),
+            Bytes::new(),
+        );
+        let captured = job.capture();
         assert_eq!(
             captured.headers,
             [
@@ -150,38 +245,53 @@ mod tests {
                 ("x-github-event".to_string(), "push".to_string()),
             ]
         );
+        assert_eq!(captured.query.as_deref(), Some("a=1&token=%5Bredacted%5D"));
     }
 
     #[test]
-    fn pointers_are_redacted_and_untouched_bodies_kept_byte_for_byte() {
-        let captured = policy().capture([], None, br#"{"card":{"number":"4242"},"a":1}"#);
+    fn pointers_are_redacted_even_behind_a_repeated_key() {
+        let captured = capture(&policy(), br#"{"card":{"number":"4242"},"a":1}"#);
         assert_eq!(
             captured.body.as_deref(),
             Some(br#"{"card":{"number":"[redacted]"},"a":1}"#.as_slice())
         );
+        // serde_json keeps the last of a repeated key: the first must not survive in the bytes.
+        let twice = capture(&policy(), br#"{"card":{"number":"4242"},"card":1}"#);
+        let kept = String::from_utf8(twice.body.unwrap()).unwrap();
+        assert!(!kept.contains("4242"), "{kept}");
+        let plain = CapturePolicy {
+            redact_pointers: vec![],
+            ..policy()
+        };
         let spaced = br#"{ "a" : 1 }"#;
         assert_eq!(
-            policy().capture([], None, spaced).body.as_deref(),
+            capture(&plain, spaced).body.as_deref(),
             Some(spaced.as_slice())
         );
     }
 
     #[test]
     fn bodies_over_the_cap_or_unredactable_are_not_kept() {
-        let big = vec![b' '; 65];
-        let captured = policy().capture([], None, &big);
+        let captured = capture(&policy(), &[b' '; 65]);
         assert_eq!(captured.body, None);
         assert!(captured.note.unwrap().contains("65 bytes"));
-        let captured = policy().capture([], None, b"not json");
+        let captured = capture(&policy(), b"not json");
         assert_eq!(captured.body, None);
         assert!(captured.note.unwrap().contains("not JSON"));
-        let plain = CapturePolicy {
-            redact_pointers: vec![],
-            ..policy()
+    }
+
+    #[test]
+    fn a_union_keeps_every_redaction_and_the_smaller_cap() {
+        let other = CapturePolicy {
+            enabled: false,
+            max_bytes: 10,
+            redact_pointers: vec!["/b".into()],
+            redact_headers: vec!["x-api-key".into(), "x-other".into()],
         };
-        assert_eq!(
-            plain.capture([], None, b"not json").body.as_deref(),
-            Some(b"not json".as_slice())
-        );
+        let joined = policy().union(&other);
+        assert!(joined.enabled);
+        assert_eq!(joined.max_bytes, 10);
+        assert_eq!(joined.redact_pointers, ["/card/number", "/absent", "/b"]);
+        assert_eq!(joined.redact_headers, ["x-api-key", "x-other"]);
     }
 }

@@ -21,26 +21,37 @@ const DEFAULT_LIMIT: u32 = 100;
 /// The most items one call returns.
 const MAX_LIMIT: u32 = 1000;
 
-/// `after` and `limit` of the main session's events. Numbers are read as text and checked
-/// here, so that a refusal names the parameter and what it takes.
+/// `after` and `limit` of the main session's events, or `latest`. Numbers are read as text and
+/// checked here, so that a refusal names the parameter and what it takes.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct EventsQuery {
     after: Option<String>,
     limit: Option<String>,
+    latest: Option<String>,
 }
 
 /// `GET /api/sessions/main/events?after=<seq>&limit=<n>`: the default agent's main session, in
-/// commit order.
+/// commit order; with `latest=true` instead of `after`, its newest `limit` events.
 pub async fn main_session_events(
     State(app): State<AppState>,
     ApiQuery(query): ApiQuery<EventsQuery>,
 ) -> Result<Response, ApiError> {
     let limit = limit(query.limit.as_deref())?;
-    let after = match query.after {
-        None => 0,
-        Some(after) => after
-            .parse()
-            .map_err(|_| ApiError::Invalid("after must be an integer".into()))?,
+    let after = match (query.after, query.latest.as_deref()) {
+        (None, Some("true")) => None,
+        (Some(_), Some(_)) => {
+            return Err(ApiError::Invalid(
+                "after and latest exclude each other".into(),
+            ));
+        }
+        (_, Some(_)) => return Err(ApiError::Invalid("latest must be true".into())),
+        (None, None) => Some(0),
+        (Some(after), None) => Some(
+            after
+                .parse()
+                .map_err(|_| ApiError::Invalid("after must be an integer".into()))?,
+        ),
     };
     let agent = app.config.current().agents.default_id().to_string();
     let events = app.store.events(&agent, after, limit).await?;
@@ -66,7 +77,7 @@ pub async fn config_status(State(app): State<AppState>) -> Result<Response, ApiE
 
 /// The filters of `GET /api/runs`.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RunsQuery {
     status: Option<String>,
     hook: Option<String>,
@@ -223,6 +234,7 @@ pub async fn metrics(
         }
         app.metrics.queue_depth.set(waiting);
     }
+    app.metrics.process.sample();
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,

@@ -15,11 +15,15 @@ use super::api_error::{ApiError, ApiPath, ApiQuery};
 use super::hooks;
 use crate::gateway::requests::{RequestFilter, capture_json};
 
-/// The filters of `GET /api/requests`.
+/// The filters of `GET /api/requests`. A parameter of another name is refused, so that a typo
+/// cannot widen the listing silently.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RequestsQuery {
     hook: Option<String>,
     mapping: Option<String>,
+    #[serde(rename = "requestId")]
+    request_id: Option<String>,
     /// `2xx`, `4xx` or `5xx`.
     status: Option<String>,
     since: Option<String>,
@@ -28,7 +32,7 @@ pub struct RequestsQuery {
     limit: Option<String>,
 }
 
-/// `GET /api/requests?hook=&mapping=&status=4xx&since=&until=&before=&limit=`: recorded requests,
+/// `GET /api/requests?hook=&mapping=&requestId=&status=4xx&since=&until=&before=&limit=`: recorded requests,
 /// newest first, and `next`, the `before` of the next page (null on the last).
 pub async fn requests(
     State(app): State<AppState>,
@@ -49,6 +53,7 @@ pub async fn requests(
     let filter = RequestFilter {
         hook: query.hook,
         mapping_id: query.mapping,
+        request_id: query.request_id,
         status_class,
         since_ms: query.since.map(|t| time_ms(&t, "since")).transpose()?,
         until_ms: query.until.map(|t| time_ms(&t, "until")).transpose()?,
@@ -103,11 +108,10 @@ pub async fn replay(
         .as_ref()
         .map(|capture| header_map(&capture.headers))
         .unwrap_or_default();
-    let (response, new_id) = hooks::replay(&app, &original, headers, Bytes::from(body))
+    let query = original.capture.as_ref().and_then(|c| c.query.as_deref());
+    let (response, new_id) = hooks::replay(&app, &original, headers, query, Bytes::from(body))
         .await
         .map_err(|err| ApiError::Conflict(err.to_string()))?;
-    // The new record is committed before the answer names it.
-    app.request_log.flush().await;
     let status = response.status().as_u16();
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
         .await

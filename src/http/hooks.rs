@@ -1,9 +1,9 @@
-//! The hook endpoint: the request pipeline of docs/endpoints.md, in its order, then `/wake` and `/agent`.
+//! The hook endpoint: the request pipeline of docs/http-contract.md, in its order, then `/wake` and `/agent`.
 
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, request::Parts};
+use axum::http::{HeaderMap, Method, Uri, request::Parts};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -11,6 +11,7 @@ use super::AppState;
 use super::body::{parse_json, read_limited};
 use super::reply::HookError;
 use super::request::{HookRequest, Signed};
+use super::request_id::RequestId;
 use super::signed::{self, Credential};
 use super::trace::Trace;
 use super::{mapped, submit};
@@ -36,7 +37,13 @@ pub async fn dispatch(
     let client = settings
         .trusted_proxies
         .client(peer.ip(), request.headers());
+    let id = request
+        .extensions()
+        .get::<RequestId>()
+        .cloned()
+        .unwrap_or_default();
     let mut trace = Trace::begin(
+        &id,
         request.method(),
         request.uri(),
         request.headers(),
@@ -56,37 +63,41 @@ fn record(
     trace: Trace,
     answer: Result<Response, HookError>,
 ) -> Response {
-    let id = HeaderValue::from_str(trace.id()).ok();
-    let (mut response, error) = match answer {
+    let (response, error) = answered(answer);
+    let (record, client, capture) = trace.finish(hooks, response.status(), error);
+    app.request_log.record(record, client, capture);
+    response
+}
+
+/// The response to a pipeline's answer, and its error text when it was refused.
+fn answered(answer: Result<Response, HookError>) -> (Response, Option<String>) {
+    match answer {
         Ok(response) => (response, None),
         Err(err) => {
             let message = err.client_message().to_string();
             (err.into_response(), Some(message))
         }
-    };
-    if let Some(id) = id {
-        response.headers_mut().insert(REQUEST_ID, id);
     }
-    let (record, client) = trace.finish(Some(hooks), response.status(), error);
-    app.request_log.record(record, client);
-    response
 }
-
-/// The header that carries a hook request's record id.
-pub(super) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Sends a recorded request through the pipeline again, from step 6 (the body as JSON), with
 /// the operator's authority in place of its credential, through the mappings in force now. Its
-/// record links to `original`. Returns the answer and the new record's id.
+/// record links to `original` and is committed before this returns. Returns the answer and the
+/// new record's id.
 pub(super) async fn replay(
     app: &AppState,
     original: &RequestRecord,
     headers: HeaderMap,
+    query: Option<&str>,
     body: Bytes,
 ) -> Result<(Response, String), ReplayError> {
     let settings = app.config.current();
     let hooks = settings.hooks.as_ref().ok_or(ReplayError::HooksOff)?;
-    let uri: Uri = original.target.parse().map_err(|_| ReplayError::Gone)?;
+    let target = match query {
+        Some(query) => format!("{}?{query}", original.target),
+        None => original.target.clone(),
+    };
+    let uri: Uri = target.parse().map_err(|_| ReplayError::Gone)?;
     let rest = under_prefix(uri.path(), &hooks.path).ok_or(ReplayError::Gone)?;
     let name = hook_name(rest).to_string();
     let mut request = axum::http::Request::new(());
@@ -94,13 +105,23 @@ pub(super) async fn replay(
     *request.uri_mut() = uri;
     *request.headers_mut() = headers;
     let (parts, ()) = request.into_parts();
-    let mut trace = Trace::begin(&parts.method, &parts.uri, &parts.headers, None, true);
+    let mut trace = Trace::begin(
+        &RequestId::new(),
+        &parts.method,
+        &parts.uri,
+        &parts.headers,
+        None,
+        true,
+    );
     trace.replay_of(&original.id);
     trace.hook(&name);
     trace.body(&body);
+    trace.authenticated();
     let id = trace.id().to_string();
     let answer = route(app, hooks, &name, &parts, &body, None, &mut trace).await;
-    let response = record(app, hooks, trace, answer);
+    let (response, error) = answered(answer);
+    let (record, _, capture) = trace.finish(hooks, response.status(), error);
+    app.request_log.record_replay(record, capture).await;
     Ok((response, id))
 }
 
@@ -170,7 +191,10 @@ async fn handle(
     .await?;
     trace.body(&bytes);
     let attempt = match credential {
-        Credential::Token => return route(app, hooks, name, &parts, &bytes, None, trace).await,
+        Credential::Token => {
+            trace.authenticated();
+            return route(app, hooks, name, &parts, &bytes, None, trace).await;
+        }
         Credential::Signature(attempt) => attempt,
     };
     let mapping = attempt.mapping;
@@ -179,11 +203,12 @@ async fn handle(
     trace.signature(scheme, false);
     let key = signed::check_signature(app, attempt, &bytes)?;
     trace.signature(scheme, true);
+    trace.authenticated();
     if let Some(answer) = signed::claim(app, &key).await? {
         return Ok(answer);
     }
     let signed_request = Signed { mapping, key: &key };
-    let response = route(
+    let answer = route(
         app,
         hooks,
         name,
@@ -192,8 +217,16 @@ async fn handle(
         Some(signed_request),
         trace,
     )
-    .await
-    .unwrap_or_else(IntoResponse::into_response);
+    .await;
+    let response = match answer {
+        Ok(response) => response,
+        // Answered here, not by the dispatcher, since the replay protection records the
+        // response itself: the log gets the error text from here.
+        Err(err) => {
+            trace.error(err.client_message());
+            err.into_response()
+        }
+    };
     Ok(signed::settle(app, key.clone(), response).await)
 }
 
@@ -229,7 +262,7 @@ async fn route(
 }
 
 /// The hook a path names (what follows the prefix): leading `/`s stripped and one trailing `/`
-/// ignored, so `/hooks/wake/` is `/hooks/wake` (docs/endpoints.md, step 5).
+/// ignored, so `/hooks/wake/` is `/hooks/wake` (docs/http-contract.md, step 5).
 fn hook_name(rest: &str) -> &str {
     let name = rest.trim_start_matches('/');
     name.strip_suffix('/').unwrap_or(name)

@@ -14,6 +14,7 @@ mod observe;
 mod operator;
 mod reply;
 mod request;
+mod request_id;
 mod serve;
 mod signed;
 mod submit;
@@ -75,6 +76,8 @@ pub struct AppParts {
     pub metrics: Metrics,
     /// Every hook request, accepted or not.
     pub request_log: RequestLog,
+    /// One log line per request (`serve --access-log`).
+    pub access_log: std::sync::atomic::AtomicBool,
 }
 
 /// Every route of the server. Hooks live under a configurable, reloadable prefix, so they are
@@ -82,6 +85,7 @@ pub struct AppParts {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/livez", get(health::livez))
+        .route("/healthz", get(health::livez))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(api::metrics))
         .route("/console", get(console::page))

@@ -14,6 +14,9 @@ use crate::config::HookSettings;
 use crate::gateway::EventOutcome;
 use crate::gateway::requests::{RequestRecord, SignatureTrace, TransformTrace, TransformVerdict};
 use crate::gateway::runtime_clock::now_ms;
+use crate::hook::capture::CaptureJob;
+
+use super::request_id::RequestId;
 
 /// One hook request's record in the making.
 pub(super) struct Trace {
@@ -22,13 +25,19 @@ pub(super) struct Trace {
     client: Option<ClientKey>,
     /// Kept only when some capture is on: what the record may keep of the request.
     headers: Option<HeaderMap>,
+    query: Option<String>,
     body: Option<Bytes>,
+    /// Whether the token or a signature admitted it: only then is anything of it captured (a
+    /// forged request's body is neither stored nor replayable).
+    authenticated: bool,
 }
 
 impl Trace {
-    /// Begins the record of a request from `client`; `keep_headers` when a capture may want
-    /// them.
+    /// Begins the record of request `id` from `client`; `keep_headers` when a capture may want
+    /// them. The record takes the request's id as its own when it is ours (so `X-Request-Id`
+    /// finds it), and a fresh one when the client chose it.
     pub fn begin(
+        id: &RequestId,
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
@@ -38,24 +47,43 @@ impl Trace {
         let at_ms = now_ms();
         Trace {
             record: RequestRecord {
-                id: Uuid::now_v7().to_string(),
+                id: if id.is_unique() {
+                    id.as_str().to_string()
+                } else {
+                    Uuid::now_v7().to_string()
+                },
+                request_id: id.as_str().to_string(),
                 at: crate::gateway::runtime_clock::now_rfc3339(),
                 at_ms,
                 client: client.map(|c| c.to_string()),
                 method: method.as_str().to_string(),
-                target: uri.to_string(),
+                // The path only: a query may carry a secret (it is captured, with a `token`
+                // redacted, when the request is).
+                target: uri.path().to_string(),
                 ..RequestRecord::default()
             },
             started: Instant::now(),
             client,
             headers: keep_headers.then(|| headers.clone()),
+            query: uri.query().map(String::from),
             body: None,
+            authenticated: false,
         }
     }
 
-    /// The record's id, answered as `X-Request-Id`.
+    /// The record's id.
     pub fn id(&self) -> &str {
         &self.record.id
+    }
+
+    /// The token or a verified signature admitted the request.
+    pub fn authenticated(&mut self) {
+        self.authenticated = true;
+    }
+
+    /// The error text of an answer that reached the client as a response, not as an error.
+    pub fn error(&mut self, message: &str) {
+        self.record.error = Some(message.to_string());
     }
 
     pub fn hook(&mut self, name: &str) {
@@ -114,34 +142,43 @@ impl Trace {
         self.record.replay_of = Some(id.to_string());
     }
 
-    /// The finished record, with the answer's `status` and `error` text, and what `hooks`
-    /// captures of it; and the client it counts under.
+    /// The finished record, with the answer's `status` and `error` text (unless the request
+    /// set its own); the client it counts under; and, for an authenticated request that `hooks`
+    /// captures, the material of its capture.
     pub fn finish(
         mut self,
-        hooks: Option<&HookSettings>,
+        hooks: &HookSettings,
         status: StatusCode,
         error: Option<String>,
-    ) -> (RequestRecord, Option<ClientKey>) {
+    ) -> (RequestRecord, Option<ClientKey>, Option<CaptureJob>) {
         self.record.status = status.as_u16();
-        self.record.error = error;
-        self.record.duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
-        if let Some(hooks) = hooks {
-            let mapping_id = self.record.mapping_id.as_deref();
-            let policy = hooks.capture_for(mapping_id);
-            if policy.enabled {
-                let credential = mapping_id
-                    .and_then(|id| hooks.mappings.iter().find(|m| m.id == id))
-                    .and_then(|m| m.signature.as_ref())
-                    .and_then(|rule| rule.scheme.credential_header());
-                let headers = self
-                    .headers
-                    .iter()
-                    .flat_map(|headers| headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())));
-                let body = self.body.as_deref().unwrap_or_default();
-                self.record.capture = Some(policy.capture(headers, credential, body));
-                self.record.captured = true;
-            }
+        if error.is_some() {
+            self.record.error = error;
         }
-        (self.record, self.client)
+        self.record.duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        let policy = hooks.capture_for(
+            self.record.mapping_id.as_deref(),
+            self.record.hook.as_deref(),
+        );
+        let job = (self.authenticated && policy.enabled).then(|| {
+            let credential = self
+                .record
+                .mapping_id
+                .as_deref()
+                .and_then(|id| hooks.mappings.iter().find(|m| m.id == id))
+                .and_then(|m| m.signature.as_ref())
+                .and_then(|rule| rule.scheme.credential_header());
+            let headers = self
+                .headers
+                .iter()
+                .flat_map(|headers| headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())));
+            policy.job(
+                headers,
+                credential,
+                self.query.as_deref(),
+                self.body.take().unwrap_or_default(),
+            )
+        });
+        (self.record, self.client, job)
     }
 }

@@ -144,8 +144,25 @@ async fn captures_are_redacted_and_credentials_never_reach_the_store() {
         json!({"enabled": true, "redact": ["/card/number"], "redactHeaders": ["X-Api-Key"]}),
     );
     let (server, dir) = Hookgate::start(&config);
+    // Refused, and recorded, without the token it carried in its query.
+    let in_query = client()
+        .post(server.url("/hooks/wake?token=query-token-c0ffee"))
+        .json(&json!({"text": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(in_query.status(), 400);
+    // Not admitted: recorded, its body not kept.
+    let forged = client()
+        .post(server.url("/hooks/wake"))
+        .bearer_auth("wrong")
+        .json(&json!({"text": "forged-body-9d1e"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 401);
     let response = server
-        .hook("/hooks/wake")
+        .hook("/hooks/wake?source=ci")
         .header("x-api-key", "key-7f3a9c")
         .header("cookie", "session=cookie-51b2")
         .json(&json!({"text": "paid", "card": {"number": "4242-4242-4242-4242"}}))
@@ -157,7 +174,12 @@ async fn captures_are_redacted_and_credentials_never_reach_the_store() {
         .to_str()
         .unwrap()
         .to_string();
-    recorded(&server, "", 1).await;
+    let records = recorded(&server, "", 3).await;
+    assert_eq!(records[2]["target"], "/hooks/wake", "the path only");
+    assert_eq!(
+        records[1]["captured"], false,
+        "an unauthenticated body is never kept"
+    );
     let (status, record) = json_of(
         server
             .api(&format!("/api/requests/{id}"))
@@ -168,6 +190,7 @@ async fn captures_are_redacted_and_credentials_never_reach_the_store() {
     .await;
     assert_eq!(status, 200);
     assert_eq!(record["captured"], true);
+    assert_eq!(record["capture"]["query"], "source=ci");
     let headers = record["capture"]["headers"].as_array().unwrap();
     let header = |name: &str| {
         headers
@@ -194,7 +217,14 @@ async fn captures_are_redacted_and_credentials_never_reach_the_store() {
     }
     let stored = String::from_utf8_lossy(&stored);
     assert!(stored.contains("[redacted]"), "the record is in the store");
-    for secret in [HOOK_TOKEN, "key-7f3a9c", "cookie-51b2", "4242-4242"] {
+    for secret in [
+        HOOK_TOKEN,
+        "key-7f3a9c",
+        "cookie-51b2",
+        "4242-4242",
+        "query-token-c0ffee",
+        "forged-body-9d1e",
+    ] {
         assert!(!stored.contains(secret), "{secret} reached the store");
     }
 }
@@ -494,13 +524,13 @@ async fn the_cli_lists_shows_and_replays_through_the_api() {
     );
     assert!(lines[1].contains(&format!("run {run_id}")), "{out}");
 
-    let (ok, out, _) = cli(&server, &["requests", "list", "--json", "--status", "4xx"]);
-    assert!(ok);
+    let (ok, out, err) = cli(&server, &["requests", "list", "--json", "--status", "4xx"]);
+    assert!(ok, "{err}");
     let page: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(page["requests"], json!([]));
 
-    let (ok, out, _) = cli(&server, &["requests", "show", &id]);
-    assert!(ok);
+    let (ok, out, err) = cli(&server, &["requests", "show", &id]);
+    assert!(ok, "{err}");
     assert!(
         out.contains("captured body:\n{\"message\":\"summarise\"}"),
         "{out}"
