@@ -43,6 +43,9 @@ impl Browser {
                 "binary": chromium(),
                 "args": [
                     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    // Nothing but loopback is reachable: no background connections to refuse.
+                    "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", "--disable-quic", "--no-first-run",
                     "--window-size=1280,900",
                     format!("--user-data-dir={}", browser._profile.path().display()),
                 ],

@@ -8,7 +8,7 @@ const TOKEN_KEY = "hookgate-gateway-token";
 const LIVE_EVERY_MS = 2000;
 
 const $ = (id) => document.getElementById(id);
-const state = { view: "requests", requestsNext: null, runsNext: null, timer: null, openRequest: null, openRun: null };
+const state = { view: "requests", requestsNext: null, runsNext: null, paged: false, timer: null, openRequest: null, openRun: null };
 
 function token() {
   return sessionStorage.getItem(TOKEN_KEY);
@@ -82,6 +82,7 @@ function became(record) {
 
 function show(view) {
   state.view = view;
+  state.paged = false;
   for (const name of ["requests", "runs", "events", "system"]) {
     $(`${name}-view`).hidden = name !== view;
     const tab = document.querySelector(`nav button[data-view="${name}"]`);
@@ -91,6 +92,13 @@ function show(view) {
   $("request-detail").hidden = true;
   $("run-detail").hidden = true;
   refresh();
+}
+
+// Whether a live refresh would disturb the operator: a table they are moving through by
+// keyboard (a refresh replaces its buttons), or older pages they loaded.
+function busy() {
+  const focused = document.activeElement;
+  return Boolean(focused && focused.closest("table")) || state.paged;
 }
 
 async function refresh() {
@@ -115,6 +123,7 @@ function requestQuery() {
 }
 
 async function loadRequests(older) {
+  state.paged = older;
   const query = requestQuery();
   if (older && state.requestsNext) query.set("before", state.requestsNext);
   const page = await api(`/api/requests?${query}`);
@@ -190,6 +199,7 @@ async function replay() {
 }
 
 async function loadRuns(older) {
+  state.paged = older;
   const query = new URLSearchParams({ limit: "50" });
   if (older && state.runsNext) query.set("before", state.runsNext);
   const page = await api(`/api/runs?${query}`);
@@ -232,17 +242,10 @@ async function retry() {
 }
 
 async function loadEvents() {
-  const events = [];
-  let after = 0;
-  for (let page = 0; page < 10; page++) {
-    const answer = await api(`/api/sessions/main/events?after=${after}&limit=1000`);
-    events.push(...answer.events);
-    if (answer.events.length < 1000) break;
-    after = answer.events[answer.events.length - 1].seq;
-  }
+  const answer = await api("/api/sessions/main/events?latest=true&limit=200");
   const list = $("events");
   list.replaceChildren();
-  for (const event of events.slice(-200).reverse()) {
+  for (const event of answer.events.reverse()) {
     const item = el("li", null, { value: String(event.seq) });
     item.append(el("strong", `${event.at} ${event.kind} `));
     item.append(el("span", event.text));
@@ -297,7 +300,7 @@ function start() {
   show(state.view);
   clearInterval(state.timer);
   state.timer = setInterval(() => {
-    if ($("live").checked || state.view !== "requests") refresh();
+    if ($("live").checked && !busy()) refresh();
   }, LIVE_EVERY_MS);
 }
 
@@ -309,6 +312,7 @@ document.addEventListener("DOMContentLoaded", () => {
   }
   $("request-filters").addEventListener("submit", (event) => {
     event.preventDefault();
+    state.paged = false;
     refresh();
   });
   $("requests-more").addEventListener("click", () => loadRequests(true));
