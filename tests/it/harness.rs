@@ -320,17 +320,22 @@ pub async fn json_of(response: reqwest::Response) -> (u16, Value) {
     (status, body)
 }
 
+/// The target directory the tests build WebAssembly components in: one of its own, since the
+/// outer `cargo test` may still hold the lock of its own.
+pub fn wasm_target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => PathBuf::from(dir).join("wasm-transforms"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("transforms/target"),
+    }
+}
+
 /// The example and fixture transforms, built once per test process for `wasm32-wasip2`.
 /// Returns the directory holding `<name>.wasm`.
 pub fn transforms() -> &'static Path {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT.get_or_init(|| {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("transforms");
-        // A target directory of its own: the outer `cargo test` may still hold its own lock.
-        let target = match std::env::var_os("CARGO_TARGET_DIR") {
-            Some(dir) => PathBuf::from(dir).join("wasm-transforms"),
-            None => root.join("target"),
-        };
+        let target = wasm_target_dir();
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .args([

@@ -1,0 +1,300 @@
+//! `hookgate transform new` and `hookgate transform build` (docs/transforms.md#from-zero): a
+//! transform project that builds as it is, in Rust, JavaScript or TypeScript, and the command
+//! that builds one into a component and checks that hookgate loads it. Part of the binary: the
+//! templates (`src/scaffold/`), the WIT contract and the JavaScript SDK are built into it, so a
+//! new project needs nothing from this repository.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use hookgate::transform::{CompileCache, TransformEngine, TransformLimits};
+
+/// The languages a project can be made in.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    Rust,
+    Js,
+    Ts,
+}
+
+const WIT: &str = include_str!("../wit/transform.wit");
+const README: &str = include_str!("scaffold/README.md.tmpl");
+const SAMPLE: &str = include_str!("scaffold/sample.json");
+const RUST_MANIFEST: &str = include_str!("scaffold/rust/Cargo.toml.tmpl");
+const RUST_LIB: &str = include_str!("scaffold/rust/lib.rs.tmpl");
+const JS_MODULE: &str = include_str!("scaffold/js/transform.mjs.tmpl");
+const TS_MODULE: &str = include_str!("scaffold/js/transform.ts.tmpl");
+const JS_TEST: &str = include_str!("scaffold/js/test.mjs.tmpl");
+const SDK_ADAPTER: &str = include_str!("../transforms/js-sdk/adapter.js");
+const SDK_BUILD: &str = include_str!("../transforms/js-sdk/build.mjs");
+const SDK_README: &str = include_str!("../transforms/js-sdk/README.md");
+const SDK_PACKAGE: &str = include_str!("../transforms/js-sdk/package.json");
+
+/// `hookgate transform new NAME --lang L [--dir DIR]`: writes the project into `DIR` (default
+/// `./NAME`), which must not exist yet.
+pub fn new(name: &str, lang: Lang, dir: Option<PathBuf>) -> ExitCode {
+    if !valid_name(name) {
+        eprintln!(
+            "error: NAME must be lower-case letters, digits and '-', starting with a letter (it names the crate or package, the hook and the .wasm)"
+        );
+        return ExitCode::FAILURE;
+    }
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    if dir.exists() {
+        eprintln!("error: {} exists already", dir.display());
+        return ExitCode::FAILURE;
+    }
+    match write_project(&dir, name, lang) {
+        Ok(()) => {
+            println!("made {} ({})", dir.display(), lang_name(lang));
+            println!("next: cd {} && hookgate transform build", dir.display());
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("error: cannot write {}: {err}", dir.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && name.len() <= 64
+        && !name.ends_with('-')
+}
+
+fn lang_name(lang: Lang) -> &'static str {
+    match lang {
+        Lang::Rust => "rust",
+        Lang::Js => "js",
+        Lang::Ts => "ts",
+    }
+}
+
+fn write_project(dir: &Path, name: &str, lang: Lang) -> std::io::Result<()> {
+    let fill = |template: &str, module: &str| {
+        template
+            .replace("{{name}}", name)
+            .replace("{{lang}}", lang_name(lang))
+            .replace("{{module}}", module)
+            .replace(
+                "{{test_command}}",
+                if lang == Lang::Rust {
+                    "cargo test"
+                } else {
+                    "npm test"
+                },
+            )
+            .replace(
+                "{{mapped_module}}",
+                &match lang {
+                    Lang::Rust => format!("{name}.wasm"),
+                    // Named by its source, the component gets a JavaScript engine's limits.
+                    Lang::Js => format!("{name}.mjs"),
+                    Lang::Ts => format!("{name}.ts"),
+                },
+            )
+    };
+    let mut files: Vec<(PathBuf, String)> = vec![
+        ("wit/transform.wit".into(), WIT.to_string()),
+        ("payloads/sample.json".into(), SAMPLE.to_string()),
+        ("README.md".into(), fill(README, "")),
+    ];
+    match lang {
+        Lang::Rust => {
+            files.push(("Cargo.toml".into(), fill(RUST_MANIFEST, "")));
+            files.push(("src/lib.rs".into(), fill(RUST_LIB, "")));
+            files.push((".gitignore".into(), format!("/target\n/{name}.wasm\n")));
+        }
+        Lang::Js | Lang::Ts => {
+            let (template, module) = match lang {
+                Lang::Ts => (TS_MODULE, format!("src/{name}.ts")),
+                _ => (JS_MODULE, format!("src/{name}.mjs")),
+            };
+            files.push((module.clone().into(), fill(template, "")));
+            files.push((format!("{name}.test.mjs").into(), fill(JS_TEST, &module)));
+            files.push(("package.json".into(), package_json(name, &module)));
+            files.push(("sdk/adapter.js".into(), SDK_ADAPTER.to_string()));
+            files.push(("sdk/build.mjs".into(), SDK_BUILD.to_string()));
+            files.push(("sdk/README.md".into(), SDK_README.to_string()));
+            files.push((
+                ".gitignore".into(),
+                format!("/node_modules\n/{name}.wasm\n"),
+            ));
+        }
+    }
+    for (path, text) in files {
+        let path = dir.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, text)?;
+    }
+    Ok(())
+}
+
+/// The project's package.json: the SDK's own dependencies (pinned as the SDK pins them), a build
+/// script and a test script.
+fn package_json(name: &str, module: &str) -> String {
+    let sdk: serde_json::Value = serde_json::from_str(SDK_PACKAGE).unwrap_or_default();
+    let package = serde_json::json!({
+        "name": name,
+        "version": "0.1.0",
+        "private": true,
+        "type": "module",
+        "scripts": {
+            "build": format!("node sdk/build.mjs {module} -o {name}.wasm --wit wit"),
+            "test": "node --test",
+        },
+        "engines": sdk["engines"],
+        "dependencies": sdk["dependencies"],
+        "overrides": sdk["overrides"],
+    });
+    let mut text = serde_json::to_string_pretty(&package).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// `hookgate transform build [DIR]`: builds the project in `DIR` (default `.`) into
+/// `DIR/<name>.wasm`, loads it as `serve` would, and says where it goes.
+pub fn build(dir: &Path) -> ExitCode {
+    let built = if dir.join("Cargo.toml").is_file() {
+        build_rust(dir)
+    } else if dir.join("package.json").is_file() {
+        build_javascript(dir)
+    } else {
+        Err(format!(
+            "{} has neither a Cargo.toml nor a package.json (make one with `hookgate transform new`)",
+            dir.display()
+        ))
+    };
+    let (wasm, javascript) = match built {
+        Ok(built) => built,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match check_loads(&wasm, javascript) {
+        Ok(contract) => {
+            let size = std::fs::metadata(&wasm).map_or(0, |m| m.len());
+            let file = wasm
+                .file_name()
+                .map_or_else(String::new, |f| f.to_string_lossy().into_owned());
+            let stem = file.trim_end_matches(".wasm");
+            let module = match javascript {
+                Some(extension) => format!("{stem}.{extension}"),
+                None => file.clone(),
+            };
+            println!(
+                "built {} ({} KiB, {contract})",
+                wasm.display(),
+                size.div_ceil(1024)
+            );
+            println!(
+                "to serve it: copy {file} into <config dir>/hooks/transforms/ and add a mapping\n  {{ match: {{ path: \"{stem}\" }}, transform: {{ module: \"{module}\" }} }}"
+            );
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("error: {} does not load: {message}", wasm.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `cargo build --release --target wasm32-wasip2`, then the component copied to `DIR/<name>.wasm`.
+fn build_rust(dir: &Path) -> Result<(PathBuf, Option<&'static str>), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(&cargo)
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--message-format=json-render-diagnostics",
+        ])
+        .current_dir(dir)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    if !output.status.success() {
+        return Err(
+            "cargo build failed (is the target installed? rustup target add wasm32-wasip2)".into(),
+        );
+    }
+    // The component is the cdylib artifact of the project's own package.
+    let artifact = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .rev()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|message| message["reason"] == "compiler-artifact")
+        .filter(|message| {
+            message["target"]["kind"]
+                .as_array()
+                .is_some_and(|kinds| kinds.iter().any(|k| k == "cdylib"))
+        })
+        .filter_map(|message| {
+            let name = message["target"]["name"].as_str()?.replace('_', "-");
+            let wasm = message["filenames"]
+                .as_array()?
+                .iter()
+                .filter_map(|f| f.as_str())
+                .find(|f| f.ends_with(".wasm"))?
+                .to_string();
+            Some((name, wasm))
+        })
+        .next()
+        .ok_or("cargo built no component (is crate-type cdylib?)")?;
+    let (name, wasm) = artifact;
+    let out = dir.join(format!("{name}.wasm"));
+    std::fs::copy(&wasm, &out).map_err(|e| format!("cannot copy {wasm}: {e}"))?;
+    Ok((out, None))
+}
+
+/// `npm install` when the packages are missing, then `npm run build`: `DIR/<name>.wasm`.
+fn build_javascript(dir: &Path) -> Result<(PathBuf, Option<&'static str>), String> {
+    let package: serde_json::Value = std::fs::read_to_string(dir.join("package.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .ok_or("package.json is not JSON")?;
+    let name = package["name"]
+        .as_str()
+        .ok_or("package.json has no name")?
+        .to_string();
+    let npm = |args: &[&str]| -> Result<(), String> {
+        let status = Command::new("npm")
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .map_err(|e| format!("cannot run npm (is Node.js installed?): {e}"))?;
+        status
+            .success()
+            .then_some(())
+            .ok_or_else(|| format!("npm {} failed", args.join(" ")))
+    };
+    if !dir.join("node_modules").exists() {
+        npm(&["install", "--no-audit", "--no-fund"])?;
+    }
+    npm(&["run", "--silent", "build"])?;
+    let typescript = package["scripts"]["build"]
+        .as_str()
+        .is_some_and(|script| script.contains(".ts "));
+    let extension = if typescript { "ts" } else { "mjs" };
+    Ok((dir.join(format!("{name}.wasm")), Some(extension)))
+}
+
+/// Loads the component as `serve` would (with a JavaScript engine's limits for JavaScript) and
+/// names the contract it was built against.
+fn check_loads(wasm: &Path, javascript: Option<&str>) -> Result<String, String> {
+    let mut limits = TransformLimits::default();
+    if javascript.is_some() {
+        limits = limits.for_javascript();
+    }
+    let engine = TransformEngine::new(&limits).map_err(|e| format!("{e:#}"))?;
+    let cache: CompileCache = crate::user_compile_cache();
+    let loaded = engine.load_file(wasm, &cache).map_err(|e| e.to_string())?;
+    Ok(format!("hookgate:transform@{}", loaded.contract().as_str()))
+}
