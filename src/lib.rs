@@ -5,6 +5,7 @@
 //! durably committed. See docs/architecture.md for the layout and docs/ for operation.
 
 pub mod allocator;
+pub mod build;
 pub mod client;
 pub mod config;
 pub mod gateway;

@@ -2,6 +2,7 @@
 //! `runs`.
 
 mod remote;
+mod scaffold;
 
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -15,7 +16,11 @@ use hookgate::server::{self, Server, StartError};
 use hookgate::transform::{CompileCache, TransformEngine, TransformInput, TransformLimits};
 
 #[derive(Parser)]
-#[command(name = "hookgate", version, about = "A webhook ingress for AI agents")]
+#[command(
+    name = "hookgate",
+    version = hookgate::build::LONG_VERSION,
+    about = "A webhook ingress for AI agents"
+)]
 struct Cli {
     /// Log lines as human text (default) or as JSON objects, one per line.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
@@ -35,15 +40,19 @@ enum Command {
     /// Serve hooks and the operator API.
     Serve {
         /// The JSON5 configuration file.
-        #[arg(long)]
+        #[arg(long, env = "HOOKGATE_CONFIG")]
         config: PathBuf,
         /// Listen here instead of gateway.bind:gateway.port (port 0 picks a free port).
         #[arg(long)]
         listen: Option<SocketAddr>,
+        /// Log one line per request: its id, client, method, path, status and time.
+        #[arg(long, env = "HOOKGATE_ACCESS_LOG")]
+        access_log: bool,
     },
     /// Validate a configuration file, and every transform it names, and report every problem.
     Check {
-        #[arg(long)]
+        /// The JSON5 configuration file.
+        #[arg(long, env = "HOOKGATE_CONFIG")]
         config: PathBuf,
     },
     /// Tools for transform authors.
@@ -55,10 +64,31 @@ enum Command {
     /// The agent runs of a running hookgate: list, show, retry.
     #[command(subcommand)]
     Runs(remote::RunsCommand),
+    /// Print a completion script for a shell: `hookgate completions bash > /etc/bash_completion.d/hookgate`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Subcommand)]
 enum TransformCommand {
+    /// Make a transform project that builds as it is: a sample transform, a sample payload and
+    /// its unit tests.
+    New {
+        /// The project's name: the crate or package, the hook it serves, the .wasm it builds.
+        name: String,
+        #[arg(long, value_enum)]
+        lang: scaffold::Lang,
+        /// Where to write it (default: ./NAME); must not exist.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Build a project made by `transform new` into NAME.wasm, and check that hookgate loads it.
+    Build {
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
     /// Run a transform component on a request and print its outcome as JSON.
     Run {
         /// The component (`.wasm`) to run, or a JavaScript module (`.mjs`, `.ts`, ...) to run
@@ -139,9 +169,27 @@ fn main() -> ExitCode {
     }
     match cli.command {
         Command::Check { config } => check(&config),
-        Command::Serve { config, listen } => serve(config, listen),
+        Command::Serve {
+            config,
+            listen,
+            access_log,
+        } => serve(config, listen, access_log),
         Command::Requests(command) => remote::requests(command),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "hookgate",
+                &mut std::io::stdout(),
+            );
+            ExitCode::SUCCESS
+        }
         Command::Runs(command) => remote::runs(command),
+        Command::Transform(TransformCommand::New { name, lang, dir }) => {
+            scaffold::new(&name, lang, dir)
+        }
+        Command::Transform(TransformCommand::Build { dir }) => scaffold::build(&dir),
         Command::Transform(TransformCommand::Run {
             module,
             body,
@@ -219,7 +267,7 @@ fn check(path: &std::path::Path) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn serve(path: PathBuf, listen: Option<SocketAddr>) -> ExitCode {
+fn serve(path: PathBuf, listen: Option<SocketAddr>, access_log: bool) -> ExitCode {
     hookgate::allocator::start_trimming();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -237,6 +285,9 @@ fn serve(path: PathBuf, listen: Option<SocketAddr>) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        if access_log {
+            server.log_access();
+        }
         // Before `listening on`: from then on a supervisor may signal us.
         let shutdown = match shutdown_signal() {
             Ok(shutdown) => shutdown,

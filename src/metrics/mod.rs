@@ -2,8 +2,11 @@
 //! store and the runtime are doing. Label values are bounded: hook names are those the
 //! configuration knows, never whatever a client puts in a URL.
 
+mod process;
+
 use std::time::Duration;
 
+pub use process::ProcessMetrics;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -50,6 +53,13 @@ pub struct RequestLogLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: &'static str,
+    pub commit: &'static str,
+    pub wasmtime: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabels {
     pub status: String,
 }
@@ -67,6 +77,8 @@ pub struct Metrics {
     pub queue_depth: Gauge,
     pub relays: Family<RelayLabels, Counter>,
     pub request_log: Family<RequestLogLabels, Counter>,
+    /// CPU, memory and file descriptors, read at each scrape.
+    pub process: ProcessMetrics,
 }
 
 fn latency_histogram() -> Histogram {
@@ -133,6 +145,21 @@ impl Default for Metrics {
              client's refusals over the flood threshold) or lost (dropped: its queue was full)",
             request_log.clone(),
         );
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: crate::build::VERSION,
+                commit: crate::build::GIT_COMMIT,
+                wasmtime: crate::build::WASMTIME_VERSION,
+            })
+            .set(1);
+        registry.register(
+            "hookgate_build_info",
+            "Always 1; the labels say which build this is",
+            build_info,
+        );
+        let process = ProcessMetrics::default();
+        process.register(&mut registry);
         Metrics {
             registry: std::sync::Arc::new(registry),
             http_duration,
@@ -144,6 +171,7 @@ impl Default for Metrics {
             queue_depth,
             relays,
             request_log,
+            process,
         }
     }
 }
