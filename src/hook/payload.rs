@@ -1,5 +1,5 @@
 //! Normalising the JSON bodies of `/wake` and `/agent` into [`WakeRequest`] and [`AgentRequest`],
-//! with the field rules and error texts of docs/endpoints.md, checked in their stated order.
+//! with the field rules and error texts of docs/http-contract.md, checked in their stated order.
 
 use serde_json::{Map, Value};
 
@@ -51,7 +51,7 @@ fn present_non_blank(payload: &Value, key: &str) -> Result<Option<String>, Rejec
     }
 }
 
-/// `POST /agent`: every field rule of docs/endpoints.md up to, not including, the policies.
+/// `POST /agent`: every field rule of docs/http-contract.md up to, not including, the policies.
 pub fn agent_request(payload: &Value) -> Result<AgentRequest, Rejected> {
     let wait_for_completion = match field(payload, "waitForCompletion") {
         None => false,

@@ -247,7 +247,7 @@ pub struct HookPolicy {
 }
 
 impl HookPolicy {
-    /// Applies, in the order of docs/endpoints.md, the model allowlist, the agent policy and the
+    /// Applies, in the order of docs/http-contract.md, the model allowlist, the agent policy and the
     /// session-key policy. `fresh_key` makes the `hook:<uuid>` key when no other applies.
     pub fn admit(
         &self,

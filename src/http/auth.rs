@@ -1,5 +1,5 @@
 //! Hook authentication: where the token may come from, how it is compared, and the lockout of
-//! clients that keep presenting wrong ones (docs/endpoints.md, step 4).
+//! clients that keep presenting wrong ones (docs/http-contract.md, step 4).
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;

@@ -1,4 +1,4 @@
-//! Reading a hook body: bounded in size and in time, then parsed as JSON (docs/endpoints.md, step 6).
+//! Reading a hook body: bounded in size and in time, then parsed as JSON (docs/http-contract.md, step 6).
 
 use std::time::Duration;
 

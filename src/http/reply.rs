@@ -1,4 +1,4 @@
-//! Every way a hook request can be refused, with the exact status and body of docs/endpoints.md.
+//! Every way a hook request can be refused, with the exact status and body of docs/http-contract.md.
 
 use std::time::Duration;
 

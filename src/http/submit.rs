@@ -1,5 +1,5 @@
 //! What an accepted hook request becomes: wakes committed to the main session, agent runs
-//! admitted and queued, and the answer the client gets once they are durable (docs/endpoints.md and docs/hooks.md).
+//! admitted and queued, and the answer the client gets once they are durable (docs/http-contract.md and docs/hooks.md).
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! docs/endpoints.md and docs/runtime.md: `POST {prefix}/agent`, its policies, idempotency and the safety envelope.
+//! docs/http-contract.md and docs/runtime.md: `POST {prefix}/agent`, its policies, idempotency and the safety envelope.
 
 use serde_json::{Value, json};
 

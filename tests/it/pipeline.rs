@@ -1,4 +1,4 @@
-//! docs/endpoints.md: the request pipeline, rule by rule, in order.
+//! docs/http-contract.md: the request pipeline, rule by rule, in order.
 
 use std::time::Duration;
 

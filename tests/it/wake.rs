@@ -1,4 +1,4 @@
-//! docs/endpoints.md: `POST {prefix}/wake`.
+//! docs/http-contract.md: `POST {prefix}/wake`.
 
 use serde_json::json;
 

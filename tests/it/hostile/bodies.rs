@@ -1,4 +1,4 @@
-//! Hostile bodies: wrong JSON types for every field of `/wake` and `/agent` (docs/endpoints.md, §4),
+//! Hostile bodies: wrong JSON types for every field of `/wake` and `/agent` (docs/http-contract.md, §4),
 //! numbers JSON cannot hold, deep nesting, bytes that are not UTF-8, NULs.
 
 use serde_json::json;

@@ -221,12 +221,12 @@ pub enum Want {
     Json(u16, Value),
     /// This status and exactly this text body.
     Text(u16, &'static str),
-    /// 405 `Method Not Allowed` with `Allow: POST` (docs/endpoints.md).
+    /// 405 `Method Not Allowed` with `Allow: POST` (docs/http-contract.md).
     NotPost,
     /// This status and no body, from the server's routes: 204, a HEAD's answer, axum's 405.
     NoBody(u16),
     /// This status and no body from hyper itself, refusing what it cannot parse before any
-    /// route sees it (so without the security headers of docs/endpoints.md; an empty body has nothing
+    /// route sees it (so without the security headers of docs/http-contract.md; an empty body has nothing
     /// to sniff).
     Refused(u16),
     /// This status; the body is not this table's business.
@@ -243,7 +243,7 @@ pub fn error(status: u16, message: impl Into<String>) -> Want {
     Want::Error(status, message.into())
 }
 
-/// docs/endpoints.md: invalid JSON is a 400 carrying the parser's message.
+/// docs/http-contract.md: invalid JSON is a 400 carrying the parser's message.
 pub fn unparsable(body: &[u8]) -> Want {
     match serde_json::from_slice::<Value>(body) {
         Ok(_) => panic!("the table is wrong: {} is valid JSON", raw::preview(body)),
@@ -254,7 +254,7 @@ pub fn unparsable(body: &[u8]) -> Want {
 pub const UNAUTHORIZED: Want = Want::Text(401, "Unauthorized");
 pub const NOT_FOUND: Want = Want::Text(404, "Not Found");
 
-/// The exact text of docs/endpoints.md.
+/// The exact text of docs/http-contract.md.
 pub const QUERY_TOKEN: Want = Want::Text(
     400,
     "Hook token must be provided via Authorization: Bearer <token> or X-Service-Token header (query parameters are not allowed).",
@@ -281,7 +281,7 @@ impl Want {
         if let Want::Refused(status) = self {
             return got.status == *status && got.body.is_empty();
         }
-        // docs/endpoints.md: every response carries these; all JSON is `application/json`.
+        // docs/http-contract.md: every response carries these; all JSON is `application/json`.
         let hardened = got.header("x-content-type-options") == Some("nosniff")
             && got.header("referrer-policy") == Some("no-referrer");
         let body_json = || {

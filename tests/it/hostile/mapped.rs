@@ -120,7 +120,7 @@ pub fn mapped_bodies() -> Theme {
     ));
 
     // `ünï`: a mapping with a Unicode name. Names are compared as written, never
-    // percent-decoded (docs/endpoints.md), so only the raw UTF-8 bytes reach it, which hyper accepts
+    // percent-decoded (docs/http-contract.md), so only the raw UTF-8 bytes reach it, which hyper accepts
     // in a request target although HTTP does not allow them; the percent-encoded name (what a
     // conforming client sends, in `paths`) and a decomposed `ü` do not.
     cases.extend([

@@ -1,5 +1,5 @@
 //! The bad input table: hostile and malformed requests across every endpoint, each with the
-//! exact answer docs/endpoints.md gives it (where it is silent, what a correct HTTP server gives; the
+//! exact answer docs/http-contract.md gives it (where it is silent, what a correct HTTP server gives; the
 //! case says so), each followed by a check that `/livez` still answers. The table runs against
 //! one server, twice, with its heaviest cases many more times in between; the server's memory
 //! must stay flat and its log free of panics. Clients too slow to finish get a server of their
@@ -246,7 +246,7 @@ async fn run(server: &Hookgate, case: &Case, bound: Duration) -> Result<(), Stri
 }
 
 /// Sends one case, checks its answer, then that the server still serves. A 401 is forgiven
-/// (a correct token clears the client's failures, docs/endpoints.md): the tables hold more 401s than
+/// (a correct token clears the client's failures, docs/http-contract.md): the tables hold more 401s than
 /// the 20 that lock a client out, and each case must get its own answer, not the lockout's.
 async fn run_at(
     base: &str,

@@ -1,4 +1,4 @@
-//! Hostile request lines and credentials: `token` in the query in odd spellings (docs/endpoints.md),
+//! Hostile request lines and credentials: `token` in the query in odd spellings (docs/http-contract.md),
 //! methods (§2.3), path tricks (§2.1, §2.5: the prefix is matched as written, never
 //! percent-decoded or dot-normalised), mangled tokens (§2.4), and the operator API and health
 //! endpoints with the same treatment.
@@ -177,7 +177,7 @@ pub fn paths_and_methods() -> Theme {
     for target in [
         "/hooks//wake",
         "/hooks///wake",
-        // One trailing slash is the same hook (docs/endpoints.md, step 5).
+        // One trailing slash is the same hook (docs/http-contract.md, step 5).
         "/hooks/wake/",
         "/hooks/wake?",
         "http://127.0.0.1/hooks/wake",

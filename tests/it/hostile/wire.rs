@@ -1,6 +1,6 @@
 //! Hostile framing: huge and numerous headers, HTTP versions other than 1.1, pipelines,
 //! Content-Length lies both ways, chunked bodies that break or outgrow the limit, `Expect`
-//! (docs/endpoints.md for the body limits); and, against a server with short timeouts, clients too
+//! (docs/http-contract.md for the body limits); and, against a server with short timeouts, clients too
 //! slow to finish.
 
 use std::time::Duration;
@@ -392,7 +392,7 @@ pub fn framing(max_body: usize) -> Theme {
 pub fn deviations() -> Theme {
     let post = |extra: &str| raw(wire("POST", "/hooks/wake", extra, WAKE));
     let cases = vec![
-        // docs/endpoints.md and RFC 9110 §8.6 (a recipient must cope with large lengths): 413.
+        // docs/http-contract.md and RFC 9110 §8.6 (a recipient must cope with large lengths): 413.
         // hyper fails to parse a length beyond 64 bits and refuses the request before any route
         // sees it.
         case(
