@@ -46,7 +46,11 @@ enum Command {
         #[arg(long)]
         listen: Option<SocketAddr>,
         /// Log one line per request: its id, client, method, path, status and time.
-        #[arg(long, env = "HOOKGATE_ACCESS_LOG")]
+        #[arg(
+            long,
+            env = "HOOKGATE_ACCESS_LOG",
+            value_parser = clap::builder::BoolishValueParser::new()
+        )]
         access_log: bool,
     },
     /// Validate a configuration file, and every transform it names, and report every problem.

@@ -2,6 +2,8 @@
 //! `/metrics` is scraped (Linux only; elsewhere they stay at zero): CPU time, resident memory,
 //! open file descriptors and the start time.
 
+use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::metrics::counter::Counter;
@@ -15,6 +17,9 @@ pub struct ProcessMetrics {
     resident_bytes: Gauge,
     open_fds: Gauge,
     start_time_seconds: Gauge<f64, AtomicU64>,
+    /// Held while sampling: the CPU counter grows by the difference to the last reading, which
+    /// two scrapes at once would both add.
+    sampling: Arc<Mutex<()>>,
 }
 
 impl ProcessMetrics {
@@ -43,6 +48,10 @@ impl ProcessMetrics {
 
     /// Reads the figures now. A file that cannot be read leaves its metric as it was.
     pub fn sample(&self) {
+        let _sampling = self
+            .sampling
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
             return;
         };
@@ -76,10 +85,23 @@ impl ProcessMetrics {
     }
 }
 
-/// When the machine booted, in seconds since the Unix epoch (`btime` of `/proc/stat`).
+/// When the machine booted, in seconds since the Unix epoch: now less the time since boot
+/// (`CLOCK_BOOTTIME`, which counts suspended time as the start time of `/proc/self/stat` does).
+/// Read from the clocks, not `/proc/stat`, which a hardened unit hides (`ProcSubset=pid`).
 fn boot_time() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    stat.lines()
-        .find_map(|line| line.strip_prefix("btime "))
-        .and_then(|secs| secs.trim().parse().ok())
+    let mut since_boot = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `since_boot` is a valid, writable timespec that outlives the call, which writes
+    // nothing else.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut since_boot) };
+    if read != 0 {
+        return None;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs_f64();
+    Some(now - (since_boot.tv_sec as f64 + since_boot.tv_nsec as f64 / 1e9))
 }

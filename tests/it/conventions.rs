@@ -84,7 +84,7 @@ async fn build_and_process_metrics_are_exported() {
 #[tokio::test]
 async fn every_answer_has_a_request_id_and_the_access_log_a_line() {
     let dir = ConfigDir::new(&base_config());
-    let server = Hookgate::try_start_in(&dir, &[("HOOKGATE_ACCESS_LOG", "true")]).unwrap();
+    let server = Hookgate::try_start_in(&dir, &[("HOOKGATE_ACCESS_LOG", "1")]).unwrap();
     let kept = client()
         .get(server.url("/livez?token=secret-in-query"))
         .header("x-request-id", "lb-7f3a.1")
