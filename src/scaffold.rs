@@ -29,13 +29,25 @@ const SDK_ADAPTER: &str = include_str!("../transforms/js-sdk/adapter.js");
 const SDK_BUILD: &str = include_str!("../transforms/js-sdk/build.mjs");
 const SDK_README: &str = include_str!("../transforms/js-sdk/README.md");
 const SDK_PACKAGE: &str = include_str!("../transforms/js-sdk/package.json");
+const SDK_LOCK: &str = include_str!("../transforms/js-sdk/package-lock.json");
+
+/// Names a Rust project may not take: the standard crates and the project's own dependencies.
+const RESERVED: &[&str] = &[
+    "test",
+    "std",
+    "core",
+    "alloc",
+    "proc-macro",
+    "wit-bindgen",
+    "serde-json",
+];
 
 /// `hookgate transform new NAME --lang L [--dir DIR]`: writes the project into `DIR` (default
 /// `./NAME`), which must not exist yet.
 pub fn new(name: &str, lang: Lang, dir: Option<PathBuf>) -> ExitCode {
     if !valid_name(name) {
         eprintln!(
-            "error: NAME must be lower-case letters, digits and '-', starting with a letter (it names the crate or package, the hook and the .wasm)"
+            "error: NAME must be lower-case letters, digits and '-', starting with a letter, and no standard crate's or dependency's name (it names the crate or package, the hook and the .wasm)"
         );
         return ExitCode::FAILURE;
     }
@@ -63,6 +75,7 @@ fn valid_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && name.len() <= 64
         && !name.ends_with('-')
+        && !RESERVED.contains(&name)
 }
 
 fn lang_name(lang: Lang) -> &'static str {
@@ -74,6 +87,12 @@ fn lang_name(lang: Lang) -> &'static str {
 }
 
 fn write_project(dir: &Path, name: &str, lang: Lang) -> std::io::Result<()> {
+    let mapped_module = match lang {
+        Lang::Rust => format!("{name}.wasm"),
+        // Named by its source, the component gets a JavaScript engine's limits.
+        Lang::Js => format!("{name}.mjs"),
+        Lang::Ts => format!("{name}.ts"),
+    };
     let fill = |template: &str, module: &str| {
         template
             .replace("{{name}}", name)
@@ -87,15 +106,8 @@ fn write_project(dir: &Path, name: &str, lang: Lang) -> std::io::Result<()> {
                     "npm test"
                 },
             )
-            .replace(
-                "{{mapped_module}}",
-                &match lang {
-                    Lang::Rust => format!("{name}.wasm"),
-                    // Named by its source, the component gets a JavaScript engine's limits.
-                    Lang::Js => format!("{name}.mjs"),
-                    Lang::Ts => format!("{name}.ts"),
-                },
-            )
+            .replace("{{mapped_module}}", &mapped_module)
+            .replace("{{run_module}}", &mapped_module)
     };
     let mut files: Vec<(PathBuf, String)> = vec![
         ("wit/transform.wit".into(), WIT.to_string()),
@@ -116,9 +128,17 @@ fn write_project(dir: &Path, name: &str, lang: Lang) -> std::io::Result<()> {
             files.push((module.clone().into(), fill(template, "")));
             files.push((format!("{name}.test.mjs").into(), fill(JS_TEST, &module)));
             files.push(("package.json".into(), package_json(name, &module)));
+            files.push(("package-lock.json".into(), package_lock(name)));
             files.push(("sdk/adapter.js".into(), SDK_ADAPTER.to_string()));
             files.push(("sdk/build.mjs".into(), SDK_BUILD.to_string()));
-            files.push(("sdk/README.md".into(), SDK_README.to_string()));
+            files.push((
+                "sdk/README.md".into(),
+                format!(
+                    "<!-- The SDK's README, as in hookgate's repository (transforms/js-sdk): its \
+                     commands and links are that repository's; here the project's package.json \
+                     runs the build. -->\n\n{SDK_README}"
+                ),
+            ));
             files.push((
                 ".gitignore".into(),
                 format!("/node_modules\n/{name}.wasm\n"),
@@ -135,8 +155,8 @@ fn write_project(dir: &Path, name: &str, lang: Lang) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The project's package.json: the SDK's own dependencies (pinned as the SDK pins them), a build
-/// script and a test script.
+/// The project's package.json: the SDK's own dependencies, a build script, a test script, and
+/// the module (`hookgate.module`) that `transform build` reads back.
 fn package_json(name: &str, module: &str) -> String {
     let sdk: serde_json::Value = serde_json::from_str(SDK_PACKAGE).unwrap_or_default();
     let package = serde_json::json!({
@@ -148,11 +168,28 @@ fn package_json(name: &str, module: &str) -> String {
             "build": format!("node sdk/build.mjs {module} -o {name}.wasm --wit wit"),
             "test": "node --test",
         },
+        "hookgate": { "module": module },
         "engines": sdk["engines"],
         "dependencies": sdk["dependencies"],
         "overrides": sdk["overrides"],
     });
-    let mut text = serde_json::to_string_pretty(&package).unwrap_or_default();
+    pretty(&package)
+}
+
+/// The SDK's lock file under the project's name: every package pinned as the SDK tests them.
+fn package_lock(name: &str) -> String {
+    let mut lock: serde_json::Value = serde_json::from_str(SDK_LOCK).unwrap_or_default();
+    lock["name"] = serde_json::Value::from(name);
+    lock["version"] = serde_json::Value::from("0.1.0");
+    if let Some(root) = lock["packages"].get_mut("") {
+        root["name"] = serde_json::Value::from(name);
+        root["version"] = serde_json::Value::from("0.1.0");
+    }
+    pretty(&lock)
+}
+
+fn pretty(value: &serde_json::Value) -> String {
+    let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
     text.push('\n');
     text
 }
@@ -276,13 +313,24 @@ fn build_javascript(dir: &Path) -> Result<(PathBuf, Option<&'static str>), Strin
             .ok_or_else(|| format!("npm {} failed", args.join(" ")))
     };
     if !dir.join("node_modules").exists() {
-        npm(&["install", "--no-audit", "--no-fund"])?;
+        // The lock file pins every package as the SDK tests them.
+        let install = if dir.join("package-lock.json").is_file() {
+            "ci"
+        } else {
+            "install"
+        };
+        npm(&[install, "--no-audit", "--no-fund"])?;
     }
     npm(&["run", "--silent", "build"])?;
-    let typescript = package["scripts"]["build"]
-        .as_str()
-        .is_some_and(|script| script.contains(".ts "));
-    let extension = if typescript { "ts" } else { "mjs" };
+    let module = package["hookgate"]["module"].as_str().unwrap_or_default();
+    let extension = match Path::new(module).extension().and_then(|e| e.to_str()) {
+        Some("ts") => "ts",
+        Some("mts") => "mts",
+        Some("cts") => "cts",
+        Some("js") => "js",
+        Some("cjs") => "cjs",
+        _ => "mjs",
+    };
     Ok((dir.join(format!("{name}.wasm")), Some(extension)))
 }
 
