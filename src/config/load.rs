@@ -124,13 +124,16 @@ fn leave_out(value: &mut Value, path: &serde_path_to_error::Path) -> bool {
     }
 }
 
-/// Where the syntax error is, without the parser's message: that quotes the offending source
-/// line, which may hold a secret, and the message goes to the log and to `GET /api/config`.
+/// Where the syntax error is and what kind it is, never the source text: that may hold a
+/// secret, and the message goes to the log and to `GET /api/config`. (json5 counts lines and
+/// columns from 0; editors, and this message, from 1.)
 fn syntax_error(err: json5::Error) -> ConfigError {
-    let json5::Error::Message { location, .. } = err;
-    ConfigError::Syntax(match location {
-        Some(at) => format!("at line {} column {}", at.line, at.column),
-        None => "unexpected end or structure".into(),
+    let what = err
+        .code()
+        .map_or_else(|| "unexpected structure".to_string(), |code| code.to_string());
+    ConfigError::Syntax(match err.position() {
+        Some(at) => format!("at line {} column {}: {what}", at.line + 1, at.column + 1),
+        None => what,
     })
 }
 
@@ -328,6 +331,17 @@ mod tests {
 
     fn no_env(_: &str) -> Option<String> {
         None
+    }
+
+    #[test]
+    fn a_syntax_error_names_its_place_and_never_the_text() {
+        let text = "{ hooks: {\n  token: 'hunter2-secret' oops } }";
+        let Err(problems) = parse_document(text, &no_env) else {
+            panic!("parsed");
+        };
+        let message = problems[0].to_string();
+        assert!(message.starts_with("invalid JSON5: at line 2 column "), "{message}");
+        assert!(!message.contains("hunter2"), "{message}");
     }
 
     #[test]
