@@ -367,35 +367,12 @@ pub fn parse_every(text: &str) -> Result<Option<Duration>, String> {
         return Ok(None);
     }
     let bad = || format!("'{text}' is not a duration like 30m, 1h, 45s or 0");
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        let unit_end = rest[digits..]
-            .find(|c: char| c.is_ascii_digit())
-            .map_or(rest.len(), |i| digits + i);
-        let unit = match &rest[digits..unit_end] {
-            "ms" => Duration::from_millis(1),
-            "s" => Duration::from_secs(1),
-            "m" => Duration::from_secs(60),
-            "h" => Duration::from_secs(3600),
-            "d" => Duration::from_secs(86_400),
-            _ => return Err(bad()),
-        };
-        let part = unit
-            .checked_mul(u32::try_from(number).map_err(|_| bad())?)
-            .ok_or_else(bad)?;
-        total = total
-            .checked_add(part)
-            .filter(|t| *t <= MAX_EVERY)
-            .ok_or_else(bad)?;
-        rest = &rest[unit_end..];
-    }
-    if total.is_zero() {
-        return Ok(None);
-    }
-    Ok(Some(total))
+    // humantime reads `30m`, `1h30m`, `1h 30m`, `250ms`, `2d` and longer unit names alike.
+    let total = humantime::parse_duration(text)
+        .ok()
+        .filter(|total| *total <= MAX_EVERY)
+        .ok_or_else(bad)?;
+    Ok((!total.is_zero()).then_some(total))
 }
 
 fn mode(file: &FileConfig, config_dir: &Path, problems: &mut Vec<ConfigError>) -> GatewayMode {
@@ -658,7 +635,19 @@ mod tests {
             Some(Duration::from_millis(250))
         );
         assert_eq!(parse_every("0").unwrap(), None);
+        assert_eq!(parse_every("0s").unwrap(), None);
+        assert_eq!(
+            parse_every("1h 30m").unwrap(),
+            Some(Duration::from_secs(5400))
+        );
+        assert_eq!(
+            parse_every("7d").unwrap(),
+            Some(Duration::from_secs(7 * 86_400))
+        );
         assert!(parse_every("soon").is_err());
-        assert!(parse_every("10").is_err());
+        assert!(parse_every("10").is_err(), "a unit is needed");
+        assert!(parse_every("-5m").is_err());
+        assert!(parse_every("400d").is_err(), "at most a year");
+        assert!(parse_every("99999999999999999999h").is_err());
     }
 }
