@@ -159,7 +159,8 @@ impl Row {
             run_id: row.get(2)?,
             item: OutboxItem::decode(&kind, &payload),
             attempts: row.get(4)?,
-            parts_sent: row.get(5)?,
+            // A count the store holds as an integer; a negative one (never written) reads as 0.
+            parts_sent: usize::try_from(row.get::<_, i64>(5)?).unwrap_or(0),
         })
     }
 }
@@ -211,7 +212,7 @@ fn settle(
 fn record_parts(conn: &Connection, id: i64, parts_sent: usize) -> rusqlite::Result<()> {
     conn.execute(
         "UPDATE outbox SET parts_sent = ?2 WHERE id = ?1",
-        params![id, parts_sent],
+        params![id, i64::try_from(parts_sent).unwrap_or(i64::MAX)],
     )?;
     Ok(())
 }
