@@ -128,9 +128,10 @@ fn leave_out(value: &mut Value, path: &serde_path_to_error::Path) -> bool {
 /// secret, and the message goes to the log and to `GET /api/config`. (json5 counts lines and
 /// columns from 0; editors, and this message, from 1.)
 fn syntax_error(err: json5::Error) -> ConfigError {
-    let what = err
-        .code()
-        .map_or_else(|| "unexpected structure".to_string(), |code| code.to_string());
+    let what = err.code().map_or_else(
+        || "unexpected structure".to_string(),
+        |code| code.to_string(),
+    );
     ConfigError::Syntax(match err.position() {
         Some(at) => format!("at line {} column {}: {what}", at.line + 1, at.column + 1),
         None => what,
@@ -340,7 +341,10 @@ mod tests {
             panic!("parsed");
         };
         let message = problems[0].to_string();
-        assert!(message.starts_with("invalid JSON5: at line 2 column "), "{message}");
+        assert!(
+            message.starts_with("invalid JSON5: at line 2 column "),
+            "{message}"
+        );
         assert!(!message.contains("hunter2"), "{message}");
     }
 
