@@ -3,9 +3,10 @@
 //!
 //! A handler hands its finished record to [`RequestLog::record`], which only queues it; one
 //! task takes everything queued, applies the captures (redaction may parse and re-encode a whole
-//! body: off the request, on a blocking thread) and writes the batch as one operation of the
-//! store's group commit. The answer therefore waits for nothing of the log, and a thousand
-//! requests cost one savepoint, not a thousand. What that costs: a crash can lose the records of
+//! body: off the request, on a blocking thread) and writes the batch as one operation into the
+//! log's own database (`requests.db`, its own writer thread, commits not synced to disk). The
+//! answer therefore waits for nothing of the log, intake's commits neither queue behind its
+//! inserts nor grow with them, and a thousand requests cost one savepoint, not a thousand. What that costs: a crash can lose the records of
 //! the last moments (never the events and runs, which are committed before their answer). The
 //! queue is bounded by records ([`QUEUE`]) and by captured bytes ([`QUEUE_BYTES`]): past the
 //! first a record is dropped, past the second its capture is (both counted in
@@ -26,8 +27,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::client::ClientKey;
-use crate::gateway::Store;
-use crate::gateway::requests::RequestRecord;
+use crate::config::LiveConfig;
+use crate::gateway::requests::{RequestFilter, RequestRecord};
+use crate::gateway::{Store, StoreError};
 use crate::hook::capture::CaptureJob;
 use crate::metrics::{Metrics, RequestLogLabels};
 
@@ -48,6 +50,7 @@ const REMEMBERED_CLIENTS: usize = 4096;
 
 /// Handle to the request log; one per server.
 pub struct RequestLog {
+    store: Store,
     queue: mpsc::Sender<Entry>,
     flood: Mutex<Flood>,
     /// Bytes of the captures queued.
@@ -80,17 +83,20 @@ impl Outcome {
 }
 
 impl RequestLog {
-    /// Starts the writer task on the current tokio runtime.
-    pub fn start(store: Store, metrics: Metrics) -> RequestLog {
+    /// Starts the writer and the pruning (`gateway.retention.requests`) tasks on the current
+    /// tokio runtime, over the log's own `store` (`Store::open_request_log`).
+    pub fn start(store: Store, config: LiveConfig, metrics: Metrics) -> RequestLog {
         let (queue, entries) = mpsc::channel(QUEUE);
         let queued_bytes = Arc::new(AtomicUsize::new(0));
         tokio::spawn(write_loop(
-            store,
+            store.clone(),
             entries,
             Arc::clone(&queued_bytes),
             metrics.clone(),
         ));
+        tokio::spawn(prune_loop(store.clone(), config));
         RequestLog {
+            store,
             queue,
             flood: Mutex::new(Flood::new(Instant::now())),
             queued_bytes,
@@ -172,8 +178,54 @@ impl RequestLog {
         }
     }
 
+    /// A page of the log, newest first.
+    pub async fn page(&self, filter: RequestFilter) -> Result<Vec<RequestRecord>, StoreError> {
+        self.store.requests(filter).await
+    }
+
+    /// One record with its capture, and the ids of the requests that replayed it.
+    pub async fn find(&self, id: &str) -> Result<Option<(RequestRecord, Vec<String>)>, StoreError> {
+        self.store.request(id).await
+    }
+
+    /// Commits what is queued and closes the log's database (at shutdown, after the last
+    /// request).
+    pub async fn close(&self) {
+        self.flush().await;
+        let store = self.store.clone();
+        let _ = tokio::task::spawn_blocking(move || store.close()).await;
+    }
+
     fn count(&self, outcome: Outcome) {
         count(&self.metrics, outcome, 1);
+    }
+}
+
+/// Deletes records older than `gateway.retention.requests`, in batches, until the process ends.
+async fn prune_loop(store: Store, config: LiveConfig) {
+    const BATCH: u32 = 500;
+    const EVERY: Duration = Duration::from_secs(60);
+    loop {
+        let age = config.current().runtime.retention.requests;
+        if let Some(age) = age {
+            loop {
+                let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
+                let before = crate::gateway::runtime_clock::now_ms().saturating_sub(age_ms);
+                let pruned = store
+                    .write(move |conn| crate::gateway::requests::prune(conn, before, BATCH))
+                    .await;
+                match pruned {
+                    Ok(n) if n == BATCH as usize => tokio::task::yield_now().await,
+                    Ok(_) => break,
+                    Err(err) => {
+                        tracing::warn!(%err, "request log pruning failed; trying again later");
+                        break;
+                    }
+                }
+            }
+        }
+        let pause = age.map_or(EVERY, |age| (age / 2).clamp(Duration::from_secs(1), EVERY));
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -212,7 +264,7 @@ async fn write_loop(
                 .iter()
                 .filter_map(|(_, job)| job.as_ref().map(CaptureJob::size))
                 .sum();
-            let records = tokio::task::spawn_blocking(move || {
+            let apply = move || {
                 pending
                     .into_iter()
                     .map(|(mut record, job)| {
@@ -223,8 +275,13 @@ async fn write_loop(
                         record
                     })
                     .collect::<Vec<_>>()
-            })
-            .await;
+            };
+            // Only a batch with captures is worth a blocking thread.
+            let records = if bytes > 0 {
+                tokio::task::spawn_blocking(apply).await
+            } else {
+                Ok(apply())
+            };
             queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
             let Ok(records) = records else {
                 tracing::error!(

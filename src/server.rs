@@ -169,7 +169,9 @@ impl Server {
             cluster,
             metrics.clone(),
         ));
-        let request_log = RequestLog::start(store.clone(), metrics.clone());
+        let log_store = Store::open_request_log(&settings.state_dir)
+            .map_err(|e| anyhow::anyhow!("cannot open the request log: {e}"))?;
+        let request_log = RequestLog::start(log_store, config.clone(), metrics.clone());
         let state = AppState::new(AppParts {
             request_log,
             access_log: Default::default(),
@@ -226,7 +228,7 @@ impl Server {
         let deadline = self.state.config.current().connections.shutdown_timeout;
         let grace = deadline.saturating_sub(stop_began.elapsed());
         self.state.runtime.stop(grace).await;
-        self.state.request_log.flush().await;
+        self.state.request_log.close().await;
         let store = self.state.store.clone();
         tokio::task::spawn_blocking(move || store.close())
             .await

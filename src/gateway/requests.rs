@@ -355,12 +355,12 @@ pub fn capture_json(capture: &Captured) -> Value {
 }
 
 /// Deletes up to `batch` of the oldest requests recorded before `before_ms`; returns how many
-/// went. Rows are looked at in insertion order, which is time order.
+/// went. Ids are in time order, so the oldest are the first of the key.
 pub(crate) fn prune(conn: &Connection, before_ms: i64, batch: u32) -> rusqlite::Result<usize> {
     conn.execute(
-        "DELETE FROM requests WHERE rowid IN
-           (SELECT rowid FROM requests ORDER BY rowid LIMIT ?1) AND at_ms < ?2",
-        params![batch, before_ms],
+        "DELETE FROM requests WHERE id IN
+           (SELECT id FROM requests WHERE id < ?2 ORDER BY id LIMIT ?1)",
+        params![batch, first_id_at(before_ms)],
     )
 }
 

@@ -1,7 +1,8 @@
 //! Retention: finished work older than `gateway.retention` is deleted from the store in small
 //! batches, each its own short transaction in the writer's queue, so that pruning never holds
 //! intake up for long. Done outbox rows go at once; idempotency and replay records once their
-//! window has passed; the request log's records after their own retention. Events no heartbeat has taken and runs still to be run or relayed are
+//! window has passed. (The request log, in a file of its own, prunes itself:
+//! `src/request_log.rs`.) Events no heartbeat has taken and runs still to be run or relayed are
 //! never deleted.
 //!
 //! Events and runs are walked in insertion order (which is time order) with a cursor that a pass
@@ -35,38 +36,11 @@ pub async fn run(ctx: Context) {
             Ok(batches) => tracing::debug!(batches, "retention pass done"),
             Err(err) => tracing::warn!(%err, "retention pass failed; trying again later"),
         }
-        let shortest = [retention.events, retention.runs, retention.requests]
+        let shortest = [retention.events, retention.runs]
             .into_iter()
             .flatten()
             .min();
         let pause = shortest.map_or(EVERY, |age| (age / 2).clamp(Duration::from_secs(1), EVERY));
-        tokio::time::sleep(pause).await;
-    }
-}
-
-/// Prunes the request log only, until the process ends: on a NATS node, whose view mirrors the
-/// stream (bounded by the stream's own limits) but keeps a request log of its own.
-pub async fn run_request_log(ctx: Context) {
-    loop {
-        let age = ctx.config.current().runtime.retention.requests;
-        if let Some(age) = age {
-            loop {
-                let before = now_ms().saturating_sub(millis(age));
-                let pruned = ctx
-                    .store
-                    .write(move |conn| super::requests::prune(conn, before, BATCH))
-                    .await;
-                match pruned {
-                    Ok(n) if n == BATCH as usize => tokio::task::yield_now().await,
-                    Ok(_) => break,
-                    Err(err) => {
-                        tracing::warn!(%err, "request log pruning failed; trying again later");
-                        break;
-                    }
-                }
-            }
-        }
-        let pause = age.map_or(EVERY, |age| (age / 2).clamp(Duration::from_secs(1), EVERY));
         tokio::time::sleep(pause).await;
     }
 }
@@ -149,10 +123,6 @@ fn prune_batch(
            (SELECT fingerprint FROM idempotency WHERE first_at_ms < ?2 ORDER BY first_at_ms LIMIT ?1)",
         params![BATCH, now_ms.saturating_sub(millis(idempotency::WINDOW))],
     )? == BATCH as usize;
-    if let Some(age) = retention.requests {
-        let before = now_ms.saturating_sub(millis(age));
-        more |= super::requests::prune(conn, before, BATCH)? == BATCH as usize;
-    }
     more |= conn.execute(
         "DELETE FROM deliveries WHERE key IN
            (SELECT key FROM deliveries WHERE first_at_ms < ?2 ORDER BY first_at_ms LIMIT ?1)",

@@ -118,8 +118,11 @@ const SCHEMA_V7: &str = "
 ALTER TABLE runs ADD COLUMN session_mode TEXT NOT NULL DEFAULT 'isolated';
 ";
 
-/// The request log: every request under the hook prefix (see `requests`).
-const SCHEMA_V8: &str = "
+/// The request log, in a database of its own (`requests.db`): every request under the hook
+/// prefix (see `requests`). Keyed by its time-ordered id alone (no rowid, one index only for
+/// replays): each record is one append to one b-tree, since one is written for every request
+/// intake answers.
+const REQUEST_LOG_V1: &str = "
 CREATE TABLE requests (
     id                 TEXT PRIMARY KEY,
     at                 TEXT NOT NULL,
@@ -147,30 +150,40 @@ CREATE TABLE requests (
     capture_note       TEXT,
     request_id         TEXT NOT NULL DEFAULT '',
     query              TEXT
-);
+) WITHOUT ROWID;
 CREATE INDEX requests_replays ON requests (replay_of) WHERE replay_of IS NOT NULL;
-CREATE INDEX requests_by_hook ON requests (hook, id);
-CREATE INDEX requests_by_mapping ON requests (mapping_id, id) WHERE mapping_id IS NOT NULL;
 ";
 
-/// Brings the schema up to date, one version per transaction.
-pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+/// Brings the request log's schema up to date.
+pub(super) fn migrate_request_log(conn: &Connection) -> rusqlite::Result<()> {
+    apply(conn, &[(1, REQUEST_LOG_V1)])
+}
+
+/// Applies each migration newer than the file's `user_version`, one per transaction.
+fn apply(conn: &Connection, migrations: &[(i64, &str)]) -> rusqlite::Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
-    for (target, schema) in [
-        (1, SCHEMA_V1),
-        (2, SCHEMA_V2),
-        (3, SCHEMA_V3),
-        (4, SCHEMA_V4),
-        (5, SCHEMA_V5),
-        (6, SCHEMA_V6),
-        (7, SCHEMA_V7),
-        (8, SCHEMA_V8),
-    ] {
-        if version < target {
+    for (target, schema) in migrations {
+        if version < *target {
             conn.execute_batch(&format!(
                 "BEGIN; {schema} PRAGMA user_version = {target}; COMMIT;"
             ))?;
         }
     }
     Ok(())
+}
+
+/// Brings the schema up to date, one version per transaction.
+pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    apply(
+        conn,
+        &[
+            (1, SCHEMA_V1),
+            (2, SCHEMA_V2),
+            (3, SCHEMA_V3),
+            (4, SCHEMA_V4),
+            (5, SCHEMA_V5),
+            (6, SCHEMA_V6),
+            (7, SCHEMA_V7),
+        ],
+    )
 }

@@ -61,7 +61,7 @@ pub async fn requests(
         limit: limit(query.limit.as_deref())?,
     };
     let full = filter.limit as usize;
-    let page = app.store.requests(filter).await?;
+    let page = app.request_log.page(filter).await?;
     let next = (page.len() == full)
         .then(|| page.last().map(|r| r.id.clone()))
         .flatten();
@@ -75,8 +75,8 @@ pub async fn request(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     let (record, replays) = app
-        .store
-        .request(&id)
+        .request_log
+        .find(&id)
         .await?
         .ok_or(ApiError::NotFound("request"))?;
     let mut answer = serde_json::to_value(&record).unwrap_or_default();
@@ -94,8 +94,8 @@ pub async fn replay(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     let (original, _) = app
-        .store
-        .request(&id)
+        .request_log
+        .find(&id)
         .await?
         .ok_or(ApiError::NotFound("request"))?;
     let Some(body) = original.capture.as_ref().and_then(|c| c.body.clone()) else {

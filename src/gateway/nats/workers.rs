@@ -44,10 +44,6 @@ pub fn start_workers(ctx: &Context, cluster: &Cluster) -> Vec<(&'static str, Joi
             "projection",
             tokio::spawn(super::project(cluster.clone(), ctx.store.clone())),
         ),
-        (
-            "retention",
-            tokio::spawn(crate::gateway::retention::run_request_log(ctx.clone())),
-        ),
         ("runner", tokio::spawn(runner)),
         ("heartbeat", tokio::spawn(heartbeat)),
         ("delivery", tokio::spawn(delivery)),
