@@ -187,20 +187,8 @@ fn chromium() -> &'static str {
 async fn the_console_shows_requests_safely_and_replays_a_fixed_one() {
     let mut config = base_config();
     set(&mut config, "hooks.capture", json!({"enabled": true}));
-    set(
-        &mut config,
-        "hooks.mappings",
-        json!([{
-            "id": "alerts",
-            "match": {"path": "alerts"},
-            "transform": {"module": "live.wasm", "config": {"mode": "trap", "action": "wake"}},
-        }]),
-    );
-    let dir = ConfigDir::new(&config);
-    install_transforms(&dir, &["hostile", "passthrough"]);
+    let (server, dir) = start_with_trapping_alerts(config, json!({}));
     let root = dir.path().join("hooks/transforms");
-    std::fs::copy(root.join("hostile.wasm"), root.join("live.wasm")).unwrap();
-    let server = Hookgate::start_in(&dir);
 
     let hostile_text = "<script>window.pwned = 1</script><img src=x onerror='window.pwned = 2'>";
     let woke = server
@@ -209,7 +197,7 @@ async fn the_console_shows_requests_safely_and_replays_a_fixed_one() {
         .send()
         .await
         .unwrap();
-    let wake_id = woke.headers()["x-request-id"].to_str().unwrap().to_string();
+    let wake_id = request_id(&woke);
     let failed = server
         .hook("/hooks/alerts")
         .json(&json!({"alert": "disk full"}))
@@ -217,10 +205,7 @@ async fn the_console_shows_requests_safely_and_replays_a_fixed_one() {
         .await
         .unwrap();
     assert_eq!(failed.status(), 500);
-    let failed_id = failed.headers()["x-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let failed_id = request_id(&failed);
 
     let browser = Browser::start().await;
     browser.go(&server.url("/console")).await;
@@ -256,10 +241,7 @@ async fn the_console_shows_requests_safely_and_replays_a_fixed_one() {
 
     // The failed request, replayed after the operator fixed its transform.
     browser.click("#request-close").await;
-    replace_file(
-        &root.join("live.wasm"),
-        &std::fs::read(root.join("passthrough.wasm")).unwrap(),
-    );
+    fix_alerts(&dir);
     eventually("the fixed transform to load", async || {
         let (_, status) = json_of(server.api("/api/config").send().await.unwrap()).await;
         let sha = status["transforms"][0]["sha256"]

@@ -98,10 +98,7 @@ async fn every_answer_has_a_request_id_and_the_access_log_a_line() {
         .send()
         .await
         .unwrap();
-    let fresh = replaced.headers()["x-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let fresh = request_id(&replaced);
     assert_eq!(fresh.len(), 36, "a UUID replaces an unsafe id: {fresh}");
     let woke = server
         .hook("/hooks/wake")

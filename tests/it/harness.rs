@@ -381,3 +381,40 @@ pub fn replace_file(path: &Path, bytes: &[u8]) {
     std::fs::write(&aside, bytes).unwrap();
     std::fs::rename(&aside, path).unwrap();
 }
+
+/// The `X-Request-Id` a response carries.
+pub fn request_id(response: &reqwest::Response) -> String {
+    response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// A mapping `alerts` (with `extra` keys over it) whose transform, `live.wasm`, traps until
+/// [`fix_alerts`] replaces it with the passthrough transform (a wake of the payload): a failed
+/// request an operator mends and replays.
+pub fn start_with_trapping_alerts(mut config: Value, extra: Value) -> (Hookgate, ConfigDir) {
+    let mut mapping = json!({
+        "id": "alerts",
+        "match": {"path": "alerts"},
+        "transform": {"module": "live.wasm", "config": {"mode": "trap", "action": "wake"}},
+    });
+    if let Value::Object(extra) = extra {
+        mapping.as_object_mut().unwrap().extend(extra);
+    }
+    set(&mut config, "hooks.mappings", json!([mapping]));
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["hostile", "passthrough"]);
+    let root = dir.path().join("hooks/transforms");
+    std::fs::copy(root.join("hostile.wasm"), root.join("live.wasm")).unwrap();
+    (Hookgate::start_in(&dir), dir)
+}
+
+/// Deploys the fixed `alerts` transform of [`start_with_trapping_alerts`].
+pub fn fix_alerts(dir: &ConfigDir) {
+    let root = dir.path().join("hooks/transforms");
+    replace_file(
+        &root.join("live.wasm"),
+        &std::fs::read(root.join("passthrough.wasm")).unwrap(),
+    );
+}

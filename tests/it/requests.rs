@@ -40,7 +40,7 @@ async fn every_hook_request_is_recorded_with_what_it_became() {
         .send()
         .await
         .unwrap();
-    let wake_id = woke.headers()["x-request-id"].to_str().unwrap().to_string();
+    let wake_id = request_id(&woke);
     let (status, run) = json_of(
         server
             .hook("/hooks/agent")
@@ -170,10 +170,7 @@ async fn captures_are_redacted_and_credentials_never_reach_the_store() {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    let id = response.headers()["x-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = request_id(&response);
     let records = recorded(&server, "", 3).await;
     assert_eq!(records[2]["target"], "/hooks/wake", "the path only");
     assert_eq!(
@@ -231,22 +228,7 @@ async fn captures_are_redacted_and_credentials_never_reach_the_store() {
 
 #[tokio::test]
 async fn a_failed_request_is_replayed_through_the_fixed_transform() {
-    let mut config = base_config();
-    set(
-        &mut config,
-        "hooks.mappings",
-        json!([{
-            "id": "alerts",
-            "match": {"path": "alerts"},
-            "capture": {},
-            "transform": {"module": "live.wasm", "config": {"mode": "trap", "action": "wake"}},
-        }]),
-    );
-    let dir = ConfigDir::new(&config);
-    install_transforms(&dir, &["hostile", "passthrough"]);
-    let root = dir.path().join("hooks/transforms");
-    std::fs::copy(root.join("hostile.wasm"), root.join("live.wasm")).unwrap();
-    let server = Hookgate::start_in(&dir);
+    let (server, dir) = start_with_trapping_alerts(base_config(), json!({"capture": {}}));
     let failed = server
         .hook("/hooks/alerts")
         .json(&json!({"alert": "disk full"}))
@@ -254,10 +236,7 @@ async fn a_failed_request_is_replayed_through_the_fixed_transform() {
         .await
         .unwrap();
     assert_eq!(failed.status(), 500);
-    let id = failed.headers()["x-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = request_id(&failed);
     let records = recorded(&server, "mapping=alerts&status=5xx", 1).await;
     assert_eq!(records[0]["id"], id.as_str());
     assert_eq!(records[0]["error"], "hook mapping failed");
@@ -270,10 +249,7 @@ async fn a_failed_request_is_replayed_through_the_fixed_transform() {
     assert_eq!(again["status"], 500);
 
     // The operator deploys the fixed transform, then replays.
-    replace_file(
-        &root.join("live.wasm"),
-        &std::fs::read(root.join("passthrough.wasm")).unwrap(),
-    );
+    fix_alerts(&dir);
     let mut replayed = Value::Null;
     eventually("the replay to succeed", async || {
         replayed = json_of(replay(&server, &id).send().await.unwrap()).await.1;
@@ -329,7 +305,7 @@ async fn a_request_without_a_capture_cannot_be_replayed() {
         .send()
         .await
         .unwrap();
-    let id = r.headers()["x-request-id"].to_str().unwrap().to_string();
+    let id = request_id(&r);
     recorded(&server, "", 1).await;
     let (status, body) = json_of(replay(&server, &id).send().await.unwrap()).await;
     assert_eq!(status, 409);
