@@ -296,16 +296,18 @@ impl EventOutcome {
     }
 }
 
+/// The newest event of agent `?1` that no heartbeat has taken.
+pub(crate) const NEWEST_PENDING: &str =
+    "SELECT kind, text FROM events WHERE agent = ?1 AND consumed = 0
+     ORDER BY seq DESC LIMIT 1";
+
 impl NewEvent {
     /// Whether this wake event would repeat the newest pending event of its agent's main session:
     /// a system event of the same text that no heartbeat has consumed yet. Older pending events
     /// of that text do not count, as in the OpenClaw gateway.
     pub(crate) fn repeats_newest_pending(&self, conn: &Connection) -> rusqlite::Result<bool> {
         let newest: Option<(String, String)> = conn
-            .prepare_cached(
-                "SELECT kind, text FROM events WHERE agent = ?1 AND consumed = 0
-                 ORDER BY seq DESC LIMIT 1",
-            )?
+            .prepare_cached(NEWEST_PENDING)?
             .query_row(params![self.agent], |row| Ok((row.get(0)?, row.get(1)?)))
             .optional()?;
         Ok(newest.is_some_and(|(kind, text)| {

@@ -327,6 +327,15 @@ fn open_connection(path: &Path, synchronous: Synchronous) -> Result<Connection, 
     // Every statement the store runs stays prepared: rusqlite's default of 16 let some be
     // parsed again on every write (perf: the SQL parser at a tenth of the writer's time).
     conn.set_prepared_statement_cache_capacity(128);
+    // Plans never depend on bound values. Without this SQLite marks a statement such as the
+    // wake's "newest pending event of agent ?1 ORDER BY seq" to be planned again whenever ?1 is
+    // bound, so the cache above kept nothing: perf found the parser and planner on most of the
+    // writer thread's samples under /hooks/wake. The store has no statistics (no ANALYZE) for a
+    // bound value to improve a plan with.
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
     let synchronous = match synchronous {
         Synchronous::Full => "FULL",
         Synchronous::Normal => "NORMAL",
@@ -590,6 +599,37 @@ mod tests {
         assert_eq!(ids(queued_for(1, &[], 2).await.unwrap()), ["b1"]);
         assert_eq!(ids(queued_for(2, &["hook:c"], 2).await.unwrap()), ["b1"]);
         store.close();
+    }
+
+    /// A statement stays prepared however its parameters are bound: the wake's check, bound to
+    /// another agent each time, is never planned again (it was, on every request, until the
+    /// connection asked for stable plans).
+    #[tokio::test]
+    async fn a_wake_reuses_its_prepared_statement() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), true).unwrap();
+        for (agent, text) in [("main", "a"), ("ops", "b"), ("main", "c"), ("main", "c")] {
+            let event = super::super::records::NewEvent {
+                agent: agent.into(),
+                kind: super::super::records::EventKind::System,
+                text: text.into(),
+                trusted: false,
+                source: "hook:wake".into(),
+                at: "2026-01-01T00:00:00.000Z".into(),
+            };
+            store
+                .write(move |conn| event.append_wake(conn))
+                .await
+                .unwrap();
+        }
+        let reprepared = store
+            .write(|conn| {
+                let stmt = conn.prepare_cached(super::super::records::NEWEST_PENDING)?;
+                Ok(stmt.get_status(rusqlite::StatementStatus::RePrepare))
+            })
+            .await
+            .unwrap();
+        assert_eq!(reprepared, 0);
     }
 
     #[tokio::test]
