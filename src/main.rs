@@ -15,6 +15,12 @@ use hookgate::config::{self, Settings};
 use hookgate::server::{self, Server, StartError};
 use hookgate::transform::{CompileCache, TransformEngine, TransformInput, TransformLimits};
 
+/// glibc's allocator cost a fifth of the request path's CPU under /hooks/wake (perf: malloc,
+/// free and their consolidation across the runtime's threads); mimalloc's per-thread heaps take
+/// most of that away (docs/performance.md#allocation).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "hookgate",
