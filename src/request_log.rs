@@ -45,6 +45,10 @@ const QUEUE: usize = 16_384;
 const QUEUE_BYTES: usize = 64 * 1024 * 1024;
 /// Records one store operation takes, at most.
 const BATCH: usize = 1024;
+/// How long the first record of a batch waits for others: the log commits at most once per this
+/// long however many requests come (a commit per request or two under load was most of the
+/// writer thread's time). Nothing waits for it but a [`RequestLog::flush`], which goes at once.
+const GATHER: Duration = Duration::from_millis(20);
 /// Clients whose counted refusals are remembered for their next record.
 const REMEMBERED_CLIENTS: usize = 4096;
 
@@ -247,6 +251,9 @@ async fn write_loop(
     let mut batch = Vec::with_capacity(BATCH);
     let mut flushes = Vec::new();
     while let Some(first) = entries.recv().await {
+        if matches!(first, Entry::Record(_)) {
+            tokio::time::sleep(GATHER).await;
+        }
         let mut next = Some(first);
         while let Some(entry) = next.take() {
             match entry {
