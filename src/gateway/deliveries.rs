@@ -40,12 +40,16 @@ fn ms(duration: Duration) -> i64 {
 pub fn claim(conn: &Connection, key: &str, now_ms: i64) -> rusqlite::Result<Claim> {
     let expired = now_ms.saturating_sub(ms(REPLAY_WINDOW));
     let stale = now_ms.saturating_sub(ms(STALE_CLAIM));
-    let taken = conn.execute(
-        "INSERT INTO deliveries (key, status, content_type, body, first_at_ms) VALUES (?1, 0, NULL, x'', ?2)
-         ON CONFLICT (key) DO UPDATE SET status = 0, content_type = NULL, body = x'', first_at_ms = ?2
-         WHERE deliveries.first_at_ms <= ?3 OR (deliveries.status = 0 AND deliveries.first_at_ms <= ?4)",
-        params![key, now_ms, expired, stale],
-    )?;
+    let taken = conn
+        .prepare_cached(
+            "INSERT INTO deliveries (key, status, content_type, body, first_at_ms)
+             VALUES (?1, 0, NULL, x'', ?2)
+             ON CONFLICT (key) DO UPDATE
+               SET status = 0, content_type = NULL, body = x'', first_at_ms = ?2
+               WHERE deliveries.first_at_ms <= ?3
+                  OR (deliveries.status = 0 AND deliveries.first_at_ms <= ?4)",
+        )?
+        .execute(params![key, now_ms, expired, stale])?;
     if taken == 1 {
         return Ok(Claim::Claimed);
     }
@@ -75,23 +79,24 @@ pub fn answer(
     answer: &RecordedAnswer,
     now_ms: i64,
 ) -> rusqlite::Result<()> {
-    conn.execute(
-        "DELETE FROM deliveries WHERE first_at_ms <= ?1 AND status != 0",
-        params![now_ms.saturating_sub(ms(REPLAY_WINDOW))],
-    )?;
-    conn.execute(
+    conn.prepare_cached("DELETE FROM deliveries WHERE first_at_ms <= ?1 AND status != 0")?
+        .execute(params![now_ms.saturating_sub(ms(REPLAY_WINDOW))])?;
+    conn.prepare_cached(
         "UPDATE deliveries SET status = ?2, content_type = ?3, body = ?4 WHERE key = ?1",
-        params![key, answer.status, answer.content_type, answer.body],
-    )?;
+    )?
+    .execute(params![
+        key,
+        answer.status,
+        answer.content_type,
+        answer.body
+    ])?;
     Ok(())
 }
 
 /// Gives a claim up (the delivery failed on our side), so that the provider's retry runs.
 pub fn release(conn: &Connection, key: &str) -> rusqlite::Result<()> {
-    conn.execute(
-        "DELETE FROM deliveries WHERE key = ?1 AND status = 0",
-        params![key],
-    )?;
+    conn.prepare_cached("DELETE FROM deliveries WHERE key = ?1 AND status = 0")?
+        .execute(params![key])?;
     Ok(())
 }
 

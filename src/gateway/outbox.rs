@@ -177,20 +177,21 @@ fn due(conn: &Connection, lane: Lane, now_ms: i64, limit: u32) -> rusqlite::Resu
 
 fn next_due_ms(conn: &Connection, lane: Lane) -> rusqlite::Result<Option<i64>> {
     let (a, b) = lane.kinds();
-    conn.query_row(
+    conn.prepare_cached(
         "SELECT MIN(next_at_ms) FROM outbox WHERE status = 'pending' AND kind IN (?1, ?2)",
-        params![a, b],
-        |row| row.get(0),
-    )
+    )?
+    .query_row(params![a, b], |row| row.get(0))
 }
 
 /// Marks a row as being sent; a process that dies now leaves it `sending`, which the next start
 /// does not resend (see [`abandon_in_flight`]).
 fn mark_sending(conn: &Connection, id: i64) -> rusqlite::Result<bool> {
-    Ok(conn.execute(
-        "UPDATE outbox SET status = 'sending' WHERE id = ?1 AND status = 'pending'",
-        params![id],
-    )? == 1)
+    Ok(conn
+        .prepare_cached(
+            "UPDATE outbox SET status = 'sending' WHERE id = ?1 AND status = 'pending'",
+        )?
+        .execute(params![id])?
+        == 1)
 }
 
 fn settle(
@@ -201,19 +202,18 @@ fn settle(
     attempts: u32,
     next_at_ms: i64,
 ) -> rusqlite::Result<()> {
-    conn.execute(
-        "UPDATE outbox SET status = ?2, last_error = ?3, attempts = ?4, next_at_ms = ?5 WHERE id = ?1",
-        params![id, status.as_str(), error, attempts, next_at_ms],
-    )?;
+    conn.prepare_cached(
+        "UPDATE outbox SET status = ?2, last_error = ?3, attempts = ?4, next_at_ms = ?5
+         WHERE id = ?1",
+    )?
+    .execute(params![id, status.as_str(), error, attempts, next_at_ms])?;
     Ok(())
 }
 
 /// Records how many parts of a split reply went out, before they are known to be all.
 fn record_parts(conn: &Connection, id: i64, parts_sent: usize) -> rusqlite::Result<()> {
-    conn.execute(
-        "UPDATE outbox SET parts_sent = ?2 WHERE id = ?1",
-        params![id, i64::try_from(parts_sent).unwrap_or(i64::MAX)],
-    )?;
+    conn.prepare_cached("UPDATE outbox SET parts_sent = ?2 WHERE id = ?1")?
+        .execute(params![id, i64::try_from(parts_sent).unwrap_or(i64::MAX)])?;
     Ok(())
 }
 
@@ -221,10 +221,11 @@ fn record_parts(conn: &Connection, id: i64, parts_sent: usize) -> rusqlite::Resu
 /// deliveries are returned, to be given up as uncertain (a chat message is never sent twice).
 fn abandon_in_flight(conn: &Connection, lane: Lane) -> rusqlite::Result<Vec<Row>> {
     if lane == Lane::Relays {
-        conn.execute(
-            "UPDATE outbox SET status = 'pending' WHERE status = 'sending' AND kind LIKE 'forward-%'",
-            [],
-        )?;
+        conn.prepare_cached(
+            "UPDATE outbox SET status = 'pending'
+             WHERE status = 'sending' AND kind LIKE 'forward-%'",
+        )?
+        .execute([])?;
         return Ok(Vec::new());
     }
     let mut stmt = conn.prepare(
@@ -239,19 +240,20 @@ fn abandon_in_flight(conn: &Connection, lane: Lane) -> rusqlite::Result<Vec<Row>
 /// back to pending with its attempts reset, and a forward-failed run back to `forwarding`.
 /// Whether there was something to retry.
 pub fn retry_run(conn: &Connection, run_id: &str) -> rusqlite::Result<bool> {
-    let retried = conn.execute(
-        "UPDATE outbox SET status = 'pending', attempts = 0, last_error = NULL, next_at_ms = ?2
-         WHERE run_id = ?1 AND status IN ('failed', 'uncertain')",
-        params![run_id, now_ms()],
-    )?;
+    let retried = conn
+        .prepare_cached(
+            "UPDATE outbox SET status = 'pending', attempts = 0, last_error = NULL, next_at_ms = ?2
+             WHERE run_id = ?1 AND status IN ('failed', 'uncertain')",
+        )?
+        .execute(params![run_id, now_ms()])?;
     if retried == 0 {
         return Ok(false);
     }
-    conn.execute(
+    conn.prepare_cached(
         "UPDATE runs SET status = 'forwarding', error = NULL
          WHERE run_id = ?1 AND status = 'forward_failed'",
-        params![run_id],
-    )?;
+    )?
+    .execute(params![run_id])?;
     Ok(true)
 }
 

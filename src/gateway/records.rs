@@ -235,11 +235,12 @@ impl SummaryEvent {
     /// Inserts the event unless this run already has one: a resumed run or a retried delivery
     /// never adds a second summary.
     pub fn insert(&self, conn: &Connection) -> rusqlite::Result<bool> {
-        let inserted = conn.execute(
-            "INSERT OR IGNORE INTO events (agent, kind, text, trusted, source, at, run_id)
-             VALUES (?1, 'summary', ?2, 0, 'hook:run', ?3, ?4)",
-            params![self.agent, self.text, self.at, self.run_id],
-        )?;
+        let inserted = conn
+            .prepare_cached(
+                "INSERT OR IGNORE INTO events (agent, kind, text, trusted, source, at, run_id)
+                 VALUES (?1, 'summary', ?2, 0, 'hook:run', ?3, ?4)",
+            )?
+            .execute(params![self.agent, self.text, self.at, self.run_id])?;
         Ok(inserted == 1)
     }
 }

@@ -13,10 +13,10 @@ use crate::config::runtime::Route;
 
 /// Runs left `running` by a process that died go back to `queued` (at-least-once).
 pub fn resume_interrupted(conn: &Connection) -> rusqlite::Result<usize> {
-    conn.execute(
+    conn.prepare_cached(
         "UPDATE runs SET status = 'queued', started_at = NULL WHERE status = 'running'",
-        [],
-    )
+    )?
+    .execute([])
 }
 
 /// Queued runs the runner may start, oldest first, at most `limit`: the oldest queued run of
@@ -101,10 +101,12 @@ pub fn claim(
     run_id: &str,
     started_at: &str,
 ) -> rusqlite::Result<Option<NewRun>> {
-    let changed = conn.execute(
-        "UPDATE runs SET status = 'running', started_at = ?2 WHERE run_id = ?1 AND status = 'queued'",
-        params![run_id, started_at],
-    )?;
+    let changed = conn
+        .prepare_cached(
+            "UPDATE runs SET status = 'running', started_at = ?2
+             WHERE run_id = ?1 AND status = 'queued'",
+        )?
+        .execute(params![run_id, started_at])?;
     if changed == 0 {
         return Ok(None);
     }
@@ -113,12 +115,9 @@ pub fn claim(
 
 /// A run's status, if the run is known.
 pub fn status(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunStatus>> {
-    conn.query_row(
-        "SELECT status FROM runs WHERE run_id = ?1",
-        params![run_id],
-        |row| row.get(0),
-    )
-    .optional()
+    conn.prepare_cached("SELECT status FROM runs WHERE run_id = ?1")?
+        .query_row(params![run_id], |row| row.get(0))
+        .optional()
 }
 
 /// Records a run's outcome with its delivery record and summary event (the caller adds the
@@ -130,21 +129,21 @@ pub fn finish(
     delivery: &DeliveryRecord,
     summary: Option<&SummaryEvent>,
 ) -> rusqlite::Result<()> {
-    conn.execute(
+    conn.prepare_cached(
         "UPDATE runs SET status = ?2, reply = ?3, summary = ?4, error = ?5, finished_at = ?6,
              delivery = ?7, answered_by = ?8
          WHERE run_id = ?1",
-        params![
-            run_id,
-            outcome.status,
-            outcome.reply,
-            outcome.summary,
-            outcome.error,
-            outcome.finished_at,
-            delivery_json(delivery),
-            outcome.model,
-        ],
-    )?;
+    )?
+    .execute(params![
+        run_id,
+        outcome.status,
+        outcome.reply,
+        outcome.summary,
+        outcome.error,
+        outcome.finished_at,
+        delivery_json(delivery),
+        outcome.model,
+    ])?;
     if let Some(summary) = summary {
         summary.insert(conn)?;
     }
@@ -162,10 +161,8 @@ pub fn set_delivery(
     run_id: &str,
     delivery: &DeliveryRecord,
 ) -> rusqlite::Result<()> {
-    conn.execute(
-        "UPDATE runs SET delivery = ?2 WHERE run_id = ?1",
-        params![run_id, delivery_json(delivery)],
-    )?;
+    conn.prepare_cached("UPDATE runs SET delivery = ?2 WHERE run_id = ?1")?
+        .execute(params![run_id, delivery_json(delivery)])?;
     Ok(())
 }
 
@@ -177,26 +174,23 @@ pub fn set_forwarded(
     upstream: Option<&str>,
     error: Option<&str>,
 ) -> rusqlite::Result<()> {
-    conn.execute(
+    conn.prepare_cached(
         "UPDATE runs SET status = ?2, upstream_run_id = ?3, error = ?4 WHERE run_id = ?1",
-        params![run_id, status, upstream, error],
-    )?;
+    )?
+    .execute(params![run_id, status, upstream, error])?;
     Ok(())
 }
 
 /// The main session's route as its owner set it (`PUT /api/sessions/main/route`).
 pub fn owner_route(conn: &Connection, agent: &str) -> rusqlite::Result<Option<Route>> {
-    conn.query_row(
-        "SELECT channel, to_addr FROM routes WHERE agent = ?1",
-        params![agent],
-        |row| {
+    conn.prepare_cached("SELECT channel, to_addr FROM routes WHERE agent = ?1")?
+        .query_row(params![agent], |row| {
             Ok(Route {
                 channel: row.get(0)?,
                 to: row.get(1)?,
             })
-        },
-    )
-    .optional()
+        })
+        .optional()
 }
 
 /// Sets the main session's route; `None` clears it (`channels.defaultRoute` applies again).
@@ -207,12 +201,16 @@ pub fn set_owner_route(
     at: &str,
 ) -> rusqlite::Result<()> {
     match route {
-        Some(route) => conn.execute(
-            "INSERT INTO routes (agent, channel, to_addr, at) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (agent) DO UPDATE SET channel = excluded.channel, to_addr = excluded.to_addr, at = excluded.at",
-            params![agent, route.channel, route.to, at],
-        )?,
-        None => conn.execute("DELETE FROM routes WHERE agent = ?1", params![agent])?,
+        Some(route) => conn
+            .prepare_cached(
+                "INSERT INTO routes (agent, channel, to_addr, at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (agent) DO UPDATE
+                   SET channel = excluded.channel, to_addr = excluded.to_addr, at = excluded.at",
+            )?
+            .execute(params![agent, route.channel, route.to, at])?,
+        None => conn
+            .prepare_cached("DELETE FROM routes WHERE agent = ?1")?
+            .execute(params![agent])?,
     };
     Ok(())
 }
@@ -289,9 +287,9 @@ pub fn history(conn: &Connection, run: &NewRun) -> rusqlite::Result<Vec<Exchange
 }
 
 pub fn consume_events(conn: &Connection, agent: &str, up_to_seq: i64) -> rusqlite::Result<()> {
-    conn.execute(
+    conn.prepare_cached(
         "UPDATE events SET consumed = 1 WHERE agent = ?1 AND seq <= ?2 AND consumed = 0",
-        params![agent, up_to_seq],
-    )?;
+    )?
+    .execute(params![agent, up_to_seq])?;
     Ok(())
 }

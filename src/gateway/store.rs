@@ -261,12 +261,12 @@ impl Store {
             let by_status = stmt
                 .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
                 .collect::<rusqlite::Result<Vec<(RunStatus, i64)>>>()?;
-            let waiting: i64 = conn.query_row(
-                "SELECT (SELECT COUNT(*) FROM runs WHERE status = 'queued')
-                      + (SELECT COUNT(*) FROM outbox WHERE status = 'pending')",
-                [],
-                |row| row.get(0),
-            )?;
+            let waiting: i64 = conn
+                .prepare_cached(
+                    "SELECT (SELECT COUNT(*) FROM runs WHERE status = 'queued')
+                   + (SELECT COUNT(*) FROM outbox WHERE status = 'pending')",
+                )?
+                .query_row([], |row| row.get(0))?;
             Ok((by_status, waiting))
         })
         .await
@@ -505,14 +505,13 @@ pub(super) fn queue_run(
                 return Ok(RunQueued::Replayed { run_id });
             }
         }
-        conn.execute(
-            "INSERT OR REPLACE INTO idempotency (fingerprint, run_id, first_at_ms) VALUES (?1, ?2, ?3)",
-            params![claim.fingerprint, run.run_id, claim.now_ms],
-        )?;
-        conn.execute(
-            "DELETE FROM idempotency WHERE first_at_ms < ?1",
-            params![claim.now_ms.saturating_sub(window_ms)],
-        )?;
+        conn.prepare_cached(
+            "INSERT OR REPLACE INTO idempotency (fingerprint, run_id, first_at_ms)
+             VALUES (?1, ?2, ?3)",
+        )?
+        .execute(params![claim.fingerprint, run.run_id, claim.now_ms])?;
+        conn.prepare_cached("DELETE FROM idempotency WHERE first_at_ms < ?1")?
+            .execute(params![claim.now_ms.saturating_sub(window_ms)])?;
     }
     run.insert(conn)?;
     Ok(RunQueued::New {
