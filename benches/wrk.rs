@@ -3,9 +3,10 @@
 //!
 //! Every case gets `WRK_WARMUP` seconds of load first (default 3, not measured) and then
 //! `WRK_SECONDS` (default 10); each line gives requests/s, p50, p99 (wrk's latency distribution),
-//! the ratio to the baseline, the p99 over the baseline's, answers that were not 2xx, and the
-//! ratio the targets name (docs/performance.md). `WRK_CASE=github` runs the cases whose name
-//! contains that text. wrk is installed with apt-get when missing and the user may.
+//! the ratio to the baseline, the p99 over the baseline's, answers that were not 2xx, the
+//! server's CPU time per request, and the ratio the targets name (docs/performance.md).
+//! `WRK_CASE=github` runs the cases whose name contains that text; `WRK_CASE=axum,wake` those
+//! that contain either. wrk is installed with apt-get when missing and the user may.
 //!
 //! Run: `cargo bench --bench wrk`.
 
@@ -267,6 +268,8 @@ struct Measured {
     p99: Duration,
     /// Answers that were not 2xx or 3xx, and socket errors.
     failed: u64,
+    /// Requests answered in the measured run.
+    requests: u64,
 }
 
 /// Drives `url` with `case`'s request from `connections` connections for `seconds`.
@@ -316,7 +319,29 @@ fn parse(text: &str) -> Measured {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
             + errors,
+        requests: text
+            .lines()
+            .find_map(|l| l.trim().split_once(" requests in"))
+            .and_then(|(n, _)| n.parse().ok())
+            .unwrap_or(0),
     }
+}
+
+/// CPU time the process `pid` has used so far (user + system), from `/proc/<pid>/stat`.
+///
+/// Requests per second on a shared two-core machine move with its neighbours; the server's CPU
+/// time per request moves much less, so each case reports both.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces, inside parentheses); utime and stime
+    // are the 14th and 15th of the line, in ticks of 1/100 s (USER_HZ on Linux).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    let ticks: u64 = fields
+        .get(11..13)
+        .map_or(0, |f| f.iter().filter_map(|t| t.parse::<u64>().ok()).sum());
+    Duration::from_millis(ticks * 10)
 }
 
 /// `276.00us`, `1.23ms`, `2.00s`.
@@ -405,7 +430,10 @@ fn main() {
     let only = std::env::var("WRK_CASE").ok();
     let cases: Vec<Case> = cases()
         .into_iter()
-        .filter(|c| only.as_deref().is_none_or(|o| c.name.contains(o)))
+        .filter(|c| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|part| c.name.contains(part)))
+        })
         .collect();
     let wasm = build_transforms();
     let js = build_js();
@@ -421,16 +449,17 @@ fn main() {
         machine()
     );
     println!(
-        "{:<28} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6}  target",
-        "case", "conns", "req/s", "p50", "p99", "/axum", "p99/ax", "failed"
+        "{:<28} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>7}  target",
+        "case", "conns", "req/s", "p50", "p99", "/axum", "p99/ax", "failed", "cpu/req"
     );
     let mut results: Vec<(&str, usize, Measured)> = Vec::new();
     for connections in CONNECTIONS {
         for case in &cases {
-            let url = match case.server {
-                Server::Baseline => &baseline,
-                Server::Hookgate => &plain_url,
-                Server::SlowProvider => &slow_url,
+            let (url, pid) = match case.server {
+                // The baseline runs in this process (so does the slow provider, idle then).
+                Server::Baseline => (&baseline, std::process::id()),
+                Server::Hookgate => (&plain_url, plain.id()),
+                Server::SlowProvider => (&slow_url, slow.id()),
             };
             if case.server == Server::Hookgate {
                 // The runs an earlier case queued are run in the background; a case measured
@@ -440,7 +469,10 @@ fn main() {
             if warmup > 0 {
                 drive(url, case, connections, warmup);
             }
+            let cpu_before = cpu_time(pid);
             let measured = drive(url, case, connections, seconds);
+            let cpu_per_request =
+                (cpu_time(pid) - cpu_before).as_secs_f64() * 1e6 / measured.requests.max(1) as f64;
             let base = results
                 .iter()
                 .find(|(n, c, _)| *n == "axum baseline" && *c == connections)
@@ -463,7 +495,7 @@ fn main() {
                 })
                 .unwrap_or_default();
             println!(
-                "{:<28} {connections:>5} {:>9.0} {:>9.1?} {:>9.1?} {per_base:>6.2} {p99_per_base:>6.1} {:>6}  {target}",
+                "{:<28} {connections:>5} {:>9.0} {:>9.1?} {:>9.1?} {per_base:>6.2} {p99_per_base:>6.1} {:>6} {cpu_per_request:>5.0}µs  {target}",
                 case.name, measured.rate, measured.p50, measured.p99, measured.failed
             );
             results.push((case.name, connections, measured));
