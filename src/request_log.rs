@@ -45,9 +45,9 @@ const QUEUE: usize = 16_384;
 const QUEUE_BYTES: usize = 64 * 1024 * 1024;
 /// Records one store operation takes, at most.
 const BATCH: usize = 1024;
-/// How long the first record of a batch waits for others: the log commits at most once per this
-/// long however many requests come (a commit per request or two under load was most of the
-/// writer thread's time). Nothing waits for it but a [`RequestLog::flush`], which goes at once.
+/// How long a batch that is not full waits for more records: under load the log then commits
+/// about once per this long (a commit per record or two was most of its writer thread's time).
+/// A full batch is written at once, and so is a batch that a [`RequestLog::flush`] waits for.
 const GATHER: Duration = Duration::from_millis(20);
 /// Clients whose counted refusals are remembered for their next record.
 const REMEMBERED_CLIENTS: usize = 4096;
@@ -251,17 +251,24 @@ async fn write_loop(
     let mut batch = Vec::with_capacity(BATCH);
     let mut flushes = Vec::new();
     while let Some(first) = entries.recv().await {
-        if matches!(first, Entry::Record(_)) {
-            tokio::time::sleep(GATHER).await;
-        }
+        let gathered_by = tokio::time::Instant::now() + GATHER;
         let mut next = Some(first);
-        while let Some(entry) = next.take() {
-            match entry {
-                Entry::Record(entry) => batch.push(*entry),
-                Entry::Flush(done) => flushes.push(done),
+        loop {
+            while let Some(entry) = next.take() {
+                match entry {
+                    Entry::Record(entry) => batch.push(*entry),
+                    Entry::Flush(done) => flushes.push(done),
+                }
+                if batch.len() < BATCH {
+                    next = entries.try_recv().ok();
+                }
             }
-            if batch.len() < BATCH {
-                next = entries.try_recv().ok();
+            if batch.len() >= BATCH || !flushes.is_empty() {
+                break;
+            }
+            match tokio::time::timeout_at(gathered_by, entries.recv()).await {
+                Ok(Some(entry)) => next = Some(entry),
+                Ok(None) | Err(_) => break,
             }
         }
         if !batch.is_empty() {
