@@ -438,18 +438,13 @@ fn in_savepoint<T>(
     work: impl FnOnce(&Connection) -> rusqlite::Result<T>,
 ) -> Result<T, StoreError> {
     control(conn, Control::Savepoint)?;
-    match work(conn) {
-        Ok(value) => {
-            control(conn, Control::Release)?;
-            Ok(value)
-        }
-        Err(err) => {
-            // When SQLite has already rolled the whole transaction back this fails too, and
-            // the batch's commit reports it.
-            let _ = control(conn, Control::Undo).and_then(|()| control(conn, Control::Release));
-            Err(err.into())
-        }
+    let result = work(conn).and_then(|value| control(conn, Control::Release).map(|()| value));
+    if result.is_err() {
+        // When SQLite has already rolled the whole transaction back this fails too, and the
+        // batch's commit reports it.
+        let _ = control(conn, Control::Undo).and_then(|()| control(conn, Control::Release));
     }
+    Ok(result?)
 }
 
 /// The statements that open, mark and close the writer's transactions.
@@ -690,7 +685,33 @@ mod tests {
                 Ok(())
             })
         };
-        let (a, b, c) = tokio::join!(insert("a", false), insert("b", true), insert("c", false));
+        // Hold the writer in a write of its own while the three are queued, so that they are
+        // taken together, as one batch, when it lets go.
+        let (entered, writer_held) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let gate = tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .write(move |_| {
+                        let _ = entered.send(());
+                        let _ = released.recv();
+                        Ok(())
+                    })
+                    .await
+            }
+        });
+        tokio::task::spawn_blocking(move || writer_held.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let (a, b, c, ()) = tokio::join!(
+            insert("a", false),
+            insert("b", true),
+            insert("c", false),
+            async { release.send(()).unwrap() }
+        );
+        gate.await.unwrap().unwrap();
         assert!(a.is_ok() && b.is_err() && c.is_ok());
         let texts = store
             .read(|conn| {
