@@ -6,6 +6,10 @@
 //! the arenas' free space grows for minutes after the live heap has stopped growing: a soak of
 //! mixed traffic showed RSS creeping up by ~1 MiB a minute while heaptrack showed a flat heap and
 //! nothing leaked. `malloc_trim` releases the free pages inside every arena.
+//!
+//! Rust's own allocations have since moved to mimalloc (the binary's global allocator,
+//! docs/performance.md#allocation), which returns freed pages by itself; glibc's malloc still
+//! serves the C libraries (SQLite's page cache and statements), so the trimming stays.
 
 use std::time::Duration;
 
