@@ -2,11 +2,12 @@
 //! batches, behind the answer, never before it.
 //!
 //! A handler hands its finished record to [`RequestLog::record`], which only queues it; one
-//! task takes everything queued, applies the captures (redaction may parse and re-encode a whole
-//! body: off the request, on a blocking thread) and writes the batch as one operation into the
-//! log's own database (`requests.db`, its own writer thread, commits not synced to disk). The
-//! answer therefore waits for nothing of the log, intake's commits neither queue behind its
-//! inserts nor grow with them, and a thousand requests cost one savepoint, not a thousand. What that costs: a crash can lose the records of
+//! task takes everything queued (letting a short batch gather for up to [`GATHER`]), applies the
+//! captures (redaction may parse and re-encode a whole body: off the request, on a blocking
+//! thread) and writes the batch as one operation into the log's own database (`requests.db`,
+//! its own writer thread, commits not synced to disk). The answer therefore waits for nothing of
+//! the log, intake's commits neither queue behind its inserts nor grow with them, and a thousand
+//! requests cost one savepoint, not a thousand. What that costs: a crash can lose the records of
 //! the last moments (never the events and runs, which are committed before their answer). The
 //! queue is bounded by records ([`QUEUE`]) and by captured bytes ([`QUEUE_BYTES`]): past the
 //! first a record is dropped, past the second its capture is (both counted in
