@@ -1,0 +1,161 @@
+//! The WIT request as the adapter receives it, and the adapter's result as a WIT outcome.
+//!
+//! Both sides follow the shapes jco gives JavaScript, which the adapter (`transforms/js-sdk/
+//! adapter.js`) is written against: records as objects with camel-case fields, `option` as the
+//! value or `undefined`, `list<u8>` as a `Uint8Array`, `list<tuple<..>>` as arrays of pairs,
+//! variants and results as `{ tag, val }`, enums as their kebab-case names. The adapter builds the
+//! result with exactly the WIT types, so a mismatch here is a bug of the adapter: it is reported
+//! as an error, never guessed around.
+
+use rquickjs::{Array, Ctx, Exception, FromJs, Object, TypedArray};
+
+use crate::hookgate::transform::types::{
+    Action, ActionKind, KeySource, Outcome, Overrides, Reply, Request, WakeMode,
+};
+
+/// `req` as the object `handler.transform` takes.
+pub fn request<'js>(ctx: &Ctx<'js>, req: Request) -> rquickjs::Result<Object<'js>> {
+    let object = Object::new(ctx.clone())?;
+    object.set("name", req.name)?;
+    object.set("url", req.url)?;
+    object.set("headers", pairs(ctx, req.headers)?)?;
+    object.set("query", pairs(ctx, req.query)?)?;
+    object.set("body", TypedArray::<u8>::new(ctx.clone(), req.body)?)?;
+    object.set("mappingId", req.mapping_id)?;
+    object.set("config", req.config)?;
+    object.set("exportName", req.export_name)?;
+    Ok(object)
+}
+
+fn pairs<'js>(ctx: &Ctx<'js>, list: Vec<(String, String)>) -> rquickjs::Result<Array<'js>> {
+    let array = Array::new(ctx.clone())?;
+    for (i, (name, value)) in list.into_iter().enumerate() {
+        let pair = Array::new(ctx.clone())?;
+        pair.set(0, name)?;
+        pair.set(1, value)?;
+        array.set(i, pair)?;
+    }
+    Ok(array)
+}
+
+/// What `handler.transform` resolved to: `{ tag: 'ok', val: outcome }` or `{ tag: 'err', val:
+/// message }`.
+pub fn result(result: &Object<'_>) -> rquickjs::Result<Result<Outcome, String>> {
+    match tag(result)?.as_str() {
+        "ok" => outcome(&result.get("val")?).map(Ok),
+        "err" => Ok(Err(result.get("val")?)),
+        other => Err(unexpected(result.ctx(), "result", other)),
+    }
+}
+
+fn outcome(value: &Object<'_>) -> rquickjs::Result<Outcome> {
+    Ok(match tag(value)?.as_str() {
+        "keep" => Outcome::Keep,
+        "skip" => Outcome::Skip,
+        "run" => Outcome::Run(action(&value.get("val")?)?),
+        "respond" => Outcome::Respond(reply(&value.get("val")?)?),
+        "merge" => Outcome::Merge(overrides(&value.get("val")?)?),
+        other => return Err(unexpected(value.ctx(), "outcome", other)),
+    })
+}
+
+fn action(value: &Object<'_>) -> rquickjs::Result<Action> {
+    let fields: Object = value.get("val")?;
+    Ok(match tag(value)?.as_str() {
+        "wake" => Action::Wake(crate::hookgate::transform::types::Wake {
+            text: fields.get("text")?,
+            mode: wake_mode(&fields, "mode")?,
+        }),
+        "agent" => Action::Agent(crate::hookgate::transform::types::Agent {
+            message: fields.get("message")?,
+            name: fields.get("name")?,
+            agent_id: fields.get("agentId")?,
+            session_key: fields.get("sessionKey")?,
+            wake_mode: wake_mode(&fields, "wakeMode")?,
+            deliver: fields.get("deliver")?,
+            channel: fields.get("channel")?,
+            to: fields.get("to")?,
+            model: fields.get("model")?,
+            thinking: fields.get("thinking")?,
+            timeout_seconds: fields.get("timeoutSeconds")?,
+        }),
+        other => return Err(unexpected(value.ctx(), "action", other)),
+    })
+}
+
+fn reply(value: &Object<'_>) -> rquickjs::Result<Reply> {
+    let body: TypedArray<u8> = value.get("body")?;
+    // SAFETY-adjacent: `as_bytes` is unsafe because JavaScript could detach or resize the buffer
+    // while the slice lives; nothing runs JavaScript before the copy below ends.
+    let body = unsafe { body.as_bytes() }
+        .ok_or_else(|| Exception::throw_type(value.ctx(), "reply body buffer is detached"))?
+        .to_vec();
+    Ok(Reply {
+        status: value.get("status")?,
+        content_type: value.get("contentType")?,
+        body,
+    })
+}
+
+fn overrides(value: &Object<'_>) -> rquickjs::Result<Overrides> {
+    Ok(Overrides {
+        kind: enum_field(value, "kind", |name| match name {
+            "wake" => Some(ActionKind::Wake),
+            "agent" => Some(ActionKind::Agent),
+            _ => None,
+        })?,
+        text: value.get("text")?,
+        mode: wake_mode(value, "mode")?,
+        message: value.get("message")?,
+        wake_mode: wake_mode(value, "wakeMode")?,
+        name: value.get("name")?,
+        agent_id: value.get("agentId")?,
+        session_key: value.get("sessionKey")?,
+        session_key_source: enum_field(value, "sessionKeySource", |name| match name {
+            "fixed" => Some(KeySource::Fixed),
+            "external" => Some(KeySource::External),
+            _ => None,
+        })?,
+        session_mode: value.get("sessionMode")?,
+        deliver: value.get("deliver")?,
+        allow_unsafe_external_content: value.get("allowUnsafeExternalContent")?,
+        channel: value.get("channel")?,
+        to: value.get("to")?,
+        model: value.get("model")?,
+        thinking: value.get("thinking")?,
+        timeout_seconds: value.get("timeoutSeconds")?,
+    })
+}
+
+fn wake_mode(object: &Object<'_>, field: &str) -> rquickjs::Result<Option<WakeMode>> {
+    enum_field(object, field, |name| match name {
+        "now" => Some(WakeMode::Now),
+        "next-heartbeat" => Some(WakeMode::NextHeartbeat),
+        _ => None,
+    })
+}
+
+/// An optional enum field, by its WIT case name.
+fn enum_field<T>(
+    object: &Object<'_>,
+    field: &str,
+    case: impl Fn(&str) -> Option<T>,
+) -> rquickjs::Result<Option<T>> {
+    let Some(name) = object.get::<_, Option<String>>(field)? else {
+        return Ok(None);
+    };
+    case(&name)
+        .map(Some)
+        .ok_or_else(|| unexpected(object.ctx(), field, &name))
+}
+
+fn tag(object: &Object<'_>) -> rquickjs::Result<String> {
+    String::from_js(object.ctx(), object.get("tag")?)
+}
+
+fn unexpected(ctx: &Ctx<'_>, what: &str, name: &str) -> rquickjs::Error {
+    Exception::throw_type(
+        ctx,
+        &format!("the adapter returned an unknown {what} `{name}`"),
+    )
+}

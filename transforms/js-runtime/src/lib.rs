@@ -1,0 +1,147 @@
+//! hookgate's JavaScript runtime: QuickJS behind the WIT world `transform`
+//! (`wit/transform.wit`, hookgate:transform@0.2.0).
+//!
+//! This is a core module, not yet a component. The SDK's build (`transforms/js-sdk/build.mjs`)
+//! runs it under wizer, which calls [`initialize`] with the user's bundle on stdin: the engine
+//! starts, the prelude installs the web globals, and the bundle (the SDK's adapter with the user's
+//! module) is evaluated. Wizer then writes the initialised memory out as the module's data, so an
+//! instance starts with the module already loaded: a fresh instance costs a copy-on-write mapping
+//! of about a megabyte, not an engine start (docs/transforms.md#javascript-transforms).
+//!
+//! Everything that must differ between instances (random numbers) is drawn at call time, never
+//! during initialisation, whose state every instance shares.
+
+use std::cell::{Cell, RefCell};
+use std::io::Read;
+
+use rquickjs::{Context, Ctx, Function, Object, Persistent, Promise, Runtime};
+
+mod convert;
+mod globals;
+
+wit_bindgen::generate!({ path: "../../wit", world: "transform" });
+
+use exports::hookgate::transform::handler::{Guest, Outcome, Request};
+
+/// The engine with the bundle loaded: created once, by [`initialize`], and part of the snapshot.
+struct Loaded {
+    /// Kept alive for `context`, which needs it.
+    _runtime: Runtime,
+    context: Context,
+    /// The adapter's `handler.transform`.
+    transform: Persistent<Function<'static>>,
+}
+
+thread_local! {
+    // A wasm32-wasip1 instance has one thread: these are the instance's globals.
+    static LOADED: RefCell<Option<Loaded>> = const { RefCell::new(None) };
+    /// True while wizer runs [`initialize`]: hookgate's imports cannot be called then.
+    static INITIALISING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the module is being initialised (by wizer), when only WASI may be called.
+fn initialising() -> bool {
+    INITIALISING.with(Cell::get)
+}
+
+/// Loads the bundle read from stdin. Called once, by wizer, at build time; a failure (a syntax
+/// error, a top-level `throw`, a bundle without `handler.transform`) is printed and ends the
+/// build.
+#[unsafe(export_name = "wizer.initialize")]
+pub extern "C" fn initialize() {
+    INITIALISING.with(|i| i.set(true));
+    match load() {
+        Ok(loaded) => LOADED.with(|slot| *slot.borrow_mut() = Some(loaded)),
+        Err(message) => {
+            eprintln!("{message}");
+            std::process::exit(1);
+        }
+    }
+    INITIALISING.with(|i| i.set(false));
+}
+
+fn load() -> Result<Loaded, String> {
+    let mut bundle = String::new();
+    std::io::stdin()
+        .read_to_string(&mut bundle)
+        .map_err(|err| format!("cannot read the bundle from stdin: {err}"))?;
+    let runtime = Runtime::new().map_err(|err| format!("cannot start QuickJS: {err}"))?;
+    let context = Context::full(&runtime).map_err(|err| format!("cannot start QuickJS: {err}"))?;
+    let transform = context.with(|ctx| -> Result<_, String> {
+        globals::install(&ctx).map_err(|err| thrown(&ctx, err))?;
+        let (module, evaluated) = rquickjs::Module::declare(ctx.clone(), "transform.js", bundle)
+            .and_then(|module| module.eval())
+            .map_err(|err| thrown(&ctx, err))?;
+        evaluated.finish::<()>().map_err(|err| thrown(&ctx, err))?;
+        let handler: Object = module
+            .namespace()
+            .and_then(|ns| ns.get("handler"))
+            .map_err(|_| "the bundle exports no `handler` (build it with the SDK)".to_string())?;
+        let transform: Function = handler
+            .get("transform")
+            .map_err(|_| "the bundle's `handler` has no `transform` function".to_string())?;
+        Ok(Persistent::save(&ctx, transform))
+    })?;
+    Ok(Loaded {
+        _runtime: runtime,
+        context,
+        transform,
+    })
+}
+
+/// The text of an error from QuickJS: for a JavaScript exception, its message and stack.
+fn thrown(ctx: &Ctx<'_>, err: rquickjs::Error) -> String {
+    if !err.is_exception() {
+        return err.to_string();
+    }
+    let value = ctx.catch();
+    if let Some(exception) = value.as_exception() {
+        let message = exception.message().unwrap_or_default();
+        match exception.stack() {
+            Some(stack) if !stack.is_empty() => format!("{message}\n{stack}"),
+            _ => message,
+        }
+    } else {
+        value
+            .as_string()
+            .and_then(|s| s.to_string().ok())
+            .unwrap_or_else(|| "a JavaScript value was thrown".into())
+    }
+}
+
+struct Transform;
+
+impl Guest for Transform {
+    /// Calls the adapter's `handler.transform`, which never throws: a JavaScript error here is
+    /// the runtime's own (the adapter returns the user's errors as `err`).
+    fn transform(req: Request) -> Result<Outcome, String> {
+        LOADED.with(|slot| {
+            let slot = slot.borrow();
+            let loaded = slot
+                .as_ref()
+                .ok_or("the JavaScript runtime was not initialised with a bundle")?;
+            loaded.context.with(|ctx| {
+                let transform = loaded
+                    .transform
+                    .clone()
+                    .restore(&ctx)
+                    .map_err(|err| thrown(&ctx, err))?;
+                let req = convert::request(&ctx, req).map_err(|err| thrown(&ctx, err))?;
+                let pending: Promise = transform.call((req,)).map_err(|err| thrown(&ctx, err))?;
+                // Runs the job queue until the promise settles: a transform has no timers or
+                // I/O to wait for, so a promise still pending with no jobs left never settles.
+                let result: Object = match pending.finish() {
+                    Err(rquickjs::Error::WouldBlock) => {
+                        return Err("the transform's promise never settles (no timers or I/O \
+                                    exist to settle it)"
+                            .into());
+                    }
+                    other => other.map_err(|err| thrown(&ctx, err))?,
+                };
+                convert::result(&result).map_err(|err| thrown(&ctx, err))?
+            })
+        })
+    }
+}
+
+export!(Transform);
