@@ -27,6 +27,8 @@ const TS_MODULE: &str = include_str!("scaffold/js/transform.ts.tmpl");
 const JS_TEST: &str = include_str!("scaffold/js/test.mjs.tmpl");
 const SDK_ADAPTER: &str = include_str!("../transforms/js-sdk/adapter.js");
 const SDK_BUILD: &str = include_str!("../transforms/js-sdk/build.mjs");
+/// The QuickJS runtime the build loads a module into (built from `transforms/js-runtime`).
+const SDK_RUNTIME: &[u8] = include_bytes!("../transforms/js-sdk/hookgate-js-runtime.wasm");
 const SDK_README: &str = include_str!("../transforms/js-sdk/README.md");
 const SDK_PACKAGE: &str = include_str!("../transforms/js-sdk/package.json");
 const SDK_LOCK: &str = include_str!("../transforms/js-sdk/package-lock.json");
@@ -109,39 +111,47 @@ fn write_project(dir: &Path, name: &str, lang: Lang) -> std::io::Result<()> {
             .replace("{{mapped_module}}", &mapped_module)
             .replace("{{run_module}}", &mapped_module)
     };
-    let mut files: Vec<(PathBuf, String)> = vec![
-        ("wit/transform.wit".into(), WIT.to_string()),
-        ("payloads/sample.json".into(), SAMPLE.to_string()),
-        ("README.md".into(), fill(README, "")),
+    let mut files: Vec<(PathBuf, Vec<u8>)> = vec![
+        ("wit/transform.wit".into(), WIT.into()),
+        ("payloads/sample.json".into(), SAMPLE.into()),
+        ("README.md".into(), fill(README, "").into()),
     ];
     match lang {
         Lang::Rust => {
-            files.push(("Cargo.toml".into(), fill(RUST_MANIFEST, "")));
-            files.push(("src/lib.rs".into(), fill(RUST_LIB, "")));
-            files.push((".gitignore".into(), format!("/target\n/{name}.wasm\n")));
+            files.push(("Cargo.toml".into(), fill(RUST_MANIFEST, "").into()));
+            files.push(("src/lib.rs".into(), fill(RUST_LIB, "").into()));
+            files.push((
+                ".gitignore".into(),
+                format!("/target\n/{name}.wasm\n").into(),
+            ));
         }
         Lang::Js | Lang::Ts => {
             let (template, module) = match lang {
                 Lang::Ts => (TS_MODULE, format!("src/{name}.ts")),
                 _ => (JS_MODULE, format!("src/{name}.mjs")),
             };
-            files.push((module.clone().into(), fill(template, "")));
-            files.push((format!("{name}.test.mjs").into(), fill(JS_TEST, &module)));
-            files.push(("package.json".into(), package_json(name, &module)));
-            files.push(("package-lock.json".into(), package_lock(name)));
-            files.push(("sdk/adapter.js".into(), SDK_ADAPTER.to_string()));
-            files.push(("sdk/build.mjs".into(), SDK_BUILD.to_string()));
+            files.push((module.clone().into(), fill(template, "").into()));
+            files.push((
+                format!("{name}.test.mjs").into(),
+                fill(JS_TEST, &module).into(),
+            ));
+            files.push(("package.json".into(), package_json(name, &module).into()));
+            files.push(("package-lock.json".into(), package_lock(name).into()));
+            files.push(("sdk/adapter.js".into(), SDK_ADAPTER.into()));
+            files.push(("sdk/build.mjs".into(), SDK_BUILD.into()));
+            files.push(("sdk/hookgate-js-runtime.wasm".into(), SDK_RUNTIME.into()));
             files.push((
                 "sdk/README.md".into(),
                 format!(
                     "<!-- The SDK's README, as in hookgate's repository (transforms/js-sdk): its \
                      commands and links are that repository's; here the project's package.json \
                      runs the build. -->\n\n{SDK_README}"
-                ),
+                )
+                .into(),
             ));
             files.push((
                 ".gitignore".into(),
-                format!("/node_modules\n/{name}.wasm\n"),
+                format!("/node_modules\n/{name}.wasm\n").into(),
             ));
         }
     }
@@ -165,13 +175,12 @@ fn package_json(name: &str, module: &str) -> String {
         "private": true,
         "type": "module",
         "scripts": {
-            "build": format!("node sdk/build.mjs {module} -o {name}.wasm --wit wit"),
+            "build": format!("node sdk/build.mjs {module} -o {name}.wasm"),
             "test": "node --test",
         },
         "hookgate": { "module": module },
         "engines": sdk["engines"],
         "dependencies": sdk["dependencies"],
-        "overrides": sdk["overrides"],
     });
     pretty(&package)
 }

@@ -1,6 +1,7 @@
 // The glue between a hookgate transform written in JavaScript and hookgate's WIT world
 // `transform` (wit/transform.wit, hookgate:transform@0.2.0). build.mjs bundles this file with the
-// user's module (imported as 'user-module') and ComponentizeJS turns the bundle into a component.
+// user's module (imported as 'user-module') and loads the bundle into hookgate's QuickJS runtime
+// (../js-runtime), which calls `handler.transform` for each request.
 //
 // It runs the module as the OpenClaw gateway runs a hook transform: the export the mapping names
 // (`transform.export`), else the default export, else `transform`, is called as
@@ -10,22 +11,17 @@
 //   an object -> its fields over the mapping's (`kind` may switch wake <-> agent)
 //   { kind: 'respond', status, contentType, body } -> this response (hookgate's own)
 // Field values OpenClaw would not use (a number as `message`, `deliver: 'no'`) are ignored as it
-// ignores them, and each is logged. Nothing here may throw out of `transform`: ComponentizeJS
-// traps on an uncaught exception or a value that does not fit the WIT types, and a trap tells
-// the operator far less than an error message.
+// ignores them, and each is logged. Nothing here may throw out of `transform`: what the user's
+// function throws is returned as the call's error, with its message, and the result is built
+// with exactly the WIT types, which the runtime checks (../js-runtime/src/convert.rs).
 
 import { log } from 'hookgate:transform/host@0.2.0';
 import * as userModule from 'user-module';
 
-// Replaced by build.mjs: false only with --allow-fetch, a test aid for the host's refusal.
-const stubFetch = __HOOKGATE_STUB_FETCH__;
-
-if (stubFetch) {
-  // Transforms have no network; say so instead of failing somewhere inside the engine.
-  globalThis.fetch = function fetch() {
-    throw new Error('fetch() is not available in hookgate transforms (no network)');
-  };
-}
+// Transforms have no network; say so instead of `fetch is not defined`.
+globalThis.fetch = function fetch() {
+  throw new Error('fetch() is not available in hookgate transforms (no network)');
+};
 
 const LEVELS = ['debug', 'info', 'warn', 'error'];
 const STRINGS = ['name', 'agentId', 'sessionKey', 'sessionMode', 'channel', 'to', 'model', 'thinking'];
@@ -45,7 +41,7 @@ function userFunction(exportName) {
   return fn;
 }
 
-/** The component's export: never throws, since a thrown exception would trap. */
+/** The component's export: never throws; the user's exceptions become the call's error. */
 export const handler = {
   async transform(req) {
     try {
@@ -208,7 +204,7 @@ function describe(v) {
 
 /**
  * The message of whatever was thrown: an Error's message, a string as is, else its JSON. Always
- * a string, and never throws (a Proxy or a throwing toString would otherwise trap).
+ * a string, and never throws (a Proxy or a throwing toString would otherwise escape).
  */
 function errorText(e) {
   try {

@@ -1,42 +1,43 @@
 #!/usr/bin/env node
 // Builds a hookgate transform component from a JavaScript or TypeScript module:
 // esbuild bundles adapter.js with the module (and whatever it imports from npm) into one ES
-// module, and ComponentizeJS compiles that into a component of the WIT world `transform`.
+// module; wizer loads it into hookgate's QuickJS runtime (hookgate-js-runtime.wasm, built from
+// ../js-runtime) and saves the loaded state; jco wraps that into a component of the WIT world
+// `transform`.
 // Everything runs offline. Usage: see USAGE below, or `node build.mjs --help`.
 
 import { build } from 'esbuild';
-import { componentize } from '@bytecodealliance/componentize-js';
+import { componentNew, preview1AdapterReactorPath } from '@bytecodealliance/jco';
+import wizerPath from '@bytecodealliance/wizer';
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { basename, dirname, extname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 
-const USAGE = `usage: node build.mjs <module.mjs|.js|.ts> [-o out.wasm] [--wit DIR] [--allow-fetch]
+const USAGE = `usage: node build.mjs <module.mjs|.js|.ts> [-o out.wasm]
        npm run build -- <module> -o <out.wasm>     (from transforms/js-sdk)
 
   -o FILE        the component to write (default: <module name>.wasm); written aside and
                  renamed over FILE, so building into a live transforms directory is safe
-  --wit DIR      hookgate's WIT directory (default: ${join(HERE, '..', '..', 'wit')})
-  --allow-fetch  TESTING ONLY: keep the engine's HTTP support and the real fetch(). The
-                 component then imports wasi:http, and hookgate refuses to load it; this
-                 exists only to test that refusal.
   -h, --help     this text
 
 The export a mapping names in transform.export, else the module's default export, else its
 export \`transform\`, is called as fn({ payload, headers, url, path }, ctx); see README.md.`;
 
-// When run as `npm run build` here, npm changes into this directory; paths the user typed are
-// relative to where they typed them, which npm passes on as INIT_CWD.
 const USER_CWD =
   process.env.npm_package_name === '@hookgate/transform-sdk' && process.env.INIT_CWD
     ? process.env.INIT_CWD
     : process.cwd();
 
+/** The QuickJS runtime (a core module built from transforms/js-runtime), beside this file. */
+const RUNTIME = join(HERE, 'hookgate-js-runtime.wasm');
+
 function parseArgs(argv) {
-  const opts = { entry: undefined, out: undefined, wit: join(HERE, '..', '..', 'wit'), allowFetch: false };
+  const opts = { entry: undefined, out: undefined };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     const value = () => argv[++i] ?? fail(`${arg} needs a value`);
@@ -44,15 +45,12 @@ function parseArgs(argv) {
       console.log(USAGE);
       process.exit(0);
     } else if (arg === '-o' || arg === '--out') opts.out = resolve(USER_CWD, value());
-    else if (arg === '--wit') opts.wit = resolve(USER_CWD, value());
-    else if (arg === '--allow-fetch') opts.allowFetch = true;
     else if (arg.startsWith('-')) fail(`unknown option ${arg}`);
     else if (opts.entry) fail(`one module at a time (got ${opts.entry} and ${arg})`);
     else opts.entry = resolve(USER_CWD, arg);
   }
   if (!opts.entry) fail('which module? (the first argument)');
   if (!existsSync(opts.entry)) fail(`no such module: ${opts.entry}`);
-  if (!existsSync(opts.wit)) fail(`no WIT directory at ${opts.wit} (use --wit DIR)`);
   opts.out ??= resolve(USER_CWD, basename(opts.entry, extname(opts.entry)) + '.wasm');
   return opts;
 }
@@ -76,6 +74,21 @@ async function checkExports(entry) {
   }
 }
 
+/**
+ * hookgate's own import (`log` of hookgate:transform/host), which the runtime's prelude hands to
+ * the bundle under a registered symbol: the bundle then has no imports left.
+ */
+const hostImports = {
+  name: 'hookgate-host',
+  setup(build) {
+    build.onResolve({ filter: /^hookgate:/ }, (args) => ({ path: args.path, namespace: 'hookgate' }));
+    build.onLoad({ filter: /.*/, namespace: 'hookgate' }, (args) => ({
+      contents: `export const { log } = globalThis[Symbol.for(${JSON.stringify(args.path)})];`,
+      loader: 'js',
+    }));
+  },
+};
+
 /** Options shared by both esbuild passes. TypeScript needs nothing more: esbuild strips types. */
 function esbuildCommon() {
   return {
@@ -84,35 +97,40 @@ function esbuildCommon() {
     platform: 'neutral', // no Node built-ins: the engine is not Node
     mainFields: ['module', 'main'],
     target: 'es2022',
-    external: ['hookgate:*'], // hookgate's own imports (`log`), wired by ComponentizeJS
+    plugins: [hostImports],
     logLevel: 'warning',
   };
 }
 
 /** One ES module: the adapter importing the user's module as 'user-module'. */
-async function bundle(entry, allowFetch, outfile) {
+async function bundle(entry, outfile) {
   await build({
     ...esbuildCommon(),
     entryPoints: [join(HERE, 'adapter.js')],
     outfile,
     alias: { 'user-module': entry },
-    define: { __HOOKGATE_STUB_FETCH__: String(!allowFetch) },
     // The adapter reads `default` and `transform` from the module; one of them is missing.
     logOverride: { 'import-is-undefined': 'silent' },
   });
 }
 
-async function compile(sourcePath, witPath, allowFetch) {
-  const { component } = await componentize({
-    sourcePath,
-    witPath,
-    worldName: 'transform',
-    // The default engine carries fetch() over wasi:http, which hookgate does not grant; without
-    // this the component imports wasi:http and is refused at load. (No enableAot: it would
-    // download weval at build time.)
-    disableFeatures: allowFetch ? [] : ['http', 'fetch-event'],
-  });
-  return component;
+/**
+ * The component: the runtime pre-initialised with the bundle by wizer (the bundle's top level
+ * runs now, once), then wrapped as a component with the WASI preview 1 adapter.
+ */
+async function compile(bundlePath, work) {
+  const initialised = join(work, 'initialised.wasm');
+  const wizer = spawnSync(
+    wizerPath,
+    ['--allow-wasi', '--inherit-stdio', 'true', '--wasm-bulk-memory', 'true', '-o', initialised, RUNTIME],
+    { input: await readFile(bundlePath), stdio: ['pipe', 'inherit', 'pipe'] },
+  );
+  if (wizer.error) throw new Error(`cannot run wizer: ${wizer.error.message}`);
+  if (wizer.status !== 0) {
+    throw new Error(`the module failed while loading (its top level runs at build time):\n${wizer.stderr.toString().trim()}`);
+  }
+  const adapter = await readFile(preview1AdapterReactorPath());
+  return componentNew(await readFile(initialised), [['wasi_snapshot_preview1', adapter]]);
 }
 
 /** Writes aside and renames, so that a watcher never sees half a component. */
@@ -125,20 +143,17 @@ async function writeAtomically(path, bytes) {
 
 async function main() {
   const opts = parseArgs(process.argv.slice(2));
-  if (opts.allowFetch) {
-    console.error('build.mjs: WARNING: --allow-fetch builds a component that imports wasi:http; hookgate will refuse to load it (test use only)');
-  }
   const work = await mkdtemp(join(tmpdir(), 'hookgate-js-'));
   try {
     const t0 = performance.now();
     await checkExports(opts.entry);
     const bundlePath = join(work, 'bundle.js');
-    await bundle(opts.entry, opts.allowFetch, bundlePath);
+    await bundle(opts.entry, bundlePath);
     const t1 = performance.now();
-    const component = await compile(bundlePath, opts.wit, opts.allowFetch);
+    const component = await compile(bundlePath, work);
     await writeAtomically(opts.out, component);
     const ms = (t) => `${Math.round(t)} ms`;
-    console.error(`${opts.out}: ${component.length} bytes (bundle ${ms(t1 - t0)}, componentize ${ms(performance.now() - t1)})`);
+    console.error(`${opts.out}: ${component.length} bytes (bundle ${ms(t1 - t0)}, load and wrap ${ms(performance.now() - t1)})`);
   } finally {
     await rm(work, { recursive: true, force: true });
   }

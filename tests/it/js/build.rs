@@ -1,25 +1,24 @@
 //! Builds the JavaScript and TypeScript transforms (the examples and the test fixtures) with the
 //! SDK in `transforms/js-sdk`, once per test process: `npm ci` when its packages are missing, then
 //! one `build.mjs` per module, in parallel. A component newer than its source and the SDK is
-//! reused, since each build takes ComponentizeJS ten seconds or more.
+//! reused.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::OnceLock;
 use std::time::SystemTime;
 
-/// Each module: its source under `transforms/`, its component's name, and whether it is built
-/// with `--allow-fetch` (a component that imports `wasi:http`, for the refusal test).
-const MODULES: &[(&str, &str, bool)] = &[
+/// Each module: its source under `transforms/` and its component's name.
+const MODULES: &[(&str, &str)] = &[
     (
         "js-example/github-issues-digest.mjs",
         "github-issues-digest",
-        false,
     ),
-    ("js-example/form-to-wake.ts", "form-to-wake", false),
-    ("fixtures/js/behaviours.mjs", "js-behaviours", false),
-    ("fixtures/js/partial.mjs", "partial", false),
-    ("fixtures/js/fetches.mjs", "js-fetches", true),
+    ("js-example/form-to-wake.ts", "form-to-wake"),
+    ("fixtures/js/behaviours.mjs", "js-behaviours"),
+    ("fixtures/js/partial.mjs", "partial"),
+    ("fixtures/js/fetches.mjs", "js-fetches"),
+    ("fixtures/js/globals.mjs", "js-globals"),
 ];
 
 /// The directory holding `<name>.wasm` for every module of [`MODULES`], and a copy of its source
@@ -39,23 +38,24 @@ pub fn js_transforms() -> &'static Path {
                 .args(["ci", "--no-audit", "--no-fund"])
                 .current_dir(&sdk));
         }
-        let sdk_changed = newest(&[sdk.join("build.mjs"), sdk.join("adapter.js")]);
+        let sdk_changed = newest(&[
+            sdk.join("build.mjs"),
+            sdk.join("adapter.js"),
+            sdk.join("hookgate-js-runtime.wasm"),
+        ]);
         let builds: Vec<(&str, Child)> = MODULES
             .iter()
-            .filter(|(source, name, _)| {
+            .filter(|(source, name)| {
                 let built = modified(&out.join(format!("{name}.wasm")));
                 built.is_none() || built < newest(&[root.join(source)]).max(sdk_changed)
             })
-            .map(|(source, name, allow_fetch)| {
+            .map(|(source, name)| {
                 let mut build = Command::new("node");
                 build
                     .arg(sdk.join("build.mjs"))
                     .arg(root.join(source))
                     .arg("-o")
                     .arg(out.join(format!("{name}.wasm")));
-                if *allow_fetch {
-                    build.arg("--allow-fetch");
-                }
                 (
                     *name,
                     build.spawn().expect("run node (is Node.js installed?)"),
@@ -66,7 +66,7 @@ pub fn js_transforms() -> &'static Path {
             let status = build.wait().unwrap();
             assert!(status.success(), "building the {name} transform failed");
         }
-        for (source, name, _) in MODULES {
+        for (source, name) in MODULES {
             let source = root.join(source);
             let extension = source.extension().unwrap().to_str().unwrap();
             std::fs::copy(&source, out.join(format!("{name}.{extension}"))).unwrap();

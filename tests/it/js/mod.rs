@@ -1,9 +1,10 @@
 //! Transforms written in JavaScript and TypeScript, built with `transforms/js-sdk`, through real
 //! HTTP: the existing-style contract (an override, `null`, `undefined`, a throw), the two
-//! examples, the time limit on a loop, and the refusal of a component that could fetch.
+//! examples, and the time limit on a loop; the runtime itself in `runtime`.
 
 mod build;
 mod partial;
+mod runtime;
 
 use serde_json::{Value, json};
 
@@ -191,25 +192,5 @@ async fn javascript_and_typescript_examples_serve_real_requests() {
     assert_eq!(
         texts[1], "empty form",
         "an empty form keeps the mapping's action"
-    );
-}
-
-/// A component built so that `fetch` could reach the network imports `wasi:http`; hookgate
-/// refuses it at load and names the import.
-#[test]
-fn a_component_that_could_fetch_is_refused_at_load() {
-    let mut config = base_config();
-    set(
-        &mut config,
-        "hooks.mappings",
-        json!([{"match": {"path": "f"}, "transform": {"module": "js-fetches.wasm"}}]),
-    );
-    let dir = ConfigDir::new(&config);
-    install_from(js_transforms(), &dir, &["js-fetches"]);
-    let (status, output) = check_in(&dir);
-    assert!(!status.success(), "{output}");
-    assert!(
-        output.contains("imports what transforms may not use") && output.contains("wasi:http/"),
-        "{output}"
     );
 }

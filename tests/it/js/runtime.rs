@@ -1,0 +1,180 @@
+//! hookgate's JavaScript runtime (transforms/js-runtime, docs/transforms.md#javascript-transforms):
+//! the web globals a module finds, what a fresh instance starts with, a network that is not
+//! there, and a module whose top level fails at build time.
+
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use super::{js_transforms, start};
+use crate::harness::*;
+
+/// A mapping of the globals fixture. Named as `.wasm`, it gets the defaults that suit Rust
+/// transforms (16 MiB, a fresh instance per call), in which the runtime works too; named as
+/// `.mjs`, a JavaScript module's (instances kept).
+fn globals(id: &str, module: &str, mode: &str, reuse: Option<u32>) -> Value {
+    let mut transform = json!({"module": module, "config": {"mode": mode}});
+    if let Some(calls) = reuse {
+        transform["reuse"] = json!(calls);
+    }
+    json!({"id": id, "match": {"path": id}, "transform": transform})
+}
+
+/// URL, URLSearchParams, TextEncoder/TextDecoder, atob/btoa, crypto and console behave as the
+/// web platform's, and console output reaches the server log tagged with the mapping.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_globals_work_as_on_the_web() {
+    let (server, _dir) = start(
+        json!([globals("globals", "js-globals.wasm", "globals", None)]),
+        &["js-globals"],
+    );
+    let r = server
+        .hook("/hooks/globals?q=hello%20world")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        server.wake_texts().await,
+        [[
+            "http://example.com/b?x=1&y=two+words&z=%C3%A9+%26#top",
+            "example.com",
+            "/b",
+            "two words",
+            "false",
+            "hello world",
+            "one=1&two=zwei",
+            "10",
+            "héllo ✓",
+            "\u{fffd}",
+            "aGkh",
+            "hi!",
+            "36",
+            "4",
+            "function",
+        ]
+        .join(" | ")]
+    );
+    let (_, log) = server.terminate();
+    let line = log
+        .lines()
+        .find(|l| l.contains("console.log reaches the log"))
+        .unwrap_or_else(|| panic!("console.log is not in the log:\n{log}"));
+    assert!(
+        line.contains("mapping=globals") && line.contains(r#"{"from":"console"}"#),
+        "{line}"
+    );
+}
+
+/// The module's state is loaded once at build time and shared by every instance's start, but
+/// what must differ does: each fresh instance draws its own random numbers. Module-level state
+/// lives as long as the instance: one call for a `.wasm` mapping, the mapping's calls for a
+/// JavaScript module's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_instances_start_clean_and_draw_their_own_randomness() {
+    let (server, _dir) = start(
+        json!([
+            globals("random", "js-globals.mjs", "random", Some(1)),
+            globals("count-fresh", "js-globals.wasm", "count", None),
+            globals("count-kept", "js-globals.mjs", "count", None),
+        ]),
+        &["js-globals"],
+    );
+    let paths = [
+        "random",
+        "random",
+        "count-fresh",
+        "count-fresh",
+        "count-kept",
+        "count-kept",
+    ];
+    for (n, path) in paths.into_iter().enumerate() {
+        // `n` keeps equal counts apart: equal wake texts would be one pending event.
+        let r = server
+            .hook(&format!("/hooks/{path}"))
+            .json(&json!({"n": n}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+    }
+    let texts = server.wake_texts().await;
+    assert_eq!(texts.len(), 6, "{texts:?}");
+    let draws: Vec<(&str, &str)> = texts[..2]
+        .iter()
+        .map(|t| t.split_once(' ').unwrap())
+        .collect();
+    assert_ne!(
+        draws[0].0, draws[1].0,
+        "Math.random repeats across instances"
+    );
+    assert_ne!(
+        draws[0].1, draws[1].1,
+        "randomUUID repeats across instances"
+    );
+    assert_eq!(
+        texts[2..],
+        ["count 1 (2)", "count 1 (3)", "count 1 (4)", "count 2 (5)"]
+    );
+}
+
+/// `fetch()` exists only to say that there is no network; the request fails with that in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_says_there_is_no_network() {
+    let (server, _dir) = start(
+        json!([{"id": "f", "match": {"path": "f"}, "transform": {"module": "js-fetches.wasm"}}]),
+        &["js-fetches"],
+    );
+    let r = server
+        .hook("/hooks/f")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        json_of(r).await,
+        (500, json!({"ok": false, "error": "hook mapping failed"}))
+    );
+    let (_, log) = server.terminate();
+    assert!(
+        log.contains("fetch() is not available in hookgate transforms (no network)"),
+        "{log}"
+    );
+}
+
+/// A module's top level runs once, when it is built: an exception there, or a random number
+/// drawn there (which every instance would share), fails the build with the reason.
+#[test]
+fn a_module_whose_top_level_fails_does_not_build() {
+    let sdk = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("transforms/js-sdk");
+    js_transforms(); // installs the SDK's packages
+    let dir = tempfile::tempdir().unwrap();
+    for (source, reason) in [
+        (
+            "throw new Error('no config at load');\nexport default () => null;\n",
+            "no config at load",
+        ),
+        (
+            "const seed = Math.random();\nexport default () => ({ text: String(seed) });\n",
+            "random numbers are not available at the top level",
+        ),
+    ] {
+        let module = dir.path().join("top.mjs");
+        std::fs::write(&module, source).unwrap();
+        let output = Command::new("node")
+            .arg(sdk.join("build.mjs"))
+            .arg(&module)
+            .arg("-o")
+            .arg(dir.path().join("top.wasm"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("failed while loading") && stderr.contains(reason),
+            "{stderr}"
+        );
+        assert!(!dir.path().join("top.wasm").exists());
+    }
+}
