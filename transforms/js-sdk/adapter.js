@@ -18,11 +18,6 @@
 import { log } from 'hookgate:transform/host@0.2.0';
 import * as userModule from 'user-module';
 
-// Transforms have no network; say so instead of `fetch is not defined`.
-globalThis.fetch = function fetch() {
-  throw new Error('fetch() is not available in hookgate transforms (no network)');
-};
-
 const LEVELS = ['debug', 'info', 'warn', 'error'];
 const STRINGS = ['name', 'agentId', 'sessionKey', 'sessionMode', 'channel', 'to', 'model', 'thinking'];
 const BOOLEANS = ['deliver', 'allowUnsafeExternalContent'];

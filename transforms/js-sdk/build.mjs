@@ -123,12 +123,20 @@ async function compile(bundlePath, work) {
   const wizer = spawnSync(
     wizerPath,
     ['--allow-wasi', '--inherit-stdio', 'true', '--wasm-bulk-memory', 'true', '-o', initialised, RUNTIME],
-    { input: await readFile(bundlePath), stdio: ['pipe', 'inherit', 'pipe'] },
+    {
+      input: await readFile(bundlePath),
+      stdio: ['pipe', 'inherit', 'pipe'],
+      env: { ...process.env, RUST_BACKTRACE: '0' },
+    },
   );
   if (wizer.error) throw new Error(`cannot run wizer: ${wizer.error.message}`);
+  // What the module's top level printed, then (on a failure) the runtime's reason and wizer's
+  // account of the trap that ended it, which says nothing more.
+  const printed = wizer.stderr.toString().split(/^Error: the `wizer\.initialize` function trapped/m)[0];
   if (wizer.status !== 0) {
-    throw new Error(`the module failed while loading (its top level runs at build time):\n${wizer.stderr.toString().trim()}`);
+    throw new Error(`the module failed while loading (its top level runs at build time):\n${printed.trim()}`);
   }
+  process.stderr.write(printed);
   const adapter = await readFile(preview1AdapterReactorPath());
   return componentNew(await readFile(initialised), [['wasi_snapshot_preview1', adapter]]);
 }

@@ -143,13 +143,30 @@ async fn fetch_says_there_is_no_network() {
     );
 }
 
-/// A module's top level runs once, when it is built: an exception there, or a random number
-/// drawn there (which every instance would share), fails the build with the reason.
-#[test]
-fn a_module_whose_top_level_fails_does_not_build() {
+/// Builds `source` as a module with the SDK: whether it built, and what the build printed.
+fn build(source: &str) -> (bool, String) {
     let sdk = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("transforms/js-sdk");
     js_transforms(); // installs the SDK's packages
     let dir = tempfile::tempdir().unwrap();
+    let module = dir.path().join("top.mjs");
+    std::fs::write(&module, source).unwrap();
+    let output = Command::new("node")
+        .arg(sdk.join("build.mjs"))
+        .arg(&module)
+        .arg("-o")
+        .arg(dir.path().join("top.wasm"))
+        .output()
+        .unwrap();
+    let built = dir.path().join("top.wasm").exists();
+    assert_eq!(built, output.status.success());
+    (built, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// A module's top level runs once, when it is built: an exception there, a random number drawn
+/// there (which every instance would share) or a `fetch` fails the build with the reason, and
+/// what it logs is printed by the build.
+#[test]
+fn a_module_whose_top_level_fails_does_not_build() {
     for (source, reason) in [
         (
             "throw new Error('no config at load');\nexport default () => null;\n",
@@ -159,22 +176,23 @@ fn a_module_whose_top_level_fails_does_not_build() {
             "const seed = Math.random();\nexport default () => ({ text: String(seed) });\n",
             "random numbers are not available at the top level",
         ),
+        (
+            "await fetch('http://127.0.0.1:1/');\nexport default () => null;\n",
+            "fetch() is not available in hookgate transforms (no network)",
+        ),
     ] {
-        let module = dir.path().join("top.mjs");
-        std::fs::write(&module, source).unwrap();
-        let output = Command::new("node")
-            .arg(sdk.join("build.mjs"))
-            .arg(&module)
-            .arg("-o")
-            .arg(dir.path().join("top.wasm"))
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{stderr}");
+        let (built, stderr) = build(source);
+        assert!(!built, "{stderr}");
         assert!(
             stderr.contains("failed while loading") && stderr.contains(reason),
             "{stderr}"
         );
-        assert!(!dir.path().join("top.wasm").exists());
+        assert!(
+            !stderr.contains("wizer.initialize"),
+            "wizer's noise: {stderr}"
+        );
     }
+    let (built, stderr) = build("console.log('loaded at build');\nexport default () => null;\n");
+    assert!(built, "{stderr}");
+    assert!(stderr.contains("loaded at build"), "{stderr}");
 }

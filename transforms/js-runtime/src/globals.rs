@@ -1,11 +1,13 @@
-//! The globals a transform finds beyond the language itself: `console`, `TextEncoder`,
-//! `TextDecoder`, `URL`, `URLSearchParams`, `atob`, `btoa`, `crypto.getRandomValues`,
-//! `crypto.randomUUID`, `queueMicrotask`, and a `Math.random` drawn per instance. `prelude.js`
-//! defines them over the native functions here, which do what JavaScript would do slowly or
-//! wrongly (WHATWG URL parsing with the `url` crate, UTF-8, randomness from WASI).
+//! The globals a transform finds beyond what QuickJS-ng itself defines (`atob`, `btoa`,
+//! `queueMicrotask`, `performance`, ...): `console`, `TextEncoder`, `TextDecoder`, `URL`,
+//! `URLSearchParams`, `crypto.getRandomValues`, `crypto.randomUUID`, a `fetch` that says there is
+//! no network, and a `Math.random` drawn per instance. `prelude.js` defines them over the native
+//! functions here, which do what JavaScript would do slowly or wrongly (WHATWG URL parsing with
+//! the `url` crate, UTF-8, randomness from WASI).
 
 use std::cell::Cell;
 
+use rquickjs::context::EvalOptions;
 use rquickjs::{Array, Ctx, Exception, Function, Object, TypedArray, Value};
 use url::Url;
 
@@ -23,7 +25,9 @@ pub fn install(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
     native.set("formSerialize", Function::new(ctx.clone(), form_serialize)?)?;
     native.set("randomBytes", Function::new(ctx.clone(), random_bytes)?)?;
     native.set("random", Function::new(ctx.clone(), random)?)?;
-    let prelude: Function = ctx.eval(include_str!("prelude.js"))?;
+    let mut options = EvalOptions::default();
+    options.filename = Some("hookgate:prelude.js".into());
+    let prelude: Function = ctx.eval_with_options(include_str!("prelude.js"), options)?;
     prelude.call((native,))
 }
 

@@ -185,47 +185,6 @@
   define('URL', URL);
   define('URLSearchParams', URLSearchParams);
 
-  // ---- base64 (forgiving, as the HTML standard's atob and btoa) ----
-
-  const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
-  const invalidCharacter = (message) => Object.assign(new Error(message), { name: 'InvalidCharacterError' });
-
-  define('btoa', function btoa(data) {
-    const text = String(data);
-    let out = '';
-    for (let i = 0; i < text.length; i += 3) {
-      const codes = [text.charCodeAt(i), text.charCodeAt(i + 1), text.charCodeAt(i + 2)];
-      for (let j = 0; j < 3 && i + j < text.length; j++) {
-        if (codes[j] > 0xff) throw invalidCharacter('btoa: the string has characters outside Latin-1');
-      }
-      const [a, b = 0, c = 0] = codes.map((code, j) => (i + j < text.length ? code : 0));
-      out += ALPHABET[a >> 2] + ALPHABET[((a & 3) << 4) | (b >> 4)];
-      out += i + 1 < text.length ? ALPHABET[((b & 15) << 2) | (c >> 6)] : '=';
-      out += i + 2 < text.length ? ALPHABET[c & 63] : '=';
-    }
-    return out;
-  });
-
-  define('atob', function atob(data) {
-    let text = String(data).replace(/[\t\n\f\r ]/g, '');
-    if (text.length % 4 === 0) text = text.replace(/={1,2}$/, '');
-    if (text.length % 4 === 1 || /[^A-Za-z0-9+/]/.test(text)) {
-      throw invalidCharacter('atob: the string is not valid base64');
-    }
-    let out = '';
-    let bits = 0;
-    let buffer = 0;
-    for (const char of text) {
-      buffer = (buffer << 6) | ALPHABET.indexOf(char);
-      bits += 6;
-      if (bits >= 8) {
-        bits -= 8;
-        out += String.fromCharCode((buffer >> bits) & 0xff);
-      }
-    }
-    return out;
-  });
-
   // ---- randomness: drawn per instance at call time (see globals.rs) ----
 
   const crypto = {
@@ -234,7 +193,7 @@
         throw new TypeError('crypto.getRandomValues: expected an integer typed array');
       }
       if (array.byteLength > 65536) {
-        throw Object.assign(new Error('crypto.getRandomValues: at most 65536 bytes'), { name: 'QuotaExceededError' });
+        throw new DOMException('crypto.getRandomValues: at most 65536 bytes', 'QuotaExceededError');
       }
       new Uint8Array(array.buffer, array.byteOffset, array.byteLength).set(native.randomBytes(array.byteLength));
       return array;
@@ -250,8 +209,8 @@
   define('crypto', crypto);
   Math.random = native.random;
 
-  define('queueMicrotask', function queueMicrotask(callback) {
-    if (typeof callback !== 'function') throw new TypeError('queueMicrotask: expected a function');
-    Promise.resolve().then(() => callback());
+  // Transforms have no network; say so instead of `fetch is not defined`, from the top level on.
+  define('fetch', function fetch() {
+    throw new Error('fetch() is not available in hookgate transforms (no network)');
   });
 })
