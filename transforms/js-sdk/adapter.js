@@ -52,11 +52,15 @@ export const handler = {
 // ---- request -> ({ payload, headers, url, path }, ctx) ----
 
 function inputOf(req) {
+  let url;
   return {
     payload: parsePayload(req.body),
     headers: headersOf(req.headers),
-    // As OpenClaw builds it: the request target against http://localhost.
-    url: new URL(req.url, 'http://localhost'),
+    // As OpenClaw builds it: the request target against http://localhost. Built when first read,
+    // since most transforms never read it.
+    get url() {
+      return (url ??= new URL(req.url, 'http://localhost'));
+    },
     path: req.name,
   };
 }
