@@ -212,7 +212,8 @@ fn prepare_dir(provider: Option<&str>, wasm: &Path, js: &Path) -> tempfile::Temp
     dir
 }
 
-/// The JavaScript transform's component, built with the SDK unless an earlier run built it.
+/// The JavaScript transform's component, built with the SDK unless an earlier run built it from
+/// the same source with the same SDK.
 fn build_js() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = std::env::var_os("CARGO_TARGET_DIR")
@@ -221,9 +222,14 @@ fn build_js() -> PathBuf {
     std::fs::create_dir_all(&out).unwrap();
     let source = out.join("title.mjs");
     let component = out.join("title.wasm");
-    let unchanged = std::fs::read_to_string(&source).is_ok_and(|s| s == TITLE_MJS);
     let sdk = root.join("transforms/js-sdk");
-    if unchanged && component.exists() {
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let sdk_changed = ["build.mjs", "adapter.js", "hookgate-js-runtime.wasm"]
+        .iter()
+        .filter_map(|file| modified(&sdk.join(file)))
+        .max();
+    let unchanged = std::fs::read_to_string(&source).is_ok_and(|s| s == TITLE_MJS);
+    if unchanged && modified(&component).is_some_and(|built| Some(built) > sdk_changed) {
         return component;
     }
     std::fs::write(&source, TITLE_MJS).unwrap();
