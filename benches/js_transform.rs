@@ -18,7 +18,7 @@ use support::{Case, build_transforms, drive, load_seconds, start_hookgate, stop}
 const HOOK_TOKEN: &str = "bench-hook-token-0123";
 const GATEWAY_TOKEN: &str = "bench-gateway-token-0123";
 
-/// Builds the JavaScript example into `out`; returns how long ComponentizeJS took.
+/// Builds the JavaScript example into `out` with the SDK; returns how long the build took.
 fn build_js(out: &Path) -> std::time::Duration {
     let transforms = Path::new(env!("CARGO_MANIFEST_DIR")).join("transforms");
     let sdk = transforms.join("js-sdk");
@@ -48,7 +48,7 @@ fn prepare_dir(wasm_dir: &Path) -> tempfile::TempDir {
     std::fs::create_dir_all(&root).unwrap();
     std::fs::copy(wasm_dir.join("github.wasm"), root.join("github.wasm")).unwrap();
     let js_build = build_js(&root.join("issues.wasm"));
-    println!("ComponentizeJS build of the example:      {js_build:.1?}");
+    println!("SDK build of the example:                  {js_build:.1?}");
     let limits = json!({"memoryBytes": 64 * 1024 * 1024, "timeoutMs": 1000});
     let config = json!({
         "gateway": {"auth": {"token": GATEWAY_TOKEN}},

@@ -9,7 +9,7 @@ pub(super) const MEMORIES_PER_COMPONENT: u32 = 2;
 pub(super) const TABLES_PER_COMPONENT: u32 = 16;
 
 /// Bounds on one call of a transform. Defaults suit small Rust transforms; interpreted guests
-/// (JavaScript, Python) need more memory and time.
+/// (JavaScript, Python) may need more memory and time for the same work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TransformLimits {
     /// Running time from instantiation to the answer: the time the call runs, not its waits for
@@ -30,14 +30,16 @@ pub struct TransformLimits {
     pub reuse: u32,
 }
 
-/// What a JavaScript engine needs at least: it does not start in 8 MiB, and its first call takes
-/// longer than a Rust transform's whole run.
+/// What a JavaScript module gets at least. The runtime (QuickJS, loaded at build time) works in
+/// the defaults; 64 MiB is room for the JavaScript values of large payloads, and 1 s for an
+/// interpreter, which runs the same work slower than compiled Rust.
 const JAVASCRIPT_MEMORY_BYTES: usize = 64 * 1024 * 1024;
 const JAVASCRIPT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A JavaScript module's instances serve their mapping's calls until one fails or the module or
 /// the configuration changes, as the OpenClaw gateway keeps an imported module until a reload:
-/// a fresh JavaScript engine per call costs milliseconds of CPU.
+/// a fresh instance starts with the module loaded, but a request through one still costs about
+/// 0.3 ms of CPU under load, against 0.2 ms through a kept one.
 const JAVASCRIPT_REUSE: u32 = u32::MAX;
 
 impl TransformLimits {

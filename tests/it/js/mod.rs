@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use crate::harness::*;
 pub(crate) use build::js_transforms;
 
-/// What the examples' README recommends for JavaScript: its engine needs more than the 16 MiB
-/// default to be safe.
+/// What the examples' README configures for JavaScript, the limits a mapping naming the module
+/// gets: the runtime works in the 16 MiB default, and these leave room for large payloads.
 fn js_limits(timeout_ms: u64) -> Value {
     json!({"memoryBytes": 64 * 1024 * 1024, "timeoutMs": timeout_ms})
 }

@@ -12,7 +12,7 @@ use crate::harness::*;
 
 fn start() -> (Hookgate, ConfigDir) {
     let mut config = base_config();
-    // No transform.limits: a JavaScript module gets what its engine needs by default.
+    // No transform.limits: a mapping naming a JavaScript module gets 64 MiB and 1 s by default.
     set(
         &mut config,
         "hooks.mappings",
