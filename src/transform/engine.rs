@@ -26,6 +26,10 @@ const KEEP_RESIDENT: usize = 1024 * 1024;
 /// Slots whose memory is unmapped together.
 const DECOMMIT_BATCH: usize = 8;
 
+/// Set (to anything), the engine writes `/tmp/perf-<pid>.map`, where `perf` finds the names of
+/// the guests' compiled functions. Each compile appends to it, so it stays off by default.
+const PERF_MAP_VAR: &str = "HOOKGATE_PERF_MAP";
+
 /// Guest stack; deep recursion traps here instead of exhausting the host thread.
 const MAX_WASM_STACK: usize = 512 * 1024;
 
@@ -92,6 +96,10 @@ fn config(limits: &TransformLimits, pooled: bool) -> Config {
     // hookgate uses no WASIp3 concurrency; turning it off makes every call cheaper.
     config.concurrency_support(false);
     config.max_wasm_stack(MAX_WASM_STACK);
+    if std::env::var_os(PERF_MAP_VAR).is_some() {
+        // Names the guests' compiled functions for `perf report` (docs/performance.md#profiling).
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     if pooled {
         // Calls in progress (at most `max_concurrent`) and as many idle reused instances
         // (`max_idle`, the same number).
