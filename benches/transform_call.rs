@@ -10,9 +10,14 @@ use hookgate::transform::{CompileCache, TransformEngine, TransformInput, Transfo
 mod support;
 use support::{build_transforms, percentiles};
 
+/// Calls measured; `TRANSFORM_CALLS` sets another count (more, to profile the loop).
 const CALLS: usize = 5000;
 
 fn main() {
+    let calls: usize = std::env::var("TRANSFORM_CALLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(CALLS);
     let wasm = build_transforms().join("github.wasm");
     let body = std::fs::read(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/payloads/github-push.json"),
@@ -41,15 +46,15 @@ fn main() {
     for _ in 0..200 {
         call(input.clone()).unwrap();
     }
-    let mut wasm_samples = Vec::with_capacity(CALLS);
-    for _ in 0..CALLS {
+    let mut wasm_samples = Vec::with_capacity(calls);
+    for _ in 0..calls {
         let input = input.clone();
         let started = Instant::now();
         std::hint::black_box(call(input).unwrap());
         wasm_samples.push(started.elapsed());
     }
-    let mut native_samples = Vec::with_capacity(CALLS);
-    for _ in 0..CALLS {
+    let mut native_samples = Vec::with_capacity(calls);
+    for _ in 0..calls {
         let started = Instant::now();
         let payload: serde_json::Value =
             serde_json::from_slice(std::hint::black_box(&body)).unwrap();
@@ -59,7 +64,7 @@ fn main() {
     let (wasm_p50, wasm_p99) = percentiles(wasm_samples);
     let (native_p50, native_p99) = percentiles(native_samples);
     println!(
-        "github transform, {CALLS} calls, pooling allocator: {}",
+        "github transform, {calls} calls, pooling allocator: {}",
         engine.pooled
     );
     println!("{:<42} {:>12} {:>12}", "", "median", "p99");
