@@ -8,7 +8,6 @@
 
 import { build } from 'esbuild';
 import { componentNew, preview1AdapterReactorPath } from '@bytecodealliance/jco';
-import wizerPath from '@bytecodealliance/wizer';
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
@@ -35,6 +34,9 @@ const USER_CWD =
 
 /** The QuickJS runtime (a core module built from transforms/js-runtime), beside this file. */
 const RUNTIME = join(HERE, 'hookgate-js-runtime.wasm');
+
+/** How long a module's top level may run at build time: a loop there would hang the build. */
+const LOAD_TIMEOUT_MS = 60_000;
 
 function parseArgs(argv) {
   const opts = { entry: undefined, out: undefined };
@@ -119,6 +121,9 @@ async function bundle(entry, outfile) {
  * runs now, once), then wrapped as a component with the WASI preview 1 adapter.
  */
 async function compile(bundlePath, work) {
+  if (!existsSync(RUNTIME)) throw new Error(`the JavaScript runtime is missing: ${RUNTIME}`);
+  // Imported here, so that a missing package is this build's error, not a crash of the script.
+  const { default: wizerPath } = await import('@bytecodealliance/wizer');
   const initialised = join(work, 'initialised.wasm');
   const wizer = spawnSync(
     wizerPath,
@@ -127,16 +132,29 @@ async function compile(bundlePath, work) {
       input: await readFile(bundlePath),
       stdio: ['pipe', 'inherit', 'pipe'],
       env: { ...process.env, RUST_BACKTRACE: '0' },
+      timeout: LOAD_TIMEOUT_MS,
+      maxBuffer: 64 * 1024 * 1024,
     },
   );
-  if (wizer.error) throw new Error(`cannot run wizer: ${wizer.error.message}`);
-  // What the module's top level printed, then (on a failure) the runtime's reason and wizer's
-  // account of the trap that ended it, which says nothing more.
-  const printed = wizer.stderr.toString().split(/^Error: the `wizer\.initialize` function trapped/m)[0];
-  if (wizer.status !== 0) {
-    throw new Error(`the module failed while loading (its top level runs at build time):\n${printed.trim()}`);
+  if (wizer.error?.code === 'ETIMEDOUT') {
+    throw new Error(`the module's top level ran for more than ${LOAD_TIMEOUT_MS / 1000} s (it runs at build time)`);
   }
-  process.stderr.write(printed);
+  if (wizer.error) throw new Error(`cannot run wizer: ${wizer.error.message}`);
+  const stderr = wizer.stderr.toString();
+  if (wizer.status !== 0) {
+    // The runtime prints its reason and exits with 1; wizer then adds an account of that exit,
+    // which says nothing more. Any other end (a stack overflow, memory exhausted) is a trap, and
+    // wizer's account, less its backtrace of numbered functions, is the only reason there is.
+    const [printed, account = ''] = stderr.split(/^Error: the `wizer\.initialize` function trapped/m);
+    const trap = /wasm trap: (.*)/.exec(account)?.[1];
+    let reason = printed.trim();
+    if (!/Exited with i32 exit status 1\b/.test(account)) {
+      reason += `\n${trap ? `the runtime trapped: ${trap}` : account.trim().slice(0, 2000)}`;
+    }
+    throw new Error(`the module failed while loading (its top level runs at build time):\n${reason.trim()}`);
+  }
+  // What the module's top level printed.
+  process.stderr.write(stderr);
   const adapter = await readFile(preview1AdapterReactorPath());
   return componentNew(await readFile(initialised), [['wasi_snapshot_preview1', adapter]]);
 }
@@ -145,8 +163,13 @@ async function compile(bundlePath, work) {
 async function writeAtomically(path, bytes) {
   await mkdir(dirname(path), { recursive: true });
   const aside = `${path}.${process.pid}.tmp`;
-  await writeFile(aside, bytes);
-  await rename(aside, path);
+  try {
+    await writeFile(aside, bytes);
+    await rename(aside, path);
+  } catch (e) {
+    await rm(aside, { force: true });
+    throw e;
+  }
 }
 
 async function main() {
