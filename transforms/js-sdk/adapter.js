@@ -61,6 +61,9 @@ function inputOf(req) {
     get url() {
       return (url ??= new URL(req.url, 'http://localhost'));
     },
+    set url(value) {
+      url = value;
+    },
     path: req.name,
   };
 }
@@ -160,7 +163,7 @@ function replyOf(r) {
     body = new TextEncoder().encode(JSON.stringify(body));
     contentType ??= 'application/json';
   }
-  return { status, contentType, body };
+  return { status, contentType: contentType?.toWellFormed(), body };
 }
 
 // ---- field reads: a value of the wrong type is ignored, as OpenClaw ignores it, and logged ----
@@ -168,7 +171,8 @@ function replyOf(r) {
 function string(r, field) {
   const v = r[field];
   if (v == null) return undefined;
-  if (typeof v === 'string') return v;
+  // A lone surrogate (half an emoji cut by `slice`) becomes U+FFFD, as on the web.
+  if (typeof v === 'string') return v.toWellFormed();
   return ignored(field, v, 'a string');
 }
 
@@ -207,9 +211,9 @@ function describe(v) {
  */
 function errorText(e) {
   try {
-    if (e instanceof Error) return String(e.message || e.name || 'Error');
-    if (typeof e === 'string') return e;
-    return String(JSON.stringify(e) ?? e);
+    if (e instanceof Error) return String(e.message || e.name || 'Error').toWellFormed();
+    if (typeof e === 'string') return e.toWellFormed();
+    return String(JSON.stringify(e) ?? e).toWellFormed();
   } catch {
     return 'the transform threw a value that cannot be described';
   }

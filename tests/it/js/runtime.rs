@@ -48,11 +48,16 @@ async fn web_globals_work_as_on_the_web() {
             "10",
             "héllo ✓",
             "\u{fffd}",
+            "TypeError",
+            "hi",
+            "http://h/p?k=v+w&n=2",
             "aGkh",
             "hi!",
             "36",
-            "4",
+            "true",
+            "\u{fffd}cut",
             "function",
+            "true",
         ]
         .join(" | ")]
     );
@@ -65,6 +70,55 @@ async fn web_globals_work_as_on_the_web() {
         line.contains("mapping=globals") && line.contains(r#"{"from":"console"}"#),
         "{line}"
     );
+    let warned = log
+        .lines()
+        .find(|l| l.contains("console.warn warns"))
+        .unwrap_or_else(|| panic!("console.warn is not in the log:\n{log}"));
+    assert!(warned.contains("WARN"), "{warned}");
+}
+
+/// What the top level started finishes at build time; a reply can be a view into a larger
+/// buffer; a promise nothing settles and a recursion without end fail their call alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_work_replies_and_runaway_calls() {
+    let (server, _dir) = start(
+        json!([
+            globals("queued", "js-globals.wasm", "queued", None),
+            globals("respond", "js-globals.wasm", "respond", None),
+            globals("pending", "js-globals.mjs", "pending", None),
+            globals("recurse", "js-globals.mjs", "recurse", None),
+        ]),
+        &["js-globals"],
+    );
+    let post = |path: &'static str| {
+        server
+            .hook(&format!("/hooks/{path}"))
+            .json(&json!({}))
+            .send()
+    };
+    assert_eq!(post("queued").await.unwrap().status(), 200);
+    assert_eq!(server.wake_texts().await, ["settled at build time"]);
+
+    let reply = post("respond").await.unwrap();
+    assert_eq!(reply.status(), 202);
+    assert_eq!(reply.headers()["content-type"], "text/plain");
+    assert_eq!(reply.text().await.unwrap(), "accepted");
+
+    let failed = (500, json!({"ok": false, "error": "hook mapping failed"}));
+    for path in ["pending", "recurse", "recurse"] {
+        assert_eq!(json_of(post(path).await.unwrap()).await, failed, "{path}");
+    }
+    assert_eq!(
+        post("queued").await.unwrap().status(),
+        200,
+        "the server serves on"
+    );
+    let (_, log) = server.terminate();
+    assert!(
+        log.contains("the transform's promise never settles"),
+        "{log}"
+    );
+    assert!(log.contains("mapping=recurse"), "{log}");
 }
 
 /// The module's state is loaded once at build time and shared by every instance's start, but
@@ -177,8 +231,16 @@ fn a_module_whose_top_level_fails_does_not_build() {
             "random numbers are not available at the top level",
         ),
         (
+            "const id = crypto.randomUUID();\nexport default () => ({ text: id });\n",
+            "random numbers are not available at the top level",
+        ),
+        (
             "await fetch('http://127.0.0.1:1/');\nexport default () => null;\n",
             "fetch() is not available in hookgate transforms (no network)",
+        ),
+        (
+            "const down = (n) => down(n + 1) + 1;\ndown(0);\nexport default () => null;\n",
+            "the runtime trapped: call stack exhausted",
         ),
     ] {
         let (built, stderr) = build(source);

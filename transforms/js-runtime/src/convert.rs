@@ -85,8 +85,8 @@ fn action(value: &Object<'_>) -> rquickjs::Result<Action> {
 
 fn reply(value: &Object<'_>) -> rquickjs::Result<Reply> {
     let body: TypedArray<u8> = value.get("body")?;
-    // SAFETY-adjacent: `as_bytes` is unsafe because JavaScript could detach or resize the buffer
-    // while the slice lives; nothing runs JavaScript before the copy below ends.
+    // SAFETY: `as_bytes` is unsafe because JavaScript could detach or resize the buffer while
+    // the slice lives; no JavaScript runs before the copy below ends.
     let body = unsafe { body.as_bytes() }
         .ok_or_else(|| Exception::throw_type(value.ctx(), "reply body buffer is detached"))?
         .to_vec();

@@ -6,6 +6,7 @@
 //! the `url` crate, UTF-8, randomness from WASI).
 
 use std::cell::Cell;
+use std::time::Instant;
 
 use rquickjs::context::EvalOptions;
 use rquickjs::{Array, Ctx, Exception, Function, Object, TypedArray, Value};
@@ -25,6 +26,7 @@ pub fn install(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
     native.set("formSerialize", Function::new(ctx.clone(), form_serialize)?)?;
     native.set("randomBytes", Function::new(ctx.clone(), random_bytes)?)?;
     native.set("random", Function::new(ctx.clone(), random)?)?;
+    native.set("now", Function::new(ctx.clone(), now)?)?;
     let mut options = EvalOptions::default();
     options.filename = Some("hookgate:prelude.js".into());
     let prelude: Function = ctx.eval_with_options(include_str!("prelude.js"), options)?;
@@ -58,8 +60,10 @@ fn utf8_decode(
     fatal: bool,
     ignore_bom: bool,
 ) -> rquickjs::Result<String> {
-    // SAFETY-adjacent: the slice is read before any JavaScript runs again.
-    let bytes = unsafe { bytes.as_bytes() }.unwrap_or(&[]);
+    // SAFETY: `as_bytes` is unsafe because JavaScript could detach or resize the buffer while
+    // the slice lives; no JavaScript runs before the slice is copied into the string below.
+    let bytes = unsafe { bytes.as_bytes() }
+        .ok_or_else(|| Exception::throw_type(&ctx, "TextDecoder.decode: the buffer is detached"))?;
     let bytes = match bytes {
         [0xEF, 0xBB, 0xBF, rest @ ..] if !ignore_bom => rest,
         _ => bytes,
@@ -196,6 +200,23 @@ fn fill(ctx: &Ctx<'_>, bytes: &mut [u8]) -> rquickjs::Result<()> {
 thread_local! {
     /// `Math.random`'s xoroshiro128+ state, seeded from WASI at the first call of an instance.
     static RANDOM: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
+    /// `performance.now`'s origin: the instance's first reading.
+    static ORIGIN: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Forgets what initialisation drew, so that every instance starts from nothing.
+pub fn forget_instance_state() {
+    RANDOM.with(|state| state.set(None));
+    ORIGIN.with(|origin| origin.set(None));
+}
+
+/// `performance.now`: milliseconds since the instance's first reading, from the host's monotonic
+/// clock (which hookgate gives in whole milliseconds).
+fn now() -> f64 {
+    let reading = Instant::now();
+    let origin = ORIGIN.with(|origin| *origin.get().get_or_insert(reading));
+    ORIGIN.with(|cell| cell.set(Some(origin)));
+    reading.duration_since(origin).as_secs_f64() * 1000.0
 }
 
 /// `Math.random`: QuickJS seeds its own from the clock when the engine starts, which is at build

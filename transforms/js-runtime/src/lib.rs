@@ -8,8 +8,11 @@
 //! instance starts with the module already loaded: a fresh instance costs a copy-on-write mapping
 //! of about a megabyte, not an engine start (docs/transforms.md#javascript-transforms).
 //!
-//! Everything that must differ between instances (random numbers) is drawn at call time, never
-//! during initialisation, whose state every instance shares.
+//! Every instance starts from the state initialisation left, so what must differ between
+//! instances (`Math.random`, `crypto`, `performance.now`'s origin) is drawn at call time and
+//! refused or forgotten during initialisation. What QuickJS and Rust seed once while starting
+//! (the atom hash seed, the keys of rquickjs's internal type map) is shared by a build's
+//! instances; neither is an input a transform can observe or an attacker can exploit.
 
 use std::cell::{Cell, RefCell};
 use std::io::Read;
@@ -47,6 +50,8 @@ fn initialising() -> bool {
 /// Loads the bundle read from stdin. Called once, by wizer, at build time; a failure (a syntax
 /// error, a top-level `throw`, a bundle without `handler.transform`) is printed and ends the
 /// build.
+// SAFETY: `export_name` is unsafe because a symbol name can clash with another definition;
+// `wizer.initialize` is the one name wizer calls, and nothing else in the module defines it.
 #[unsafe(export_name = "wizer.initialize")]
 pub extern "C" fn initialize() {
     INITIALISING.with(|i| i.set(true));
@@ -57,6 +62,7 @@ pub extern "C" fn initialize() {
             std::process::exit(1);
         }
     }
+    globals::forget_instance_state();
     INITIALISING.with(|i| i.set(false));
 }
 
@@ -72,7 +78,10 @@ fn load() -> Result<Loaded, String> {
         let (module, evaluated) = rquickjs::Module::declare(ctx.clone(), "transform.js", bundle)
             .and_then(|module| module.eval())
             .map_err(|err| thrown(&ctx, err))?;
-        evaluated.finish::<()>().map_err(|err| thrown(&ctx, err))?;
+        settle::<()>(&ctx, &evaluated)?;
+        // What the top level queued (a `.then`, the rest of an async function it started) runs
+        // now too, or every instance's first call would run it after the transform.
+        while ctx.execute_pending_job() {}
         let handler: Object = module
             .namespace()
             .and_then(|ns| ns.get("handler"))
@@ -89,6 +98,20 @@ fn load() -> Result<Loaded, String> {
     })
 }
 
+/// Runs the job queue until `promise` settles: a transform has no timers or I/O to wait for, so
+/// a promise still pending with no jobs left never settles.
+fn settle<'js, T: rquickjs::FromJs<'js>>(
+    ctx: &Ctx<'js>,
+    promise: &Promise<'js>,
+) -> Result<T, String> {
+    match promise.finish() {
+        Err(rquickjs::Error::WouldBlock) => Err(
+            "the transform's promise never settles (no timers or I/O exist to settle it)".into(),
+        ),
+        other => other.map_err(|err| thrown(ctx, err)),
+    }
+}
+
 /// The text of an error from QuickJS: for a JavaScript exception, its message and stack.
 fn thrown(ctx: &Ctx<'_>, err: rquickjs::Error) -> String {
     if !err.is_exception() {
@@ -102,10 +125,17 @@ fn thrown(ctx: &Ctx<'_>, err: rquickjs::Error) -> String {
             _ => message,
         }
     } else {
+        // A thrown string as is, any other value as JSON (`throw { code: 7 }`), else its kind.
         value
             .as_string()
             .and_then(|s| s.to_string().ok())
-            .unwrap_or_else(|| "a JavaScript value was thrown".into())
+            .or_else(|| {
+                ctx.json_stringify(value.clone())
+                    .ok()
+                    .flatten()
+                    .and_then(|json| json.to_string().ok())
+            })
+            .unwrap_or_else(|| format!("a JavaScript {} was thrown", value.type_name()))
     }
 }
 
@@ -128,16 +158,7 @@ impl Guest for Transform {
                     .map_err(|err| thrown(&ctx, err))?;
                 let req = convert::request(&ctx, req).map_err(|err| thrown(&ctx, err))?;
                 let pending: Promise = transform.call((req,)).map_err(|err| thrown(&ctx, err))?;
-                // Runs the job queue until the promise settles: a transform has no timers or
-                // I/O to wait for, so a promise still pending with no jobs left never settles.
-                let result: Object = match pending.finish() {
-                    Err(rquickjs::Error::WouldBlock) => {
-                        return Err("the transform's promise never settles (no timers or I/O \
-                                    exist to settle it)"
-                            .into());
-                    }
-                    other => other.map_err(|err| thrown(&ctx, err))?,
-                };
+                let result: Object = settle(&ctx, &pending)?;
                 convert::result(&result).map_err(|err| thrown(&ctx, err))?
             })
         })

@@ -7,10 +7,16 @@
   const define = (name, value) =>
     Object.defineProperty(globalThis, name, { value, writable: true, configurable: true, enumerable: false });
 
+  // Rust takes strings as UTF-8, which a lone surrogate (half an emoji cut by `slice`) is not: such
+  // a string would fail the call where the web shows U+FFFD, so every string that leaves for Rust
+  // goes through here.
+  const text = (value) => String(value).toWellFormed();
+  const log = (level, message) => native.log(level, text(message));
+
   // hookgate's import, for the bundle's `import { log } from 'hookgate:transform/host@0.2.0'`
   // (build.mjs resolves it to this).
   Object.defineProperty(globalThis, Symbol.for('hookgate:transform/host@0.2.0'), {
-    value: Object.freeze({ log: native.log }),
+    value: Object.freeze({ log }),
   });
 
   // ---- console: one line per call, to the server log ----
@@ -29,16 +35,28 @@
   }
   const line = (args) => args.map(inspect).join(' ');
   const console = {};
-  for (const [method, level] of [['debug', 'debug'], ['log', 'info'], ['info', 'info'], ['warn', 'warn'], ['error', 'error'], ['trace', 'debug']]) {
-    console[method] = (...args) => native.log(level, line(args));
+  for (const [method, level] of [
+    ['debug', 'debug'], ['log', 'info'], ['info', 'info'], ['warn', 'warn'], ['error', 'error'],
+    ['trace', 'debug'], ['dir', 'info'], ['table', 'info'],
+  ]) {
+    console[method] = (...args) => log(level, line(args));
   }
+  console.assert = (condition, ...args) => {
+    if (!condition) log('error', line(['Assertion failed', ...args]));
+  };
+  const counts = new Map();
+  console.count = (label = 'default') => {
+    counts.set(String(label), (counts.get(String(label)) ?? 0) + 1);
+    log('info', `${label}: ${counts.get(String(label))}`);
+  };
+  console.countReset = (label = 'default') => counts.delete(String(label));
   define('console', console);
 
   // ---- TextEncoder, TextDecoder (UTF-8, the only encoding of the standard's encoder) ----
 
   class TextEncoder {
     get encoding() { return 'utf-8'; }
-    encode(input = '') { return native.utf8Encode(String(input)); }
+    encode(input = '') { return native.utf8Encode(text(input)); }
   }
 
   const UTF8_LABELS = ['utf-8', 'utf8', 'unicode-1-1-utf-8'];
@@ -54,7 +72,8 @@
     get encoding() { return 'utf-8'; }
     get fatal() { return this.#fatal; }
     get ignoreBOM() { return this.#ignoreBOM; }
-    decode(input) {
+    decode(input, options = {}) {
+      if (options?.stream) throw new TypeError('TextDecoder.decode: streaming is not supported; decode the whole input at once');
       let bytes;
       if (input === undefined) bytes = new Uint8Array(0);
       else if (input instanceof ArrayBuffer) bytes = new Uint8Array(input);
@@ -79,14 +98,14 @@
           for (const pair of init) {
             const entry = [...pair];
             if (entry.length !== 2) throw new TypeError('URLSearchParams: each pair must have two items');
-            this.#list.push([String(entry[0]), String(entry[1])]);
+            this.#list.push([text(entry[0]), text(entry[1])]);
           }
         } else {
-          for (const name of Object.keys(init)) this.#list.push([name, String(init[name])]);
+          for (const name of Object.keys(init)) this.#list.push([text(name), text(init[name])]);
         }
       } else {
-        const text = String(init);
-        this.#list = native.formParse(text.startsWith('?') ? text.slice(1) : text);
+        const query = text(init);
+        this.#list = native.formParse(query.startsWith('?') ? query.slice(1) : query);
       }
     }
     [LINK](url, search) {
@@ -97,20 +116,20 @@
       if (this.#url) this.#url[LINK](this.toString());
     }
     get size() { return this.#list.length; }
-    append(name, value) { this.#list.push([String(name), String(value)]); this.#changed(); }
+    append(name, value) { this.#list.push([text(name), text(value)]); this.#changed(); }
     delete(name, value) {
-      name = String(name);
-      this.#list = this.#list.filter(([n, v]) => n !== name || (value !== undefined && v !== String(value)));
+      name = text(name);
+      this.#list = this.#list.filter(([n, v]) => n !== name || (value !== undefined && v !== text(value)));
       this.#changed();
     }
-    get(name) { name = String(name); const entry = this.#list.find(([n]) => n === name); return entry ? entry[1] : null; }
-    getAll(name) { name = String(name); return this.#list.filter(([n]) => n === name).map(([, v]) => v); }
-    has(name, value) { name = String(name); return this.#list.some(([n, v]) => n === name && (value === undefined || v === String(value))); }
+    get(name) { name = text(name); const entry = this.#list.find(([n]) => n === name); return entry ? entry[1] : null; }
+    getAll(name) { name = text(name); return this.#list.filter(([n]) => n === name).map(([, v]) => v); }
+    has(name, value) { name = text(name); return this.#list.some(([n, v]) => n === name && (value === undefined || v === text(value))); }
     set(name, value) {
-      name = String(name);
+      name = text(name);
       const at = this.#list.findIndex(([n]) => n === name);
-      if (at < 0) this.#list.push([name, String(value)]);
-      else this.#list = this.#list.filter(([n], i) => n !== name || i === at).map((e, i) => (i === at ? [name, String(value)] : e));
+      if (at < 0) this.#list.push([text(name), text(value)]);
+      else this.#list = this.#list.filter(([n], i) => n !== name || i === at).map((e, i) => (i === at ? [text(name), text(value)] : e));
       this.#changed();
     }
     sort() { this.#list.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)); this.#changed(); }
@@ -126,7 +145,7 @@
   const SEARCH = 8;
   const ORIGIN = 10;
 
-  const parse = (url, base) => native.urlParse(String(url), base === undefined ? undefined : String(base));
+  const parse = (url, base) => native.urlParse(text(url), base === undefined ? undefined : text(base));
 
   class URL {
     #parts;
@@ -160,7 +179,7 @@
       if (parts === undefined) throw new TypeError(`Invalid URL: ${String(value)}`);
       this.#set(parts);
     }
-    #update(field, value) { this.#set(native.urlSet(this.#parts[0], field, String(value))); }
+    #update(field, value) { this.#set(native.urlSet(this.#parts[0], field, text(value))); }
     get protocol() { return this.#parts[1]; }
     set protocol(value) { this.#update('protocol', value); }
     get username() { return this.#parts[2]; }
@@ -187,10 +206,14 @@
 
   // ---- randomness: drawn per instance at call time (see globals.rs) ----
 
+  const INTEGER_ARRAYS = [
+    Int8Array, Uint8Array, Uint8ClampedArray, Int16Array, Uint16Array, Int32Array, Uint32Array,
+    BigInt64Array, BigUint64Array,
+  ];
   const crypto = {
     getRandomValues(array) {
-      if (!ArrayBuffer.isView(array) || array instanceof Float32Array || array instanceof Float64Array || array instanceof DataView) {
-        throw new TypeError('crypto.getRandomValues: expected an integer typed array');
+      if (!INTEGER_ARRAYS.some((type) => array instanceof type)) {
+        throw new DOMException('crypto.getRandomValues: expected an integer typed array', 'TypeMismatchError');
       }
       if (array.byteLength > 65536) {
         throw new DOMException('crypto.getRandomValues: at most 65536 bytes', 'QuotaExceededError');
@@ -208,9 +231,13 @@
   };
   define('crypto', crypto);
   Math.random = native.random;
+  // QuickJS's own `performance` counts from when the engine started, at build time, on another
+  // clock: this one counts from the instance's first reading.
+  define('performance', Object.freeze({ now: native.now }));
 
   // Transforms have no network; say so instead of `fetch is not defined`, from the top level on.
-  define('fetch', function fetch() {
-    throw new Error('fetch() is not available in hookgate transforms (no network)');
+  // As on the web, a failure of fetch is a rejected promise.
+  define('fetch', async function fetch() {
+    throw new TypeError('fetch() is not available in hookgate transforms (no network)');
   });
 })
