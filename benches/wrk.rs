@@ -224,10 +224,15 @@ fn build_js() -> PathBuf {
     let component = out.join("title.wasm");
     let sdk = root.join("transforms/js-sdk");
     let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    let sdk_changed = ["build.mjs", "adapter.js", "hookgate-js-runtime.wasm"]
-        .iter()
-        .filter_map(|file| modified(&sdk.join(file)))
-        .max();
+    let sdk_changed = [
+        "build.mjs",
+        "adapter.js",
+        "hookgate-js-runtime.wasm",
+        "package-lock.json",
+    ]
+    .iter()
+    .filter_map(|file| modified(&sdk.join(file)))
+    .max();
     let unchanged = std::fs::read_to_string(&source).is_ok_and(|s| s == TITLE_MJS);
     if unchanged && modified(&component).is_some_and(|built| Some(built) > sdk_changed) {
         return component;

@@ -42,6 +42,7 @@ pub fn js_transforms() -> &'static Path {
             sdk.join("build.mjs"),
             sdk.join("adapter.js"),
             sdk.join("hookgate-js-runtime.wasm"),
+            sdk.join("package-lock.json"),
         ]);
         let builds: Vec<(&str, Child)> = MODULES
             .iter()
