@@ -146,7 +146,7 @@ struct LimitArgs {
 }
 
 impl LimitArgs {
-    /// The defaults of a mapping naming `module` (a JavaScript module gets its engine's), with
+    /// The defaults of a mapping naming `module` (a JavaScript module's are larger), with
     /// these options over them.
     fn limits(&self, javascript: bool) -> TransformLimits {
         let mut limits = TransformLimits::default();
@@ -450,7 +450,7 @@ fn run_transform(module: &std::path::Path, input: TransformInput, args: &LimitAr
 
 /// The compile cache of `transform run`: the user's cache directory (`$XDG_CACHE_HOME`, else
 /// `~/.cache`) under `hookgate/transform-cache`, so that trying a JavaScript transform again
-/// does not compile its engine again. Without a home, nothing is cached.
+/// does not compile it again. Without a home, nothing is cached.
 fn user_compile_cache() -> CompileCache {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)

@@ -91,7 +91,7 @@ fn lang_name(lang: Lang) -> &'static str {
 fn write_project(dir: &Path, name: &str, lang: Lang) -> std::io::Result<()> {
     let mapped_module = match lang {
         Lang::Rust => format!("{name}.wasm"),
-        // Named by its source, the component gets a JavaScript engine's limits.
+        // Named by its source, the component gets a JavaScript module's limits.
         Lang::Js => format!("{name}.mjs"),
         Lang::Ts => format!("{name}.ts"),
     };
@@ -343,7 +343,7 @@ fn build_javascript(dir: &Path) -> Result<(PathBuf, Option<&'static str>), Strin
     Ok((dir.join(format!("{name}.wasm")), Some(extension)))
 }
 
-/// Loads the component as `serve` would (with a JavaScript engine's limits for JavaScript) and
+/// Loads the component as `serve` would (with a JavaScript module's limits for JavaScript) and
 /// names the contract it was built against.
 fn check_loads(wasm: &Path, javascript: Option<&str>) -> Result<String, String> {
     let mut limits = TransformLimits::default();
