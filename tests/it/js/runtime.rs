@@ -78,7 +78,8 @@ async fn web_globals_work_as_on_the_web() {
 }
 
 /// What the top level started finishes at build time; a reply can be a view into a larger
-/// buffer; a promise nothing settles and a recursion without end fail their call alone.
+/// buffer; a promise nothing settles and a recursion without end fail their call alone; a
+/// rejection nothing handles is logged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_work_replies_and_runaway_calls() {
     let (server, _dir) = start(
@@ -87,6 +88,7 @@ async fn async_work_replies_and_runaway_calls() {
             globals("respond", "js-globals.wasm", "respond", None),
             globals("pending", "js-globals.mjs", "pending", None),
             globals("recurse", "js-globals.mjs", "recurse", None),
+            globals("floating", "js-globals.wasm", "floating", None),
         ]),
         &["js-globals"],
     );
@@ -113,12 +115,21 @@ async fn async_work_replies_and_runaway_calls() {
         200,
         "the server serves on"
     );
+    assert_eq!(post("floating").await.unwrap().status(), 200);
     let (_, log) = server.terminate();
     assert!(
         log.contains("the transform's promise never settles"),
         "{log}"
     );
     assert!(log.contains("mapping=recurse"), "{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("nothing handled it: nobody caught this"))
+        .unwrap_or_else(|| panic!("the rejection is not logged:\n{log}"));
+    assert!(
+        line.contains("WARN") && line.contains("mapping=floating"),
+        "{line}"
+    );
 }
 
 /// The module's state is loaded once at build time and shared by every instance's start, but
@@ -216,9 +227,9 @@ fn build(source: &str) -> (bool, String) {
     (built, String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
-/// A module's top level runs once, when it is built: an exception there, a random number drawn
-/// there (which every instance would share) or a `fetch` fails the build with the reason, and
-/// what it logs is printed by the build.
+/// A module's top level runs once, when it is built: an exception there (also in async work it
+/// started), a random number drawn there (which every instance would share) or a `fetch` fails
+/// the build with the reason, and what it logs is printed by the build.
 #[test]
 fn a_module_whose_top_level_fails_does_not_build() {
     for (source, reason) in [
@@ -237,6 +248,10 @@ fn a_module_whose_top_level_fails_does_not_build() {
         (
             "await fetch('http://127.0.0.1:1/');\nexport default () => null;\n",
             "fetch() is not available in hookgate transforms (no network)",
+        ),
+        (
+            "(async () => { throw new Error('late failure'); })();\nexport default () => null;\n",
+            "rejected and nothing handled it: late failure",
         ),
         (
             "const down = (n) => down(n + 1) + 1;\ndown(0);\nexport default () => null;\n",

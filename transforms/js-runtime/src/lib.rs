@@ -17,14 +17,16 @@
 use std::cell::{Cell, RefCell};
 use std::io::Read;
 
-use rquickjs::{Context, Ctx, Function, Object, Persistent, Promise, Runtime};
+use rquickjs::{Context, Ctx, Function, Object, Persistent, Promise, Runtime, Value};
 
 mod convert;
 mod globals;
+mod rejections;
 
 wit_bindgen::generate!({ path: "../../wit", world: "transform" });
 
 use exports::hookgate::transform::handler::{Guest, Outcome, Request};
+use hookgate::transform::types::Level;
 
 /// The engine with the bundle loaded: created once, by [`initialize`], and part of the snapshot.
 struct Loaded {
@@ -73,6 +75,7 @@ fn load() -> Result<Loaded, String> {
         .map_err(|err| format!("cannot read the bundle from stdin: {err}"))?;
     let runtime = Runtime::new().map_err(|err| format!("cannot start QuickJS: {err}"))?;
     let context = Context::full(&runtime).map_err(|err| format!("cannot start QuickJS: {err}"))?;
+    rejections::track(&runtime);
     let transform = context.with(|ctx| -> Result<_, String> {
         globals::install(&ctx).map_err(|err| thrown(&ctx, err))?;
         let (module, evaluated) = rquickjs::Module::declare(ctx.clone(), "transform.js", bundle)
@@ -82,6 +85,11 @@ fn load() -> Result<Loaded, String> {
         // What the top level queued (a `.then`, the rest of an async function it started) runs
         // now too, or every instance's first call would run it after the transform.
         while ctx.execute_pending_job() {}
+        if let Some(reason) = rejections::take().into_iter().next() {
+            return Err(format!(
+                "a promise the top level started was rejected and nothing handled it: {reason}"
+            ));
+        }
         let handler: Object = module
             .namespace()
             .and_then(|ns| ns.get("handler"))
@@ -117,26 +125,29 @@ fn thrown(ctx: &Ctx<'_>, err: rquickjs::Error) -> String {
     if !err.is_exception() {
         return err.to_string();
     }
-    let value = ctx.catch();
+    describe(ctx, ctx.catch())
+}
+
+/// What was thrown or a promise rejected with: an Error's message and stack, a string as is, any
+/// other value as JSON (`throw { code: 7 }`), else its kind.
+fn describe<'js>(ctx: &Ctx<'js>, value: Value<'js>) -> String {
     if let Some(exception) = value.as_exception() {
         let message = exception.message().unwrap_or_default();
-        match exception.stack() {
+        return match exception.stack() {
             Some(stack) if !stack.is_empty() => format!("{message}\n{stack}"),
             _ => message,
-        }
-    } else {
-        // A thrown string as is, any other value as JSON (`throw { code: 7 }`), else its kind.
-        value
-            .as_string()
-            .and_then(|s| s.to_string().ok())
-            .or_else(|| {
-                ctx.json_stringify(value.clone())
-                    .ok()
-                    .flatten()
-                    .and_then(|json| json.to_string().ok())
-            })
-            .unwrap_or_else(|| format!("a JavaScript {} was thrown", value.type_name()))
+        };
     }
+    value
+        .as_string()
+        .and_then(|s| s.to_string().ok())
+        .or_else(|| {
+            ctx.json_stringify(value.clone())
+                .ok()
+                .flatten()
+                .and_then(|json| json.to_string().ok())
+        })
+        .unwrap_or_else(|| format!("a JavaScript {} was thrown", value.type_name()))
 }
 
 struct Transform;
@@ -159,6 +170,12 @@ impl Guest for Transform {
                 let req = convert::request(&ctx, req).map_err(|err| thrown(&ctx, err))?;
                 let pending: Promise = transform.call((req,)).map_err(|err| thrown(&ctx, err))?;
                 let result: Object = settle(&ctx, &pending)?;
+                for reason in rejections::take() {
+                    hookgate::transform::host::log(
+                        Level::Warn,
+                        &format!("a promise was rejected and nothing handled it: {reason}"),
+                    );
+                }
                 convert::result(&result).map_err(|err| thrown(&ctx, err))?
             })
         })
