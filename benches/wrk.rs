@@ -5,6 +5,8 @@
 //! `WRK_SECONDS` (default 10); each line gives requests/s, p50, p99 (wrk's latency distribution),
 //! the ratio to the baseline, the p99 over the baseline's, answers that were not 2xx, the
 //! server's CPU time per request, and the ratio the targets name (docs/performance.md).
+//! Bodies that would repeat carry a number of their own per request ([`SERIAL`]), so every wake
+//! is a new event, committed before its answer.
 //! `WRK_CASE=github` runs the cases whose name contains that text; `WRK_CASE=axum,wake` those
 //! that contain either. wrk is installed with apt-get when missing and the user may.
 //!
@@ -23,10 +25,19 @@ const HOOK_TOKEN: &str = "bench-hook-token-0123";
 const GATEWAY_TOKEN: &str = "bench-gateway-token-0123";
 const CONNECTIONS: [usize; 2] = [32, 64];
 
+/// Marks where a body takes its request's own number. hookgate records a wake that repeats the
+/// newest pending event of its session as a repeat (nothing is written), so cases whose text
+/// would be the same every time number their requests: each wake is then a new event committed
+/// to disk before the answer, as in real traffic.
+const SERIAL: &str = "#SERIAL#";
+
 /// Which server a case is sent to.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Server {
     Baseline,
+    /// The baseline's echo answered only after a round trip through another thread, as a group
+    /// commit answers: what the hand-off alone costs, with no database behind it.
+    ThreadHop,
     /// hookgate without a model provider: runs end at once.
     Hookgate,
     /// hookgate whose provider answers after one second: runs stay in flight.
@@ -38,6 +49,7 @@ struct Case {
     name: &'static str,
     server: Server,
     path: &'static str,
+    /// The request body; each [`SERIAL`] in it becomes a number no other request of the run has.
     body: String,
     headers: Vec<(&'static str, &'static str)>,
     /// The case whose rate the target compares this one's with, and the least ratio.
@@ -73,15 +85,26 @@ fn cases() -> Vec<Case> {
     )
     .unwrap();
     let push: Value = serde_json::from_str(&push).unwrap();
-    let deploy = json!({"service": "api", "version": "1.2"});
-    let run = json!({"message": "benchmark run", "wakeMode": "next-heartbeat", "deliver": false});
+    let deploy = json!({"service": "api", "version": format!("1.2.{SERIAL}")});
+    let run = json!({"message": format!("benchmark run {SERIAL}"), "wakeMode": "next-heartbeat", "deliver": false});
     vec![
-        case("axum baseline", Server::Baseline, "/", json!({"text": "x"})),
+        case(
+            "axum baseline",
+            Server::Baseline,
+            "/",
+            json!({"text": format!("x {SERIAL}")}),
+        ),
+        case(
+            "axum, thread hop",
+            Server::ThreadHop,
+            "/",
+            json!({"text": format!("x {SERIAL}")}),
+        ),
         case(
             "/hooks/wake",
             Server::Hookgate,
             "/hooks/wake",
-            json!({"text": "benchmark event", "mode": "next-heartbeat"}),
+            json!({"text": format!("benchmark event {SERIAL}"), "mode": "next-heartbeat"}),
         )
         .target("axum baseline", 0.6),
         case(
@@ -136,14 +159,14 @@ fn cases() -> Vec<Case> {
             "js → wake",
             Server::Hookgate,
             "/hooks/title",
-            json!({"title": "a benchmark", "n": 1}),
+            json!({"title": format!("a benchmark {SERIAL}"), "n": 1}),
         )
         .target("template → wake", 0.4),
         case(
             "js, fresh instance",
             Server::Hookgate,
             "/hooks/title-fresh",
-            json!({"title": "a benchmark", "n": 1}),
+            json!({"title": format!("a benchmark {SERIAL}"), "n": 1}),
         ),
     ]
 }
@@ -287,12 +310,12 @@ struct Measured {
 fn drive(url: &str, case: &Case, connections: usize, seconds: u64) -> Measured {
     let script = tempfile::NamedTempFile::new().unwrap();
     let mut lua = String::from("wrk.method = \"POST\"\n");
-    lua += &format!("wrk.body = [==[{}]==]\n", case.body);
     lua += "wrk.headers[\"Content-Type\"] = \"application/json\"\n";
     lua += &format!("wrk.headers[\"Authorization\"] = \"Bearer {HOOK_TOKEN}\"\n");
     for (name, value) in &case.headers {
         lua += &format!("wrk.headers[\"{name}\"] = \"{value}\"\n");
     }
+    lua += &body_script(&case.body);
     std::fs::write(script.path(), lua).unwrap();
     let output = Command::new(wrk())
         .args(["-t2", &format!("-c{connections}"), &format!("-d{seconds}s")])
@@ -304,6 +327,25 @@ fn drive(url: &str, case: &Case, connections: usize, seconds: u64) -> Measured {
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "wrk failed: {text}");
     parse(&text)
+}
+
+/// The Lua that gives wrk's requests their body: the same one every time, or, when `body` holds
+/// [`SERIAL`], a new number for each request (`<thread>.<count>`: each wrk thread has a Lua
+/// state of its own, numbered by `setup`).
+fn body_script(body: &str) -> String {
+    let Some((before, after)) = body.split_once(SERIAL) else {
+        return format!("wrk.body = [==[{body}]==]\n");
+    };
+    assert!(!after.contains(SERIAL), "one {SERIAL} per body");
+    format!(
+        "local threads = 0\n\
+         function setup(thread) threads = threads + 1; thread:set(\"id\", threads) end\n\
+         local count = 0\n\
+         function request()\n  \
+           count = count + 1\n  \
+           return wrk.format(nil, nil, nil, [==[{before}]==] .. id .. \".\" .. count .. [==[{after}]==])\n\
+         end\n"
+    )
 }
 
 /// Reads wrk's `--latency` report.
@@ -380,6 +422,33 @@ fn start_baseline() -> String {
     )
 }
 
+/// The baseline's echo behind a thread hop: each request sends a reply channel to a thread that
+/// takes every one waiting (as the store's writer takes a batch) and answers them, and the echo
+/// is sent when the answer arrives. No database, no `fsync`: the price of the hand-off alone.
+fn start_thread_hop() -> String {
+    let (hops, mut waiting) =
+        tokio::sync::mpsc::unbounded_channel::<tokio::sync::oneshot::Sender<()>>();
+    std::thread::spawn(move || {
+        let mut batch = Vec::new();
+        while waiting.blocking_recv_many(&mut batch, 512) > 0 {
+            for reply in batch.drain(..) {
+                let _ = reply.send(());
+            }
+        }
+    });
+    serve_in_thread(
+        axum::Router::new().fallback(move |body: axum::body::Bytes| {
+            let hops = hops.clone();
+            async move {
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                let _ = hops.send(reply);
+                let _ = answer.await;
+                ([("content-type", "application/json")], body)
+            }
+        }),
+    )
+}
+
 /// A model provider that answers every chat completion after one second.
 fn start_slow_provider() -> String {
     serve_in_thread(axum::Router::new().fallback(|| async {
@@ -449,6 +518,7 @@ fn main() {
     let wasm = build_transforms();
     let js = build_js();
     let baseline = start_baseline();
+    let thread_hop = start_thread_hop();
     let provider = start_slow_provider();
     let plain_dir = prepare_dir(None, &wasm, &js);
     let slow_dir = prepare_dir(Some(&format!("{provider}/v1")), &wasm, &js);
@@ -467,8 +537,9 @@ fn main() {
     for connections in CONNECTIONS {
         for case in &cases {
             let (url, pid) = match case.server {
-                // The baseline runs in this process (so does the slow provider, idle then).
+                // The baselines run in this process (so does the slow provider, idle then).
                 Server::Baseline => (&baseline, std::process::id()),
+                Server::ThreadHop => (&thread_hop, std::process::id()),
                 Server::Hookgate => (&plain_url, plain.id()),
                 Server::SlowProvider => (&slow_url, slow.id()),
             };
