@@ -119,6 +119,9 @@ pub fn wrap_prompt_with_marker(
 /// folding full-width forms and look-alike angle brackets to ASCII and dropping zero-width
 /// characters; all other bytes are kept exactly, and nothing is allocated when nothing matched.
 pub fn sanitize_markers(content: &str) -> Cow<'_, str> {
+    if !has_open_bracket(content) {
+        return Cow::Borrowed(content);
+    }
     let folded: String = folded_chars(content).map(|(_, c)| c).collect();
     if !UNTRUSTED_WORD.is_match(&folded) {
         return Cow::Borrowed(content);
@@ -157,6 +160,17 @@ fn fold_char(c: char) -> Option<char> {
         '\u{232A}' | '\u{3009}' | '\u{203A}' | '\u{27E9}' | '\u{FE65}' => Some('>'),
         '\u{FF01}'..='\u{FF5E}' => char::from_u32(u32::from(c) - 0xFEE0),
         _ => Some(c),
+    }
+}
+
+/// Whether a character of `content` folds to `<`. `MARKER` matches nothing without one, so most
+/// content (a webhook's JSON has no `<` more often than not) is neither folded nor searched. ASCII
+/// text is scanned bytewise; only other text is folded character by character.
+fn has_open_bracket(content: &str) -> bool {
+    if content.is_ascii() {
+        content.contains('<')
+    } else {
+        content.chars().any(|c| fold_char(c) == Some('<'))
     }
 }
 
@@ -288,6 +302,19 @@ mod tests {
     fn plain_content_is_borrowed_and_untouched() {
         let text = "An ordinary <b>body</b> mentioning untrusted input, ok?";
         assert!(matches!(sanitize_markers(text), Cow::Borrowed(t) if t == text));
+    }
+
+    #[test]
+    fn only_text_with_an_opening_bracket_is_searched() {
+        for open in [
+            '<', '\u{FF1C}', '\u{2329}', '\u{3008}', '\u{2039}', '\u{27E8}', '\u{FE64}',
+        ] {
+            assert!(has_open_bracket(&format!("café {open}")), "{open:?}");
+            assert!(has_open_bracket(&format!("ascii {open}")), "{open:?}");
+        }
+        let closing_only = "{\"t\":\"EXTERNAL_UNTRUSTED_CONTENT>>> café \u{FF1E}\u{232A}\"}";
+        assert!(!has_open_bracket(closing_only));
+        assert!(matches!(sanitize_markers(closing_only), Cow::Borrowed(_)));
     }
 
     #[test]
