@@ -25,10 +25,10 @@ const HOOK_TOKEN: &str = "bench-hook-token-0123";
 const GATEWAY_TOKEN: &str = "bench-gateway-token-0123";
 const CONNECTIONS: [usize; 2] = [32, 64];
 
-/// Marks where a body takes its request's own number. hookgate records a wake that repeats the
-/// newest pending event of its session as a repeat (nothing is written), so cases whose text
-/// would be the same every time number their requests: each wake is then a new event committed
-/// to disk before the answer, as in real traffic.
+/// Marks where a body takes its request's own number. hookgate coalesces a wake that repeats the
+/// newest pending event of its session (nothing is written), so cases whose text would be the
+/// same every time number their requests: each wake is then a new event committed to disk before
+/// the answer, as in real traffic.
 const SERIAL: &str = "#SERIAL#";
 
 /// Which server a case is sent to.
