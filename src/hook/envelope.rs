@@ -117,7 +117,9 @@ pub fn wrap_prompt_with_marker(
 /// Replaces every imitation of a start or end marker in `content` with `[[MARKER_SANITIZED]]` or
 /// `[[END_MARKER_SANITIZED]]`, from its first `<` to its last `>`. Imitations are recognised after
 /// folding full-width forms and look-alike angle brackets to ASCII and dropping zero-width
-/// characters; all other bytes are kept exactly, and nothing is allocated when nothing matched.
+/// characters; all other bytes are kept exactly. Content with no character that folds to `<` is
+/// returned as it is without folding; other content is folded into a copy to be searched, and
+/// the result borrows `content` whenever nothing matched.
 pub fn sanitize_markers(content: &str) -> Cow<'_, str> {
     if !has_open_bracket(content) {
         return Cow::Borrowed(content);
