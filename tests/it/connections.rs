@@ -192,12 +192,14 @@ async fn a_stop_closes_what_is_still_open_at_the_shutdown_deadline() {
     ]);
     let (server, dir) = Hookgate::start(&config);
     assert_eq!(real_wake(&server, "committed before the stop").await, 200);
-    // A request in flight for ever: its body never comes.
+    // A request in flight for ever: its body never comes. The signal waits until the handler
+    // reads the body (the interim 100), or it could arrive before the connection is even accepted.
     let mut stuck = connect_from(&server, ATTACKER, None).await;
     let head = format!(
-        "POST /hooks/wake HTTP/1.1\r\nhost: h\r\nauthorization: Bearer {HOOK_TOKEN}\r\ncontent-length: 100\r\n\r\n{{"
+        "POST /hooks/wake HTTP/1.1\r\nhost: h\r\nauthorization: Bearer {HOOK_TOKEN}\r\nexpect: 100-continue\r\ncontent-length: 100\r\n\r\n"
     );
-    stuck.write_all(head.as_bytes()).await.unwrap();
+    send_head_until_continue(&mut stuck, &head).await;
+    stuck.write_all(b"{").await.unwrap();
     server.signal("-TERM");
     let waited = tokio::task::spawn_blocking(move || server.wait());
     let (status, log) = tokio::time::timeout(PATIENCE, waited)

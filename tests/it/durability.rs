@@ -111,18 +111,7 @@ async fn sigterm_finishes_in_flight_requests_and_exits_zero() {
         "POST /hooks/wake HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {HOOK_TOKEN}\r\nexpect: 100-continue\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let mut interim = Vec::new();
-    while !interim.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8; 1];
-        stream.read_exact(&mut byte).await.unwrap();
-        interim.push(byte[0]);
-    }
-    assert!(
-        interim.starts_with(b"HTTP/1.1 100"),
-        "{}",
-        String::from_utf8_lossy(&interim)
-    );
+    send_head_until_continue(&mut stream, &head).await;
     stream.write_all(&body.as_bytes()[..5]).await.unwrap();
     server.signal("-TERM");
     // Shutdown has begun once the listener is closed: new connections are refused.

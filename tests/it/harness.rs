@@ -313,6 +313,23 @@ pub async fn eventually(what: &str, mut probe: impl AsyncFnMut() -> bool) {
     panic!("{what} did not happen within 10 s");
 }
 
+/// Sends `head` (a request's line and headers, with `expect: 100-continue`) and reads the server's
+/// interim answer, which says the handler has begun reading the body: from then on the request
+/// is in flight and a signal sent after this cannot overtake it.
+pub async fn send_head_until_continue(stream: &mut tokio::net::TcpStream, head: &str) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    assert!(head.contains("expect: 100-continue\r\n"), "{head}");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut interim = Vec::new();
+    while !interim.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        stream.read_exact(&mut byte).await.unwrap();
+        interim.push(byte[0]);
+    }
+    let interim = String::from_utf8_lossy(&interim);
+    assert!(interim.starts_with("HTTP/1.1 100"), "{interim}");
+}
+
 /// The JSON body of a response, with its status.
 pub async fn json_of(response: reqwest::Response) -> (u16, Value) {
     let status = response.status().as_u16();
