@@ -1,6 +1,7 @@
 //! Per-request cost of a transform: instantiate + call + drop of the github example component,
-//! against the same logic called as native Rust, in one process. Median and p99 of each, and
-//! their ratio. Run: `cargo bench --bench transform_call` (builds the transforms first).
+//! the call alone on a kept instance (`transform.reuse`), and the same logic called as native
+//! Rust, in one process. Median and p99 of each; the difference of the first two is what a fresh
+//! instance costs. Run: `cargo bench --bench transform_call` (builds the transforms first).
 
 use std::path::Path;
 use std::time::Instant;
@@ -41,18 +42,27 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let call = |input: TransformInput| runtime.block_on(engine.call(&loaded, input, &limits));
-    // Warm up.
-    for _ in 0..200 {
-        call(input.clone()).unwrap();
-    }
-    let mut wasm_samples = Vec::with_capacity(calls);
-    for _ in 0..calls {
-        let input = input.clone();
-        let started = Instant::now();
-        std::hint::black_box(call(input).unwrap());
-        wasm_samples.push(started.elapsed());
-    }
+    let kept = TransformLimits {
+        reuse: u32::MAX,
+        ..limits
+    };
+    let time_calls = |limits: &TransformLimits| {
+        let call = |input: TransformInput| runtime.block_on(engine.call(&loaded, input, limits));
+        // Warm up.
+        for _ in 0..200 {
+            call(input.clone()).unwrap();
+        }
+        let mut samples = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            let input = input.clone();
+            let started = Instant::now();
+            std::hint::black_box(call(input).unwrap());
+            samples.push(started.elapsed());
+        }
+        samples
+    };
+    let fresh_samples = time_calls(&limits);
+    let kept_samples = time_calls(&kept);
     let mut native_samples = Vec::with_capacity(calls);
     for _ in 0..calls {
         let started = Instant::now();
@@ -61,7 +71,8 @@ fn main() {
         std::hint::black_box(github::describe("push", &payload));
         native_samples.push(started.elapsed());
     }
-    let (wasm_p50, wasm_p99) = percentiles(wasm_samples);
+    let (wasm_p50, wasm_p99) = percentiles(fresh_samples);
+    let (kept_p50, kept_p99) = percentiles(kept_samples);
     let (native_p50, native_p99) = percentiles(native_samples);
     println!(
         "github transform, {calls} calls, pooling allocator: {}",
@@ -74,11 +85,15 @@ fn main() {
     );
     println!(
         "{:<42} {:>12?} {:>12?}",
+        "component: call on a kept instance", kept_p50, kept_p99
+    );
+    println!(
+        "{:<42} {:>12?} {:>12?}",
         "native Rust: parse + describe", native_p50, native_p99
     );
     println!(
         "{:<42} {:>11.1}x {:>11.1}x",
-        "ratio",
+        "ratio of fresh to native",
         wasm_p50.as_secs_f64() / native_p50.as_secs_f64(),
         wasm_p99.as_secs_f64() / native_p99.as_secs_f64()
     );
