@@ -246,18 +246,20 @@ pub fn pending_events(
 const HISTORY_EXCHANGES: u32 = 20;
 const HISTORY_BYTES: usize = 64 * 1024;
 
+/// A session's earlier exchanges, newest first: found on the `runs_queue` index (status and
+/// session key), so its cost does not grow with the runs of other sessions.
+pub(super) const HISTORY: &str = "SELECT prompt, reply FROM runs
+     WHERE session_key = ?1 AND status = 'ok' AND target_agent = ?2
+       AND session_mode = 'persistent' AND reply IS NOT NULL
+       AND rowid < (SELECT rowid FROM runs WHERE run_id = ?3)
+     ORDER BY rowid DESC LIMIT ?4";
+
 /// The earlier exchanges of `run`'s conversation, oldest first: the persistent runs of its agent
 /// and session key that ended with a reply, stored before it. Runs of one session key run one
 /// after another, so these are complete.
 pub fn history(conn: &Connection, run: &NewRun) -> rusqlite::Result<Vec<Exchange>> {
     let mut newest_first: Vec<Exchange> = conn
-        .prepare_cached(
-            "SELECT prompt, reply FROM runs
-             WHERE session_key = ?1 AND status = 'ok' AND target_agent = ?2
-               AND session_mode = 'persistent' AND reply IS NOT NULL
-               AND rowid < (SELECT rowid FROM runs WHERE run_id = ?3)
-             ORDER BY rowid DESC LIMIT ?4",
-        )?
+        .prepare_cached(HISTORY)?
         .query_map(
             params![
                 run.session_key,

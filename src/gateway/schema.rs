@@ -118,6 +118,13 @@ const SCHEMA_V7: &str = "
 ALTER TABLE runs ADD COLUMN session_mode TEXT NOT NULL DEFAULT 'isolated';
 ";
 
+/// `runs_by_session` duplicated `runs_queue`: the one query it served (a session's history)
+/// looks up a status and a session key, both by equality, which `runs_queue` finds as well, in
+/// the same rowid order. Every run wrote it three times (queued, running, its outcome).
+const SCHEMA_V8: &str = "
+DROP INDEX runs_by_session;
+";
+
 /// The request log, in a database of its own (`requests.db`): every request under the hook
 /// prefix (see `requests`). Keyed by its time-ordered id alone (no rowid, one index only for
 /// replays): each record is one append to one b-tree, since one is written for every request
@@ -184,6 +191,7 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             (5, SCHEMA_V5),
             (6, SCHEMA_V6),
             (7, SCHEMA_V7),
+            (8, SCHEMA_V8),
         ],
     )
 }

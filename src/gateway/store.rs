@@ -667,6 +667,37 @@ mod tests {
         assert_eq!(reprepared, 0);
     }
 
+    /// A session's history is searched for on an index, in the order it is read: neither a scan
+    /// of every run nor a sort of them.
+    #[test]
+    fn a_sessions_history_is_read_from_an_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join("plan.db")).unwrap();
+        super::super::schema::migrate(&conn).unwrap();
+        let plan: Vec<String> = conn
+            .prepare(&format!(
+                "EXPLAIN QUERY PLAN {}",
+                super::super::runs::HISTORY
+            ))
+            .unwrap()
+            .query_map(["hook:x", "main", "run-1", "20"], |row| row.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let runs = plan.iter().find(|step| step.contains(" runs ")).unwrap();
+        assert!(
+            runs.starts_with("SEARCH runs USING INDEX")
+                && ["status=?", "session_key=?", "rowid<?"]
+                    .iter()
+                    .all(|term| runs.contains(term)),
+            "{plan:?}"
+        );
+        assert!(
+            !plan.iter().any(|step| step.contains("TEMP B-TREE")),
+            "{plan:?}"
+        );
+    }
+
     /// A write that fails leaves nothing behind, and the writes batched with it are kept.
     #[tokio::test]
     async fn a_failed_write_is_undone_alone() {
