@@ -4,7 +4,9 @@
 //! Every case gets `WRK_WARMUP` seconds of load first (default 3, not measured) and then
 //! `WRK_SECONDS` (default 10); each line gives requests/s, p50, p99 (wrk's latency distribution),
 //! the ratio to the baseline, the p99 over the baseline's, answers that were not 2xx, the
-//! server's CPU time per request, and the ratio the targets name (docs/performance.md).
+//! server's CPU time per request, the share of the machine's CPU time its hypervisor took
+//! (steal) while the case ran, and the ratio the targets name (docs/performance.md), with the
+//! same ratio of CPU time per request beside it.
 //! Bodies that would repeat carry a number of their own per request ([`SERIAL`]), so every wake
 //! is a new event, committed before its answer.
 //! `WRK_CASE=github` runs the cases whose name contains that text; `WRK_CASE=axum,wake` those
@@ -397,6 +399,28 @@ fn cpu_time(pid: u32) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
+/// The machine's CPU time so far, all of it and what the hypervisor took for others (steal),
+/// in ticks, from the first line of `/proc/stat`.
+///
+/// On a shared virtual machine a case that ran while its neighbours were busy got a fraction of
+/// the two cores: its requests per second say little then, and the steal column says so.
+fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    // cpu  user nice system idle iowait irq softirq steal guest guest_nice
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix("cpu "))
+        .map_or(vec![], |rest| {
+            rest.split_whitespace()
+                .filter_map(|t| t.parse().ok())
+                .collect()
+        });
+    // guest time is already counted in user time.
+    let total = ticks.iter().take(8).sum();
+    (total, ticks.get(7).copied().unwrap_or(0))
+}
+
 /// `276.00us`, `1.23ms`, `2.00s`.
 fn duration(text: &str) -> Duration {
     let split = text
@@ -530,10 +554,10 @@ fn main() {
         machine()
     );
     println!(
-        "{:<28} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>7}  target",
-        "case", "conns", "req/s", "p50", "p99", "/axum", "p99/ax", "failed", "cpu/req"
+        "{:<28} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>7} {:>5}  target (by CPU)",
+        "case", "conns", "req/s", "p50", "p99", "/axum", "p99/ax", "failed", "cpu/req", "steal"
     );
-    let mut results: Vec<(&str, usize, Measured)> = Vec::new();
+    let mut results: Vec<(&str, usize, Measured, f64)> = Vec::new();
     for connections in CONNECTIONS {
         for case in &cases {
             let (url, pid) = match case.server {
@@ -552,13 +576,17 @@ fn main() {
                 drive(url, case, connections, warmup);
             }
             let cpu_before = cpu_time(pid);
+            let (total_before, steal_before) = machine_ticks();
             let measured = drive(url, case, connections, seconds);
             let cpu_per_request =
                 (cpu_time(pid) - cpu_before).as_secs_f64() * 1e6 / measured.requests.max(1) as f64;
+            let (total_after, steal_after) = machine_ticks();
+            let steal = (steal_after - steal_before) as f64 * 100.0
+                / (total_after - total_before).max(1) as f64;
             let base = results
                 .iter()
-                .find(|(n, c, _)| *n == "axum baseline" && *c == connections)
-                .map(|(.., m)| (m.rate, m.p99));
+                .find(|(n, c, ..)| *n == "axum baseline" && *c == connections)
+                .map(|(_, _, m, _)| (m.rate, m.p99));
             let (per_base, p99_per_base) = base.map_or((1.0, 1.0), |(rate, p99)| {
                 (
                     measured.rate / rate,
@@ -568,19 +596,22 @@ fn main() {
             let target = case
                 .target
                 .and_then(|(of, least)| {
-                    let other = results
+                    let (_, _, other, other_cpu) = results
                         .iter()
-                        .find(|(n, c, _)| *n == of && *c == connections)?;
-                    let ratio = measured.rate / other.2.rate;
+                        .find(|(n, c, ..)| *n == of && *c == connections)?;
+                    let ratio = measured.rate / other.rate;
+                    let by_cpu = other_cpu / cpu_per_request;
                     let verdict = if ratio >= least { "met" } else { "NOT met" };
-                    Some(format!("{ratio:.2} of {of} (≥ {least}: {verdict})"))
+                    Some(format!(
+                        "{ratio:.2} of {of} (≥ {least}: {verdict}) ({by_cpu:.2})"
+                    ))
                 })
                 .unwrap_or_default();
             println!(
-                "{:<28} {connections:>5} {:>9.0} {:>9.1?} {:>9.1?} {per_base:>6.2} {p99_per_base:>6.1} {:>6} {cpu_per_request:>5.0}µs  {target}",
+                "{:<28} {connections:>5} {:>9.0} {:>9.1?} {:>9.1?} {per_base:>6.2} {p99_per_base:>6.1} {:>6} {cpu_per_request:>5.0}µs {steal:>4.0}%  {target}",
                 case.name, measured.rate, measured.p50, measured.p99, measured.failed
             );
-            results.push((case.name, connections, measured));
+            results.push((case.name, connections, measured, cpu_per_request));
         }
     }
     stop(plain);
