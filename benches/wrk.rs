@@ -581,8 +581,9 @@ fn main() {
             let cpu_per_request =
                 (cpu_time(pid) - cpu_before).as_secs_f64() * 1e6 / measured.requests.max(1) as f64;
             let (total_after, steal_after) = machine_ticks();
-            let steal = (steal_after - steal_before) as f64 * 100.0
-                / (total_after - total_before).max(1) as f64;
+            // Saturating: a hypervisor may set its counters back (a live migration).
+            let steal = steal_after.saturating_sub(steal_before) as f64 * 100.0
+                / total_after.saturating_sub(total_before).max(1) as f64;
             let base = results
                 .iter()
                 .find(|(n, c, ..)| *n == "axum baseline" && *c == connections)
