@@ -122,7 +122,7 @@ ALTER TABLE runs ADD COLUMN session_mode TEXT NOT NULL DEFAULT 'isolated';
 /// looks up a status and a session key, both by equality, which `runs_queue` finds as well, in
 /// the same rowid order. Every run wrote it three times (queued, running, its outcome).
 const SCHEMA_V8: &str = "
-DROP INDEX runs_by_session;
+DROP INDEX IF EXISTS runs_by_session;
 ";
 
 /// The request log, in a database of its own (`requests.db`): every request under the hook
