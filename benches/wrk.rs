@@ -350,6 +350,15 @@ fn body_script(body: &str) -> String {
     )
 }
 
+/// One line of the table, kept for the ratios of the cases after it.
+struct Row {
+    case: &'static str,
+    connections: usize,
+    measured: Measured,
+    /// The server's CPU time per request, in µs.
+    cpu_per_request: f64,
+}
+
 /// Reads wrk's `--latency` report.
 fn parse(text: &str) -> Measured {
     let field = |prefix: &str| {
@@ -557,7 +566,7 @@ fn main() {
         "{:<28} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>7} {:>5}  target (by CPU)",
         "case", "conns", "req/s", "p50", "p99", "/axum", "p99/ax", "failed", "cpu/req", "steal"
     );
-    let mut results: Vec<(&str, usize, Measured, f64)> = Vec::new();
+    let mut results: Vec<Row> = Vec::new();
     for connections in CONNECTIONS {
         for case in &cases {
             let (url, pid) = match case.server {
@@ -586,8 +595,8 @@ fn main() {
                 / total_after.saturating_sub(total_before).max(1) as f64;
             let base = results
                 .iter()
-                .find(|(n, c, ..)| *n == "axum baseline" && *c == connections)
-                .map(|(_, _, m, _)| (m.rate, m.p99));
+                .find(|row| row.case == "axum baseline" && row.connections == connections)
+                .map(|row| (row.measured.rate, row.measured.p99));
             let (per_base, p99_per_base) = base.map_or((1.0, 1.0), |(rate, p99)| {
                 (
                     measured.rate / rate,
@@ -597,11 +606,11 @@ fn main() {
             let target = case
                 .target
                 .and_then(|(of, least)| {
-                    let (_, _, other, other_cpu) = results
+                    let other = results
                         .iter()
-                        .find(|(n, c, ..)| *n == of && *c == connections)?;
-                    let ratio = measured.rate / other.rate;
-                    let by_cpu = other_cpu / cpu_per_request;
+                        .find(|row| row.case == of && row.connections == connections)?;
+                    let ratio = measured.rate / other.measured.rate;
+                    let by_cpu = other.cpu_per_request / cpu_per_request;
                     let verdict = if ratio >= least { "met" } else { "NOT met" };
                     Some(format!(
                         "{ratio:.2} of {of} (≥ {least}: {verdict}) ({by_cpu:.2})"
@@ -612,7 +621,12 @@ fn main() {
                 "{:<28} {connections:>5} {:>9.0} {:>9.1?} {:>9.1?} {per_base:>6.2} {p99_per_base:>6.1} {:>6} {cpu_per_request:>5.0}µs {steal:>4.0}%  {target}",
                 case.name, measured.rate, measured.p50, measured.p99, measured.failed
             );
-            results.push((case.name, connections, measured, cpu_per_request));
+            results.push(Row {
+                case: case.name,
+                connections,
+                measured,
+                cpu_per_request,
+            });
         }
     }
     stop(plain);
