@@ -11,7 +11,10 @@
 //   an object -> its fields over the mapping's (`kind` may switch wake <-> agent)
 //   { kind: 'respond', status, contentType, body } -> this response (hookgate's own)
 // Field values OpenClaw would not use (a number as `message`, `deliver: 'no'`) are ignored as it
-// ignores them, and each is logged. Nothing here may throw out of `transform`: what the user's
+// ignores them, and each is logged. Only the result's own properties are read, as an object
+// spread copies them: a payload can pollute Object.prototype through a transform's naive deep
+// merge (`{"__proto__": {"to": ...}}`), and on a kept instance that outlives the call, so an
+// inherited field would steer every later sender's action. Nothing here may throw out of `transform`: what the user's
 // function throws is returned as the call's error, with its message, and the result is built
 // with exactly the WIT types, which the runtime checks (../js-runtime/src/convert.rs).
 
@@ -21,6 +24,8 @@ import * as userModule from 'user-module';
 const LEVELS = ['debug', 'info', 'warn', 'error'];
 const STRINGS = ['name', 'agentId', 'sessionKey', 'sessionMode', 'channel', 'to', 'model', 'thinking'];
 const BOOLEANS = ['deliver', 'allowUnsafeExternalContent'];
+// Taken before any call runs: a transform's own code may replace the global during a call.
+const hasOwn = Object.hasOwn;
 
 /** The function to call: the named export, else the default export, else `transform`. */
 function userFunction(exportName) {
@@ -120,38 +125,40 @@ function outcomeOf(r) {
     if (r !== false && r !== 0 && r !== '') ignored('the result', r, 'an object, null or undefined');
     return { tag: 'keep' };
   }
-  if (r.kind === 'respond') return { tag: 'respond', val: replyOf(r) };
+  if (own(r, 'kind') === 'respond') return { tag: 'respond', val: replyOf(r) };
   return { tag: 'merge', val: overridesOf(r) };
 }
 
 /** The fields of `r` as OpenClaw's merge reads them; the WIT record wants exact types. */
 function overridesOf(r) {
-  const o = {};
+  // No prototype: what Object.prototype holds (or a setter defined on it) cannot become a field.
+  const o = Object.create(null);
+  const kind = own(r, 'kind');
   // OpenClaw: `kind` "wake" is a wake, any other kind an agent run, none the mapping's kind.
-  if (r.kind != null) o.kind = r.kind === 'wake' ? 'wake' : 'agent';
-  if (r.kind != null && r.kind !== 'wake' && r.kind !== 'agent') ignored('kind', r.kind, '"wake" or "agent"; it runs an agent');
+  if (kind != null) o.kind = kind === 'wake' ? 'wake' : 'agent';
+  if (kind != null && kind !== 'wake' && kind !== 'agent') ignored('kind', kind, '"wake" or "agent"; it runs an agent');
   o.text = string(r, 'text');
   o.message = string(r, 'message');
   // Only "next-heartbeat" changes a mode; anything else keeps the mapping's.
-  if (r.mode === 'next-heartbeat') o.mode = 'next-heartbeat';
-  if (r.wakeMode === 'next-heartbeat') o.wakeMode = 'next-heartbeat';
+  if (own(r, 'mode') === 'next-heartbeat') o.mode = 'next-heartbeat';
+  if (own(r, 'wakeMode') === 'next-heartbeat') o.wakeMode = 'next-heartbeat';
   for (const field of STRINGS) o[field] = string(r, field);
   for (const field of BOOLEANS) o[field] = boolean(r, field);
-  if (o.sessionKey !== undefined) o.sessionKeySource = r.sessionKeySource === 'static' ? 'fixed' : 'external';
+  if (o.sessionKey !== undefined) o.sessionKeySource = own(r, 'sessionKeySource') === 'static' ? 'fixed' : 'external';
   o.timeoutSeconds = seconds(r, 'timeoutSeconds');
   return o;
 }
 
 function replyOf(r) {
-  const status = r.status ?? 200;
+  const status = own(r, 'status') ?? 200;
   if (!Number.isInteger(status) || status < 200 || status > 599) {
     invalid(`status must be a whole number from 200 to 599 (got ${describe(status)})`);
   }
-  let contentType = r.contentType == null ? undefined : r.contentType;
+  let contentType = own(r, 'contentType') ?? undefined;
   if (contentType !== undefined && typeof contentType !== 'string') {
     invalid(`contentType must be a string (got ${describe(contentType)})`);
   }
-  let body = r.body ?? '';
+  let body = own(r, 'body') ?? '';
   if (typeof body === 'string') {
     body = new TextEncoder().encode(body);
   } else if (ArrayBuffer.isView(body)) {
@@ -168,8 +175,13 @@ function replyOf(r) {
 
 // ---- field reads: a value of the wrong type is ignored, as OpenClaw ignores it, and logged ----
 
+/** `r[field]` when `r` has it as its own property, else undefined (see the top of the file). */
+function own(r, field) {
+  return hasOwn(r, field) ? r[field] : undefined;
+}
+
 function string(r, field) {
-  const v = r[field];
+  const v = own(r, field);
   if (v == null) return undefined;
   // A lone surrogate (half an emoji cut by `slice`) becomes U+FFFD, as on the web.
   if (typeof v === 'string') return v.toWellFormed();
@@ -177,14 +189,14 @@ function string(r, field) {
 }
 
 function boolean(r, field) {
-  const v = r[field];
+  const v = own(r, field);
   if (v == null) return undefined;
   if (typeof v === 'boolean') return v;
   return ignored(field, v, 'true or false');
 }
 
 function seconds(r, field) {
-  const v = r[field];
+  const v = own(r, field);
   if (v == null) return undefined;
   if (Number.isInteger(v) && v >= 0 && v <= 0xffffffff) return v;
   return ignored(field, v, 'a whole number of seconds');

@@ -19,6 +19,7 @@ const MODULES: &[(&str, &str)] = &[
     ("fixtures/js/partial.mjs", "partial"),
     ("fixtures/js/fetches.mjs", "js-fetches"),
     ("fixtures/js/globals.mjs", "js-globals"),
+    ("fixtures/js/hostile.mjs", "js-hostile"),
 ];
 
 /// The directory holding `<name>.wasm` for every module of [`MODULES`], and a copy of its source

@@ -1,8 +1,10 @@
 //! Transforms written in JavaScript and TypeScript, built with `transforms/js-sdk`, through real
 //! HTTP: the existing-style contract (an override, `null`, `undefined`, a throw), the two
-//! examples, and the time limit on a loop; the runtime itself in `runtime`.
+//! examples, and the time limit on a loop; the runtime itself in `runtime`; what a transform's
+//! own bugs must not do to other senders or to the runtime in `hostile`.
 
 mod build;
+mod hostile;
 mod partial;
 mod runtime;
 

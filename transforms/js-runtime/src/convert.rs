@@ -6,8 +6,14 @@
 //! variants and results as `{ tag, val }`, enums as their kebab-case names. The adapter builds the
 //! result with exactly the WIT types, so a mismatch here is a bug of the adapter: it is reported
 //! as an error, never guessed around.
+//!
+//! Only a result's own properties are read. A transform may pollute `Object.prototype` (a naive
+//! deep merge of a payload holding `__proto__` does), and on a kept instance (`transform.reuse`)
+//! that pollution outlives the call: read through the prototype, an inherited `to` or `kind`
+//! would steer every later sender's action (docs/transforms.md#limits).
 
-use rquickjs::{Array, Ctx, Exception, FromJs, Object, TypedArray};
+use rquickjs::object::Filter;
+use rquickjs::{Array, Ctx, Exception, FromJs, Object, TypedArray, Value};
 
 use crate::hookgate::transform::types::{
     Action, ActionKind, KeySource, Outcome, Overrides, Reply, Request, WakeMode,
@@ -41,27 +47,29 @@ fn pairs<'js>(ctx: &Ctx<'js>, list: Vec<(String, String)>) -> rquickjs::Result<A
 /// What `handler.transform` resolved to: `{ tag: 'ok', val: outcome }` or `{ tag: 'err', val:
 /// message }`.
 pub fn result(result: &Object<'_>) -> rquickjs::Result<Result<Outcome, String>> {
-    match tag(result)?.as_str() {
-        "ok" => outcome(&result.get("val")?).map(Ok),
+    let result = Own::of(result.as_value())?;
+    match result.tag()?.as_str() {
+        "ok" => outcome(&Own::of(&result.get("val")?)?).map(Ok),
         "err" => Ok(Err(result.get("val")?)),
         other => Err(unexpected(result.ctx(), "result", other)),
     }
 }
 
-fn outcome(value: &Object<'_>) -> rquickjs::Result<Outcome> {
-    Ok(match tag(value)?.as_str() {
+fn outcome(value: &Own<'_>) -> rquickjs::Result<Outcome> {
+    let val = || Own::of(&value.get("val")?);
+    Ok(match value.tag()?.as_str() {
         "keep" => Outcome::Keep,
         "skip" => Outcome::Skip,
-        "run" => Outcome::Run(action(&value.get("val")?)?),
-        "respond" => Outcome::Respond(reply(&value.get("val")?)?),
-        "merge" => Outcome::Merge(overrides(&value.get("val")?)?),
+        "run" => Outcome::Run(action(&val()?)?),
+        "respond" => Outcome::Respond(reply(&val()?)?),
+        "merge" => Outcome::Merge(overrides(&val()?)?),
         other => return Err(unexpected(value.ctx(), "outcome", other)),
     })
 }
 
-fn action(value: &Object<'_>) -> rquickjs::Result<Action> {
-    let fields: Object = value.get("val")?;
-    Ok(match tag(value)?.as_str() {
+fn action(value: &Own<'_>) -> rquickjs::Result<Action> {
+    let fields = Own::of(&value.get("val")?)?;
+    Ok(match value.tag()?.as_str() {
         "wake" => Action::Wake(crate::hookgate::transform::types::Wake {
             text: fields.get("text")?,
             mode: wake_mode(&fields, "mode")?,
@@ -83,7 +91,7 @@ fn action(value: &Object<'_>) -> rquickjs::Result<Action> {
     })
 }
 
-fn reply(value: &Object<'_>) -> rquickjs::Result<Reply> {
+fn reply(value: &Own<'_>) -> rquickjs::Result<Reply> {
     let body: TypedArray<u8> = value.get("body")?;
     // SAFETY: `as_bytes` is unsafe because JavaScript could detach or resize the buffer while
     // the slice lives; no JavaScript runs before the copy below ends.
@@ -97,7 +105,7 @@ fn reply(value: &Object<'_>) -> rquickjs::Result<Reply> {
     })
 }
 
-fn overrides(value: &Object<'_>) -> rquickjs::Result<Overrides> {
+fn overrides(value: &Own<'_>) -> rquickjs::Result<Overrides> {
     Ok(Overrides {
         kind: enum_field(value, "kind", |name| match name {
             "wake" => Some(ActionKind::Wake),
@@ -127,7 +135,7 @@ fn overrides(value: &Object<'_>) -> rquickjs::Result<Overrides> {
     })
 }
 
-fn wake_mode(object: &Object<'_>, field: &str) -> rquickjs::Result<Option<WakeMode>> {
+fn wake_mode(object: &Own<'_>, field: &str) -> rquickjs::Result<Option<WakeMode>> {
     enum_field(object, field, |name| match name {
         "now" => Some(WakeMode::Now),
         "next-heartbeat" => Some(WakeMode::NextHeartbeat),
@@ -137,11 +145,11 @@ fn wake_mode(object: &Object<'_>, field: &str) -> rquickjs::Result<Option<WakeMo
 
 /// An optional enum field, by its WIT case name.
 fn enum_field<T>(
-    object: &Object<'_>,
+    object: &Own<'_>,
     field: &str,
     case: impl Fn(&str) -> Option<T>,
 ) -> rquickjs::Result<Option<T>> {
-    let Some(name) = object.get::<_, Option<String>>(field)? else {
+    let Some(name) = object.get::<Option<String>>(field)? else {
         return Ok(None);
     };
     case(&name)
@@ -149,8 +157,40 @@ fn enum_field<T>(
         .ok_or_else(|| unexpected(object.ctx(), field, &name))
 }
 
-fn tag(object: &Object<'_>) -> rquickjs::Result<String> {
-    String::from_js(object.ctx(), object.get("tag")?)
+/// An object of the result with the names of its own properties, read once: what it inherits
+/// reads as unset.
+struct Own<'js> {
+    object: Object<'js>,
+    names: Vec<String>,
+}
+
+impl<'js> Own<'js> {
+    /// `value`, which must be an object. Costs one list of its own property names (a Proxy's
+    /// `ownKeys` trap runs here).
+    fn of(value: &Value<'js>) -> rquickjs::Result<Self> {
+        let object = Object::from_js(value.ctx(), value.clone())?;
+        let names = object
+            .own_keys::<String>(Filter::new().string())
+            .collect::<rquickjs::Result<_>>()?;
+        Ok(Own { object, names })
+    }
+
+    /// The own property `name` as a `V`; an absent or inherited one is `undefined`.
+    fn get<V: FromJs<'js>>(&self, name: &str) -> rquickjs::Result<V> {
+        if self.names.iter().any(|own| own == name) {
+            self.object.get(name)
+        } else {
+            V::from_js(self.ctx(), Value::new_undefined(self.ctx().clone()))
+        }
+    }
+
+    fn ctx(&self) -> &Ctx<'js> {
+        self.object.ctx()
+    }
+
+    fn tag(&self) -> rquickjs::Result<String> {
+        self.get("tag")
+    }
 }
 
 fn unexpected(ctx: &Ctx<'_>, what: &str, name: &str) -> rquickjs::Error {

@@ -1,0 +1,59 @@
+//! A transform's own bugs (transforms/fixtures/js/hostile.mjs) reach no other sender: a payload
+//! that pollutes `Object.prototype` through a naive deep merge does not steer the next sender's
+//! action on the kept instance (docs/transforms.md#partial-overrides).
+
+use serde_json::{Value, json};
+
+use super::start;
+use crate::harness::*;
+
+/// A mapping of the hostile fixture, named by its `.mjs` source: instances are kept between
+/// calls, as for any JavaScript module.
+fn hostile(id: &str, extra: Value) -> Value {
+    let mut mapping = json!({
+        "id": id, "match": {"path": id},
+        "transform": {"module": "js-hostile.mjs", "config": {"mode": id}},
+    });
+    for (key, value) in extra.as_object().unwrap() {
+        mapping[key] = value.clone();
+    }
+    mapping
+}
+
+/// The first sender's payload pollutes Object.prototype with a chat of its own; the second
+/// sender's run, on the same kept instance, still goes where the mapping sends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polluted_prototype_does_not_steer_the_next_sender() {
+    let (server, _dir) = start(
+        json!([hostile(
+            "merge",
+            json!({"action": "agent", "messageTemplate": "m", "channel": "telegram",
+                   "to": "+1000", "deliver": false})
+        )]),
+        &["js-hostile"],
+    );
+    let pollution = json!({"sender": "mallory", "__proto__": {
+        "channel": "discord", "to": "attacker-chat", "deliver": true, "model": "attacker/model",
+    }});
+    for (sender, payload) in [
+        ("mallory", pollution),
+        ("alice", json!({"sender": "alice"})),
+        ("bob", json!({"sender": "bob"})),
+    ] {
+        let (status, reply) = json_of(
+            server
+                .hook("/hooks/merge")
+                .json(&payload)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 200, "{sender}: {reply}");
+        let run = server.run_of(&reply).await;
+        let got = json!([run["message"], run["channel"], run["to"], run["deliver"]]);
+        let mapping = json!([format!("from {sender}"), "telegram", "+1000", false]);
+        assert_eq!(got, mapping, "{sender}: {run}");
+        assert_ne!(run["model"], "attacker/model", "{sender}: {run}");
+    }
+}
