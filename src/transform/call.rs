@@ -150,9 +150,11 @@ impl TransformEngine {
     }
 
     /// A call on an idle instance of this mapping, or on a new one that is kept afterwards.
-    /// Only an instance whose call returned (an outcome or an error of its own) goes back: one
-    /// that trapped, breached a limit or timed out (its future dropped mid-call) is gone, and so
-    /// is one that served `limits.reuse` calls or whose output pipes are nearly full.
+    /// Only an instance whose call succeeded goes back (docs/transforms.md#limits): one whose
+    /// call failed in any way (an error of its own, such as a JavaScript throw the adapter
+    /// caught, an invalid outcome, a trap, a breached limit, a timeout that dropped its future
+    /// mid-call) is gone with whatever that call left in it, and so is one that served
+    /// `limits.reuse` calls or whose output pipes are nearly full.
     async fn call_reused(
         &self,
         transform: &LoadedTransform,
@@ -191,10 +193,9 @@ impl TransformEngine {
         let result = warm.instance.call_transform(&mut warm.store, request).await;
         warm.store.data().flush_output();
         warm.calls += 1;
-        let returned = result.is_ok();
         // A reused store's pipes hold several calls' output, so a call that wrote more than its
         // own budget was not stopped by a full pipe: it fails here instead.
-        let answer = if returned && warm.store.data().output_full(limits.log_bytes) {
+        let answer = if result.is_ok() && warm.store.data().output_full(limits.log_bytes) {
             Err(TransformFailure::Output(format!(
                 "stdout/stderr over {} bytes",
                 limits.log_bytes
@@ -203,14 +204,12 @@ impl TransformEngine {
             answer(&warm.store, result, limits, memory_cap)
         };
         let state = warm.store.data();
-        // A guest may survive a refused memory growth (a caught out-of-memory error); its
-        // instance is not reused all the same.
-        let reusable = returned
+        // A failed call may have left its state half-changed (a JavaScript global set before a
+        // throw), which its instance would hand to the next sender. A guest may also survive a
+        // refused memory growth (a caught out-of-memory error) and succeed: its instance is not
+        // reused all the same.
+        let reusable = answer.is_ok()
             && !state.memory.exceeded
-            && !matches!(
-                answer,
-                Err(TransformFailure::Output(_) | TransformFailure::Memory(_))
-            )
             && warm.calls < limits.reuse
             && state.room_for_another_call(limits.log_bytes);
         if reusable {

@@ -1,6 +1,7 @@
 //! A transform's own bugs (transforms/fixtures/js/hostile.mjs) reach no other sender: a payload
 //! that pollutes `Object.prototype` through a naive deep merge does not steer the next sender's
-//! action on the kept instance (docs/transforms.md#partial-overrides).
+//! action on the kept instance (docs/transforms.md#partial-overrides), and a call that failed
+//! leaves nothing to the next one (docs/transforms.md#limits).
 
 use serde_json::{Value, json};
 
@@ -56,4 +57,27 @@ async fn a_polluted_prototype_does_not_steer_the_next_sender() {
         assert_eq!(got, mapping, "{sender}: {run}");
         assert_ne!(run["model"], "attacker/model", "{sender}: {run}");
     }
+}
+
+/// A call that sets a global and then throws fails alone: its instance is dropped, so the next
+/// call does not see the global; a call that succeeds keeps its instance, and the next sees what
+/// it left (which shows the calls share an instance when nothing fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_call_leaves_nothing_to_the_next() {
+    let (server, _dir) = start(json!([hostile("leak", json!({}))]), &["js-hostile"]);
+    let post = |payload: Value| server.hook("/hooks/leak").json(&payload).send();
+    assert_eq!(
+        json_of(post(json!({"n": 1, "fail": true})).await.unwrap()).await,
+        (500, json!({"ok": false, "error": "hook mapping failed"}))
+    );
+    for n in [2, 3] {
+        assert_eq!(post(json!({"n": n})).await.unwrap().status(), 200, "{n}");
+    }
+    assert_eq!(
+        server.wake_texts().await,
+        [
+            "call 2, left by an earlier call: nothing",
+            "call 3, left by an earlier call: 2"
+        ]
+    );
 }
