@@ -70,6 +70,7 @@ pub fn check_signature(scheme: Scheme, data: &[u8]) {
             scheme: scheme.clone(),
             secrets: vec![key.to_vec()],
             tolerance: DEFAULT_TOLERANCE,
+            token_accepted: true,
         };
         verify(
             &rule,

@@ -225,6 +225,9 @@ pub struct SignatureConfig {
     pub prefix: Option<String>,
     /// Timestamped schemes: how far from now a signature may be (default 300).
     pub tolerance_seconds: Option<u64>,
+    /// Whether the hook token opens this mapping too (default true); false leaves the
+    /// signature as its only way in.
+    pub accept_token: Option<bool>,
 }
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

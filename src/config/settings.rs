@@ -602,5 +602,6 @@ fn signature_rule(
                 DEFAULT_TOLERANCE
             }
         },
+        token_accepted: config.accept_token.unwrap_or(true),
     })
 }

@@ -90,6 +90,9 @@ pub struct SignatureRule {
     /// Raw key bytes (a `whsec_` secret already decoded).
     pub secrets: Vec<Vec<u8>>,
     pub tolerance: Duration,
+    /// Whether the hook token opens the mapping too (`signature.acceptToken`, default true).
+    /// When false the signature is the only way in, so a leaked hook token does not open it.
+    pub token_accepted: bool,
 }
 
 impl std::fmt::Debug for SignatureRule {
@@ -99,6 +102,7 @@ impl std::fmt::Debug for SignatureRule {
             .field("scheme", &self.scheme)
             .field("secrets", &self.secrets.len())
             .field("tolerance", &self.tolerance)
+            .field("token_accepted", &self.token_accepted)
             .finish()
     }
 }
@@ -394,6 +398,7 @@ mod tests {
                 .collect(),
             scheme,
             tolerance: DEFAULT_TOLERANCE,
+            token_accepted: true,
         }
     }
 
@@ -515,6 +520,7 @@ mod tests {
                 scheme: scheme.clone(),
                 secrets: vec![b"k".to_vec()],
                 tolerance: DEFAULT_TOLERANCE,
+                token_accepted: true,
             };
             for value in samples {
                 let h = move |_: &str| Some(value.to_string());

@@ -207,7 +207,10 @@ async fn handle(
     if let Some(answer) = signed::claim(app, &key).await? {
         return Ok(answer);
     }
-    let signed_request = Signed { mapping, key: &key };
+    let signed_request = Signed {
+        mapping,
+        key: Some(&key),
+    };
     let answer = route(
         app,
         hooks,

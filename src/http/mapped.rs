@@ -32,14 +32,7 @@ pub(super) async fn mapped(
     let mapping =
         mapping::find(&hooks.mappings, request.name, request.payload).ok_or(HookError::NotFound)?;
     trace.mapping(&mapping.id);
-    // A signature admits its own mapping only: a payload steering the request (by `source`) to
-    // another mapping of the same name needs the hook token.
-    if let Some(signed) = request.signed {
-        if !std::ptr::eq(signed.mapping, mapping) {
-            tracing::info!(signed = %signed.mapping.id, matched = %mapping.id, "signed request matched another mapping");
-            return Err(HookError::Unauthorized);
-        }
-    }
+    admits(request, mapping)?;
     let payloads: Vec<Cow<'_, Value>> = match mapping.for_each.as_deref() {
         None => vec![Cow::Borrowed(request.payload)],
         Some(key) => {
@@ -99,6 +92,28 @@ pub(super) async fn mapped(
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
     submit::mapped(app, hooks, request, mapping, actions, trace).await
+}
+
+/// Whether the way `request` was admitted opens `mapping`. A signature admits its own mapping
+/// only: a payload steering the request (by `source`) to another mapping of the same name
+/// needs the hook token. The hook token opens every mapping but those whose signature refuses
+/// it (`signature.acceptToken: false`).
+fn admits(request: &HookRequest<'_>, mapping: &Mapping) -> Result<(), HookError> {
+    match request.signed {
+        Some(signed) if !std::ptr::eq(signed.mapping, mapping) => {
+            tracing::info!(signed = %signed.mapping.id, matched = %mapping.id, "signed request matched another mapping");
+            Err(HookError::Unauthorized)
+        }
+        None if mapping
+            .signature
+            .as_ref()
+            .is_some_and(|s| !s.token_accepted) =>
+        {
+            tracing::info!(mapping = %mapping.id, "hook token refused: the mapping accepts its signature only");
+            Err(HookError::Unauthorized)
+        }
+        _ => Ok(()),
+    }
 }
 
 async fn run_transform(

@@ -17,9 +17,11 @@ pub(super) struct HookRequest<'a> {
 }
 
 /// A request authenticated by a mapping's signature: it may run that mapping and nothing else.
+/// An operator's replay of such a request carries the same restriction.
 #[derive(Clone, Copy)]
 pub(super) struct Signed<'a> {
     pub mapping: &'a Mapping,
-    /// The replay key; doubles as the idempotency key of the run it makes.
-    pub key: &'a str,
+    /// The replay key; doubles as the idempotency key of the run it makes. `None` for an
+    /// operator's replay, which makes a run of its own.
+    pub key: Option<&'a str>,
 }

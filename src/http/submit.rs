@@ -229,6 +229,6 @@ fn idempotency_keys<'a>(request: &HookRequest<'a>) -> [Option<&'a str>; 5] {
         header("x-idempotency-key"),
         header("x-openclaw-idempotency-key"),
         idempotency::body_key(request.payload),
-        request.signed.map(|s| s.key),
+        request.signed.and_then(|s| s.key),
     ]
 }
