@@ -16,6 +16,7 @@ use super::secret::secret;
 use super::{ConfigError, ConfigNotice, seconds};
 use crate::client::TrustedProxies;
 use crate::hook::capture::CapturePolicy;
+use crate::hook::credentials::CredentialHeaders;
 use crate::hook::policy::{AllowedAgents, normalize_agent_id};
 use crate::hook::signature::{DEFAULT_TOLERANCE, Encoding, Scheme, SignatureRule, decode_secret};
 use crate::hook::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy};
@@ -101,6 +102,8 @@ pub struct HookSettings {
     pub capture: CapturePolicy,
     /// The capture of mappings that set their own, by mapping id.
     pub mapping_capture: HashMap<String, CapturePolicy>,
+    /// The headers that carry a credential under these mappings' signature schemes.
+    pub credentials: CredentialHeaders,
 }
 
 impl HookSettings {
@@ -456,6 +459,7 @@ fn hook_settings(
     if !hooks.enabled {
         return None;
     }
+    let credentials = CredentialHeaders::of(mappings.iter().filter_map(|m| m.signature.as_ref()));
     Some(HookSettings {
         token: token?,
         path: path?,
@@ -470,6 +474,7 @@ fn hook_settings(
         transforms: OnceLock::new(),
         capture,
         mapping_capture,
+        credentials,
     })
 }
 

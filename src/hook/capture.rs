@@ -1,21 +1,14 @@
 //! What of a request the request log keeps besides its outcome: its headers and body, when the
 //! mapping or `hooks.capture` asks for them (docs/operations.md#the-request-log). Credentials
-//! never reach the store: the hook token's carriers and cookies are always removed, the
-//! configured header names and JSON pointers are replaced by [`REDACTED`] before anything is
-//! written. A body over the size cap, or one that pointers must redact but that is not JSON, is
+//! never reach the store: the hook token's carriers, cookies and every scheme's signature and
+//! secret headers are always removed ([`CredentialHeaders`]), the configured header names and
+//! JSON pointers are replaced by [`REDACTED`] before anything is written. A body over the size cap, or one that pointers must redact but that is not JSON, is
 //! not kept at all (a cut JSON document could not be redacted, nor replayed).
 
 use bytes::Bytes;
 use serde_json::Value;
 
-/// Headers that carry credentials: never kept, never shown to a transform.
-pub const CREDENTIAL_HEADERS: &[&str] = &[
-    "authorization",
-    "x-service-token",
-    "x-openclaw-token",
-    "cookie",
-    "proxy-authorization",
-];
+use super::credentials::CredentialHeaders;
 
 /// What a redacted header value or JSON value is replaced by.
 pub const REDACTED: &str = "[redacted]";
@@ -112,18 +105,18 @@ impl CaptureJob {
 }
 
 impl CapturePolicy {
-    /// The material of a capture of this request; `credential` is the header a mapping's
-    /// signature scheme carries a shared secret in (GitLab's token), removed like the others.
+    /// The material of a capture of this request, without the headers that `credentials` keeps
+    /// out of the log.
     pub fn job<'a>(
         &self,
         headers: impl IntoIterator<Item = (&'a str, &'a [u8])>,
-        credential: Option<&str>,
+        credentials: &CredentialHeaders,
         query: Option<&str>,
         body: Bytes,
     ) -> CaptureJob {
         let headers = headers
             .into_iter()
-            .filter(|(name, _)| !CREDENTIAL_HEADERS.contains(name) && Some(*name) != credential)
+            .filter(|(name, _)| !credentials.is_kept_out(name))
             .map(|(name, value)| (name.to_string(), value.to_vec()))
             .collect();
         CaptureJob {
@@ -218,7 +211,12 @@ mod tests {
 
     fn capture(policy: &CapturePolicy, body: &[u8]) -> Captured {
         policy
-            .job([], None, None, Bytes::copy_from_slice(body))
+            .job(
+                [],
+                &CredentialHeaders::default(),
+                None,
+                Bytes::copy_from_slice(body),
+            )
             .capture()
     }
 
@@ -228,12 +226,13 @@ mod tests {
             ("authorization", b"Bearer secret".as_slice()),
             ("cookie", b"s=1"),
             ("x-gitlab-token", b"shared"),
+            ("x-hub-signature-256", b"sha256=00"),
             ("x-api-key", b"k"),
             ("x-github-event", b"push"),
         ];
         let job = policy().job(
             headers,
-            Some("x-gitlab-token"),
+            &CredentialHeaders::default(),
             Some("a=1&token=t"),
             Bytes::new(),
         );

@@ -4,6 +4,7 @@
 
 pub mod action;
 pub mod capture;
+pub mod credentials;
 pub mod envelope;
 pub mod idempotency;
 pub mod payload;

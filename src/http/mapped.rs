@@ -17,7 +17,7 @@ use super::trace::Trace;
 use crate::config::HookSettings;
 use crate::gateway::requests::TransformVerdict;
 use crate::gateway::runtime_clock::now_rfc3339;
-use crate::hook::capture::CREDENTIAL_HEADERS;
+use crate::hook::credentials::CredentialHeaders;
 use crate::mapping::{self, FanOut, Mapping, TemplateContext};
 use crate::metrics::{FailureLabels, MappingLabels};
 use crate::transform::{CallOutcome, Reply, TransformFailure, TransformInput};
@@ -43,11 +43,7 @@ pub(super) async fn mapped(
             fan_out.payloads.into_iter().map(Cow::Owned).collect()
         }
     };
-    let credential = mapping
-        .signature
-        .as_ref()
-        .and_then(|rule| rule.scheme.credential_header());
-    let headers = transform_headers(&request.parts.headers, credential);
+    let headers = transform_headers(&request.parts.headers, &hooks.credentials);
     let query = query_pairs(request.parts.uri.query());
     let now = now_rfc3339();
     let mut actions = Vec::with_capacity(payloads.len());
@@ -180,14 +176,16 @@ fn own_reply(reply: Reply) -> Response {
 }
 
 /// Headers as transforms and templates see them: names lower-case (as `http` keeps them),
-/// credentials removed: the hook token's carriers, cookies, and the mapping's own signature
-/// credential (`credential`), such as GitLab's shared token.
-fn transform_headers(headers: &HeaderMap, credential: Option<&str>) -> Vec<(String, String)> {
+/// secrets removed: the hook token's carriers, cookies, and every scheme's shared secret, such
+/// as GitLab's token, whichever mapping's scheme it belongs to (a replayed request carries what
+/// its capture kept, which an older version may have let through).
+fn transform_headers(
+    headers: &HeaderMap,
+    credentials: &CredentialHeaders,
+) -> Vec<(String, String)> {
     headers
         .iter()
-        .filter(|(name, _)| {
-            !CREDENTIAL_HEADERS.contains(&name.as_str()) && Some(name.as_str()) != credential
-        })
+        .filter(|(name, _)| !credentials.is_secret(name.as_str()))
         .map(|(name, value)| {
             (
                 name.as_str().to_string(),

@@ -161,20 +161,13 @@ impl Trace {
             self.record.hook.as_deref(),
         );
         let job = (self.authenticated && policy.enabled).then(|| {
-            let credential = self
-                .record
-                .mapping_id
-                .as_deref()
-                .and_then(|id| hooks.mappings.iter().find(|m| m.id == id))
-                .and_then(|m| m.signature.as_ref())
-                .and_then(|rule| rule.scheme.credential_header());
             let headers = self
                 .headers
                 .iter()
                 .flat_map(|headers| headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())));
             policy.job(
                 headers,
-                credential,
+                &hooks.credentials,
                 self.query.as_deref(),
                 self.body.take().unwrap_or_default(),
             )
