@@ -13,7 +13,7 @@ use super::AppState;
 use super::api::{limit, time_ms};
 use super::api_error::{ApiError, ApiPath, ApiQuery};
 use super::hooks;
-use crate::gateway::requests::{RequestFilter, capture_json};
+use crate::gateway::requests::{RequestFilter, RequestRecord, capture_json};
 
 /// The filters of `GET /api/requests`. A parameter of another name is refused, so that a typo
 /// cannot widen the listing silently.
@@ -69,7 +69,8 @@ pub async fn requests(
 }
 
 /// `GET /api/requests/<id>`: one request, with its captured headers and body (`capture`, null
-/// when nothing was kept) and the ids of the requests that replayed it.
+/// when nothing was kept), the ids of the requests that replayed it, and why it cannot be
+/// replayed (`replayRefusal`, null when it can).
 pub async fn request(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
@@ -82,13 +83,15 @@ pub async fn request(
     let mut answer = serde_json::to_value(&record).unwrap_or_default();
     answer["capture"] = record.capture.as_ref().map_or(Value::Null, capture_json);
     answer["replays"] = Value::from(replays);
+    answer["replayRefusal"] = replay_refusal(&record).map_or(Value::Null, Value::from);
     Ok(Json(answer).into_response())
 }
 
 /// `POST /api/requests/<id>/replay`: sends a captured request through its hook again, as the
 /// mappings and transforms are now, and answers with the new record's id and what the hook
-/// answered. 404 for an unknown request; 409 when its body was not kept or its path is no longer
-/// under `hooks.path`.
+/// answered. 404 for an unknown request; 409 when it was refused for its authentication, its
+/// body was not kept, its path is no longer under `hooks.path`, or the mapping whose signature
+/// admitted it is gone.
 pub async fn replay(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
@@ -98,11 +101,14 @@ pub async fn replay(
         .find(&id)
         .await?
         .ok_or(ApiError::NotFound("request"))?;
-    let Some(body) = original.capture.as_ref().and_then(|c| c.body.clone()) else {
-        return Err(ApiError::Conflict(
-            "the request's body was not captured, so it cannot be replayed".into(),
-        ));
-    };
+    if let Some(refusal) = replay_refusal(&original) {
+        return Err(ApiError::Conflict(refusal));
+    }
+    let body = original
+        .capture
+        .as_ref()
+        .and_then(|c| c.body.clone())
+        .unwrap_or_default();
     let headers = original
         .capture
         .as_ref()
@@ -126,6 +132,16 @@ pub async fn replay(
         "answer": answer,
     }))
     .into_response())
+}
+
+/// Why `record` cannot be replayed, as far as the log tells; `None` when it can (the mappings
+/// in force may still refuse it).
+fn replay_refusal(record: &RequestRecord) -> Option<String> {
+    if let Err(refused) = hooks::replayable(record) {
+        return Some(refused.to_string());
+    }
+    let captured = record.capture.as_ref().is_some_and(|c| c.body.is_some());
+    (!captured).then(|| "the request's body was not captured, so it cannot be replayed".into())
 }
 
 /// Captured header pairs as a header map, without the length of a body that redaction may have

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderMap, Method, Uri, request::Parts};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, request::Parts};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -81,9 +81,11 @@ fn answered(answer: Result<Response, HookError>) -> (Response, Option<String>) {
 }
 
 /// Sends a recorded request through the pipeline again, from step 6 (the body as JSON), with
-/// the operator's authority in place of its credential, through the mappings in force now. Its
-/// record links to `original` and is committed before this returns. Returns the answer and the
-/// new record's id.
+/// the operator's authority in place of its credential, through the mappings in force now. A
+/// replay admits no more than the original was admitted for: a request refused for its
+/// authentication is not replayed, and one that a signature admitted may run only the mapping
+/// whose signature it was. Its record links to `original` and is committed before this
+/// returns. Returns the answer and the new record's id.
 pub(super) async fn replay(
     app: &AppState,
     original: &RequestRecord,
@@ -91,8 +93,20 @@ pub(super) async fn replay(
     query: Option<&str>,
     body: Bytes,
 ) -> Result<(Response, String), ReplayError> {
+    replayable(original)?;
     let settings = app.config.current();
     let hooks = settings.hooks.as_ref().ok_or(ReplayError::HooksOff)?;
+    let signed = match &original.signature {
+        Some(signature) if signature.verified => {
+            let mapping = original
+                .mapping_id
+                .as_deref()
+                .and_then(|id| hooks.mappings.iter().find(|m| m.id == id))
+                .ok_or(ReplayError::SignedMappingGone)?;
+            Some((Signed { mapping, key: None }, &signature.scheme))
+        }
+        _ => None,
+    };
     let target = match query {
         Some(query) => format!("{}?{query}", original.target),
         None => original.target.clone(),
@@ -117,21 +131,41 @@ pub(super) async fn replay(
     trace.hook(&name);
     trace.body(&body);
     trace.authenticated();
+    if let Some((_, scheme)) = signed {
+        // The replay carries its original's admission, so a replay of it is held to it too.
+        trace.signature(scheme, true);
+    }
     let id = trace.id().to_string();
-    let answer = route(app, hooks, &name, &parts, &body, None, &mut trace).await;
+    let signed = signed.map(|(signed, _)| signed);
+    let answer = route(app, hooks, &name, &parts, &body, signed, &mut trace).await;
     let (response, error) = answered(answer);
     let (record, _, capture) = trace.finish(hooks, response.status(), error);
     app.request_log.record_replay(record, capture).await;
     Ok((response, id))
 }
 
+/// Whether `original` may be replayed at all, before anything of it is read: not when it was
+/// refused for its authentication (a replay would admit what the sender was refused).
+pub(super) fn replayable(original: &RequestRecord) -> Result<(), ReplayError> {
+    if original.status == StatusCode::UNAUTHORIZED.as_u16() {
+        return Err(ReplayError::Unauthenticated);
+    }
+    Ok(())
+}
+
 /// Why a recorded request cannot be replayed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
+    #[error("the request was refused for its authentication, so it cannot be replayed")]
+    Unauthenticated,
     #[error("hooks are disabled")]
     HooksOff,
     #[error("the request's path is no longer under hooks.path")]
     Gone,
+    #[error(
+        "the mapping whose signature admitted the request is no longer configured, and a replay runs no other"
+    )]
+    SignedMappingGone,
 }
 
 /// The metrics labels of a request under the hook prefix, as the handler decided them: the

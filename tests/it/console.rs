@@ -261,6 +261,29 @@ async fn the_console_shows_requests_safely_and_replays_a_fixed_one() {
     let texts = server.wake_texts().await;
     assert!(texts.iter().any(|t| t.contains("disk full")), "{texts:?}");
 
+    // A request refused for its authentication is not offered for replay, and the page says why.
+    browser.click("#request-close").await;
+    let forged = client()
+        .post(server.url("/hooks/wake"))
+        .bearer_auth("not-the-token")
+        .json(&json!({"text": "forged"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 401);
+    let forged_row = format!("#requests-table tr[data-id=\"{}\"]", request_id(&forged));
+    browser.wait_for_text(&forged_row, "401").await;
+    browser.click(&format!("{forged_row} button")).await;
+    browser
+        .wait_for_text("#replay-result", "refused for its authentication")
+        .await;
+    assert_eq!(
+        browser
+            .run("return document.getElementById('replay').disabled")
+            .await,
+        true
+    );
+
     // The transforms view shows the call counts.
     browser.click("#request-close").await;
     browser.click("nav button[data-view=system]").await;

@@ -14,6 +14,7 @@ mod contract;
 mod contrib;
 mod conventions;
 mod crash;
+mod credentials;
 mod durability;
 mod example;
 mod failover;

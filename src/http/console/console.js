@@ -181,8 +181,9 @@ async function openRequest(id) {
   }
   $("request-body").textContent = !capture ? "(not captured: set capture on the mapping or hooks.capture)"
     : capture.body ?? capture.bodyBase64 ?? capture.note ?? "";
-  $("replay").disabled = !(capture && (capture.body !== undefined || capture.bodyBase64 !== undefined));
-  $("replay-result").textContent = "";
+  // The server says whether a replay may be asked for, and why not: the console repeats no rule.
+  $("replay").disabled = record.replayRefusal !== null;
+  $("replay-result").textContent = record.replayRefusal ?? "";
   $("request-close").focus();
 }
 
