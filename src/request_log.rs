@@ -13,6 +13,10 @@
 //! first a record is dropped, past the second its capture is (both counted in
 //! `hookgate_request_log_records{outcome="dropped"}`).
 //!
+//! The log's size is bounded too (`gateway.retention.requestsMaxBytes`): after each batch, the
+//! oldest records are pruned while it is over the bound (`outcome="pruned"`), so no traffic,
+//! accepted or refused, grows it past what the operator configured.
+//!
 //! Refusals (4xx) are what a flood is made of, so they are bounded: past
 //! [`REFUSALS_PER_CLIENT`] from one client, or [`REFUSALS_IN_ALL`] from everyone, in one
 //! [`WINDOW`], a refusal is counted instead of recorded, and the client's next record says how
@@ -75,6 +79,8 @@ enum Outcome {
     Recorded,
     Suppressed,
     Dropped,
+    /// Recorded, then pruned to keep the log within its size bound.
+    Pruned,
 }
 
 impl Outcome {
@@ -83,6 +89,7 @@ impl Outcome {
             Outcome::Recorded => "recorded",
             Outcome::Suppressed => "suppressed",
             Outcome::Dropped => "dropped",
+            Outcome::Pruned => "pruned",
         }
     }
 }
@@ -98,8 +105,9 @@ impl RequestLog {
             entries,
             Arc::clone(&queued_bytes),
             metrics.clone(),
+            config.clone(),
         ));
-        tokio::spawn(prune_loop(store.clone(), config));
+        tokio::spawn(prune_loop(store.clone(), config, metrics.clone()));
         RequestLog {
             store,
             queue,
@@ -206,12 +214,15 @@ impl RequestLog {
     }
 }
 
-/// Deletes records older than `gateway.retention.requests`, in batches, until the process ends.
-async fn prune_loop(store: Store, config: LiveConfig) {
+/// Deletes records older than `gateway.retention.requests`, in batches, and the oldest while
+/// the log is over `requestsMaxBytes` (a reload may have lowered it), until the process ends.
+async fn prune_loop(store: Store, config: LiveConfig, metrics: Metrics) {
     const BATCH: u32 = 500;
     const EVERY: Duration = Duration::from_secs(60);
     loop {
-        let age = config.current().runtime.retention.requests;
+        let retention = config.current().runtime.retention;
+        bound_size(&store, retention.requests_max_bytes, &metrics).await;
+        let age = retention.requests;
         if let Some(age) = age {
             loop {
                 let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
@@ -234,6 +245,21 @@ async fn prune_loop(store: Store, config: LiveConfig) {
     }
 }
 
+/// Prunes the oldest records while the log is over `max_bytes`, when there is a bound.
+async fn bound_size(store: &Store, max_bytes: Option<u64>, metrics: &Metrics) {
+    let Some(max_bytes) = max_bytes else {
+        return;
+    };
+    let pruned = store
+        .write(move |conn| crate::gateway::requests::prune_to_size(conn, max_bytes))
+        .await;
+    match pruned {
+        Ok(0) => {}
+        Ok(n) => count(metrics, Outcome::Pruned, n as u64),
+        Err(err) => tracing::warn!(%err, "request log size pruning failed; trying again later"),
+    }
+}
+
 fn count(metrics: &Metrics, outcome: Outcome, n: u64) {
     metrics
         .request_log
@@ -248,6 +274,7 @@ async fn write_loop(
     mut entries: mpsc::Receiver<Entry>,
     queued_bytes: Arc<AtomicUsize>,
     metrics: Metrics,
+    config: LiveConfig,
 ) {
     let mut batch = Vec::with_capacity(BATCH);
     let mut flushes = Vec::new();
@@ -309,6 +336,8 @@ async fn write_loop(
                 Ok(()) => count(&metrics, Outcome::Recorded, count_of),
                 Err(err) => tracing::warn!(%err, count = count_of, "request log records lost"),
             }
+            let max_bytes = config.current().runtime.retention.requests_max_bytes;
+            bound_size(&store, max_bytes, &metrics).await;
         }
         for done in flushes.drain(..) {
             let _ = done.send(());

@@ -73,6 +73,9 @@ pub struct RetentionConfig {
     pub runs: Option<String>,
     /// The request log (default `7d`).
     pub requests: Option<String>,
+    /// The request log's size bound in bytes, oldest records pruned first (default 1 GiB; 0:
+    /// bounded by age alone).
+    pub requests_max_bytes: Option<u64>,
 }
 
 /// `gateway.store`.

@@ -183,7 +183,16 @@ pub struct Retention {
     pub events: Option<Duration>,
     pub runs: Option<Duration>,
     pub requests: Option<Duration>,
+    /// `gateway.retention.requestsMaxBytes`: the request log's size bound, whatever its age;
+    /// `None` bounds it by age alone.
+    pub requests_max_bytes: Option<u64>,
 }
+
+/// The request log's size bound unless configured otherwise: no traffic, accepted or refused,
+/// grows it past this (docs/operations.md#the-request-log).
+pub const DEFAULT_REQUESTS_MAX_BYTES: u64 = 1024 * 1024 * 1024;
+/// The smallest size bound accepted: one batch of the log's writer must fit with room to spare.
+pub const MIN_REQUESTS_MAX_BYTES: u64 = 1024 * 1024;
 
 /// Events and runs are kept this long unless configured otherwise.
 const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
@@ -210,6 +219,18 @@ fn retention(file: &FileConfig, problems: &mut Vec<ConfigError>) -> Retention {
             "gateway.retention.requests",
             DEFAULT_REQUEST_RETENTION,
         ),
+        requests_max_bytes: match config.requests_max_bytes {
+            None => Some(DEFAULT_REQUESTS_MAX_BYTES),
+            Some(0) => None,
+            Some(bytes) if bytes < MIN_REQUESTS_MAX_BYTES => {
+                problems.push(ConfigError::invalid(
+                    "gateway.retention.requestsMaxBytes",
+                    format!("must be 0 (no bound) or at least {MIN_REQUESTS_MAX_BYTES}"),
+                ));
+                Some(DEFAULT_REQUESTS_MAX_BYTES)
+            }
+            Some(bytes) => Some(bytes),
+        },
     }
 }
 

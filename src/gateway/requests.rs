@@ -122,6 +122,32 @@ fn outcome_text<S: serde::Serializer>(
     }
 }
 
+/// The longest path, and hook name, a record keeps: a refused request's path is the sender's
+/// to choose, up to the whole request head, and a flood of them must not fill the disk
+/// (docs/operations.md#the-request-log has the worst case per day). Small enough that a refused
+/// record stays within one b-tree cell: a row of this WITHOUT ROWID table over about 1,000
+/// bytes spills into an overflow page of its own, and took 4.7 KB of the file with 512 here.
+pub const MAX_RECORDED_PATH: usize = 256;
+
+/// What a record keeps of a path or a hook name: at most [`MAX_RECORDED_PATH`] bytes; a longer
+/// one cut there (on a character boundary) and marked with a trailing `…`, which makes it
+/// longer than any uncut one ([`is_cut`]).
+pub fn recorded_path(text: &str) -> String {
+    if text.len() <= MAX_RECORDED_PATH {
+        return text.to_string();
+    }
+    let mut end = MAX_RECORDED_PATH;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// Whether a path or hook name as recorded was cut by [`recorded_path`].
+pub fn is_cut(recorded: &str) -> bool {
+    recorded.len() > MAX_RECORDED_PATH
+}
+
 /// Which requests a listing returns, newest first.
 #[derive(Debug, Clone, Default)]
 pub struct RequestFilter {
@@ -362,6 +388,40 @@ pub(crate) fn prune(conn: &Connection, before_ms: i64, batch: u32) -> rusqlite::
            (SELECT id FROM requests WHERE id < ?2 ORDER BY id LIMIT ?1)",
         params![batch, first_id_at(before_ms)],
     )
+}
+
+/// Deletes the oldest requests while the log's pages in use take more than `max_bytes`, down to
+/// nine tenths of it (so that a log at its bound is not pruned again at every batch); returns
+/// how many went. Freed pages are reused by later records: the file stops growing at about the
+/// bound, it does not shrink. Costs two page counts when under the bound.
+pub(crate) fn prune_to_size(conn: &Connection, max_bytes: u64) -> rusqlite::Result<usize> {
+    const BATCH: u32 = 500;
+    let used = |conn: &Connection| -> rusqlite::Result<u64> {
+        let pragma = |sql: &str| {
+            conn.prepare_cached(sql)?
+                .query_row([], |r| r.get::<_, i64>(0))
+        };
+        let pages = pragma("PRAGMA page_count")?;
+        let free = pragma("PRAGMA freelist_count")?;
+        let used = pages.saturating_sub(free) * pragma("PRAGMA page_size")?;
+        Ok(u64::try_from(used).unwrap_or(0))
+    };
+    if used(conn)? <= max_bytes {
+        return Ok(0);
+    }
+    let target = max_bytes / 10 * 9;
+    let mut pruned = 0;
+    while used(conn)? > target {
+        let deleted = conn.execute(
+            "DELETE FROM requests WHERE id IN (SELECT id FROM requests ORDER BY id LIMIT ?1)",
+            [BATCH],
+        )?;
+        if deleted == 0 {
+            break;
+        }
+        pruned += deleted;
+    }
+    Ok(pruned)
 }
 
 /// The smallest UUIDv7 of millisecond `ms` (the Unix epoch's): every id made at or after `ms`

@@ -239,6 +239,7 @@ mod tests {
             events: None,
             runs: None,
             requests: None,
+            requests_max_bytes: None,
         };
         let now = now_ms();
         store
@@ -254,6 +255,7 @@ mod tests {
             events: day,
             runs: day,
             requests: day,
+            requests_max_bytes: None,
         };
         store
             .write(move |conn| prune_batch(conn, month, now, Cursor::default()))

@@ -16,7 +16,7 @@ use super::signed::{self, Credential};
 use super::trace::Trace;
 use super::{mapped, submit};
 use crate::config::{HookSettings, Settings};
-use crate::gateway::requests::RequestRecord;
+use crate::gateway::requests::{self, RequestRecord};
 use crate::hook::payload;
 
 /// Serves every path the router does not know: hooks under the configured prefix, 404 elsewhere.
@@ -150,6 +150,9 @@ pub(super) fn replayable(original: &RequestRecord) -> Result<(), ReplayError> {
     if original.status == StatusCode::UNAUTHORIZED.as_u16() {
         return Err(ReplayError::Unauthenticated);
     }
+    if requests::is_cut(&original.target) {
+        return Err(ReplayError::Cut);
+    }
     Ok(())
 }
 
@@ -160,6 +163,8 @@ pub enum ReplayError {
     Unauthenticated,
     #[error("hooks are disabled")]
     HooksOff,
+    #[error("the request's path was too long to be recorded whole")]
+    Cut,
     #[error("the request's path is no longer under hooks.path")]
     Gone,
     #[error(

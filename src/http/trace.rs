@@ -12,7 +12,9 @@ use uuid::Uuid;
 use crate::client::ClientKey;
 use crate::config::HookSettings;
 use crate::gateway::EventOutcome;
-use crate::gateway::requests::{RequestRecord, SignatureTrace, TransformTrace, TransformVerdict};
+use crate::gateway::requests::{
+    RequestRecord, SignatureTrace, TransformTrace, TransformVerdict, recorded_path,
+};
 use crate::gateway::runtime_clock::now_ms;
 use crate::hook::capture::CaptureJob;
 
@@ -58,8 +60,9 @@ impl Trace {
                 client: client.map(|c| c.to_string()),
                 method: method.as_str().to_string(),
                 // The path only: a query may carry a secret (it is captured, with a `token`
-                // redacted, when the request is).
-                target: uri.path().to_string(),
+                // redacted, when the request is). Bounded: a refused request's path is the
+                // sender's to choose.
+                target: recorded_path(uri.path()),
                 ..RequestRecord::default()
             },
             started: Instant::now(),
@@ -87,7 +90,7 @@ impl Trace {
     }
 
     pub fn hook(&mut self, name: &str) {
-        self.record.hook = Some(name.to_string());
+        self.record.hook = Some(recorded_path(name));
     }
 
     pub fn mapping(&mut self, id: &str) {

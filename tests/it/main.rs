@@ -29,6 +29,7 @@ mod openclaw_config;
 mod parity;
 mod pipeline;
 mod reload;
+mod request_log_size;
 mod requests;
 mod retention;
 mod runtime;
