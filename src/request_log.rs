@@ -334,7 +334,14 @@ async fn write_loop(
             };
             match store.record_requests(records).await {
                 Ok(()) => count(&metrics, Outcome::Recorded, count_of),
-                Err(err) => tracing::warn!(%err, count = count_of, "request log records lost"),
+                Err(err) => {
+                    count(&metrics, Outcome::Dropped, count_of);
+                    // A failed commit (a full disk, say) is logged by the store's writer, once a
+                    // minute at most: a line per batch here would flood the log.
+                    if !matches!(err, StoreError::Full | StoreError::Commit(_)) {
+                        tracing::warn!(%err, count = count_of, "request log records lost");
+                    }
+                }
             }
             let max_bytes = config.current().runtime.retention.requests_max_bytes;
             bound_size(&store, max_bytes, &metrics).await;

@@ -125,6 +125,15 @@ const SCHEMA_V8: &str = "
 DROP INDEX IF EXISTS runs_by_session;
 ";
 
+/// The row readiness rewrites (`Store::probe`): a probe that writes nothing commits even on a
+/// full disk, where no request could.
+const SCHEMA_V9: &str = "
+CREATE TABLE probe (
+    id    INTEGER PRIMARY KEY,
+    at_ms INTEGER NOT NULL
+);
+";
+
 /// The request log, in a database of its own (`requests.db`): every request under the hook
 /// prefix (see `requests`). Keyed by its time-ordered id alone (no rowid, one index only for
 /// replays): each record is one append to one b-tree, since one is written for every request
@@ -192,6 +201,7 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             (6, SCHEMA_V6),
             (7, SCHEMA_V7),
             (8, SCHEMA_V8),
+            (9, SCHEMA_V9),
         ],
     )
 }

@@ -4,11 +4,16 @@
 //! commits them in one transaction (group commit): a caller is answered only after the commit that
 //! holds its write, so an acknowledged write survives a crash, and concurrent callers share the
 //! cost of one `fsync`. Reads use their own connection and never wait for the writer.
+//!
+//! A commit that fails (the state directory's file system full, an I/O error) is rolled back
+//! whole and every caller of its batch is told so; the writer goes on with the next batch, so
+//! once the cause is gone (space freed) writes commit again without a restart
+//! (docs/reliability.md#a-full-disk).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::histogram::Histogram;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -39,8 +44,13 @@ enum StoreFile {
 /// A failure of the store. The message is for the log, never for a client.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// Any failure of SQLite but [`StoreError::Full`].
     #[error("sqlite: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Sqlite(rusqlite::Error),
+    /// The state directory's file system has no room for the write (SQLite's `SQLITE_FULL`):
+    /// nothing of it was kept, and the same write succeeds once space is freed.
+    #[error("the state directory's file system is full")]
+    Full,
     #[error("cannot create state directory {path}: {source}")]
     StateDir {
         path: PathBuf,
@@ -48,6 +58,8 @@ pub enum StoreError {
     },
     #[error("the store is closed")]
     Closed,
+    /// The transaction holding the write failed to commit, for another reason than
+    /// [`StoreError::Full`]; nothing of it was kept.
     #[error("commit failed: {0}")]
     Commit(String),
     /// A record larger than the NATS servers take in one message: the client's to mend (413).
@@ -56,6 +68,22 @@ pub enum StoreError {
     /// The NATS cluster failed.
     #[error("{0}")]
     Cluster(String),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    /// Classifies by SQLite's result code, never by its message: `SQLITE_FULL` is
+    /// [`StoreError::Full`], anything else [`StoreError::Sqlite`].
+    fn from(err: rusqlite::Error) -> Self {
+        if is_full(&err) {
+            StoreError::Full
+        } else {
+            StoreError::Sqlite(err)
+        }
+    }
+}
+
+fn is_full(err: &rusqlite::Error) -> bool {
+    err.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
 }
 
 /// What became of a queued run.
@@ -76,8 +104,10 @@ pub struct IdempotencyClaim {
 }
 
 /// One operation for the writer: applied inside the batch's transaction, in a savepoint of its
-/// own; what it returns answers its caller once the batch's commit is known.
-type Operation = Box<dyn FnOnce(&Connection) -> Answer + Send>;
+/// own; what it returns answers its caller once the batch's commit is known. Given no
+/// connection, it is not applied: its batch failed before reaching it, and its caller is
+/// answered with that failure.
+type Operation = Box<dyn FnOnce(Option<&Connection>) -> Applied + Send>;
 
 enum Write {
     Op(Operation),
@@ -171,7 +201,7 @@ impl Store {
         let batch = if group_commit { MAX_BATCH } else { 1 };
         let writer = std::thread::Builder::new()
             .name(thread.into())
-            .spawn(move || write_loop(writer_conn, queue, batch, commit_time))
+            .spawn(move || write_loop(writer_conn, queue, batch, commit_time, name))
             .map_err(|source| StoreError::StateDir {
                 path: state_dir.to_path_buf(),
                 source,
@@ -206,7 +236,8 @@ impl Store {
     }
 
     /// Runs `op` in the writer's next transaction; its result is returned once that transaction
-    /// has committed (and is an error if it did not). `op` runs in a savepoint of its own, so
+    /// has committed (and is an error if it did not: [`StoreError::Full`] when the file system
+    /// had no room for it, whether `op` or the commit found that out). `op` runs in a savepoint of its own, so
     /// when it fails nothing it wrote is kept, and the other writes of the batch are unaffected.
     pub async fn write<T: Send + 'static>(
         &self,
@@ -214,10 +245,12 @@ impl Store {
     ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
         let operation: Operation = Box::new(move |conn| {
-            let result = in_savepoint(conn, op);
-            Box::new(move |commit| {
+            let result = conn.map(|conn| in_savepoint(conn, op));
+            let full = matches!(result, Some(Err(StoreError::Full)));
+            let answer: Answer = Box::new(move |commit| {
                 let _ = reply.send(settle(result, commit));
-            })
+            });
+            Applied { answer, full }
         });
         self.writes
             .send(Write::Op(operation))
@@ -235,9 +268,17 @@ impl Store {
             .await
     }
 
-    /// Proves the store can commit a write transaction now.
+    /// Proves the store can commit a write now: one row rewritten, synced like any other write,
+    /// so that a full file system fails it ([`StoreError::Full`]) as it fails intake's writes,
+    /// and passes it again as soon as they would commit. Costs one small write in the next
+    /// group commit.
     pub async fn probe(&self) -> Result<(), StoreError> {
-        self.write(|_| Ok(())).await
+        self.write(|conn| {
+            conn.prepare_cached("INSERT OR REPLACE INTO probe (id, at_ms) VALUES (1, ?1)")?
+                .execute([super::clock::now_ms()])
+                .map(drop)
+        })
+        .await
     }
 
     /// Events of `agent`'s main session with `seq > after` (with `after` `None`: the newest
@@ -353,8 +394,10 @@ fn write_loop(
     mut queue: mpsc::UnboundedReceiver<Write>,
     max_batch: usize,
     commit_time: Option<Histogram>,
+    file: &'static str,
 ) {
     let mut batch = Vec::with_capacity(max_batch);
+    let mut failures = FailureLog::new(file);
     let mut open = true;
     while open {
         let Some(first) = queue.blocking_recv() else {
@@ -371,8 +414,16 @@ fn write_loop(
                 next = queue.try_recv().ok();
             }
         }
-        let started = std::time::Instant::now();
-        commit_batch(&conn, &mut batch);
+        let started = Instant::now();
+        let writes = batch.len();
+        let changes = conn.total_changes();
+        match commit_batch(&conn, &mut batch) {
+            // A commit that changed no row wrote nothing, which a full disk allows: only one
+            // that did proves the failure over.
+            Ok(()) if conn.total_changes() == changes => {}
+            Ok(()) => failures.ended(),
+            Err(failure) => failures.failed(&failure, writes),
+        }
         if let Some(histogram) = &commit_time {
             histogram.observe(started.elapsed().as_secs_f64());
         }
@@ -380,54 +431,184 @@ fn write_loop(
     // Dropping the receiver makes every later send fail at once.
     drop(queue);
     if let Err(err) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);") {
-        tracing::warn!(%err, "store checkpoint at shutdown failed");
+        tracing::warn!(%err, file, "store checkpoint at shutdown failed");
     }
 }
 
 /// Tells one caller the outcome, given whether the batch's commit succeeded.
-type Answer = Box<dyn FnOnce(Result<(), String>) + Send>;
+type Answer = Box<dyn FnOnce(Result<(), CommitFailure>) + Send>;
+
+/// What applying one write left behind.
+struct Applied {
+    answer: Answer,
+    /// It failed for lack of space: if SQLite then rolled the whole transaction back by
+    /// itself, that is why.
+    full: bool,
+}
+
+/// Why a batch did not commit, told to each of its callers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CommitFailure {
+    /// [`StoreError::Full`].
+    Full,
+    /// Anything else, as SQLite put it.
+    Failed(String),
+}
+
+impl CommitFailure {
+    fn of(err: &rusqlite::Error) -> CommitFailure {
+        if is_full(err) {
+            CommitFailure::Full
+        } else {
+            CommitFailure::Failed(err.to_string())
+        }
+    }
+
+    fn to_error(&self) -> StoreError {
+        match self {
+            CommitFailure::Full => StoreError::Full,
+            CommitFailure::Failed(message) => StoreError::Commit(message.clone()),
+        }
+    }
+}
+
+impl std::fmt::Display for CommitFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CommitFailure::Full => StoreError::Full.fmt(f),
+            CommitFailure::Failed(message) => f.write_str(message),
+        }
+    }
+}
 
 /// Applies each write inside its own savepoint, so one failing write does not undo the others, then
-/// commits and only then answers the callers.
-fn commit_batch(conn: &Connection, batch: &mut Vec<Write>) {
+/// commits and only then answers the callers. A batch that fails is rolled back whole, and every
+/// one of its callers is answered with the failure, those whose write was never reached too.
+fn commit_batch(conn: &Connection, batch: &mut Vec<Write>) -> Result<(), CommitFailure> {
     let mut answers: Vec<Answer> = Vec::with_capacity(batch.len());
-    let result = (|| -> rusqlite::Result<()> {
-        // IMMEDIATE takes the write lock up front, so a store that cannot be written fails here,
-        // before any caller is told anything, and the probe really proves writability.
-        control(conn, Control::Begin)?;
-        for write in batch.drain(..) {
-            answers.push(apply(conn, write));
-            // SQLite rolls a transaction back by itself on some errors (disk full, I/O). A later
-            // savepoint would then open and commit a transaction of its own: stop here, and let
-            // the failed commit below answer every caller of this batch with an error.
-            if conn.is_autocommit() {
-                return Err(rusqlite::Error::SqliteFailure(
-                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
-                    Some("transaction rolled back by SQLite".into()),
-                ));
-            }
-        }
-        control(conn, Control::Commit)
-    })();
-    if let Err(err) = &result {
-        tracing::error!(%err, "store commit failed");
-        if !conn.is_autocommit() {
-            let _ = control(conn, Control::Rollback);
-        }
+    let mut writes = batch.drain(..);
+    let result = apply_all(conn, &mut writes, &mut answers);
+    answers.extend(writes.map(|write| skip(write).answer));
+    if result.is_err() && !conn.is_autocommit() {
+        // Should this fail too, the next batch rolls back before it begins.
+        let _ = control(conn, Control::Rollback);
     }
-    let outcome = result.map_err(|e| e.to_string());
     for answer in answers {
-        answer(outcome.clone());
+        answer(result.clone());
     }
-    // Writes not reached before a failure were dropped with the batch; their callers see Closed.
-    batch.clear();
+    result
+}
+
+/// Opens the batch's transaction, applies `writes` in it until one leaves no transaction to go
+/// on in, and commits.
+fn apply_all(
+    conn: &Connection,
+    writes: &mut impl Iterator<Item = Write>,
+    answers: &mut Vec<Answer>,
+) -> Result<(), CommitFailure> {
+    let failed = |err: rusqlite::Error| CommitFailure::of(&err);
+    // A transaction left open by a rollback that failed would fail every BEGIN from now on: end
+    // it first, so that one failure cannot stop the writer for good.
+    if !conn.is_autocommit() {
+        control(conn, Control::Rollback).map_err(failed)?;
+    }
+    // IMMEDIATE takes the write lock up front, so a store that cannot be written fails here,
+    // before any caller is told anything.
+    control(conn, Control::Begin).map_err(failed)?;
+    for write in writes {
+        let Applied { answer, full } = apply(conn, write);
+        answers.push(answer);
+        // SQLite rolls a transaction back by itself on some errors (disk full, I/O). A later
+        // savepoint would then open and commit a transaction of its own: stop here, and answer
+        // every caller of this batch with an error.
+        if conn.is_autocommit() {
+            return Err(match full {
+                true => CommitFailure::Full,
+                false => CommitFailure::Failed("transaction rolled back by SQLite".into()),
+            });
+        }
+    }
+    control(conn, Control::Commit).map_err(failed)
 }
 
 /// Applies one write; returns how to answer its caller once the commit outcome is known.
-fn apply(conn: &Connection, write: Write) -> Answer {
+fn apply(conn: &Connection, write: Write) -> Applied {
     match write {
-        Write::Op(operation) => operation(conn),
-        Write::Close => Box::new(|_| {}),
+        Write::Op(operation) => operation(Some(conn)),
+        Write::Close => skip(Write::Close),
+    }
+}
+
+/// Leaves a write of a failed batch unapplied: its caller gets the batch's failure.
+fn skip(write: Write) -> Applied {
+    match write {
+        Write::Op(operation) => operation(None),
+        Write::Close => Applied {
+            answer: Box::new(|_| {}),
+            full: false,
+        },
+    }
+}
+
+/// How often a failure that goes on is logged again.
+const FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// Logs a store's failing commits so that an operator can read them: the first at once, then at
+/// most one line per [`FAILURE_LOG_EVERY`] (or when the cause changes) with the writes refused
+/// meanwhile, and one line when commits succeed again. A full disk fails every commit, and a line
+/// each would flood the log (and fill a log kept on the same disk). Costs a clock read per
+/// failed batch and nothing per successful one.
+struct FailureLog {
+    file: &'static str,
+    /// The failure last logged, when failures began and when they were last logged.
+    failing: Option<(CommitFailure, Instant, Instant)>,
+    /// Writes refused since the last line.
+    refused: usize,
+}
+
+impl FailureLog {
+    fn new(file: &'static str) -> FailureLog {
+        FailureLog {
+            file,
+            failing: None,
+            refused: 0,
+        }
+    }
+
+    /// A batch of `writes` failed with `failure`.
+    fn failed(&mut self, failure: &CommitFailure, writes: usize) {
+        self.refused += writes;
+        let now = Instant::now();
+        let began = match &self.failing {
+            None => now,
+            Some((said, began, at)) => {
+                if said == failure && now.duration_since(*at) < FAILURE_LOG_EVERY {
+                    return;
+                }
+                *began
+            }
+        };
+        let (file, refused) = (self.file, self.refused);
+        let failing_for_s = now.duration_since(began).as_secs();
+        tracing::error!(
+            file,
+            %failure,
+            refused,
+            failing_for_s,
+            "store commits failing: their writes are refused (logged again at most once a minute)"
+        );
+        self.failing = Some((failure.clone(), began, now));
+        self.refused = 0;
+    }
+
+    /// A batch that changed something committed.
+    fn ended(&mut self) {
+        if let Some((_, began, _)) = self.failing.take() {
+            let (file, refused) = (self.file, self.refused);
+            let failed_for_s = began.elapsed().as_secs();
+            tracing::warn!(file, refused, failed_for_s, "store commits succeed again");
+            self.refused = 0;
+        }
     }
 }
 
@@ -474,10 +655,16 @@ fn control(conn: &Connection, control: Control) -> rusqlite::Result<()> {
     Ok(())
 }
 
-fn settle<T>(result: Result<T, StoreError>, commit: Result<(), String>) -> Result<T, StoreError> {
-    match commit {
-        Ok(()) => result,
-        Err(message) => Err(StoreError::Commit(message)),
+/// A caller's answer: its write's own result once its batch committed, else the batch's failure.
+fn settle<T>(
+    result: Option<Result<T, StoreError>>,
+    commit: Result<(), CommitFailure>,
+) -> Result<T, StoreError> {
+    match (commit, result) {
+        (Err(failure), _) => Err(failure.to_error()),
+        (Ok(()), Some(result)) => result,
+        // Never: a write is left unapplied only in a batch that failed.
+        (Ok(()), None) => Err(StoreError::Commit("the write was not applied".into())),
     }
 }
 
@@ -753,6 +940,39 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(texts, ["a", "c"]);
+    }
+
+    /// A write the file has no room for fails as [`StoreError::Full`] (by SQLite's code), and
+    /// succeeds once there is room again, with the same writer. `max_page_count` stands in for
+    /// a full file system: SQLite answers both with `SQLITE_FULL`.
+    #[tokio::test]
+    async fn a_full_store_refuses_writes_until_it_has_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), true).unwrap();
+        let set_room = |pages: Option<u32>| {
+            store.write(move |conn| {
+                let now: u32 = conn.query_row("PRAGMA page_count", [], |row| row.get(0))?;
+                conn.query_row(
+                    &format!("PRAGMA max_page_count = {}", pages.unwrap_or(now)),
+                    [],
+                    |_| Ok(()),
+                )
+            })
+        };
+        set_room(None).await.unwrap();
+        let big_run = |id: &str| {
+            let mut big = run(id);
+            big.message = "x".repeat(64 * 1024);
+            store.queue_run(big, None)
+        };
+        assert!(matches!(big_run("r1").await, Err(StoreError::Full)));
+        set_room(Some(1 << 20)).await.unwrap();
+        big_run("r2").await.unwrap();
+        assert!(
+            store.run("r1").await.unwrap().is_none(),
+            "nothing of r1 kept"
+        );
+        assert!(store.run("r2").await.unwrap().is_some());
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::AppState;
 use super::reply::json_error;
+use crate::gateway::StoreError;
 
 /// `GET /livez`: 200 while the server is serving at all.
 pub async fn livez() -> Json<serde_json::Value> {
@@ -17,11 +18,17 @@ pub async fn livez() -> Json<serde_json::Value> {
 /// `GET /readyz`: 200 when a configuration is loaded, the store commits a write (on a NATS
 /// store: the view does, the cluster is connected, and the view has caught up with what the
 /// stream held when the node started) and every runtime worker is alive; else 503 saying which
-/// is not.
+/// is not (`store full` when the state directory's file system has no room). Costs one small
+/// synced write (`Store::probe`).
 pub async fn readyz(State(app): State<AppState>) -> Response {
-    if let Err(err) = app.store.probe().await {
-        tracing::warn!(%err, "readiness probe: store not writable");
-        return json_error(StatusCode::SERVICE_UNAVAILABLE, "store not writable");
+    match app.store.probe().await {
+        Ok(()) => {}
+        // The store's writer logs a full disk, once a minute at most: not once per probe here.
+        Err(StoreError::Full) => return json_error(StatusCode::SERVICE_UNAVAILABLE, "store full"),
+        Err(err) => {
+            tracing::warn!(%err, "readiness probe: store not writable");
+            return json_error(StatusCode::SERVICE_UNAVAILABLE, "store not writable");
+        }
     }
     if let Some(cluster) = app.runtime.cluster() {
         if !cluster.connected() {

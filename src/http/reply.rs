@@ -38,16 +38,22 @@ pub enum HookError {
     /// Every transform call slot stayed taken for as long as a call may wait for one.
     #[error("transforms busy")]
     TransformsBusy,
+    /// The store's file system is full: nothing was committed, and the same request succeeds
+    /// once space is freed (the store's writer logs it, once a minute at most).
+    #[error("store full")]
+    StoreFull,
     #[error("internal error: {0}")]
     Internal(String),
 }
 
 impl From<crate::gateway::StoreError> for HookError {
-    /// The store failing is our problem, not the client's: a 500, the cause in the log. Only a
-    /// request too large for the NATS servers' messages is the client's: a 413.
+    /// The store failing is our problem, not the client's: a 500, the cause in the log. A full
+    /// disk is a 503 to retry, and a request too large for the NATS servers' messages is the
+    /// client's: a 413.
     fn from(err: crate::gateway::StoreError) -> Self {
         use crate::gateway::StoreError;
         match err {
+            StoreError::Full => HookError::StoreFull,
             StoreError::TooLarge { size, limit } => {
                 tracing::info!(size, limit, "request too large for a NATS message");
                 HookError::PayloadTooLarge
@@ -87,6 +93,7 @@ impl HookError {
             HookError::Invalid(message) => message,
             HookError::MappingFailed => "hook mapping failed",
             HookError::TransformsBusy => "transforms busy; retry",
+            HookError::StoreFull => "store full; retry",
             HookError::Internal(_) => "internal error",
         }
     }
@@ -101,7 +108,7 @@ impl HookError {
             HookError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             HookError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             HookError::MappingFailed | HookError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            HookError::TransformsBusy => StatusCode::SERVICE_UNAVAILABLE,
+            HookError::TransformsBusy | HookError::StoreFull => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 }
@@ -140,6 +147,11 @@ impl IntoResponse for HookError {
             }
             HookError::TransformsBusy => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            HookError::StoreFull => {
+                // Space comes back when someone frees it, not in a second: ask for a pause
+                // that keeps clients from hammering a store that refuses them.
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("10"));
             }
             HookError::PayloadTooLarge | HookError::BodyTimeout => {
                 // The connection is not reused after a body we did not read to its end.
