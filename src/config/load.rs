@@ -238,15 +238,17 @@ fn expand(
                 message: "unterminated ${ in value".into(),
             })?;
             let name = &after[..end];
+            // Neither message repeats the reference: it is part of the value, and a value with
+            // `${` in it may be a secret that merely looks like one.
             if !is_env_name(name) {
                 return Err(ConfigError::Invalid {
                     key: path.to_string(),
-                    message: format!("'${{{name}}}' is not a valid environment variable reference"),
+                    message: "holds a ${...} that is not an environment variable reference (names are letters, digits and _; write $${ for a literal ${)".into(),
                 });
             }
             let value = env(name).ok_or_else(|| ConfigError::Invalid {
                 key: path.to_string(),
-                message: format!("environment variable {name} is not set"),
+                message: "refers to an environment variable that is not set".into(),
             })?;
             out.push_str(&value);
             rest = &after[end + 1..];
@@ -379,7 +381,7 @@ mod tests {
         let doc = parse_document("{ hooks: { path: '${NOPE}' } }", &no_env).unwrap();
         assert_eq!(
             doc.problems[0].to_string(),
-            "hooks.path: environment variable NOPE is not set"
+            "hooks.path: refers to an environment variable that is not set"
         );
         assert_eq!(doc.config.hooks.path, None, "left out");
     }
@@ -429,7 +431,7 @@ mod tests {
         assert_eq!(
             problems,
             [
-                "hooks.token: environment variable A is not set",
+                "hooks.token: refers to an environment variable that is not set",
                 "gateway.port: expected u16, not a string",
                 "gateway.bnd: unknown field; did you mean `bind`?",
                 "hooks.enabeld: unknown field; did you mean `enabled`?",

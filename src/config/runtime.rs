@@ -387,7 +387,8 @@ pub fn parse_every(text: &str) -> Result<Option<Duration>, String> {
     if text == "0" {
         return Ok(None);
     }
-    let bad = || format!("'{text}' is not a duration like 30m, 1h, 45s or 0");
+    // The value is not repeated: it may be anything, a secret pasted into the wrong key too.
+    let bad = || "must be a duration like 30m, 1h, 45s or 0".to_string();
     // humantime reads `30m`, `1h30m`, `1h 30m`, `250ms`, `2d` and longer unit names alike.
     let total = humantime::parse_duration(text)
         .ok()
@@ -427,10 +428,10 @@ fn mode(file: &FileConfig, config_dir: &Path, problems: &mut Vec<ConfigError>) -
                 relay_session_key: forward.relay_session_key.unwrap_or(false),
             })
         }
-        Some(other) => {
+        Some(_) => {
             problems.push(ConfigError::invalid(
                 "gateway.mode",
-                format!("must be embedded or forward, not '{other}'"),
+                "must be embedded or forward",
             ));
             GatewayMode::Embedded
         }

@@ -324,10 +324,7 @@ fn hook_settings(
         if !KNOWN_PRESETS.contains(&preset.as_str()) {
             problems.push(ConfigError::invalid(
                 format!("hooks.presets[{i}]"),
-                format!(
-                    "unknown preset '{preset}' (known: {})",
-                    KNOWN_PRESETS.join(", ")
-                ),
+                format!("must be one of {}", KNOWN_PRESETS.join(", ")),
             ));
         }
     }
@@ -380,7 +377,7 @@ fn hook_settings(
                 if let Some(j) = ids.insert(mapping.id.clone(), i) {
                     problems.push(ConfigError::invalid(
                         format!("hooks.mappings[{i}].id"),
-                        format!("'{}' is already the id of hooks.mappings[{j}]", mapping.id),
+                        format!("is already the id of hooks.mappings[{j}]"),
                     ));
                 }
                 let persistent = mapping.session_mode == crate::hook::SessionMode::Persistent;
@@ -537,10 +534,10 @@ fn signature_rule(
             let encoding = match config.encoding.as_deref().unwrap_or("hex") {
                 "hex" => Encoding::Hex,
                 "base64" => Encoding::Base64,
-                other => {
+                _ => {
                     problems.push(ConfigError::invalid(
                         format!("{key}.encoding"),
-                        format!("must be hex or base64, not '{other}'"),
+                        "must be hex or base64",
                     ));
                     return None;
                 }
@@ -556,7 +553,7 @@ fn signature_rule(
             None => {
                 problems.push(ConfigError::invalid(
                     format!("{key}.scheme"),
-                    format!("unknown scheme '{name}' (known: {})", Scheme::NAMES),
+                    format!("must be one of {}", Scheme::NAMES),
                 ));
                 return None;
             }

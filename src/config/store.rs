@@ -69,10 +69,10 @@ pub(super) fn store_settings(file: &FileConfig, problems: &mut Vec<ConfigError>)
             StoreSettings::Embedded
         }
         "nats" => nats_settings(file, store, problems),
-        other => {
+        _ => {
             problems.push(ConfigError::invalid(
                 "gateway.store.kind",
-                format!("must be embedded or nats, not '{other}'"),
+                "must be embedded or nats (a NATS server's address goes in gateway.store.url)",
             ));
             StoreSettings::Embedded
         }

@@ -197,15 +197,16 @@ async fn env_references_and_secret_files_supply_tokens() {
 }
 
 #[test]
-fn unset_env_reference_is_refused_naming_it() {
+fn unset_env_reference_is_refused_naming_the_key_only() {
     let dir = ConfigDir::new(&json!({}));
     dir.write_text("{ hooks: { enabled: true, token: '${HOOKGATE_TEST_UNSET_VAR}' } }");
     let (status, output) = check_in(&dir);
     assert!(!status.success());
     assert!(
-        output.contains("hooks.token: environment variable HOOKGATE_TEST_UNSET_VAR is not set"),
+        output.contains("hooks.token: refers to an environment variable that is not set"),
         "{output}"
     );
+    assert!(!output.contains("HOOKGATE_TEST_UNSET_VAR"), "{output}");
 }
 
 #[tokio::test]
@@ -268,4 +269,72 @@ fn an_msteams_default_route_takes_no_recipient() {
         config,
         "channels.defaultRoute.to: cannot be used with channel msteams",
     );
+}
+
+/// A problem names the key and what is expected, never any part of the value: a value may be a
+/// secret pasted into the wrong key, and the message reaches `check`, the log and `/api/config`.
+#[test]
+fn no_problem_repeats_any_part_of_a_value() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "gateway.auth.token",
+        json!("gw-Pa55${word-is-SECRET1}x"),
+    );
+    set(
+        &mut config,
+        "gateway.store",
+        json!({"kind": "nats://user:PASS2@h:4222"}),
+    );
+    set(&mut config, "gateway.mode", json!("SECRET3-mode"));
+    set(&mut config, "gateway.retention.events", json!("SECRET4"));
+    set(&mut config, "hooks.presets", json!(["SECRET5"]));
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([
+            {"match": {"path": "a"}, "signature": {"scheme": "SECRET6", "secret": "s"}},
+            {"match": {"path": "b"}, "signature": {"scheme": "hmac-sha256", "secret": "s", "header": "x-s", "encoding": "SECRET7"}},
+        ]),
+    );
+    let (status, output, _dir) = check(&config);
+    assert!(!status.success(), "{output}");
+    for key in [
+        "gateway.auth.token:",
+        "gateway.store.kind:",
+        "gateway.mode:",
+        "gateway.retention.events:",
+        "hooks.presets[0]:",
+        "hooks.mappings[0].signature.scheme:",
+        "hooks.mappings[1].signature.encoding:",
+    ] {
+        assert!(output.contains(key), "{key} in:\n{output}");
+    }
+    for secret in ["SECRET", "PASS2", "word-is", "nats://"] {
+        assert!(!output.contains(secret), "{secret} in:\n{output}");
+    }
+}
+
+#[tokio::test]
+async fn a_refused_reload_repeats_no_part_of_a_value_either() {
+    let config = base_config();
+    let (server, dir) = Hookgate::start(&config);
+    let mut broken = config.clone();
+    set(
+        &mut broken,
+        "gateway.store",
+        json!({"kind": "nats://u:PASS8@h:4222"}),
+    );
+    dir.write(&broken);
+    let mut last_error = String::new();
+    eventually("the refused reload", async || {
+        let (_, status) = json_of(server.api("/api/config").send().await.unwrap()).await;
+        last_error = status["lastError"].to_string();
+        last_error.contains("gateway.store.kind")
+    })
+    .await;
+    assert!(!last_error.contains("PASS8"), "{last_error}");
+    let (_, log) = server.terminate();
+    assert!(log.contains("gateway.store.kind"), "{log}");
+    assert!(!log.contains("PASS8"), "{log}");
 }

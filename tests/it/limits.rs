@@ -182,7 +182,7 @@ fn two_mappings_may_not_share_an_id() {
     let (status, output, _dir) = check(&config);
     assert!(!status.success(), "{output}");
     assert!(
-        output.contains("hooks.mappings[1].id: 'mapping-2' is already the id of hooks.mappings[0]"),
+        output.contains("hooks.mappings[1].id: is already the id of hooks.mappings[0]"),
         "{output}"
     );
 }

@@ -406,7 +406,7 @@ fn unknown_preset_is_refused() {
     let (status, output, _dir) = check(&config);
     assert!(!status.success());
     assert!(
-        output.contains("hooks.presets[0]: unknown preset 'hotmail'"),
+        output.contains("hooks.presets[0]: must be one of gmail") && !output.contains("hotmail"),
         "{output}"
     );
 }

@@ -420,7 +420,7 @@ fn an_unknown_scheme_or_a_malformed_secret_refuses_startup() {
     for (signature, message) in [
         (
             json!({"scheme": "bitbucket", "secret": "s"}),
-            "hooks.mappings[0].signature.scheme: unknown scheme 'bitbucket'",
+            "hooks.mappings[0].signature.scheme: must be one of github, stripe,",
         ),
         (
             json!({"scheme": "standard-webhooks", "secret": "not-whsec"}),
