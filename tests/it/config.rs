@@ -338,3 +338,43 @@ async fn a_refused_reload_repeats_no_part_of_a_value_either() {
     assert!(log.contains("gateway.store.kind"), "{log}");
     assert!(!log.contains("PASS8"), "{log}");
 }
+
+/// A FIFO (or a device) as a secret file is refused at once, not waited on for a writer.
+#[test]
+fn a_fifo_secret_file_is_refused_without_hanging() {
+    let dir = ConfigDir::new(&json!({}));
+    let fifo = dir.path().join("token.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    dir.write_text("{ hooks: { enabled: true, token: { file: 'token.fifo' } } }");
+    let mut child = std::process::Command::new(binary())
+        .args(["check", "--config"])
+        .arg(dir.config_file())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("hookgate check still waits on the FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let output = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).to_string()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(!status.success(), "{text}");
+    assert!(
+        text.contains("hooks.token: cannot read secret file")
+            && text.contains("not a regular file"),
+        "{text}"
+    );
+}
