@@ -326,6 +326,11 @@ fn hook_settings(
                 format!("hooks.presets[{i}]"),
                 format!("must be one of {}", KNOWN_PRESETS.join(", ")),
             ));
+        } else if hooks.presets[..i].contains(preset) {
+            problems.push(ConfigError::invalid(
+                format!("hooks.presets[{i}]"),
+                "names a preset listed before it",
+            ));
         }
     }
     let transforms_dir = confine::transforms_dir(config_dir, hooks.transforms_dir.as_deref())
@@ -378,6 +383,14 @@ fn hook_settings(
                     problems.push(ConfigError::invalid(
                         format!("hooks.mappings[{i}].id"),
                         format!("is already the id of hooks.mappings[{j}]"),
+                    ));
+                }
+                if let Some(preset) = hooks.presets.iter().find(|p| **p == mapping.id) {
+                    // A preset's mapping has its preset's name as its id: sharing it would
+                    // give one mapping's capture and limits to the other.
+                    problems.push(ConfigError::invalid(
+                        format!("hooks.mappings[{i}].id"),
+                        format!("is the id of the preset {preset} (hooks.presets); mapping ids are unique across mappings and presets"),
                     ));
                 }
                 let persistent = mapping.session_mode == crate::hook::SessionMode::Persistent;

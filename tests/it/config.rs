@@ -378,3 +378,23 @@ fn a_fifo_secret_file_is_refused_without_hanging() {
         "{text}"
     );
 }
+
+/// A mapping may not take a preset's id: that would give it the preset's capture and limits.
+#[test]
+fn a_mapping_id_may_not_be_a_presets() {
+    let mut config = base_config();
+    set(&mut config, "hooks.presets", json!(["gmail"]));
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"id": "gmail", "match": {"path": "mail"}, "action": "wake", "textTemplate": "x",
+                "capture": {"enabled": true}}]),
+    );
+    refused(
+        config,
+        "hooks.mappings[0].id: is the id of the preset gmail (hooks.presets)",
+    );
+    let mut twice = base_config();
+    set(&mut twice, "hooks.presets", json!(["gmail", "gmail"]));
+    refused(twice, "hooks.presets[1]: names a preset listed before it");
+}
