@@ -1,7 +1,8 @@
-//! A transform's own bugs (transforms/fixtures/js/hostile.mjs) reach no other sender: a payload
-//! that pollutes `Object.prototype` through a naive deep merge does not steer the next sender's
-//! action on the kept instance (docs/transforms.md#partial-overrides), and a call that failed
-//! leaves nothing to the next one (docs/transforms.md#limits).
+//! A transform's own bugs (transforms/fixtures/js/hostile.mjs) reach no other sender and do not
+//! break the runtime: a payload that pollutes `Object.prototype` through a naive deep merge does
+//! not steer the next sender's action on the kept instance, a call that failed leaves nothing to
+//! the next one (docs/transforms.md#limits), and a rejection whose description rejects again is
+//! logged, not a crash of the runtime.
 
 use serde_json::{Value, json};
 
@@ -80,4 +81,39 @@ async fn a_failed_call_leaves_nothing_to_the_next() {
             "call 3, left by an earlier call: 2"
         ]
     );
+}
+
+/// A promise rejected with a value whose `toJSON` rejects another promise: the call succeeds,
+/// both rejections are logged as warnings, and the runtime neither panics nor traps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejection_that_rejects_again_while_described_is_logged() {
+    let (server, _dir) = start(json!([hostile("reenter", json!({}))]), &["js-hostile"]);
+    for n in 0..2 {
+        let r = server
+            .hook("/hooks/reenter")
+            .json(&json!({"n": n}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "call {n}");
+    }
+    assert_eq!(
+        server.wake_texts().await,
+        [
+            "survived a re-entrant rejection (0)",
+            "survived a re-entrant rejection (1)"
+        ]
+    );
+    let (_, log) = server.terminate();
+    for reason in [r#""outer rejection""#, "inner rejection"] {
+        let warned = log
+            .lines()
+            .filter(|l| l.contains(&format!("nothing handled it: {reason}")))
+            .filter(|l| l.contains("WARN") && l.contains("mapping=reenter"))
+            .count();
+        assert_eq!(warned, 2, "{reason} not warned once per call:\n{log}");
+    }
+    for crash in ["panicked", "transform failed"] {
+        assert!(!log.contains(crash), "{crash}:\n{log}");
+    }
 }

@@ -85,7 +85,7 @@ fn load() -> Result<Loaded, String> {
         // What the top level queued (a `.then`, the rest of an async function it started) runs
         // now too, or every instance's first call would run it after the transform.
         while ctx.execute_pending_job() {}
-        if let Some(reason) = rejections::take().into_iter().next() {
+        if let Some(reason) = rejections::take(&ctx).into_iter().next() {
             return Err(format!(
                 "a promise the top level started was rejected and nothing handled it: {reason}"
             ));
@@ -141,11 +141,14 @@ fn describe<'js>(ctx: &Ctx<'js>, value: Value<'js>) -> String {
     value
         .as_string()
         .and_then(|s| s.to_string().ok())
-        .or_else(|| {
-            ctx.json_stringify(value.clone())
-                .ok()
-                .flatten()
-                .and_then(|json| json.to_string().ok())
+        .or_else(|| match ctx.json_stringify(value.clone()) {
+            Ok(json) => json.and_then(|json| json.to_string().ok()),
+            Err(_) => {
+                // A `toJSON`, getter or Proxy trap that threw: its exception is not this one's
+                // description, and must not be left pending for whatever runs next.
+                ctx.catch();
+                None
+            }
         })
         .unwrap_or_else(|| format!("a JavaScript {} was thrown", value.type_name()))
 }
@@ -170,7 +173,7 @@ impl Guest for Transform {
                 let req = convert::request(&ctx, req).map_err(|err| thrown(&ctx, err))?;
                 let pending: Promise = transform.call((req,)).map_err(|err| thrown(&ctx, err))?;
                 let result: Object = settle(&ctx, &pending)?;
-                for reason in rejections::take() {
+                for reason in rejections::take(&ctx) {
                     hookgate::transform::host::log(
                         Level::Warn,
                         &format!("a promise was rejected and nothing handled it: {reason}"),
