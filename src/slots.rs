@@ -54,6 +54,15 @@ impl Slots {
         self.semaphore.available_permits()
     }
 
+    /// How many held slots must come back before one can be taken: 0 while one is free, 1 when
+    /// every slot is held, more while a shrink is retiring the slots that come back (a snapshot,
+    /// like [`Slots::free`]). Costs a lock.
+    pub fn shortfall(&self) -> usize {
+        let sizes = self.sizes();
+        let retiring = sizes.current.saturating_sub(sizes.wanted);
+        (retiring + 1).saturating_sub(self.semaphore.available_permits())
+    }
+
     /// Keeps `permit` unless there are more slots than wanted; then retires it instead.
     fn keep(&self, permit: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
         let mut sizes = self.sizes();
@@ -109,5 +118,22 @@ mod tests {
         assert!(slots.try_take().is_none(), "one slot left");
         slots.resize(3);
         assert!(slots.try_take().is_some() && slots.try_take().is_some());
+    }
+
+    #[test]
+    fn the_shortfall_counts_the_slots_a_shrink_retires() {
+        let slots = Slots::new(3);
+        assert_eq!(slots.shortfall(), 0);
+        let held: Vec<_> = (0..3).filter_map(|_| slots.try_take()).collect();
+        assert_eq!(slots.shortfall(), 1);
+        slots.resize(1);
+        assert_eq!(slots.shortfall(), 3, "two to retire, then one to take");
+        drop(held);
+        assert_eq!(slots.shortfall(), 0);
+        let last = slots.try_take();
+        assert!(
+            last.is_some() && slots.try_take().is_none(),
+            "one slot left"
+        );
     }
 }

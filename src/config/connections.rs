@@ -14,7 +14,8 @@ use crate::client::{ForwardedHeader, TrustedProxies};
 /// deadline, when the stop begins), so that a reload applies to the connections that follow.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConnectionSettings {
-    /// Connections served at once; further clients wait in the kernel's accept queue.
+    /// Connections served at once; when every one is held, a new connection takes the slot of
+    /// the one idle longest (holding no request), or waits for one to end.
     pub max: usize,
     /// Connections one client (an address, an IPv6 /64) may hold at once; trusted proxies are
     /// exempt, since every client behind them shares their address.

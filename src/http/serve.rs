@@ -3,10 +3,15 @@
 //! router, and a stop that lets requests in flight finish within a deadline.
 //!
 //! `axum::serve` sets none of these bounds, so a client could hold unlimited sockets open by
-//! sending headers one byte at a time, or by never reading its answers.
+//! sending headers one byte at a time, or by never reading its answers. When every slot is held,
+//! a new connection takes the slot of the connection idle longest ([`idle`]), so that slow
+//! headers from many addresses cannot keep real senders out.
+
+mod idle;
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,9 +23,11 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinSet;
 use tower::ServiceExt;
 
+use self::idle::{Answer, Evicted, IdleConnections, Tenant, Watched};
 use super::write_deadline::WriteDeadline;
 use crate::client::ClientKey;
 use crate::config::Settings;
@@ -35,12 +42,12 @@ connection: close\r\n\
 content-length: 60\r\n\r\n\
 {\"ok\":false,\"error\":\"too many connections from this client\"}";
 
-/// Serves `router` on `listener` until `shutdown` completes; then stops accepting, lets the
-/// requests in flight finish within `gateway.shutdownTimeoutSeconds`, closes the connections
-/// still open after that, and returns when the stop began.
+/// Serves `router` on `listener` until `shutdown` completes; then stops accepting, closes the
+/// idle connections, lets the requests in flight finish within `gateway.shutdownTimeoutSeconds`,
+/// closes the connections still open after that, and returns when the stop began.
 ///
-/// `settings` is asked before each accepted connection, so that reloaded bounds apply to the
-/// connections that follow (a lower `maxConnections` once enough connections ended).
+/// `settings` is asked for each accepted connection, so that reloaded bounds apply to the
+/// connections that follow (a lower `maxConnections` as connections end or give way).
 pub async fn serve(
     listener: TcpListener,
     router: Router,
@@ -48,23 +55,14 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Instant {
     let slots = Slots::new(settings().connections.max);
+    let idle = IdleConnections::default();
     let per_client = PerClient::default();
     let refusals = Arc::new(tokio::sync::Semaphore::new(REFUSALS_CLOSING));
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
-    'accept: loop {
+    loop {
         while connections.try_join_next().is_some() {}
-        // While every slot is held, the bounds are read again each second: a reload that raises
-        // `maxConnections` lets waiting clients in without a connection having to end first.
-        let slot = loop {
-            slots.resize(settings().connections.max);
-            tokio::select! {
-                slot = slots.take() => break slot,
-                () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                () = &mut shutdown => break 'accept,
-            }
-        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -75,46 +73,29 @@ pub async fn serve(
                     continue;
                 }
             },
-            () = &mut shutdown => break 'accept,
+            () = &mut shutdown => break,
         };
-        // Read again: the wait for a client may have outlasted a reload.
-        let settings = settings();
-        let bounds = &settings.connections;
-        let client = if settings.trusted_proxies.contains(peer.ip()) {
-            None
-        } else {
-            let client = ClientKey::of(peer.ip());
-            if !per_client.open(client, bounds.per_client) {
+        // The cap is checked before a slot is sought: a client over it gets its 503 at once and
+        // makes no other connection give way.
+        let seat = match per_client.seat(peer.ip(), &settings()) {
+            Ok(seat) => seat,
+            Err(client) => {
                 refuse(stream, client, &refusals);
                 continue;
             }
-            Some(client)
         };
-        let router = router.clone();
-        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            // Router's error type is Infallible: `oneshot` cannot fail.
-            router.clone().oneshot(request.map(Body::new))
-        });
-        let stream = WriteDeadline::new(stream, bounds.write_timeout);
-        let connection = http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(bounds.header_timeout)
-            .serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
-        let per_client = per_client.clone();
-        connections.spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::debug!(%err, %peer, "connection ended with an error");
-            }
-            if let Some(client) = client {
-                per_client.close(client);
-            }
-            drop(slot);
-        });
+        let slot = tokio::select! {
+            slot = take_slot(&slots, &idle, || settings().connections.max) => slot,
+            () = &mut shutdown => break,
+        };
+        let tenant = idle.admit();
+        // Read again: the wait for a slot may have outlasted a reload.
+        let connection = connection(stream, peer, &router, &settings(), &tenant, &graceful);
+        connections.spawn(run(connection, tenant, peer, (slot, seat)));
     }
     let began = Instant::now();
     drop(listener);
+    idle.evict_all();
     let deadline = settings().connections.shutdown_timeout;
     if tokio::time::timeout(deadline, graceful.shutdown())
         .await
@@ -127,6 +108,84 @@ pub async fn serve(
     }
     connections.shutdown().await;
     began
+}
+
+/// A slot for a connection just accepted. When every slot is held, the connections idle longest
+/// are evicted to free as many as it takes (more than one while a lowered `maxConnections` is
+/// retiring slots); when too few are idle, it waits for connections to end or become idle,
+/// looking again each second, so that a reload raising `maxConnections` also lets it in.
+async fn take_slot(
+    slots: &Slots,
+    idle: &IdleConnections,
+    max: impl Fn() -> usize,
+) -> OwnedSemaphorePermit {
+    loop {
+        slots.resize(max());
+        idle.evict_oldest(slots.shortfall());
+        tokio::select! {
+            slot = slots.take() => return slot,
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+/// The HTTP/1.1 connection on `stream`, within `settings`' bounds, serving `router`, keeping
+/// `tenant` told whether it holds a request, and watched by `graceful` for the stop.
+fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    router: &Router,
+    settings: &Settings,
+    tenant: &Arc<Tenant>,
+    graceful: &GracefulShutdown,
+) -> impl Future<Output = hyper::Result<()>> + Send + 'static {
+    let bounds = &settings.connections;
+    let router = router.clone();
+    let served = Arc::clone(tenant);
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+        // Decided here, as the head completes, and not in the future: the connection now holds
+        // a request and cannot be evicted, or it was evicted a moment before and this request
+        // must not run.
+        let admitted = served.begin_request();
+        request.extensions_mut().insert(ConnectInfo(peer));
+        let (router, tenant) = (router.clone(), Arc::clone(&served));
+        async move {
+            if !admitted {
+                return Err(Evicted);
+            }
+            // Router's error type is Infallible: `oneshot` cannot fail.
+            let Ok(response) = router.oneshot(request.map(Body::new)).await;
+            Ok(response.map(|body| Answer::new(body, &tenant)))
+        }
+    });
+    let stream = Watched::new(WriteDeadline::new(stream, bounds.write_timeout), tenant);
+    let connection = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(bounds.header_timeout)
+        .serve_connection(TokioIo::new(stream), service);
+    graceful.watch(connection)
+}
+
+/// Serves one connection until it ends or is evicted, then gives back `held` (its slot and its
+/// place under its client's cap), after the socket is closed.
+async fn run(
+    connection: impl Future<Output = hyper::Result<()>>,
+    tenant: Arc<Tenant>,
+    peer: SocketAddr,
+    held: impl Send,
+) {
+    tokio::select! {
+        biased;
+        // Looked at first: an evicted connection is dropped without reading any further.
+        () = tenant.evicted() => tracing::debug!(%peer, "connection closed to serve a new one"),
+        ended = connection => if let Err(err) = ended {
+            tracing::debug!(%err, %peer, "connection ended with an error");
+        },
+    }
+    // Out of the idle queue before the slot is free, so that the connection waiting for the
+    // slot cannot evict this one again.
+    drop(tenant);
+    drop(held);
 }
 
 /// Refused connections being closed politely at once; beyond this many, a refused connection is
@@ -172,19 +231,42 @@ fn refuse(mut stream: TcpStream, client: ClientKey, closing: &Arc<tokio::sync::S
 #[derive(Clone, Default)]
 struct PerClient(Arc<Mutex<HashMap<ClientKey, usize>>>);
 
+/// One connection counted under its client's cap; uncounted when dropped.
+struct Seat {
+    clients: PerClient,
+    client: ClientKey,
+}
+
 impl PerClient {
+    /// Counts a connection from `peer` under its client's cap: `Ok(None)` for a trusted proxy,
+    /// which is not capped (every client behind it shares its address); the client when it
+    /// already holds `gateway.maxConnectionsPerClient`.
+    fn seat(&self, peer: IpAddr, settings: &Settings) -> Result<Option<Seat>, ClientKey> {
+        if settings.trusted_proxies.contains(peer) {
+            return Ok(None);
+        }
+        let client = ClientKey::of(peer);
+        match self.open(client, settings.connections.per_client) {
+            Some(seat) => Ok(Some(seat)),
+            None => Err(client),
+        }
+    }
+
     /// Counts one more connection of `client`, unless it already holds `cap`.
-    fn open(&self, client: ClientKey, cap: usize) -> bool {
+    fn open(&self, client: ClientKey, cap: usize) -> Option<Seat> {
         let mut open = self.lock();
         let count = open.entry(client).or_insert(0);
         if *count >= cap {
             if *count == 0 {
                 open.remove(&client);
             }
-            return false;
+            return None;
         }
         *count += 1;
-        true
+        Some(Seat {
+            clients: self.clone(),
+            client,
+        })
     }
 
     fn close(&self, client: ClientKey) {
@@ -200,5 +282,11 @@ impl PerClient {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ClientKey, usize>> {
         // Plain counters: a panic elsewhere cannot leave them inconsistent.
         self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        self.clients.close(self.client);
     }
 }

@@ -5,6 +5,8 @@
 //! request would wait behind connections held for ever or for the whole body timeout.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -131,6 +133,103 @@ async fn one_client_cannot_take_every_connection() {
     assert_eq!(refused, 8);
     assert_eq!(real_wake(&server, "beside the slowloris").await, 200);
     drop(held);
+}
+
+/// How a slow client sends its head: a line every `SLOW_LINE_INTERVAL`, `SLOW_LINES` of them,
+/// then the blank line that ends it, 10 s in all.
+const SLOW_LINE_INTERVAL: Duration = Duration::from_millis(500);
+const SLOW_LINES: usize = 20;
+
+/// What became of a slow client's connection.
+#[derive(Debug, PartialEq)]
+enum SlowFate {
+    /// The server closed it while the head was still coming, having sent this.
+    ClosedMidHead(String),
+    /// The client sent its whole head.
+    Finished,
+    /// Still open when the test was done with it.
+    Open,
+}
+
+/// Sends a head slowly on `stream` until it is finished, the server closes the connection, or
+/// `stop` changes. Sets `finished` before it sends the blank line that ends the head.
+async fn send_slow_head(
+    stream: TcpStream,
+    finished: Arc<AtomicBool>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> SlowFate {
+    let (mut reader, mut writer) = stream.into_split();
+    let mut received = Vec::new();
+    let closed =
+        |received: &[u8]| SlowFate::ClosedMidHead(String::from_utf8_lossy(received).into());
+    let first = b"GET /livez HTTP/1.1\r\nhost: h\r\nconnection: close\r\n";
+    if writer.write_all(first).await.is_err() {
+        return closed(&received);
+    }
+    let mut ticks = tokio::time::interval(SLOW_LINE_INTERVAL);
+    ticks.tick().await;
+    let mut lines = 0;
+    loop {
+        tokio::select! {
+            biased;
+            read = reader.read_buf(&mut received) => if matches!(read, Ok(0) | Err(_)) {
+                return closed(&received);
+            },
+            _ = stop.changed() => return SlowFate::Open,
+            _ = ticks.tick() => {
+                if lines == SLOW_LINES {
+                    finished.store(true, Ordering::SeqCst);
+                    let _ = writer.write_all(b"\r\n").await;
+                    return SlowFate::Finished;
+                }
+                lines += 1;
+                let line = format!("x-slow-{lines}: {lines}\r\n");
+                if writer.write_all(line.as_bytes()).await.is_err() {
+                    return closed(&received);
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn slow_headers_from_many_addresses_give_way_to_a_real_sender() {
+    let config = config_with(&[
+        ("gateway.maxConnections", json!(10)),
+        ("gateway.headerTimeoutSeconds", json!(60)),
+    ]);
+    let (server, _dir) = Hookgate::start(&config);
+    // Twelve slow clients on 127.0.0.2 to 127.0.0.13, one each, all within the per-client cap:
+    // ten take every slot, the last two each take the slot of the one idle longest.
+    let finished = Arc::new(AtomicBool::new(false));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut slow = Vec::new();
+    for i in 0..12 {
+        let stream = connect_from(&server, [127, 0, 0, 2 + i], None).await;
+        let fate = send_slow_head(stream, Arc::clone(&finished), stopped.clone());
+        slow.push(tokio::spawn(fate));
+    }
+    // Without eviction the wake waits in the accept queue until slow clients finish their heads.
+    let status = real_wake(&server, "beside the slow flood").await;
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the real wake was answered only once a slow client had finished"
+    );
+    assert_eq!(status, 200);
+    stop.send(true).unwrap();
+    let mut fates = Vec::new();
+    for fate in slow {
+        fates.push(fate.await.unwrap());
+    }
+    // The oldest gave way, told nothing; the newest, idle the shortest, kept its connection.
+    assert_eq!(
+        fates[0],
+        SlowFate::ClosedMidHead(String::new()),
+        "{fates:?}"
+    );
+    assert_eq!(fates[11], SlowFate::Open, "{fates:?}");
+    let (_, log) = server.terminate();
+    assert!(log.contains("closed the connections idle longest"), "{log}");
 }
 
 #[tokio::test]

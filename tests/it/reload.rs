@@ -197,10 +197,18 @@ async fn closed(stream: &mut tokio::net::TcpStream) -> bool {
 async fn connection_limits_follow_a_reload() {
     let mut config = base_config();
     set(&mut config, "gateway.maxConnections", json!(1));
+    set(&mut config, "gateway.maxConnectionsPerClient", json!(2));
+    set(&mut config, "hooks.bodyTimeoutSeconds", json!(3600));
+    set(&mut config, "gateway.minReceiveBytesPerSecond", json!(0));
     let (server, dir) = Hookgate::start(&config);
-    // One idle connection holds the only slot: a request waits in the accept queue.
+    // A request in flight holds the only slot (an idle connection would give way to the next
+    // one): a request waits for a slot.
     let addr = server.url("").trim_start_matches("http://").to_string();
-    let mut idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut busy = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /hooks/wake HTTP/1.1\r\nhost: h\r\nauthorization: Bearer {HOOK_TOKEN}\r\nexpect: 100-continue\r\ncontent-length: 100\r\n\r\n"
+    );
+    send_head_until_continue(&mut busy, &head).await;
     let waiting = tokio::spawn({
         let request = server.hook("/hooks/wake").json(&json!({"text": "waiting"}));
         async move { request.send().await.map(|r| r.status().as_u16()) }
@@ -213,8 +221,8 @@ async fn connection_limits_follow_a_reload() {
     dir.write(&config);
     assert_eq!(waiting.await.unwrap().unwrap(), 200);
     assert!(
-        !closed(&mut idle).await,
-        "the request got in because the reload added slots, not because the idle one left"
+        !closed(&mut busy).await,
+        "the request got in because the reload added slots, not because the busy one left"
     );
     // The new header timeout closes a connection that sends nothing (the old one allowed 10 s).
     let mut silent = tokio::net::TcpStream::connect(&addr).await.unwrap();

@@ -1,0 +1,371 @@
+//! Which connection gives way when every connection slot is held: the one idle longest
+//! (docs/configuration.md, "Connections").
+//!
+//! A connection is idle while it holds no request: from its accept, or from the moment hyper has
+//! handed its last answer to the socket, until its next request head is complete. Those are the
+//! connections a slow-header flood holds, and closing one loses neither a request nor an answer.
+//! A connection reading a body, running a handler or writing an answer is never idle.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
+
+/// Evictions are logged at most this often, each line with the count since the previous one: a
+/// flood evicts a connection for every one it opens.
+const LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The idle connections, in the order they became idle. Cheap to clone (a shared handle).
+#[derive(Clone, Default)]
+pub(super) struct IdleConnections(Arc<Mutex<Queue>>);
+
+#[derive(Default)]
+struct Queue {
+    /// Each idle connection's eviction signal, by the turn it drew when it became idle: the
+    /// first entry is the connection idle longest.
+    idle: BTreeMap<u64, Arc<Notify>>,
+    next_turn: u64,
+    /// Evictions not logged yet, and when the last line was written.
+    unlogged: u64,
+    logged_at: Option<Instant>,
+}
+
+impl IdleConnections {
+    /// Registers a connection just accepted; it is idle until its first request head is complete.
+    /// Costs an allocation and a lock.
+    pub(super) fn admit(&self) -> Arc<Tenant> {
+        let tenant = Arc::new(Tenant {
+            connections: self.clone(),
+            turn: Mutex::new(None),
+            answered: AtomicBool::new(false),
+            eviction: Arc::new(Notify::new()),
+        });
+        tenant.become_idle(&mut self.lock());
+        tenant
+    }
+
+    /// Evicts up to `count` connections, those idle longest first, and returns how many it
+    /// evicted (fewer when fewer are idle). Each is signalled at once; its task closes it without
+    /// an answer and gives back its slot. Logs at most once per [`LOG_INTERVAL`], also when
+    /// `count` is 0, so that the tail of a flood is logged at the next connection after it.
+    pub(super) fn evict_oldest(&self, count: usize) -> usize {
+        let mut evicted = 0;
+        let report = {
+            let mut queue = self.lock();
+            while evicted < count {
+                let Some((_, eviction)) = queue.idle.pop_first() else {
+                    break;
+                };
+                eviction.notify_one();
+                evicted += 1;
+            }
+            queue.due_report(evicted)
+        };
+        if let Some(closed) = report {
+            log_evictions(closed);
+        }
+        evicted
+    }
+
+    /// Evicts every idle connection, at a stop: they hold no request to finish, and a
+    /// connection still sending its first head would otherwise hold the stop until its deadline.
+    /// Logs the evictions not logged yet.
+    pub(super) fn evict_all(&self) {
+        let (idle, unlogged) = {
+            let mut queue = self.lock();
+            let unlogged = std::mem::take(&mut queue.unlogged);
+            (std::mem::take(&mut queue.idle), unlogged)
+        };
+        for eviction in idle.into_values() {
+            eviction.notify_one();
+        }
+        if unlogged > 0 {
+            log_evictions(unlogged);
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // Plain bookkeeping: a panic elsewhere cannot leave it inconsistent.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn log_evictions(closed: u64) {
+    tracing::warn!(
+        closed,
+        "every connection slot was held: closed the connections idle longest to serve new ones \
+         (counted since the last such line)"
+    );
+}
+
+impl Queue {
+    /// Counts `evicted` more; the count to log, when a line is due.
+    fn due_report(&mut self, evicted: usize) -> Option<u64> {
+        self.unlogged += evicted as u64;
+        let due = self.logged_at.is_none_or(|at| at.elapsed() >= LOG_INTERVAL);
+        if self.unlogged == 0 || !due {
+            return None;
+        }
+        self.logged_at = Some(Instant::now());
+        Some(std::mem::take(&mut self.unlogged))
+    }
+}
+
+/// One connection's standing: idle (its turn is in the queue), serving a request, or evicted
+/// (its turn was taken out of the queue by [`IdleConnections::evict_oldest`]). Only the
+/// connection's own task changes it, except for the eviction; both under the queue's lock.
+pub(super) struct Tenant {
+    connections: IdleConnections,
+    /// The turn drawn when the connection last became idle; `None` while it serves a request.
+    turn: Mutex<Option<u64>>,
+    /// Set when an answer's body has been handed to hyper: the connection becomes idle once hyper
+    /// has written the whole answer to the socket.
+    answered: AtomicBool,
+    eviction: Arc<Notify>,
+}
+
+impl Tenant {
+    /// Called as a request head completes: the connection holds a request from now on, and is
+    /// not evicted until its answer has been written. False when the connection was evicted a
+    /// moment before: the request must then not be served, since the connection is being closed
+    /// without an answer (the client may send it again elsewhere; nothing of it ran).
+    pub(super) fn begin_request(&self) -> bool {
+        let mut queue = self.connections.lock();
+        let mut turn = self.turn();
+        self.answered.store(false, Ordering::Relaxed);
+        match *turn {
+            // The previous answer is still being written and the next head, pipelined, is
+            // already here: the connection was never idle in between.
+            None => true,
+            Some(idle) if queue.idle.remove(&idle).is_some() => {
+                *turn = None;
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
+    /// Completes when the connection has been evicted: its task then drops it.
+    pub(super) async fn evicted(&self) {
+        self.eviction.notified().await;
+    }
+
+    /// Called when hyper has written everything it holds to the socket: the connection becomes
+    /// idle if an answer was among it.
+    fn flushed(&self) {
+        if self.answered.swap(false, Ordering::Relaxed) {
+            self.become_idle(&mut self.connections.lock());
+        }
+    }
+
+    fn become_idle(&self, queue: &mut Queue) {
+        let mut turn = self.turn();
+        if turn.is_none() {
+            let next = queue.next_turn;
+            queue.next_turn += 1;
+            queue.idle.insert(next, Arc::clone(&self.eviction));
+            *turn = Some(next);
+        }
+    }
+
+    fn turn(&self) -> MutexGuard<'_, Option<u64>> {
+        self.turn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for Tenant {
+    /// A connection that ends while idle leaves the queue.
+    fn drop(&mut self) {
+        let mut queue = self.connections.lock();
+        if let Some(idle) = *self.turn() {
+            queue.idle.remove(&idle);
+        }
+    }
+}
+
+/// The error a request on an evicted connection is answered with: hyper ends the connection
+/// without writing anything.
+#[derive(Debug)]
+pub(super) struct Evicted;
+
+impl std::fmt::Display for Evicted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the connection was closed to serve a new one")
+    }
+}
+
+impl std::error::Error for Evicted {}
+
+/// An answer's body that tells its connection's [`Tenant`] when hyper is done with it (it drops
+/// a body once it has taken its last frame). Costs nothing per frame.
+pub(super) struct Answer<B> {
+    body: B,
+    tenant: Arc<Tenant>,
+}
+
+impl<B> Answer<B> {
+    pub(super) fn new(body: B, tenant: &Arc<Tenant>) -> Answer<B> {
+        Answer {
+            body,
+            tenant: Arc::clone(tenant),
+        }
+    }
+}
+
+impl<B: Body + Unpin> Body for Answer<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl<B> Drop for Answer<B> {
+    fn drop(&mut self) {
+        self.tenant.answered.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A connection's stream that tells its [`Tenant`] when a flush succeeds. hyper flushes the
+/// stream only once it has written everything it buffered, so after an answer's body is dropped
+/// the first successful flush means the whole answer is with the kernel. Reads and writes pass
+/// through; a flush costs an atomic swap.
+pub(super) struct Watched<S> {
+    inner: S,
+    tenant: Arc<Tenant>,
+}
+
+impl<S> Watched<S> {
+    pub(super) fn new(inner: S, tenant: &Arc<Tenant>) -> Watched<S> {
+        Watched {
+            inner,
+            tenant: Arc::clone(tenant),
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_flush(cx);
+        if let Poll::Ready(Ok(())) = poll {
+            self.tenant.flushed();
+        }
+        poll
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_evicted(tenant: &Tenant) -> bool {
+        let mut evicted = std::pin::pin!(tenant.evicted());
+        let waker = std::task::Waker::noop();
+        evicted
+            .as_mut()
+            .poll(&mut Context::from_waker(waker))
+            .is_ready()
+    }
+
+    #[test]
+    fn the_connection_idle_longest_goes_first_and_busy_ones_never() {
+        let connections = IdleConnections::default();
+        let (first, second, third) = (
+            connections.admit(),
+            connections.admit(),
+            connections.admit(),
+        );
+        assert!(first.begin_request(), "a head completed: serving");
+        assert_eq!(connections.evict_oldest(1), 1);
+        assert!(is_evicted(&second) && !is_evicted(&first) && !is_evicted(&third));
+        assert!(
+            !second.begin_request(),
+            "a head after the eviction is refused"
+        );
+        // The first connection's answer is written: idle again, and now after the third.
+        first.answered.store(true, Ordering::Relaxed);
+        first.flushed();
+        assert_eq!(connections.evict_oldest(5), 2, "only the idle ones");
+        assert!(is_evicted(&third) && is_evicted(&first));
+    }
+
+    #[test]
+    fn an_answer_not_yet_written_keeps_its_connection() {
+        let connections = IdleConnections::default();
+        let tenant = connections.admit();
+        assert!(tenant.begin_request());
+        drop(Answer::new(
+            http_body_util::Empty::<bytes::Bytes>::new(),
+            &tenant,
+        ));
+        assert_eq!(connections.evict_oldest(1), 0, "not flushed yet");
+        // A pipelined head arrives before the flush: still serving.
+        assert!(tenant.begin_request());
+        tenant.flushed();
+        assert_eq!(
+            connections.evict_oldest(1),
+            0,
+            "its answer is not dropped yet"
+        );
+    }
+
+    #[test]
+    fn a_connection_that_ends_leaves_the_queue() {
+        let connections = IdleConnections::default();
+        drop(connections.admit());
+        assert!(connections.lock().idle.is_empty());
+    }
+}
