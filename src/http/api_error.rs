@@ -9,7 +9,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
-use super::reply::{HookError, json_error};
+use super::reply::{HookError, STORE_FULL_RETRY_AFTER_SECONDS, json_error};
 use crate::gateway::StoreError;
 
 /// A refused operator API request.
@@ -27,6 +27,10 @@ pub enum ApiError {
     Conflict(String),
     #[error("method not allowed")]
     MethodNotAllowed,
+    /// The store has no room to commit (a full disk): logged by the store's writer, once a
+    /// minute at most, not here.
+    #[error("store full; retry")]
+    StoreFull,
     #[error("internal error")]
     Internal(String),
 }
@@ -40,6 +44,7 @@ impl IntoResponse for ApiError {
             ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::StoreFull => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(cause) => {
                 tracing::error!(%cause, "operator API request failed");
                 StatusCode::INTERNAL_SERVER_ERROR
@@ -55,6 +60,12 @@ impl IntoResponse for ApiError {
                 let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
             }
+            ApiError::StoreFull => {
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(STORE_FULL_RETRY_AFTER_SECONDS),
+                );
+            }
             _ => {}
         }
         response
@@ -63,7 +74,10 @@ impl IntoResponse for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
-        ApiError::Internal(err.to_string())
+        match err {
+            StoreError::Full => ApiError::StoreFull,
+            other => ApiError::Internal(other.to_string()),
+        }
     }
 }
 

@@ -9,6 +9,11 @@ use serde_json::json;
 
 use crate::hook::Rejected;
 
+/// `Retry-After` of an answer refused because the store is full. Space comes back when someone
+/// frees it, not in a second: a pause that keeps clients from hammering a store that refuses
+/// them.
+pub(super) const STORE_FULL_RETRY_AFTER_SECONDS: u64 = 10;
+
 /// The text of the refusal of a token in the query string.
 pub const QUERY_TOKEN_MESSAGE: &str = "Hook token must be provided via Authorization: Bearer <token> or X-Service-Token header (query parameters are not allowed).";
 
@@ -149,9 +154,10 @@ impl IntoResponse for HookError {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             HookError::StoreFull => {
-                // Space comes back when someone frees it, not in a second: ask for a pause
-                // that keeps clients from hammering a store that refuses them.
-                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("10"));
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(STORE_FULL_RETRY_AFTER_SECONDS),
+                );
             }
             HookError::PayloadTooLarge | HookError::BodyTimeout => {
                 // The connection is not reused after a body we did not read to its end.
