@@ -256,6 +256,9 @@ async fn bound_size(store: &Store, max_bytes: Option<u64>, metrics: &Metrics) {
     match pruned {
         Ok(0) => {}
         Ok(n) => count(metrics, Outcome::Pruned, n as u64),
+        // A failed commit (a full disk, say) is logged by the store's writer, once a minute at
+        // most: a line per batch here would flood the log.
+        Err(StoreError::Full | StoreError::Commit(_)) => {}
         Err(err) => tracing::warn!(%err, "request log size pruning failed; trying again later"),
     }
 }
