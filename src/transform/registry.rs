@@ -313,7 +313,8 @@ impl TransformRegistry {
             module: module.to_string(),
             reason,
         };
-        let bytes = read_module(dir, dir_path, module).map_err(fail)?;
+        let max = module_file::max_module_bytes(self.engine.memory_bytes);
+        let bytes = read_module(dir, dir_path, module, max).map_err(fail)?;
         let digest: [u8; 32] = Sha256::digest(&bytes).into();
         if let Some(current) = current.filter(|c| c.digest == digest) {
             // Same code, new configuration: compiled once, but idle instances stay with the old
@@ -379,7 +380,8 @@ impl TransformEngine {
         let meta = file
             .metadata()
             .map_err(|e| fail(format!("cannot read: {e}")))?;
-        let bytes = module_file::read(file, meta.is_file(), meta.len()).map_err(fail)?;
+        let max = module_file::max_module_bytes(self.memory_bytes);
+        let bytes = module_file::read(file, meta.is_file(), meta.len(), max).map_err(fail)?;
         let digest: [u8; 32] = Sha256::digest(&bytes).into();
         let component = cache
             .component(&self.engine, &module, &digest, &bytes)
@@ -396,8 +398,8 @@ impl TransformEngine {
 }
 
 /// Opens `module` inside `dir` (never outside it: `Dir` refuses `..` and symlinks that leave it)
-/// and reads it as a bounded module file.
-fn read_module(dir: &Dir, dir_path: &Path, module: &str) -> Result<Vec<u8>, String> {
+/// and reads it as a module file of at most `max` bytes.
+fn read_module(dir: &Dir, dir_path: &Path, module: &str, max: u64) -> Result<Vec<u8>, String> {
     let component = component_name(module);
     if component != module && !dir.exists(component.as_ref()) {
         return Err(format!(
@@ -412,7 +414,7 @@ fn read_module(dir: &Dir, dir_path: &Path, module: &str) -> Result<Vec<u8>, Stri
         .open_with(component.as_ref(), &options)
         .map_err(|e| format!("cannot open: {e}"))?;
     let meta = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
-    module_file::read(file, meta.is_file(), meta.len())
+    module_file::read(file, meta.is_file(), meta.len(), max)
 }
 
 /// The file a module name stands for: itself, or the component built from a JavaScript source.
