@@ -12,7 +12,7 @@ use rquickjs::context::EvalOptions;
 use rquickjs::{Array, Ctx, Exception, Function, Object, TypedArray, Value};
 use url::Url;
 
-use crate::hookgate::transform::{host, types::Level};
+use crate::hookgate::transform::types::Level;
 
 /// Evaluates the prelude with the native functions it wraps.
 pub fn install(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
@@ -47,7 +47,7 @@ fn log(ctx: Ctx<'_>, level: String, message: String) -> rquickjs::Result<()> {
         // build shows what the top level logs instead.
         eprintln!("{message}");
     } else {
-        host::log(level, &message);
+        crate::host_log(level, &message);
     }
     Ok(())
 }

@@ -57,7 +57,12 @@ fn initialising() -> bool {
 #[unsafe(export_name = "wizer.initialize")]
 pub extern "C" fn initialize() {
     INITIALISING.with(|i| i.set(true));
-    match load() {
+    let mut bundle = String::new();
+    let loaded = std::io::stdin()
+        .read_to_string(&mut bundle)
+        .map_err(|err| format!("cannot read the bundle from stdin: {err}"))
+        .and_then(|_| load(bundle));
+    match loaded {
         Ok(loaded) => LOADED.with(|slot| *slot.borrow_mut() = Some(loaded)),
         Err(message) => {
             eprintln!("{message}");
@@ -68,11 +73,8 @@ pub extern "C" fn initialize() {
     INITIALISING.with(|i| i.set(false));
 }
 
-fn load() -> Result<Loaded, String> {
-    let mut bundle = String::new();
-    std::io::stdin()
-        .read_to_string(&mut bundle)
-        .map_err(|err| format!("cannot read the bundle from stdin: {err}"))?;
+/// Starts the engine with the prelude and evaluates `bundle`, an ES module exporting `handler`.
+fn load(bundle: String) -> Result<Loaded, String> {
     let runtime = Runtime::new().map_err(|err| format!("cannot start QuickJS: {err}"))?;
     let context = Context::full(&runtime).map_err(|err| format!("cannot start QuickJS: {err}"))?;
     rejections::track(&runtime);
@@ -153,6 +155,21 @@ fn describe<'js>(ctx: &Ctx<'js>, value: Value<'js>) -> String {
         .unwrap_or_else(|| format!("a JavaScript {} was thrown", value.type_name()))
 }
 
+/// Sends a line to hookgate's log (the `log` import). Natively, where there is no host (the
+/// runtime's tests), the line is kept for the test to read instead.
+fn host_log(level: Level, message: &str) {
+    #[cfg(target_family = "wasm")]
+    hookgate::transform::host::log(level, message);
+    #[cfg(not(target_family = "wasm"))]
+    NATIVE_LOG.with(|lines| lines.borrow_mut().push((level, message.to_string())));
+}
+
+#[cfg(not(target_family = "wasm"))]
+thread_local! {
+    /// What [`host_log`] was given, natively.
+    static NATIVE_LOG: RefCell<Vec<(Level, String)>> = const { RefCell::new(Vec::new()) };
+}
+
 struct Transform;
 
 impl Guest for Transform {
@@ -164,25 +181,36 @@ impl Guest for Transform {
             let loaded = slot
                 .as_ref()
                 .ok_or("the JavaScript runtime was not initialised with a bundle")?;
-            loaded.context.with(|ctx| {
-                let transform = loaded
-                    .transform
-                    .clone()
-                    .restore(&ctx)
-                    .map_err(|err| thrown(&ctx, err))?;
-                let req = convert::request(&ctx, req).map_err(|err| thrown(&ctx, err))?;
-                let pending: Promise = transform.call((req,)).map_err(|err| thrown(&ctx, err))?;
-                let result: Object = settle(&ctx, &pending)?;
-                for reason in rejections::take(&ctx) {
-                    hookgate::transform::host::log(
-                        Level::Warn,
-                        &format!("a promise was rejected and nothing handled it: {reason}"),
-                    );
-                }
-                convert::result(&result).map_err(|err| thrown(&ctx, err))?
-            })
+            call(loaded, req)
         })
     }
 }
 
+/// One call of the adapter's `handler.transform`: its outcome or error, and the rejections it
+/// left unhandled logged as warnings.
+fn call(loaded: &Loaded, req: Request) -> Result<Outcome, String> {
+    loaded.context.with(|ctx| {
+        let transform = loaded
+            .transform
+            .clone()
+            .restore(&ctx)
+            .map_err(|err| thrown(&ctx, err))?;
+        let req = convert::request(&ctx, req).map_err(|err| thrown(&ctx, err))?;
+        let pending: Promise = transform.call((req,)).map_err(|err| thrown(&ctx, err))?;
+        let result: Object = settle(&ctx, &pending)?;
+        for reason in rejections::take(&ctx) {
+            host_log(
+                Level::Warn,
+                &format!("a promise was rejected and nothing handled it: {reason}"),
+            );
+        }
+        convert::result(&result).map_err(|err| thrown(&ctx, err))?
+    })
+}
+
+// Natively (the runtime's tests) the export's symbol names are of no use.
+#[cfg(target_family = "wasm")]
 export!(Transform);
+
+#[cfg(test)]
+mod fuzz;
