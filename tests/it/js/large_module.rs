@@ -48,6 +48,18 @@ fn config(memory_bytes: Option<u64>) -> Value {
     config
 }
 
+/// `hookgate check` of `dir`'s configuration: whether it refused it, and what it printed.
+fn check(dir: &ConfigDir) -> (bool, String) {
+    let check = std::process::Command::new(binary())
+        .args(["check", "--config"])
+        .arg(dir.config_file())
+        .output()
+        .unwrap();
+    let output = String::from_utf8_lossy(&check.stdout).into_owned()
+        + &String::from_utf8_lossy(&check.stderr);
+    (!check.status.success(), output)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_over_64_mib_loads_when_a_mapping_grants_the_memory() {
     let component = std::fs::read(js_transforms().join("js-globals.wasm")).unwrap();
@@ -56,14 +68,8 @@ async fn a_module_over_64_mib_loads_when_a_mapping_grants_the_memory() {
     std::fs::create_dir_all(&transforms).unwrap();
     std::fs::write(transforms.join("big.wasm"), padded(&component, SIZE)).unwrap();
 
-    let check = std::process::Command::new(binary())
-        .args(["check", "--config"])
-        .arg(dir.config_file())
-        .output()
-        .unwrap();
-    let output = String::from_utf8_lossy(&check.stdout).into_owned()
-        + &String::from_utf8_lossy(&check.stderr);
-    assert!(!check.status.success(), "{output}");
+    let (refused, output) = check(&dir);
+    assert!(refused, "{output}");
     assert!(
         output.contains(&format!(
             "big.wasm: {SIZE} bytes, over the 67108864-byte limit of a module file"
@@ -72,6 +78,8 @@ async fn a_module_over_64_mib_loads_when_a_mapping_grants_the_memory() {
     );
 
     dir.write(&config(Some(128 << 20)));
+    let (refused, output) = check(&dir);
+    assert!(!refused, "{output}");
     let server = Hookgate::start_in(&dir);
     let r = server
         .hook("/hooks/big")
