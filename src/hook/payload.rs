@@ -84,8 +84,10 @@ pub fn agent_request(payload: &Value) -> Result<AgentRequest, Rejected> {
         )?,
         deliver: !matches!(field(payload, "deliver"), Some(Value::Bool(false))),
         to: owned("to"),
-        thinking: thinking(owned("thinking"))?,
-        timeout_seconds: timeout_seconds(field(payload, "timeoutSeconds")),
+        thinking: thinking(owned("thinking")),
+        // As the OpenClaw gateway reads a request's own: 0 asks for nothing, so the default
+        // applies (a mapping's 0 is the cap, docs/configuration.md#models-and-providers).
+        timeout_seconds: timeout_seconds(field(payload, "timeoutSeconds")).filter(|&t| t > 0),
     })
 }
 
@@ -121,11 +123,10 @@ pub fn timeout_seconds(value: Option<&Value>) -> Option<u64> {
     (seconds.is_finite() && seconds > 0.0).then(|| (seconds.floor() as u64).max(1))
 }
 
-/// A present `thinking` must name a level.
-pub fn thinking(value: Option<String>) -> Result<Option<Thinking>, Rejected> {
-    value
-        .map(|v| Thinking::parse(&v).ok_or_else(|| Rejected::new(Thinking::EXPECTED)))
-        .transpose()
+/// The level a `thinking` names; one that names none is no level, so that the run uses the
+/// default, as the OpenClaw gateway runs it (docs/configuration.md#models-and-providers).
+pub fn thinking(value: Option<String>) -> Option<Thinking> {
+    value.as_deref().and_then(Thinking::parse)
 }
 
 #[cfg(test)]
@@ -242,6 +243,14 @@ mod tests {
     }
 
     #[test]
+    fn a_request_timeout_of_zero_is_the_default() {
+        let t = |v: Value| agent(json!({"message": "m", "timeoutSeconds": v})).unwrap();
+        assert_eq!(t(json!(0)).timeout_seconds, None);
+        assert_eq!(t(json!(0.5)).timeout_seconds, Some(1));
+        assert_eq!(t(json!(30)).timeout_seconds, Some(30));
+    }
+
+    #[test]
     fn timeout_is_floored_to_at_least_a_second_and_zero_means_the_cap() {
         assert_eq!(timeout_seconds(Some(&json!(12.9))), Some(12));
         assert_eq!(timeout_seconds(Some(&json!(0.5))), Some(1));
@@ -252,7 +261,7 @@ mod tests {
     }
 
     #[test]
-    fn thinking_must_name_a_level() {
+    fn thinking_that_names_no_level_is_the_default() {
         let t = |v: Value| agent(json!({"message": "m", "thinking": v}));
         assert_eq!(t(json!("High")).unwrap().thinking, Some(Thinking::High));
         assert_eq!(
@@ -260,6 +269,6 @@ mod tests {
             Some(Thinking::Xhigh)
         );
         assert_eq!(t(json!(" ")).unwrap().thinking, None);
-        assert_eq!(t(json!("big")).unwrap_err().0, Thinking::EXPECTED);
+        assert_eq!(t(json!("big")).unwrap().thinking, None);
     }
 }

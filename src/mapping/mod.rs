@@ -351,7 +351,8 @@ impl MappedAction {
                 self.to = non_blank(agent.to).or(self.to);
                 self.model = non_blank(agent.model).or(self.model);
                 self.thinking = non_blank(agent.thinking).or(self.thinking);
-                // As in a request body, 0 asks for no limit but the hard cap.
+                // As a mapping's (and as OpenClaw takes a transform's), 0 asks for no limit but
+                // the hard cap; a request body's 0 asks for nothing.
                 self.timeout_seconds = agent.timeout_seconds.or(self.timeout_seconds);
             }
         }
@@ -371,6 +372,12 @@ impl MappedAction {
                 let text = self.text.trim();
                 if text.is_empty() {
                     return Err(Rejected::new("hook mapping requires text"));
+                }
+                // As `/wake` refuses a session key with `next-heartbeat`, in OpenClaw's words.
+                if self.session_key.is_some() && self.wake_mode == WakeMode::NextHeartbeat {
+                    return Err(Rejected::new(
+                        "hook mapping sessionKey requires wakeMode=now",
+                    ));
                 }
                 Ok(FinishedAction::Wake(WakeRequest {
                     text: text.to_string(),
@@ -402,7 +409,7 @@ impl MappedAction {
                         channel,
                         to: self.to,
                         model: self.model,
-                        thinking: crate::hook::payload::thinking(self.thinking)?,
+                        thinking: crate::hook::payload::thinking(self.thinking),
                         timeout_seconds: self.timeout_seconds,
                         session_mode: self.session_mode,
                         wait_for_completion: false,

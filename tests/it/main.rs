@@ -15,6 +15,7 @@ mod contrib;
 mod conventions;
 mod crash;
 mod credentials;
+mod day_two;
 mod disk_full;
 mod durability;
 mod example;

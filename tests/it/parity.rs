@@ -31,6 +31,8 @@ fn openclaw_json(state: &std::path::Path) -> Value {
                 {"id": "empty", "match": {"path": "empty"}, "action": "agent", "messageTemplate": "m",
                  "sessionKey": "{{ missing }}"},
                 {"id": "blank", "match": {"path": "blank"}, "action": "wake", "textTemplate": "{{ missing }}"},
+                {"id": "wake-key", "match": {"path": "wake-key"}, "action": "wake",
+                 "wakeMode": "next-heartbeat", "sessionKey": "hook:later", "textTemplate": "t"},
                 {"id": "partial", "match": {"path": "partial"}, "action": "agent",
                  "messageTemplate": "base {{case}}", "transform": {"module": "partial.mjs"}},
                 {"id": "named", "match": {"path": "named"}, "action": "agent", "messageTemplate": "m",
@@ -141,6 +143,13 @@ async fn the_same_requests_get_the_same_answers() {
         // (No channel is sent: OpenClaw takes only the channels whose plugins it runs, none here,
         // and lists them in its message.)
         post("/hooks/agent", json!({"message": "m", "model": ""})),
+        // Kept as the run's own, or not (the run records show which: `a_request_timeout_...`).
+        post("/hooks/agent", json!({"message": "m", "timeoutSeconds": 0})),
+        post(
+            "/hooks/agent",
+            json!({"message": "m", "timeoutSeconds": 0.5}),
+        ),
+        post("/hooks/agent", json!({"message": "m", "thinking": "hgih"})),
         // Mapped hooks.
         post(
             "/hooks/deploy",
@@ -148,6 +157,7 @@ async fn the_same_requests_get_the_same_answers() {
         ),
         post("/hooks/empty", json!({})),
         post("/hooks/blank", json!({})),
+        post("/hooks/wake-key", json!({})),
         post("/hooks/gmail", json!({"messages": []})),
         post("/hooks/gmail", json!({})),
         post("/hooks/nothing-maps-this", json!({})),
