@@ -69,10 +69,10 @@ enum Command {
     #[command(subcommand)]
     Transform(TransformCommand),
     /// The request log of a running hookgate: list, show, replay.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = remote::ENVIRONMENT)]
     Requests(remote::RequestsCommand),
     /// The agent runs of a running hookgate: list, show, retry.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = remote::ENVIRONMENT)]
     Runs(remote::RunsCommand),
     /// Print a completion script for a shell: `hookgate completions bash > /etc/bash_completion.d/hookgate`.
     Completions {
@@ -168,6 +168,9 @@ impl LimitArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve { .. }) {
+        die_on_closed_pipe();
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| "hookgate=info".into());
     let logs = tracing_subscriber::fmt()
@@ -222,6 +225,19 @@ fn main() -> ExitCode {
             };
             run_transform(&module, input, &limits)
         }
+    }
+}
+
+/// A command whose output is piped into a reader that stops early (`hookgate requests list |
+/// head -3`) ends as `cat` or `grep` end there: killed by SIGPIPE at its next write, quietly,
+/// exit status 141 in a shell (docs/cli.md). Rust ignores SIGPIPE, which turns that write into
+/// an error that `println!` panics on. Not for `serve`: a server outlives whoever reads its
+/// stdout. Sockets are unaffected: the standard library sends with `MSG_NOSIGNAL`.
+fn die_on_closed_pipe() {
+    // SAFETY: called before any other thread exists; setting a signal's disposition to its
+    // default installs no handler.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

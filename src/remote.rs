@@ -8,6 +8,11 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
+/// What every one of these commands reads from the environment, for their `--help`.
+pub const ENVIRONMENT: &str = "Environment:
+  HOOKGATE_GATEWAY_TOKEN  the gateway token (gateway.auth.token); required
+  HOOKGATE_URL            the hookgate to ask, as --url (default http://127.0.0.1:8787)";
+
 /// Where the running hookgate is, and how to print.
 #[derive(Args)]
 pub struct Remote {
@@ -22,6 +27,7 @@ pub struct Remote {
 #[derive(Subcommand)]
 pub enum RequestsCommand {
     /// Recorded hook requests, newest first.
+    #[command(after_help = ENVIRONMENT)]
     List {
         #[command(flatten)]
         remote: Remote,
@@ -47,12 +53,14 @@ pub enum RequestsCommand {
         limit: u32,
     },
     /// One request: what it was, what it became, and what was captured of it.
+    #[command(after_help = ENVIRONMENT)]
     Show {
         id: String,
         #[command(flatten)]
         remote: Remote,
     },
     /// Send a captured request through its hook again, as the mappings are now.
+    #[command(after_help = ENVIRONMENT)]
     Replay {
         id: String,
         #[command(flatten)]
@@ -63,6 +71,7 @@ pub enum RequestsCommand {
 #[derive(Subcommand)]
 pub enum RunsCommand {
     /// Agent runs, newest first.
+    #[command(after_help = ENVIRONMENT)]
     List {
         #[command(flatten)]
         remote: Remote,
@@ -86,12 +95,14 @@ pub enum RunsCommand {
         limit: u32,
     },
     /// One run.
+    #[command(after_help = ENVIRONMENT)]
     Show {
         id: String,
         #[command(flatten)]
         remote: Remote,
     },
     /// Send again what failed of a run (a relay, a delivery).
+    #[command(after_help = ENVIRONMENT)]
     Retry {
         id: String,
         #[command(flatten)]
@@ -375,16 +386,23 @@ fn print_next(page: &Value) {
     }
 }
 
-/// An object's fields, one per line, nested values as JSON.
+/// An object's fields, one per line, nested values as JSON. A text's line breaks are kept (a
+/// message or a reply of several lines), its later lines indented under the first; its other
+/// control characters are escaped, so that a payload cannot write to the terminal.
 fn print_fields(object: &Value) {
     let Some(fields) = object.as_object() else {
         return;
     };
     let width = fields.keys().map(String::len).max().unwrap_or(0);
+    let indent = format!("\n{:width$}  ", "");
     for (name, value) in fields {
         if name == "capture" {
             continue;
         }
-        println!("{name:width$}  {}", text(value));
+        let shown = match value {
+            Value::String(s) => printable(s, true).replace('\n', &indent),
+            other => text(other),
+        };
+        println!("{name:width$}  {shown}");
     }
 }
