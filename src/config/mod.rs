@@ -4,6 +4,7 @@
 mod capture;
 mod confine;
 mod connections;
+mod delivery_warnings;
 mod limits;
 mod load;
 mod mapping;
@@ -24,6 +25,7 @@ use arc_swap::ArcSwap;
 
 pub use confine::{module_path, transforms_root};
 pub use connections::{ConnectionSettings, RECEIVE_GRACE};
+pub use delivery_warnings::MissingChannels;
 pub use load::{Digest, Document, file_digest, parse_document, read_document};
 pub use openclaw::ConfigNotice;
 pub use reload::watch;
@@ -63,6 +65,8 @@ fn load_with_digest(path: &Path) -> Result<(Settings, Digest), Vec<ConfigError>>
     match Settings::build(document.config, &config_dir(path)) {
         Ok(mut settings) if problems.is_empty() => {
             settings.notices = document.notices;
+            let warnings = delivery_warnings::delivery_notices(&settings);
+            settings.notices.extend(warnings);
             Ok((settings, digest))
         }
         Ok(_) => Err(problems),

@@ -58,8 +58,11 @@ pub struct Settings {
     pub hooks: Option<HookSettings>,
     pub agents: AgentDirectory,
     pub runtime: RuntimeSettings,
-    /// OpenClaw keys of the file that hookgate took in its own form or left out.
+    /// OpenClaw keys of the file that hookgate took in its own form or left out, and what of
+    /// it loses replies.
     pub notices: Vec<ConfigNotice>,
+    /// The channels this configuration has logged as not configured, once each.
+    pub missing_channels: super::MissingChannels,
 }
 
 impl Settings {
@@ -227,6 +230,7 @@ impl Settings {
             agents,
             runtime,
             notices: Vec::new(),
+            missing_channels: super::MissingChannels::default(),
         })
     }
 }

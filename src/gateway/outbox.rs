@@ -385,7 +385,13 @@ async fn attempt(ctx: &Context, signals: &Signals, row: Row) -> bool {
         Ok(upstream) => succeed(ctx, &row, upstream).await,
         Err(error) => match next.unwrap_or(Next::GiveUp) {
             Next::GiveUp => {
-                tracing::warn!(id, attempts, %error, "giving up a send");
+                match &error {
+                    // Every reply routed there fails alike: said once, not per reply.
+                    SendError::NotConfigured(channel) => {
+                        settings.missing_channels.warn_once(*channel)
+                    }
+                    _ => tracing::warn!(id, attempts, %error, "giving up a send"),
+                }
                 give_up(ctx, signals, &row, &error).await;
             }
             Next::RetryAfter(backoff) => {

@@ -8,6 +8,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
 
+use crate::fake::Fake;
 use crate::harness::*;
 
 /// Runs `hookgate <args>` with its stdout a pipe whose reader is already gone, as `| head` is
@@ -142,4 +143,102 @@ async fn a_request_timeout_of_zero_is_the_default_and_a_fraction_is_a_second() {
     assert_eq!(half["timeoutSeconds"], 1, "{half}");
     let unknown = agent(&server, json!({"message": "m", "thinking": "hgih"})).await;
     assert_eq!(unknown["thinking"], Value::Null, "{unknown}");
+}
+
+/// A configuration whose runs reach a model (none answers at this address: `check` calls none).
+fn with_a_model(mut config: Value, base_url: &str) -> Value {
+    set(
+        &mut config,
+        "agents.defaults.provider",
+        json!({"baseUrl": base_url, "apiKey": "sk-never-echoed-0123"}),
+    );
+    set(&mut config, "agents.defaults.model", json!("default-model"));
+    config
+}
+
+#[test]
+fn check_warns_about_replies_that_would_be_given_up() {
+    let mut config = with_a_model(base_config(), "http://127.0.0.1:9");
+    set(
+        &mut config,
+        "channels",
+        json!({"telegram": {"botToken": "tg-never-echoed-0123"}}),
+    );
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"match": {"path": "ci"}, "messageTemplate": "m", "channel": "slack", "to": "C1"}]),
+    );
+    let (status, out, _dir) = check(&config);
+    assert!(status.success(), "a warning is not a refusal: {out}");
+    assert!(
+        out.contains(
+            "warning: channels.defaultRoute: not set: replies to channel \"last\" (the default of \
+             hook runs, and every heartbeat's) are given up until an owner route is set with the \
+             API (PUT /api/sessions/main/route)"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "warning: hooks.mappings[0].channel: names slack, which is not configured under \
+             channels: its replies are given up"
+        ),
+        "{out}"
+    );
+    for secret in ["sk-never-echoed", "tg-never-echoed", "C1"] {
+        assert!(!out.contains(secret), "a warning echoed a value: {out}");
+    }
+
+    set(
+        &mut config,
+        "channels.defaultRoute",
+        json!({"channel": "signal", "to": "+15550000"}),
+    );
+    let (status, out, _dir) = check(&config);
+    assert!(status.success(), "{out}");
+    assert!(
+        out.contains(
+            "warning: channels.defaultRoute.channel: names signal, which is not configured"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("defaultRoute: not set"), "{out}");
+
+    // Without a model no turn has a reply to lose.
+    let (status, out, _dir) = check(&base_config());
+    assert!(status.success() && !out.contains("warning:"), "{out}");
+}
+
+#[tokio::test]
+async fn a_missing_channel_is_logged_once_per_configuration() {
+    let provider = Fake::provider("Reply text").await;
+    let config = with_a_model(base_config(), &provider.base);
+    let (server, dir) = Hookgate::start(&config);
+    let failed = async |server: &Hookgate| {
+        let body =
+            json!({"message": "m", "channel": "slack", "to": "C1", "wakeMode": "next-heartbeat"});
+        let run = agent(server, body).await;
+        eventually("the reply to be given up", async || {
+            server.run_of(&run).await["delivery"]["status"] == "failed"
+        })
+        .await;
+    };
+    failed(&server).await;
+    failed(&server).await;
+    let mut reloaded = config.clone();
+    set(&mut reloaded, "hooks.maxBodyBytes", json!(100_000));
+    dir.write(&reloaded);
+    eventually("the reload", async || {
+        let (_, status) = json_of(server.api("/api/config").send().await.unwrap()).await;
+        status["generation"] == 2
+    })
+    .await;
+    failed(&server).await;
+    let (_, log) = server.terminate();
+    let said = log
+        .lines()
+        .filter(|l| l.contains("channel slack is not configured"))
+        .count();
+    assert_eq!(said, 2, "once per configuration:\n{log}");
 }

@@ -148,7 +148,13 @@ pub(super) async fn deliver(ctx: Context, cluster: Cluster, message: Message) {
                 .min(u32::try_from(MAX_DELIVER).unwrap_or(u32::MAX));
             match next_attempt(&policy, attempts, &error, Duration::MAX) {
                 Next::GiveUp => {
-                    tracing::warn!(sequence, attempts, %error, "giving up a send");
+                    match &error {
+                        // Every reply routed there fails alike: said once, not per reply.
+                        SendError::NotConfigured(channel) => {
+                            settings.missing_channels.warn_once(*channel)
+                        }
+                        _ => tracing::warn!(sequence, attempts, %error, "giving up a send"),
+                    }
                     give_up(&cluster, &message, &job, &marker, attempts, &error).await;
                 }
                 Next::RetryAfter(backoff) => {

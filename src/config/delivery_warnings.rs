@@ -1,0 +1,91 @@
+//! Configurations that are valid but lose replies (docs/configuration.md#where-replies-go): `check`
+//! prints these warnings and `serve` logs them at start and after a reload, next to the notices of
+//! OpenClaw keys. A warning names keys and channels, never a value of the file.
+
+use std::sync::Mutex;
+
+use super::runtime::{ChannelEndpoint, GatewayMode, RuntimeSettings};
+use super::{ConfigNotice, Settings};
+use crate::hook::Channel;
+
+/// The warnings of `settings` about replies that would be given up.
+pub(super) fn delivery_notices(settings: &Settings) -> Vec<ConfigNotice> {
+    let runtime = &settings.runtime;
+    // Forward mode delivers nothing itself, and without a model no turn ever has a reply.
+    if runtime.mode != GatewayMode::Embedded || !has_provider(runtime) {
+        return Vec::new();
+    }
+    let channels = &runtime.channels;
+    let mut notices = Vec::new();
+    let configured = |channel: Channel| channels.endpoint(channel).is_some();
+    let mut not_configured = |key: String, channel: Channel| {
+        notices.push(ConfigNotice {
+            key,
+            message: format!(
+                "names {}, which is not configured under channels: its replies are given up",
+                channel.as_str()
+            ),
+        })
+    };
+    match &channels.default_route {
+        Some(route) if route.channel != Channel::Last && !configured(route.channel) => {
+            not_configured("channels.defaultRoute.channel".into(), route.channel)
+        }
+        _ => {}
+    }
+    for (i, mapping) in settings
+        .hooks
+        .iter()
+        .flat_map(|h| h.mappings.iter())
+        .enumerate()
+    {
+        let named = mapping.channel.as_deref().and_then(Channel::parse);
+        if let Some(channel) = named.filter(|c| *c != Channel::Last && !configured(*c)) {
+            not_configured(format!("hooks.mappings[{i}].channel"), channel);
+        }
+    }
+    // Without a route, `last` falls back to the first configured channel with no recipient,
+    // which only an msteams incoming webhook can do without.
+    let first_needs_recipient = !matches!(
+        channels.endpoints.first(),
+        Some(ChannelEndpoint::Msteams { .. })
+    );
+    if channels.default_route.is_none() && first_needs_recipient {
+        notices.push(ConfigNotice {
+            key: "channels.defaultRoute".into(),
+            message: "not set: replies to channel \"last\" (the default of hook runs, and every \
+                      heartbeat's) are given up until an owner route is set with the API \
+                      (PUT /api/sessions/main/route)"
+                .into(),
+        });
+    }
+    notices
+}
+
+/// Whether any turn can reach a model: a named provider, or an agent's own.
+fn has_provider(runtime: &RuntimeSettings) -> bool {
+    !runtime.providers.is_empty()
+        || runtime.fallback.provider.is_some()
+        || runtime.agents.values().any(|a| a.provider.is_some())
+}
+
+/// The channels a configuration has already said, in the log, are not configured: each is said
+/// once per configuration (a reload starts again), not once per reply given up, since without a
+/// channel every heartbeat's reply would say it.
+#[derive(Debug, Default)]
+pub struct MissingChannels(Mutex<Vec<Channel>>);
+
+impl MissingChannels {
+    /// Logs that `channel` is not configured, unless this configuration already did.
+    pub fn warn_once(&self, channel: Channel) {
+        let mut said = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !said.contains(&channel) {
+            said.push(channel);
+            tracing::warn!(
+                channel = channel.as_str(),
+                "channel {} is not configured: replies routed to it are given up (said once per configuration)",
+                channel.as_str()
+            );
+        }
+    }
+}
