@@ -11,6 +11,16 @@ pub fn transforms_root(config_dir: &Path) -> PathBuf {
     config_dir.join("hooks").join("transforms")
 }
 
+/// How a relative `hooks.transformsDir` resolves, for the messages that refuse one: against the
+/// root, as in the OpenClaw gateway, so `hooks/transforms` is not the root but a directory in it.
+fn resolution(root: &Path) -> String {
+    format!(
+        "a relative path resolves against the transforms root {} (hooks/transforms is a directory \
+         inside it); leave hooks.transformsDir out for the root itself",
+        root.display()
+    )
+}
+
 /// The effective transforms directory: `configured` resolved against the root (absolute values
 /// taken as they are), refused unless it resolves inside the root.
 pub fn transforms_dir(config_dir: &Path, configured: Option<&str>) -> Result<PathBuf, ConfigError> {
@@ -24,9 +34,27 @@ pub fn transforms_dir(config_dir: &Path, configured: Option<&str>) -> Result<Pat
     } else {
         Err(ConfigError::invalid(
             "hooks.transformsDir",
-            format!("must stay inside the transforms root {}", root.display()),
+            format!(
+                "must stay inside the transforms root: {}",
+                resolution(&root)
+            ),
         ))
     }
+}
+
+/// Refuses a configured transforms directory that does not exist, when a mapping needs it: its
+/// modules could not load, and the path as configured is rarely the one meant.
+pub fn transforms_dir_exists(config_dir: &Path, dir: &Path) -> Result<(), ConfigError> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    Err(ConfigError::invalid(
+        "hooks.transformsDir",
+        format!(
+            "is not a directory: {}",
+            resolution(&transforms_root(config_dir))
+        ),
+    ))
 }
 
 /// Checks a `transform.module` value and resolves it inside `dir`.

@@ -341,6 +341,16 @@ fn hook_settings(
         .map_err(|e| problems.push(e))
         .ok();
     if let Some(dir) = &transforms_dir {
+        // A missing directory fails each of its modules: said once, with how the path resolved.
+        let named = hooks
+            .transforms_dir
+            .as_deref()
+            .is_some_and(|d| !d.trim().is_empty());
+        if named && hooks.mappings.iter().any(|m| m.transform.is_some()) {
+            if let Err(e) = confine::transforms_dir_exists(config_dir, dir) {
+                problems.push(e);
+            }
+        }
         for (i, mapping) in hooks.mappings.iter().enumerate() {
             if let Some(transform) = &mapping.transform {
                 let key = format!("hooks.mappings[{i}].transform.module");

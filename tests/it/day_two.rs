@@ -242,3 +242,37 @@ async fn a_missing_channel_is_logged_once_per_configuration() {
         .count();
     assert_eq!(said, 2, "once per configuration:\n{log}");
 }
+
+#[test]
+fn a_transforms_dir_that_is_not_there_says_how_relative_paths_resolve() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.transformsDir",
+        json!("./hooks/transforms"),
+    );
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"match": {"path": "x"}, "transform": {"module": "passthrough.wasm"}}]),
+    );
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["passthrough"]);
+    let (status, out) = check_in(&dir);
+    assert!(!status.success(), "{out}");
+    let root = dir.path().canonicalize().unwrap().join("hooks/transforms");
+    assert_eq!(
+        out.trim(),
+        format!(
+            "error: hooks.transformsDir: is not a directory: a relative path resolves against the \
+             transforms root {} (hooks/transforms is a directory inside it); leave \
+             hooks.transformsDir out for the root itself",
+            root.display()
+        )
+    );
+    // Without it, the root itself.
+    set(&mut config, "hooks.transformsDir", Value::Null);
+    dir.write(&config);
+    let (status, out) = check_in(&dir);
+    assert!(status.success(), "{out}");
+}
