@@ -195,15 +195,14 @@ async fn deliver_false_only_for_json_false() {
 }
 
 #[tokio::test]
-async fn timeout_seconds_is_floored_to_a_second_and_zero_means_the_cap() {
+async fn timeout_seconds_is_floored_to_a_second_and_zero_is_the_default() {
     let (server, _dir) = start(|_| {});
     let run = accepted_run(&server, json!({"message": "m", "timeoutSeconds": 90.9})).await;
     assert_eq!(run["timeoutSeconds"], 90);
     let run = accepted_run(&server, json!({"message": "m", "timeoutSeconds": 0.5})).await;
     assert_eq!(run["timeoutSeconds"], 1);
-    let run = accepted_run(&server, json!({"message": "m", "timeoutSeconds": 0})).await;
-    assert_eq!(run["timeoutSeconds"], 0, "no limit but the 24 h cap");
-    for ignored in [json!(-5), json!("30"), json!(null)] {
+    // As in the OpenClaw gateway: agents.defaults.timeoutSeconds applies.
+    for ignored in [json!(0), json!(-5), json!("30"), json!(null)] {
         let run = accepted_run(&server, json!({"message": "m", "timeoutSeconds": ignored})).await;
         assert_eq!(run["timeoutSeconds"], Value::Null);
     }

@@ -144,5 +144,5 @@ pub(super) async fn a_timeout_under_a_second_counts_as_one(backend: Backend) {
     );
     let body = json!({"message": "m", "deliver": false, "timeoutSeconds": 0});
     let run = finished(&server, &agent(&server, body).await).await;
-    assert_eq!(run["status"], "ok", "0 is no limit but the cap: {run}");
+    assert_eq!(run["status"], "ok", "0 is the default's limit: {run}");
 }
