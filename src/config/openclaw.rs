@@ -40,7 +40,10 @@ const SECTIONS: &[(&str, &str)] = &[
     ("update", "hookgate does not update itself"),
     ("telemetry", "hookgate sends no telemetry"),
     ("browser", "hookgate's agents have no browser"),
-    ("ui", "hookgate serves no control UI"),
+    (
+        "ui",
+        "hookgate's console, /console, has no appearance settings",
+    ),
     (
         "secrets",
         "hookgate reads secrets from ${ENV}, { file } and env SecretRefs only",
@@ -94,8 +97,11 @@ const SECTIONS: &[(&str, &str)] = &[
 const KEYS: &[(&str, &str)] = &[
     ("gateway.publicOrigin", "hookgate serves no pages"),
     ("gateway.portals", "hookgate serves no portals"),
-    ("gateway.controlUi", "hookgate serves no control UI"),
-    ("gateway.cliAgents", "hookgate serves no control UI"),
+    (
+        "gateway.controlUi",
+        "hookgate's console is /console, always on, used with the gateway token",
+    ),
+    ("gateway.cliAgents", "hookgate's console starts no sessions"),
     ("gateway.terminal", "hookgate serves no terminal"),
     (
         "gateway.roles",
@@ -150,7 +156,7 @@ const KEYS: &[(&str, &str)] = &[
     ("gateway.nodes", "hookgate pairs no nodes"),
     (
         "hooks.gmail",
-        "hookgate does not watch a Gmail account: point the Pub/Sub push at POST <hooks.path>/gmail (the gmail preset)",
+        "hookgate does not watch a Gmail account: run the watcher (`openclaw webhooks gmail run`, gog) with its hook URL at <hooks.path>/gmail and hooks.token as its hook token; a Pub/Sub push cannot send that token",
     ),
     ("hooks.internal", "hookgate has no internal event hooks"),
     ("models.catalogRefresh", "hookgate keeps no model catalogue"),
@@ -205,7 +211,7 @@ const KEYS: &[(&str, &str)] = &[
     ),
     (
         "agents.defaults.models.*.pickerRuntimes",
-        "hookgate serves no control UI",
+        "hookgate's console picks no models",
     ),
     (
         "agents.defaults.models.*.codeMode",

@@ -37,8 +37,11 @@ async fn a_complete_openclaw_json_runs_unchanged() {
         "warning: gateway.mode: \"local\" is hookgate's embedded mode",
         "warning: gateway.bind: \"loopback\" listens on 127.0.0.1",
         "warning: gateway.auth.mode: \"token\" is implied",
-        "warning: gateway.controlUi: ignored",
-        "warning: hooks.gmail: ignored: hookgate does not watch a Gmail account",
+        "warning: gateway.controlUi: ignored: hookgate's console is /console, always on, used \
+         with the gateway token",
+        "warning: hooks.gmail: ignored: hookgate does not watch a Gmail account: run the watcher \
+         (`openclaw webhooks gmail run`, gog) with its hook URL at <hooks.path>/gmail and \
+         hooks.token as its hook token; a Pub/Sub push cannot send that token",
         "warning: hooks.internal: ignored",
         "warning: logging: ignored",
         "warning: env.shellEnv: ignored",
