@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::harness::*;
 
@@ -108,5 +108,120 @@ fn every_problem_of_a_file_is_reported_in_one_run() {
             stderr.contains(problem),
             "missing {problem:?} in:\n{stderr}"
         );
+    }
+}
+
+/// The fenced `json5` block of docs/coming-from-openclaw.md whose first line is `first`.
+fn documented(first: &str) -> String {
+    let doc = include_str!("../../docs/coming-from-openclaw.md");
+    doc.split("```json5\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("```").next())
+        .find(|block| block.starts_with(first))
+        .unwrap_or_else(|| panic!("no json5 block starting {first:?} in the doc"))
+        .to_string()
+}
+
+/// The two ways to run hookgate, as docs/coming-from-openclaw.md gives them: its forward-mode
+/// configuration passes `check` as it is, and runs in front of the real OpenClaw gateway started
+/// on the doc's `openclaw.json` (tests/it/openclaw.rs has the gateway's set-up). Only what a test
+/// must change is changed: the gateway's port, the state directory, the tokens' values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_forward_configuration_relays_to_the_real_openclaw_gateway() {
+    const OPENCLAW_HOOKS: &str = "openclaw-hooks-token-documented-0123";
+    const OPENCLAW_GATEWAY: &str = "openclaw-gateway-token-documented-01";
+    let hookgate_config = documented("// hookgate.json5: hookgate in front of the OpenClaw");
+    let openclaw_config = documented("// openclaw.json: the OpenClaw gateway behind hookgate");
+    let env = [
+        ("HOOKGATE_HOOK_TOKEN", HOOK_TOKEN),
+        ("HOOKGATE_GATEWAY_TOKEN", GATEWAY_TOKEN),
+        ("OPENCLAW_HOOKS_TOKEN", OPENCLAW_HOOKS),
+    ];
+
+    let dir = ConfigDir::new(&json!({}));
+    dir.write_text(&hookgate_config);
+    let out = Command::new(binary())
+        .args(["check", "--config"])
+        .arg(dir.config_file())
+        .envs(env)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("hooks at /hooks, 2 mapping(s), presets [gmail]"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.is_empty(),
+        "hookgate's own keys need no warning:\n{stderr}"
+    );
+
+    let openclaw_config = openclaw_config
+        .replace("${OPENCLAW_HOOKS_TOKEN}", OPENCLAW_HOOKS)
+        .replace("${OPENCLAW_GATEWAY_TOKEN}", OPENCLAW_GATEWAY);
+    let mut openclaw_config: Value = json5::from_str(&openclaw_config).unwrap();
+    let mut openclaw = crate::openclaw::OpenClaw::start_with(|state| {
+        set(
+            &mut openclaw_config,
+            "logging",
+            json!({"file": state.join("openclaw.log")}),
+        );
+        openclaw_config
+    });
+    dir.write_text(
+        &hookgate_config
+            .replace("http://127.0.0.1:18789", &openclaw.url())
+            .replace("/var/lib/hookgate", "state"),
+    );
+    let server =
+        Hookgate::try_start_in(&dir, &env).unwrap_or_else(|log| panic!("serve refused:\n{log}"));
+    openclaw.ready().await;
+
+    let post = async |path: &str, body: Value| {
+        let response = server.hook(path).json(&body).send().await.unwrap();
+        let (status, reply) = json_of(response).await;
+        assert_eq!(status, 200, "{path}: {reply}");
+        reply
+    };
+    post("/hooks/wake", json!({"text": "deploy done"})).await;
+    let runs = [
+        post("/hooks/agent", json!({"message": "hello"})).await,
+        post(
+            "/hooks/ci",
+            json!({"build": {"status": "green", "branch": "main"}}),
+        )
+        .await,
+        post(
+            "/hooks/gmail",
+            json!({"messages": [{"id": "m1", "from": "a@example.com", "subject": "Hi",
+                                 "snippet": "s", "body": "b"}]}),
+        )
+        .await,
+    ];
+    // The upstream queues the runs of its one session behind each other (tests/it/openclaw.rs
+    // gives each a minute).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    for reply in &runs {
+        loop {
+            let run = server.run_of(reply).await;
+            if run["status"] != "forwarding" {
+                assert_eq!(run["status"], "forwarded", "{run}\n{}", openclaw.log());
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "still forwarding: {run}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+    let metrics = server.metrics().await;
+    for line in [
+        r#"hookgate_forward_relays_total{kind="wake",outcome="forwarded"} 1"#,
+        r#"hookgate_forward_relays_total{kind="agent",outcome="forwarded"} 3"#,
+    ] {
+        assert!(metrics.contains(line), "{line} missing:\n{metrics}");
     }
 }
