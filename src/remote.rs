@@ -211,7 +211,7 @@ pub fn runs(command: RunsCommand) -> ExitCode {
             ]);
             remote.call("GET", &format!("/api/runs?{query}"), |page| {
                 print_table(
-                    &["CREATED", "STATUS", "HOOK", "SESSION", "RUN"],
+                    &["CREATED", "STATUS", "HOOK", "SESSION", "RUN", "ERROR"],
                     page["runs"].as_array().into_iter().flatten().map(|r| {
                         vec![
                             text(&r["createdAt"]),
@@ -219,6 +219,7 @@ pub fn runs(command: RunsCommand) -> ExitCode {
                             text(&r["hookName"]),
                             text(&r["sessionKey"]),
                             text(&r["runId"]),
+                            shortened(&r["error"], ERROR_COLUMN_CHARS),
                         ]
                     }),
                 );
@@ -336,6 +337,18 @@ fn text(value: &Value) -> String {
         Value::Null => "-".into(),
         Value::String(s) => printable(s, false),
         other => printable(&other.to_string(), false),
+    }
+}
+
+/// The most characters of a run's error a table shows (`runs show` has all of it).
+const ERROR_COLUMN_CHARS: usize = 80;
+
+/// Table text cut to `max` characters, marked with `…` when cut.
+fn shortened(value: &Value, max: usize) -> String {
+    let text = text(value);
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text,
     }
 }
 

@@ -194,7 +194,9 @@ pub fn conclude(
     outcome: RunOutcome,
     owner: Option<Route>,
 ) -> Conclusion {
-    tracing::info!(run_id = %run.run_id, status = %outcome.status, "run finished");
+    // The error on the line that ends the run: the operator reading the log sees why.
+    let error = outcome.error.as_deref();
+    tracing::info!(run_id = %run.run_id, status = %outcome.status, error, "run finished");
     let default_agent = settings.agents.default_id().to_string();
     let reply = outcome.reply.as_deref().unwrap_or("");
     let summary = summary_event(run, &outcome, &default_agent);

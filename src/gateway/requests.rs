@@ -96,6 +96,9 @@ pub struct RequestRecord {
     pub status: u16,
     /// The error text the client got.
     pub error: Option<String>,
+    /// Why, in more words than the client got (which it never gets): the transform's own error,
+    /// the reason a signature or the token was refused, the cause of our own failure.
+    pub reason: Option<String>,
     pub duration_ms: f64,
     pub transform: Option<TransformTrace>,
     pub signature: Option<SignatureTrace>,
@@ -166,7 +169,8 @@ pub struct RequestFilter {
 
 const COLUMNS: &str = "id, at, at_ms, client, method, target, hook, mapping_id, status, error,
     duration_us, transform_outcome, transform_us, transform_failure, signature_scheme,
-    signature_verified, run_ids, event_outcome, suppressed, replay_of, captured, request_id";
+    signature_verified, run_ids, event_outcome, suppressed, replay_of, captured, request_id,
+    reason";
 
 impl RequestRecord {
     /// Writes records in one statement each; called by the writer with a batch.
@@ -175,9 +179,10 @@ impl RequestRecord {
             "INSERT OR IGNORE INTO requests (id, at, at_ms, client, method, target, hook,
                 mapping_id, status, error, duration_us, transform_outcome, transform_us,
                 transform_failure, signature_scheme, signature_verified, run_ids, event_outcome,
-                suppressed, replay_of, captured, headers, body, capture_note, request_id, query)
+                suppressed, replay_of, captured, headers, body, capture_note, request_id, query,
+                reason)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
+                ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)",
         )?;
         for r in records {
             let transform = r.transform.as_ref();
@@ -216,6 +221,7 @@ impl RequestRecord {
                 capture.and_then(|c| c.note.as_deref()),
                 r.request_id,
                 capture.and_then(|c| c.query.as_deref()),
+                r.reason,
             ])?;
         }
         Ok(())
@@ -274,15 +280,15 @@ impl RequestRecord {
             .query_row(params![id], |row| {
                 let mut record = Self::from_row(row)?;
                 if record.captured {
-                    let headers: Option<String> = row.get(22)?;
+                    let headers: Option<String> = row.get(23)?;
                     let headers: Vec<(String, String)> = headers
                         .and_then(|h| serde_json::from_str(&h).ok())
                         .unwrap_or_default();
                     record.capture = Some(Captured {
                         headers,
-                        body: row.get(23)?,
-                        note: row.get(24)?,
-                        query: row.get(25)?,
+                        body: row.get(24)?,
+                        note: row.get(25)?,
+                        query: row.get(26)?,
                     });
                 }
                 Ok(record)
@@ -345,6 +351,7 @@ impl RequestRecord {
             mapping_id: row.get(7)?,
             status: row.get(8)?,
             error: row.get(9)?,
+            reason: row.get(22)?,
             duration_ms: millis(row.get(10)?),
             transform,
             signature,

@@ -170,9 +170,14 @@ CREATE TABLE requests (
 CREATE INDEX requests_replays ON requests (replay_of) WHERE replay_of IS NOT NULL;
 ";
 
+/// Why a request was refused or failed, in the operator's words (`RequestRecord::reason`).
+const REQUEST_LOG_V2: &str = "
+ALTER TABLE requests ADD COLUMN reason TEXT;
+";
+
 /// Brings the request log's schema up to date.
 pub(super) fn migrate_request_log(conn: &Connection) -> rusqlite::Result<()> {
-    apply(conn, &[(1, REQUEST_LOG_V1)])
+    apply(conn, &[(1, REQUEST_LOG_V1), (2, REQUEST_LOG_V2)])
 }
 
 /// Applies each migration newer than the file's `user_version`, one per transaction.

@@ -85,7 +85,7 @@ impl From<HookError> for ApiError {
     /// The shared steps (the credential check, a JSON body) refuse with hook errors.
     fn from(err: HookError) -> Self {
         match err {
-            HookError::Unauthorized => ApiError::Unauthorized,
+            HookError::Unauthorized(_) => ApiError::Unauthorized,
             HookError::LockedOut { retry_after } => ApiError::LockedOut { retry_after },
             HookError::Internal(cause) => ApiError::Internal(cause),
             other => ApiError::Invalid(other.client_message().to_string()),

@@ -60,24 +60,21 @@ pub async fn dispatch(
 fn record(
     app: &AppState,
     hooks: &HookSettings,
-    trace: Trace,
+    mut trace: Trace,
     answer: Result<Response, HookError>,
 ) -> Response {
-    let (response, error) = answered(answer);
-    let (record, client, capture) = trace.finish(hooks, response.status(), error);
+    let response = answered(answer, &mut trace);
+    let (record, client, capture) = trace.finish(hooks, response.status());
     app.request_log.record(record, client, capture);
     response
 }
 
-/// The response to a pipeline's answer, and its error text when it was refused.
-fn answered(answer: Result<Response, HookError>) -> (Response, Option<String>) {
-    match answer {
-        Ok(response) => (response, None),
-        Err(err) => {
-            let message = err.client_message().to_string();
-            (err.into_response(), Some(message))
-        }
-    }
+/// The response to a pipeline's answer; a refusal is noted in the trace on the way.
+fn answered(answer: Result<Response, HookError>, trace: &mut Trace) -> Response {
+    answer.unwrap_or_else(|err| {
+        trace.refused(&err);
+        err.into_response()
+    })
 }
 
 /// Sends a recorded request through the pipeline again, from step 6 (the body as JSON), with
@@ -138,8 +135,8 @@ pub(super) async fn replay(
     let id = trace.id().to_string();
     let signed = signed.map(|(signed, _)| signed);
     let answer = route(app, hooks, &name, &parts, &body, signed, &mut trace).await;
-    let (response, error) = answered(answer);
-    let (record, _, capture) = trace.finish(hooks, response.status(), error);
+    let response = answered(answer, &mut trace);
+    let (record, _, capture) = trace.finish(hooks, response.status());
     app.request_log.record_replay(record, capture).await;
     Ok((response, id))
 }
@@ -260,15 +257,9 @@ async fn handle(
         trace,
     )
     .await;
-    let response = match answer {
-        Ok(response) => response,
-        // Answered here, not by the dispatcher, since the replay protection records the
-        // response itself: the log gets the error text from here.
-        Err(err) => {
-            trace.error(err.client_message());
-            err.into_response()
-        }
-    };
+    // Answered here, not by the dispatcher, since the replay protection records the response
+    // itself.
+    let response = answered(answer, trace);
     Ok(signed::settle(app, key.clone(), response).await)
 }
 

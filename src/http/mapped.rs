@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use super::AppState;
-use super::reply::HookError;
+use super::reply::{HookError, Refusal};
 use super::request::HookRequest;
 use super::submit;
 use super::trace::Trace;
@@ -98,7 +98,10 @@ fn admits(request: &HookRequest<'_>, mapping: &Mapping) -> Result<(), HookError>
     match request.signed {
         Some(signed) if !std::ptr::eq(signed.mapping, mapping) => {
             tracing::info!(signed = %signed.mapping.id, matched = %mapping.id, "signed request matched another mapping");
-            Err(HookError::Unauthorized)
+            Err(HookError::Unauthorized(Refusal::SignedForAnother {
+                signed: signed.mapping.id.clone(),
+                matched: mapping.id.clone(),
+            }))
         }
         None if mapping
             .signature
@@ -106,7 +109,9 @@ fn admits(request: &HookRequest<'_>, mapping: &Mapping) -> Result<(), HookError>
             .is_some_and(|s| !s.token_accepted) =>
         {
             tracing::info!(mapping = %mapping.id, "hook token refused: the mapping accepts its signature only");
-            Err(HookError::Unauthorized)
+            Err(HookError::Unauthorized(Refusal::TokenRefused(
+                mapping.id.clone(),
+            )))
         }
         _ => Ok(()),
     }
@@ -123,7 +128,9 @@ async fn run_transform(
     let loaded = hooks.transforms.get().and_then(|set| set.get(module));
     let Some(loaded) = loaded else {
         tracing::error!(mapping = %mapping.id, %module, "transform not loaded");
-        return Err(HookError::MappingFailed);
+        return Err(HookError::MappingFailed(format!(
+            "transform {module} is not loaded"
+        )));
     };
     let started = Instant::now();
     let outcome = app
@@ -162,7 +169,7 @@ async fn run_transform(
             tracing::error!(mapping = %mapping.id, %module, cause = failure.cause(), %failure, "transform failed");
             Err(match failure {
                 TransformFailure::Busy(_) => HookError::TransformsBusy,
-                _ => HookError::MappingFailed,
+                failure => HookError::MappingFailed(failure.text()),
             })
         }
     }

@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::api_error::ApiError;
 use super::auth::{presented_bearer, token_matches};
-use super::reply::HookError;
+use super::reply::{HookError, Refusal};
 
 /// Proof that the request carried the gateway token.
 pub struct Operator;
@@ -72,7 +72,7 @@ impl Operator {
                 if let Some(client) = &client {
                     app.api_limiter.record_failure(client, now);
                 }
-                Err(HookError::Unauthorized)
+                Err(HookError::Unauthorized(Refusal::WrongToken))
             }
         }
     }

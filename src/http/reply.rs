@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::hook::Rejected;
+use crate::hook::signature::SignatureError;
 
 /// `Retry-After` of an answer refused because the store is full. Space comes back when someone
 /// frees it, not in a second: a pause that keeps clients from hammering a store that refuses
@@ -18,7 +19,8 @@ pub(super) const STORE_FULL_RETRY_AFTER_SECONDS: u64 = 10;
 pub const QUERY_TOKEN_MESSAGE: &str = "Hook token must be provided via Authorization: Bearer <token> or X-Service-Token header (query parameters are not allowed).";
 
 /// A refused request. Turning it into a response never exposes internals: the cause of a
-/// [`HookError::Internal`] goes to the log, the client gets a generic 500.
+/// [`HookError::Internal`], why a request was unauthorized and why its mapping failed go to the
+/// log and the request log ([`HookError::reason`]); the client gets the generic answer.
 #[derive(Debug, thiserror::Error)]
 pub enum HookError {
     #[error("token in query string")]
@@ -26,7 +28,7 @@ pub enum HookError {
     #[error("method not allowed")]
     MethodNotAllowed,
     #[error("unauthorized")]
-    Unauthorized,
+    Unauthorized(Refusal),
     #[error("locked out after repeated authentication failures")]
     LockedOut { retry_after: Duration },
     #[error("not found")]
@@ -37,9 +39,9 @@ pub enum HookError {
     BodyTimeout,
     #[error("{0}")]
     Invalid(String),
-    /// A mapping's transform failed (its cause is logged where it happened).
+    /// A mapping's transform failed or is not loaded: the cause, logged where it happened.
     #[error("hook mapping failed")]
-    MappingFailed,
+    MappingFailed(String),
     /// Every transform call slot stayed taken for as long as a call may wait for one.
     #[error("transforms busy")]
     TransformsBusy,
@@ -49,6 +51,23 @@ pub enum HookError {
     StoreFull,
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// Why a request was refused as unauthorized. The client is told `Unauthorized` whatever it is
+/// (which check failed would help a forger); the operator reads it in the request log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("no token presented")]
+    NoToken,
+    #[error("the token does not match")]
+    WrongToken,
+    #[error("signature refused: {0}")]
+    Signature(SignatureError),
+    /// A signature admits its own mapping only.
+    #[error("signed for mapping {signed}, but the payload matched mapping {matched}")]
+    SignedForAnother { signed: String, matched: String },
+    #[error("mapping {0} accepts its signature only, not the hook token")]
+    TokenRefused(String),
 }
 
 impl From<crate::gateway::StoreError> for HookError {
@@ -90,16 +109,26 @@ impl HookError {
         match self {
             HookError::QueryToken => QUERY_TOKEN_MESSAGE,
             HookError::MethodNotAllowed => "Method Not Allowed",
-            HookError::Unauthorized => "Unauthorized",
+            HookError::Unauthorized(_) => "Unauthorized",
             HookError::LockedOut { .. } => "Too Many Requests",
             HookError::NotFound => "Not Found",
             HookError::PayloadTooLarge => "payload too large",
             HookError::BodyTimeout => "request body timeout",
             HookError::Invalid(message) => message,
-            HookError::MappingFailed => "hook mapping failed",
+            HookError::MappingFailed(_) => "hook mapping failed",
             HookError::TransformsBusy => "transforms busy; retry",
             HookError::StoreFull => "store full; retry",
             HookError::Internal(_) => "internal error",
+        }
+    }
+
+    /// Why, in more words than the client got, for the request log: the reason of an
+    /// unauthorized request, the cause of a failed mapping or of our own failure.
+    pub fn reason(&self) -> Option<String> {
+        match self {
+            HookError::Unauthorized(refusal) => Some(refusal.to_string()),
+            HookError::MappingFailed(cause) | HookError::Internal(cause) => Some(cause.clone()),
+            _ => None,
         }
     }
 
@@ -107,12 +136,14 @@ impl HookError {
         match self {
             HookError::QueryToken | HookError::Invalid(_) => StatusCode::BAD_REQUEST,
             HookError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            HookError::Unauthorized => StatusCode::UNAUTHORIZED,
+            HookError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             HookError::LockedOut { .. } => StatusCode::TOO_MANY_REQUESTS,
             HookError::NotFound => StatusCode::NOT_FOUND,
             HookError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             HookError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            HookError::MappingFailed | HookError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            HookError::MappingFailed(_) | HookError::Internal(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
             HookError::TransformsBusy | HookError::StoreFull => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -129,7 +160,7 @@ impl IntoResponse for HookError {
             // The gateway's own refusals before a hook is known are plain text, as OpenClaw's.
             HookError::QueryToken
             | HookError::MethodNotAllowed
-            | HookError::Unauthorized
+            | HookError::Unauthorized(_)
             | HookError::LockedOut { .. }
             | HookError::NotFound => (
                 status,

@@ -10,8 +10,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::auth::{presented_token, token_matches};
-use super::reply::HookError;
-use super::reply::json_error;
+use super::reply::{HookError, Refusal, json_error};
 use crate::client::ClientKey;
 use crate::config::{HookSettings, Settings};
 use crate::gateway::deliveries::{Claim, RecordedAnswer};
@@ -88,7 +87,11 @@ pub fn authenticate<'a>(
         log_client(client, "hook authentication failed");
     }
     let Some((mapping, rule)) = signed else {
-        return Err(HookError::Unauthorized);
+        let refusal = match token {
+            Some(_) => Refusal::WrongToken,
+            None => Refusal::NoToken,
+        };
+        return Err(HookError::Unauthorized(refusal));
     };
     let failures = client.map(|client| (client, mapping.id.clone()));
     if let Some(key) = &failures {
@@ -114,7 +117,8 @@ pub fn authenticate<'a>(
 }
 
 /// Checks a signed request's signature over the raw body. On success returns the replay key
-/// `<mapping id>:<delivery id>`; a failure counts toward the lockout and is a plain 401.
+/// `<mapping id>:<delivery id>`; a failure counts toward the lockout and is a plain 401 to the
+/// client, its reason kept for the request log.
 pub fn check_signature(
     app: &AppState,
     attempt: SignedAttempt<'_>,
@@ -151,7 +155,7 @@ fn signature_refused(
         }
         None => tracing::info!(mapping = %mapping.id, %reason, "signature refused"),
     }
-    HookError::Unauthorized
+    HookError::Unauthorized(Refusal::Signature(reason))
 }
 
 fn log_client(client: Option<ClientKey>, message: &str) {

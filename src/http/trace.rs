@@ -18,6 +18,7 @@ use crate::gateway::requests::{
 use crate::gateway::runtime_clock::now_ms;
 use crate::hook::capture::CaptureJob;
 
+use super::reply::HookError;
 use super::request_id::RequestId;
 
 /// One hook request's record in the making.
@@ -84,9 +85,11 @@ impl Trace {
         self.authenticated = true;
     }
 
-    /// The error text of an answer that reached the client as a response, not as an error.
-    pub fn error(&mut self, message: &str) {
-        self.record.error = Some(message.to_string());
+    /// The request was refused with `err`: the text the client got, and why in the operator's
+    /// words (which the client never gets).
+    pub fn refused(&mut self, err: &HookError) {
+        self.record.error = Some(err.client_message().to_string());
+        self.record.reason = err.reason();
     }
 
     pub fn hook(&mut self, name: &str) {
@@ -145,19 +148,14 @@ impl Trace {
         self.record.replay_of = Some(id.to_string());
     }
 
-    /// The finished record, with the answer's `status` and `error` text (unless the request
-    /// set its own); the client it counts under; and, for an authenticated request that `hooks`
-    /// captures, the material of its capture.
+    /// The finished record, with the answer's `status`; the client it counts under; and, for an
+    /// authenticated request that `hooks` captures, the material of its capture.
     pub fn finish(
         mut self,
         hooks: &HookSettings,
         status: StatusCode,
-        error: Option<String>,
     ) -> (RequestRecord, Option<ClientKey>, Option<CaptureJob>) {
         self.record.status = status.as_u16();
-        if error.is_some() {
-            self.record.error = error;
-        }
         self.record.duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
         let policy = hooks.capture_for(
             self.record.mapping_id.as_deref(),

@@ -86,6 +86,15 @@ impl TransformFailure {
             TransformFailure::Invalid(_) => "invalid",
         }
     }
+
+    /// What went wrong, for the request log: the guest's own words when it returned an error
+    /// (escaped and bounded already), else this failure described, bounded and escaped alike.
+    pub fn text(&self) -> String {
+        match self {
+            TransformFailure::Error(message) => message.clone(),
+            other => guest_text(&other.to_string(), MAX_ERROR_BYTES),
+        }
+    }
 }
 
 impl TransformEngine {

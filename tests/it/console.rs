@@ -216,9 +216,11 @@ async fn the_console_shows_requests_safely_and_replays_a_fixed_one() {
     let row = format!("#requests-table tr[data-id=\"{wake_id}\"]");
     browser.wait_for_text(&row, "wake queued").await;
     let failed_row = format!("#requests-table tr[data-id=\"{failed_id}\"]");
-    browser
-        .wait_for_text(&failed_row, "hook mapping failed (trap)")
+    // A transform's failure in words, with its own error.
+    let became = browser
+        .wait_for_text(&failed_row, "transform failed after ")
         .await;
+    assert!(became.contains(" ms: trap: "), "{became}");
     if std::env::var_os("HOOKGATE_UPDATE_SCREENSHOT").is_some() {
         let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/console.png");
         std::fs::write(docs, browser.screenshot().await).unwrap();

@@ -20,6 +20,7 @@ mod disk_full;
 mod durability;
 mod example;
 mod failover;
+mod failures;
 mod files;
 mod hostile;
 mod js;

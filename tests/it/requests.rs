@@ -242,6 +242,8 @@ async fn a_failed_request_is_replayed_through_the_fixed_transform() {
     assert_eq!(records[0]["error"], "hook mapping failed");
     assert_eq!(records[0]["transform"]["outcome"], "failed");
     assert_eq!(records[0]["transform"]["failure"], "trap");
+    let reason = records[0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("trap: "), "{reason}");
 
     // Replayed before the fix: it fails again, and says so.
     let (status, again) = json_of(replay(&server, &id).send().await.unwrap()).await;
@@ -529,6 +531,16 @@ async fn the_cli_lists_shows_and_replays_through_the_api() {
     assert!(ok);
     assert!(out.contains(&run_id) && out.contains("summarise"), "{out}");
 
+    // Without a provider the run ends with an error, which the listing shows.
+    eventually("the run to end", async || {
+        let (ok, out, _) = cli(&server, &["runs", "list"]);
+        ok && out.lines().any(|l| {
+            l.contains(&run_id)
+                && l.contains(" error ")
+                && l.ends_with("no model provider configured")
+        })
+    })
+    .await;
     let (ok, _, err) = cli(&server, &["runs", "retry", &run_id]);
     assert!(!ok);
     assert_eq!(err.trim(), "error: nothing of this run failed (HTTP 409)");

@@ -66,11 +66,18 @@ function fields(list, object, skip = []) {
   }
 }
 
+// A transform's outcome in words, with why it failed: "transform failed after 0.7 ms: …".
+function transformWords(record) {
+  const transform = record.transform;
+  if (!transform) return null;
+  const ms = transform.durationMs < 10 ? transform.durationMs.toFixed(1) : Math.round(transform.durationMs);
+  if (transform.outcome === "failed") return `transform failed after ${ms} ms: ${record.reason ?? transform.failure}`;
+  return `transform answered ${transform.outcome} after ${ms} ms`;
+}
+
 function became(record) {
-  if (record.error) {
-    const cause = record.transform && record.transform.failure;
-    return cause ? `${record.error} (${cause})` : record.error;
-  }
+  if (record.transform && record.transform.outcome === "failed") return transformWords(record);
+  if (record.error) return record.reason ? `${record.error}: ${record.reason}` : record.error;
   if (record.runIds.length === 1) return `run ${record.runIds[0]}`;
   if (record.runIds.length > 1) return `${record.runIds.length} runs`;
   if (record.eventOutcome) return `wake ${record.eventOutcome}`;
@@ -151,7 +158,7 @@ async function openRequest(id) {
   $("requests-view").hidden = true;
   $("request-detail").hidden = false;
   $("request-id").textContent = record.id;
-  fields($("request-fields"), record, ["capture", "runIds", "replays"]);
+  fields($("request-fields"), { ...record, transform: transformWords(record) }, ["capture", "runIds", "replays"]);
   const list = $("request-became");
   list.replaceChildren();
   for (const runId of record.runIds) {
@@ -215,6 +222,7 @@ async function loadRuns(older) {
     const open = el("button", run.runId, { type: "button", "aria-label": `Show run ${run.runId}` });
     open.addEventListener("click", () => openRun(run.runId));
     cell(row, null).replaceChildren(open);
+    cell(row, run.error);
     body.append(row);
   }
   state.runsNext = page.next;

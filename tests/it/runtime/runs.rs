@@ -72,6 +72,13 @@ pub(super) async fn provider_failures_end_the_run_with_its_error_and_a_summary(b
         summaries(&server).await,
         ["Hook Deploy (error): provider answered 500: overloaded"]
     );
+    // The line that ends the run says why.
+    let (_, log) = server.terminate();
+    let line = log.lines().find(|l| l.contains("run finished"));
+    assert!(
+        line.is_some_and(|l| l.contains("provider answered 500: overloaded")),
+        "{log}"
+    );
 }
 
 pub(super) async fn malformed_provider_response_is_an_error(backend: Backend) {
