@@ -6,6 +6,8 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use hookgate::gateway::Retry;
+use serde::Deserialize;
 use serde_json::Value;
 
 /// What every one of these commands reads from the environment, for their `--help`.
@@ -101,7 +103,7 @@ pub enum RunsCommand {
         #[command(flatten)]
         remote: Remote,
     },
-    /// Send again what failed of a run (a relay, a delivery).
+    /// Recover what failed of a run: its turn again (a failed model call), its reply or relay.
     #[command(after_help = ENVIRONMENT)]
     Retry {
         id: String,
@@ -231,7 +233,13 @@ pub fn runs(command: RunsCommand) -> ExitCode {
         }
         RunsCommand::Retry { id, remote } => {
             remote.call("POST", &format!("/api/runs/{}/retry", segment(&id)), |r| {
-                println!("retrying {}", text(&r["runId"]))
+                let run = text(&r["runId"]);
+                match Retry::deserialize(&r["retried"]) {
+                    Ok(Retry::Run) => println!("running {run} again"),
+                    Ok(Retry::Delivery) => println!("sending the reply of {run} again"),
+                    Ok(Retry::Relay) => println!("relaying {run} again"),
+                    Err(_) => println!("retrying {run}"),
+                }
             })
         }
     }

@@ -7,6 +7,7 @@ use super::context::Context;
 use super::context::Worker;
 use super::outbox::{self, Lane};
 use super::records::{EventOutcome, NewEvent, NewRun};
+use super::retry::{self, Retry};
 use super::signals::Signals;
 use super::store::{IdempotencyClaim, RunQueued, StoreError};
 use super::{heartbeat, retention, runner};
@@ -73,5 +74,28 @@ impl Embedded {
         let queued = self.ctx.store.queue_run(run, claim).await?;
         self.signals.runs_queued.notify_one();
         Ok(queued)
+    }
+
+    /// Runs a failed turn again or resends a given-up reply ([`Retry`]); whether there was one.
+    pub async fn retry(&self, run_id: &str, what: Retry) -> Result<bool, StoreError> {
+        let settings = self.ctx.config.current();
+        let run_id = run_id.to_string();
+        let retried = self
+            .ctx
+            .store
+            .write(move |conn| match what {
+                Retry::Run => retry::rerun(conn, &run_id),
+                Retry::Delivery => {
+                    outbox::resend_delivery(conn, &run_id, &settings.runtime.channels)
+                }
+                // Relays are forward mode's.
+                Retry::Relay => Ok(false),
+            })
+            .await?;
+        match what {
+            Retry::Run => self.signals.runs_queued.notify_one(),
+            Retry::Delivery | Retry::Relay => self.signals.outbox_ready.notify_one(),
+        }
+        Ok(retried)
     }
 }

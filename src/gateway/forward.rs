@@ -99,4 +99,16 @@ impl Forward {
         self.signals.outbox_ready.notify_one();
         Ok(queued)
     }
+
+    /// Relays a run the upstream refused again; whether there was one.
+    pub async fn retry(&self, run_id: &str) -> Result<bool, StoreError> {
+        let run_id = run_id.to_string();
+        let retried = self
+            .ctx
+            .store
+            .write(move |conn| outbox::resend_relay(conn, &run_id))
+            .await?;
+        self.signals.outbox_ready.notify_one();
+        Ok(retried)
+    }
 }

@@ -19,6 +19,7 @@ mod records;
 mod relay;
 pub mod requests;
 mod retention;
+mod retry;
 mod runner;
 mod runs;
 mod runtime;
@@ -30,6 +31,7 @@ pub use records::{
     DeliveryRecord, EventKind, EventOutcome, EventRecord, NewEvent, NewRun, RunFilter, RunRecord,
     RunStatus, SkipReason,
 };
+pub use retry::Retry;
 pub use runtime::{RetryError, Runtime};
 
 /// The clock the runtime and replay protection share.

@@ -14,12 +14,12 @@ use rusqlite::{Connection, params};
 
 use super::clock::{millis, now_ms, now_rfc3339};
 use super::context::Context;
-use super::delivery::{self, Next, SendError, next_attempt};
-use super::records::{DeliveryJob, DeliveryRecord, RunStatus};
+use super::delivery::{self, Next, SendError, next_attempt, resolve_route};
+use super::records::{DeliveryJob, DeliveryRecord, NewRun, RunStatus};
 use super::relay::{AgentBody, Relayed, WakeBody, relay};
 use super::runs;
 use super::signals::Signals;
-use crate::config::runtime::{GatewayMode, RetryPolicy};
+use crate::config::runtime::{ChannelSettings, GatewayMode, RetryPolicy};
 use crate::metrics::RelayLabels;
 
 /// The base delay of relays' backoff at least.
@@ -236,14 +236,14 @@ fn abandon_in_flight(conn: &Connection, lane: Lane) -> rusqlite::Result<Vec<Row>
     rows.collect()
 }
 
-/// Sends a run's failed relay or delivery again, once the operator mended the cause: its row goes
-/// back to pending with its attempts reset, and a forward-failed run back to `forwarding`.
-/// Whether there was something to retry.
-pub fn retry_run(conn: &Connection, run_id: &str) -> rusqlite::Result<bool> {
+/// Relays a run the upstream refused again, once the operator mended the cause: its row goes
+/// back to pending with its attempts reset, and the run back to `forwarding`. Whether there was
+/// one.
+pub fn resend_relay(conn: &Connection, run_id: &str) -> rusqlite::Result<bool> {
     let retried = conn
         .prepare_cached(
             "UPDATE outbox SET status = 'pending', attempts = 0, last_error = NULL, next_at_ms = ?2
-             WHERE run_id = ?1 AND status IN ('failed', 'uncertain')",
+             WHERE run_id = ?1 AND kind = 'forward-run' AND status IN ('failed', 'uncertain')",
         )?
         .execute(params![run_id, now_ms()])?;
     if retried == 0 {
@@ -255,6 +255,54 @@ pub fn retry_run(conn: &Connection, run_id: &str) -> rusqlite::Result<bool> {
     )?
     .execute(params![run_id])?;
     Ok(true)
+}
+
+/// Sends a run's given-up reply again, once the operator mended the cause: its row goes back to
+/// pending with its attempts reset, addressed to the route the run resolves to now, as a run's
+/// conclusion resolves it. The owner may have set a route since (`channel: "last"` with none
+/// had no recipient); a reply whose route changed is sent whole, since the parts sent before
+/// went elsewhere. Whether there was one.
+pub fn resend_delivery(
+    conn: &Connection,
+    run_id: &str,
+    channels: &ChannelSettings,
+) -> rusqlite::Result<bool> {
+    let Some(run) = NewRun::select(conn, run_id)? else {
+        return Ok(false);
+    };
+    let given_up: Vec<(i64, String)> = conn
+        .prepare_cached(
+            "SELECT id, payload FROM outbox
+             WHERE run_id = ?1 AND kind = 'delivery' AND status IN ('failed', 'uncertain')",
+        )?
+        .query_map(params![run_id], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut resent = false;
+    for (id, payload) in given_up {
+        // A row this version cannot read stays given up.
+        let Some(OutboxItem::Delivery(mut job)) = OutboxItem::decode("delivery", &payload) else {
+            continue;
+        };
+        let owner = runs::owner_route(conn, &job.agent)?;
+        let route = resolve_route(run.channel, run.to.clone(), owner, channels);
+        let moved = route != job.route();
+        (job.channel, job.to) = (route.channel, route.to.clone());
+        let (_, payload) = OutboxItem::Delivery(job).encode();
+        conn.prepare_cached(
+            "UPDATE outbox SET status = 'pending', attempts = 0, last_error = NULL,
+                 next_at_ms = ?2, payload = ?3,
+                 parts_sent = CASE WHEN ?4 THEN 0 ELSE parts_sent END
+             WHERE id = ?1",
+        )?
+        .execute(params![id, now_ms(), payload, moved])?;
+        let pending = DeliveryRecord::Pending {
+            channel: route.channel,
+            to: route.to,
+        };
+        runs::set_delivery(conn, run_id, &pending)?;
+        resent = true;
+    }
+    Ok(resent)
 }
 
 /// Runs the worker of `lane` until the stop.

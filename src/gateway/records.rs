@@ -542,13 +542,16 @@ pub struct RunRecord {
     pub delivery: Option<DeliveryRecord>,
     /// The upstream gateway's run id, in forward mode.
     pub upstream_run_id: Option<String>,
+    /// 1, and one more for each retry of its turn.
+    pub attempts: u32,
 }
 
 /// The columns of a [`RunRecord`], in the order `from_row` reads them.
 const RUN_COLUMNS: &str =
     "run_id, status, hook_name, agent_id, session_key, message, prompt, deliver,
     channel, to_addr, model, thinking, timeout_seconds, wake_mode, source, created_at,
-    reply, summary, error, started_at, finished_at, delivery, upstream_run_id, answered_by";
+    reply, summary, error, started_at, finished_at, delivery, upstream_run_id, answered_by,
+    attempts";
 
 impl RunRecord {
     pub(crate) fn select(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunRecord>> {
@@ -585,6 +588,7 @@ impl RunRecord {
                 .and_then(|text| serde_json::from_str(&text).ok()),
             upstream_run_id: row.get(22)?,
             answered_by: row.get(23)?,
+            attempts: row.get(24)?,
         })
     }
 
@@ -609,7 +613,7 @@ impl RunRecord {
                 filter.before,
                 filter.limit
             ],
-            |row| Ok((Self::from_row(row)?, row.get(24)?)),
+            |row| Ok((Self::from_row(row)?, row.get(25)?)),
         )?;
         rows.collect()
     }

@@ -11,8 +11,8 @@ use super::deliveries::{self, Claim, RecordedAnswer};
 use super::embedded::Embedded;
 use super::forward::Forward;
 use super::nats::{Cluster, Fact};
-use super::outbox;
-use super::records::{EventOutcome, NewEvent, NewRun};
+use super::records::{EventOutcome, NewEvent, NewRun, RunRecord};
+use super::retry::Retry;
 use super::runs;
 use super::signals::Signals;
 use super::store::{IdempotencyClaim, RunQueued, Store, StoreError};
@@ -191,26 +191,31 @@ impl Runtime {
         }
     }
 
-    /// Sends again what failed of a run: a relay the upstream refused (the run goes back to
-    /// `forwarding`) or a delivery given up. Not on a NATS cluster, whose deliveries live on the
-    /// stream.
-    pub async fn retry_run(&self, run_id: &str) -> Result<(), RetryError> {
-        if self.store.run(run_id).await?.is_none() {
-            return Err(RetryError::NotFound);
-        }
-        let Some(signals) = self.signals() else {
-            return Err(RetryError::NothingFailed);
+    /// Recovers what failed of a run, once the operator mended the cause ([`Retry`]): its turn
+    /// run again, its reply or its relay sent again. Not on a NATS cluster, whose runs and
+    /// deliveries live on the stream.
+    pub async fn retry_run(&self, run_id: &str) -> Result<Retry, RetryError> {
+        let run = self.store.run(run_id).await?.ok_or(RetryError::NotFound)?;
+        let retry = self.retry_offered(&run).ok_or(RetryError::NothingFailed)?;
+        let retried = match &self.backend {
+            Backend::Embedded(embedded) => embedded.retry(run_id, retry).await?,
+            Backend::Forward(forward) => forward.retry(run_id).await?,
+            Backend::Nats(_) => false,
         };
-        let id = run_id.to_string();
-        if !self
-            .store
-            .write(move |conn| outbox::retry_run(conn, &id))
-            .await?
-        {
-            return Err(RetryError::NothingFailed);
-        }
-        signals.outbox_ready.notify_one();
-        Ok(())
+        // False when the run changed since it was read (another retry took it).
+        retried.then_some(retry).ok_or(RetryError::NothingFailed)
+    }
+
+    /// What [`Runtime::retry_run`] would do to `run` here; `None` when it would do nothing.
+    /// The embedded backend runs turns and sends replies; forward mode relays.
+    pub fn retry_offered(&self, run: &RunRecord) -> Option<Retry> {
+        let retry = Retry::of(run)?;
+        let here = match &self.backend {
+            Backend::Embedded(_) => matches!(retry, Retry::Run | Retry::Delivery),
+            Backend::Forward(_) => retry == Retry::Relay,
+            Backend::Nats(_) => false,
+        };
+        here.then_some(retry)
     }
 
     /// The main session's route as its owner set it, if they did.

@@ -134,6 +134,12 @@ CREATE TABLE probe (
 );
 ";
 
+/// How many times a run's turn was started by its retries (`POST /api/runs/<runId>/retry`): 1,
+/// and one more for each retry after its model call failed.
+const SCHEMA_V10: &str = "
+ALTER TABLE runs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1;
+";
+
 /// The request log, in a database of its own (`requests.db`): every request under the hook
 /// prefix (see `requests`). Keyed by its time-ordered id alone (no rowid, one index only for
 /// replays): each record is one append to one b-tree, since one is written for every request
@@ -207,6 +213,7 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             (7, SCHEMA_V7),
             (8, SCHEMA_V8),
             (9, SCHEMA_V9),
+            (10, SCHEMA_V10),
         ],
     )
 }

@@ -5,7 +5,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::AppState;
@@ -13,7 +13,7 @@ use super::api_error::{ApiError, ApiPath, ApiQuery};
 use super::operator::Operator;
 use super::reply::HookError;
 use crate::config::runtime::Route;
-use crate::gateway::{RetryError, RunFilter, RunStatus};
+use crate::gateway::{Retry, RetryError, RunFilter, RunRecord, RunStatus};
 use crate::hook::Channel;
 
 /// Items a listing returns when `limit` is not given.
@@ -64,7 +64,35 @@ pub async fn run(
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     let run = app.store.run(&run_id).await?;
-    Ok(Json(run.ok_or(ApiError::NotFound("run"))?).into_response())
+    let run = run.ok_or(ApiError::NotFound("run"))?;
+    Ok(Json(RunView::of(&app, run)).into_response())
+}
+
+/// A run as the API shows it: the record, and what `POST /api/runs/<runId>/retry` would do to
+/// it (null: nothing), so that a client offers a retry only where one is taken.
+#[derive(Serialize)]
+struct RunView {
+    #[serde(flatten)]
+    run: RunRecord,
+    retry: Option<Retry>,
+}
+
+impl RunView {
+    fn of(app: &AppState, run: RunRecord) -> RunView {
+        RunView {
+            retry: app.runtime.retry_offered(&run),
+            run,
+        }
+    }
+}
+
+/// The answer to a retry: what it did.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Retried {
+    ok: bool,
+    run_id: String,
+    retried: Retry,
 }
 
 /// `GET /api/config`: which configuration generation is in force and why the last change, if
@@ -127,19 +155,27 @@ pub async fn runs(
     let next = (page.len() == full)
         .then(|| page.last().map(|(_, cursor)| cursor.to_string()))
         .flatten();
-    let runs: Vec<_> = page.into_iter().map(|(run, _)| run).collect();
+    let runs: Vec<_> = page
+        .into_iter()
+        .map(|(run, _)| RunView::of(&app, run))
+        .collect();
     Ok(Json(json!({"runs": runs, "next": next})).into_response())
 }
 
-/// `POST /api/runs/<runId>/retry`: sends again what failed of a run (a relay the upstream
-/// refused, a delivery given up), once the operator mended the cause. 404 for an unknown run,
-/// 409 when nothing of it failed.
+/// `POST /api/runs/<runId>/retry`: recovers what failed of a run once the operator mended the
+/// cause: a failed turn runs again, a relay the upstream refused or a delivery given up is sent
+/// again. 404 for an unknown run, 409 when nothing of it failed.
 pub async fn retry_run(
     State(app): State<AppState>,
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     match app.runtime.retry_run(&run_id).await {
-        Ok(()) => Ok(Json(json!({"ok": true, "runId": run_id})).into_response()),
+        Ok(retried) => Ok(Json(Retried {
+            ok: true,
+            run_id,
+            retried,
+        })
+        .into_response()),
         Err(RetryError::NotFound) => Err(ApiError::NotFound("run")),
         Err(err @ RetryError::NothingFailed) => Err(ApiError::Conflict(err.to_string())),
         Err(RetryError::Store(err)) => Err(err.into()),

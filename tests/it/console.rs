@@ -256,7 +256,29 @@ async fn the_console_shows_requests_safely_and_replays_a_fixed_one() {
     })
     .await;
     browser.click(&format!("{failed_row} button")).await;
+    let fields = browser
+        .wait_for_text("#request-fields", "transform failed after ")
+        .await;
+    assert!(!fields.contains("\"outcome\""), "not as JSON: {fields}");
+    // A replay may start agent work: the first button only asks for confirmation.
     browser.click("#replay").await;
+    browser
+        .wait_for_text("#replay-result", "may start agent work")
+        .await;
+    let (_, listed) = json_of(
+        server
+            .api("/api/requests?mapping=alerts")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        listed["requests"].as_array().unwrap().len(),
+        1,
+        "no replay yet"
+    );
+    browser.click("#replay-confirm").await;
     let result = browser.wait_for_text("#replay-result", "Replayed as").await;
     assert!(result.contains(": 200 "), "{result}");
     assert!(result.contains("\"eventOutcome\":\"queued\""), "{result}");
@@ -292,6 +314,74 @@ async fn the_console_shows_requests_safely_and_replays_a_fixed_one() {
     browser
         .wait_for_text("#transforms-table", "live.wasm")
         .await;
+}
+
+#[tokio::test]
+async fn the_console_shows_a_runs_error_and_runs_it_again_once_confirmed() {
+    let provider = crate::fake::Fake::start(|_, i| match i {
+        0 => crate::fake::Answer::Text(500, "overloaded".into()),
+        _ => crate::fake::Answer::Json(200, crate::fake::chat_reply("fixed it")),
+    })
+    .await;
+    let mut config = base_config();
+    set(
+        &mut config,
+        "agents.defaults",
+        json!({"provider": {"baseUrl": provider.base}, "model": "m"}),
+    );
+    let (server, _dir) = Hookgate::start(&config);
+    let body = json!({"message": "m", "deliver": false, "wakeMode": "next-heartbeat"});
+    let (_, queued) = json_of(
+        server
+            .hook("/hooks/agent")
+            .json(&body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let run_id = queued["runId"].as_str().unwrap().to_string();
+
+    let browser = Browser::start().await;
+    browser.go(&server.url("/console")).await;
+    browser.type_into("#token", GATEWAY_TOKEN).await;
+    browser.click("#login button[type=submit]").await;
+    browser.click("nav button[data-view=runs]").await;
+    let row = format!("#runs-table tr[data-id=\"{run_id}\"]");
+    browser
+        .wait_for_text(&row, "provider answered 500: overloaded")
+        .await;
+
+    browser.click(&format!("{row} button")).await;
+    assert_eq!(
+        browser.wait_for_text("#retry", "Run again").await,
+        "Run again"
+    );
+    browser.click("#retry").await;
+    browser
+        .wait_for_text("#retry-result", "starts agent work")
+        .await;
+    assert_eq!(
+        provider.requests().len(),
+        1,
+        "nothing runs before the confirmation"
+    );
+    browser.click("#retry-confirm").await;
+    browser
+        .wait_for_text("#retry-result", "Queued to run again")
+        .await;
+    eventually("the run to end ok on its second attempt", async || {
+        let (_, run) = json_of(
+            server
+                .api(&format!("/api/runs/{run_id}"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        run["status"] == "ok" && run["attempts"] == 2
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -190,12 +190,22 @@ async function openRequest(id) {
     : capture.body ?? capture.bodyBase64 ?? capture.note ?? "";
   // The server says whether a replay may be asked for, and why not: the console repeats no rule.
   $("replay").disabled = record.replayRefusal !== null;
+  $("replay-confirm").hidden = true;
   $("replay-result").textContent = record.replayRefusal ?? "";
   $("request-close").focus();
 }
 
+// A replay goes through the hook as it is now, which may start an agent run or a heartbeat: a
+// second button confirms it.
+function askReplay() {
+  $("replay-confirm").hidden = false;
+  $("replay-result").textContent = "A replay may start agent work (a run, a heartbeat).";
+  $("replay-confirm").focus();
+}
+
 async function replay() {
   const record = state.openRequest;
+  $("replay-confirm").hidden = true;
   $("replay-result").textContent = "Replaying…";
   try {
     const answer = await api(`/api/requests/${encodeURIComponent(record.id)}/replay`, { method: "POST" });
@@ -237,14 +247,29 @@ async function openRun(id) {
   $("run-detail").hidden = false;
   $("run-id").textContent = run.runId;
   fields($("run-fields"), run);
-  $("retry-result").textContent = "";
+  // The server says what a retry would do (null: nothing failed); the console repeats no rule.
+  $("retry").disabled = run.retry === null;
+  $("retry").textContent = RETRY_LABELS[run.retry] ?? "Retry what failed";
+  $("retry-confirm").hidden = true;
+  $("retry-result").textContent = run.retry === null ? "Nothing of this run failed." : "";
   $("run-close").focus();
 }
 
+const RETRY_LABELS = { run: "Run again", delivery: "Send the reply again", relay: "Relay again" };
+
+// A retry that calls a model again (here, or upstream through a relay) is confirmed first.
+function askRetry() {
+  if (!["run", "relay"].includes(state.openRun.retry)) return retry();
+  $("retry-confirm").hidden = false;
+  $("retry-result").textContent = "This starts agent work: the model is called again.";
+  $("retry-confirm").focus();
+}
+
 async function retry() {
+  $("retry-confirm").hidden = true;
   try {
-    await api(`/api/runs/${encodeURIComponent(state.openRun.runId)}/retry`, { method: "POST" });
-    $("retry-result").textContent = "Sent again.";
+    const answer = await api(`/api/runs/${encodeURIComponent(state.openRun.runId)}/retry`, { method: "POST" });
+    $("retry-result").textContent = answer.retried === "run" ? "Queued to run again." : "Sent again.";
   } catch (error) {
     $("retry-result").textContent = `Retry refused: ${error.message}`;
   }
@@ -326,8 +351,10 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("requests-more").addEventListener("click", () => loadRequests(true));
   $("runs-more").addEventListener("click", () => loadRuns(true));
-  $("replay").addEventListener("click", replay);
-  $("retry").addEventListener("click", retry);
+  $("replay").addEventListener("click", askReplay);
+  $("replay-confirm").addEventListener("click", replay);
+  $("retry").addEventListener("click", askRetry);
+  $("retry-confirm").addEventListener("click", retry);
   $("request-close").addEventListener("click", () => show("requests"));
   $("run-close").addEventListener("click", () => show("runs"));
   if (token()) start();

@@ -10,6 +10,7 @@ mod forward;
 mod heartbeat;
 mod providers;
 mod restart;
+mod retry;
 mod runs;
 
 use std::time::Duration;
