@@ -65,6 +65,32 @@ pub struct TransformTrace {
     pub failure: Option<String>,
 }
 
+/// How a request repeated an earlier one and was answered with the earlier one's work, not
+/// with work of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Repeat {
+    /// Its idempotency key named a run made within the key's window: answered with that run.
+    Idempotency,
+    /// A signed delivery already answered: answered again with the first answer.
+    Redelivery,
+}
+
+impl Repeat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Repeat::Idempotency => "idempotency",
+            Repeat::Redelivery => "redelivery",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Repeat> {
+        [Repeat::Idempotency, Repeat::Redelivery]
+            .into_iter()
+            .find(|r| r.as_str() == text)
+    }
+}
+
 /// A provider signature, as the log keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SignatureTrace {
@@ -109,6 +135,8 @@ pub struct RequestRecord {
     pub suppressed: u64,
     /// The request this one replayed.
     pub replay_of: Option<String>,
+    /// Set when the request repeated an earlier one: its `runIds` are the earlier request's.
+    pub repeat: Option<Repeat>,
     /// Whether headers and body were kept (`GET /api/requests/{id}` shows them).
     pub captured: bool,
     #[serde(skip)]
@@ -170,7 +198,9 @@ pub struct RequestFilter {
 const COLUMNS: &str = "id, at, at_ms, client, method, target, hook, mapping_id, status, error,
     duration_us, transform_outcome, transform_us, transform_failure, signature_scheme,
     signature_verified, run_ids, event_outcome, suppressed, replay_of, captured, request_id,
-    reason";
+    reason, repeat";
+/// Where the capture's columns start after [`COLUMNS`] (which `from_row` reads by position).
+const CAPTURE_AT: usize = 24;
 
 impl RequestRecord {
     /// Writes records in one statement each; called by the writer with a batch.
@@ -180,9 +210,9 @@ impl RequestRecord {
                 mapping_id, status, error, duration_us, transform_outcome, transform_us,
                 transform_failure, signature_scheme, signature_verified, run_ids, event_outcome,
                 suppressed, replay_of, captured, headers, body, capture_note, request_id, query,
-                reason)
+                reason, repeat)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)",
+                ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
         )?;
         for r in records {
             let transform = r.transform.as_ref();
@@ -222,6 +252,7 @@ impl RequestRecord {
                 r.request_id,
                 capture.and_then(|c| c.query.as_deref()),
                 r.reason,
+                r.repeat.map(Repeat::as_str),
             ])?;
         }
         Ok(())
@@ -280,15 +311,15 @@ impl RequestRecord {
             .query_row(params![id], |row| {
                 let mut record = Self::from_row(row)?;
                 if record.captured {
-                    let headers: Option<String> = row.get(23)?;
+                    let headers: Option<String> = row.get(CAPTURE_AT)?;
                     let headers: Vec<(String, String)> = headers
                         .and_then(|h| serde_json::from_str(&h).ok())
                         .unwrap_or_default();
                     record.capture = Some(Captured {
                         headers,
-                        body: row.get(24)?,
-                        note: row.get(25)?,
-                        query: row.get(26)?,
+                        body: row.get(CAPTURE_AT + 1)?,
+                        note: row.get(CAPTURE_AT + 2)?,
+                        query: row.get(CAPTURE_AT + 3)?,
                     });
                 }
                 Ok(record)
@@ -340,6 +371,10 @@ impl RequestRecord {
             Some("coalesced") => Some(EventOutcome::Coalesced),
             Some(other) => return Err(corrupt(17, other)),
         };
+        let repeat = match row.get::<_, Option<String>>(23)? {
+            None => None,
+            Some(text) => Some(Repeat::parse(&text).ok_or_else(|| corrupt(23, &text))?),
+        };
         Ok(RequestRecord {
             id: row.get(0)?,
             at: row.get(1)?,
@@ -352,6 +387,7 @@ impl RequestRecord {
             status: row.get(8)?,
             error: row.get(9)?,
             reason: row.get(22)?,
+            repeat,
             duration_ms: millis(row.get(10)?),
             transform,
             signature,
@@ -466,5 +502,10 @@ mod tests {
         assert!(first_id_at(ms) <= id, "{} vs {id}", first_id_at(ms));
         assert!(first_id_at(ms + 1) > id);
         assert!(first_id_at(ms - 1) < id);
+    }
+
+    #[test]
+    fn the_capture_columns_follow_every_record_column() {
+        assert_eq!(COLUMNS.split(',').count(), CAPTURE_AT);
     }
 }

@@ -181,9 +181,22 @@ const REQUEST_LOG_V2: &str = "
 ALTER TABLE requests ADD COLUMN reason TEXT;
 ";
 
+/// Whether the request repeated an earlier one (`idempotency`, `redelivery`), whose work its
+/// `run_ids` name.
+const REQUEST_LOG_V3: &str = "
+ALTER TABLE requests ADD COLUMN repeat TEXT;
+";
+
 /// Brings the request log's schema up to date.
 pub(super) fn migrate_request_log(conn: &Connection) -> rusqlite::Result<()> {
-    apply(conn, &[(1, REQUEST_LOG_V1), (2, REQUEST_LOG_V2)])
+    apply(
+        conn,
+        &[
+            (1, REQUEST_LOG_V1),
+            (2, REQUEST_LOG_V2),
+            (3, REQUEST_LOG_V3),
+        ],
+    )
 }
 
 /// Applies each migration newer than the file's `user_version`, one per transaction.

@@ -240,7 +240,7 @@ async fn handle(
     let key = signed::check_signature(app, attempt, &bytes)?;
     trace.signature(scheme, true);
     trace.authenticated();
-    if let Some(answer) = signed::claim(app, &key).await? {
+    if let Some(answer) = signed::claim(app, &key, trace).await? {
         return Ok(answer);
     }
     let signed_request = Signed {

@@ -11,9 +11,11 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::auth::{presented_token, token_matches};
 use super::reply::{HookError, Refusal, json_error};
+use super::trace::Trace;
 use crate::client::ClientKey;
 use crate::config::{HookSettings, Settings};
 use crate::gateway::deliveries::{Claim, RecordedAnswer};
+use crate::gateway::requests::Repeat;
 use crate::gateway::runtime_clock::now_ms;
 use crate::hook::signature::{Presented, SignatureError, SignatureRule};
 use crate::mapping::{self, Mapping};
@@ -168,13 +170,21 @@ fn log_client(client: Option<ClientKey>, message: &str) {
 /// Claims a signed delivery before it is processed. `Some(response)` when it must not be
 /// processed: a redelivery gets the first answer, and a copy arriving while the first is still
 /// in progress gets 409 (providers retry on it, and then get the first answer).
-pub async fn claim(app: &AppState, key: &str) -> Result<Option<Response>, HookError> {
+pub async fn claim(
+    app: &AppState,
+    key: &str,
+    trace: &mut Trace,
+) -> Result<Option<Response>, HookError> {
     let claim = app.runtime.claim_delivery(key).await?;
     Ok(match claim {
         Claim::Claimed => None,
         Claim::InProgress => Some(json_error(StatusCode::CONFLICT, "delivery in progress")),
         Claim::Answered(answer) => {
             tracing::info!("redelivery answered from the replay record");
+            trace.repeat(Repeat::Redelivery);
+            for run_id in answered_runs(&answer.body) {
+                trace.run(&run_id);
+            }
             let mut response = (
                 StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK),
                 answer.body,
@@ -189,6 +199,27 @@ pub async fn claim(app: &AppState, key: &str) -> Result<Option<Response>, HookEr
             Some(response)
         }
     })
+}
+
+/// The runs a recorded answer names: our own answers say `runId`, and a batch's all of them in
+/// `runIds` too.
+fn answered_runs(body: &[u8]) -> Vec<String> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Runs {
+        run_id: Option<String>,
+        #[serde(default)]
+        run_ids: Vec<String>,
+    }
+    let Ok(runs) = serde_json::from_slice::<Runs>(body) else {
+        // A transform's own answer, which names no run of ours.
+        return Vec::new();
+    };
+    if runs.run_ids.is_empty() {
+        runs.run_id.into_iter().collect()
+    } else {
+        runs.run_ids
+    }
 }
 
 /// Records the answer to a claimed delivery and returns it unchanged; a server error releases

@@ -12,6 +12,7 @@ use super::reply::HookError;
 use super::request::HookRequest;
 use super::trace::Trace;
 use crate::config::HookSettings;
+use crate::gateway::requests::Repeat;
 use crate::gateway::{EventOutcome, RunQueued, RunStatus};
 use crate::hook::{AgentRequest, WakeMode, WakeRequest, idempotency};
 use crate::intake::{self, AgentAdmission, AgentOrigin};
@@ -48,8 +49,7 @@ pub(super) async fn agent(
         keys,
         request.parts.uri.path(),
     )?;
-    let run_id = queue(app, admission).await?;
-    trace.run(&run_id);
+    let run_id = queue(app, admission, trace).await?;
     let mut answer = json!({"ok": true, "runId": run_id});
     if let Some(timeout_seconds) = wait {
         answer["completion"] = completion(app, &run_id, timeout_seconds).await?;
@@ -160,9 +160,7 @@ pub(super) async fn mapped(
                 woke = Some((wake.mode, outcome));
             }
             Admitted::Agent(admission) => {
-                let run_id = queue(app, *admission).await?;
-                trace.run(&run_id);
-                run_ids.push(run_id);
+                run_ids.push(queue(app, *admission, trace).await?);
             }
         }
     }
@@ -204,8 +202,13 @@ fn wake_answer(mode: WakeMode, outcome: EventOutcome) -> Value {
     json!({"ok": true, "mode": mode.as_str(), "eventOutcome": outcome.as_str()})
 }
 
-/// Queues an admitted run; its id, or the first run's when it repeats one (idempotency).
-async fn queue(app: &AppState, admission: AgentAdmission) -> Result<String, HookError> {
+/// Queues an admitted run; its id, or the first run's when it repeats one (idempotency), as the
+/// trace records it.
+async fn queue(
+    app: &AppState,
+    admission: AgentAdmission,
+    trace: &mut Trace,
+) -> Result<String, HookError> {
     let queued = app
         .runtime
         .submit_run(
@@ -215,7 +218,14 @@ async fn queue(app: &AppState, admission: AgentAdmission) -> Result<String, Hook
             admission.idempotency_key.as_deref(),
         )
         .await?;
-    let (RunQueued::New { run_id } | RunQueued::Replayed { run_id }) = queued;
+    let run_id = match queued {
+        RunQueued::New { run_id } => run_id,
+        RunQueued::Replayed { run_id } => {
+            trace.repeat(Repeat::Idempotency);
+            run_id
+        }
+    };
+    trace.run(&run_id);
     Ok(run_id)
 }
 

@@ -13,7 +13,7 @@ use crate::client::ClientKey;
 use crate::config::HookSettings;
 use crate::gateway::EventOutcome;
 use crate::gateway::requests::{
-    RequestRecord, SignatureTrace, TransformTrace, TransformVerdict, recorded_path,
+    Repeat, RequestRecord, SignatureTrace, TransformTrace, TransformVerdict, recorded_path,
 };
 use crate::gateway::runtime_clock::now_ms;
 use crate::hook::capture::CaptureJob;
@@ -142,6 +142,11 @@ impl Trace {
         if self.record.event_outcome != Some(EventOutcome::Queued) {
             self.record.event_outcome = Some(outcome);
         }
+    }
+
+    /// The request repeated an earlier one and was answered with its work.
+    pub fn repeat(&mut self, repeat: Repeat) {
+        self.record.repeat = Some(repeat);
     }
 
     pub fn replay_of(&mut self, id: &str) {

@@ -558,3 +558,57 @@ async fn the_cli_lists_shows_and_replays_through_the_api() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("HOOKGATE_GATEWAY_TOKEN"));
 }
+
+/// A request answered with an earlier one's work says so, and names that work: an idempotency
+/// key's repeat and a signed redelivery (docs/operations.md#the-request-log).
+#[tokio::test]
+async fn a_repeat_says_which_work_answered_it() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"id": "gh", "match": {"path": "gh"}, "messageTemplate": "push",
+                "signature": {"scheme": "github", "secret": "repeat-secret"}}]),
+    );
+    let (server, _dir) = Hookgate::start(&config);
+    let agent = || {
+        server
+            .hook("/hooks/agent")
+            .header("idempotency-key", "deploy-42")
+            .json(&json!({"message": "summarise"}))
+            .send()
+    };
+    let (_, first) = json_of(agent().await.unwrap()).await;
+    let repeated = agent().await.unwrap();
+    let repeated_id = request_id(&repeated);
+    let body = br#"{"ref":"main"}"#;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let headers = crate::signatures::sign("github", "repeat-secret", body, now, "d");
+    let deliver = || {
+        let mut request = client().post(server.url("/hooks/gh")).body(body.to_vec());
+        for (name, value) in &headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        request.send()
+    };
+    let (_, delivered) = json_of(deliver().await.unwrap()).await;
+    let redelivered = deliver().await.unwrap();
+    let redelivered_id = request_id(&redelivered);
+
+    let records = recorded(&server, "", 4).await;
+    let by_id = |id: &str| records.iter().find(|r| r["id"] == id).unwrap().clone();
+    let repeat = by_id(&repeated_id);
+    assert_eq!(repeat["repeat"], "idempotency", "{repeat}");
+    assert_eq!(repeat["runIds"], json!([first["runId"]]));
+    let redelivery = by_id(&redelivered_id);
+    assert_eq!(redelivery["repeat"], "redelivery", "{redelivery}");
+    assert_eq!(redelivery["runIds"], json!([delivered["runId"]]));
+    let fresh = records.iter().filter(|r| r["repeat"].is_null()).count();
+    assert_eq!(
+        fresh, 2,
+        "the first request and the first delivery are no repeats"
+    );
+}

@@ -75,9 +75,18 @@ function transformWords(record) {
   return `transform answered ${transform.outcome} after ${ms} ms`;
 }
 
+const REPEATS = {
+  idempotency: "a repeat of an earlier request (its idempotency key): answered with its run",
+  redelivery: "a redelivery of a signed delivery: answered as the first time",
+};
+
 function became(record) {
   if (record.transform && record.transform.outcome === "failed") return transformWords(record);
   if (record.error) return record.reason ? `${record.error}: ${record.reason}` : record.error;
+  if (record.repeat) {
+    const runs = record.runIds.length ? `, ${record.runIds.map((id) => `run ${id}`).join(", ")}` : "";
+    return `repeat (${record.repeat})${runs}`;
+  }
   if (record.runIds.length === 1) return `run ${record.runIds[0]}`;
   if (record.runIds.length > 1) return `${record.runIds.length} runs`;
   if (record.eventOutcome) return `wake ${record.eventOutcome}`;
@@ -169,6 +178,7 @@ async function openRequest(id) {
     list.append(item);
   }
   if (record.eventOutcome) list.append(el("li", `a wake, ${record.eventOutcome}`));
+  if (record.repeat) list.append(el("li", REPEATS[record.repeat] ?? `a repeat (${record.repeat})`));
   for (const replay of record.replays) {
     const item = el("li");
     const link = el("button", `replayed as ${replay}`, { type: "button" });
