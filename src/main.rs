@@ -94,10 +94,13 @@ enum TransformCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
-    /// Build a project made by `transform new` into NAME.wasm, and check that hookgate loads it.
+    /// Build a project made by `transform new` into NAME.wasm, or one JavaScript or TypeScript
+    /// module (x.mjs, x.ts) into x.wasm beside it, and check that hookgate loads it.
     Build {
+        /// The project's directory, or the module (built with the SDK this binary carries,
+        /// installed once under ~/.cache/hookgate; needs Node.js 20+ and npm).
         #[arg(default_value = ".")]
-        dir: PathBuf,
+        path: PathBuf,
     },
     /// Run a transform component on a request and print its outcome as JSON.
     Run {
@@ -202,7 +205,7 @@ fn main() -> ExitCode {
         Command::Transform(TransformCommand::New { name, lang, dir }) => {
             scaffold::new(&name, lang, dir)
         }
-        Command::Transform(TransformCommand::Build { dir }) => scaffold::build(&dir),
+        Command::Transform(TransformCommand::Build { path }) => scaffold::build(&path),
         Command::Transform(TransformCommand::Run {
             module,
             body,

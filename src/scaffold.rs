@@ -1,13 +1,16 @@
 //! `hookgate transform new` and `hookgate transform build` (docs/transforms.md#from-zero): a
 //! transform project that builds as it is, in Rust, JavaScript or TypeScript, and the command
-//! that builds one into a component and checks that hookgate loads it. Part of the binary: the
-//! templates (`src/scaffold/`), the WIT contract and the JavaScript SDK are built into it, so a
-//! new project needs nothing from this repository.
+//! that builds one, or one loose JavaScript or TypeScript module, into a component and checks
+//! that hookgate loads it. Part of the binary: the templates (`src/scaffold/`), the WIT contract
+//! and the JavaScript SDK ([`sdk`]) are built into it, so neither a new project nor a loose
+//! module needs anything from this repository.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use hookgate::transform::{CompileCache, TransformEngine, TransformLimits};
+
+mod sdk;
 
 /// The languages a project can be made in.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -25,13 +28,6 @@ const RUST_LIB: &str = include_str!("scaffold/rust/lib.rs.tmpl");
 const JS_MODULE: &str = include_str!("scaffold/js/transform.mjs.tmpl");
 const TS_MODULE: &str = include_str!("scaffold/js/transform.ts.tmpl");
 const JS_TEST: &str = include_str!("scaffold/js/test.mjs.tmpl");
-const SDK_ADAPTER: &str = include_str!("../transforms/js-sdk/adapter.js");
-const SDK_BUILD: &str = include_str!("../transforms/js-sdk/build.mjs");
-/// The QuickJS runtime the build loads a module into (built from `transforms/js-runtime`).
-const SDK_RUNTIME: &[u8] = include_bytes!("../transforms/js-sdk/hookgate-js-runtime.wasm");
-const SDK_README: &str = include_str!("../transforms/js-sdk/README.md");
-const SDK_PACKAGE: &str = include_str!("../transforms/js-sdk/package.json");
-const SDK_LOCK: &str = include_str!("../transforms/js-sdk/package-lock.json");
 
 /// Names a Rust project may not take: the standard crates and the project's own dependencies.
 const RESERVED: &[&str] = &[
@@ -137,15 +133,16 @@ fn write_project(dir: &Path, name: &str, lang: Lang) -> std::io::Result<()> {
             ));
             files.push(("package.json".into(), package_json(name, &module).into()));
             files.push(("package-lock.json".into(), package_lock(name).into()));
-            files.push(("sdk/adapter.js".into(), SDK_ADAPTER.into()));
-            files.push(("sdk/build.mjs".into(), SDK_BUILD.into()));
-            files.push(("sdk/hookgate-js-runtime.wasm".into(), SDK_RUNTIME.into()));
+            files.push(("sdk/adapter.js".into(), sdk::ADAPTER.into()));
+            files.push(("sdk/build.mjs".into(), sdk::BUILD.into()));
+            files.push(("sdk/hookgate-js-runtime.wasm".into(), sdk::RUNTIME.into()));
             files.push((
                 "sdk/README.md".into(),
                 format!(
                     "<!-- The SDK's README, as in hookgate's repository (transforms/js-sdk): its \
                      commands and links are that repository's; here the project's package.json \
-                     runs the build. -->\n\n{SDK_README}"
+                     runs the build. -->\n\n{}",
+                    sdk::README
                 )
                 .into(),
             ));
@@ -168,7 +165,7 @@ fn write_project(dir: &Path, name: &str, lang: Lang) -> std::io::Result<()> {
 /// The project's package.json: the SDK's own dependencies, a build script, a test script, and
 /// the module (`hookgate.module`) that `transform build` reads back.
 fn package_json(name: &str, module: &str) -> String {
-    let sdk: serde_json::Value = serde_json::from_str(SDK_PACKAGE).unwrap_or_default();
+    let sdk: serde_json::Value = serde_json::from_str(sdk::PACKAGE).unwrap_or_default();
     let package = serde_json::json!({
         "name": name,
         "version": "0.1.0",
@@ -187,7 +184,7 @@ fn package_json(name: &str, module: &str) -> String {
 
 /// The SDK's lock file under the project's name: every package pinned as the SDK tests them.
 fn package_lock(name: &str) -> String {
-    let mut lock: serde_json::Value = serde_json::from_str(SDK_LOCK).unwrap_or_default();
+    let mut lock: serde_json::Value = serde_json::from_str(sdk::LOCK).unwrap_or_default();
     lock["name"] = serde_json::Value::from(name);
     lock["version"] = serde_json::Value::from("0.1.0");
     if let Some(root) = lock["packages"].get_mut("") {
@@ -203,19 +200,72 @@ fn pretty(value: &serde_json::Value) -> String {
     text
 }
 
-/// `hookgate transform build [DIR]`: builds the project in `DIR` (default `.`) into
-/// `DIR/<name>.wasm`, loads it as `serve` would, and says where it goes.
-pub fn build(dir: &Path) -> ExitCode {
-    let built = if dir.join("Cargo.toml").is_file() {
-        build_rust(dir)
-    } else if dir.join("package.json").is_file() {
-        build_javascript(dir)
-    } else {
-        Err(format!(
-            "{} has neither a Cargo.toml nor a package.json (make one with `hookgate transform new`)",
-            dir.display()
-        ))
-    };
+/// What `transform build PATH` builds, decided once from what `PATH` is.
+enum Target<'a> {
+    /// A directory with a Cargo.toml.
+    Rust(&'a Path),
+    /// A directory with a package.json (the SDK in its `sdk/`, as `transform new` writes it).
+    Npm(&'a Path),
+    /// One JavaScript or TypeScript module, built with the SDK the binary carries into the
+    /// component beside it.
+    Module {
+        source: &'a Path,
+        extension: &'static str,
+    },
+}
+
+/// The extensions of a module a mapping may name (`hookgate::mapping::javascript_component`).
+const MODULE_EXTENSIONS: [&str; 5] = ["mjs", "js", "cjs", "ts", "mts"];
+
+impl<'a> Target<'a> {
+    fn of(path: &'a Path) -> Result<Target<'a>, String> {
+        if path.is_dir() {
+            return if path.join("Cargo.toml").is_file() {
+                Ok(Target::Rust(path))
+            } else if path.join("package.json").is_file() {
+                Ok(Target::Npm(path))
+            } else {
+                Err(format!(
+                    "{} has neither a Cargo.toml nor a package.json (make one with `hookgate transform new`)",
+                    path.display()
+                ))
+            };
+        }
+        if !path.exists() {
+            return Err(format!("{} does not exist", path.display()));
+        }
+        let extension = path.extension().and_then(|e| e.to_str());
+        match MODULE_EXTENSIONS
+            .into_iter()
+            .find(|e| Some(*e) == extension)
+        {
+            Some(extension) if path.is_file() => Ok(Target::Module {
+                source: path,
+                extension,
+            }),
+            _ => Err(format!(
+                "{} is neither a JavaScript or TypeScript module (.{}) nor a project directory",
+                path.display(),
+                MODULE_EXTENSIONS.join(", .")
+            )),
+        }
+    }
+}
+
+/// `hookgate transform build [PATH]`: builds the project in the directory `PATH` (default `.`)
+/// into `PATH/<name>.wasm`, or the module `PATH` (`x.mjs`, `x.ts`) into `x.wasm` beside it;
+/// loads the component as `serve` would, and says where it goes.
+pub fn build(path: &Path) -> ExitCode {
+    let built = Target::of(path).and_then(|target| match target {
+        Target::Rust(dir) => build_rust(dir),
+        Target::Npm(dir) => build_javascript(dir),
+        Target::Module { source, extension } => {
+            let out = source.with_extension("wasm");
+            sdk::build_module(source, &out)
+                .map(|()| (out, Some(extension)))
+                .map_err(|e| e.to_string())
+        }
+    });
     let (wasm, javascript) = match built {
         Ok(built) => built,
         Err(message) => {

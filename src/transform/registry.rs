@@ -403,9 +403,8 @@ fn read_module(dir: &Dir, dir_path: &Path, module: &str, max: u64) -> Result<Vec
     let component = component_name(module);
     if component != module && !dir.exists(component.as_ref()) {
         return Err(format!(
-            "is JavaScript or TypeScript, which hookgate runs as the WebAssembly component built from it, and there is no {component} beside it: build it with `node transforms/js-sdk/build.mjs {source} -o {target}`",
+            "is JavaScript or TypeScript, which hookgate runs as the WebAssembly component built from it, and there is no {component} beside it: build it with `hookgate transform build {source}`",
             source = dir_path.join(module).display(),
-            target = dir_path.join(component.as_ref()).display(),
         ));
     }
     let mut options = cap_std::fs::OpenOptions::new();

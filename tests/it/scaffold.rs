@@ -167,3 +167,102 @@ fn new_refuses_a_bad_name_and_an_existing_directory() {
         String::from_utf8_lossy(&out.stderr).contains("neither a Cargo.toml nor a package.json")
     );
 }
+
+/// Runs `hookgate <args>` in `dir` with `XDG_CACHE_HOME` at `cache`: where the binary installs
+/// its JavaScript SDK. `HOME` stays, so npm's own download cache is the machine's.
+fn hookgate_cached(dir: &Path, cache: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(binary())
+        .args(args)
+        .current_dir(dir)
+        .env("XDG_CACHE_HOME", cache)
+        .output()
+        .unwrap()
+}
+
+/// An OpenClaw transform as it sits in a transforms directory, `hook.mjs`, built with nothing but
+/// the binary and Node.js: from a directory outside any checkout, with an empty cache (the SDK
+/// is written and its packages installed there, once), into `hook.wasm` beside it, which a
+/// mapping naming `hook.mjs` then serves.
+#[tokio::test]
+async fn a_loose_javascript_module_builds_beside_itself_and_serves() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"match": {"path": "hook"}, "transform": {"module": "hook.mjs"}}]),
+    );
+    let dir = ConfigDir::new(&config);
+    let transforms = dir.path().join("hooks/transforms");
+    std::fs::create_dir_all(&transforms).unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("transforms/fixtures/js/partial.mjs");
+    std::fs::copy(fixture, transforms.join("hook.mjs")).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let module = transforms.join("hook.mjs");
+    let module = module.to_str().unwrap();
+
+    let first = hookgate_cached(
+        elsewhere.path(),
+        cache.path(),
+        &["transform", "build", module],
+    );
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert!(first.status.success(), "{stderr}");
+    assert!(transforms.join("hook.wasm").is_file(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&first.stdout);
+    assert!(stdout.contains(r#"module: "hook.mjs""#), "{stdout}");
+    assert!(
+        stderr.contains("installing"),
+        "a fresh cache installs: {stderr}"
+    );
+    let second = hookgate_cached(
+        elsewhere.path(),
+        cache.path(),
+        &["transform", "build", module],
+    );
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{stderr}");
+    assert!(!stderr.contains("installing"), "installed once: {stderr}");
+
+    let server = Hookgate::start_in(&dir);
+    let r = server
+        .hook("/hooks/hook")
+        .json(&json!({"case": "to-wake-text"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(server.wake_texts().await, ["switched to a wake"]);
+}
+
+/// What `transform build` cannot build says why, and what to install when Node.js is missing.
+#[test]
+fn building_a_loose_module_fails_clearly() {
+    let work = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    std::fs::write(work.path().join("notes.txt"), "not a module").unwrap();
+    let out = hookgate_cached(
+        work.path(),
+        cache.path(),
+        &["transform", "build", "notes.txt"],
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("neither a JavaScript or TypeScript module") && stderr.contains(".mjs"),
+        "{stderr}"
+    );
+
+    std::fs::write(work.path().join("x.mjs"), "export default () => null;").unwrap();
+    let out = Command::new(binary())
+        .args(["transform", "build", "x.mjs"])
+        .current_dir(work.path())
+        .env("XDG_CACHE_HOME", cache.path())
+        .env("PATH", work.path()) // no node, no npm
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("install Node.js"), "{stderr}");
+    assert!(!work.path().join("x.wasm").exists());
+}

@@ -664,9 +664,8 @@ async fn a_javascript_module_name_loads_the_component_built_beside_it() {
     assert!(!status.success());
     let transforms = missing.path().join("hooks/transforms");
     let command = format!(
-        "node transforms/js-sdk/build.mjs {} -o {}",
-        transforms.join("digest.ts").display(),
-        transforms.join("digest.wasm").display()
+        "hookgate transform build {}",
+        transforms.join("digest.ts").display()
     );
     assert!(
         output.contains("digest.ts: is JavaScript or TypeScript") && output.contains(&command),
