@@ -191,7 +191,9 @@ pub struct Retention {
 /// The request log's size bound unless configured otherwise: no traffic, accepted or refused,
 /// grows it past this (docs/operations.md#the-request-log).
 pub const DEFAULT_REQUESTS_MAX_BYTES: u64 = 1024 * 1024 * 1024;
-/// The smallest size bound accepted: one batch of the log's writer must fit with room to spare.
+/// The smallest size bound accepted. The log may pass its bound by one batch before that batch
+/// is pruned (at most 1024 records, and up to the 64 MiB of captures its queue holds), so a
+/// bound much smaller would be overshot by more than itself.
 pub const MIN_REQUESTS_MAX_BYTES: u64 = 1024 * 1024;
 
 /// Events and runs are kept this long unless configured otherwise.

@@ -160,14 +160,28 @@ fn outcome_text<S: serde::Serializer>(
 /// bytes spills into an overflow page of its own, and took 4.7 KB of the file with 512 here.
 pub const MAX_RECORDED_PATH: usize = 256;
 
+/// The longest method a record keeps: hyper takes an extension method as long as the request
+/// head, and a refused request's is the sender's to choose too.
+pub const MAX_RECORDED_METHOD: usize = 32;
+
 /// What a record keeps of a path or a hook name: at most [`MAX_RECORDED_PATH`] bytes; a longer
 /// one cut there (on a character boundary) and marked with a trailing `…`, which makes it
 /// longer than any uncut one ([`is_cut`]).
 pub fn recorded_path(text: &str) -> String {
-    if text.len() <= MAX_RECORDED_PATH {
+    cut(text, MAX_RECORDED_PATH)
+}
+
+/// What a record keeps of a method: at most [`MAX_RECORDED_METHOD`] bytes, a longer one cut and
+/// marked like a path.
+pub fn recorded_method(text: &str) -> String {
+    cut(text, MAX_RECORDED_METHOD)
+}
+
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
         return text.to_string();
     }
-    let mut end = MAX_RECORDED_PATH;
+    let mut end = max;
     while !text.is_char_boundary(end) {
         end -= 1;
     }

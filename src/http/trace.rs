@@ -13,7 +13,8 @@ use crate::client::ClientKey;
 use crate::config::HookSettings;
 use crate::gateway::EventOutcome;
 use crate::gateway::requests::{
-    Repeat, RequestRecord, SignatureTrace, TransformTrace, TransformVerdict, recorded_path,
+    Repeat, RequestRecord, SignatureTrace, TransformTrace, TransformVerdict, recorded_method,
+    recorded_path,
 };
 use crate::gateway::runtime_clock::now_ms;
 use crate::hook::capture::CaptureJob;
@@ -59,7 +60,7 @@ impl Trace {
                 at: crate::gateway::runtime_clock::now_rfc3339(),
                 at_ms,
                 client: client.map(|c| c.to_string()),
-                method: method.as_str().to_string(),
+                method: recorded_method(method.as_str()),
                 // The path only: a query may carry a secret (it is captured, with a `token`
                 // redacted, when the request is). Bounded: a refused request's path is the
                 // sender's to choose.

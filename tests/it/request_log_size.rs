@@ -109,3 +109,26 @@ fn a_size_bound_under_a_mebibyte_is_refused() {
         "{output}"
     );
 }
+
+#[tokio::test]
+async fn a_refused_request_keeps_a_cut_method() {
+    let (server, _dir) = Hookgate::start(&base_config());
+    let method = reqwest::Method::from_bytes("X".repeat(60_000).as_bytes()).unwrap();
+    let response = client()
+        .request(method, server.url("/hooks/wake"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 405);
+    let id = request_id(&response);
+    let mut kept = Value::Null;
+    eventually("the refusal's record", async || {
+        let (status, body) = record(&server, &id).await;
+        kept = body;
+        status == 200
+    })
+    .await;
+    let method = kept["method"].as_str().unwrap();
+    assert!(method.ends_with('…'), "{method}");
+    assert!(method.len() <= 32 + '…'.len_utf8(), "{}", method.len());
+}
