@@ -14,6 +14,7 @@ use super::api::{limit, time_ms};
 use super::api_error::{ApiError, ApiPath, ApiQuery};
 use super::hooks;
 use crate::gateway::requests::{RequestFilter, RequestRecord, capture_json};
+use crate::hook::credentials::CredentialHeaders;
 
 /// The filters of `GET /api/requests`. A parameter of another name is refused, so that a typo
 /// cannot widen the listing silently.
@@ -75,11 +76,7 @@ pub async fn request(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
-    let (record, replays) = app
-        .request_log
-        .find(&id)
-        .await?
-        .ok_or(ApiError::NotFound("request"))?;
+    let (record, replays) = find(&app, &id).await?;
     let mut answer = serde_json::to_value(&record).unwrap_or_default();
     answer["capture"] = record.capture.as_ref().map_or(Value::Null, capture_json);
     answer["replays"] = Value::from(replays);
@@ -96,11 +93,7 @@ pub async fn replay(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
-    let (original, _) = app
-        .request_log
-        .find(&id)
-        .await?
-        .ok_or(ApiError::NotFound("request"))?;
+    let (original, _) = find(&app, &id).await?;
     if let Some(refusal) = replay_refusal(&original) {
         return Err(ApiError::Conflict(refusal));
     }
@@ -132,6 +125,26 @@ pub async fn replay(
         "answer": answer,
     }))
     .into_response())
+}
+
+/// Record `id` with the replays of it, and with every header that carries a credential under
+/// the configuration in force taken out of its capture: one kept by an older version, which
+/// stripped fewer, is neither shown nor replayed (docs/operations.md#the-request-log).
+async fn find(app: &AppState, id: &str) -> Result<(RequestRecord, Vec<String>), ApiError> {
+    let (mut record, replays) = app
+        .request_log
+        .find(id)
+        .await?
+        .ok_or(ApiError::NotFound("request"))?;
+    let settings = app.config.current();
+    let fixed = CredentialHeaders::default();
+    let credentials = settings.hooks.as_ref().map_or(&fixed, |h| &h.credentials);
+    if let Some(capture) = &mut record.capture {
+        capture
+            .headers
+            .retain(|(name, _)| !credentials.is_kept_out(name));
+    }
+    Ok((record, replays))
 }
 
 /// Why `record` cannot be replayed, as far as the log tells; `None` when it can (the mappings

@@ -291,3 +291,67 @@ async fn a_signed_mapping_may_refuse_the_hook_token() {
         "the open mapping's and the signed one"
     );
 }
+
+/// A capture an older version kept with a signature or secret header in it (they stripped
+/// fewer) is shown and replayed without it.
+#[tokio::test]
+async fn a_credential_an_older_version_kept_is_never_shown_or_replayed() {
+    let mut config = base_config();
+    set(&mut config, "hooks.capture", json!({"enabled": true}));
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"id": "echo", "match": {"path": "echo"}, "action": "wake",
+                "textTemplate": "token [{{headers.x-gitlab-token}}]"}]),
+    );
+    let (server, dir) = Hookgate::start(&config);
+    let response = server
+        .hook("/hooks/echo")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let id = request_id(&response);
+    eventually("the record", async || {
+        server
+            .api(&format!("/api/requests/{id}"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            == 200
+    })
+    .await;
+    let (status, _) = server.terminate();
+    assert!(status.success());
+
+    // What a version before this one could have written.
+    let log = rusqlite::Connection::open(dir.path().join("state/requests.db")).unwrap();
+    let headers = json!([
+        ["x-hub-signature-256", "sha256=00ff"],
+        ["x-gitlab-token", GITLAB_SECRET],
+        ["x-github-event", "push"]
+    ]);
+    log.execute(
+        "UPDATE requests SET headers = ?1 WHERE id = ?2",
+        rusqlite::params![headers.to_string(), id],
+    )
+    .unwrap();
+    drop(log);
+
+    let server = Hookgate::start_in(&dir);
+    let (status, record) = json_of(
+        server
+            .api(&format!("/api/requests/{id}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(header_names(&record), ["x-github-event"], "{record}");
+    let (status, answer) = replay(&server, &id).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(server.wake_texts().await.last().unwrap(), "token []");
+}
