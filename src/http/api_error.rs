@@ -9,6 +9,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
+use super::hooks::ReplayError;
 use super::reply::{HookError, STORE_FULL_RETRY_AFTER_SECONDS, json_error};
 use crate::gateway::StoreError;
 
@@ -88,7 +89,18 @@ impl From<HookError> for ApiError {
             HookError::Unauthorized(_) => ApiError::Unauthorized,
             HookError::LockedOut { retry_after } => ApiError::LockedOut { retry_after },
             HookError::Internal(cause) => ApiError::Internal(cause),
+            HookError::StoreFull => ApiError::StoreFull,
             other => ApiError::Invalid(other.client_message().to_string()),
+        }
+    }
+}
+
+impl From<ReplayError> for ApiError {
+    /// A replay that cannot be made conflicts with its record, but for a full store.
+    fn from(err: ReplayError) -> Self {
+        match err {
+            ReplayError::StoreFull => ApiError::StoreFull,
+            other => ApiError::Conflict(other.to_string()),
         }
     }
 }

@@ -108,9 +108,8 @@ pub async fn replay(
         .map(|capture| header_map(&capture.headers))
         .unwrap_or_default();
     let query = original.capture.as_ref().and_then(|c| c.query.as_deref());
-    let (response, new_id) = hooks::replay(&app, &original, headers, query, Bytes::from(body))
-        .await
-        .map_err(|err| ApiError::Conflict(err.to_string()))?;
+    let (response, new_id) =
+        hooks::replay(&app, &original, headers, query, Bytes::from(body)).await?;
     let status = response.status().as_u16();
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
         .await

@@ -135,9 +135,13 @@ pub(super) async fn replay(
     let id = trace.id().to_string();
     let signed = signed.map(|(signed, _)| signed);
     let answer = route(app, hooks, &name, &parts, &body, signed, &mut trace).await;
+    let store_full = matches!(answer, Err(HookError::StoreFull));
     let response = answered(answer, &mut trace);
     let (record, _, capture) = trace.finish(hooks, response.status());
     app.request_log.record_replay(record, capture).await;
+    if store_full {
+        return Err(ReplayError::StoreFull);
+    }
     Ok((response, id))
 }
 
@@ -168,6 +172,9 @@ pub enum ReplayError {
         "the mapping whose signature admitted the request is no longer configured, and a replay runs no other"
     )]
     SignedMappingGone,
+    /// The replay was recorded, but what it became could not be: the store is full.
+    #[error("store full; retry")]
+    StoreFull,
 }
 
 /// The metrics labels of a request under the hook prefix, as the handler decided them: the
