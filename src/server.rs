@@ -175,6 +175,7 @@ impl Server {
         let state = AppState::new(AppParts {
             request_log,
             access_log: Default::default(),
+            write_probe: Default::default(),
             config,
             store,
             runtime,

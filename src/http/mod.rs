@@ -78,6 +78,8 @@ pub struct AppParts {
     pub request_log: RequestLog,
     /// One log line per request (`serve --access-log`).
     pub access_log: std::sync::atomic::AtomicBool,
+    /// The store's last write probe, which `/readyz` shares for a second.
+    pub write_probe: health::WriteProbe,
 }
 
 /// Every route of the server. Hooks live under a configurable, reloadable prefix, so they are

@@ -136,3 +136,32 @@ async fn readyz_is_503_when_the_store_cannot_be_written() {
     let r = client().get(server.url("/readyz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
 }
+
+/// `/readyz` needs no token, so a loop of probes must not make the store sync for each: a
+/// writable store takes one probe write a second at most (docs/operations.md#health).
+#[tokio::test]
+async fn a_loop_of_readiness_probes_writes_once_a_second_at_most() {
+    let (server, _dir) = Hookgate::start(&base_config());
+    let commits = async || {
+        let metrics = server.metrics().await;
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("hookgate_store_commit_seconds_count "))
+            .unwrap_or("0")
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let before = commits().await;
+    let started = std::time::Instant::now();
+    for _ in 0..200 {
+        let r = client().get(server.url("/readyz")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let seconds = started.elapsed().as_secs();
+    let written = commits().await - before;
+    assert!(
+        written <= seconds + 2,
+        "{written} commits for 200 probes in {seconds} s"
+    );
+}
