@@ -111,20 +111,27 @@ pub async fn serve(
 }
 
 /// A slot for a connection just accepted. When every slot is held, the connections idle longest
-/// are evicted to free as many as it takes (more than one while a lowered `maxConnections` is
-/// retiring slots); when too few are idle, it waits for connections to end or become idle,
-/// looking again each second, so that a reload raising `maxConnections` also lets it in.
+/// (for [`idle::MIN_IDLE`] at least) are evicted to free as many as it takes (more than one
+/// while a lowered `maxConnections` is retiring slots); when too few are, it waits for
+/// connections to end or to have been idle long enough, looking again each second at least, so
+/// that a reload raising `maxConnections` also lets it in.
 async fn take_slot(
     slots: &Slots,
     idle: &IdleConnections,
     max: impl Fn() -> usize,
 ) -> OwnedSemaphorePermit {
+    const LOOK_AGAIN: Duration = Duration::from_secs(1);
     loop {
         slots.resize(max());
-        idle.evict_oldest(slots.shortfall());
+        let now = Instant::now();
+        idle.evict_oldest(slots.shortfall(), now);
+        let next = idle
+            .next_eviction()
+            .map_or(LOOK_AGAIN, |at| at.saturating_duration_since(now))
+            .clamp(Duration::from_millis(10), LOOK_AGAIN);
         tokio::select! {
             slot = slots.take() => return slot,
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            () = tokio::time::sleep(next) => {}
         }
     }
 }

@@ -18,6 +18,13 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
+/// How long a connection must have been idle before it may be evicted. A connection whose
+/// answer was just written may already hold its client's next request, unread, in the socket:
+/// closing it then makes the kernel reset the connection, which can drop the answer before the
+/// client has read it. A client that sends its next request at once is not evicted, while a
+/// slow-header flood's connections, idle from their accept, are after this long.
+pub(super) const MIN_IDLE: Duration = Duration::from_millis(500);
+
 /// Evictions are logged at most this often, each line with the count since the previous one: a
 /// flood evicts a connection for every one it opens.
 const LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -28,9 +35,9 @@ pub(super) struct IdleConnections(Arc<Mutex<Queue>>);
 
 #[derive(Default)]
 struct Queue {
-    /// Each idle connection's eviction signal, by the turn it drew when it became idle: the
-    /// first entry is the connection idle longest.
-    idle: BTreeMap<u64, Arc<Notify>>,
+    /// Each idle connection's eviction signal and when it became idle, by the turn it drew
+    /// then: the first entry is the connection idle longest.
+    idle: BTreeMap<u64, (Instant, Arc<Notify>)>,
     next_turn: u64,
     /// Evictions not logged yet, and when the last line was written.
     unlogged: u64,
@@ -51,18 +58,24 @@ impl IdleConnections {
         tenant
     }
 
-    /// Evicts up to `count` connections, those idle longest first, and returns how many it
-    /// evicted (fewer when fewer are idle). Each is signalled at once; its task closes it without
-    /// an answer and gives back its slot. Logs at most once per [`LOG_INTERVAL`], also when
-    /// `count` is 0, so that the tail of a flood is logged at the next connection after it.
-    pub(super) fn evict_oldest(&self, count: usize) -> usize {
+    /// Evicts up to `count` connections idle since [`MIN_IDLE`] before `now` at least, those
+    /// idle longest first, and returns how many it evicted (fewer when fewer are). Each is
+    /// signalled at once; its task closes it without an answer and gives back its slot. Logs at
+    /// most once per [`LOG_INTERVAL`], also when `count` is 0, so that the tail of a flood is
+    /// logged at the next connection after it.
+    pub(super) fn evict_oldest(&self, count: usize, now: Instant) -> usize {
         let mut evicted = 0;
         let report = {
             let mut queue = self.lock();
             while evicted < count {
-                let Some((_, eviction)) = queue.idle.pop_first() else {
+                let Some(entry) = queue.idle.first_entry() else {
                     break;
                 };
+                let (since, _) = entry.get();
+                if now.saturating_duration_since(*since) < MIN_IDLE {
+                    break;
+                }
+                let (_, eviction) = entry.remove();
                 eviction.notify_one();
                 evicted += 1;
             }
@@ -74,6 +87,13 @@ impl IdleConnections {
         evicted
     }
 
+    /// When the connection idle longest may be evicted; `None` when none is idle.
+    pub(super) fn next_eviction(&self) -> Option<Instant> {
+        let queue = self.lock();
+        let (since, _) = queue.idle.first_key_value()?.1;
+        Some(*since + MIN_IDLE)
+    }
+
     /// Evicts every idle connection, at a stop: they hold no request to finish, and a
     /// connection still sending its first head would otherwise hold the stop until its deadline.
     /// Logs the evictions not logged yet.
@@ -83,7 +103,7 @@ impl IdleConnections {
             let unlogged = std::mem::take(&mut queue.unlogged);
             (std::mem::take(&mut queue.idle), unlogged)
         };
-        for eviction in idle.into_values() {
+        for (_, eviction) in idle.into_values() {
             eviction.notify_one();
         }
         if unlogged > 0 {
@@ -170,7 +190,9 @@ impl Tenant {
         if turn.is_none() {
             let next = queue.next_turn;
             queue.next_turn += 1;
-            queue.idle.insert(next, Arc::clone(&self.eviction));
+            queue
+                .idle
+                .insert(next, (Instant::now(), Arc::clone(&self.eviction)));
             *turn = Some(next);
         }
     }
@@ -311,6 +333,23 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
 mod tests {
     use super::*;
 
+    /// A moment at which every connection idle now has been idle long enough to go.
+    fn later() -> Instant {
+        Instant::now() + MIN_IDLE
+    }
+
+    #[test]
+    fn a_connection_idle_for_less_than_the_minimum_stays() {
+        let connections = IdleConnections::default();
+        let tenant = connections.admit();
+        assert_eq!(connections.evict_oldest(1, Instant::now()), 0);
+        assert!(!is_evicted(&tenant));
+        let due = connections.next_eviction().unwrap();
+        assert_eq!(connections.evict_oldest(1, due), 1);
+        assert!(is_evicted(&tenant));
+        assert_eq!(connections.next_eviction(), None);
+    }
+
     fn is_evicted(tenant: &Tenant) -> bool {
         let mut evicted = std::pin::pin!(tenant.evicted());
         let waker = std::task::Waker::noop();
@@ -329,7 +368,7 @@ mod tests {
             connections.admit(),
         );
         assert!(first.begin_request(), "a head completed: serving");
-        assert_eq!(connections.evict_oldest(1), 1);
+        assert_eq!(connections.evict_oldest(1, later()), 1);
         assert!(is_evicted(&second) && !is_evicted(&first) && !is_evicted(&third));
         assert!(
             !second.begin_request(),
@@ -338,7 +377,11 @@ mod tests {
         // The first connection's answer is written: idle again, and now after the third.
         first.answered.store(true, Ordering::Relaxed);
         first.flushed();
-        assert_eq!(connections.evict_oldest(5), 2, "only the idle ones");
+        assert_eq!(
+            connections.evict_oldest(5, later()),
+            2,
+            "only the idle ones"
+        );
         assert!(is_evicted(&third) && is_evicted(&first));
     }
 
@@ -351,12 +394,12 @@ mod tests {
             http_body_util::Empty::<bytes::Bytes>::new(),
             &tenant,
         ));
-        assert_eq!(connections.evict_oldest(1), 0, "not flushed yet");
+        assert_eq!(connections.evict_oldest(1, later()), 0, "not flushed yet");
         // A pipelined head arrives before the flush: still serving.
         assert!(tenant.begin_request());
         tenant.flushed();
         assert_eq!(
-            connections.evict_oldest(1),
+            connections.evict_oldest(1, later()),
             0,
             "its answer is not dropped yet"
         );
