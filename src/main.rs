@@ -471,10 +471,7 @@ fn run_transform(module: &std::path::Path, input: TransformInput, args: &LimitAr
 /// `~/.cache`) under `hookgate/transform-cache`, so that trying a JavaScript transform again
 /// does not compile it again. Without a home, nothing is cached.
 fn user_compile_cache() -> CompileCache {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")));
-    CompileCache::new(base.map_or_else(
+    CompileCache::new(scaffold::user_cache_dir().map_or_else(
         || std::env::temp_dir().join(format!("hookgate-{}", std::process::id())),
         |base| base.join("hookgate/transform-cache"),
     ))

@@ -12,6 +12,8 @@ use hookgate::transform::{CompileCache, TransformEngine, TransformLimits};
 
 mod sdk;
 
+pub use sdk::user_cache_dir;
+
 /// The languages a project can be made in.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Lang {

@@ -150,13 +150,18 @@ fn ensure_private(dir: &Path) -> Result<(), SdkError> {
     }
 }
 
-/// `$XDG_CACHE_HOME`, else `~/.cache`: where `transform run` caches compiled code too.
-fn cache_base() -> Result<PathBuf, SdkError> {
+/// The user's cache directory: `$XDG_CACHE_HOME`, else `~/.cache`, an empty variable taken as
+/// unset (as the XDG specification says), so that `XDG_CACHE_HOME=` never means the current
+/// directory. Where the SDK is installed and `transform run` caches compiled code.
+pub fn user_cache_dir() -> Option<PathBuf> {
     let nonempty = |name| std::env::var_os(name).filter(|value| !value.is_empty());
     nonempty("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| nonempty("HOME").map(|home| PathBuf::from(home).join(".cache")))
-        .ok_or(SdkError::NoCacheDir)
+}
+
+fn cache_base() -> Result<PathBuf, SdkError> {
+    user_cache_dir().ok_or(SdkError::NoCacheDir)
 }
 
 /// `js-sdk-<version>-<16 hex digits>`: the hash tells apart two builds of one version whose SDK

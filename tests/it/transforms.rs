@@ -572,6 +572,36 @@ fn transform_run_prints_the_outcome_as_json() {
     assert_eq!(outcome["action"]["name"], "GitHub");
 }
 
+/// An empty `XDG_CACHE_HOME` is unset (the XDG specification): the compile cache goes under
+/// `$HOME/.cache`, never into the current directory.
+#[test]
+fn transform_run_caches_under_home_when_xdg_cache_home_is_empty() {
+    let body =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/payloads/github-push.json");
+    let (cwd, home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let out = std::process::Command::new(binary())
+        .current_dir(cwd.path())
+        .env("XDG_CACHE_HOME", "")
+        .env("HOME", home.path())
+        .args(["transform", "run"])
+        .arg(transforms().join("github.wasm"))
+        .arg("--body")
+        .arg(&body)
+        .args(["--name", "github", "--header", "X-GitHub-Event: push"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !cwd.path().join("hookgate").exists(),
+        "a cache in the current directory"
+    );
+    assert!(home.path().join(".cache/hookgate/transform-cache").is_dir());
+}
+
 #[test]
 fn transform_run_exits_non_zero_on_a_trap() {
     let body = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
