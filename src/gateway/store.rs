@@ -522,9 +522,10 @@ fn apply_all(
         // savepoint would then open and commit a transaction of its own: stop here, and answer
         // every caller of this batch with an error.
         if conn.is_autocommit() {
-            return Err(match full {
-                true => CommitFailure::Full,
-                false => CommitFailure::Failed("transaction rolled back by SQLite".into()),
+            return Err(if full {
+                CommitFailure::Full
+            } else {
+                CommitFailure::Failed("transaction rolled back by SQLite".into())
             });
         }
     }

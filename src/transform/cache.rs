@@ -8,8 +8,11 @@ use std::time::{Duration, Instant};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-/// The largest cache entry read: compiled code is a few times its module, and a module file is
-/// at most 64 MiB.
+/// The largest cache entry read. Compiled code is a few times its module's code, and the code
+/// of a module is small whatever its file's size (a large module file is data: segments or a
+/// heap snapshot, kept in the entry at their own size). An entry past this is read cut, found
+/// unusable, and the module compiled again: a module whose data passes 1 GiB, which a mapping
+/// granting that much memory may load, is compiled at every load rather than read.
 const MAX_ENTRY_BYTES: u64 = 1024 * 1024 * 1024;
 
 /// How long a compile runs before it is announced: most take less, and a JavaScript component
