@@ -20,6 +20,7 @@ mod relay;
 pub mod requests;
 mod retention;
 mod retry;
+mod run_record;
 mod runner;
 mod runs;
 mod runtime;
@@ -28,10 +29,10 @@ mod signals;
 mod store;
 
 pub use records::{
-    DeliveryRecord, EventKind, EventOutcome, EventRecord, NewEvent, NewRun, RunFilter, RunRecord,
-    RunStatus, SkipReason,
+    DeliveryRecord, EventKind, EventOutcome, EventRecord, NewEvent, NewRun, RunStatus, SkipReason,
 };
 pub use retry::Retry;
+pub use run_record::{RunFilter, RunRecord};
 pub use runtime::{RetryError, Runtime};
 
 /// The clock the runtime and replay protection share.

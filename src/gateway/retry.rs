@@ -6,7 +6,8 @@
 use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
 
-use super::records::{DeliveryRecord, RunRecord, RunStatus};
+use super::records::{DeliveryRecord, RunStatus};
+use super::run_record::RunRecord;
 
 /// What a retry does to a run (`retry` of a run in the operator API; `retried` of a retry's
 /// answer, which the CLI reads back).

@@ -19,8 +19,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 
-use super::records::{EventRecord, NewRun, RunFilter, RunRecord, RunStatus};
+use super::records::{EventRecord, NewRun, RunStatus};
 use super::requests::{RequestFilter, RequestRecord};
+use super::run_record::{RunFilter, RunRecord};
 use super::schema::{migrate, migrate_request_log};
 
 /// The most submissions one transaction takes; bounds the latency a batch adds to its first member.
