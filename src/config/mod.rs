@@ -225,21 +225,46 @@ fn restart_only_changes(old: &Settings, new: &Settings) -> Vec<ConfigError> {
             "hooks.transformLimits.maxConcurrent",
             old_pool.max_concurrent != new_pool.max_concurrent,
         ),
-        (
-            "hooks.transformLimits.memoryBytes",
-            new_pool.memory_bytes > old_pool.memory_bytes,
-        ),
     ];
-    changed
+    let mut problems: Vec<ConfigError> = changed
         .into_iter()
         .filter(|(_, changed)| *changed)
-        .map(|(key, _)| {
-            ConfigError::invalid(
-                key,
-                "changed; takes effect only after a restart, so the reload was refused and the running configuration kept",
-            )
-        })
-        .collect()
+        .map(|(key, _)| ConfigError::invalid(key, format!("changed; {RESTART}")))
+        .collect();
+    if new_pool.memory_bytes > old_pool.memory_bytes {
+        problems.push(memory_growth(old_pool.memory_bytes, new));
+    }
+    problems
+}
+
+/// What a refused reload says of a change that only a restart can take.
+const RESTART: &str = "takes effect only after a restart, so the reload was refused and the running configuration kept";
+
+/// The key that asks for more memory per call than the engine's instance pool was sized for at
+/// start: `hooks.transformLimits.memoryBytes` when it grew, else the first mapping whose own
+/// limits (or, for a JavaScript module, the 64 MiB it gets at least) pass the pool, which an
+/// operator adding a first JavaScript mapping has not written anywhere.
+fn memory_growth(pool_bytes: usize, new: &Settings) -> ConfigError {
+    const DEFAULTS: &str = "hooks.transformLimits.memoryBytes";
+    let Some(hooks) = &new.hooks else {
+        return ConfigError::invalid(DEFAULTS, format!("changed; {RESTART}"));
+    };
+    if hooks.transform_limits.memory_bytes > pool_bytes {
+        return ConfigError::invalid(DEFAULTS, format!("changed; {RESTART}"));
+    }
+    let growing = hooks
+        .mappings
+        .iter()
+        .position(|m| hooks.limits_for(m).memory_bytes > pool_bytes);
+    match growing {
+        Some(i) => ConfigError::invalid(
+            format!("hooks.mappings[{i}].transform"),
+            format!(
+                "needs more memory per call than the transform engine was sized for at start (a JavaScript module gets 64 MiB at least); {RESTART}"
+            ),
+        ),
+        None => ConfigError::invalid(DEFAULTS, format!("changed; {RESTART}")),
+    }
 }
 
 /// A duration key given in seconds: greater than 0 and at most an hour.

@@ -231,3 +231,37 @@ async fn connection_limits_follow_a_reload() {
     })
     .await;
 }
+
+/// A mapping whose calls need more memory than the transform engine was sized for at start is
+/// named by the refused reload, not `hooks.transformLimits.memoryBytes`, which did not change
+/// (a first JavaScript mapping, which gets 64 MiB, is the usual case).
+#[tokio::test]
+async fn a_mapping_that_outgrows_the_instance_pool_is_named() {
+    let config = base_config();
+    let dir = ConfigDir::new(&config);
+    install_transforms(&dir, &["passthrough"]);
+    let server = Hookgate::start_in(&dir);
+    let mut grown = config.clone();
+    set(
+        &mut grown,
+        "hooks.mappings",
+        json!([{"id": "big", "match": {"path": "big"}, "action": "wake",
+                "transform": {"module": "passthrough.wasm",
+                              "limits": {"memoryBytes": 128 * 1024 * 1024}}}]),
+    );
+    dir.write(&grown);
+    let mut last_error = String::new();
+    eventually("the refused reload", async || {
+        last_error = config_status(&server).await["lastError"].to_string();
+        last_error.contains("restart")
+    })
+    .await;
+    assert!(
+        last_error.contains("hooks.mappings[0].transform: needs more memory per call"),
+        "{last_error}"
+    );
+    assert!(
+        !last_error.contains("hooks.transformLimits"),
+        "{last_error}"
+    );
+}
