@@ -20,7 +20,7 @@ use super::relay::{AgentBody, Relayed, WakeBody, relay};
 use super::runs;
 use super::signals::Signals;
 use crate::config::runtime::{ChannelSettings, GatewayMode, RetryPolicy};
-use crate::metrics::RelayLabels;
+use crate::metrics::{DeliveryLabels, RelayLabels};
 
 /// The base delay of relays' backoff at least.
 const MIN_RELAY_BACKOFF: Duration = Duration::from_millis(100);
@@ -486,15 +486,28 @@ async fn succeed(ctx: &Context, row: &Row, upstream: Option<String>) {
     if let Err(err) = result {
         tracing::error!(%err, id = row.id, "cannot record a completed send");
     }
+    count_delivery(ctx, row, "sent");
+}
+
+/// Counts a reply to a chat channel that ended `outcome` (`hookgate_deliveries_total`); a
+/// relay is counted by its own metric.
+fn count_delivery(ctx: &Context, row: &Row, outcome: &'static str) {
+    if let Some(OutboxItem::Delivery(_)) = &row.item {
+        ctx.metrics
+            .deliveries
+            .get_or_create(&DeliveryLabels { outcome })
+            .inc();
+    }
 }
 
 /// Ends a row without success. A reply that was not delivered becomes the run's summary event;
 /// a relay the upstream refused leaves its run `forward_failed`, with the upstream's answer.
 async fn give_up(ctx: &Context, signals: &Signals, row: &Row, error: &SendError) {
-    let status = match error {
-        SendError::Interrupted => RowStatus::Uncertain,
-        _ => RowStatus::Failed,
+    let (status, outcome) = match error {
+        SendError::Interrupted => (RowStatus::Uncertain, "uncertain"),
+        _ => (RowStatus::Failed, "failed"),
     };
+    count_delivery(ctx, row, outcome);
     let (id, attempts) = (row.id, row.attempts + 1);
     let (run_id, item, error) = (row.run_id.clone(), row.item.clone(), error.clone());
     let result = ctx

@@ -38,6 +38,12 @@ pub struct FailureLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeliveryLabels {
+    /// `sent`, `failed` (given up) or `uncertain` (given up, maybe delivered).
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RelayLabels {
     /// `wake` or `agent`.
     pub kind: &'static str,
@@ -76,6 +82,7 @@ pub struct Metrics {
     pub runs: Family<StatusLabels, Gauge>,
     pub queue_depth: Gauge,
     pub relays: Family<RelayLabels, Counter>,
+    pub deliveries: Family<DeliveryLabels, Counter>,
     pub request_log: Family<RequestLogLabels, Counter>,
     /// CPU, memory and file descriptors, read at each scrape.
     pub process: ProcessMetrics,
@@ -101,6 +108,11 @@ impl Default for Metrics {
         let runs = Family::<StatusLabels, Gauge>::default();
         let queue_depth = Gauge::default();
         let relays = Family::<RelayLabels, Counter>::default();
+        let deliveries = Family::<DeliveryLabels, Counter>::default();
+        // Shown at 0 from the start: an alert on their increase then sees the first one.
+        for outcome in ["sent", "failed", "uncertain"] {
+            drop(deliveries.get_or_create(&DeliveryLabels { outcome }));
+        }
         let request_log = Family::<RequestLogLabels, Counter>::default();
         registry.register(
             "http_server_request_duration_seconds",
@@ -140,6 +152,13 @@ impl Default for Metrics {
             relays.clone(),
         );
         registry.register(
+            "hookgate_deliveries",
+            "Replies to chat channels that ended: sent, failed (given up: the run's summary says \
+             so) or uncertain (given up after an attempt that may have reached the channel); \
+             counted by the embedded store's outbox",
+            deliveries.clone(),
+        );
+        registry.register(
             "hookgate_request_log_records",
             "Hook requests the request log recorded, counted without recording (suppressed: a \
              client's refusals over the flood threshold) or lost (dropped: its queue was full)",
@@ -170,6 +189,7 @@ impl Default for Metrics {
             runs,
             queue_depth,
             relays,
+            deliveries,
             request_log,
             process,
         }

@@ -87,6 +87,11 @@ async fn a_retried_reply_to_last_goes_to_the_route_set_since_it_was_given_up() {
     );
     assert_eq!(run["retry"], "delivery");
     assert!(chat.requests().is_empty());
+    let metrics = server.metrics().await;
+    assert!(
+        metrics.contains("hookgate_deliveries_total{outcome=\"failed\"} 1"),
+        "{metrics}"
+    );
 
     let put = client()
         .put(server.url("/api/sessions/main/route"))
@@ -107,6 +112,11 @@ async fn a_retried_reply_to_last_goes_to_the_route_set_since_it_was_given_up() {
         ),
         (&json!("sent"), &json!("slack"), &json!("C9")),
         "{run}"
+    );
+    let metrics = server.metrics().await;
+    assert!(
+        metrics.contains("hookgate_deliveries_total{outcome=\"sent\"} 1"),
+        "{metrics}"
     );
     let sent = chat.requests();
     assert_eq!(sent.len(), 1);
