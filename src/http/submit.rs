@@ -49,7 +49,10 @@ pub(super) async fn agent(
         keys,
         request.parts.uri.path(),
     )?;
-    let run_id = queue(app, admission, trace).await?;
+    let (run_id, repeated) = queue(app, admission, trace).await?;
+    if repeated {
+        trace.repeat(Repeat::Idempotency);
+    }
     let mut answer = json!({"ok": true, "runId": run_id});
     if let Some(timeout_seconds) = wait {
         answer["completion"] = completion(app, &run_id, timeout_seconds).await?;
@@ -144,6 +147,7 @@ pub(super) async fn mapped(
         });
     }
     let mut run_ids = Vec::new();
+    let mut every_run_repeated = true;
     let mut woke: Option<(WakeMode, EventOutcome)> = None;
     for action in admitted {
         match action {
@@ -160,9 +164,15 @@ pub(super) async fn mapped(
                 woke = Some((wake.mode, outcome));
             }
             Admitted::Agent(admission) => {
-                run_ids.push(queue(app, *admission, trace).await?);
+                let (run_id, repeated) = queue(app, *admission, trace).await?;
+                every_run_repeated &= repeated;
+                run_ids.push(run_id);
             }
         }
+    }
+    // A repeat only when all of it was: a batch with one new run made work of its own.
+    if every_run_repeated && woke.is_none() && !run_ids.is_empty() {
+        trace.repeat(Repeat::Idempotency);
     }
     let mut answer = match (run_ids.as_slice(), woke) {
         ([], Some((mode, outcome))) => return Ok(Json(wake_answer(mode, outcome)).into_response()),
@@ -202,13 +212,13 @@ fn wake_answer(mode: WakeMode, outcome: EventOutcome) -> Value {
     json!({"ok": true, "mode": mode.as_str(), "eventOutcome": outcome.as_str()})
 }
 
-/// Queues an admitted run; its id, or the first run's when it repeats one (idempotency), as the
-/// trace records it.
+/// Queues an admitted run, which the trace records: its id, or the first run's when it repeats
+/// one (idempotency), and whether it did.
 async fn queue(
     app: &AppState,
     admission: AgentAdmission,
     trace: &mut Trace,
-) -> Result<String, HookError> {
+) -> Result<(String, bool), HookError> {
     let queued = app
         .runtime
         .submit_run(
@@ -218,15 +228,12 @@ async fn queue(
             admission.idempotency_key.as_deref(),
         )
         .await?;
-    let run_id = match queued {
-        RunQueued::New { run_id } => run_id,
-        RunQueued::Replayed { run_id } => {
-            trace.repeat(Repeat::Idempotency);
-            run_id
-        }
+    let (run_id, repeated) = match queued {
+        RunQueued::New { run_id } => (run_id, false),
+        RunQueued::Replayed { run_id } => (run_id, true),
     };
     trace.run(&run_id);
-    Ok(run_id)
+    Ok((run_id, repeated))
 }
 
 /// The idempotency key candidates of a request, in order of precedence: the headers, the body's
