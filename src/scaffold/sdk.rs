@@ -47,7 +47,7 @@ pub enum SdkError {
         source: io::Error,
     },
     #[error(
-        "refusing to use {}: it is a symlink, another user's, or writable by others (remove it and build again)",
+        "refusing to use {}: it is a symlink, another user's, or writable by others, or under a directory others can write to (remove it, or set XDG_CACHE_HOME to a private directory, and build again)",
         .0.display()
     )]
     NotPrivate(PathBuf),
@@ -142,8 +142,11 @@ fn checked(dir: PathBuf) -> Result<PathBuf, SdkError> {
     Ok(dir)
 }
 
+/// Refuses `dir` unless only this user can write to it or replace it: the directory itself, and
+/// every directory above it (one that others could write to would let them swap `dir` between
+/// this check and `node` running the code in it).
 fn ensure_private(dir: &Path) -> Result<(), SdkError> {
-    if private_fs::only_we_can_write(dir) {
+    if private_fs::only_we_can_write(dir) && private_fs::untrusted_ancestry(dir).is_none() {
         Ok(())
     } else {
         Err(SdkError::NotPrivate(dir.to_path_buf()))
