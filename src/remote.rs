@@ -360,15 +360,30 @@ fn shortened(value: &Value, max: usize) -> String {
     }
 }
 
-/// What a request became, in a few words.
+/// What a request became, in a few words, as the console says it: a refusal with its reason
+/// (cut to [`ERROR_COLUMN_CHARS`]), a repeat with the work that answered it.
 fn became(record: &Value) -> String {
     if let Some(error) = record["error"].as_str() {
-        return match record["transform"]["failure"].as_str() {
+        let error = match record["transform"]["failure"].as_str() {
             Some(cause) => format!("{error} ({cause})"),
             None => error.to_string(),
         };
+        return match record["reason"].as_str() {
+            Some(_) => format!(
+                "{error}: {}",
+                shortened(&record["reason"], ERROR_COLUMN_CHARS)
+            ),
+            None => error,
+        };
     }
     let runs = record["runIds"].as_array().map_or(0, Vec::len);
+    if let Some(repeat) = record["repeat"].as_str() {
+        return match runs {
+            0 => format!("repeat ({repeat})"),
+            1 => format!("repeat ({repeat}), run {}", text(&record["runIds"][0])),
+            n => format!("repeat ({repeat}), {n} runs"),
+        };
+    }
     match (runs, record["eventOutcome"].as_str()) {
         (0, Some(outcome)) => format!("wake {outcome}"),
         (0, None) => record["transform"]["outcome"]

@@ -611,4 +611,16 @@ async fn a_repeat_says_which_work_answered_it() {
         fresh, 2,
         "the first request and the first delivery are no repeats"
     );
+    let (ok, out, err) = cli(&server, &["requests", "list"]);
+    assert!(ok, "{err}");
+    let line = |id: &str| out.lines().find(|l| l.contains(id)).unwrap().to_string();
+    let run_id = delivered["runId"].as_str().unwrap();
+    assert!(
+        line(&redelivered_id).contains(&format!("repeat (redelivery), run {run_id}")),
+        "{out}"
+    );
+    assert!(
+        line(&repeated_id).contains("repeat (idempotency), run"),
+        "{out}"
+    );
 }
