@@ -16,6 +16,15 @@ pub(super) fn delivery_notices(settings: &Settings) -> Vec<ConfigNotice> {
         return Vec::new();
     }
     let channels = &runtime.channels;
+    if channels.endpoints.is_empty() {
+        // Then every reply goes to a channel that is not there: no route can help, and the
+        // warnings below would only send the operator after one.
+        return vec![ConfigNotice {
+            key: "channels".into(),
+            message: "no channel is configured: every reply of a run and a heartbeat is given up                       (configure one under channels, or set deliver: false)"
+                .into(),
+        }];
+    }
     let mut notices = Vec::new();
     let configured = |channel: Channel| channels.endpoint(channel).is_some();
     let mut not_configured = |key: String, channel: Channel| {

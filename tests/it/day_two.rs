@@ -205,6 +205,15 @@ fn check_warns_about_replies_that_would_be_given_up() {
     );
     assert!(!out.contains("defaultRoute: not set"), "{out}");
 
+    // With no channel at all, no owner route can help: it says so once, and only that.
+    let (status, out, _dir) = check(&with_a_model(base_config(), "http://127.0.0.1:9"));
+    assert!(status.success(), "{out}");
+    assert!(
+        out.contains("warning: channels: no channel is configured: every reply"),
+        "{out}"
+    );
+    assert_eq!(out.matches("warning:").count(), 1, "{out}");
+
     // Without a model no turn has a reply to lose.
     let (status, out, _dir) = check(&base_config());
     assert!(status.success() && !out.contains("warning:"), "{out}");
