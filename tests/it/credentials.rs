@@ -56,6 +56,11 @@ async fn newest(server: &Hookgate, count: usize) -> Value {
         true
     })
     .await;
+    record_of(server, &id).await
+}
+
+/// `GET /api/requests/<id>`, which must find it.
+async fn record_of(server: &Hookgate, id: &str) -> Value {
     let (status, record) = json_of(
         server
             .api(&format!("/api/requests/{id}"))
@@ -341,15 +346,7 @@ async fn a_credential_an_older_version_kept_is_never_shown_or_replayed() {
     drop(log);
 
     let server = Hookgate::start_in(&dir);
-    let (status, record) = json_of(
-        server
-            .api(&format!("/api/requests/{id}"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(status, 200, "{record}");
+    let record = record_of(&server, &id).await;
     assert_eq!(header_names(&record), ["x-github-event"], "{record}");
     let (status, answer) = replay(&server, &id).await;
     assert_eq!(status, 200, "{answer}");

@@ -20,6 +20,18 @@ async fn record(server: &Hookgate, id: &str) -> (u16, Value) {
     .await
 }
 
+/// Record `id`, once the log's writer has committed it.
+async fn recorded(server: &Hookgate, id: &str) -> Value {
+    let mut kept = Value::Null;
+    eventually("the request's record", async || {
+        let (status, body) = record(server, id).await;
+        kept = body;
+        status == 200
+    })
+    .await;
+    kept
+}
+
 #[tokio::test]
 async fn a_refused_request_keeps_a_cut_path_and_cannot_be_replayed() {
     let (server, _dir) = Hookgate::start(&base_config());
@@ -32,14 +44,7 @@ async fn a_refused_request_keeps_a_cut_path_and_cannot_be_replayed() {
         .await
         .unwrap();
     assert_eq!(response.status(), 401);
-    let id = request_id(&response);
-    let mut kept = Value::Null;
-    eventually("the refusal's record", async || {
-        let (status, body) = record(&server, &id).await;
-        kept = body;
-        status == 200
-    })
-    .await;
+    let kept = recorded(&server, &request_id(&response)).await;
     for field in ["target", "hook"] {
         let text = kept[field].as_str().unwrap();
         assert!(text.ends_with('…'), "{field} is marked as cut");
@@ -72,11 +77,7 @@ async fn the_log_is_pruned_oldest_first_to_its_size_bound() {
         assert_eq!(response.status(), 200);
         ids.push(request_id(&response));
     }
-    let newest = ids.last().unwrap().clone();
-    eventually("the newest record", async || {
-        record(&server, &newest).await.0 == 200
-    })
-    .await;
+    recorded(&server, ids.last().unwrap()).await;
     let (status, _) = record(&server, &ids[0]).await;
     assert_eq!(status, 404, "the oldest record was pruned");
     let log = dir.path().join("state/requests.db");
@@ -120,14 +121,7 @@ async fn a_refused_request_keeps_a_cut_method() {
         .await
         .unwrap();
     assert_eq!(response.status(), 405);
-    let id = request_id(&response);
-    let mut kept = Value::Null;
-    eventually("the refusal's record", async || {
-        let (status, body) = record(&server, &id).await;
-        kept = body;
-        status == 200
-    })
-    .await;
+    let kept = recorded(&server, &request_id(&response)).await;
     let method = kept["method"].as_str().unwrap();
     assert!(method.ends_with('…'), "{method}");
     assert!(method.len() <= 32 + '…'.len_utf8(), "{}", method.len());
