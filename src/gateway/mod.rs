@@ -39,4 +39,6 @@ pub use runtime::{RetryError, Runtime};
 pub mod runtime_clock {
     pub use super::clock::{now_ms, now_rfc3339, rfc3339};
 }
-pub use store::{DB_FILE, IdempotencyClaim, REQUEST_LOG_FILE, RunQueued, Store, StoreError};
+pub use store::{
+    CommitError, DB_FILE, IdempotencyClaim, REQUEST_LOG_FILE, RunQueued, Store, StoreError,
+};

@@ -58,7 +58,7 @@ impl From<ClusterError> for crate::gateway::store::StoreError {
         use crate::gateway::store::StoreError;
         match err {
             ClusterError::TooLarge { size, limit } => StoreError::TooLarge { size, limit },
-            err @ ClusterError::Failed(_) => StoreError::Cluster(err.to_string()),
+            err @ ClusterError::Failed(_) => StoreError::Cluster(Box::new(err)),
         }
     }
 }

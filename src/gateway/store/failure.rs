@@ -4,15 +4,15 @@
 
 use std::time::{Duration, Instant};
 
-use super::error::{StoreError, is_full};
+use super::error::{CommitError, StoreError, is_full};
 
 /// Why a batch did not commit, told to each of its callers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(super) enum CommitFailure {
     /// [`StoreError::Full`].
     Full,
-    /// Anything else, as SQLite put it.
-    Failed(String),
+    /// Anything else, with SQLite's error where it had one.
+    Failed(CommitError),
 }
 
 impl CommitFailure {
@@ -21,7 +21,7 @@ impl CommitFailure {
         if is_full(&err) {
             CommitFailure::Full
         } else {
-            CommitFailure::Failed(err.to_string())
+            CommitFailure::Failed(CommitError::Sqlite(err.into()))
         }
     }
 
@@ -29,7 +29,15 @@ impl CommitFailure {
     pub(super) fn to_error(&self) -> StoreError {
         match self {
             CommitFailure::Full => StoreError::Full,
-            CommitFailure::Failed(message) => StoreError::Commit(message.clone()),
+            CommitFailure::Failed(cause) => StoreError::Commit(cause.clone()),
+        }
+    }
+
+    fn same_cause(&self, other: &CommitFailure) -> bool {
+        match (self, other) {
+            (CommitFailure::Full, CommitFailure::Full) => true,
+            (CommitFailure::Failed(a), CommitFailure::Failed(b)) => a.same_cause(b),
+            _ => false,
         }
     }
 }
@@ -38,7 +46,7 @@ impl std::fmt::Display for CommitFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CommitFailure::Full => StoreError::Full.fmt(f),
-            CommitFailure::Failed(message) => f.write_str(message),
+            CommitFailure::Failed(cause) => cause.fmt(f),
         }
     }
 }
@@ -75,7 +83,7 @@ impl FailureLog {
         let began = match &self.failing {
             None => now,
             Some((said, began, at)) => {
-                if said == failure && now.duration_since(*at) < FAILURE_LOG_EVERY {
+                if said.same_cause(failure) && now.duration_since(*at) < FAILURE_LOG_EVERY {
                     return;
                 }
                 *began
@@ -102,5 +110,35 @@ impl FailureLog {
             tracing::warn!(file, refused, failed_for_s, "store commits succeed again");
             self.refused = 0;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sqlite(code: i32, message: &str) -> CommitFailure {
+        let err =
+            rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), Some(message.into()));
+        CommitFailure::of(err)
+    }
+
+    /// Callers and the log tell failures apart by SQLite's code, and keep SQLite's error.
+    #[test]
+    fn a_failure_keeps_its_cause_and_is_classified_by_code() {
+        let full = sqlite(rusqlite::ffi::SQLITE_FULL, "database or disk is full");
+        assert!(matches!(full.to_error(), StoreError::Full));
+        let io = sqlite(rusqlite::ffi::SQLITE_IOERR_WRITE, "disk I/O error");
+        let error = io.to_error();
+        assert_eq!(error.to_string(), "commit failed: disk I/O error");
+        let source = std::error::Error::source(&error).unwrap();
+        assert!(matches!(
+            source.downcast_ref::<CommitError>(),
+            Some(CommitError::Sqlite(_))
+        ));
+        let reworded = sqlite(rusqlite::ffi::SQLITE_IOERR_WRITE, "another wording");
+        assert!(io.same_cause(&reworded), "the same code is the same cause");
+        let locked = sqlite(rusqlite::ffi::SQLITE_BUSY, "database is locked");
+        assert!(!io.same_cause(&locked) && !io.same_cause(&full));
     }
 }

@@ -18,7 +18,7 @@ use super::records::{EventRecord, NewRun, RunStatus};
 use super::requests::{RequestFilter, RequestRecord};
 use super::run_record::{RunFilter, RunRecord};
 use super::schema::{migrate, migrate_request_log};
-pub use error::StoreError;
+pub use error::{CommitError, StoreError};
 use writer::{Database, DatabaseFile, Synchronous};
 
 /// The file name of the database inside the state directory.

@@ -12,7 +12,7 @@
 //! - **A write that fails is undone alone**: each runs in a savepoint of its own, so its error
 //!   leaves nothing of it and the other writes of its batch are kept.
 //! - **A commit that fails is rolled back whole** (the state directory's file system full, an
-//!   I/O error) and every caller of its batch is told so ([`StoreError::Full`] or
+//!   I/O error) and every caller of its batch is told so, by type ([`StoreError::Full`] or
 //!   [`StoreError::Commit`]); the writer goes on with the next batch, so once the cause is gone
 //!   (space freed) writes commit again without a restart (docs/reliability.md#a-full-disk). The
 //!   log says so at most once a minute ([`super::failure::FailureLog`]).
@@ -32,7 +32,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::error::StoreError;
+use super::error::{CommitError, StoreError};
 use super::failure::{CommitFailure, FailureLog};
 
 /// The most submissions one transaction takes; bounds the latency a batch adds to its first member.
@@ -292,7 +292,7 @@ fn apply_all(
             return Err(if full {
                 CommitFailure::Full
             } else {
-                CommitFailure::Failed("transaction rolled back by SQLite".into())
+                CommitFailure::Failed(CommitError::RolledBack)
             });
         }
     }
@@ -370,7 +370,7 @@ fn settle<T>(
         (Err(failure), _) => Err(failure.to_error()),
         (Ok(()), Some(result)) => result,
         // Never: a write is left unapplied only in a batch that failed.
-        (Ok(()), None) => Err(StoreError::Commit("the write was not applied".into())),
+        (Ok(()), None) => Err(StoreError::Commit(CommitError::NotApplied)),
     }
 }
 
