@@ -7,6 +7,7 @@ use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRe
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
 use serde::{Deserialize, Serialize};
 
+use super::store::{Store, StoreError};
 use crate::config::runtime::Route;
 
 use crate::hook::envelope::ContentSource;
@@ -381,7 +382,7 @@ pub struct EventRecord {
 impl EventRecord {
     /// Events of `agent` in commit order: those after `after`, or with `after` `None` the
     /// newest `limit`.
-    pub(crate) fn select_after(
+    fn select_after(
         conn: &Connection,
         agent: &str,
         after: Option<i64>,
@@ -409,6 +410,21 @@ impl EventRecord {
             })
         })?;
         rows.collect()
+    }
+}
+
+impl Store {
+    /// Events of `agent`'s main session with `seq > after` (with `after` `None`: the newest
+    /// `limit`), oldest first.
+    pub async fn events(
+        &self,
+        agent: &str,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let agent = agent.to_string();
+        self.read(move |conn| EventRecord::select_after(conn, &agent, after, limit))
+            .await
     }
 }
 
@@ -502,5 +518,41 @@ impl NewRun {
             })
         })
         .optional()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A statement stays prepared however its parameters are bound: the wake's check, bound to
+    /// another agent each time, is never planned again (it was, on every request, until the
+    /// connection asked for stable plans).
+    #[tokio::test]
+    async fn a_wake_reuses_its_prepared_statement() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), true).unwrap();
+        for (agent, text) in [("main", "a"), ("ops", "b"), ("main", "c"), ("main", "c")] {
+            let event = NewEvent {
+                agent: agent.into(),
+                kind: EventKind::System,
+                text: text.into(),
+                trusted: false,
+                source: "hook:wake".into(),
+                at: "2026-01-01T00:00:00.000Z".into(),
+            };
+            store
+                .write(move |conn| event.append_wake(conn))
+                .await
+                .unwrap();
+        }
+        let reprepared = store
+            .write(|conn| {
+                let stmt = conn.prepare_cached(NEWEST_PENDING)?;
+                Ok(stmt.get_status(rusqlite::StatementStatus::RePrepare))
+            })
+            .await
+            .unwrap();
+        assert_eq!(reprepared, 0);
     }
 }

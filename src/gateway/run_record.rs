@@ -5,6 +5,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::records::{DeliveryRecord, RunStatus};
+use super::store::{Store, StoreError};
 use crate::hook::envelope::ContentSource;
 use crate::hook::{Channel, Thinking, WakeMode};
 
@@ -59,7 +60,7 @@ const RUN_COLUMNS: &str =
 const CURSOR_AT: usize = 25;
 
 impl RunRecord {
-    pub(crate) fn select(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunRecord>> {
+    fn select(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunRecord>> {
         conn.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1"))?
             .query_row(params![run_id], Self::from_row)
             .optional()
@@ -98,7 +99,7 @@ impl RunRecord {
     }
 
     /// A page of runs, newest first, each with its cursor (for `before` of the next page).
-    pub(crate) fn select_page(
+    fn select_page(
         conn: &Connection,
         filter: &RunFilter,
     ) -> rusqlite::Result<Vec<(RunRecord, i64)>> {
@@ -121,6 +122,21 @@ impl RunRecord {
             |row| Ok((Self::from_row(row)?, row.get(CURSOR_AT)?)),
         )?;
         rows.collect()
+    }
+}
+
+impl Store {
+    /// A page of runs, newest first, each with its cursor.
+    pub async fn runs(&self, filter: RunFilter) -> Result<Vec<(RunRecord, i64)>, StoreError> {
+        self.read(move |conn| RunRecord::select_page(conn, &filter))
+            .await
+    }
+
+    /// The run with this id, if any.
+    pub async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let run_id = run_id.to_string();
+        self.read(move |conn| RunRecord::select(conn, &run_id))
+            .await
     }
 }
 

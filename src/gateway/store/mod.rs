@@ -14,9 +14,8 @@ use std::time::Duration;
 use prometheus_client::metrics::histogram::Histogram;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::records::{EventRecord, NewRun, RunStatus};
+use super::records::{NewRun, RunStatus};
 use super::requests::{RequestFilter, RequestRecord};
-use super::run_record::{RunFilter, RunRecord};
 use super::schema::{migrate, migrate_request_log};
 pub use error::{CommitError, StoreError};
 use writer::{Database, DatabaseFile, Synchronous};
@@ -165,19 +164,6 @@ impl Store {
         .await
     }
 
-    /// Events of `agent`'s main session with `seq > after` (with `after` `None`: the newest
-    /// `limit`), oldest first.
-    pub async fn events(
-        &self,
-        agent: &str,
-        after: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<EventRecord>, StoreError> {
-        let agent = agent.to_string();
-        self.read(move |conn| EventRecord::select_after(conn, &agent, after, limit))
-            .await
-    }
-
     /// Runs per status, and the work waiting (queued runs plus pending outbox sends).
     pub async fn gauges(&self) -> Result<(Vec<(RunStatus, i64)>, i64), StoreError> {
         self.read(|conn| {
@@ -195,19 +181,6 @@ impl Store {
             Ok((by_status, waiting))
         })
         .await
-    }
-
-    /// A page of runs, newest first, each with its cursor.
-    pub async fn runs(&self, filter: RunFilter) -> Result<Vec<(RunRecord, i64)>, StoreError> {
-        self.read(move |conn| RunRecord::select_page(conn, &filter))
-            .await
-    }
-
-    /// The run with this id, if any.
-    pub async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        let run_id = run_id.to_string();
-        self.read(move |conn| RunRecord::select(conn, &run_id))
-            .await
     }
 }
 
@@ -374,37 +347,6 @@ mod tests {
         assert_eq!(ids(queued_for(1, &[], 2).await.unwrap()), ["b1"]);
         assert_eq!(ids(queued_for(2, &["hook:c"], 2).await.unwrap()), ["b1"]);
         store.close();
-    }
-
-    /// A statement stays prepared however its parameters are bound: the wake's check, bound to
-    /// another agent each time, is never planned again (it was, on every request, until the
-    /// connection asked for stable plans).
-    #[tokio::test]
-    async fn a_wake_reuses_its_prepared_statement() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), true).unwrap();
-        for (agent, text) in [("main", "a"), ("ops", "b"), ("main", "c"), ("main", "c")] {
-            let event = super::super::records::NewEvent {
-                agent: agent.into(),
-                kind: super::super::records::EventKind::System,
-                text: text.into(),
-                trusted: false,
-                source: "hook:wake".into(),
-                at: "2026-01-01T00:00:00.000Z".into(),
-            };
-            store
-                .write(move |conn| event.append_wake(conn))
-                .await
-                .unwrap();
-        }
-        let reprepared = store
-            .write(|conn| {
-                let stmt = conn.prepare_cached(super::super::records::NEWEST_PENDING)?;
-                Ok(stmt.get_status(rusqlite::StatementStatus::RePrepare))
-            })
-            .await
-            .unwrap();
-        assert_eq!(reprepared, 0);
     }
 
     /// A session's history is searched for on an index, in the order it is read: neither a scan
