@@ -8,8 +8,9 @@ use super::context::Worker;
 use super::outbox::{self, Lane};
 use super::records::{EventOutcome, NewEvent, NewRun};
 use super::retry::{self, Retry};
+use super::runs::{IdempotencyClaim, RunQueued};
 use super::signals::Signals;
-use super::store::{IdempotencyClaim, RunQueued, StoreError};
+use super::store::StoreError;
 use super::{heartbeat, retention, runner};
 use crate::hook::WakeMode;
 

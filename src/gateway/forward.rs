@@ -8,8 +8,9 @@ use super::context::{Context, Worker};
 use super::outbox::{self, Lane, OutboxItem};
 use super::records::{EventOutcome, NewEvent, NewRun, RunStatus};
 use super::relay::{AgentBody, Relayed, WakeBody};
+use super::runs::{self, IdempotencyClaim, RunQueued};
 use super::signals::Signals;
-use super::store::{self, IdempotencyClaim, RunQueued, StoreError};
+use super::store::StoreError;
 use crate::config::runtime::GatewayMode;
 use crate::hook::{AdmittedRun, WakeMode};
 
@@ -85,7 +86,7 @@ impl Forward {
             .ctx
             .store
             .write(move |conn| {
-                let queued = store::queue_run(conn, &run, claim.as_ref())?;
+                let queued = runs::queue_run(conn, &run, claim.as_ref())?;
                 if let RunQueued::New { run_id } = &queued {
                     conn.execute(
                         "UPDATE runs SET status = ?2 WHERE run_id = ?1",

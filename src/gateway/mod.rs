@@ -39,6 +39,5 @@ pub use runtime::{RetryError, Runtime};
 pub mod runtime_clock {
     pub use super::clock::{now_ms, now_rfc3339, rfc3339};
 }
-pub use store::{
-    CommitError, DB_FILE, IdempotencyClaim, REQUEST_LOG_FILE, RunQueued, Store, StoreError,
-};
+pub use runs::{IdempotencyClaim, RunQueued};
+pub use store::{CommitError, DB_FILE, REQUEST_LOG_FILE, Store, StoreError};

@@ -1,15 +1,101 @@
-//! The SQL of runs and the main session: claiming queued runs, recording outcomes and deliveries,
-//! summaries at most once per run, pending events, and the main session's route as its owner set
-//! it. Each function runs inside one transaction of the store's writer (or on its read
+//! The SQL of runs and the main session: queueing runs (once per idempotency key), claiming
+//! them, recording outcomes and deliveries, summaries at most once per run, pending events, and
+//! the main session's route as its owner set it. Each function runs inside one transaction of the store's writer (or on its read
 //! connection), so a crash leaves either all of an outcome or none of it.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::provider::Exchange;
 use super::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus, SummaryEvent};
+use super::store::{Store, StoreError};
 use crate::config::runtime::Route;
+
+/// What became of a queued run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunQueued {
+    /// Newly committed with status `queued`.
+    New { run_id: String },
+    /// A repeat of an earlier request within the idempotency window: nothing was written.
+    Replayed { run_id: String },
+}
+
+/// Idempotency data for a run: its fingerprint, and the window in which a repeat is recognised.
+#[derive(Debug, Clone)]
+pub struct IdempotencyClaim {
+    pub fingerprint: String,
+    pub now_ms: i64,
+    pub window: Duration,
+}
+
+impl Store {
+    /// Queues a run, unless `claim` recognises it as a repeat; answers once committed.
+    pub async fn queue_run(
+        &self,
+        run: NewRun,
+        claim: Option<IdempotencyClaim>,
+    ) -> Result<RunQueued, StoreError> {
+        self.write(move |conn| queue_run(conn, &run, claim.as_ref()))
+            .await
+    }
+
+    /// Runs per status, and the work waiting (queued runs plus pending outbox sends).
+    pub async fn gauges(&self) -> Result<(Vec<(RunStatus, i64)>, i64), StoreError> {
+        self.read(|conn| {
+            let mut stmt =
+                conn.prepare_cached("SELECT status, COUNT(*) FROM runs GROUP BY status")?;
+            let by_status = stmt
+                .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+                .collect::<rusqlite::Result<Vec<(RunStatus, i64)>>>()?;
+            let waiting: i64 = conn
+                .prepare_cached(
+                    "SELECT (SELECT COUNT(*) FROM runs WHERE status = 'queued')
+                   + (SELECT COUNT(*) FROM outbox WHERE status = 'pending')",
+                )?
+                .query_row([], |row| row.get(0))?;
+            Ok((by_status, waiting))
+        })
+        .await
+    }
+}
+
+/// Inserts `run` as `queued`, unless `claim`'s fingerprint was first seen within its window
+/// (then nothing is written); remembers the claim and forgets those older than the window. Runs
+/// in the caller's transaction: the embedded store's writer, or forward mode's with its relay.
+pub fn queue_run(
+    conn: &Connection,
+    run: &NewRun,
+    claim: Option<&IdempotencyClaim>,
+) -> rusqlite::Result<RunQueued> {
+    if let Some(claim) = claim {
+        let window_ms = i64::try_from(claim.window.as_millis()).unwrap_or(i64::MAX);
+        let earlier: Option<(String, i64)> = conn
+            .query_row(
+                "SELECT run_id, first_at_ms FROM idempotency WHERE fingerprint = ?1",
+                params![claim.fingerprint],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()?;
+        if let Some((run_id, first_at_ms)) = earlier {
+            if claim.now_ms.saturating_sub(first_at_ms) < window_ms {
+                return Ok(RunQueued::Replayed { run_id });
+            }
+        }
+        conn.prepare_cached(
+            "INSERT OR REPLACE INTO idempotency (fingerprint, run_id, first_at_ms)
+             VALUES (?1, ?2, ?3)",
+        )?
+        .execute(params![claim.fingerprint, run.run_id, claim.now_ms])?;
+        conn.prepare_cached("DELETE FROM idempotency WHERE first_at_ms < ?1")?
+            .execute(params![claim.now_ms.saturating_sub(window_ms)])?;
+    }
+    run.insert(conn)?;
+    Ok(RunQueued::New {
+        run_id: run.run_id.clone(),
+    })
+}
 
 /// Runs left `running` by a process that died go back to `queued` (at-least-once).
 pub fn resume_interrupted(conn: &Connection) -> rusqlite::Result<usize> {
@@ -294,4 +380,152 @@ pub fn consume_events(conn: &Connection, agent: &str, up_to_seq: i64) -> rusqlit
     )?
     .execute(params![agent, up_to_seq])?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(run_id: &str) -> NewRun {
+        NewRun {
+            run_id: run_id.into(),
+            hook_name: "Hook".into(),
+            agent_id: None,
+            target_agent: "main".into(),
+            session_key: "hook:x".into(),
+            message: "m".into(),
+            prompt: "p".into(),
+            deliver: true,
+            channel: crate::hook::Channel::Last,
+            to: None,
+            model: None,
+            thinking: None,
+            timeout_seconds: Some(u64::MAX),
+            wake_mode: crate::hook::WakeMode::Now,
+            source: crate::hook::envelope::ContentSource::Webhook,
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            session_mode: Default::default(),
+        }
+    }
+
+    fn claim_at(now_ms: i64) -> Option<IdempotencyClaim> {
+        Some(IdempotencyClaim {
+            fingerprint: "f".into(),
+            now_ms,
+            window: Duration::from_secs(300),
+        })
+    }
+
+    #[tokio::test]
+    async fn idempotency_window_counts_from_the_first_delivery() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), true).unwrap();
+        let first = store.queue_run(run("r1"), claim_at(0)).await.unwrap();
+        assert_eq!(
+            first,
+            RunQueued::New {
+                run_id: "r1".into()
+            }
+        );
+        let repeat = store.queue_run(run("r2"), claim_at(299_999)).await.unwrap();
+        assert_eq!(
+            repeat,
+            RunQueued::Replayed {
+                run_id: "r1".into()
+            }
+        );
+        let late = store.queue_run(run("r3"), claim_at(300_000)).await.unwrap();
+        assert_eq!(
+            late,
+            RunQueued::New {
+                run_id: "r3".into()
+            }
+        );
+        assert!(
+            store.run("r2").await.unwrap().is_none(),
+            "a replay writes nothing"
+        );
+        store.close();
+    }
+
+    #[tokio::test]
+    async fn huge_timeouts_are_stored_saturated() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), true).unwrap();
+        store.queue_run(run("r"), None).await.unwrap();
+        let record = store.run("r").await.unwrap().unwrap();
+        assert_eq!(record.timeout_seconds, Some(i64::MAX));
+        store.close();
+    }
+
+    #[tokio::test]
+    async fn the_queue_offers_each_idle_session_its_oldest_run_oldest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), true).unwrap();
+        for (id, key) in [
+            ("a1", "hook:b"),
+            ("b1", "hook:a"),
+            ("a2", "hook:b"),
+            ("c1", "hook:c"),
+        ] {
+            let mut new = run(id);
+            new.session_key = key.into();
+            store.queue_run(new, None).await.unwrap();
+        }
+        let queued_for = |limit: u32, busy: &[&str], want: usize| {
+            let busy = busy.iter().map(|k| k.to_string()).collect();
+            store.read(move |conn| queued(conn, limit, &busy, want))
+        };
+        let queued = |limit: u32, busy: &[&str]| queued_for(limit, busy, 1);
+        let ids =
+            |rows: Vec<(String, String)>| rows.into_iter().map(|(id, _)| id).collect::<Vec<_>>();
+        assert_eq!(ids(queued(10, &[]).await.unwrap()), ["a1", "b1", "c1"]);
+
+        let claimed = store.write(|conn| claim(conn, "a1", "now")).await.unwrap();
+        assert!(claimed.is_some());
+        assert_eq!(
+            ids(queued(10, &["hook:b"]).await.unwrap()),
+            ["b1", "c1"],
+            "a session with a run in progress offers nothing, not even its next run"
+        );
+        assert_eq!(ids(queued(1, &[]).await.unwrap()), ["b1"]);
+        // The walk by key skips the keys running in the store.
+        let heads = store.read(|conn| queued_heads(conn, 10));
+        assert_eq!(ids(heads.await.unwrap()), ["b1", "c1"]);
+        // A first batch with nothing to start is not the end: the walk finds the others.
+        assert_eq!(ids(queued(1, &["hook:a"]).await.unwrap()), ["c1"]);
+        // Nor is one with fewer than the free slots could start: the walk looks further (and
+        // `limit` still bounds the answer).
+        assert_eq!(ids(queued_for(1, &[], 2).await.unwrap()), ["b1"]);
+        assert_eq!(ids(queued_for(2, &["hook:c"], 2).await.unwrap()), ["b1"]);
+        store.close();
+    }
+
+    /// A session's history is searched for on an index, in the order it is read: neither a scan
+    /// of every run nor a sort of them.
+    #[test]
+    fn a_sessions_history_is_read_from_an_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join("plan.db")).unwrap();
+        crate::gateway::schema::migrate(&conn).unwrap();
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {}", HISTORY))
+            .unwrap()
+            .query_map(["hook:x", "main", "run-1", "20"], |row| row.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let runs = plan.iter().find(|step| step.contains(" runs ")).unwrap();
+        assert!(
+            runs.starts_with("SEARCH runs USING INDEX")
+                && ["status=?", "session_key=?", "rowid<?"]
+                    .iter()
+                    .all(|term| runs.contains(term)),
+            "{plan:?}"
+        );
+        assert!(
+            !plan.iter().any(|step| step.contains("TEMP B-TREE")),
+            "{plan:?}"
+        );
+    }
 }

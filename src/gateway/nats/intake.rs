@@ -13,7 +13,7 @@ use super::{Cluster, ClusterError, Fact};
 use crate::gateway::clock::now_ms;
 use crate::gateway::deliveries::{Claim, RecordedAnswer, STALE_CLAIM};
 use crate::gateway::records::{NewEvent, NewRun};
-use crate::gateway::store::{IdempotencyClaim, RunQueued};
+use crate::gateway::runs::{IdempotencyClaim, RunQueued};
 use crate::hook::WakeMode;
 
 /// Heartbeat requests within this long of each other make one heartbeat, whichever node they
