@@ -33,8 +33,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::client::ClientKey;
 use crate::config::LiveConfig;
-use crate::gateway::requests::{RequestFilter, RequestRecord};
-use crate::gateway::{Store, StoreError};
+use crate::gateway::StoreError;
+use crate::gateway::requests::{RequestFilter, RequestLogStore, RequestRecord};
 use crate::hook::capture::CaptureJob;
 use crate::metrics::{Metrics, RequestLogLabels};
 
@@ -59,7 +59,7 @@ const REMEMBERED_CLIENTS: usize = 4096;
 
 /// Handle to the request log; one per server.
 pub struct RequestLog {
-    store: Store,
+    store: RequestLogStore,
     queue: mpsc::Sender<Entry>,
     flood: Mutex<Flood>,
     /// Bytes of the captures queued.
@@ -96,8 +96,8 @@ impl Outcome {
 
 impl RequestLog {
     /// Starts the writer and the pruning (`gateway.retention.requests`) tasks on the current
-    /// tokio runtime, over the log's own `store` (`Store::open_request_log`).
-    pub fn start(store: Store, config: LiveConfig, metrics: Metrics) -> RequestLog {
+    /// tokio runtime, over the log's own `store`.
+    pub fn start(store: RequestLogStore, config: LiveConfig, metrics: Metrics) -> RequestLog {
         let (queue, entries) = mpsc::channel(QUEUE);
         let queued_bytes = Arc::new(AtomicUsize::new(0));
         tokio::spawn(write_loop(
@@ -193,12 +193,12 @@ impl RequestLog {
 
     /// A page of the log, newest first.
     pub async fn page(&self, filter: RequestFilter) -> Result<Vec<RequestRecord>, StoreError> {
-        self.store.requests(filter).await
+        self.store.page(filter).await
     }
 
     /// One record with its capture, and the ids of the requests that replayed it.
     pub async fn find(&self, id: &str) -> Result<Option<(RequestRecord, Vec<String>)>, StoreError> {
-        self.store.request(id).await
+        self.store.find(id).await
     }
 
     /// Commits what is queued and closes the log's database (at shutdown, after the last
@@ -216,7 +216,7 @@ impl RequestLog {
 
 /// Deletes records older than `gateway.retention.requests`, in batches, and the oldest while
 /// the log is over `requestsMaxBytes` (a reload may have lowered it), until the process ends.
-async fn prune_loop(store: Store, config: LiveConfig, metrics: Metrics) {
+async fn prune_loop(store: RequestLogStore, config: LiveConfig, metrics: Metrics) {
     const BATCH: u32 = 500;
     const EVERY: Duration = Duration::from_secs(60);
     loop {
@@ -227,9 +227,7 @@ async fn prune_loop(store: Store, config: LiveConfig, metrics: Metrics) {
             loop {
                 let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
                 let before = crate::gateway::runtime_clock::now_ms().saturating_sub(age_ms);
-                let pruned = store
-                    .write(move |conn| crate::gateway::requests::prune(conn, before, BATCH))
-                    .await;
+                let pruned = store.prune(before, BATCH).await;
                 match pruned {
                     Ok(n) if n == BATCH as usize => tokio::task::yield_now().await,
                     Ok(_) => break,
@@ -246,13 +244,11 @@ async fn prune_loop(store: Store, config: LiveConfig, metrics: Metrics) {
 }
 
 /// Prunes the oldest records while the log is over `max_bytes`, when there is a bound.
-async fn bound_size(store: &Store, max_bytes: Option<u64>, metrics: &Metrics) {
+async fn bound_size(store: &RequestLogStore, max_bytes: Option<u64>, metrics: &Metrics) {
     let Some(max_bytes) = max_bytes else {
         return;
     };
-    let pruned = store
-        .write(move |conn| crate::gateway::requests::prune_to_size(conn, max_bytes))
-        .await;
+    let pruned = store.prune_to_size(max_bytes).await;
     match pruned {
         Ok(0) => {}
         Ok(n) => count(metrics, Outcome::Pruned, n as u64),
@@ -273,7 +269,7 @@ fn count(metrics: &Metrics, outcome: Outcome, n: u64) {
 }
 
 async fn write_loop(
-    store: Store,
+    store: RequestLogStore,
     mut entries: mpsc::Receiver<Entry>,
     queued_bytes: Arc<AtomicUsize>,
     metrics: Metrics,
@@ -335,7 +331,7 @@ async fn write_loop(
                 );
                 continue;
             };
-            match store.record_requests(records).await {
+            match store.insert(records).await {
                 Ok(()) => count(&metrics, Outcome::Recorded, count_of),
                 Err(err) => {
                     count(&metrics, Outcome::Dropped, count_of);

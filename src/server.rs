@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 
 use crate::config::{self, Admission, ConfigError, HookSettings, LiveConfig, Settings};
 use crate::gateway::nats::Cluster;
-use crate::gateway::{Runtime, Store, StoreError};
+use crate::gateway::{RequestLogStore, Runtime, Store, StoreError};
 use crate::http::{AppParts, AppState, AuthFailureLimiter, router, serve};
 use crate::metrics::Metrics;
 use crate::request_log::RequestLog;
@@ -169,7 +169,7 @@ impl Server {
             cluster,
             metrics.clone(),
         ));
-        let log_store = Store::open_request_log(&settings.state_dir)
+        let log_store = RequestLogStore::open(&settings.state_dir)
             .map_err(|e| anyhow::anyhow!("cannot open the request log: {e}"))?;
         let request_log = RequestLog::start(log_store, config.clone(), metrics.clone());
         let state = AppState::new(AppParts {

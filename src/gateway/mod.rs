@@ -39,5 +39,6 @@ pub use runtime::{RetryError, Runtime};
 pub mod runtime_clock {
     pub use super::clock::{now_ms, now_rfc3339, rfc3339};
 }
+pub use requests::{REQUEST_LOG_FILE, RequestLogStore};
 pub use runs::{IdempotencyClaim, RunQueued};
-pub use store::{CommitError, DB_FILE, REQUEST_LOG_FILE, Store, StoreError};
+pub use store::{CommitError, DB_FILE, Store, StoreError};

@@ -3,12 +3,16 @@
 //! read by the operator API. Ids are UUIDv7, so their text order is their time order: the
 //! newest-first listing and its cursor need no index of their own.
 
+use std::path::Path;
+
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::records::EventOutcome;
+use super::schema::migrate_request_log;
+use super::store::{Database, DatabaseFile, StoreError, Synchronous};
 use crate::hook::capture::Captured;
 
 /// What a mapping's transform made of a request.
@@ -218,7 +222,7 @@ const CAPTURE_AT: usize = 24;
 
 impl RequestRecord {
     /// Writes records in one statement each; called by the writer with a batch.
-    pub(crate) fn insert_all(conn: &Connection, records: &[RequestRecord]) -> rusqlite::Result<()> {
+    fn insert_all(conn: &Connection, records: &[RequestRecord]) -> rusqlite::Result<()> {
         let mut stmt = conn.prepare_cached(
             "INSERT OR IGNORE INTO requests (id, at, at_ms, client, method, target, hook,
                 mapping_id, status, error, duration_us, transform_outcome, transform_us,
@@ -273,10 +277,7 @@ impl RequestRecord {
     }
 
     /// A page of requests, newest first.
-    pub(crate) fn select(
-        conn: &Connection,
-        filter: &RequestFilter,
-    ) -> rusqlite::Result<Vec<RequestRecord>> {
+    fn select(conn: &Connection, filter: &RequestFilter) -> rusqlite::Result<Vec<RequestRecord>> {
         let mut sql = format!("SELECT {COLUMNS} FROM requests WHERE 1 = 1");
         let mut values: Vec<SqlValue> = Vec::new();
         let mut condition = |clause: &str, value: SqlValue| {
@@ -314,7 +315,7 @@ impl RequestRecord {
     }
 
     /// One request with what was captured of it, and the ids of the requests that replayed it.
-    pub(crate) fn select_one(
+    fn select_one(
         conn: &Connection,
         id: &str,
     ) -> rusqlite::Result<Option<(RequestRecord, Vec<String>)>> {
@@ -416,6 +417,77 @@ impl RequestRecord {
     }
 }
 
+/// The file name of the request log's database inside the state directory.
+pub const REQUEST_LOG_FILE: &str = "requests.db";
+
+/// Handle to the request log's database ([`REQUEST_LOG_FILE`]); cheap to clone. Its queries
+/// are its methods, and only they run on it: it is not the main store's
+/// [`Store`](super::Store), so neither database's queries compile against the other.
+#[derive(Clone)]
+pub struct RequestLogStore {
+    db: Database,
+}
+
+impl RequestLogStore {
+    /// Opens (creating when needed) the request log's own file in `state_dir`, with a writer
+    /// thread of its own: its inserts never queue behind intake's commits nor make them larger,
+    /// and a commit is not synced to disk (the log is written behind the answers and may lose
+    /// its last moment in a crash anyway, docs/operations.md#the-request-log).
+    pub fn open(state_dir: &Path) -> Result<RequestLogStore, StoreError> {
+        let file = DatabaseFile {
+            name: REQUEST_LOG_FILE,
+            thread: "hookgate-log",
+            migrate: migrate_request_log,
+            synchronous: Synchronous::Normal,
+        };
+        let db = Database::open(state_dir, file, true, None)?;
+        Ok(RequestLogStore { db })
+    }
+
+    /// Writes a batch of records as one operation of the writer, however many they are.
+    pub async fn insert(&self, records: Vec<RequestRecord>) -> Result<(), StoreError> {
+        self.db
+            .write(move |conn| RequestRecord::insert_all(conn, &records))
+            .await
+    }
+
+    /// A page of the log, newest first.
+    pub async fn page(&self, filter: RequestFilter) -> Result<Vec<RequestRecord>, StoreError> {
+        self.db
+            .read(move |conn| RequestRecord::select(conn, &filter))
+            .await
+    }
+
+    /// One request of the log with its capture, and the requests that replayed it.
+    pub async fn find(&self, id: &str) -> Result<Option<(RequestRecord, Vec<String>)>, StoreError> {
+        let id = id.to_string();
+        self.db
+            .read(move |conn| RequestRecord::select_one(conn, &id))
+            .await
+    }
+
+    /// Deletes up to `batch` of the oldest requests recorded before `before_ms`; returns how
+    /// many went.
+    pub async fn prune(&self, before_ms: i64, batch: u32) -> Result<usize, StoreError> {
+        self.db
+            .write(move |conn| prune(conn, before_ms, batch))
+            .await
+    }
+
+    /// Deletes the oldest requests while the log's pages in use take more than `max_bytes`,
+    /// down to nine tenths of it; returns how many went. Costs two page counts when under.
+    pub async fn prune_to_size(&self, max_bytes: u64) -> Result<usize, StoreError> {
+        self.db
+            .write(move |conn| prune_to_size(conn, max_bytes))
+            .await
+    }
+
+    /// Commits every write sent before it and stops the log's writer, waiting for it.
+    pub fn close(&self) {
+        self.db.close();
+    }
+}
+
 /// What `GET /api/requests/{id}` shows of a capture: headers as pairs, the body as text when it
 /// is UTF-8 (else base64, said so).
 pub fn capture_json(capture: &Captured) -> Value {
@@ -439,7 +511,7 @@ pub fn capture_json(capture: &Captured) -> Value {
 
 /// Deletes up to `batch` of the oldest requests recorded before `before_ms`; returns how many
 /// went. Ids are in time order, so the oldest are the first of the key.
-pub(crate) fn prune(conn: &Connection, before_ms: i64, batch: u32) -> rusqlite::Result<usize> {
+fn prune(conn: &Connection, before_ms: i64, batch: u32) -> rusqlite::Result<usize> {
     conn.execute(
         "DELETE FROM requests WHERE id IN
            (SELECT id FROM requests WHERE id < ?2 ORDER BY id LIMIT ?1)",
@@ -451,7 +523,7 @@ pub(crate) fn prune(conn: &Connection, before_ms: i64, batch: u32) -> rusqlite::
 /// nine tenths of it (so that a log at its bound is not pruned again at every batch); returns
 /// how many went. Freed pages are reused by later records: the file stops growing at about the
 /// bound, it does not shrink. Costs two page counts when under the bound.
-pub(crate) fn prune_to_size(conn: &Connection, max_bytes: u64) -> rusqlite::Result<usize> {
+fn prune_to_size(conn: &Connection, max_bytes: u64) -> rusqlite::Result<usize> {
     const BATCH: u32 = 500;
     let used = |conn: &Connection| -> rusqlite::Result<u64> {
         let pragma = |sql: &str| {

@@ -3,6 +3,11 @@
 //! concurrent callers share one `fsync`, a commit that fails is rolled back whole (and writes
 //! commit again once its cause is gone, docs/reliability.md#a-full-disk), and reads never wait
 //! for the writer.
+//!
+//! [`Store`] is the handle on this database (events, runs, the outbox); the request log's file
+//! has a handle of its own on the same writer (`requests::RequestLogStore`), so that a query of
+//! one database does not compile against the other. The queries are methods of their handle,
+//! written beside the records they read (`runs`, `records`, `run_record`, `requests`).
 
 mod error;
 mod failure;
@@ -13,16 +18,12 @@ use std::path::Path;
 use prometheus_client::metrics::histogram::Histogram;
 use rusqlite::Connection;
 
-use super::requests::{RequestFilter, RequestRecord};
-use super::schema::{migrate, migrate_request_log};
+use super::schema::migrate;
 pub use error::{CommitError, StoreError};
-use writer::{Database, DatabaseFile, Synchronous};
+pub(super) use writer::{Database, DatabaseFile, Synchronous};
 
 /// The file name of the database inside the state directory.
 pub const DB_FILE: &str = "hookgate.db";
-
-/// The file name of the request log's database inside the state directory.
-pub const REQUEST_LOG_FILE: &str = "requests.db";
 
 /// Handle to the store; cheap to clone.
 #[derive(Clone)]
@@ -60,21 +61,6 @@ impl Store {
         Ok(Store { db })
     }
 
-    /// The request log's own file ([`REQUEST_LOG_FILE`]), with a writer thread of its own: its
-    /// inserts never queue behind intake's commits nor make them larger, and a commit is not
-    /// synced to disk (the log is written behind the answers and may lose its last moment in a
-    /// crash anyway, docs/operations.md#the-request-log).
-    pub fn open_request_log(state_dir: &Path) -> Result<Store, StoreError> {
-        let file = DatabaseFile {
-            name: REQUEST_LOG_FILE,
-            thread: "hookgate-log",
-            migrate: migrate_request_log,
-            synchronous: Synchronous::Normal,
-        };
-        let db = Database::open(state_dir, file, true, None)?;
-        Ok(Store { db })
-    }
-
     /// Runs `op` in the writer's next transaction, in a savepoint of its own, and answers once
     /// that transaction has committed; a failed commit answers [`StoreError::Full`] or
     /// [`StoreError::Commit`] and keeps nothing of `op` (the writer's module says how).
@@ -98,28 +84,6 @@ impl Store {
     /// it. Writes sent afterwards, through any clone, fail with [`StoreError::Closed`].
     pub fn close(&self) {
         self.db.close();
-    }
-
-    /// Writes a batch of the request log (one operation, however many records).
-    pub async fn record_requests(&self, records: Vec<RequestRecord>) -> Result<(), StoreError> {
-        self.write(move |conn| RequestRecord::insert_all(conn, &records))
-            .await
-    }
-
-    /// A page of the request log, newest first.
-    pub async fn requests(&self, filter: RequestFilter) -> Result<Vec<RequestRecord>, StoreError> {
-        self.read(move |conn| RequestRecord::select(conn, &filter))
-            .await
-    }
-
-    /// One request of the log with its capture, and the requests that replayed it.
-    pub async fn request(
-        &self,
-        id: &str,
-    ) -> Result<Option<(RequestRecord, Vec<String>)>, StoreError> {
-        let id = id.to_string();
-        self.read(move |conn| RequestRecord::select_one(conn, &id))
-            .await
     }
 
     /// Proves the store can commit a write now: one row rewritten, synced like any other write,
