@@ -268,6 +268,7 @@ fn count(metrics: &Metrics, outcome: Outcome, n: u64) {
         .inc_by(n);
 }
 
+/// Writes what the log is handed, a batch at a time, until every handle is gone.
 async fn write_loop(
     store: RequestLogStore,
     mut entries: mpsc::Receiver<Entry>,
@@ -278,69 +279,12 @@ async fn write_loop(
     let mut batch = Vec::with_capacity(BATCH);
     let mut flushes = Vec::new();
     while let Some(first) = entries.recv().await {
-        let gathered_by = tokio::time::Instant::now() + GATHER;
-        let mut next = Some(first);
-        loop {
-            while let Some(entry) = next.take() {
-                match entry {
-                    Entry::Record(entry) => batch.push(*entry),
-                    Entry::Flush(done) => flushes.push(done),
-                }
-                if batch.len() < BATCH {
-                    next = entries.try_recv().ok();
-                }
-            }
-            if batch.len() >= BATCH || !flushes.is_empty() {
-                break;
-            }
-            match tokio::time::timeout_at(gathered_by, entries.recv()).await {
-                Ok(Some(entry)) => next = Some(entry),
-                Ok(None) | Err(_) => break,
-            }
-        }
+        gather(&mut entries, first, &mut batch, &mut flushes).await;
         if !batch.is_empty() {
-            let count_of = batch.len() as u64;
             let pending = std::mem::take(&mut batch);
-            let bytes: usize = pending
-                .iter()
-                .filter_map(|(_, job)| job.as_ref().map(CaptureJob::size))
-                .sum();
-            let apply = move || {
-                pending
-                    .into_iter()
-                    .map(|(mut record, job)| {
-                        if let Some(job) = job {
-                            record.capture = Some(job.capture());
-                            record.captured = true;
-                        }
-                        record
-                    })
-                    .collect::<Vec<_>>()
-            };
-            // Only a batch with captures is worth a blocking thread.
-            let records = if bytes > 0 {
-                tokio::task::spawn_blocking(apply).await
-            } else {
-                Ok(apply())
-            };
-            queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
-            let Ok(records) = records else {
-                tracing::error!(
-                    count = count_of,
-                    "request log captures failed; records lost"
-                );
+            if !write_batch(&store, pending, &queued_bytes, &metrics).await {
+                // Its flushes are answered after the next batch.
                 continue;
-            };
-            match store.insert(records).await {
-                Ok(()) => count(&metrics, Outcome::Recorded, count_of),
-                Err(err) => {
-                    count(&metrics, Outcome::Dropped, count_of);
-                    // A failed commit (a full disk, say) is logged by the store's writer, once a
-                    // minute at most: a line per batch here would flood the log.
-                    if !matches!(err, StoreError::Full | StoreError::Commit(_)) {
-                        tracing::warn!(%err, count = count_of, "request log records lost");
-                    }
-                }
             }
             let max_bytes = config.current().runtime.retention.requests_max_bytes;
             bound_size(&store, max_bytes, &metrics).await;
@@ -348,6 +292,103 @@ async fn write_loop(
         for done in flushes.drain(..) {
             let _ = done.send(());
         }
+    }
+}
+
+/// A record waiting for the writer, with its capture still to apply.
+type Pending = (RequestRecord, Option<CaptureJob>);
+
+/// Takes `first` and what is queued behind it: records into `batch` (at most [`BATCH`]), flush
+/// requests into `flushes`. A batch that is not full and that no flush waits for waits up to
+/// [`GATHER`] for more.
+async fn gather(
+    entries: &mut mpsc::Receiver<Entry>,
+    first: Entry,
+    batch: &mut Vec<Pending>,
+    flushes: &mut Vec<oneshot::Sender<()>>,
+) {
+    let gathered_by = tokio::time::Instant::now() + GATHER;
+    let mut next = Some(first);
+    loop {
+        while let Some(entry) = next.take() {
+            match entry {
+                Entry::Record(entry) => batch.push(*entry),
+                Entry::Flush(done) => flushes.push(done),
+            }
+            if batch.len() < BATCH {
+                next = entries.try_recv().ok();
+            }
+        }
+        if batch.len() >= BATCH || !flushes.is_empty() {
+            return;
+        }
+        match tokio::time::timeout_at(gathered_by, entries.recv()).await {
+            Ok(Some(entry)) => next = Some(entry),
+            Ok(None) | Err(_) => return,
+        }
+    }
+}
+
+/// Applies the captures of `pending`, gives their bytes back to the queue's budget and writes
+/// the records as one operation, counting them recorded or dropped. False when the captures
+/// failed: the records are lost (and the log says so).
+async fn write_batch(
+    store: &RequestLogStore,
+    pending: Vec<Pending>,
+    queued_bytes: &AtomicUsize,
+    metrics: &Metrics,
+) -> bool {
+    let count_of = pending.len() as u64;
+    let bytes: usize = pending
+        .iter()
+        .filter_map(|(_, job)| job.as_ref().map(CaptureJob::size))
+        .sum();
+    let records = with_captures(pending, bytes > 0).await;
+    queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+    let Ok(records) = records else {
+        tracing::error!(
+            count = count_of,
+            "request log captures failed; records lost"
+        );
+        return false;
+    };
+    match store.insert(records).await {
+        Ok(()) => count(metrics, Outcome::Recorded, count_of),
+        Err(err) => {
+            count(metrics, Outcome::Dropped, count_of);
+            // A failed commit (a full disk, say) is logged by the store's writer, once a
+            // minute at most: a line per batch here would flood the log.
+            if !matches!(err, StoreError::Full | StoreError::Commit(_)) {
+                tracing::warn!(%err, count = count_of, "request log records lost");
+            }
+        }
+    }
+    true
+}
+
+/// The records of `pending` with their captures applied, on a blocking thread when `blocking`
+/// (redaction may parse and re-encode a whole body; only a batch with captures is worth a
+/// thread). Fails only when that thread does.
+async fn with_captures(
+    pending: Vec<Pending>,
+    blocking: bool,
+) -> Result<Vec<RequestRecord>, tokio::task::JoinError> {
+    let apply = move || {
+        pending
+            .into_iter()
+            .map(|(mut record, job)| {
+                if let Some(job) = job {
+                    record.capture = Some(job.capture());
+                    record.captured = true;
+                }
+                record
+            })
+            .collect::<Vec<_>>()
+    };
+    if blocking {
+        tokio::task::spawn_blocking(apply).await
+    } else {
+        Ok(apply())
     }
 }
 
