@@ -19,7 +19,7 @@ use super::records::{DeliveryJob, DeliveryRecord, NewRun, RunStatus};
 use super::relay::{AgentBody, Relayed, WakeBody, relay};
 use super::runs;
 use super::signals::Signals;
-use crate::config::runtime::{ChannelSettings, GatewayMode, RetryPolicy};
+use crate::config::runtime::{ChannelSettings, GatewayMode, RetryPolicy, RuntimeSettings};
 use crate::metrics::{DeliveryLabels, RelayLabels};
 
 /// The base delay of relays' backoff at least.
@@ -380,54 +380,14 @@ async fn attempt(ctx: &Context, signals: &Signals, row: Row) -> bool {
         return true;
     };
     let mut parts = row.parts_sent;
-    let (result, policy, max_delay) = match item {
-        OutboxItem::Delivery(job) => {
-            let sent = delivery::deliver(&ctx.http, &settings.runtime.channels, job, &mut parts);
-            let policy = settings.runtime.channels.retry;
-            (sent.await.map(|()| None), policy, Duration::MAX)
-        }
-        OutboxItem::Relay(relayed) => {
-            let relayed = match &settings.runtime.mode {
-                GatewayMode::Forward(upstream) => relay(&ctx.http, upstream, relayed).await,
-                // A store written in forward mode, opened by an embedded gateway: kept.
-                GatewayMode::Embedded => Err(SendError::Unreachable {
-                    service: "upstream",
-                    detail: "forward mode is off".into(),
-                }),
-            };
-            // Relays are retried until they land: the client already has its 200. At least
-            // MIN_RELAY_BACKOFF apart, so that a zero base delay does not hammer the upstream.
-            let policy = RetryPolicy {
-                attempts: u32::MAX,
-                base_delay: settings
-                    .runtime
-                    .channels
-                    .retry
-                    .base_delay
-                    .max(MIN_RELAY_BACKOFF),
-            };
-            (relayed, policy, MAX_RELAY_BACKOFF)
-        }
-    };
+    let (result, policy, max_delay) = send(ctx, &settings.runtime, item, &mut parts).await;
     let attempts = row.attempts + 1;
     let next = result
         .as_ref()
         .err()
         .map(|error| next_attempt(&policy, attempts, error, max_delay));
     if let OutboxItem::Relay(relayed) = item {
-        let outcome = match next {
-            None => "forwarded",
-            Some(Next::RetryAfter(_)) => "retried",
-            Some(Next::GiveUp) => "failed",
-        };
-        let kind = match relayed {
-            Relayed::Wake { .. } => "wake",
-            Relayed::Agent { .. } => "agent",
-        };
-        ctx.metrics
-            .relays
-            .get_or_create(&RelayLabels { kind, outcome })
-            .inc();
+        count_relay(ctx, relayed, next);
     }
     match result {
         Ok(upstream) => succeed(ctx, &row, upstream).await,
@@ -443,24 +403,89 @@ async fn attempt(ctx: &Context, signals: &Signals, row: Row) -> bool {
                 give_up(ctx, signals, &row, &error).await;
             }
             Next::RetryAfter(backoff) => {
-                tracing::info!(id, attempts, %error, ?backoff, "send failed; will retry");
-                let (error, next) = (error.to_string(), now_ms().saturating_add(millis(backoff)));
-                // With the parts of a split reply that went out: the retry sends only the rest.
-                let retried = ctx
-                    .store
-                    .write(move |conn| {
-                        settle(conn, id, RowStatus::Pending, Some(&error), attempts, next)?;
-                        record_parts(conn, id, parts)
-                    })
-                    .await;
-                if let Err(err) = retried {
-                    tracing::error!(%err, id, "cannot schedule a retry");
-                }
-                signals.outbox_ready.notify_one();
+                retry_later(ctx, signals, &row, &error, backoff, parts).await;
             }
         },
     }
     true
+}
+
+/// Sends `item` once, counting in `parts` the parts of a split reply that went out; returns the
+/// outcome (a relay's upstream run id), with the retry policy and the longest backoff of its kind.
+async fn send(
+    ctx: &Context,
+    runtime: &RuntimeSettings,
+    item: &OutboxItem,
+    parts: &mut usize,
+) -> (Result<Option<String>, SendError>, RetryPolicy, Duration) {
+    match item {
+        OutboxItem::Delivery(job) => {
+            let sent = delivery::deliver(&ctx.http, &runtime.channels, job, parts);
+            let policy = runtime.channels.retry;
+            (sent.await.map(|()| None), policy, Duration::MAX)
+        }
+        OutboxItem::Relay(relayed) => {
+            let relayed = match &runtime.mode {
+                GatewayMode::Forward(upstream) => relay(&ctx.http, upstream, relayed).await,
+                // A store written in forward mode, opened by an embedded gateway: kept.
+                GatewayMode::Embedded => Err(SendError::Unreachable {
+                    service: "upstream",
+                    detail: "forward mode is off".into(),
+                }),
+            };
+            // Relays are retried until they land: the client already has its 200. At least
+            // MIN_RELAY_BACKOFF apart, so that a zero base delay does not hammer the upstream.
+            let policy = RetryPolicy {
+                attempts: u32::MAX,
+                base_delay: runtime.channels.retry.base_delay.max(MIN_RELAY_BACKOFF),
+            };
+            (relayed, policy, MAX_RELAY_BACKOFF)
+        }
+    }
+}
+
+/// Counts an attempt at a relay (`hookgate_relays_total`) by what comes `next` (`None`: it
+/// landed).
+fn count_relay(ctx: &Context, relayed: &Relayed, next: Option<Next>) {
+    let outcome = match next {
+        None => "forwarded",
+        Some(Next::RetryAfter(_)) => "retried",
+        Some(Next::GiveUp) => "failed",
+    };
+    let kind = match relayed {
+        Relayed::Wake { .. } => "wake",
+        Relayed::Agent { .. } => "agent",
+    };
+    ctx.metrics
+        .relays
+        .get_or_create(&RelayLabels { kind, outcome })
+        .inc();
+}
+
+/// Puts a row that failed with `error` back as pending, due after `backoff`, with the `parts`
+/// of a split reply that went out: the retry sends only the rest.
+async fn retry_later(
+    ctx: &Context,
+    signals: &Signals,
+    row: &Row,
+    error: &SendError,
+    backoff: Duration,
+    parts: usize,
+) {
+    let (id, attempts) = (row.id, row.attempts + 1);
+    tracing::info!(id, attempts, %error, ?backoff, "send failed; will retry");
+    let (error, next) = (error.to_string(), now_ms().saturating_add(millis(backoff)));
+    let retried = ctx
+        .store
+        .write(move |conn| {
+            settle(conn, id, RowStatus::Pending, Some(&error), attempts, next)?;
+            record_parts(conn, id, parts)
+        })
+        .await;
+    if let Err(err) = retried {
+        tracing::error!(%err, id, "cannot schedule a retry");
+    }
+    signals.outbox_ready.notify_one();
 }
 
 async fn succeed(ctx: &Context, row: &Row, upstream: Option<String>) {
