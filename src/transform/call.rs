@@ -1,6 +1,6 @@
 //! One call of a transform: a fresh store, the limits set, instantiate, call, drop (or, for a
-//! mapping with `transform.reuse`, a call on an instance kept from its earlier calls); and what
-//! the answer means for the request.
+//! mapping with `transform.reuse` above 1, which JavaScript modules have by default, a call on
+//! an instance kept from its earlier calls); and what the answer means for the request.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! The one wasmtime engine of the process: its configuration, the linker every transform is
-//! instantiated against, the epoch ticker that bounds wall time, and the slots that bound
+//! instantiated against, the epoch ticker that bounds running time, and the slots that bound
 //! concurrency.
 
 use std::sync::Arc;

@@ -1,5 +1,6 @@
-//! The per-call state a transform's store holds: an empty WASI context, the memory cap, and the
-//! bounded sinks for stdout, stderr and the `log` import.
+//! The state a transform's store holds, for one call or for the calls of a reused instance: an
+//! empty WASI context, the memory cap, and the bounded sinks for stdout, stderr and the `log`
+//! import, each with a budget of its own per call.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -22,8 +23,8 @@ const MAX_TABLE_ELEMENTS: usize = 100_000;
 /// less than one call's worth is left.
 const REUSED_PIPE_CALLS: usize = 4;
 
-/// Everything one call's store owns (or, with `transform.reuse`, the few calls' of one mapping
-/// that share it). Dropped with the store, so nothing outlives it.
+/// Everything one call's store owns (or, with `transform.reuse`, the calls of one mapping that
+/// share it). Dropped with the store, so nothing outlives it.
 pub struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
@@ -47,8 +48,8 @@ impl HostState {
     }
 
     /// Like [`HostState::new`], for a store that serves several calls: its pipes hold
-    /// [`REUSED_PIPE_CALLS`] calls' worth of output; a call that writes more than `log_bytes`
-    /// fails when it returns ([`HostState::output_full`]).
+    /// [`REUSED_PIPE_CALLS`] calls' worth of output; a call that writes `log_bytes` or more to
+    /// either fails when it returns ([`HostState::output_full`]).
     pub fn for_reuse(mapping_id: &str, memory_bytes: usize, log_bytes: usize) -> Self {
         let pipe_bytes = log_bytes.saturating_mul(REUSED_PIPE_CALLS);
         Self::with_pipes(mapping_id, memory_bytes, log_bytes, pipe_bytes)

@@ -13,20 +13,30 @@ pub(super) const TABLES_PER_COMPONENT: u32 = 16;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TransformLimits {
     /// Running time from instantiation to the answer: the time the call runs, not its waits for
-    /// a slot or a thread (see `guest_clock`); enforced at epoch ticks.
+    /// a slot or a thread (see `guest_clock`); enforced at epoch ticks while the guest runs, and
+    /// by a timer while it is blocked in a host call.
     pub timeout: Duration,
-    /// Linear memory the instance may grow to, in bytes.
+    /// Linear memory the instance may grow to, in bytes: all its memories together, and no more
+    /// than the engine's pool was sized for.
     pub memory_bytes: usize,
     /// The most bytes an outcome may carry (strings and bodies, summed).
     pub output_bytes: usize,
-    /// What stdout, stderr and `log` together may write per call; more is a limit breach for
-    /// stdout/stderr and is dropped for `log`.
+    /// What each of stdout, stderr and the `log` import may take in one call. Each has a budget
+    /// of its own, so a call may write up to three times this in all. A `log` line costs its
+    /// length plus what the host adds to it; lines past the budget are dropped and counted. On
+    /// stdout or stderr, output that reaches the bound is an output limit breach, found when the
+    /// guest fails at the refused write (a fresh instance; a guest that ignores the refusal goes
+    /// on, its output cut) or when the call returns (a reused instance).
     pub log_bytes: usize,
-    /// Calls running at once; further requests wait for a slot.
+    /// Calls running at once over all mappings, one mapping at most half of them (rounded up);
+    /// a further call waits for a slot, for at most ten times `timeout` (at least a second).
     pub max_concurrent: u32,
     /// How many calls one instance serves (`transform.reuse` of a mapping): 1, the default, is
-    /// a fresh instance for every call. More lets what a call leaves in the instance's memory
-    /// (globals, caches, the JavaScript heap) reach the mapping's later calls.
+    /// a fresh instance for every call, but [`TransformLimits::for_javascript`] keeps
+    /// instances. More lets what a call leaves in the instance's memory (globals, caches, the
+    /// JavaScript heap) reach the mapping's later calls. An instance goes before that after a
+    /// call that failed or was refused memory, when its output pipes are nearly full, and when
+    /// idle instances already hold their share of the pool.
     pub reuse: u32,
 }
 
@@ -36,10 +46,11 @@ pub struct TransformLimits {
 const JAVASCRIPT_MEMORY_BYTES: usize = 64 * 1024 * 1024;
 const JAVASCRIPT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// A JavaScript module's instances serve their mapping's calls until one fails or the module or
-/// the configuration changes, as the OpenClaw gateway keeps an imported module until a reload:
-/// a fresh instance starts with the module loaded, but a request through one still costs about
-/// 0.3 ms of CPU under load, against 0.2 ms through a kept one.
+/// A JavaScript module's instances serve their mapping's calls until one fails (or another
+/// reason of [`TransformLimits::reuse`] retires it) or the module or the configuration changes,
+/// as the OpenClaw gateway keeps an imported module until a reload: a fresh instance starts
+/// with the module loaded, but a request through one still costs about 0.3 ms of CPU under
+/// load, against 0.2 ms through a kept one.
 const JAVASCRIPT_REUSE: u32 = u32::MAX;
 
 impl TransformLimits {

@@ -1,10 +1,15 @@
 //! The WebAssembly transform host: components of the world in `wit/transform.wit` (0.2, and 0.1
-//! components still), compiled once
-//! (cached on disk), pre-instantiated, and instantiated into a fresh, limited store per request.
+//! components still), compiled once (cached on disk) and pre-instantiated. A call runs in a
+//! limited store: a fresh store and instance per call by default, or an instance kept with its
+//! store from the same mapping's earlier calls when the mapping sets `transform.reuse` above 1,
+//! as a mapping naming a JavaScript or TypeScript module does unless it says otherwise
+//! ([`TransformLimits::reuse`]). A kept instance carries what earlier calls left in its memory,
+//! and is given up after a call that fails.
 //!
 //! A transform sees only its request: no filesystem, network, environment, arguments or stdin.
-//! Each call is bounded in wall time (epoch interruption), memory (a store limiter) and output
-//! size; a transform that breaks a limit fails its own request and nothing else.
+//! Each call is bounded in running time (epoch interruption, see `guest_clock`), memory (a store
+//! limiter) and output size; a transform that breaks a limit fails its own request and nothing
+//! else.
 
 mod bindings;
 mod cache;

@@ -37,8 +37,9 @@ pub struct LoadedTransform {
     pub module: String,
     pub(super) pre: TransformPre,
     digest: [u8; 32],
-    /// Idle instances of mappings with `transform.reuse`, by mapping and limits: never shared
-    /// between mappings, and dropped with this module's version.
+    /// Idle instances of mappings with `transform.reuse` above 1 (JavaScript modules' by
+    /// default), by mapping and limits: never shared between mappings, and dropped with this
+    /// module's version.
     pub(super) warm: std::sync::Mutex<HashMap<String, Vec<IdleInstance>>>,
     /// Calls of this version of the file, kept across reloads that keep its code.
     pub(super) stats: Arc<CallStats>,
