@@ -317,17 +317,45 @@ pub async fn eventually(what: &str, mut probe: impl AsyncFnMut() -> bool) {
 /// interim answer, which says the handler has begun reading the body: from then on the request
 /// is in flight and a signal sent after this cannot overtake it.
 pub async fn send_head_until_continue(stream: &mut tokio::net::TcpStream, head: &str) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     assert!(head.contains("expect: 100-continue\r\n"), "{head}");
     stream.write_all(head.as_bytes()).await.unwrap();
-    let mut interim = Vec::new();
-    while !interim.ends_with(b"\r\n\r\n") {
+    let interim = read_head(stream).await;
+    assert!(interim.starts_with("HTTP/1.1 100"), "{interim}");
+}
+
+/// Reads the head of the server's next answer (interim or final) on `stream`, byte by byte so
+/// that nothing after it is consumed.
+pub async fn read_head(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
         let mut byte = [0u8; 1];
         stream.read_exact(&mut byte).await.unwrap();
-        interim.push(byte[0]);
+        head.push(byte[0]);
     }
-    let interim = String::from_utf8_lossy(&interim);
-    assert!(interim.starts_with("HTTP/1.1 100"), "{interim}");
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// Reads the server's next final answer on `stream`, its body included (by its
+/// `content-length`), so that the connection can carry another; returns its status.
+pub async fn read_answer_status(stream: &mut tokio::net::TcpStream) -> u16 {
+    use tokio::io::AsyncReadExt;
+    let head = read_head(stream).await;
+    let length = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or_else(|| panic!("no content-length in {head:?}"));
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).await.unwrap();
+    head.split(' ')
+        .nth(1)
+        .and_then(|status| status.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {head:?}"))
 }
 
 /// The JSON body of a response, with its status.

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::fake::{Answer, Fake, chat_reply};
 use crate::harness::*;
@@ -193,37 +193,73 @@ async fn closed(stream: &mut tokio::net::TcpStream) -> bool {
     )
 }
 
+/// A mapped wake whose text names the configuration generation it was answered under.
+fn generation_probe(generation: u32) -> Value {
+    json!([{"id": "probe", "match": {"path": "probe"}, "action": "wake",
+            "textTemplate": format!("answered under generation {generation}")}])
+}
+
+/// The length of the body each held probe of `connection_limits_follow_a_reload` announces.
+const HELD_BODY_BYTES: usize = 100;
+
+/// A probe's head that asks the server before the body is sent (`expect: 100-continue`): once
+/// the server asks, the request is in flight, and its connection cannot give way to another.
+fn held_probe_head() -> String {
+    format!(
+        "POST /hooks/probe HTTP/1.1\r\nhost: h\r\nauthorization: Bearer {HOOK_TOKEN}\r\nexpect: 100-continue\r\ncontent-length: {HELD_BODY_BYTES}\r\n\r\n"
+    )
+}
+
+/// The body of a held probe: an empty object, padded to the length its head announced.
+fn held_probe_body() -> String {
+    format!("{:<HELD_BODY_BYTES$}", "{}")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_limits_follow_a_reload() {
     let mut config = base_config();
     set(&mut config, "gateway.maxConnections", json!(1));
-    set(&mut config, "gateway.maxConnectionsPerClient", json!(2));
+    // Room for a request of the operator API beside the two connections the test holds.
+    set(&mut config, "gateway.maxConnectionsPerClient", json!(3));
     set(&mut config, "hooks.bodyTimeoutSeconds", json!(3600));
     set(&mut config, "gateway.minReceiveBytesPerSecond", json!(0));
+    set(&mut config, "hooks.mappings", generation_probe(1));
     let (server, dir) = Hookgate::start(&config);
     // A request in flight holds the only slot (an idle connection would give way to the next
     // one): a request waits for a slot.
     let addr = server.url("").trim_start_matches("http://").to_string();
     let mut busy = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let head = format!(
-        "POST /hooks/wake HTTP/1.1\r\nhost: h\r\nauthorization: Bearer {HOOK_TOKEN}\r\nexpect: 100-continue\r\ncontent-length: 100\r\n\r\n"
+    send_head_until_continue(&mut busy, &held_probe_head()).await;
+    let mut waiting = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let request = format!(
+        "POST /hooks/probe HTTP/1.1\r\nhost: h\r\nauthorization: Bearer {HOOK_TOKEN}\r\ncontent-length: 2\r\n\r\n{{}}"
     );
-    send_head_until_continue(&mut busy, &head).await;
-    let waiting = tokio::spawn({
-        let request = server.hook("/hooks/wake").json(&json!({"text": "waiting"}));
-        async move { request.send().await.map(|r| r.status().as_u16()) }
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!waiting.is_finished(), "answered with every slot held");
+    waiting.write_all(request.as_bytes()).await.unwrap();
+    // With the waiting request sent, the busy connection's request is answered under the old
+    // configuration, and a second one, sent with it, holds the slot again at once.
+    busy.write_all((held_probe_body() + &held_probe_head()).as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(read_answer_status(&mut busy).await, 200);
+    let interim = read_head(&mut busy).await;
+    assert!(interim.starts_with("HTTP/1.1 100"), "{interim}");
 
     set(&mut config, "gateway.maxConnections", json!(4));
     set(&mut config, "gateway.headerTimeoutSeconds", json!(1));
+    set(&mut config, "hooks.mappings", generation_probe(2));
     dir.write(&config);
-    assert_eq!(waiting.await.unwrap().unwrap(), 200);
-    assert!(
-        !closed(&mut busy).await,
-        "the request got in because the reload added slots, not because the busy one left"
+    assert_eq!(read_answer_status(&mut waiting).await, 200);
+    // The waiting request, there before the busy one's first answer, was answered under the new
+    // configuration only: it waited while the old one was in force.
+    assert_eq!(
+        server.wake_texts().await,
+        ["answered under generation 1", "answered under generation 2"],
+        "answered with every slot held"
     );
+    // The busy connection's second request is still in flight and is answered: the waiting one
+    // got in because the reload added slots, not because the busy one left.
+    busy.write_all(held_probe_body().as_bytes()).await.unwrap();
+    assert_eq!(read_answer_status(&mut busy).await, 200);
     // The new header timeout closes a connection that sends nothing (the old one allowed 10 s).
     let mut silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
     eventually("the silent connection to be closed", async || {
