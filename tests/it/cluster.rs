@@ -70,8 +70,8 @@ async fn run(node: &Hookgate, run_id: &str) -> Value {
 
 /// Waits, up to `limit`, until every run in `run_ids` is `ok` on `node`.
 pub(crate) async fn all_ok(node: &Hookgate, run_ids: &[String], limit: Duration) {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
+    let every = Duration::from_millis(100);
+    eventually_within("every run ok", limit, every, async || {
         let mut pending = Vec::new();
         for id in run_ids {
             let record = run(node, id).await;
@@ -80,14 +80,12 @@ pub(crate) async fn all_ok(node: &Hookgate, run_ids: &[String], limit: Duration)
             }
         }
         if pending.is_empty() {
-            return;
+            Ok(())
+        } else {
+            Err(format!("runs not ok in time: {pending:?}"))
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "runs not ok in time: {pending:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 /// Summary events per run id, from the text `Hook <name>: ...` of runs named after their id.

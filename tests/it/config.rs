@@ -340,8 +340,8 @@ async fn a_refused_reload_repeats_no_part_of_a_value_either() {
 }
 
 /// A FIFO (or a device) as a secret file is refused at once, not waited on for a writer.
-#[test]
-fn a_fifo_secret_file_is_refused_without_hanging() {
+#[tokio::test]
+async fn a_fifo_secret_file_is_refused_without_hanging() {
     let dir = ConfigDir::new(&json!({}));
     let fifo = dir.path().join("token.fifo");
     let made = std::process::Command::new("mkfifo")
@@ -357,16 +357,15 @@ fn a_fifo_secret_file_is_refused_without_hanging() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("hookgate check still waits on the FIFO");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+    let status = {
+        let running = KillOnDrop(&mut child);
+        let limit = std::time::Duration::from_secs(20);
+        let every = std::time::Duration::from_millis(50);
+        eventually_within("hookgate check to end", limit, every, async || {
+            let status = running.0.try_wait().unwrap();
+            status.ok_or_else(|| "hookgate check still waits on the FIFO".to_string())
+        })
+        .await
     };
     let output = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&output.stdout).to_string()
@@ -377,6 +376,16 @@ fn a_fifo_secret_file_is_refused_without_hanging() {
             && text.contains("not a regular file"),
         "{text}"
     );
+}
+
+/// Kills the process when dropped: a test that fails while waiting for it leaves none behind.
+struct KillOnDrop<'a>(&'a mut std::process::Child);
+
+impl Drop for KillOnDrop<'_> {
+    fn drop(&mut self) {
+        // An error only says the process has ended already.
+        let _ = self.0.kill();
+    }
 }
 
 /// A mapping may not take a preset's id: that would give it the preset's capture and limits.

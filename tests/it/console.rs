@@ -2,7 +2,7 @@
 //! protocol (Debian's `chromium` and `chromium-driver`, which `.ci/run` installs).
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -51,21 +51,17 @@ impl Browser {
                 ],
             },
         }}});
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let session = loop {
-            match client()
+        let (limit, every) = (Duration::from_secs(20), Duration::from_millis(100));
+        let session = eventually_within("chromedriver to answer", limit, every, async || {
+            let session = client()
                 .post(format!("{}/session", browser.base))
                 .json(&capabilities)
                 .send()
                 .await
-            {
-                Ok(response) => break response.json::<Value>().await.unwrap(),
-                Err(_) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(100)).await
-                }
-                Err(err) => panic!("chromedriver did not answer: {err}"),
-            }
-        };
+                .map_err(|err| format!("chromedriver did not answer: {err}"))?;
+            Ok(session.json::<Value>().await.unwrap())
+        })
+        .await;
         browser.session = session["value"]["sessionId"]
             .as_str()
             .unwrap_or_else(|| panic!("no browser session: {session}"))
@@ -144,18 +140,20 @@ impl Browser {
 
     /// Waits until the element `css` shows text containing `wanted`.
     async fn wait_for_text(&self, css: &str, wanted: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let seen = self.text(css).await;
-            if seen.contains(wanted) {
-                return seen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{css} did not show {wanted:?} within 10 s; it shows {seen:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        eventually_within(
+            &format!("{css} showing {wanted:?}"),
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            async || {
+                let seen = self.text(css).await;
+                if seen.contains(wanted) {
+                    Ok(seen)
+                } else {
+                    Err(format!("it shows {seen:?}"))
+                }
+            },
+        )
+        .await
     }
 
     async fn screenshot(&self) -> Vec<u8> {

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
@@ -259,21 +259,19 @@ async fn finished_runs(server: &Hookgate, runs: &[(String, String)]) -> BTreeMap
     for (run_id, _) in runs {
         // Runs of one session key go one at a time behind a 20 ms provider, so the last of a
         // backlog may take a while; the bound only stops a run that never finishes.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
+        let (limit, every) = (Duration::from_secs(60), Duration::from_millis(50));
+        let run = eventually_within("the run finished", limit, every, async || {
             let response = server.api(&format!("/api/runs/{run_id}")).send().await;
             let (status, run) = json_of(response.unwrap()).await;
             assert_eq!(status, 200, "acknowledged run {run_id} lost: {run}");
             if run["finishedAt"].is_string() {
-                finished.insert(run_id.clone(), run);
-                break;
+                Ok(run)
+            } else {
+                Err(format!("run {run_id} never finished: {run}"))
             }
-            assert!(
-                Instant::now() < deadline,
-                "run {run_id} never finished: {run}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
+        finished.insert(run_id.clone(), run);
     }
     finished
 }

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 
@@ -102,11 +102,13 @@ impl Load {
     /// Waits until `more` requests beyond those acknowledged now are acknowledged.
     async fn until_more(&self, more: usize, what: &str) {
         let target = self.acked() + more;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.acked() < target {
-            assert!(Instant::now() < deadline, "{what}: load stalled");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let (limit, every) = (Duration::from_secs(60), Duration::from_millis(50));
+        let what = format!("{what}: {more} more acknowledged");
+        eventually_within(&what, limit, every, async || match self.acked() {
+            acked if acked >= target => Ok(()),
+            acked => Err(format!("load stalled at {acked} of {target}")),
+        })
+        .await
     }
 
     async fn stop(self) -> (Vec<String>, Vec<(String, String)>) {
@@ -123,14 +125,11 @@ impl Load {
 /// Starts a node on `dir` (on `port`, or one of the system's choosing), retrying while the
 /// JetStream cluster is still electing its leaders.
 async fn start_node(dir: &ConfigDir, port: u16) -> Hookgate {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match Hookgate::try_start_on(dir, port) {
-            Ok(node) => return node,
-            Err(log) => assert!(Instant::now() < deadline, "no node started:\n{log}"),
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let (limit, every) = (Duration::from_secs(60), Duration::from_millis(500));
+    eventually_within("a node to start", limit, every, async || {
+        Hookgate::try_start_on(dir, port).map_err(|log| format!("no node started:\n{log}"))
+    })
+    .await
 }
 
 /// The name of the server leading the stream (`n1`...).
@@ -188,8 +187,8 @@ async fn acknowledged_work_survives_the_stream_leader_and_a_node_killed() {
 /// Checks that every acknowledged wake is on `node` exactly once, and every acknowledged run
 /// ended with exactly one summary, waiting (within a minute) for the node's view to catch up.
 async fn all_present_once(node: &Hookgate, wakes: &[String], runs: &[(String, String)]) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let (limit, every) = (Duration::from_secs(60), Duration::from_millis(200));
+    eventually_within("every acknowledged wake", limit, every, async || {
         let mut seen = BTreeMap::<String, usize>::new();
         for event in all_events(node)
             .await
@@ -208,16 +207,16 @@ async fn all_present_once(node: &Hookgate, wakes: &[String], runs: &[(String, St
             node.base
         );
         if missing.is_empty() {
-            break;
+            Ok(())
+        } else {
+            Err(format!(
+                "{} acknowledged wakes missing on {}: {missing:?}",
+                missing.len(),
+                node.base
+            ))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{} acknowledged wakes missing on {}: {missing:?}",
-            missing.len(),
-            node.base
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
     let run_ids: Vec<String> = runs.iter().map(|(id, _)| id.clone()).collect();
     all_ok(node, &run_ids, Duration::from_secs(60)).await;
     let summaries = summaries_per_run(&all_events(node).await);

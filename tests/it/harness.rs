@@ -300,17 +300,44 @@ pub fn check_in(dir: &ConfigDir) -> (ExitStatus, String) {
     (out.status, text)
 }
 
-/// Retries `probe` until it returns true, for at most ten seconds (for effects that happen in the
-/// background, such as a config reload). Fails the test when it never does.
+/// Retries `probe` until it returns true, every 50 ms for at most ten seconds (for effects that
+/// happen in the background, such as a config reload). Fails the test when it never does.
 pub async fn eventually(what: &str, mut probe: impl AsyncFnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::time::Instant::now() < deadline {
-        if probe().await {
-            return;
+    let limit = std::time::Duration::from_secs(10);
+    let every = std::time::Duration::from_millis(50);
+    eventually_within(what, limit, every, async || {
+        probe().await.then_some(()).ok_or_else(String::new)
+    })
+    .await
+}
+
+/// Retries `probe` every `every` until it returns `Ok`, for at most `limit`, and returns what it
+/// found: for effects slower than [`eventually`] waits for (a cluster electing its leaders, a
+/// backlog of runs), or polled more gently. Fails the test when it never does, with `what` and
+/// the last `Err`, which says what was found instead. `probe` may also fail the test itself, on
+/// what must never be seen while waiting.
+pub async fn eventually_within<T>(
+    what: &str,
+    limit: std::time::Duration,
+    every: std::time::Duration,
+    mut probe: impl AsyncFnMut() -> Result<T, String>,
+) -> T {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let found = match probe().await {
+            Ok(value) => return value,
+            Err(found) => found,
+        };
+        if std::time::Instant::now() >= deadline {
+            let found = if found.is_empty() {
+                found
+            } else {
+                format!(": {found}")
+            };
+            panic!("{what} did not happen within {limit:?}{found}");
         }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        tokio::time::sleep(every).await;
     }
-    panic!("{what} did not happen within 10 s");
 }
 
 /// Sends `head` (a request's line and headers, with `expect: 100-continue`) and reads the server's

@@ -91,21 +91,18 @@ impl OpenClaw {
 
     /// Waits for `/readyz` (20–30 s after the start on this machine).
     pub(crate) async fn ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(150);
-        while Instant::now() < deadline {
+        let (limit, every) = (Duration::from_secs(150), Duration::from_millis(250));
+        eventually_within("the OpenClaw gateway ready", limit, every, async || {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("the OpenClaw gateway exited with {status}:\n{}", self.log());
             }
             let probe = client().get(format!("{}/readyz", self.url())).send().await;
-            if probe.is_ok_and(|r| r.status() == 200) {
-                return;
+            match probe {
+                Ok(response) if response.status() == 200 => Ok(()),
+                _ => Err(self.log()),
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        panic!(
-            "the OpenClaw gateway was not ready in 150 s:\n{}",
-            self.log()
-        );
+        })
+        .await
     }
 }
 
@@ -131,15 +128,16 @@ impl Drop for OpenClaw {
 /// The run once it has left `forwarding`, waiting up to a minute (the upstream queues runs of
 /// its one default session behind each other).
 async fn relayed(server: &Hookgate, run_id: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let (limit, every) = (Duration::from_secs(60), Duration::from_millis(100));
+    eventually_within("the run relayed", limit, every, async || {
         let run = server.run_of(&json!({"runId": run_id})).await;
-        if run["status"] != "forwarding" {
-            return run;
+        if run["status"] == "forwarding" {
+            Err(format!("still forwarding: {run}"))
+        } else {
+            Ok(run)
         }
-        assert!(Instant::now() < deadline, "still forwarding: {run}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 async fn post(server: &Hookgate, path: &str, body: Value) -> Value {

@@ -204,18 +204,18 @@ async fn the_documented_forward_configuration_relays_to_the_real_openclaw_gatewa
     // gives each a minute).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
     for reply in &runs {
-        loop {
+        let limit = deadline.saturating_duration_since(std::time::Instant::now());
+        let every = std::time::Duration::from_millis(100);
+        let run = eventually_within("the run relayed", limit, every, async || {
             let run = server.run_of(reply).await;
-            if run["status"] != "forwarding" {
-                assert_eq!(run["status"], "forwarded", "{run}\n{}", openclaw.log());
-                break;
+            if run["status"] == "forwarding" {
+                Err(format!("still forwarding: {run}"))
+            } else {
+                Ok(run)
             }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "still forwarding: {run}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
+        })
+        .await;
+        assert_eq!(run["status"], "forwarded", "{run}\n{}", openclaw.log());
     }
     let metrics = server.metrics().await;
     for line in [
