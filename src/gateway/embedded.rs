@@ -3,8 +3,7 @@
 
 use std::sync::Arc;
 
-use super::context::Context;
-use super::context::Worker;
+use super::context::{Context, Worker, WorkerName};
 use super::outbox::{self, Lane};
 use super::records::{EventOutcome, NewEvent, NewRun};
 use super::retry::{self, Retry};
@@ -24,23 +23,19 @@ impl Embedded {
     pub fn start(ctx: Context) -> (Embedded, Vec<Worker>) {
         let signals = Arc::new(Signals::default());
         let workers = vec![
-            (
-                "outbox",
-                tokio::spawn(outbox::run(
-                    ctx.clone(),
-                    Arc::clone(&signals),
-                    Lane::Deliveries,
-                )),
+            Worker::spawn(
+                WorkerName::Outbox,
+                outbox::run(ctx.clone(), Arc::clone(&signals), Lane::Deliveries),
             ),
-            (
-                "runner",
-                tokio::spawn(runner::run(ctx.clone(), Arc::clone(&signals))),
+            Worker::spawn(
+                WorkerName::Runner,
+                runner::run(ctx.clone(), Arc::clone(&signals)),
             ),
-            (
-                "heartbeat",
-                tokio::spawn(heartbeat::run(ctx.clone(), Arc::clone(&signals))),
+            Worker::spawn(
+                WorkerName::Heartbeat,
+                heartbeat::run(ctx.clone(), Arc::clone(&signals)),
             ),
-            ("retention", tokio::spawn(retention::run(ctx.clone()))),
+            Worker::spawn(WorkerName::Retention, retention::run(ctx.clone())),
         ];
         (Embedded { ctx, signals }, workers)
     }

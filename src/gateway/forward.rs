@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::context::{Context, Worker};
+use super::context::{Context, Worker, WorkerName};
 use super::outbox::{self, Lane, OutboxItem};
 use super::records::{EventOutcome, NewEvent, NewRun, RunStatus};
 use super::relay::{AgentBody, Relayed, WakeBody};
@@ -24,14 +24,11 @@ impl Forward {
     pub fn start(ctx: Context) -> (Forward, Vec<Worker>) {
         let signals = Arc::new(Signals::default());
         let workers = vec![
-            (
-                "outbox",
-                tokio::spawn(outbox::run(ctx.clone(), Arc::clone(&signals), Lane::Relays)),
+            Worker::spawn(
+                WorkerName::Outbox,
+                outbox::run(ctx.clone(), Arc::clone(&signals), Lane::Relays),
             ),
-            (
-                "retention",
-                tokio::spawn(super::retention::run(ctx.clone())),
-            ),
+            Worker::spawn(WorkerName::Retention, super::retention::run(ctx.clone())),
         ];
         (Forward { ctx, signals }, workers)
     }

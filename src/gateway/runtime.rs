@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::clock::{now_ms, now_rfc3339};
-use super::context::{Context, Worker};
+use super::context::{Context, Worker, WorkerName};
 use super::deliveries::{self, Claim, RecordedAnswer};
 use super::embedded::Embedded;
 use super::forward::Forward;
@@ -101,12 +101,13 @@ impl Runtime {
         self.workers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The names of workers that have stopped (they never should while serving).
+    /// The names of workers that have stopped (they never should while serving), as logs and
+    /// `/readyz` give them.
     pub fn dead_workers(&self) -> Vec<&'static str> {
         self.lock_workers()
             .iter()
-            .filter(|(_, handle)| handle.is_finished())
-            .map(|(name, _)| *name)
+            .filter(|worker| worker.handle.is_finished())
+            .map(|worker| worker.name.as_str())
             .collect()
     }
 
@@ -118,8 +119,8 @@ impl Runtime {
     pub async fn stop(&self, grace: Duration) {
         if let Backend::Nats(cluster) = &self.backend {
             // No more pulls; then what this node holds goes back to the cluster.
-            for (_, handle) in self.lock_workers().iter() {
-                handle.abort();
+            for worker in self.lock_workers().iter() {
+                worker.handle.abort();
             }
             cluster.stop().await;
             return;
@@ -129,16 +130,18 @@ impl Runtime {
         }
         let outbox = {
             let mut workers = self.lock_workers();
-            let at = workers.iter().position(|(name, _)| *name == "outbox");
-            at.map(|at| workers.remove(at).1)
+            let at = workers
+                .iter()
+                .position(|worker| matches!(worker.name, WorkerName::Outbox));
+            at.map(|at| workers.remove(at).handle)
         };
         if let Some(mut outbox) = outbox {
             if tokio::time::timeout(grace, &mut outbox).await.is_err() {
                 outbox.abort();
             }
         }
-        for (_, handle) in self.lock_workers().iter() {
-            handle.abort();
+        for worker in self.lock_workers().iter() {
+            worker.handle.abort();
         }
     }
 

@@ -9,17 +9,16 @@ use std::time::Duration;
 use async_nats::jetstream::Message;
 use futures_util::StreamExt;
 use tokio::sync::Semaphore;
-use tokio::task::JoinHandle;
 
 use super::Cluster;
 use super::work::{FINISH_GRACE, RETRY};
-use crate::gateway::context::Context;
+use crate::gateway::context::{Context, Worker, WorkerName};
 
 /// How long a pull waits for messages before asking again.
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 
 /// Starts the projection and the workers of a node on the cluster.
-pub fn start_workers(ctx: &Context, cluster: &Cluster) -> Vec<(&'static str, JoinHandle<()>)> {
+pub fn start_workers(ctx: &Context, cluster: &Cluster) -> Vec<Worker> {
     let slots = ctx.config.current().runtime.max_concurrent;
     let runner = {
         let (ctx, cluster) = (ctx.clone(), cluster.clone());
@@ -40,21 +39,21 @@ pub fn start_workers(ctx: &Context, cluster: &Cluster) -> Vec<(&'static str, Joi
         })
     };
     vec![
-        (
-            "projection",
-            tokio::spawn(super::project(cluster.clone(), ctx.store.clone())),
+        Worker::spawn(
+            WorkerName::Projection,
+            super::project(cluster.clone(), ctx.store.clone()),
         ),
-        ("runner", tokio::spawn(runner)),
-        ("heartbeat", tokio::spawn(heartbeat)),
-        ("delivery", tokio::spawn(delivery)),
-        (
-            "heartbeat-clock",
-            tokio::spawn(super::dispatch::clock(ctx.clone(), cluster.clone())),
+        Worker::spawn(WorkerName::Runner, runner),
+        Worker::spawn(WorkerName::Heartbeat, heartbeat),
+        Worker::spawn(WorkerName::Delivery, delivery),
+        Worker::spawn(
+            WorkerName::HeartbeatClock,
+            super::dispatch::clock(ctx.clone(), cluster.clone()),
         ),
     ]
 }
 
-/// Pulls from consumer `name` at most `slots` messages at a time and hands each to `handle` in
+/// Pulls from the durable consumer `name` at most `slots` messages at a time and hands each to `handle` in
 /// a task of its own, until the process ends.
 async fn consume<F, Fut>(cluster: Cluster, name: &'static str, slots: usize, handle: F)
 where
