@@ -77,11 +77,7 @@ pub(super) async fn beat(ctx: Context, cluster: Cluster, message: Message) {
 /// the channels' backoff until it lands or is given up.
 pub(super) async fn deliver(ctx: Context, cluster: Cluster, message: Message) {
     let (sequence, delivered) = position(&message);
-    let job = match serde_json::from_slice::<Fact>(&message.payload) {
-        Ok(fact) => fact.job().cloned(),
-        Err(_) => None,
-    };
-    let Some(job) = job else {
+    let Some(job) = job_of(&message) else {
         return done(&message).await;
     };
     let attempts = u32::try_from(delivered).unwrap_or(u32::MAX);
@@ -108,27 +104,9 @@ pub(super) async fn deliver(ctx: Context, cluster: Cluster, message: Message) {
         let error = SendError::Interrupted;
         return give_up(&cluster, &message, &job, &marker, attempts, &error).await;
     }
-    // `retry:<n>`: an earlier attempt failed after sending the first n parts of a split reply.
-    let mut parts = entry
-        .as_ref()
-        .and_then(|e| {
-            std::str::from_utf8(&e.value)
-                .ok()?
-                .strip_prefix(RETRY)?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0);
-    let marked = match entry {
-        Some(entry) => sends
-            .update(&marker, SENDING.into(), entry.revision)
-            .await
-            .is_ok(),
-        None => sends.create(&marker, SENDING.into()).await.is_ok(),
-    };
-    if !marked {
+    let Some(mut parts) = mark_sending(sends, &marker, entry).await else {
         return later(&message, Duration::from_secs(1)).await;
-    }
+    };
     let settings = ctx.config.current();
     let send = delivery::deliver(&ctx.http, &settings.runtime.channels, &job, &mut parts);
     let sent = with_progress(&cluster, &message, || async {}, send).await;
@@ -165,6 +143,38 @@ pub(super) async fn deliver(ctx: Context, cluster: Cluster, message: Message) {
             }
         }
     }
+}
+
+/// The delivery a message of the delivery consumer carries; `None` for anything else.
+fn job_of(message: &Message) -> Option<DeliveryJob> {
+    match serde_json::from_slice::<Fact>(&message.payload) {
+        Ok(fact) => fact.job().cloned(),
+        Err(_) => None,
+    }
+}
+
+/// Marks the send of `marker` as under way, over its current `entry` (a failed attempt's, or
+/// none) and only if no other node changed it meanwhile. Returns how many parts of a split reply
+/// earlier attempts sent (`retry:<n>`), or `None` when the mark was not made.
+async fn mark_sending(sends: &kv::Store, marker: &str, entry: Option<kv::Entry>) -> Option<usize> {
+    let parts = entry
+        .as_ref()
+        .and_then(|e| {
+            std::str::from_utf8(&e.value)
+                .ok()?
+                .strip_prefix(RETRY)?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0);
+    let marked = match entry {
+        Some(entry) => sends
+            .update(marker, SENDING.into(), entry.revision)
+            .await
+            .is_ok(),
+        None => sends.create(marker, SENDING.into()).await.is_ok(),
+    };
+    marked.then_some(parts)
 }
 
 async fn record_sent(
