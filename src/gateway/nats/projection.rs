@@ -143,27 +143,13 @@ pub async fn project(cluster: Cluster, view: Store) {
     }
 }
 
+/// Follows the stream from the sequence after the last one applied, applying what arrives in
+/// batches, until the connection is made again, the stream's order changes or the stream is no
+/// longer the one the view was built from: then `Ok`, to be called again.
 async fn follow(cluster: &Cluster, view: &Store) -> Result<(), ClusterError> {
     // The stream may have been deleted and created again under this running node.
     verify(cluster, view).await?;
-    let stream = cluster
-        .js
-        .get_stream_no_info(&cluster.names.stream)
-        .await
-        .map_err(|e| ClusterError::new("cannot open the stream", e))?;
-    let ordered = stream
-        .create_consumer(consumer::pull::OrderedConfig {
-            deliver_policy: DeliverPolicy::ByStartSequence {
-                start_sequence: cluster.applied() + 1,
-            },
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| ClusterError::new("cannot follow the stream", e))?;
-    let mut messages = ordered
-        .messages()
-        .await
-        .map_err(|e| ClusterError::new("cannot follow the stream", e))?;
+    let mut messages = ordered_from_applied(cluster).await?;
     let reconnection = cluster.reconnection();
     tokio::pin!(reconnection);
     // A stream deleted and created again does not end the consumer (it follows the new stream
@@ -171,8 +157,6 @@ async fn follow(cluster: &Cluster, view: &Store) -> Result<(), ClusterError> {
     let mut checks = tokio::time::interval_at(tokio::time::Instant::now() + CHECK, CHECK);
     let mut received = 0u64;
     loop {
-        let mut batch = Vec::new();
-        let mut drained = false;
         let first = tokio::select! {
             first = messages.next() => first,
             () = &mut reconnection => {
@@ -189,45 +173,102 @@ async fn follow(cluster: &Cluster, view: &Store) -> Result<(), ClusterError> {
         let Some(first) = first else {
             return Ok(());
         };
-        let mut next = Some(first);
-        while let Some(message) = next.take() {
-            let message = message.map_err(|e| ClusterError::new("stream read", e))?;
-            let info = message
-                .info()
-                .map_err(|e| ClusterError::new("stream read", e))?;
-            let sequence = info.stream_sequence;
-            let behind = batch.last().map_or(cluster.applied(), |(last, _)| *last);
-            let restarted = received > 0 && info.consumer_sequence == 1;
-            if sequence <= behind || restarted {
-                // The consumer started over by itself, or went back: the stream may be another
-                // one now. Nothing of this batch is applied before the view is verified.
-                tracing::info!(sequence, "the stream's order changed; verifying the view");
-                return Ok(());
-            }
-            received += 1;
-            drained = info.pending == 0;
-            batch.push((sequence, message.payload.clone()));
-            if batch.len() < MAX_BATCH {
-                // Whatever has already arrived joins this batch; nothing waits for more.
-                next = tokio::time::timeout(Duration::ZERO, messages.next())
-                    .await
-                    .ok()
-                    .flatten();
-            }
+        let Some(batch) = read_batch(cluster, first, &mut messages, &mut received).await? else {
+            return Ok(());
+        };
+        apply_to_view(cluster, view, batch).await?;
+    }
+}
+
+/// An ordered consumer of the stream from the sequence after the last one applied.
+async fn ordered_from_applied(cluster: &Cluster) -> Result<consumer::pull::Ordered, ClusterError> {
+    let stream = cluster
+        .js
+        .get_stream_no_info(&cluster.names.stream)
+        .await
+        .map_err(|e| ClusterError::new("cannot open the stream", e))?;
+    let ordered = stream
+        .create_consumer(consumer::pull::OrderedConfig {
+            deliver_policy: DeliverPolicy::ByStartSequence {
+                start_sequence: cluster.applied() + 1,
+            },
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| ClusterError::new("cannot follow the stream", e))?;
+    ordered
+        .messages()
+        .await
+        .map_err(|e| ClusterError::new("cannot follow the stream", e))
+}
+
+/// Facts read in one go, by stream sequence, and whether they were all the stream had.
+struct Batch {
+    facts: Vec<(u64, bytes::Bytes)>,
+    drained: bool,
+}
+
+/// `first` and whatever has already arrived after it, up to [`MAX_BATCH`]; `None` when the
+/// consumer started over or went back, and the view must be verified before anything of it is
+/// applied. `received` counts the messages of this consumer.
+async fn read_batch(
+    cluster: &Cluster,
+    first: Result<async_nats::jetstream::Message, consumer::pull::OrderedError>,
+    messages: &mut consumer::pull::Ordered,
+    received: &mut u64,
+) -> Result<Option<Batch>, ClusterError> {
+    let mut batch = Batch {
+        facts: Vec::new(),
+        drained: false,
+    };
+    let mut next = Some(first);
+    while let Some(message) = next.take() {
+        let message = message.map_err(|e| ClusterError::new("stream read", e))?;
+        let info = message
+            .info()
+            .map_err(|e| ClusterError::new("stream read", e))?;
+        let sequence = info.stream_sequence;
+        let behind = batch
+            .facts
+            .last()
+            .map_or(cluster.applied(), |(last, _)| *last);
+        let restarted = *received > 0 && info.consumer_sequence == 1;
+        if sequence <= behind || restarted {
+            // The consumer started over by itself, or went back: the stream may be another
+            // one now. Nothing of this batch is applied before the view is verified.
+            tracing::info!(sequence, "the stream's order changed; verifying the view");
+            return Ok(None);
         }
-        let last = batch.last().map_or(0, |(sequence, _)| *sequence);
-        view.write(move |conn| apply_batch(conn, &batch))
-            .await
-            .map_err(|e| ClusterError::new("cannot apply to the view", e))?;
-        cluster.set_applied(last);
-        if drained {
-            // Nothing more to read now: caught up, even when messages the view started from
-            // were trimmed away since (its `applied` then never reaches the start's last).
-            cluster
-                .drained
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+        *received += 1;
+        batch.drained = info.pending == 0;
+        batch.facts.push((sequence, message.payload.clone()));
+        if batch.facts.len() < MAX_BATCH {
+            // Whatever has already arrived joins this batch; nothing waits for more.
+            next = tokio::time::timeout(Duration::ZERO, messages.next())
+                .await
+                .ok()
+                .flatten();
         }
     }
+    Ok(Some(batch))
+}
+
+/// Applies `batch` to the view in one transaction and publishes its last sequence.
+async fn apply_to_view(cluster: &Cluster, view: &Store, batch: Batch) -> Result<(), ClusterError> {
+    let Batch { facts, drained } = batch;
+    let last = facts.last().map_or(0, |(sequence, _)| *sequence);
+    view.write(move |conn| apply_batch(conn, &facts))
+        .await
+        .map_err(|e| ClusterError::new("cannot apply to the view", e))?;
+    cluster.set_applied(last);
+    if drained {
+        // Nothing more to read now: caught up, even when messages the view started from
+        // were trimmed away since (its `applied` then never reaches the start's last).
+        cluster
+            .drained
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    Ok(())
 }
 
 /// Applies each fact in a savepoint of its own (one that cannot be applied is logged and
