@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::Message;
 use futures_util::StreamExt;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::Cluster;
 use super::work::{FINISH_GRACE, RETRY};
@@ -113,26 +113,37 @@ where
                 };
                 let Some(permit) = permits.pop() else { break };
                 let reply = message.reply.clone();
-                let work = handle(message);
-                let (client, in_flight) = (cluster.client.clone(), cluster.in_flight.clone());
-                let guard = in_flight.enter();
-                tokio::spawn(async move {
-                    tokio::pin!(work);
-                    tokio::select! {
-                        () = &mut work => {}
-                        () = in_flight.stopping() => {
-                            // The node is stopping: a moment to finish (a send, an outcome
-                            // being recorded), then the work is dropped where it stands and
-                            // its message handed back for another node to take at once.
-                            let finished = tokio::time::timeout(FINISH_GRACE, &mut work).await;
-                            if let (Err(_), Some(reply)) = (finished, reply) {
-                                let _ = client.publish(reply, "-NAK".into()).await;
-                            }
-                        }
-                    }
-                    drop((permit, guard));
-                });
+                spawn_work(&cluster, reply, handle(message), permit);
             }
         }
     }
+}
+
+/// Runs `work` in a task of its own, which holds `permit` (its slot) until it ends. When the
+/// node stops, the work has [`FINISH_GRACE`] to finish; then it is dropped and its message,
+/// answered at `reply`, handed back.
+fn spawn_work(
+    cluster: &Cluster,
+    reply: Option<async_nats::Subject>,
+    work: impl Future<Output = ()> + Send + 'static,
+    permit: OwnedSemaphorePermit,
+) {
+    let (client, in_flight) = (cluster.client.clone(), cluster.in_flight.clone());
+    let guard = in_flight.enter();
+    tokio::spawn(async move {
+        tokio::pin!(work);
+        tokio::select! {
+            () = &mut work => {}
+            () = in_flight.stopping() => {
+                // The node is stopping: a moment to finish (a send, an outcome being recorded),
+                // then the work is dropped where it stands and its message handed back for
+                // another node to take at once.
+                let finished = tokio::time::timeout(FINISH_GRACE, &mut work).await;
+                if let (Err(_), Some(reply)) = (finished, reply) {
+                    let _ = client.publish(reply, "-NAK".into()).await;
+                }
+            }
+        }
+        drop((permit, guard));
+    });
 }
