@@ -95,105 +95,115 @@ fn latency_histogram() -> Histogram {
 
 impl Default for Metrics {
     fn default() -> Self {
+        let metrics = Metrics::unregistered();
         let mut registry = Registry::default();
-        let http_duration = Family::<RouteLabels, Histogram>::new_with_constructor(
-            latency_histogram as fn() -> Histogram,
-        );
-        let hook_requests = Family::<HookLabels, Counter>::default();
-        let transform_duration = Family::<MappingLabels, Histogram>::new_with_constructor(
-            latency_histogram as fn() -> Histogram,
-        );
-        let transform_failures = Family::<FailureLabels, Counter>::default();
-        let store_commit = latency_histogram();
-        let runs = Family::<StatusLabels, Gauge>::default();
-        let queue_depth = Gauge::default();
-        let relays = Family::<RelayLabels, Counter>::default();
+        metrics.register(&mut registry);
+        register_build_info(&mut registry);
+        metrics.process.register(&mut registry);
+        Metrics {
+            registry: std::sync::Arc::new(registry),
+            ..metrics
+        }
+    }
+}
+
+impl Metrics {
+    /// Every metric at its start, in an empty registry of its own.
+    fn unregistered() -> Metrics {
         let deliveries = Family::<DeliveryLabels, Counter>::default();
         // Shown at 0 from the start: an alert on their increase then sees the first one.
         for outcome in ["sent", "failed", "uncertain"] {
             drop(deliveries.get_or_create(&DeliveryLabels { outcome }));
         }
-        let request_log = Family::<RequestLogLabels, Counter>::default();
+        Metrics {
+            registry: Default::default(),
+            http_duration: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            hook_requests: Family::default(),
+            transform_duration: Family::new_with_constructor(
+                latency_histogram as fn() -> Histogram,
+            ),
+            transform_failures: Family::default(),
+            store_commit: latency_histogram(),
+            runs: Family::default(),
+            queue_depth: Gauge::default(),
+            relays: Family::default(),
+            deliveries,
+            request_log: Family::default(),
+            process: ProcessMetrics::default(),
+        }
+    }
+
+    /// Registers the metrics of requests, hooks, transforms, the store and the runtime in
+    /// `registry`, in the order of the text a scrape gets.
+    fn register(&self, registry: &mut Registry) {
         registry.register(
             "http_server_request_duration_seconds",
             "Time to answer an HTTP request, by route template and status",
-            http_duration.clone(),
+            self.http_duration.clone(),
         );
         registry.register(
             "hookgate_hook_requests",
             "Hook requests by hook name and outcome",
-            hook_requests.clone(),
+            self.hook_requests.clone(),
         );
         registry.register(
             "hookgate_transform_duration_seconds",
             "Time of one transform call (instantiate, call, drop), by mapping",
-            transform_duration.clone(),
+            self.transform_duration.clone(),
         );
         registry.register(
             "hookgate_transform_failures",
             "Transform calls that failed, by mapping and cause (trap, timeout, memory, output, error)",
-            transform_failures.clone(),
+            self.transform_failures.clone(),
         );
         registry.register(
             "hookgate_store_commit_seconds",
             "Time of one store transaction (a group commit of every waiting write)",
-            store_commit.clone(),
+            self.store_commit.clone(),
         );
-        registry.register("hookgate_runs", "Agent runs by status", runs.clone());
+        registry.register("hookgate_runs", "Agent runs by status", self.runs.clone());
         registry.register(
             "hookgate_queue_depth",
             "Work waiting: queued runs plus pending outbox sends",
-            queue_depth.clone(),
+            self.queue_depth.clone(),
         );
         registry.register(
             "hookgate_forward_relays",
             "Forward mode's relay attempts by kind and outcome: forwarded (the upstream took it), \
              retried (it will be sent again) or failed (the upstream refused it)",
-            relays.clone(),
+            self.relays.clone(),
         );
         registry.register(
             "hookgate_deliveries",
             "Replies to chat channels that ended: sent, failed (given up: the run's summary says \
              so) or uncertain (given up after an attempt that may have reached the channel); \
              counted by the embedded store's outbox",
-            deliveries.clone(),
+            self.deliveries.clone(),
         );
         registry.register(
             "hookgate_request_log_records",
             "Hook requests the request log recorded, counted without recording (suppressed: a \
              client's refusals over the flood threshold) or lost (dropped: its queue was full)",
-            request_log.clone(),
+            self.request_log.clone(),
         );
-        let build_info = Family::<BuildLabels, Gauge>::default();
-        build_info
-            .get_or_create(&BuildLabels {
-                version: crate::build::VERSION,
-                commit: crate::build::GIT_COMMIT,
-                wasmtime: crate::build::WASMTIME_VERSION,
-            })
-            .set(1);
-        registry.register(
-            "hookgate_build_info",
-            "Always 1; the labels say which build this is",
-            build_info,
-        );
-        let process = ProcessMetrics::default();
-        process.register(&mut registry);
-        Metrics {
-            registry: std::sync::Arc::new(registry),
-            http_duration,
-            hook_requests,
-            transform_duration,
-            transform_failures,
-            store_commit,
-            runs,
-            queue_depth,
-            relays,
-            deliveries,
-            request_log,
-            process,
-        }
     }
+}
+
+/// Registers `hookgate_build_info`, which says which build this is.
+fn register_build_info(registry: &mut Registry) {
+    let build_info = Family::<BuildLabels, Gauge>::default();
+    build_info
+        .get_or_create(&BuildLabels {
+            version: crate::build::VERSION,
+            commit: crate::build::GIT_COMMIT,
+            wasmtime: crate::build::WASMTIME_VERSION,
+        })
+        .set(1);
+    registry.register(
+        "hookgate_build_info",
+        "Always 1; the labels say which build this is",
+        build_info,
+    );
 }
 
 impl Metrics {
