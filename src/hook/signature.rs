@@ -176,6 +176,14 @@ fn fresh(timestamp: &str, now_unix: i64, tolerance: Duration) -> Result<(), Sign
     Ok(())
 }
 
+/// The value of header `name`, which the scheme needs.
+fn require(
+    header: &dyn Fn(&str) -> Option<String>,
+    name: &'static str,
+) -> Result<String, SignatureError> {
+    header(name).ok_or(SignatureError::Missing(name))
+}
+
 fn hex_bytes(text: &str, header: &'static str) -> Result<Vec<u8>, SignatureError> {
     hex::decode(text.trim()).map_err(|_| SignatureError::Malformed(header))
 }
@@ -238,110 +246,164 @@ impl Presented {
         header: &dyn Fn(&str) -> Option<String>,
         now_unix: i64,
     ) -> Result<Presented, SignatureError> {
-        let require = |name: &'static str| header(name).ok_or(SignatureError::Missing(name));
-        let mac_proof =
-            |prefix: Vec<u8>, candidates: Vec<Vec<u8>>| Proof::Mac { prefix, candidates };
-        let (proof, delivery) = match &rule.scheme {
-            Scheme::Github => {
-                let value = require("x-hub-signature-256")?;
-                let hex = value
-                    .trim()
-                    .strip_prefix("sha256=")
-                    .ok_or(SignatureError::Malformed("x-hub-signature-256"))?;
-                let signature = hex_bytes(hex, "x-hub-signature-256")?;
-                (
-                    mac_proof(Vec::new(), vec![signature]),
-                    DeliveryId::BodyDigest,
-                )
-            }
-            Scheme::Stripe => {
-                let value = require("stripe-signature")?;
-                let (timestamp, signatures) = parse_stripe(&value)?;
-                fresh(&timestamp, now_unix, rule.tolerance)?;
-                let prefix = format!("{timestamp}.").into_bytes();
-                (mac_proof(prefix, signatures), DeliveryId::StripeEvent)
-            }
-            Scheme::Slack => {
-                let timestamp = require("x-slack-request-timestamp")?;
-                let value = require("x-slack-signature")?;
-                let hex = value
-                    .trim()
-                    .strip_prefix("v0=")
-                    .ok_or(SignatureError::Malformed("x-slack-signature"))?;
-                fresh(&timestamp, now_unix, rule.tolerance)?;
-                let signature = hex_bytes(hex, "x-slack-signature")?;
-                // Decoded and re-encoded: `ABCD` and `abcd` are one signature, one delivery.
-                let delivery = format!("{}:{}", timestamp.trim(), hex::encode(&signature));
-                let prefix = format!("v0:{}:", timestamp.trim()).into_bytes();
-                (
-                    mac_proof(prefix, vec![signature]),
-                    DeliveryId::Signed(delivery),
-                )
-            }
-            Scheme::StandardWebhooks => {
-                // Svix (and Clerk, Resend on it) send the same headers under a `svix-` prefix.
-                let either = |standard: &'static str, svix: &str| {
-                    header(standard)
-                        .or_else(|| header(svix))
-                        .ok_or(SignatureError::Missing(standard))
-                };
-                let id = either("webhook-id", "svix-id")?;
-                let timestamp = either("webhook-timestamp", "svix-timestamp")?;
-                let value = either("webhook-signature", "svix-signature")?;
-                fresh(&timestamp, now_unix, rule.tolerance)?;
-                let signatures: Vec<Vec<u8>> = value
-                    .split_whitespace()
-                    .filter_map(|entry| entry.strip_prefix("v1,"))
-                    .map(|b64| base64_bytes(b64, "webhook-signature"))
-                    .collect::<Result<_, _>>()?;
-                if signatures.is_empty() {
-                    return Err(SignatureError::Malformed("webhook-signature"));
-                }
-                let prefix = format!("{id}.{}.", timestamp.trim()).into_bytes();
-                (mac_proof(prefix, signatures), DeliveryId::Signed(id))
-            }
-            Scheme::Shopify => {
-                let value = require("x-shopify-hmac-sha256")?;
-                let signature = base64_bytes(&value, "x-shopify-hmac-sha256")?;
-                (
-                    mac_proof(Vec::new(), vec![signature]),
-                    DeliveryId::BodyDigest,
-                )
-            }
-            Scheme::Gitlab => {
-                let value = require("x-gitlab-token")?;
-                // Compared as SHA-256 digests, so neither content nor length leaks.
-                let presented = mac(b"gitlab", &[value.as_bytes()]);
-                let mut found = subtle::Choice::from(0);
-                for secret in &rule.secrets {
-                    found |= presented.ct_eq(&mac(b"gitlab", &[secret]));
-                }
-                if !bool::from(found) {
-                    return Err(SignatureError::Mismatch);
-                }
-                (Proof::Token, DeliveryId::BodyDigest)
-            }
+        let tolerance = rule.tolerance;
+        match &rule.scheme {
+            Scheme::Github => Self::read_github(header),
+            Scheme::Stripe => Self::read_stripe(header, now_unix, tolerance),
+            Scheme::Slack => Self::read_slack(header, now_unix, tolerance),
+            Scheme::StandardWebhooks => Self::read_standard_webhooks(header, now_unix, tolerance),
+            Scheme::Shopify => Self::read_shopify(header),
+            Scheme::Gitlab => Self::read_gitlab(header, &rule.secrets),
             Scheme::HmacSha256 {
                 header: name,
                 encoding,
                 prefix,
-            } => {
-                let value = header(name).ok_or(SignatureError::Missing("signature header"))?;
-                let text = value
-                    .trim()
-                    .strip_prefix(prefix.as_str())
-                    .ok_or(SignatureError::Malformed("signature header"))?;
-                let signature = match encoding {
-                    Encoding::Hex => hex_bytes(text, "signature header")?,
-                    Encoding::Base64 => base64_bytes(text, "signature header")?,
-                };
-                (
-                    mac_proof(Vec::new(), vec![signature]),
-                    DeliveryId::BodyDigest,
-                )
-            }
+            } => Self::read_hmac_sha256(header, name, *encoding, prefix),
+        }
+    }
+
+    /// A MAC over `prefix` and the body, to equal one of `candidates`.
+    fn mac(prefix: Vec<u8>, candidates: Vec<Vec<u8>>, delivery: DeliveryId) -> Presented {
+        Presented {
+            proof: Proof::Mac { prefix, candidates },
+            delivery,
+        }
+    }
+
+    /// GitHub: `x-hub-signature-256: sha256=<hex>` over the body.
+    fn read_github(header: &dyn Fn(&str) -> Option<String>) -> Result<Presented, SignatureError> {
+        let value = require(header, "x-hub-signature-256")?;
+        let hex = value
+            .trim()
+            .strip_prefix("sha256=")
+            .ok_or(SignatureError::Malformed("x-hub-signature-256"))?;
+        let signature = hex_bytes(hex, "x-hub-signature-256")?;
+        Ok(Self::mac(
+            Vec::new(),
+            vec![signature],
+            DeliveryId::BodyDigest,
+        ))
+    }
+
+    /// Stripe: `stripe-signature: t=<time>,v1=<hex>...` over `<time>.` and the body.
+    fn read_stripe(
+        header: &dyn Fn(&str) -> Option<String>,
+        now_unix: i64,
+        tolerance: Duration,
+    ) -> Result<Presented, SignatureError> {
+        let value = require(header, "stripe-signature")?;
+        let (timestamp, signatures) = parse_stripe(&value)?;
+        fresh(&timestamp, now_unix, tolerance)?;
+        let prefix = format!("{timestamp}.").into_bytes();
+        Ok(Self::mac(prefix, signatures, DeliveryId::StripeEvent))
+    }
+
+    /// Slack: `x-slack-signature: v0=<hex>` over `v0:<x-slack-request-timestamp>:` and the body.
+    fn read_slack(
+        header: &dyn Fn(&str) -> Option<String>,
+        now_unix: i64,
+        tolerance: Duration,
+    ) -> Result<Presented, SignatureError> {
+        let timestamp = require(header, "x-slack-request-timestamp")?;
+        let value = require(header, "x-slack-signature")?;
+        let hex = value
+            .trim()
+            .strip_prefix("v0=")
+            .ok_or(SignatureError::Malformed("x-slack-signature"))?;
+        fresh(&timestamp, now_unix, tolerance)?;
+        let signature = hex_bytes(hex, "x-slack-signature")?;
+        // Decoded and re-encoded: `ABCD` and `abcd` are one signature, one delivery.
+        let delivery = format!("{}:{}", timestamp.trim(), hex::encode(&signature));
+        let prefix = format!("v0:{}:", timestamp.trim()).into_bytes();
+        Ok(Self::mac(
+            prefix,
+            vec![signature],
+            DeliveryId::Signed(delivery),
+        ))
+    }
+
+    /// Standard Webhooks: `webhook-signature: v1,<base64> ...` over `<id>.<timestamp>.` and the
+    /// body.
+    fn read_standard_webhooks(
+        header: &dyn Fn(&str) -> Option<String>,
+        now_unix: i64,
+        tolerance: Duration,
+    ) -> Result<Presented, SignatureError> {
+        // Svix (and Clerk, Resend on it) send the same headers under a `svix-` prefix.
+        let either = |standard: &'static str, svix: &str| {
+            header(standard)
+                .or_else(|| header(svix))
+                .ok_or(SignatureError::Missing(standard))
         };
-        Ok(Presented { proof, delivery })
+        let id = either("webhook-id", "svix-id")?;
+        let timestamp = either("webhook-timestamp", "svix-timestamp")?;
+        let value = either("webhook-signature", "svix-signature")?;
+        fresh(&timestamp, now_unix, tolerance)?;
+        let signatures: Vec<Vec<u8>> = value
+            .split_whitespace()
+            .filter_map(|entry| entry.strip_prefix("v1,"))
+            .map(|b64| base64_bytes(b64, "webhook-signature"))
+            .collect::<Result<_, _>>()?;
+        if signatures.is_empty() {
+            return Err(SignatureError::Malformed("webhook-signature"));
+        }
+        let prefix = format!("{id}.{}.", timestamp.trim()).into_bytes();
+        Ok(Self::mac(prefix, signatures, DeliveryId::Signed(id)))
+    }
+
+    /// Shopify: `x-shopify-hmac-sha256: <base64>` over the body.
+    fn read_shopify(header: &dyn Fn(&str) -> Option<String>) -> Result<Presented, SignatureError> {
+        let value = require(header, "x-shopify-hmac-sha256")?;
+        let signature = base64_bytes(&value, "x-shopify-hmac-sha256")?;
+        Ok(Self::mac(
+            Vec::new(),
+            vec![signature],
+            DeliveryId::BodyDigest,
+        ))
+    }
+
+    /// GitLab: a static `x-gitlab-token`, compared here with each of `secrets`.
+    fn read_gitlab(
+        header: &dyn Fn(&str) -> Option<String>,
+        secrets: &[Vec<u8>],
+    ) -> Result<Presented, SignatureError> {
+        let value = require(header, "x-gitlab-token")?;
+        // Compared as SHA-256 digests, so neither content nor length leaks.
+        let presented = mac(b"gitlab", &[value.as_bytes()]);
+        let mut found = subtle::Choice::from(0);
+        for secret in secrets {
+            found |= presented.ct_eq(&mac(b"gitlab", &[secret]));
+        }
+        if !bool::from(found) {
+            return Err(SignatureError::Mismatch);
+        }
+        Ok(Presented {
+            proof: Proof::Token,
+            delivery: DeliveryId::BodyDigest,
+        })
+    }
+
+    /// A configured HMAC-SHA256 over the body: header `name`, after `prefix`, in `encoding`.
+    fn read_hmac_sha256(
+        header: &dyn Fn(&str) -> Option<String>,
+        name: &str,
+        encoding: Encoding,
+        prefix: &str,
+    ) -> Result<Presented, SignatureError> {
+        let value = header(name).ok_or(SignatureError::Missing("signature header"))?;
+        let text = value
+            .trim()
+            .strip_prefix(prefix)
+            .ok_or(SignatureError::Malformed("signature header"))?;
+        let signature = match encoding {
+            Encoding::Hex => hex_bytes(text, "signature header")?,
+            Encoding::Base64 => base64_bytes(text, "signature header")?,
+        };
+        Ok(Self::mac(
+            Vec::new(),
+            vec![signature],
+            DeliveryId::BodyDigest,
+        ))
     }
 
     /// Checks the signature over the raw body (nothing left to check for a token) and names the
