@@ -6,15 +6,17 @@ use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::AppState;
 use super::api_error::{ApiError, ApiPath, ApiQuery};
 use super::operator::Operator;
 use super::reply::HookError;
+use crate::config::ReloadStatus;
 use crate::config::runtime::Route;
-use crate::gateway::{Retry, RetryError, RunFilter, RunRecord, RunStatus};
+use crate::gateway::{EventRecord, Retry, RetryError, RunFilter, RunRecord, RunStatus};
 use crate::hook::Channel;
+use crate::transform::TransformStatus;
 
 /// Items a listing returns when `limit` is not given.
 const DEFAULT_LIMIT: u32 = 100;
@@ -55,7 +57,13 @@ pub async fn main_session_events(
     };
     let agent = app.config.current().agents.default_id().to_string();
     let events = app.store.events(&agent, after, limit).await?;
-    Ok(Json(json!({"events": events})).into_response())
+    Ok(Json(Events { events }).into_response())
+}
+
+/// The answer of `GET /api/sessions/main/events`.
+#[derive(Serialize)]
+struct Events {
+    events: Vec<EventRecord>,
 }
 
 /// `GET /api/runs/<runId>`: one run, 404 when unknown.
@@ -98,9 +106,19 @@ struct Retried {
 /// `GET /api/config`: which configuration generation is in force and why the last change, if
 /// any, was refused; and each transform's load state.
 pub async fn config_status(State(app): State<AppState>) -> Result<Response, ApiError> {
-    let mut status = serde_json::to_value(app.config.status()).unwrap_or_default();
-    status["transforms"] = serde_json::to_value(app.transforms.status()).unwrap_or_default();
+    let status = ConfigStatus {
+        reload: app.config.status(),
+        transforms: app.transforms.status(),
+    };
     Ok(Json(status).into_response())
+}
+
+/// The answer of `GET /api/config`: the reload status's fields, then `transforms`.
+#[derive(Serialize)]
+struct ConfigStatus {
+    #[serde(flatten)]
+    reload: ReloadStatus,
+    transforms: Vec<TransformStatus>,
 }
 
 /// The filters of `GET /api/runs`.
@@ -159,7 +177,14 @@ pub async fn runs(
         .into_iter()
         .map(|(run, _)| RunView::of(&app, run))
         .collect();
-    Ok(Json(json!({"runs": runs, "next": next})).into_response())
+    Ok(Json(RunsPage { runs, next }).into_response())
+}
+
+/// The answer of `GET /api/runs`: a page, and the cursor of the next one.
+#[derive(Serialize)]
+struct RunsPage {
+    runs: Vec<RunView>,
+    next: Option<String>,
 }
 
 /// `POST /api/runs/<runId>/retry`: recovers what failed of a run once the operator mended the
@@ -209,7 +234,23 @@ pub async fn main_route(State(app): State<AppState>) -> Result<Response, ApiErro
         .owner_route(settings.agents.default_id())
         .await?;
     let default = settings.runtime.channels.default_route.clone();
-    Ok(Json(json!({"route": route, "default": default})).into_response())
+    Ok(Json(MainRoute { route, default }).into_response())
+}
+
+/// The answer of `GET /api/sessions/main/route`.
+#[derive(Serialize)]
+struct MainRoute {
+    /// The route the operator set.
+    route: Option<Route>,
+    /// `channels.defaultRoute`.
+    default: Option<Route>,
+}
+
+/// The answer of `PUT` and `DELETE /api/sessions/main/route`: the route now in force.
+#[derive(Serialize)]
+struct RouteSet {
+    ok: bool,
+    route: Option<Route>,
 }
 
 /// `PUT /api/sessions/main/route` with `{"channel": "<channel>", "to": "<recipient>"}` sets the
@@ -227,7 +268,7 @@ pub async fn set_main_route(
     };
     let agent = app.config.current().agents.default_id().to_string();
     app.runtime.set_owner_route(&agent, route.clone()).await?;
-    Ok(Json(json!({"ok": true, "route": route})).into_response())
+    Ok(Json(RouteSet { ok: true, route }).into_response())
 }
 
 /// A route from a request body: a channel other than `last`, and an optional recipient.

@@ -6,8 +6,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::AppState;
 use super::api::{limit, time_ms};
@@ -66,7 +66,18 @@ pub async fn requests(
     let next = (page.len() == full)
         .then(|| page.last().map(|r| r.id.clone()))
         .flatten();
-    Ok(Json(json!({"requests": page, "next": next})).into_response())
+    Ok(Json(RequestsPage {
+        requests: page,
+        next,
+    })
+    .into_response())
+}
+
+/// The answer of `GET /api/requests`: a page, and the cursor of the next one.
+#[derive(Serialize)]
+struct RequestsPage {
+    requests: Vec<RequestRecord>,
+    next: Option<String>,
 }
 
 /// `GET /api/requests/<id>`: one request, with its captured headers and body (`capture`, null
@@ -77,11 +88,25 @@ pub async fn request(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     let (record, replays) = find(&app, &id).await?;
-    let mut answer = serde_json::to_value(&record).unwrap_or_default();
-    answer["capture"] = record.capture.as_ref().map_or(Value::Null, capture_json);
-    answer["replays"] = Value::from(replays);
-    answer["replayRefusal"] = replay_refusal(&record).map_or(Value::Null, Value::from);
-    Ok(Json(answer).into_response())
+    let view = RequestView {
+        capture: record.capture.as_ref().map(capture_json),
+        replays,
+        replay_refusal: replay_refusal(&record),
+        record,
+    };
+    Ok(Json(view).into_response())
+}
+
+/// One request as `GET /api/requests/<id>` shows it: the record's fields, then what was
+/// captured of it, its replays and why it cannot be replayed.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestView {
+    #[serde(flatten)]
+    record: RequestRecord,
+    capture: Option<Value>,
+    replays: Vec<String>,
+    replay_refusal: Option<String>,
 }
 
 /// `POST /api/requests/<id>/replay`: sends a captured request through its hook again, as the
@@ -116,14 +141,26 @@ pub async fn replay(
         .unwrap_or_default();
     let answer = serde_json::from_slice::<Value>(&bytes)
         .unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&bytes).into_owned()));
-    Ok(Json(json!({
-        "ok": true,
-        "requestId": new_id,
-        "replayOf": id,
-        "status": status,
-        "answer": answer,
-    }))
+    Ok(Json(Replayed {
+        ok: true,
+        request_id: new_id,
+        replay_of: id,
+        status,
+        answer,
+    })
     .into_response())
+}
+
+/// The answer of `POST /api/requests/<id>/replay`: the replay's record and what the hook
+/// answered it (its JSON, or its body as text).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Replayed {
+    ok: bool,
+    request_id: String,
+    replay_of: String,
+    status: u16,
+    answer: Value,
 }
 
 /// Record `id` with the replays of it, and with every header that carries a credential under

@@ -6,7 +6,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
 
 use super::AppState;
 use super::reply::json_error;
@@ -53,9 +53,17 @@ impl WriteProbe {
     }
 }
 
+/// The answer of a probe that passed: `{"ok": true}`.
+#[derive(Serialize)]
+pub struct Healthy {
+    ok: bool,
+}
+
+const HEALTHY: Healthy = Healthy { ok: true };
+
 /// `GET /livez`: 200 while the server is serving at all.
-pub async fn livez() -> Json<serde_json::Value> {
-    Json(json!({"ok": true}))
+pub async fn livez() -> Json<Healthy> {
+    Json(HEALTHY)
 }
 
 /// `GET /readyz`: 200 when a configuration is loaded, the store commits a write (on a NATS
@@ -88,5 +96,5 @@ pub async fn readyz(State(app): State<AppState>) -> Response {
             &format!("runtime workers stopped: {}", dead.join(", ")),
         );
     }
-    Json(json!({"ok": true})).into_response()
+    Json(HEALTHY).into_response()
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
 
 use crate::hook::Rejected;
 use crate::hook::signature::SignatureError;
@@ -93,9 +93,20 @@ impl From<Rejected> for HookError {
     }
 }
 
+/// The body of every JSON refusal, the operator API's included: `{"ok":false,"error":message}`.
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    ok: bool,
+    error: &'a str,
+}
+
 /// `{"ok":false,"error":message}` with `status`.
 pub fn json_error(status: StatusCode, message: &str) -> Response {
-    (status, Json(json!({"ok": false, "error": message}))).into_response()
+    let body = ErrorBody {
+        ok: false,
+        error: message,
+    };
+    (status, Json(body)).into_response()
 }
 
 /// Whole seconds, rounded up, at least 1.
