@@ -32,6 +32,7 @@ pub enum ApiError {
     /// minute at most, not here.
     #[error("store full; retry")]
     StoreFull,
+    /// Our own failure: logged where it became the answer, never by the response.
     #[error("internal error")]
     Internal(String),
 }
@@ -46,10 +47,7 @@ impl IntoResponse for ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::StoreFull => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Internal(cause) => {
-                tracing::error!(%cause, "operator API request failed");
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let mut response = json_error(status, &self.to_string());
         let headers = response.headers_mut();
@@ -77,7 +75,11 @@ impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
         match err {
             StoreError::Full => ApiError::StoreFull,
-            other => ApiError::Internal(other.to_string()),
+            other => {
+                // Logged here, where it becomes the answer; the response does not log.
+                tracing::error!(cause = %other, "operator API request failed");
+                ApiError::Internal(other.to_string())
+            }
         }
     }
 }
@@ -88,7 +90,8 @@ impl From<HookError> for ApiError {
         match err {
             HookError::Unauthorized(_) => ApiError::Unauthorized,
             HookError::LockedOut { retry_after } => ApiError::LockedOut { retry_after },
-            HookError::Internal(cause) => ApiError::Internal(cause),
+            // Logged where it was made (`HookError::internal`).
+            HookError::Internal(source) => ApiError::Internal(source.to_string()),
             HookError::StoreFull => ApiError::StoreFull,
             other => ApiError::Invalid(other.client_message().to_string()),
         }

@@ -50,7 +50,7 @@ impl Operator {
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
             .map(|ConnectInfo(peer)| *peer)
-            .ok_or_else(|| HookError::Internal("no peer address".into()))?;
+            .ok_or_else(|| HookError::internal("no peer address"))?;
         let settings = app.config.current();
         // A client whose proxy named no address is not counted: see `signed::authenticate`.
         let client = settings.trusted_proxies.client(peer.ip(), &parts.headers);

@@ -18,9 +18,10 @@ pub(super) const STORE_FULL_RETRY_AFTER_SECONDS: u64 = 10;
 /// The text of the refusal of a token in the query string.
 pub const QUERY_TOKEN_MESSAGE: &str = "Hook token must be provided via Authorization: Bearer <token> or X-Service-Token header (query parameters are not allowed).";
 
-/// A refused request. Turning it into a response never exposes internals: the cause of a
-/// [`HookError::Internal`], why a request was unauthorized and why its mapping failed go to the
-/// log and the request log ([`HookError::reason`]); the client gets the generic answer.
+/// A refused request. Turning it into a response never exposes internals, nor logs: the cause of
+/// a [`HookError::Internal`], why a request was unauthorized and why its mapping failed go to the
+/// log where they happen and to the request log ([`HookError::reason`]); the client gets the
+/// generic answer.
 #[derive(Debug, thiserror::Error)]
 pub enum HookError {
     #[error("token in query string")]
@@ -49,8 +50,10 @@ pub enum HookError {
     /// once space is freed (the store's writer logs it, once a minute at most).
     #[error("store full")]
     StoreFull,
-    #[error("internal error: {0}")]
-    Internal(String),
+    /// Our own failure, its source kept: the client is told `internal error`, the request log
+    /// keeps the source's text. Made by [`HookError::internal`], which logs it.
+    #[error("internal error")]
+    Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Why a request was refused as unauthorized. The client is told `Unauthorized` whatever it is
@@ -82,7 +85,7 @@ impl From<crate::gateway::StoreError> for HookError {
                 tracing::info!(size, limit, "request too large for a NATS message");
                 HookError::PayloadTooLarge
             }
-            err => HookError::Internal(err.to_string()),
+            err => HookError::internal(err),
         }
     }
 }
@@ -115,6 +118,14 @@ fn retry_after_seconds(left: Duration) -> u64 {
 }
 
 impl HookError {
+    /// Our own failure, logged here, where it becomes the request's answer: once, and never by
+    /// the response it turns into.
+    pub fn internal(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> HookError {
+        let source = source.into();
+        tracing::error!(cause = %source, "hook request failed");
+        HookError::Internal(source)
+    }
+
     /// The text the client is answered with (and the request log records).
     pub fn client_message(&self) -> &str {
         match self {
@@ -138,7 +149,8 @@ impl HookError {
     pub fn reason(&self) -> Option<String> {
         match self {
             HookError::Unauthorized(refusal) => Some(refusal.to_string()),
-            HookError::MappingFailed(cause) | HookError::Internal(cause) => Some(cause.clone()),
+            HookError::MappingFailed(cause) => Some(cause.clone()),
+            HookError::Internal(source) => Some(source.to_string()),
             _ => None,
         }
     }
@@ -162,9 +174,6 @@ impl HookError {
 
 impl IntoResponse for HookError {
     fn into_response(self) -> Response {
-        if let HookError::Internal(cause) = &self {
-            tracing::error!(%cause, "hook request failed");
-        }
         let status = self.status();
         let message = self.client_message();
         let mut response = match &self {

@@ -233,8 +233,13 @@ pub async fn settle(app: &AppState, key: String, response: Response) -> Response
     }
     let (parts, body) = response.into_parts();
     // Our own answers: small JSON or a transform's reply, bounded by its output limit.
-    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
-        return HookError::Internal("cannot buffer the response".into()).into_response();
+    let bytes = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => bytes,
+        Err(err) => {
+            // Past the pipeline: the request's record has its answer already.
+            tracing::error!(%err, "cannot buffer the response of a signed delivery");
+            return json_error(StatusCode::INTERNAL_SERVER_ERROR, "internal error");
+        }
     };
     let answer = RecordedAnswer {
         status: parts.status.as_u16(),
