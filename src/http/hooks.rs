@@ -1,88 +1,153 @@
-//! The hook endpoint: the request pipeline of docs/http-contract.md, in its order, then `/wake` and `/agent`.
+//! The hook endpoints: the request pipeline of docs/http-contract.md as a router. [`dispatch`]
+//! takes the configured prefix off (step 1; the prefix is reloadable, so it is checked per
+//! request, as `nest` would at a fixed one) and hands the rest to [`routes`]: the trace layer,
+//! the token-in-query refusal (step 2), the method (step 3, the router's), then each handler's
+//! extractors (step 4, authentication; step 6, the body) and the hook (step 7).
 
-use std::net::SocketAddr;
-
-use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri, request::Parts};
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
+use axum::routing::post;
 use bytes::Bytes;
+use tower::ServiceExt;
 
 use super::AppState;
-use super::body::{parse_json, read_limited};
-use super::reply::HookError;
-use super::request::{HookRequest, Signed};
+use super::credential::{Authenticated, Credential};
+use super::reply::{HookError, Refused};
+use super::request::{HookContext, Replay, ReplaySignature, mapping_by_id};
 use super::request_id::RequestId;
-use super::signed::{self, Credential};
-use super::trace::Trace;
-use super::{mapped, submit};
-use crate::config::{HookSettings, Settings};
+use super::trace::{self, Trace};
+use super::{mapped, signed, submit};
+use crate::config::HookSettings;
 use crate::gateway::requests::{self, RequestRecord};
 use crate::hook::payload;
 
-/// Serves every path the router does not know: hooks under the configured prefix, 404 elsewhere.
-/// Every request under the prefix is recorded in the request log and answered with its record's
-/// id as `X-Request-Id`.
-pub async fn dispatch(
-    State(app): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    request: Request,
-) -> Response {
+/// The hook endpoints below the prefix, which [`dispatch`] has taken off: `/wake`, `/agent`, a
+/// mapping's `/{*name}`, and `/` for a path that names no hook (404 once authenticated). Every
+/// request they get is recorded ([`trace::record`]) and every refusal, 404 and 405 included,
+/// is a [`HookError`]. Building it costs a few allocations: done once for the server, and once
+/// per replay.
+pub(super) fn routes(app: AppState) -> Router {
+    let endpoints = Router::new()
+        .route("/", post(unnamed))
+        .route("/wake", post(wake))
+        .route("/agent", post(agent))
+        .route("/{*name}", post(mapped))
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(not_found)
+        .layer(from_fn_with_state(app.clone(), signed::settle_deliveries))
+        .with_state(app.clone());
+    // Steps before the method's are layers around the router, not inside it: an answer from
+    // inside a route that does not take the method would carry its `Allow`.
+    Router::new()
+        .fallback_service(endpoints)
+        .layer(from_fn(refuse_token_in_query))
+        .layer(from_fn_with_state(app, trace::record))
+}
+
+/// Serves every path the server's router does not know: under the prefix of the configuration
+/// in force, [`routes`] with the prefix taken off, a trailing `/` ignored and leading ones
+/// stripped (docs/http-contract.md, step 5), so that `/hooks//wake/` is routed as `/wake`; 404
+/// elsewhere. The request keeps its URI as sent in its [`HookContext`]. Every request under the
+/// prefix is answered with its record's id as `X-Request-Id` and labelled for the metrics.
+pub(super) async fn dispatch(app: AppState, routes: Router, mut request: Request) -> Response {
     let settings = app.config.current();
-    let (Some(hooks), Some(label)) = (
-        settings.hooks.as_ref(),
-        HookLabel::of(&settings, request.uri().path()),
-    ) else {
+    let Some(hooks) = settings.hooks.as_ref() else {
         return HookError::NotFound.into_response();
     };
-    let client = settings
-        .trusted_proxies
-        .client(peer.ip(), request.headers());
-    let id = request
-        .extensions()
-        .get::<RequestId>()
-        .cloned()
-        .unwrap_or_default();
-    let mut trace = Trace::begin(
-        &id,
-        request.method(),
-        request.uri(),
-        request.headers(),
-        client,
-        hooks.captures_any(),
-    );
-    let answer = handle(&app, &settings, hooks, peer, request, &mut trace).await;
-    let mut response = record(&app, hooks, trace, answer);
+    let Some(name) = under_prefix(request.uri().path(), &hooks.path).map(hook_name) else {
+        return HookError::NotFound.into_response();
+    };
+    let label = HookLabel::of(hooks, name);
+    let name = name.to_string();
+    let Some(routed) = routed_uri(&name) else {
+        return HookError::NotFound.into_response();
+    };
+    let uri = std::mem::replace(request.uri_mut(), routed);
+    request.extensions_mut().insert(HookContext {
+        settings,
+        uri,
+        name,
+        replay: None,
+    });
+    let mut response = serve(routes, request).await;
     response.extensions_mut().insert(label);
     response
 }
 
-/// Turns a pipeline's answer into its response and hands the request's record to the log.
-fn record(
-    app: &AppState,
-    hooks: &HookSettings,
-    mut trace: Trace,
-    answer: Result<Response, HookError>,
-) -> Response {
-    let response = answered(answer, &mut trace);
-    let (record, client, capture) = trace.finish(hooks, response.status());
-    app.request_log.record(record, client, capture);
-    response
+/// The URI [`routes`] matches for hook `name`: `/` and the name, not percent-decoded.
+fn routed_uri(name: &str) -> Option<Uri> {
+    format!("/{name}").parse().ok()
 }
 
-/// The response to a pipeline's answer; a refusal is noted in the trace on the way.
-fn answered(answer: Result<Response, HookError>, trace: &mut Trace) -> Response {
-    answer.unwrap_or_else(|err| {
-        trace.refused(&err);
-        err.into_response()
-    })
+async fn serve(routes: Router, request: Request) -> Response {
+    match routes.oneshot(request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
 }
 
-/// Sends a recorded request through the pipeline again, from step 6 (the body as JSON), with
-/// the operator's authority in place of its credential, through the mappings in force now. A
-/// replay admits no more than the original was admitted for: a request refused for its
-/// authentication is not replayed, and one that a signature admitted may run only the mapping
-/// whose signature it was. Its record links to `original` and is committed before this
-/// returns. Returns the answer and the new record's id.
+/// Step 2: a query parameter named `token` is refused whatever else is wrong with the request.
+async fn refuse_token_in_query(context: HookContext, request: Request, next: Next) -> Response {
+    if query_names_token(context.uri.query()) {
+        return HookError::QueryToken.into_response();
+    }
+    next.run(request).await
+}
+
+async fn method_not_allowed() -> HookError {
+    HookError::MethodNotAllowed
+}
+
+async fn not_found() -> HookError {
+    HookError::NotFound
+}
+
+/// A path that names no hook (`/hooks`, `/hooks/`): 404, once authenticated (step 5 comes
+/// after step 4).
+async fn unnamed(_: Credential) -> HookError {
+    HookError::NotFound
+}
+
+/// `POST {prefix}/wake`.
+async fn wake(
+    State(app): State<AppState>,
+    trace: Trace,
+    hook: Authenticated,
+) -> Result<Response, HookError> {
+    let wake = payload::wake_request(&hook.payload)?;
+    submit::wake(&app, hook.hooks()?, wake, "hook:wake".into(), &trace).await
+}
+
+/// `POST {prefix}/agent`.
+async fn agent(
+    State(app): State<AppState>,
+    trace: Trace,
+    hook: Authenticated,
+) -> Result<Response, HookError> {
+    let agent = payload::agent_request(&hook.payload)?;
+    submit::agent(&app, hook.hooks()?, &hook.request()?, agent, &trace).await
+}
+
+/// `POST {prefix}/<name>`: the first mapping that matches, else 404. The name is the
+/// dispatcher's, not the route's parameter, which axum would percent-decode.
+async fn mapped(
+    State(app): State<AppState>,
+    trace: Trace,
+    hook: Authenticated,
+) -> Result<Response, HookError> {
+    mapped::mapped(&app, hook.hooks()?, &hook.request()?, &trace).await
+}
+
+/// Sends a recorded request through the hook endpoints again, with the operator's authority in
+/// place of its credential, through the mappings in force now. A replay admits no more than the
+/// original was admitted for: a request refused for its authentication is not replayed, and one
+/// that a signature admitted may run only the mapping whose signature it was. Its record links
+/// to `original` and is committed before this returns. Returns the answer and the new record's
+/// id.
 pub(super) async fn replay(
     app: &AppState,
     original: &RequestRecord,
@@ -93,17 +158,7 @@ pub(super) async fn replay(
     replayable(original)?;
     let settings = app.config.current();
     let hooks = settings.hooks.as_ref().ok_or(ReplayError::HooksOff)?;
-    let signed = match &original.signature {
-        Some(signature) if signature.verified => {
-            let mapping = original
-                .mapping_id
-                .as_deref()
-                .and_then(|id| hooks.mappings.iter().find(|m| m.id == id))
-                .ok_or(ReplayError::SignedMappingGone)?;
-            Some((Signed { mapping, key: None }, &signature.scheme))
-        }
-        _ => None,
-    };
+    let signed = replay_signature(hooks, original)?;
     let target = match query {
         Some(query) => format!("{}?{query}", original.target),
         None => original.target.clone(),
@@ -111,38 +166,49 @@ pub(super) async fn replay(
     let uri: Uri = target.parse().map_err(|_| ReplayError::Gone)?;
     let rest = under_prefix(uri.path(), &hooks.path).ok_or(ReplayError::Gone)?;
     let name = hook_name(rest).to_string();
-    let mut request = axum::http::Request::new(());
+    let routed = routed_uri(&name).ok_or(ReplayError::Gone)?;
+    let id = RequestId::new();
+    let mut request = Request::new(Body::from(body));
     *request.method_mut() = Method::POST;
-    *request.uri_mut() = uri;
+    *request.uri_mut() = routed;
     *request.headers_mut() = headers;
-    let (parts, ()) = request.into_parts();
-    let mut trace = Trace::begin(
-        &RequestId::new(),
-        &parts.method,
-        &parts.uri,
-        &parts.headers,
-        None,
-        true,
-    );
-    trace.replay_of(&original.id);
-    trace.hook(&name);
-    trace.body(&body);
-    trace.authenticated();
-    if let Some((_, scheme)) = signed {
-        // The replay carries its original's admission, so a replay of it is held to it too.
-        trace.signature(scheme, true);
-    }
-    let id = trace.id().to_string();
-    let signed = signed.map(|(signed, _)| signed);
-    let answer = route(app, hooks, &name, &parts, &body, signed, &mut trace).await;
-    let store_full = matches!(answer, Err(HookError::StoreFull));
-    let response = answered(answer, &mut trace);
-    let (record, _, capture) = trace.finish(hooks, response.status());
-    app.request_log.record_replay(record, capture).await;
-    if store_full {
+    request.extensions_mut().insert(id.clone());
+    request.extensions_mut().insert(HookContext {
+        settings,
+        uri,
+        name,
+        replay: Some(Replay {
+            of: original.id.clone(),
+            signed,
+        }),
+    });
+    let response = serve(routes(app.clone()), request).await;
+    let refused = response.extensions().get::<Refused>();
+    if refused.is_some_and(|Refused(err)| matches!(**err, HookError::StoreFull)) {
         return Err(ReplayError::StoreFull);
     }
-    Ok((response, id))
+    // The record takes the id, which is ours: see `Trace::begin`.
+    Ok((response, id.as_str().to_string()))
+}
+
+/// The signature that admitted `original`, whose mapping must still be configured: a replay
+/// runs no other.
+fn replay_signature(
+    hooks: &HookSettings,
+    original: &RequestRecord,
+) -> Result<Option<ReplaySignature>, ReplayError> {
+    let Some(signature) = original.signature.as_ref().filter(|s| s.verified) else {
+        return Ok(None);
+    };
+    let mapping = original
+        .mapping_id
+        .as_deref()
+        .and_then(|id| mapping_by_id(hooks, id))
+        .ok_or(ReplayError::SignedMappingGone)?;
+    Ok(Some(ReplaySignature {
+        mapping_id: mapping.id.clone(),
+        scheme: signature.scheme.clone(),
+    }))
 }
 
 /// Whether `original` may be replayed at all, before anything of it is read: not when it was
@@ -177,7 +243,7 @@ pub enum ReplayError {
     StoreFull,
 }
 
-/// The metrics labels of a request under the hook prefix, as the handler decided them: the
+/// The metrics labels of a request under the hook prefix, as the dispatcher decided them: the
 /// route template and the hook name. Names no route or mapping knows are `<unknown>`, so a
 /// client cannot create new time series.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,117 +253,14 @@ pub struct HookLabel {
 }
 
 impl HookLabel {
-    fn of(settings: &Settings, path: &str) -> Option<HookLabel> {
-        let hooks = settings.hooks.as_ref()?;
-        let name = hook_name(under_prefix(path, &hooks.path)?);
+    fn of(hooks: &HookSettings, name: &str) -> HookLabel {
         let known = matches!(name, "wake" | "agent")
             || hooks.mappings.iter().any(|m| m.path() == Some(name));
         let hook = if known { name } else { "<unknown>" };
-        Some(HookLabel {
+        HookLabel {
             route: format!("{}/{hook}", hooks.path),
             hook: hook.to_string(),
-        })
-    }
-}
-
-async fn handle(
-    app: &AppState,
-    settings: &Settings,
-    hooks: &HookSettings,
-    peer: SocketAddr,
-    request: Request,
-    trace: &mut Trace,
-) -> Result<Response, HookError> {
-    let (parts, body) = request.into_parts();
-    let rest = under_prefix(parts.uri.path(), &hooks.path).ok_or(HookError::NotFound)?;
-    if query_names_token(parts.uri.query()) {
-        return Err(HookError::QueryToken);
-    }
-    if parts.method != Method::POST {
-        return Err(HookError::MethodNotAllowed);
-    }
-    let name = hook_name(rest);
-    if !name.is_empty() {
-        trace.hook(name);
-    }
-    let credential = signed::authenticate(app, settings, hooks, peer, &parts.headers, name)?;
-    if name.is_empty() {
-        return Err(HookError::NotFound);
-    }
-    let bytes = read_limited(
-        &parts.headers,
-        body,
-        hooks.max_body_bytes,
-        hooks.body_timeout,
-        &settings.connections,
-    )
-    .await?;
-    trace.body(&bytes);
-    let attempt = match credential {
-        Credential::Token => {
-            trace.authenticated();
-            return route(app, hooks, name, &parts, &bytes, None, trace).await;
         }
-        Credential::Signature(attempt) => attempt,
-    };
-    let mapping = attempt.mapping;
-    trace.mapping(&mapping.id);
-    let scheme = attempt.scheme();
-    trace.signature(scheme, false);
-    let key = signed::check_signature(app, attempt, &bytes)?;
-    trace.signature(scheme, true);
-    trace.authenticated();
-    if let Some(answer) = signed::claim(app, &key, trace).await? {
-        return Ok(answer);
-    }
-    let signed_request = Signed {
-        mapping,
-        key: Some(&key),
-    };
-    let answer = route(
-        app,
-        hooks,
-        name,
-        &parts,
-        &bytes,
-        Some(signed_request),
-        trace,
-    )
-    .await;
-    // Answered here, not by the dispatcher, since the replay protection records the response
-    // itself.
-    let response = answered(answer, trace);
-    Ok(signed::settle(app, key.clone(), response).await)
-}
-
-/// Steps 6 and 7: the body as JSON, then the hook it names.
-async fn route(
-    app: &AppState,
-    hooks: &HookSettings,
-    name: &str,
-    parts: &Parts,
-    bytes: &Bytes,
-    signed: Option<Signed<'_>>,
-    trace: &mut Trace,
-) -> Result<Response, HookError> {
-    let payload = parse_json(bytes)?;
-    let request = HookRequest {
-        name,
-        parts,
-        body: bytes,
-        payload: &payload,
-        signed,
-    };
-    match name {
-        "wake" => {
-            let wake = payload::wake_request(&payload)?;
-            submit::wake(app, hooks, wake, "hook:wake".into(), trace).await
-        }
-        "agent" => {
-            let agent = payload::agent_request(&payload)?;
-            submit::agent(app, hooks, &request, agent, trace).await
-        }
-        _ => mapped::mapped(app, hooks, &request, trace).await,
     }
 }
 

@@ -27,7 +27,7 @@ pub(super) async fn mapped(
     app: &AppState,
     hooks: &HookSettings,
     request: &HookRequest<'_>,
-    trace: &mut Trace,
+    trace: &Trace,
 ) -> Result<Response, HookError> {
     let mapping =
         mapping::find(&hooks.mappings, request.name, request.payload).ok_or(HookError::NotFound)?;
@@ -123,7 +123,7 @@ async fn run_transform(
     mapping: &Mapping,
     module: &str,
     input: TransformInput,
-    trace: &mut Trace,
+    trace: &Trace,
 ) -> Result<CallOutcome, HookError> {
     let loaded = hooks.transforms.get().and_then(|set| set.get(module));
     let Some(loaded) = loaded else {

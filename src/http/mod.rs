@@ -7,6 +7,7 @@ mod api_requests;
 mod auth;
 mod body;
 mod console;
+mod credential;
 mod health;
 mod hooks;
 mod mapped;
@@ -24,6 +25,7 @@ mod write_deadline;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::{Request, State};
 use axum::http::{HeaderValue, header};
 use axum::middleware::{from_fn_with_state, map_response};
 use axum::response::Response;
@@ -82,9 +84,11 @@ pub struct AppParts {
     pub write_probe: health::WriteProbe,
 }
 
-/// Every route of the server. Hooks live under a configurable, reloadable prefix, so they are
-/// served by the fallback, which checks the prefix of the configuration in force.
+/// Every route of the server. Hooks live under a configurable, reloadable prefix, so their
+/// routes ([`hooks::routes`]) are served by the fallback, which takes off the prefix of the
+/// configuration in force.
 pub fn router(state: AppState) -> Router {
+    let hooks = hooks::routes(state.clone());
     Router::new()
         .route("/livez", get(health::livez))
         .route("/healthz", get(health::livez))
@@ -94,7 +98,9 @@ pub fn router(state: AppState) -> Router {
         .route("/console/console.js", get(console::script))
         .route("/console/console.css", get(console::style))
         .nest("/api", operator_api(state.clone()))
-        .fallback(hooks::dispatch)
+        .fallback(move |State(app): State<AppState>, request: Request| {
+            hooks::dispatch(app, hooks.clone(), request)
+        })
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(from_fn_with_state(state.clone(), observe::observe))
         .layer(map_response(security_headers))

@@ -1,5 +1,6 @@
 //! Every way a hook request can be refused, with the exact status and body of docs/http-contract.md.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
@@ -172,6 +173,12 @@ impl HookError {
     }
 }
 
+/// The refusal an answer was made from, in the answer's extensions: the hooks router's trace
+/// layer records it (the client's text and the reason), and a replay tells a full store from
+/// other refusals by it. Never sent.
+#[derive(Debug, Clone)]
+pub(super) struct Refused(pub Arc<HookError>);
+
 impl IntoResponse for HookError {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -191,14 +198,14 @@ impl IntoResponse for HookError {
             _ => json_error(status, message),
         };
         let headers = response.headers_mut();
-        match self {
+        match &self {
             HookError::MethodNotAllowed => {
                 headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
             }
             HookError::LockedOut { retry_after } => {
                 headers.insert(
                     header::RETRY_AFTER,
-                    HeaderValue::from(retry_after_seconds(retry_after)),
+                    HeaderValue::from(retry_after_seconds(*retry_after)),
                 );
             }
             HookError::TransformsBusy => {
@@ -216,6 +223,7 @@ impl IntoResponse for HookError {
             }
             _ => {}
         }
+        response.extensions_mut().insert(Refused(Arc::new(self)));
         response
     }
 }

@@ -1,48 +1,43 @@
 //! Authentication by hook token or, for mappings that declare one, by the provider's signature;
-//! and replay protection for signed deliveries.
+//! and replay protection for signed deliveries. The extractors of `credential` call these.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::Body;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::auth::{presented_token, token_matches};
 use super::reply::{HookError, Refusal, json_error};
+use super::request::HookContext;
 use super::trace::Trace;
 use crate::client::ClientKey;
 use crate::config::{HookSettings, Settings};
 use crate::gateway::deliveries::{Claim, RecordedAnswer};
 use crate::gateway::requests::Repeat;
 use crate::gateway::runtime_clock::now_ms;
-use crate::hook::signature::{Presented, SignatureError, SignatureRule};
+use crate::hook::signature::{Presented, SignatureError};
 use crate::mapping::{self, Mapping};
 
-/// How a request may be served.
-pub enum Credential<'a> {
-    /// It presented the hook token.
-    Token,
-    /// It did not, but its name belongs to a signed mapping whose credential headers it
-    /// presents: the signature over the body decides, once the body has been read.
-    Signature(SignedAttempt<'a>),
-}
-
 /// A request on a signed mapping's path whose credential headers were read and found fresh and
-/// well-formed.
-pub struct SignedAttempt<'a> {
-    pub mapping: &'a Mapping,
-    rule: &'a SignatureRule,
+/// well-formed: the signature over the body decides, once the body has been read.
+pub struct SignedAttempt {
+    /// The mapping whose signature it presents, in the request's generation.
+    mapping_id: String,
     presented: Presented,
     /// Whom its failures count against: the client on this mapping.
     failures: Option<SignatureFailureKey>,
 }
 
-impl SignedAttempt<'_> {
-    /// The name of the signature scheme presented.
-    pub fn scheme(&self) -> &'static str {
-        self.rule.scheme.name()
+impl SignedAttempt {
+    /// The id of the mapping whose signature the request presents.
+    pub fn mapping_id(&self) -> &str {
+        &self.mapping_id
     }
 }
 
@@ -58,14 +53,16 @@ pub type SignatureFailureKey = (ClientKey, String);
 /// headers must be present, well-formed and fresh (a GitLab token must match), or it is refused
 /// before its body can hold the connection. A client whose forwarding proxy named no address is
 /// not locked out: counting it under the proxy's address would lock out everyone behind it.
-pub fn authenticate<'a>(
+///
+/// `None` when the token admitted the request.
+pub fn authenticate(
     app: &AppState,
     settings: &Settings,
-    hooks: &'a HookSettings,
+    hooks: &HookSettings,
     peer: SocketAddr,
     headers: &HeaderMap,
     name: &str,
-) -> Result<Credential<'a>, HookError> {
+) -> Result<Option<SignedAttempt>, HookError> {
     let client = settings.trusted_proxies.client(peer.ip(), headers);
     let now = Instant::now();
     let token = presented_token(headers);
@@ -80,7 +77,7 @@ pub fn authenticate<'a>(
         if let Some(client) = client {
             app.limiter.clear(&client);
         }
-        return Ok(Credential::Token);
+        return Ok(None);
     }
     if by_token {
         if let Some(client) = client {
@@ -108,9 +105,8 @@ pub fn authenticate<'a>(
             .map(String::from)
     };
     match Presented::read(rule, &header, now_ms() / 1000) {
-        Ok(presented) => Ok(Credential::Signature(SignedAttempt {
-            mapping,
-            rule,
+        Ok(presented) => Ok(Some(SignedAttempt {
+            mapping_id: mapping.id.clone(),
             presented,
             failures,
         })),
@@ -118,27 +114,32 @@ pub fn authenticate<'a>(
     }
 }
 
-/// Checks a signed request's signature over the raw body. On success returns the replay key
+/// Checks a signed request's signature over the raw body, noting in `trace` the mapping, the
+/// scheme and whether it checked out. On success returns the replay key
 /// `<mapping id>:<delivery id>`; a failure counts toward the lockout and is a plain 401 to the
 /// client, its reason kept for the request log.
 pub fn check_signature(
     app: &AppState,
-    attempt: SignedAttempt<'_>,
+    context: &HookContext,
+    attempt: SignedAttempt,
     body: &[u8],
+    trace: &Trace,
 ) -> Result<String, HookError> {
-    match attempt.presented.verify(attempt.rule, body) {
+    let mapping = context.mapping(&attempt.mapping_id)?;
+    let rule = mapping.signature.as_ref().ok_or_else(|| {
+        HookError::internal(format!("mapping {} has no signature rule", mapping.id))
+    })?;
+    trace.mapping(&mapping.id);
+    trace.signature(rule.scheme.name(), false);
+    match attempt.presented.verify(rule, body) {
         Ok(verified) => {
             if let Some(key) = &attempt.failures {
                 app.signature_limiter.clear(key);
             }
-            Ok(format!("{}:{}", attempt.mapping.id, verified.delivery_id))
+            trace.signature(rule.scheme.name(), true);
+            Ok(format!("{}:{}", mapping.id, verified.delivery_id))
         }
-        Err(reason) => Err(signature_refused(
-            app,
-            &attempt.failures,
-            attempt.mapping,
-            reason,
-        )),
+        Err(reason) => Err(signature_refused(app, &attempt.failures, mapping, reason)),
     }
 }
 
@@ -173,7 +174,7 @@ fn log_client(client: Option<ClientKey>, message: &str) {
 pub async fn claim(
     app: &AppState,
     key: &str,
-    trace: &mut Trace,
+    trace: &Trace,
 ) -> Result<Option<Response>, HookError> {
     let claim = app.runtime.claim_delivery(key).await?;
     Ok(match claim {
@@ -222,9 +223,48 @@ fn answered_runs(body: &[u8]) -> Vec<String> {
     }
 }
 
+/// The key of a signed delivery claimed while serving a request: the extractor that claims it
+/// fills it in, and [`settle_deliveries`] records the answer under it. One allocation per hook
+/// request.
+#[derive(Clone, Default)]
+pub(super) struct DeliverySlot(Arc<Mutex<Option<String>>>);
+
+impl DeliverySlot {
+    /// Notes that the delivery `key` was claimed: its answer is to be recorded.
+    pub fn claimed(&self, key: String) {
+        *self.lock() = Some(key);
+    }
+
+    fn take(&self) -> Option<String> {
+        self.lock().take()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        // A plain value, written whole: a panic elsewhere cannot leave it inconsistent.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The hooks router's layer of replay protection: puts a [`DeliverySlot`] in the request, and
+/// once the handler has answered a request whose delivery it claimed, records that answer (or
+/// releases the claim on a server error; see [`settle`]).
+pub(super) async fn settle_deliveries(
+    State(app): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let slot = DeliverySlot::default();
+    request.extensions_mut().insert(slot.clone());
+    let response = next.run(request).await;
+    match slot.take() {
+        Some(key) => settle(&app, key, response).await,
+        None => response,
+    }
+}
+
 /// Records the answer to a claimed delivery and returns it unchanged; a server error releases
 /// the claim instead, so that the provider's retry gets the chance to succeed.
-pub async fn settle(app: &AppState, key: String, response: Response) -> Response {
+async fn settle(app: &AppState, key: String, response: Response) -> Response {
     if response.status().is_server_error() {
         if let Err(err) = app.runtime.release_delivery(key).await {
             tracing::error!(%err, "cannot release a delivery claim");

@@ -24,7 +24,7 @@ pub(super) async fn wake(
     hooks: &HookSettings,
     wake: WakeRequest,
     source: String,
-    trace: &mut Trace,
+    trace: &Trace,
 ) -> Result<Response, HookError> {
     let outcome = commit_wake(app, hooks, &wake, source).await?;
     trace.event(outcome);
@@ -38,7 +38,7 @@ pub(super) async fn agent(
     hooks: &HookSettings,
     request: &HookRequest<'_>,
     agent: AgentRequest,
-    trace: &mut Trace,
+    trace: &Trace,
 ) -> Result<Response, HookError> {
     let keys = idempotency_keys(request);
     let wait = agent.wait_for_completion.then_some(agent.timeout_seconds);
@@ -114,7 +114,7 @@ pub(super) async fn mapped(
     request: &HookRequest<'_>,
     mapping: &Mapping,
     actions: Vec<FinishedAction>,
-    trace: &mut Trace,
+    trace: &Trace,
 ) -> Result<Response, HookError> {
     let keys = idempotency_keys(request);
     let chosen = idempotency::choose_key(keys);
@@ -217,7 +217,7 @@ fn wake_answer(mode: WakeMode, outcome: EventOutcome) -> Value {
 async fn queue(
     app: &AppState,
     admission: AgentAdmission,
-    trace: &mut Trace,
+    trace: &Trace,
 ) -> Result<(String, bool), HookError> {
     let queued = app
         .runtime

@@ -1,11 +1,18 @@
 //! What the request log records of one hook request, filled in as the pipeline goes
-//! (docs/operations.md#the-request-log): each step that learns something (the mapping, the
-//! signature, the transform's outcome, the run or event made) writes it here, and the
-//! dispatcher hands the finished record to the log once the answer is known.
+//! (docs/operations.md#the-request-log): the hooks router's outermost layer ([`record`]) begins
+//! it and hands it to the steps as a request extension; each step that learns something (the
+//! mapping, the signature, the transform's outcome, the run or event made) writes it there, and
+//! the layer hands the finished record to the log once the answer is known.
 
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use uuid::Uuid;
 
@@ -19,11 +26,75 @@ use crate::gateway::requests::{
 use crate::gateway::runtime_clock::now_ms;
 use crate::hook::capture::CaptureJob;
 
-use super::reply::HookError;
+use super::AppState;
+use super::reply::{HookError, Refused};
+use super::request::{HookContext, extension};
 use super::request_id::RequestId;
 
-/// One hook request's record in the making.
-pub(super) struct Trace {
+/// The hooks router's outermost layer: begins the request's record and puts it in the request's
+/// extensions as a [`Trace`]; once the answer is known, notes a refusal (the answer's
+/// [`Refused`] extension), finishes the record and hands it to the request log. A replay's
+/// record is committed before its answer is returned, so that the answer's id finds it.
+pub(super) async fn record(
+    State(app): State<AppState>,
+    context: HookContext,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let hooks = match context.hooks() {
+        Ok(hooks) => hooks,
+        Err(err) => return err.into_response(),
+    };
+    let id = request
+        .extensions()
+        .get::<RequestId>()
+        .cloned()
+        .unwrap_or_default();
+    let (client, keep_headers) = match &context.replay {
+        // A replay counts under no client, and its headers are the ones captured already.
+        Some(_) => (None, true),
+        None => {
+            let peer = request.extensions().get::<ConnectInfo<SocketAddr>>();
+            let client = peer.and_then(|ConnectInfo(peer)| {
+                context
+                    .settings
+                    .trusted_proxies
+                    .client(peer.ip(), request.headers())
+            });
+            (client, hooks.captures_any())
+        }
+    };
+    let trace = Trace::begin(
+        &id,
+        request.method(),
+        &context.uri,
+        request.headers(),
+        client,
+        keep_headers,
+    );
+    if let Some(replay) = &context.replay {
+        trace.replay_of(&replay.of);
+    }
+    request.extensions_mut().insert(trace.clone());
+    let response = next.run(request).await;
+    if let Some(Refused(err)) = response.extensions().get::<Refused>() {
+        trace.refused(err);
+    }
+    let (record, client, capture) = trace.finish(hooks, response.status());
+    match &context.replay {
+        Some(_) => app.request_log.record_replay(record, capture).await,
+        None => app.request_log.record(record, client, capture),
+    }
+    response
+}
+
+/// One hook request's record in the making, shared by the layer that begins and finishes it
+/// and every step that adds to it. Cloning costs an `Arc` increment; each note takes a lock
+/// for as long as it writes a field, never across an await.
+#[derive(Clone)]
+pub(super) struct Trace(Arc<Mutex<Draft>>);
+
+struct Draft {
     record: RequestRecord,
     started: Instant,
     client: Option<ClientKey>,
@@ -36,11 +107,20 @@ pub(super) struct Trace {
     authenticated: bool,
 }
 
+impl<S: Send + Sync> FromRequestParts<S> for Trace {
+    type Rejection = HookError;
+
+    /// The trace [`record`] put in the request; its absence is our bug.
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, HookError> {
+        extension(parts, "a hook request outside the trace layer")
+    }
+}
+
 impl Trace {
     /// Begins the record of request `id` from `client`; `keep_headers` when a capture may want
     /// them. The record takes the request's id as its own when it is ours (so `X-Request-Id`
     /// finds it), and a fresh one when the client chose it.
-    pub fn begin(
+    fn begin(
         id: &RequestId,
         method: &Method,
         uri: &Uri,
@@ -49,7 +129,7 @@ impl Trace {
         keep_headers: bool,
     ) -> Trace {
         let at_ms = now_ms();
-        Trace {
+        Trace(Arc::new(Mutex::new(Draft {
             record: RequestRecord {
                 id: if id.is_unique() {
                     id.as_str().to_string()
@@ -73,41 +153,42 @@ impl Trace {
             query: uri.query().map(String::from),
             body: None,
             authenticated: false,
-        }
+        })))
     }
 
-    /// The record's id.
-    pub fn id(&self) -> &str {
-        &self.record.id
+    fn draft(&self) -> MutexGuard<'_, Draft> {
+        // Each note writes whole fields: a panic elsewhere cannot leave the draft half-written.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The token or a verified signature admitted the request.
-    pub fn authenticated(&mut self) {
-        self.authenticated = true;
+    pub fn authenticated(&self) {
+        self.draft().authenticated = true;
     }
 
     /// The request was refused with `err`: the text the client got, and why in the operator's
     /// words (which the client never gets).
-    pub fn refused(&mut self, err: &HookError) {
-        self.record.error = Some(err.client_message().to_string());
-        self.record.reason = err.reason();
+    pub fn refused(&self, err: &HookError) {
+        let mut draft = self.draft();
+        draft.record.error = Some(err.client_message().to_string());
+        draft.record.reason = err.reason();
     }
 
-    pub fn hook(&mut self, name: &str) {
-        self.record.hook = Some(recorded_path(name));
+    pub fn hook(&self, name: &str) {
+        self.draft().record.hook = Some(recorded_path(name));
     }
 
-    pub fn mapping(&mut self, id: &str) {
-        self.record.mapping_id = Some(id.to_string());
+    pub fn mapping(&self, id: &str) {
+        self.draft().record.mapping_id = Some(id.to_string());
     }
 
-    pub fn body(&mut self, body: &Bytes) {
-        self.body = Some(body.clone());
+    pub fn body(&self, body: &Bytes) {
+        self.draft().body = Some(body.clone());
     }
 
     /// A signature was presented under `scheme`; `verified` once it checked out.
-    pub fn signature(&mut self, scheme: &str, verified: bool) {
-        self.record.signature = Some(SignatureTrace {
+    pub fn signature(&self, scheme: &str, verified: bool) {
+        self.draft().record.signature = Some(SignatureTrace {
             scheme: scheme.to_string(),
             verified,
         });
@@ -115,70 +196,70 @@ impl Trace {
 
     /// One transform call. A `forEach` mapping calls its transform once per element: the
     /// times add up, and the last outcome (or the failure) stands.
-    pub fn transform(
-        &mut self,
-        outcome: TransformVerdict,
-        started: Instant,
-        failure: Option<&str>,
-    ) {
+    pub fn transform(&self, outcome: TransformVerdict, started: Instant, failure: Option<&str>) {
         let elapsed = started.elapsed().as_secs_f64() * 1000.0;
-        let before = self
+        let mut draft = self.draft();
+        let before = draft
             .record
             .transform
             .as_ref()
             .map_or(0.0, |t| t.duration_ms);
-        self.record.transform = Some(TransformTrace {
+        draft.record.transform = Some(TransformTrace {
             outcome,
             duration_ms: before + elapsed,
             failure: failure.map(String::from),
         });
     }
 
-    pub fn run(&mut self, run_id: &str) {
-        self.record.run_ids.push(run_id.to_string());
+    pub fn run(&self, run_id: &str) {
+        self.draft().record.run_ids.push(run_id.to_string());
     }
 
-    pub fn event(&mut self, outcome: EventOutcome) {
+    pub fn event(&self, outcome: EventOutcome) {
+        let mut draft = self.draft();
         // A batch's wakes answer `queued` when any of them was.
-        if self.record.event_outcome != Some(EventOutcome::Queued) {
-            self.record.event_outcome = Some(outcome);
+        if draft.record.event_outcome != Some(EventOutcome::Queued) {
+            draft.record.event_outcome = Some(outcome);
         }
     }
 
     /// The request repeated an earlier one and was answered with its work.
-    pub fn repeat(&mut self, repeat: Repeat) {
-        self.record.repeat = Some(repeat);
+    pub fn repeat(&self, repeat: Repeat) {
+        self.draft().record.repeat = Some(repeat);
     }
 
-    pub fn replay_of(&mut self, id: &str) {
-        self.record.replay_of = Some(id.to_string());
+    pub fn replay_of(&self, id: &str) {
+        self.draft().record.replay_of = Some(id.to_string());
     }
 
     /// The finished record, with the answer's `status`; the client it counts under; and, for an
-    /// authenticated request that `hooks` captures, the material of its capture.
-    pub fn finish(
-        mut self,
+    /// authenticated request that `hooks` captures, the material of its capture. The record is
+    /// taken out: called once, by [`record`], when nothing adds to it any more.
+    fn finish(
+        &self,
         hooks: &HookSettings,
         status: StatusCode,
     ) -> (RequestRecord, Option<ClientKey>, Option<CaptureJob>) {
-        self.record.status = status.as_u16();
-        self.record.duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        let mut draft = self.draft();
+        let draft = &mut *draft;
+        draft.record.status = status.as_u16();
+        draft.record.duration_ms = draft.started.elapsed().as_secs_f64() * 1000.0;
         let policy = hooks.capture_for(
-            self.record.mapping_id.as_deref(),
-            self.record.hook.as_deref(),
+            draft.record.mapping_id.as_deref(),
+            draft.record.hook.as_deref(),
         );
-        let job = (self.authenticated && policy.enabled).then(|| {
-            let headers = self
+        let job = (draft.authenticated && policy.enabled).then(|| {
+            let headers = draft
                 .headers
                 .iter()
                 .flat_map(|headers| headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())));
             policy.job(
                 headers,
                 &hooks.credentials,
-                self.query.as_deref(),
-                self.body.take().unwrap_or_default(),
+                draft.query.as_deref(),
+                draft.body.take().unwrap_or_default(),
             )
         });
-        (self.record, self.client, job)
+        (std::mem::take(&mut draft.record), draft.client, job)
     }
 }
