@@ -40,8 +40,8 @@ impl FromRequestParts<AppState> for Credential {
         if !context.name.is_empty() {
             trace.hook(&context.name);
         }
-        if let Some(replay) = context.replay {
-            return Ok(Credential::Replay(replay.signed));
+        if let Some(replay) = &context.replay {
+            return Ok(Credential::Replay(replay.signed.clone()));
         }
         let peer = parts
             .extensions

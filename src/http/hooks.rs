@@ -4,6 +4,8 @@
 //! the token-in-query refusal (step 2), the method (step 3, the router's), then each handler's
 //! extractors (step 4, authentication; step 6, the body) and the hook (step 7).
 
+use std::sync::Arc;
+
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -17,11 +19,11 @@ use tower::ServiceExt;
 use super::AppState;
 use super::credential::{Authenticated, Credential};
 use super::reply::{HookError, Refused};
-use super::request::{HookContext, Replay, ReplaySignature, mapping_by_id};
+use super::request::{ContextParts, HookContext, Replay, ReplaySignature, mapping_by_id};
 use super::request_id::RequestId;
 use super::trace::{self, Trace};
 use super::{mapped, signed, submit};
-use crate::config::HookSettings;
+use crate::config::{HookSettings, Settings};
 use crate::gateway::requests::{self, RequestRecord};
 use crate::hook::payload;
 
@@ -63,19 +65,32 @@ pub(super) async fn dispatch(app: AppState, routes: Router, mut request: Request
     };
     let label = HookLabel::of(hooks, name);
     let name = name.to_string();
-    let Some(routed) = routed_uri(&name) else {
+    if aim(&mut request, settings, name, None).is_none() {
         return HookError::NotFound.into_response();
-    };
-    let uri = std::mem::replace(request.uri_mut(), routed);
-    request.extensions_mut().insert(HookContext {
-        settings,
-        uri,
-        name,
-        replay: None,
-    });
+    }
     let mut response = serve(routes, request).await;
     response.extensions_mut().insert(label);
     response
+}
+
+/// Points `request` at hook `name`'s route, keeping its URI as sent, and what else the steps
+/// need, in its [`HookContext`]. `None` when the name makes no URI (it comes from one, so never).
+fn aim(
+    request: &mut Request,
+    settings: Arc<Settings>,
+    name: String,
+    replay: Option<Replay>,
+) -> Option<()> {
+    let routed = routed_uri(&name)?;
+    let uri = std::mem::replace(request.uri_mut(), routed);
+    let context = ContextParts {
+        settings,
+        uri,
+        name,
+        replay,
+    };
+    request.extensions_mut().insert(HookContext::new(context));
+    Some(())
 }
 
 /// The URI [`routes`] matches for hook `name`: `/` and the name, not percent-decoded.
@@ -166,22 +181,17 @@ pub(super) async fn replay(
     let uri: Uri = target.parse().map_err(|_| ReplayError::Gone)?;
     let rest = under_prefix(uri.path(), &hooks.path).ok_or(ReplayError::Gone)?;
     let name = hook_name(rest).to_string();
-    let routed = routed_uri(&name).ok_or(ReplayError::Gone)?;
     let id = RequestId::new();
     let mut request = Request::new(Body::from(body));
     *request.method_mut() = Method::POST;
-    *request.uri_mut() = routed;
+    *request.uri_mut() = uri;
     *request.headers_mut() = headers;
     request.extensions_mut().insert(id.clone());
-    request.extensions_mut().insert(HookContext {
-        settings,
-        uri,
-        name,
-        replay: Some(Replay {
-            of: original.id.clone(),
-            signed,
-        }),
-    });
+    let replay = Replay {
+        of: original.id.clone(),
+        signed,
+    };
+    aim(&mut request, settings, name, Some(replay)).ok_or(ReplayError::Gone)?;
     let response = serve(routes(app.clone()), request).await;
     let refused = response.extensions().get::<Refused>();
     if refused.is_some_and(|Refused(err)| matches!(**err, HookError::StoreFull)) {
@@ -294,6 +304,20 @@ mod tests {
         assert_eq!(under_prefix("/hooks/wake", "/hooks"), Some("/wake"));
         assert_eq!(under_prefix("/hooksx/wake", "/hooks"), None);
         assert_eq!(under_prefix("/Hooks/wake", "/hooks"), None);
+    }
+
+    #[test]
+    fn a_name_is_routed_as_sent_but_for_its_slashes() {
+        let routed = |path: &str| {
+            let name = hook_name(under_prefix(path, "/hooks").unwrap());
+            routed_uri(name).unwrap().to_string()
+        };
+        assert_eq!(routed("/hooks//wake/"), "/wake");
+        assert_eq!(routed("/hooks/wake//"), "/wake/");
+        assert_eq!(routed("/hooks"), "/");
+        assert_eq!(routed("/hooks///"), "/");
+        assert_eq!(routed("/hooks/%77ake"), "/%77ake");
+        assert_eq!(routed("/hooks/a/b"), "/a/b");
     }
 
     #[test]

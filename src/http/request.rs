@@ -16,9 +16,12 @@ use crate::mapping::Mapping;
 /// What the dispatcher learnt of a hook request before routing it, as a request extension: the
 /// configuration generation it is served under (read once, so that no step of one request sees
 /// another generation), the URI as the client sent it (the router sees only `/` and the hook's
-/// name) and that name. Cloning it costs an `Arc` increment and a `String` copy.
+/// name) and that name. Each step that takes it clones it: an atomic increment.
 #[derive(Clone)]
-pub(super) struct HookContext {
+pub(super) struct HookContext(Arc<ContextParts>);
+
+/// The parts of [`HookContext`].
+pub(super) struct ContextParts {
     pub settings: Arc<Settings>,
     /// The request's URI, prefix and query included, as received (or as recorded, for a replay).
     pub uri: Uri,
@@ -26,6 +29,14 @@ pub(super) struct HookContext {
     pub name: String,
     /// Set for an operator's replay, which carries its original's admission.
     pub replay: Option<Replay>,
+}
+
+impl std::ops::Deref for HookContext {
+    type Target = ContextParts;
+
+    fn deref(&self) -> &ContextParts {
+        &self.0
+    }
 }
 
 /// An operator's replay of a recorded request: the operator's authority stands in for the
@@ -46,6 +57,10 @@ pub(super) struct ReplaySignature {
 }
 
 impl HookContext {
+    pub fn new(parts: ContextParts) -> Self {
+        HookContext(Arc::new(parts))
+    }
+
     /// The hook settings of the request's generation; 404 when hooks are off (the dispatcher
     /// routes no request then, so this is only a guard).
     pub fn hooks(&self) -> Result<&HookSettings, HookError> {
