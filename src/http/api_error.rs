@@ -32,9 +32,10 @@ pub enum ApiError {
     /// minute at most, not here.
     #[error("store full; retry")]
     StoreFull,
-    /// Our own failure: logged where it became the answer, never by the response.
+    /// Our own failure, its source kept: logged where it became the answer, never by the
+    /// response, which says `internal error` only.
     #[error("internal error")]
-    Internal(String),
+    Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl IntoResponse for ApiError {
@@ -78,7 +79,7 @@ impl From<StoreError> for ApiError {
             other => {
                 // Logged here, where it becomes the answer; the response does not log.
                 tracing::error!(cause = %other, "operator API request failed");
-                ApiError::Internal(other.to_string())
+                ApiError::Internal(Box::new(other))
             }
         }
     }
@@ -91,7 +92,7 @@ impl From<HookError> for ApiError {
             HookError::Unauthorized(_) => ApiError::Unauthorized,
             HookError::LockedOut { retry_after } => ApiError::LockedOut { retry_after },
             // Logged where it was made (`HookError::internal`).
-            HookError::Internal(source) => ApiError::Internal(source.to_string()),
+            HookError::Internal(source) => ApiError::Internal(source),
             HookError::StoreFull => ApiError::StoreFull,
             other => ApiError::Invalid(other.client_message().to_string()),
         }

@@ -15,8 +15,8 @@ use super::AppState;
 use super::hooks::HookLabel;
 use super::request_id::{RequestId, X_REQUEST_ID};
 
-/// Names the request, times it, counts hook outcomes under the labels the hook handler decided,
-/// and writes the access log line.
+/// Names the request, times it, counts hook outcomes under the labels the hook dispatcher
+/// decided, and writes the access log line.
 pub async fn observe(State(app): State<AppState>, mut request: Request, next: Next) -> Response {
     let started = Instant::now();
     let id = RequestId::of(request.headers());
