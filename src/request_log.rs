@@ -277,19 +277,31 @@ async fn write_loop(
     config: LiveConfig,
 ) {
     let mut batch = Vec::with_capacity(BATCH);
-    let mut flushes = Vec::new();
     while let Some(first) = entries.recv().await {
-        gather(&mut entries, first, &mut batch, &mut flushes).await;
+        // Dropped at the end of this turn, whatever became of the batch: its flushes are
+        // answered now, never after a later batch that may not come.
+        let mut waiters = Waiters::default();
+        gather(&mut entries, first, &mut batch, &mut waiters.0).await;
         if !batch.is_empty() {
             let pending = std::mem::take(&mut batch);
-            if !write_batch(&store, pending, &queued_bytes, &metrics).await {
-                // Its flushes are answered after the next batch.
-                continue;
+            if write_batch(&store, pending, &queued_bytes, &metrics).await {
+                let max_bytes = config.current().runtime.retention.requests_max_bytes;
+                bound_size(&store, max_bytes, &metrics).await;
             }
-            let max_bytes = config.current().runtime.retention.requests_max_bytes;
-            bound_size(&store, max_bytes, &metrics).await;
         }
-        for done in flushes.drain(..) {
+    }
+}
+
+/// The flush requests waiting for one batch. Each is answered when this is dropped: on every
+/// path out of the batch, a lost batch and a panic unwinding through the writer included, so
+/// that no [`RequestLog::flush`] (nor the replay behind it) waits for a batch that never comes.
+#[derive(Default)]
+struct Waiters(Vec<oneshot::Sender<()>>);
+
+impl Drop for Waiters {
+    fn drop(&mut self) {
+        for done in self.0.drain(..) {
+            // A waiter that gave up is no one to tell.
             let _ = done.send(());
         }
     }
@@ -330,8 +342,9 @@ async fn gather(
 }
 
 /// Applies the captures of `pending`, gives their bytes back to the queue's budget and writes
-/// the records as one operation, counting them recorded or dropped. False when the captures
-/// failed: the records are lost (and the log says so).
+/// the records as one operation, counting them recorded or dropped. False when applying the
+/// captures failed (its thread panicked): the records are lost, counted dropped, and the log
+/// says so, once for the batch.
 async fn write_batch(
     store: &RequestLogStore,
     pending: Vec<Pending>,
@@ -345,12 +358,18 @@ async fn write_batch(
         .sum();
     let records = with_captures(pending, bytes > 0).await;
     queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
-    let Ok(records) = records else {
-        tracing::error!(
-            count = count_of,
-            "request log captures failed; records lost"
-        );
-        return false;
+    let records = match records {
+        Ok(records) => records,
+        Err(err) => {
+            count(metrics, Outcome::Dropped, count_of);
+            tracing::error!(
+                error = %err,
+                count = count_of,
+                capture_bytes = bytes,
+                "request log captures failed; records lost"
+            );
+            return false;
+        }
     };
     match store.insert(records).await {
         Ok(()) => count(metrics, Outcome::Recorded, count_of),
@@ -465,6 +484,31 @@ mod tests {
         );
         assert_eq!(flood.admit(client(1), start + WINDOW), Some(5));
         assert_eq!(flood.admit(client(1), start + WINDOW), Some(0));
+    }
+
+    /// Applying captures cannot be made to panic from outside (a capture is total over what a
+    /// request holds), so the panic is raised here, in a turn of the writer holding its batch's
+    /// waiters.
+    #[tokio::test]
+    async fn a_batch_s_waiters_are_answered_when_its_turn_panics() {
+        let (done, answered) = oneshot::channel();
+        let turn = tokio::spawn(async move {
+            let _waiters = Waiters(vec![done]);
+            panic!("applying the captures panicked");
+        });
+        assert!(turn.await.expect_err("the turn panics").is_panic());
+        assert_eq!(
+            answered.await,
+            Ok(()),
+            "the waiter is answered, not left to a later batch"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_s_waiters_are_answered_when_it_ends() {
+        let (done, answered) = oneshot::channel();
+        drop(Waiters(vec![done]));
+        assert_eq!(answered.await, Ok(()));
     }
 
     #[test]
