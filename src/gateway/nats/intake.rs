@@ -121,13 +121,13 @@ impl Cluster {
         let key = key_of(key);
         let bucket = &self.buckets.replay;
         let claim = |at_ms| serde_json::to_vec(&ReplayEntry::Claimed { at_ms }).unwrap_or_default();
-        let error = |e: &dyn std::fmt::Display| ClusterError::new("replay bucket", e);
         match bucket.create(&key, claim(now_ms()).into()).await {
             Ok(_) => return Ok(Claim::Claimed),
             Err(err) if is_already_exists(&err) => {}
-            Err(err) => return Err(error(&err)),
+            Err(err) => return Err(ClusterError::new("replay bucket", err)),
         }
-        let Some(entry) = bucket.entry(&key).await.map_err(|e| error(&e))? else {
+        let entry = bucket.entry(&key).await;
+        let Some(entry) = entry.map_err(|e| ClusterError::new("replay bucket", e))? else {
             return Ok(Claim::InProgress);
         };
         Ok(match serde_json::from_slice::<ReplayEntry>(&entry.value) {

@@ -40,17 +40,41 @@ const PUBLISH_DEADLINE: Duration = Duration::from_secs(5);
 /// A failure to reach or use JetStream. The message is for the log and for `hookgate check`.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
-    #[error("nats: {0}")]
-    Failed(String),
+    /// The client, the servers or this node's view failed at what `context` says hookgate was
+    /// doing; `source` is their own error.
+    #[error("nats: {context}: {source}")]
+    Failed {
+        context: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A fact larger than the servers take in one message (`max_payload`, 1 MiB by default).
     #[error("nats: a {size}-byte message is over the servers' limit of {limit} bytes")]
     TooLarge { size: usize, limit: usize },
 }
 
 impl ClusterError {
-    fn new(context: &str, err: impl std::fmt::Display) -> Self {
-        ClusterError::Failed(format!("{context}: {err}"))
+    /// `source`, the typed error of the client or the view, failed at `context`.
+    fn new(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        ClusterError::Failed {
+            context: context.into(),
+            source: source.into(),
+        }
     }
+}
+
+/// Why a publish's last attempt got no acknowledgement.
+#[derive(Debug, thiserror::Error)]
+enum Unacknowledged {
+    /// The client or the stream refused the publish or its acknowledgement.
+    #[error(transparent)]
+    Refused(jetstream::context::PublishError),
+    /// The acknowledgement did not come before the publish's deadline.
+    #[error("no acknowledgement in time")]
+    Late,
 }
 
 impl From<ClusterError> for crate::gateway::store::StoreError {
@@ -58,7 +82,7 @@ impl From<ClusterError> for crate::gateway::store::StoreError {
         use crate::gateway::store::StoreError;
         match err {
             ClusterError::TooLarge { size, limit } => StoreError::TooLarge { size, limit },
-            err @ ClusterError::Failed(_) => StoreError::Cluster(Box::new(err)),
+            err @ ClusterError::Failed { .. } => StoreError::Cluster(Box::new(err)),
         }
     }
 }
@@ -257,7 +281,7 @@ impl Cluster {
             });
         }
         let deadline = tokio::time::Instant::now() + PUBLISH_DEADLINE;
-        let mut last_error = String::new();
+        let mut last_error = Unacknowledged::Late;
         while tokio::time::Instant::now() < deadline {
             let mut headers = async_nats::HeaderMap::new();
             headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id);
@@ -265,20 +289,19 @@ impl Cluster {
                 let ack = self
                     .js
                     .publish_with_headers(subject.clone(), headers, payload.clone())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                ack.await.map_err(|e| e.to_string())
+                    .await?;
+                ack.await
             };
             match tokio::time::timeout_at(deadline, attempt).await {
                 Ok(Ok(ack)) => return Ok(ack.sequence),
-                Ok(Err(err)) => last_error = err,
-                Err(_) => last_error = "no acknowledgement in time".into(),
+                Ok(Err(err)) => last_error = Unacknowledged::Refused(err),
+                Err(_) => last_error = Unacknowledged::Late,
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Err(ClusterError::new(
-            "publish not acknowledged",
-            format!("{subject}: {last_error}"),
+            format!("publish not acknowledged: {subject}"),
+            last_error,
         ))
     }
 
@@ -321,7 +344,7 @@ impl Cluster {
         ensure_consumers(&self.js, &self.names, self.ack_wait).await?;
         get()
             .await
-            .map_err(|e| ClusterError::new(&format!("cannot open consumer {name}"), e))
+            .map_err(|e| ClusterError::new(format!("cannot open consumer {name}"), e))
     }
 
     /// How often a worker tells the server that it is still on a message: often enough for
@@ -339,15 +362,17 @@ async fn ensure_stream(
     names: &Names,
     ack_wait: Duration,
 ) -> Result<(), ClusterError> {
-    let error = |e: &dyn std::fmt::Display| {
-        ClusterError::new(&format!("cannot create stream {}", names.stream), e)
-    };
+    let context = format!("cannot create stream {}", names.stream);
     let existing = match js.get_stream(&names.stream).await {
-        Ok(mut stream) => Some(stream.info().await.map_err(|e| error(&e))?.config.clone()),
+        Ok(mut stream) => {
+            let info = stream.info().await;
+            let info = info.map_err(|e| ClusterError::new(&context, e))?;
+            Some(info.config.clone())
+        }
         Err(err) if is_not_found(&err) => None,
         // Anything else is not an answer: updating with defaults would undo what an operator
         // set on the stream.
-        Err(err) => return Err(error(&err)),
+        Err(err) => return Err(ClusterError::new(context, err)),
     };
     let mut config = existing.unwrap_or_else(|| stream::Config {
         name: names.stream.clone(),
@@ -369,7 +394,7 @@ async fn ensure_stream(
     js.create_or_update_stream(config)
         .await
         .map(drop)
-        .map_err(|e| error(&e))
+        .map_err(|e| ClusterError::new(context, e))
 }
 
 fn is_not_found(err: &jetstream::context::GetStreamError) -> bool {
@@ -422,11 +447,13 @@ async fn bucket(
         discard: stream::DiscardPolicy::New,
         ..Default::default()
     };
-    let error = |e: &dyn std::fmt::Display| ClusterError::new(&format!("bucket {name}"), e);
+    let context = format!("bucket {name}");
     js.create_or_update_stream(config)
         .await
-        .map_err(|e| error(&e))?;
-    js.get_key_value(&name).await.map_err(|e| error(&e))
+        .map_err(|e| ClusterError::new(&context, e))?;
+    js.get_key_value(&name)
+        .await
+        .map_err(|e| ClusterError::new(context, e))
 }
 
 async fn ensure_consumers(
@@ -457,7 +484,7 @@ async fn ensure_consumers(
         stream
             .create_consumer(config)
             .await
-            .map_err(|e| ClusterError::new(&format!("cannot create consumer {name}"), e))?;
+            .map_err(|e| ClusterError::new(format!("cannot create consumer {name}"), e))?;
     }
     Ok(())
 }
@@ -479,3 +506,29 @@ pub async fn check(settings: &NatsSettings, run_timeout: Duration) -> Result<Str
 
 pub use projection::{open_view, project};
 pub use workers::start_workers;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_says_what_failed_and_keeps_its_cause_typed() {
+        let cause = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let err = ClusterError::new("cannot connect", cause);
+        assert_eq!(err.to_string(), "nats: cannot connect: refused");
+        let source = std::error::Error::source(&err).expect("a source");
+        assert_eq!(
+            source.downcast_ref::<std::io::Error>().map(|e| e.kind()),
+            Some(std::io::ErrorKind::ConnectionRefused)
+        );
+    }
+
+    #[test]
+    fn an_unacknowledged_publish_says_so_as_before() {
+        let err = ClusterError::new("publish not acknowledged: s.run", Unacknowledged::Late);
+        assert_eq!(
+            err.to_string(),
+            "nats: publish not acknowledged: s.run: no acknowledgement in time"
+        );
+    }
+}
