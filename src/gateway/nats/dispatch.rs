@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_nats::jetstream::{Message, kv};
 
 use super::work::{VIEW_WAIT, done, later, next_period, position, with_progress};
-use super::{Cluster, Fact, MAX_DELIVER};
+use super::{Cluster, Consumer, Fact};
 use crate::gateway::agent;
 use crate::gateway::clock::now_ms;
 use crate::gateway::context::Context;
@@ -120,10 +120,11 @@ pub(super) async fn deliver(ctx: Context, cluster: Cluster, message: Message) {
         }
         Err(error) => {
             let mut policy = settings.runtime.channels.retry;
-            // The server offers a message MAX_DELIVER times at most: the last offer gives up.
+            // The server offers a delivery `max_deliver` times at most: the last offer gives up.
+            let offers = Consumer::Delivery.max_deliver();
             policy.attempts = policy
                 .attempts
-                .min(u32::try_from(MAX_DELIVER).unwrap_or(u32::MAX));
+                .min(u32::try_from(offers).unwrap_or(u32::MAX));
             match next_attempt(&policy, attempts, &error, Duration::MAX) {
                 Next::GiveUp => {
                     match &error {

@@ -13,6 +13,7 @@
 //! delivery's id, a session key's run in progress, a chat message's send, is decided by an atomic
 //! create in a key-value bucket.
 
+mod consumers;
 mod dispatch;
 mod fact;
 mod intake;
@@ -28,6 +29,7 @@ use tokio::sync::watch;
 
 use crate::config::store::NatsSettings;
 
+use consumers::Consumer;
 pub(crate) use fact::Fact;
 
 /// Added to the run timeout to make the ack wait: a node that stops acknowledging a run's
@@ -135,22 +137,6 @@ impl Names {
         format!("{}.{suffix}", self.stream)
     }
 }
-
-/// The consumers that share work between nodes: (durable name, subject filter suffix, at most
-/// one message in flight in the whole cluster).
-const CONSUMERS: [(&str, &str, bool); 3] = [
-    ("runner", "run", false),
-    // One heartbeat at a time across the cluster: two would consume the same events.
-    ("heartbeat", "beat", true),
-    ("delivery", "out.>", false),
-];
-
-/// A run that waits for its session key is offered again with growing delays; on its last
-/// offer (after about 80 minutes) it is given up with an error outcome.
-const RUNNER_MAX_DELIVER: i64 = 1000;
-
-/// Offers of a heartbeat request or a delivery; a delivery's last offer gives it up.
-const MAX_DELIVER: i64 = 100;
 
 impl Cluster {
     /// Connects to `settings.url` and makes sure the stream, buckets and consumers exist with
@@ -336,8 +322,11 @@ impl Cluster {
 
     /// Consumer `name`, created again (with every other) if it is missing: a stream deleted and
     /// created again under a running node loses its consumers.
-    async fn consumer(&self, name: &str) -> Result<consumer::PullConsumer, ClusterError> {
-        let get = || self.js.get_consumer_from_stream(name, &self.names.stream);
+    async fn consumer(&self, name: Consumer) -> Result<consumer::PullConsumer, ClusterError> {
+        let get = || {
+            self.js
+                .get_consumer_from_stream(name.durable_name(), &self.names.stream)
+        };
         if let Ok(consumer) = get().await {
             return Ok(consumer);
         }
@@ -461,20 +450,8 @@ async fn ensure_consumers(
     names: &Names,
     ack_wait: Duration,
 ) -> Result<(), ClusterError> {
-    for (name, filter, single) in CONSUMERS {
-        let config = consumer::pull::Config {
-            durable_name: Some(name.to_string()),
-            filter_subject: names.subject(filter),
-            ack_policy: consumer::AckPolicy::Explicit,
-            ack_wait,
-            max_deliver: if name == "runner" {
-                RUNNER_MAX_DELIVER
-            } else {
-                MAX_DELIVER
-            },
-            max_ack_pending: if single { 1 } else { 10_000 },
-            ..Default::default()
-        };
+    for name in Consumer::ALL {
+        let config = name.config(names, ack_wait);
         let stream = js
             .get_stream_no_info(&names.stream)
             .await
@@ -494,8 +471,9 @@ async fn ensure_consumers(
 pub async fn check(settings: &NatsSettings, run_timeout: Duration) -> Result<String, ClusterError> {
     let cluster = Cluster::connect(settings, run_timeout).await?;
     let last = cluster.last_sequence().await?;
+    let consumers = Consumer::ALL.map(Consumer::durable_name).join(", ");
     Ok(format!(
-        "nats: stream {} (last sequence {}, {} replica(s)), buckets {}-{{idempotency,replay,locks,sends}}, consumers runner, heartbeat, delivery (ack wait {} s)",
+        "nats: stream {} (last sequence {}, {} replica(s)), buckets {}-{{idempotency,replay,locks,sends}}, consumers {consumers} (ack wait {} s)",
         settings.stream,
         last,
         settings.replicas,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_nats::jetstream::{Message, kv};
 
 use super::work::{RETRY, VIEW_WAIT, done, later, position, with_progress};
-use super::{Cluster, ClusterError, Fact, RUNNER_MAX_DELIVER};
+use super::{Cluster, ClusterError, Consumer, Fact};
 use crate::gateway::agent::{self, Conclusion};
 use crate::gateway::clock::now_rfc3339;
 use crate::gateway::context::Context;
@@ -33,7 +33,7 @@ pub(super) async fn run(ctx: Context, cluster: Cluster, message: Message) {
         return done(&message).await;
     };
     let work = run;
-    if delivered >= RUNNER_MAX_DELIVER {
+    if delivered >= Consumer::Runner.max_deliver() {
         return give_up(&ctx, &cluster, &message, &work, delivered).await;
     }
     let prepare = prepare(&ctx, &cluster, &work, sequence, delivered);

@@ -10,8 +10,8 @@ use async_nats::jetstream::Message;
 use futures_util::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::Cluster;
 use super::work::{FINISH_GRACE, RETRY};
+use super::{Cluster, Consumer};
 use crate::gateway::context::{Context, Worker, WorkerName};
 
 /// How long a pull waits for messages before asking again.
@@ -22,19 +22,19 @@ pub fn start_workers(ctx: &Context, cluster: &Cluster) -> Vec<Worker> {
     let slots = ctx.config.current().runtime.max_concurrent;
     let runner = {
         let (ctx, cluster) = (ctx.clone(), cluster.clone());
-        consume(cluster.clone(), "runner", slots, move |message| {
+        consume(cluster.clone(), Consumer::Runner, slots, move |message| {
             super::run::run(ctx.clone(), cluster.clone(), message)
         })
     };
     let heartbeat = {
         let (ctx, cluster) = (ctx.clone(), cluster.clone());
-        consume(cluster.clone(), "heartbeat", 1, move |message| {
+        consume(cluster.clone(), Consumer::Heartbeat, 1, move |message| {
             super::dispatch::beat(ctx.clone(), cluster.clone(), message)
         })
     };
     let delivery = {
         let (ctx, cluster) = (ctx.clone(), cluster.clone());
-        consume(cluster.clone(), "delivery", slots, move |message| {
+        consume(cluster.clone(), Consumer::Delivery, slots, move |message| {
             super::dispatch::deliver(ctx.clone(), cluster.clone(), message)
         })
     };
@@ -55,7 +55,7 @@ pub fn start_workers(ctx: &Context, cluster: &Cluster) -> Vec<Worker> {
 
 /// Pulls from the durable consumer `name` at most `slots` messages at a time and hands each to `handle` in
 /// a task of its own, until the process ends.
-async fn consume<F, Fut>(cluster: Cluster, name: &'static str, slots: usize, handle: F)
+async fn consume<F, Fut>(cluster: Cluster, name: Consumer, slots: usize, handle: F)
 where
     F: Fn(Message) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
@@ -88,7 +88,7 @@ where
             let mut batch = match batch {
                 Ok(batch) => batch,
                 Err(err) => {
-                    tracing::warn!(%err, consumer = name, "cannot pull work");
+                    tracing::warn!(%err, consumer = name.durable_name(), "cannot pull work");
                     tokio::time::sleep(RETRY).await;
                     break;
                 }
@@ -106,7 +106,7 @@ where
                     Err(err) => {
                         // A consumer deleted, a leader being elected: pull again after a pause,
                         // the consumer looked up (or created) afresh.
-                        tracing::warn!(%err, consumer = name, "pull failed");
+                        tracing::warn!(%err, consumer = name.durable_name(), "pull failed");
                         tokio::time::sleep(RETRY).await;
                         continue 'consumer;
                     }
