@@ -148,7 +148,7 @@ impl Metrics {
         );
         registry.register(
             "hookgate_transform_duration_seconds",
-            "Time of one transform call (instantiate, call, drop), by mapping",
+            "Time of one transform call, by mapping, from its wait for a call slot to its outcome (an instantiation included when no kept instance serves it)",
             self.transform_duration.clone(),
         );
         registry.register(
