@@ -57,7 +57,9 @@ pub struct Reply {
 /// Why a call failed. Each is the transform's failure alone: the request gets a 500.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TransformFailure {
-    #[error("wall-time limit of {0:?} exceeded")]
+    /// The call ran past its limit: its own running time, its waits for a call slot and for a
+    /// turn on a worker thread not counted (`guest_clock`).
+    #[error("running-time limit of {0:?} exceeded")]
     Timeout(Duration),
     #[error("no call slot free within {0:?}")]
     Busy(Duration),
