@@ -5,6 +5,7 @@ mod capture;
 mod confine;
 mod connections;
 mod delivery_warnings;
+mod hooks;
 mod limits;
 mod load;
 mod mapping;
@@ -14,6 +15,7 @@ mod reload;
 pub mod runtime;
 mod secret;
 mod settings;
+mod signature;
 pub mod store;
 mod suggest;
 
@@ -26,10 +28,11 @@ use arc_swap::ArcSwap;
 pub use confine::{module_path, transforms_root};
 pub use connections::{ConnectionSettings, RECEIVE_GRACE};
 pub use delivery_warnings::MissingChannels;
+pub use hooks::HookSettings;
 pub use load::{Digest, Document, file_digest, parse_document, read_document};
 pub use openclaw::ConfigNotice;
 pub use reload::watch;
-pub use settings::{HookSettings, Settings, normalize_hooks_path};
+pub use settings::{Settings, normalize_hooks_path};
 
 /// A problem with the configuration. Every message names the key it is about.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
