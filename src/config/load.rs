@@ -273,7 +273,9 @@ fn describe_shape_error(err: serde_path_to_error::Error<serde_json::Error>) -> C
     let key = err.path().to_string();
     let serde = err.inner().to_string();
     let mut message = shape_message(&serde);
-    if serde.starts_with("unknown field") {
+    // A key under `channels` is refused without a suggestion: the words of today's refusal,
+    // from when the runtime read that section apart from the rest of the file.
+    if serde.starts_with("unknown field") && !key.starts_with("channels.") {
         let unknown = key.rsplit(['.', ']']).next().unwrap_or(&key);
         if let Some(known) = closest(unknown, &expected_names(&serde)) {
             message = format!("unknown field; did you mean `{known}`?");
@@ -454,5 +456,31 @@ mod tests {
             ]
         );
         assert!(doc.config.gateway.store.is_none());
+    }
+
+    #[test]
+    fn channel_problems_keep_their_words() {
+        let problems = |text: &str| -> Vec<String> {
+            let doc = parse_document(text, &no_env).unwrap();
+            doc.problems.iter().map(ToString::to_string).collect()
+        };
+        assert_eq!(
+            problems("{ channels: 's3cr3t' }"),
+            ["channels: must be an object"]
+        );
+        assert_eq!(
+            problems("{ channels: { telegrm: {}, slack: { botToken: 'x', apiBse: 'y' } } }"),
+            [
+                "channels.telegrm: unknown field",
+                "channels.slack.apiBse: unknown field",
+            ]
+        );
+        assert_eq!(
+            problems("{ channels: { msteams: {}, retry: { attempts: -1 } } }"),
+            [
+                "channels.msteams: missing field `webhookUrl`",
+                "channels.retry.attempts: expected u32, not an integer",
+            ]
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! [`Settings`], and live reload that swaps a whole new `Settings` in at once.
 
 mod capture;
+mod channels;
 mod confine;
 mod connections;
 mod delivery_warnings;

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+pub use super::channels::ChannelsConfig;
+
 /// The whole configuration file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -21,9 +23,9 @@ pub struct FileConfig {
     /// Named model providers.
     #[serde(default)]
     pub models: ModelsConfig,
-    /// Delivery adapters; interpreted by the gateway runtime, kept as written until then.
+    /// Delivery adapters, with where and how replies are sent.
     #[serde(default)]
-    pub channels: Option<serde_json::Value>,
+    pub channels: Option<ChannelsConfig>,
 }
 
 /// `gateway.*`: where the server listens and what guards the operator API.

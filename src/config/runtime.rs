@@ -5,15 +5,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
-use serde::de::DeserializeOwned;
-use serde_json::Value;
-
 use super::ConfigError;
-use super::model::{FileConfig, ModelConfig, ProviderConfig, SecretValue};
+use super::channels::channel_settings;
+use super::model::{FileConfig, ModelConfig, ProviderConfig};
 use super::secret::secret;
-use crate::hook::Channel;
 use crate::hook::policy::normalize_agent_id;
+
+pub use super::channels::{ChannelEndpoint, ChannelSettings, RetryPolicy, Route};
 
 /// What the runtime does with accepted hooks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,89 +71,6 @@ pub struct AgentRuntime {
     /// The endpoint of model ids that name no provider of `models.providers`.
     pub provider: Option<Provider>,
     pub model: Option<ModelChain>,
-}
-
-/// Where a reply goes.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Route {
-    pub channel: Channel,
-    pub to: Option<String>,
-}
-
-/// One configured delivery channel, credentials resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ChannelEndpoint {
-    Telegram {
-        api_base: String,
-        bot_token: String,
-    },
-    Slack {
-        api_base: String,
-        bot_token: String,
-    },
-    Discord {
-        api_base: String,
-        bot_token: String,
-    },
-    Mattermost {
-        base_url: String,
-        token: String,
-    },
-    Msteams {
-        webhook_url: String,
-    },
-    Signal {
-        base_url: String,
-        number: String,
-    },
-    Whatsapp {
-        api_base: String,
-        access_token: String,
-        phone_number_id: String,
-    },
-    Imessage {
-        base_url: String,
-        password: String,
-    },
-}
-
-impl ChannelEndpoint {
-    pub fn channel(&self) -> Channel {
-        match self {
-            ChannelEndpoint::Telegram { .. } => Channel::Telegram,
-            ChannelEndpoint::Slack { .. } => Channel::Slack,
-            ChannelEndpoint::Discord { .. } => Channel::Discord,
-            ChannelEndpoint::Mattermost { .. } => Channel::Mattermost,
-            ChannelEndpoint::Msteams { .. } => Channel::Msteams,
-            ChannelEndpoint::Signal { .. } => Channel::Signal,
-            ChannelEndpoint::Whatsapp { .. } => Channel::Whatsapp,
-            ChannelEndpoint::Imessage { .. } => Channel::Imessage,
-        }
-    }
-}
-
-/// How failed sends are retried from the outbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Attempts in all, the first included.
-    pub attempts: u32,
-    /// Delay before the second attempt; doubled for each later one.
-    pub base_delay: Duration,
-}
-
-/// `channels.*`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChannelSettings {
-    /// In configuration order: "the first configured channel" is the first of these.
-    pub endpoints: Vec<ChannelEndpoint>,
-    pub default_route: Option<Route>,
-    pub retry: RetryPolicy,
-}
-
-impl ChannelSettings {
-    pub fn endpoint(&self, channel: Channel) -> Option<&ChannelEndpoint> {
-        self.endpoints.iter().find(|e| e.channel() == channel)
-    }
 }
 
 /// Everything the runtime needs.
@@ -359,7 +274,7 @@ pub fn runtime_settings(
             .and_then(|h| h.ack_max_chars)
             .unwrap_or(300),
         providers,
-        channels: channels(file.channels.as_ref(), config_dir, problems),
+        channels: channel_settings(file.channels.as_ref(), config_dir, problems),
         retention: retention(file, problems),
     }
 }
@@ -438,209 +353,6 @@ fn mode(file: &FileConfig, config_dir: &Path, problems: &mut Vec<ConfigError>) -
             GatewayMode::Embedded
         }
     }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct TokenAndBase {
-    bot_token: SecretValue,
-    api_base: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct MattermostConfig {
-    base_url: String,
-    token: SecretValue,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct MsteamsConfig {
-    webhook_url: SecretValue,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct SignalConfig {
-    base_url: String,
-    number: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct WhatsappConfig {
-    access_token: SecretValue,
-    phone_number_id: String,
-    api_base: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct ImessageConfig {
-    base_url: String,
-    password: SecretValue,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RouteConfig {
-    channel: String,
-    to: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RetryConfig {
-    attempts: Option<u32>,
-    base_delay_ms: Option<u64>,
-}
-
-fn typed<T: DeserializeOwned>(
-    value: &Value,
-    key: &str,
-    problems: &mut Vec<ConfigError>,
-) -> Option<T> {
-    serde_path_to_error::deserialize(value)
-        .map_err(|err| {
-            let path = err.path().to_string();
-            let inner = err.inner().to_string();
-            let key = if path == "." {
-                key.to_string()
-            } else {
-                format!("{key}.{path}")
-            };
-            problems.push(ConfigError::invalid(
-                key,
-                super::load::shape_message(&inner),
-            ));
-        })
-        .ok()
-}
-
-fn channels(
-    value: Option<&Value>,
-    config_dir: &Path,
-    problems: &mut Vec<ConfigError>,
-) -> ChannelSettings {
-    let mut settings = ChannelSettings {
-        endpoints: Vec::new(),
-        default_route: None,
-        retry: RetryPolicy {
-            attempts: 5,
-            base_delay: Duration::from_secs(1),
-        },
-    };
-    let Some(value) = value else {
-        return settings;
-    };
-    let Some(map) = value.as_object() else {
-        problems.push(ConfigError::invalid("channels", "must be an object"));
-        return settings;
-    };
-    for (name, value) in map {
-        let key = format!("channels.{name}");
-        let secret_of = |s: SecretValue, field: &str, problems: &mut Vec<ConfigError>| {
-            secret(Some(s), &format!("{key}.{field}"), config_dir, problems).unwrap_or_default()
-        };
-        let endpoint = match name.as_str() {
-            "defaultRoute" => {
-                if let Some(route) = typed::<RouteConfig>(value, &key, problems) {
-                    match Channel::parse(&route.channel) {
-                        Some(Channel::Msteams) if route.to.is_some() => {
-                            problems.push(ConfigError::invalid(
-                                format!("{key}.to"),
-                                "cannot be used with channel msteams: its incoming webhook posts to one conversation",
-                            ))
-                        }
-                        Some(channel) => {
-                            settings.default_route = Some(Route {
-                                channel,
-                                to: route.to,
-                            })
-                        }
-                        None => problems.push(ConfigError::invalid(
-                            format!("{key}.channel"),
-                            Channel::EXPECTED,
-                        )),
-                    }
-                }
-                continue;
-            }
-            "retry" => {
-                if let Some(retry) = typed::<RetryConfig>(value, &key, problems) {
-                    settings.retry = RetryPolicy {
-                        attempts: retry.attempts.unwrap_or(5).max(1),
-                        // At most an hour between the first attempts; doubling is capped too.
-                        base_delay: Duration::from_millis(
-                            retry.base_delay_ms.unwrap_or(1000).min(3_600_000),
-                        ),
-                    };
-                }
-                continue;
-            }
-            "telegram" => {
-                typed::<TokenAndBase>(value, &key, problems).map(|c| ChannelEndpoint::Telegram {
-                    api_base: c
-                        .api_base
-                        .unwrap_or_else(|| "https://api.telegram.org".into()),
-                    bot_token: secret_of(c.bot_token, "botToken", problems),
-                })
-            }
-            "slack" => {
-                typed::<TokenAndBase>(value, &key, problems).map(|c| ChannelEndpoint::Slack {
-                    api_base: c.api_base.unwrap_or_else(|| "https://slack.com/api".into()),
-                    bot_token: secret_of(c.bot_token, "botToken", problems),
-                })
-            }
-            "discord" => {
-                typed::<TokenAndBase>(value, &key, problems).map(|c| ChannelEndpoint::Discord {
-                    api_base: c
-                        .api_base
-                        .unwrap_or_else(|| "https://discord.com/api/v10".into()),
-                    bot_token: secret_of(c.bot_token, "botToken", problems),
-                })
-            }
-            "mattermost" => typed::<MattermostConfig>(value, &key, problems).map(|c| {
-                ChannelEndpoint::Mattermost {
-                    base_url: c.base_url,
-                    token: secret_of(c.token, "token", problems),
-                }
-            }),
-            "msteams" => {
-                typed::<MsteamsConfig>(value, &key, problems).map(|c| ChannelEndpoint::Msteams {
-                    webhook_url: secret_of(c.webhook_url, "webhookUrl", problems),
-                })
-            }
-            "signal" => {
-                typed::<SignalConfig>(value, &key, problems).map(|c| ChannelEndpoint::Signal {
-                    base_url: c.base_url,
-                    number: c.number,
-                })
-            }
-            "whatsapp" => {
-                typed::<WhatsappConfig>(value, &key, problems).map(|c| ChannelEndpoint::Whatsapp {
-                    api_base: c
-                        .api_base
-                        .unwrap_or_else(|| "https://graph.facebook.com/v20.0".into()),
-                    access_token: secret_of(c.access_token, "accessToken", problems),
-                    phone_number_id: c.phone_number_id,
-                })
-            }
-            "imessage" => {
-                typed::<ImessageConfig>(value, &key, problems).map(|c| ChannelEndpoint::Imessage {
-                    base_url: c.base_url,
-                    password: secret_of(c.password, "password", problems),
-                })
-            }
-            _ => {
-                problems.push(ConfigError::invalid(key, "unknown field"));
-                None
-            }
-        };
-        settings.endpoints.extend(endpoint);
-    }
-    settings
 }
 
 #[cfg(test)]

@@ -1,0 +1,533 @@
+//! `channels.*`: one struct per delivery adapter as the file writes it, hookgate's own
+//! `defaultRoute` and `retry`, and the [`ChannelSettings`] they are built into once per load.
+//!
+//! An adapter's key in `channels` is its [`Channel`]'s name ([`Channel::as_str`]); the keys it
+//! reads are listed next to its struct ([`BotConfig::KEYS`], ...) for the OpenClaw import, and a
+//! test holds each list to what serde reads.
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+use super::model::SecretValue;
+use super::secret::secret;
+use crate::hook::Channel;
+
+/// `channels.telegram`, `channels.slack` and `channels.discord`: a bot's token and the API it
+/// talks to (default: the service's own).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BotConfig {
+    pub bot_token: SecretValue,
+    pub api_base: Option<String>,
+}
+
+impl BotConfig {
+    pub const KEYS: &[&str] = &["botToken", "apiBase"];
+}
+
+/// `channels.mattermost`: the server and a bot's or user's token.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MattermostConfig {
+    pub base_url: String,
+    pub token: SecretValue,
+}
+
+impl MattermostConfig {
+    pub const KEYS: &[&str] = &["baseUrl", "token"];
+}
+
+/// `channels.msteams`: an incoming webhook, which posts to one conversation.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MsteamsConfig {
+    pub webhook_url: SecretValue,
+}
+
+impl MsteamsConfig {
+    pub const KEYS: &[&str] = &["webhookUrl"];
+}
+
+/// `channels.signal`: a signal-cli REST API and the number it sends from.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SignalConfig {
+    pub base_url: String,
+    pub number: String,
+}
+
+impl SignalConfig {
+    pub const KEYS: &[&str] = &["baseUrl", "number"];
+}
+
+/// `channels.whatsapp`: the WhatsApp Cloud API (default base: Graph API v20.0).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WhatsappConfig {
+    pub access_token: SecretValue,
+    pub phone_number_id: String,
+    pub api_base: Option<String>,
+}
+
+impl WhatsappConfig {
+    pub const KEYS: &[&str] = &["apiBase", "accessToken", "phoneNumberId"];
+}
+
+/// `channels.imessage`: a BlueBubbles server and its password.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ImessageConfig {
+    pub base_url: String,
+    pub password: SecretValue,
+}
+
+impl ImessageConfig {
+    pub const KEYS: &[&str] = &["baseUrl", "password"];
+}
+
+/// One delivery adapter as written.
+#[derive(Debug, Clone)]
+pub enum AdapterConfig {
+    Telegram(BotConfig),
+    Slack(BotConfig),
+    Discord(BotConfig),
+    Mattermost(MattermostConfig),
+    Msteams(MsteamsConfig),
+    Signal(SignalConfig),
+    Whatsapp(WhatsappConfig),
+    Imessage(ImessageConfig),
+}
+
+impl AdapterConfig {
+    /// The channels hookgate has an adapter for: every [`Channel`] but `last`.
+    pub const CHANNELS: [Channel; 8] = [
+        Channel::Telegram,
+        Channel::Slack,
+        Channel::Discord,
+        Channel::Mattermost,
+        Channel::Msteams,
+        Channel::Signal,
+        Channel::Whatsapp,
+        Channel::Imessage,
+    ];
+
+    /// The keys `channel`'s adapter reads; none for `last`, which has no adapter.
+    pub fn keys(channel: Channel) -> &'static [&'static str] {
+        match channel {
+            Channel::Telegram | Channel::Slack | Channel::Discord => BotConfig::KEYS,
+            Channel::Mattermost => MattermostConfig::KEYS,
+            Channel::Msteams => MsteamsConfig::KEYS,
+            Channel::Signal => SignalConfig::KEYS,
+            Channel::Whatsapp => WhatsappConfig::KEYS,
+            Channel::Imessage => ImessageConfig::KEYS,
+            Channel::Last => &[],
+        }
+    }
+
+    /// The channel this adapter sends to.
+    pub fn channel(&self) -> Channel {
+        match self {
+            Self::Telegram(_) => Channel::Telegram,
+            Self::Slack(_) => Channel::Slack,
+            Self::Discord(_) => Channel::Discord,
+            Self::Mattermost(_) => Channel::Mattermost,
+            Self::Msteams(_) => Channel::Msteams,
+            Self::Signal(_) => Channel::Signal,
+            Self::Whatsapp(_) => Channel::Whatsapp,
+            Self::Imessage(_) => Channel::Imessage,
+        }
+    }
+
+    /// The adapter of `channel`, read from the value of `map`'s current key.
+    fn next_value<'de, A: MapAccess<'de>>(channel: Channel, map: &mut A) -> Result<Self, A::Error> {
+        Ok(match channel {
+            Channel::Telegram => Self::Telegram(map.next_value()?),
+            Channel::Slack => Self::Slack(map.next_value()?),
+            Channel::Discord => Self::Discord(map.next_value()?),
+            Channel::Mattermost => Self::Mattermost(map.next_value()?),
+            Channel::Msteams => Self::Msteams(map.next_value()?),
+            Channel::Signal => Self::Signal(map.next_value()?),
+            Channel::Whatsapp => Self::Whatsapp(map.next_value()?),
+            Channel::Imessage => Self::Imessage(map.next_value()?),
+            Channel::Last => return Err(de::Error::custom(UNKNOWN_FIELD)),
+        })
+    }
+}
+
+/// `channels.defaultRoute`: where replies to channel `last` go until the operator sets a route.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RouteConfig {
+    /// Checked when built, with [`Channel::EXPECTED`] as its refusal.
+    pub channel: String,
+    pub to: Option<String>,
+}
+
+/// `channels.retry`: how failed sends are tried again.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RetryConfig {
+    pub attempts: Option<u32>,
+    pub base_delay_ms: Option<u64>,
+}
+
+/// `channels`: the adapters in the order the file lists them, and hookgate's own settings.
+#[derive(Debug, Clone, Default)]
+pub struct ChannelsConfig {
+    /// In file order: the first is where a reply goes when nothing else names a channel.
+    pub adapters: Vec<AdapterConfig>,
+    pub default_route: Option<RouteConfig>,
+    pub retry: Option<RetryConfig>,
+}
+
+impl ChannelsConfig {
+    /// The keys of `channels` that name no adapter.
+    pub const SETTINGS: &[&str] = &[DEFAULT_ROUTE, RETRY];
+}
+
+const DEFAULT_ROUTE: &str = "defaultRoute";
+const RETRY: &str = "retry";
+/// The refusal of a key `channels` does not read: serde's for a struct that denies unknown
+/// fields, as the loader's `shape_message` shortens it.
+const UNKNOWN_FIELD: &str = "unknown field";
+
+/// A key of `channels`.
+enum ChannelsKey {
+    Adapter(Channel),
+    DefaultRoute,
+    Retry,
+}
+
+impl<'de> Deserialize<'de> for ChannelsKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let key = String::deserialize(deserializer)?;
+        match key.as_str() {
+            DEFAULT_ROUTE => Ok(ChannelsKey::DefaultRoute),
+            RETRY => Ok(ChannelsKey::Retry),
+            name => AdapterConfig::CHANNELS
+                .into_iter()
+                .find(|channel| channel.as_str() == name)
+                .map(ChannelsKey::Adapter)
+                .ok_or_else(|| de::Error::custom(UNKNOWN_FIELD)),
+        }
+    }
+}
+
+// By hand rather than derived: the adapters keep the file's order, which a struct's fields
+// would not.
+impl<'de> Deserialize<'de> for ChannelsConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ChannelsVisitor)
+    }
+}
+
+struct ChannelsVisitor;
+
+/// What a `channels` that is not an object is refused with.
+fn not_an_object<E: de::Error>() -> E {
+    E::custom("must be an object")
+}
+
+impl<'de> Visitor<'de> for ChannelsVisitor {
+    type Value = ChannelsConfig;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ChannelsConfig, A::Error> {
+        let mut config = ChannelsConfig::default();
+        while let Some(key) = map.next_key::<ChannelsKey>()? {
+            match key {
+                ChannelsKey::Adapter(channel) => config
+                    .adapters
+                    .push(AdapterConfig::next_value(channel, &mut map)?),
+                ChannelsKey::DefaultRoute => config.default_route = Some(map.next_value()?),
+                ChannelsKey::Retry => config.retry = Some(map.next_value()?),
+            }
+        }
+        Ok(config)
+    }
+
+    // Any other JSON value: refused in words of its own rather than serde's `invalid type`.
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<ChannelsConfig, E> {
+        Err(not_an_object())
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<ChannelsConfig, E> {
+        Err(not_an_object())
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<ChannelsConfig, E> {
+        Err(not_an_object())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<ChannelsConfig, E> {
+        Err(not_an_object())
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<ChannelsConfig, E> {
+        Err(not_an_object())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<ChannelsConfig, A::Error> {
+        Err(not_an_object())
+    }
+}
+
+/// Where a reply goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    pub channel: Channel,
+    pub to: Option<String>,
+}
+
+/// One configured delivery channel, credentials resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChannelEndpoint {
+    Telegram {
+        api_base: String,
+        bot_token: String,
+    },
+    Slack {
+        api_base: String,
+        bot_token: String,
+    },
+    Discord {
+        api_base: String,
+        bot_token: String,
+    },
+    Mattermost {
+        base_url: String,
+        token: String,
+    },
+    Msteams {
+        webhook_url: String,
+    },
+    Signal {
+        base_url: String,
+        number: String,
+    },
+    Whatsapp {
+        api_base: String,
+        access_token: String,
+        phone_number_id: String,
+    },
+    Imessage {
+        base_url: String,
+        password: String,
+    },
+}
+
+impl ChannelEndpoint {
+    pub fn channel(&self) -> Channel {
+        match self {
+            ChannelEndpoint::Telegram { .. } => Channel::Telegram,
+            ChannelEndpoint::Slack { .. } => Channel::Slack,
+            ChannelEndpoint::Discord { .. } => Channel::Discord,
+            ChannelEndpoint::Mattermost { .. } => Channel::Mattermost,
+            ChannelEndpoint::Msteams { .. } => Channel::Msteams,
+            ChannelEndpoint::Signal { .. } => Channel::Signal,
+            ChannelEndpoint::Whatsapp { .. } => Channel::Whatsapp,
+            ChannelEndpoint::Imessage { .. } => Channel::Imessage,
+        }
+    }
+}
+
+/// How failed sends are retried from the outbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub attempts: u32,
+    /// Delay before the second attempt; doubled for each later one.
+    pub base_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// Five attempts, a second apart at first.
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 5,
+            base_delay: Duration::from_secs(1),
+        }
+    }
+}
+
+impl From<&RetryConfig> for RetryPolicy {
+    fn from(config: &RetryConfig) -> Self {
+        RetryPolicy {
+            attempts: config.attempts.unwrap_or(5).max(1),
+            // At most an hour between the first attempts; doubling is capped too.
+            base_delay: Duration::from_millis(config.base_delay_ms.unwrap_or(1000).min(3_600_000)),
+        }
+    }
+}
+
+/// `channels.*`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChannelSettings {
+    /// In configuration order: "the first configured channel" is the first of these.
+    pub endpoints: Vec<ChannelEndpoint>,
+    pub default_route: Option<Route>,
+    pub retry: RetryPolicy,
+}
+
+impl ChannelSettings {
+    pub fn endpoint(&self, channel: Channel) -> Option<&ChannelEndpoint> {
+        self.endpoints.iter().find(|e| e.channel() == channel)
+    }
+}
+
+/// Builds `channels` (none configured when absent): secrets read, defaults filled in, the
+/// default route checked; every problem is added to `problems`.
+pub(super) fn channel_settings(
+    config: Option<&ChannelsConfig>,
+    config_dir: &Path,
+    problems: &mut Vec<ConfigError>,
+) -> ChannelSettings {
+    let Some(config) = config else {
+        return ChannelSettings::default();
+    };
+    ChannelSettings {
+        endpoints: config
+            .adapters
+            .iter()
+            .map(|adapter| endpoint(adapter, config_dir, problems))
+            .collect(),
+        default_route: config
+            .default_route
+            .as_ref()
+            .and_then(|route| default_route(route, problems)),
+        retry: config
+            .retry
+            .as_ref()
+            .map_or_else(RetryPolicy::default, RetryPolicy::from),
+    }
+}
+
+/// `adapter` with its secrets read (a problem leaves a secret empty) and its default base URL.
+fn endpoint(
+    adapter: &AdapterConfig,
+    config_dir: &Path,
+    problems: &mut Vec<ConfigError>,
+) -> ChannelEndpoint {
+    let name = adapter.channel().as_str();
+    let mut secret_of = |value: &SecretValue, field: &str| {
+        let key = format!("channels.{name}.{field}");
+        secret(Some(value.clone()), &key, config_dir, problems).unwrap_or_default()
+    };
+    let api_base =
+        |base: &Option<String>, default: &str| base.clone().unwrap_or_else(|| default.to_string());
+    match adapter {
+        AdapterConfig::Telegram(c) => ChannelEndpoint::Telegram {
+            api_base: api_base(&c.api_base, "https://api.telegram.org"),
+            bot_token: secret_of(&c.bot_token, "botToken"),
+        },
+        AdapterConfig::Slack(c) => ChannelEndpoint::Slack {
+            api_base: api_base(&c.api_base, "https://slack.com/api"),
+            bot_token: secret_of(&c.bot_token, "botToken"),
+        },
+        AdapterConfig::Discord(c) => ChannelEndpoint::Discord {
+            api_base: api_base(&c.api_base, "https://discord.com/api/v10"),
+            bot_token: secret_of(&c.bot_token, "botToken"),
+        },
+        AdapterConfig::Mattermost(c) => ChannelEndpoint::Mattermost {
+            base_url: c.base_url.clone(),
+            token: secret_of(&c.token, "token"),
+        },
+        AdapterConfig::Msteams(c) => ChannelEndpoint::Msteams {
+            webhook_url: secret_of(&c.webhook_url, "webhookUrl"),
+        },
+        AdapterConfig::Signal(c) => ChannelEndpoint::Signal {
+            base_url: c.base_url.clone(),
+            number: c.number.clone(),
+        },
+        AdapterConfig::Whatsapp(c) => ChannelEndpoint::Whatsapp {
+            api_base: api_base(&c.api_base, "https://graph.facebook.com/v20.0"),
+            access_token: secret_of(&c.access_token, "accessToken"),
+            phone_number_id: c.phone_number_id.clone(),
+        },
+        AdapterConfig::Imessage(c) => ChannelEndpoint::Imessage {
+            base_url: c.base_url.clone(),
+            password: secret_of(&c.password, "password"),
+        },
+    }
+}
+
+/// `channels.defaultRoute`: a known channel, and no recipient for msteams.
+fn default_route(route: &RouteConfig, problems: &mut Vec<ConfigError>) -> Option<Route> {
+    match Channel::parse(&route.channel) {
+        Some(Channel::Msteams) if route.to.is_some() => {
+            problems.push(ConfigError::invalid(
+                "channels.defaultRoute.to",
+                "cannot be used with channel msteams: its incoming webhook posts to one conversation",
+            ));
+            None
+        }
+        Some(channel) => Some(Route {
+            channel,
+            to: route.to.clone(),
+        }),
+        None => {
+            problems.push(ConfigError::invalid(
+                "channels.defaultRoute.channel",
+                Channel::EXPECTED,
+            ));
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn channels(value: serde_json::Value) -> Result<ChannelsConfig, String> {
+        serde_json::from_value(value).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn each_adapters_keys_are_the_keys_serde_reads() {
+        for channel in AdapterConfig::CHANNELS {
+            let err = channels(json!({channel.as_str(): {"notAKey": 0}})).unwrap_err();
+            let (_, expected) = err.split_once("expected ").expect(&err);
+            let mut read: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+            let mut listed = AdapterConfig::keys(channel).to_vec();
+            read.sort_unstable();
+            listed.sort_unstable();
+            assert_eq!(read, listed, "{}", channel.as_str());
+        }
+    }
+
+    #[test]
+    fn adapters_keep_the_files_order_and_settings_are_read() {
+        let config = channels(json!({
+            "slack": {"botToken": "s"},
+            "retry": {"attempts": 2},
+            "telegram": {"botToken": "t"},
+            "defaultRoute": {"channel": "telegram", "to": "42"},
+        }))
+        .unwrap();
+        assert!(matches!(
+            config.adapters.as_slice(),
+            [AdapterConfig::Slack(_), AdapterConfig::Telegram(_)]
+        ));
+        assert_eq!(config.retry.unwrap().attempts, Some(2));
+        assert_eq!(config.default_route.unwrap().to.as_deref(), Some("42"));
+    }
+
+    #[test]
+    fn unknown_keys_and_other_shapes_are_refused_in_todays_words() {
+        for key in ["last", "Telegram", "imsg", "matrix"] {
+            assert_eq!(channels(json!({key: {}})).unwrap_err(), "unknown field");
+        }
+        assert_eq!(channels(json!("x")).unwrap_err(), "must be an object");
+        assert_eq!(channels(json!([])).unwrap_err(), "must be an object");
+    }
+}
