@@ -10,7 +10,9 @@
 use serde_json::{Map, Value};
 
 use super::ConfigError;
-use super::suggest::closest;
+
+mod agents;
+mod channels;
 
 /// A key that was accepted but means something else here, or nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,34 +233,6 @@ const KEYS: &[(&str, &str)] = &[
     ),
 ];
 
-/// `agents.defaults` keys hookgate implements; the others are left out with a notice.
-const AGENT_DEFAULTS: &[&str] = &[
-    "models",
-    "heartbeat",
-    "provider",
-    "model",
-    "maxConcurrent",
-    "timeoutSeconds",
-];
-/// `agents.defaults.heartbeat` keys hookgate implements.
-const HEARTBEAT: &[&str] = &["every", "ackMaxChars"];
-/// Keys of an agent entry hookgate implements.
-const AGENT_ENTRY: &[&str] = &["id", "default", "name", "model", "provider"];
-
-/// The chat channels hookgate can send to, with the keys it reads of each.
-const CHANNELS: &[(&str, &[&str])] = &[
-    ("telegram", &["botToken", "apiBase"]),
-    ("slack", &["botToken", "apiBase"]),
-    ("discord", &["botToken", "apiBase"]),
-    ("mattermost", &["baseUrl", "token"]),
-    ("msteams", &["webhookUrl"]),
-    ("signal", &["baseUrl", "number"]),
-    ("whatsapp", &["apiBase", "accessToken", "phoneNumberId"]),
-    ("imessage", &["baseUrl", "password"]),
-];
-/// hookgate's own keys under `channels`.
-const CHANNEL_SETTINGS: &[&str] = &["defaultRoute", "retry"];
-
 /// Adopts the OpenClaw keys of `document` (see the module's documentation). Refusals (a value
 /// hookgate cannot honour, such as `gateway.mode: "remote"`) go to `problems`.
 pub fn adopt(document: &mut Value, problems: &mut Vec<ConfigError>) -> Vec<ConfigNotice> {
@@ -278,10 +252,10 @@ pub fn adopt(document: &mut Value, problems: &mut Vec<ConfigError>) -> Vec<Confi
         adopt_gateway(gateway, &mut notices, problems);
     }
     if let Some(Value::Object(agents)) = root.get_mut("agents") {
-        adopt_agents(agents, &mut notices);
+        agents::adopt(agents, &mut notices);
     }
     if let Some(Value::Object(channels)) = root.get_mut("channels") {
-        adopt_channels(channels, &mut notices);
+        channels::adopt(channels, &mut notices);
     }
     for (path, why) in KEYS {
         let segments: Vec<&str> = path.split('.').collect();
@@ -481,56 +455,6 @@ fn adopt_gateway(
     }
 }
 
-fn adopt_agents(agents: &mut Map<String, Value>, notices: &mut Vec<ConfigNotice>) {
-    if let Some(Value::Object(defaults)) = agents.get_mut("defaults") {
-        keep_only(defaults, AGENT_DEFAULTS, "agents.defaults", notices, |_| {
-            "hookgate's agent turn is one model call with the prompt".into()
-        });
-        if let Some(Value::Object(heartbeat)) = defaults.get_mut("heartbeat") {
-            keep_only(
-                heartbeat,
-                HEARTBEAT,
-                "agents.defaults.heartbeat",
-                notices,
-                |_| {
-                    "a heartbeat is one turn over the main session's pending events, replied to the owner's route"
-                    .into()
-                },
-            );
-        }
-    }
-    // OpenClaw's keyed form of the agent list.
-    if let Some(Value::Object(entries)) = agents.shift_remove("entries") {
-        let mut list = match agents.shift_remove("list") {
-            Some(Value::Array(list)) => list,
-            _ => Vec::new(),
-        };
-        for (id, entry) in entries {
-            let mut entry = match entry {
-                Value::Object(entry) => entry,
-                _ => Map::new(),
-            };
-            let key = format!("agents.entries.{id}");
-            keep_only(&mut entry, AGENT_ENTRY, &key, notices, |_| {
-                "hookgate's agents differ only in model and provider".into()
-            });
-            entry.insert("id".into(), Value::String(id));
-            list.push(Value::Object(entry));
-        }
-        agents.insert("list".into(), Value::Array(list));
-    }
-    if let Some(Value::Array(list)) = agents.get_mut("list") {
-        for (i, entry) in list.iter_mut().enumerate() {
-            if let Value::Object(entry) = entry {
-                let key = format!("agents.list[{i}]");
-                keep_only(entry, AGENT_ENTRY, &key, notices, |_| {
-                    "hookgate's agents differ only in model and provider".into()
-                });
-            }
-        }
-    }
-}
-
 /// Leaves out every key of `map` but `kept`, with a notice saying `why`.
 fn keep_only(
     map: &mut Map<String, Value>,
@@ -550,88 +474,12 @@ fn keep_only(
     }
 }
 
-fn adopt_channels(channels: &mut Map<String, Value>, notices: &mut Vec<ConfigNotice>) {
-    let names: Vec<String> = channels.keys().cloned().collect();
-    for name in names {
-        let key = format!("channels.{name}");
-        if CHANNEL_SETTINGS.contains(&name.as_str()) || KEYS.iter().any(|(k, _)| *k == key) {
-            continue;
-        }
-        let Some((_, own)) = CHANNELS.iter().find(|(channel, _)| *channel == name) else {
-            // An OpenClaw channel id hookgate cannot send to (a typo of one it can is left for
-            // the reader to name).
-            if OPENCLAW_ONLY_CHANNELS.contains(&name.as_str()) {
-                channels.shift_remove(&name);
-                notices.push(ignored(&key, "hookgate cannot send replies there"));
-            }
-            continue;
-        };
-        let Some(Value::Object(channel)) = channels.get_mut(&name) else {
-            continue;
-        };
-        let enabled = channel.shift_remove("enabled");
-        // OpenClaw names some tokens differently.
-        let rename = match name.as_str() {
-            "discord" => Some(("token", "botToken")),
-            "mattermost" => Some(("botToken", "token")),
-            _ => None,
-        };
-        if let Some((theirs, ours)) = rename {
-            if !channel.contains_key(ours) {
-                if let Some(token) = channel.shift_remove(theirs) {
-                    channel.insert(ours.into(), token);
-                }
-            }
-        }
-        // The rest of an OpenClaw channel (policies for reading chats, accounts, webhooks for
-        // incoming messages) has no use here; a near miss of one of hookgate's own keys is kept,
-        // for the reader to refuse naming the key it resembles.
-        let others: Vec<String> = channel
-            .keys()
-            .filter(|k| !own.contains(&k.as_str()) && closest(k, own).is_none())
-            .cloned()
-            .collect();
-        for other in others {
-            channel.shift_remove(&other);
-            notices.push(ignored(
-                &format!("{key}.{other}"),
-                "hookgate only sends replies on this channel; it reads no messages",
-            ));
-        }
-        if enabled == Some(Value::Bool(false)) {
-            channels.shift_remove(&name);
-            notices.push(ConfigNotice {
-                key: format!("{key}.enabled"),
-                message: "false: no replies are sent on this channel".into(),
-            });
-        }
-    }
-}
-
-/// OpenClaw's bundled channels that hookgate has no adapter for.
-const OPENCLAW_ONLY_CHANNELS: &[&str] = &[
-    "a2a",
-    "buzz",
-    "clickclack",
-    "feishu",
-    "googlechat",
-    "irc",
-    "line",
-    "matrix",
-    "nextcloud-talk",
-    "nostr",
-    "sms",
-    "synology-chat",
-    "twitch",
-    "zalo",
-];
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
-    fn adopted(mut value: Value) -> (Value, Vec<String>, Vec<String>) {
+    pub(super) fn adopted(mut value: Value) -> (Value, Vec<String>, Vec<String>) {
         let mut problems = Vec::new();
         let notices = adopt(&mut value, &mut problems);
         (
@@ -672,63 +520,6 @@ mod tests {
         assert_eq!(value["hooks"]["mappings"][0]["transform"]["config"], config);
         assert_eq!(problems.len(), 1);
         assert!(problems[0].starts_with("models.providers.o.apiKey: a SecretRef"));
-    }
-
-    #[test]
-    fn agent_entries_become_the_list_and_unknown_defaults_are_noticed() {
-        let (value, notices, _) = adopted(json!({"agents": {
-            "defaults": {"workspace": "~/w", "maxConcurrent": 2, "heartbeat": {"every": "1h", "target": "last"}},
-            "entries": {"ops": {"model": "a/b", "workspace": "~/o"}},
-        }}));
-        assert_eq!(
-            value["agents"],
-            json!({"defaults": {"maxConcurrent": 2, "heartbeat": {"every": "1h"}},
-                   "list": [{"model": "a/b", "id": "ops"}]})
-        );
-        for key in [
-            "agents.defaults.workspace",
-            "agents.defaults.heartbeat.target",
-            "agents.entries.ops.workspace",
-        ] {
-            assert!(
-                notices.iter().any(|n| n.starts_with(key)),
-                "{key}: {notices:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn channels_keep_what_sends_and_drop_what_reads() {
-        let (value, notices, _) = adopted(json!({"channels": {
-            "discord": {"enabled": true, "token": "t", "dmPolicy": "pairing", "allowFrom": ["1"]},
-            "telegram": {"botTokn": "near miss", "guilds": {}},
-            "mattermost": {"baseUrl": "https://m", "botToken": "b"},
-            "slack": {"enabled": false, "botToken": "x"},
-            "matrix": {"accessToken": "m"},
-            "telegrm": {"botToken": "typo"},
-        }}));
-        assert_eq!(
-            value["channels"],
-            json!({
-                "discord": {"botToken": "t"},
-                "mattermost": {"baseUrl": "https://m", "token": "b"},
-                "telegram": {"botTokn": "near miss"},
-                "telegrm": {"botToken": "typo"},
-            })
-        );
-        assert!(notices.contains(
-            &"channels.slack.enabled: false: no replies are sent on this channel".to_string()
-        ));
-        assert!(
-            notices
-                .iter()
-                .any(|n| n.starts_with("channels.matrix: ignored"))
-        );
-        assert!(
-            notices
-                .iter()
-                .any(|n| n.starts_with("channels.discord.dmPolicy: ignored"))
-        );
     }
 
     #[test]
