@@ -180,48 +180,89 @@ pub fn runtime_settings(
     problems: &mut Vec<ConfigError>,
 ) -> RuntimeSettings {
     let defaults = &file.agents.defaults;
-    let provider = |p: &ProviderConfig, key: &str, problems: &mut Vec<ConfigError>| Provider {
-        base_url: p.base_url.trim_end_matches('/').to_string(),
-        api_key: secret(
-            p.api_key.clone(),
-            &format!("{key}.apiKey"),
-            config_dir,
-            problems,
-        ),
-        wire: match p.api.as_deref().map(str::trim) {
-            None | Some("openai-completions") => WireFormat::OpenAiCompletions,
-            Some("anthropic-messages") => WireFormat::AnthropicMessages,
-            Some(_) => {
-                problems.push(ConfigError::invalid(
-                    format!("{key}.api"),
-                    "must be openai-completions or anthropic-messages",
-                ));
-                WireFormat::OpenAiCompletions
-            }
-        },
-    };
     let providers = file
         .models
         .providers
         .iter()
         .map(|(name, p)| {
             let key = format!("models.providers.{name}");
-            (name.clone(), provider(p, &key, problems))
+            (name.clone(), provider(p, &key, config_dir, problems))
         })
         .collect();
     let fallback = AgentRuntime {
         provider: defaults
             .provider
             .as_ref()
-            .map(|p| provider(p, "agents.defaults.provider", problems)),
+            .map(|p| provider(p, "agents.defaults.provider", config_dir, problems)),
         model: defaults.model.as_ref().map(chain),
     };
+    let agents = agents(file, &fallback, config_dir, problems);
+    let heartbeat = defaults.heartbeat.as_ref();
+    let heartbeat_every = heartbeat_every(heartbeat.and_then(|h| h.every.as_deref()), problems);
+    RuntimeSettings {
+        mode: mode(file, config_dir, problems),
+        agents,
+        fallback,
+        max_concurrent: max_concurrent(defaults.max_concurrent, problems),
+        // As a run's own `timeoutSeconds`: `0` is the hard cap of a day, and nothing is longer.
+        run_timeout: Duration::from_secs(match defaults.timeout_seconds {
+            None => 600,
+            Some(0) => MAX_RUN_SECONDS,
+            Some(t) => t.min(MAX_RUN_SECONDS),
+        }),
+        heartbeat_every,
+        ack_max_chars: heartbeat.and_then(|h| h.ack_max_chars).unwrap_or(300),
+        providers,
+        channels: channel_settings(file.channels.as_ref(), config_dir, problems),
+        retention: retention(file, problems),
+    }
+}
+
+/// The provider at `key`, its API key read.
+fn provider(
+    config: &ProviderConfig,
+    key: &str,
+    config_dir: &Path,
+    problems: &mut Vec<ConfigError>,
+) -> Provider {
+    let api_key = secret(
+        config.api_key.clone(),
+        &format!("{key}.apiKey"),
+        config_dir,
+        problems,
+    );
+    let wire = match config.api.as_deref().map(str::trim) {
+        None | Some("openai-completions") => WireFormat::OpenAiCompletions,
+        Some("anthropic-messages") => WireFormat::AnthropicMessages,
+        Some(_) => {
+            problems.push(ConfigError::invalid(
+                format!("{key}.api"),
+                "must be openai-completions or anthropic-messages",
+            ));
+            WireFormat::OpenAiCompletions
+        }
+    };
+    Provider {
+        base_url: config.base_url.trim_end_matches('/').to_string(),
+        api_key,
+        wire,
+    }
+}
+
+/// `agents.list` by normalised id, each with its own provider and model or else `fallback`'s.
+fn agents(
+    file: &FileConfig,
+    fallback: &AgentRuntime,
+    config_dir: &Path,
+    problems: &mut Vec<ConfigError>,
+) -> BTreeMap<String, AgentRuntime> {
     let mut agents = BTreeMap::new();
     for (i, entry) in file.agents.list.iter().enumerate() {
+        let key = format!("agents.list[{i}].provider");
         let own = entry
             .provider
             .as_ref()
-            .map(|p| provider(p, &format!("agents.list[{i}].provider"), problems));
+            .map(|p| provider(p, &key, config_dir, problems));
         agents.insert(
             normalize_agent_id(&entry.id),
             AgentRuntime {
@@ -234,10 +275,28 @@ pub fn runtime_settings(
             },
         );
     }
-    let heartbeat_every = defaults
-        .heartbeat
-        .as_ref()
-        .and_then(|h| h.every.as_deref())
+    agents
+}
+
+/// `agents.defaults.maxConcurrent`: greater than 0 (default 4).
+fn max_concurrent(value: Option<u32>, problems: &mut Vec<ConfigError>) -> usize {
+    match value {
+        Some(0) => {
+            problems.push(ConfigError::invalid(
+                "agents.defaults.maxConcurrent",
+                "must be greater than 0",
+            ));
+            1
+        }
+        Some(n) => n as usize,
+        None => 4,
+    }
+}
+
+/// `agents.defaults.heartbeat.every` (default 30 minutes); `None` turns heartbeats off, and is
+/// what a refused value leaves too.
+fn heartbeat_every(every: Option<&str>, problems: &mut Vec<ConfigError>) -> Option<Duration> {
+    every
         .map_or(Ok(Some(Duration::from_secs(30 * 60))), parse_every)
         .unwrap_or_else(|message| {
             problems.push(ConfigError::invalid(
@@ -245,38 +304,7 @@ pub fn runtime_settings(
                 message,
             ));
             None
-        });
-    RuntimeSettings {
-        mode: mode(file, config_dir, problems),
-        agents,
-        fallback,
-        max_concurrent: match defaults.max_concurrent {
-            Some(0) => {
-                problems.push(ConfigError::invalid(
-                    "agents.defaults.maxConcurrent",
-                    "must be greater than 0",
-                ));
-                1
-            }
-            Some(n) => n as usize,
-            None => 4,
-        },
-        // As a run's own `timeoutSeconds`: `0` is the hard cap of a day, and nothing is longer.
-        run_timeout: Duration::from_secs(match defaults.timeout_seconds {
-            None => 600,
-            Some(0) => MAX_RUN_SECONDS,
-            Some(t) => t.min(MAX_RUN_SECONDS),
-        }),
-        heartbeat_every,
-        ack_max_chars: defaults
-            .heartbeat
-            .as_ref()
-            .and_then(|h| h.ack_max_chars)
-            .unwrap_or(300),
-        providers,
-        channels: channel_settings(file.channels.as_ref(), config_dir, problems),
-        retention: retention(file, problems),
-    }
+        })
 }
 
 fn chain(config: &ModelConfig) -> ModelChain {
