@@ -14,6 +14,7 @@ use super::guest_clock::{Budgeted, GuestClock};
 use super::guest_text::{MAX_ERROR_BYTES, guest_text};
 use super::host::HostState;
 use super::limits::TransformLimits;
+use super::pipe::PipeOverflow;
 use super::registry::LoadedTransform;
 use super::warm::{IdleCount, IdleInstance, WarmInstance};
 use crate::hook::WakeMode;
@@ -376,8 +377,8 @@ fn classify(
         return TransformFailure::Memory(memory_cap);
     }
     // A full pipe closes the stream (the guest then usually panics); one oversized write is refused
-    // with an error naming the pipe's capacity.
-    let oversized_write = format!("{err:#}").contains("beyond capacity");
+    // with a `PipeOverflow` trap.
+    let oversized_write = err.downcast_ref::<PipeOverflow>().is_some();
     if oversized_write || store.data().output_full(limits.log_bytes) {
         return TransformFailure::Output(format!("stdout/stderr over {} bytes", limits.log_bytes));
     }

@@ -7,13 +7,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{types, v0_1, v0_2};
 use super::guest_clock::GuestClock;
 use super::guest_text::guest_text;
 use super::limits::{CORE_INSTANCES_PER_COMPONENT, MEMORIES_PER_COMPONENT, TABLES_PER_COMPONENT};
+use super::pipe::BoundedPipe;
 
 /// Tables may not grow past this many elements (function tables of ordinary guests are far
 /// smaller); keeps a hostile `table.grow` from taking host memory outside the memory cap.
@@ -30,8 +30,8 @@ pub struct HostState {
     table: ResourceTable,
     pub(super) memory: MemoryCap,
     pub(super) log: LogSink,
-    stdout: MemoryOutputPipe,
-    stderr: MemoryOutputPipe,
+    stdout: BoundedPipe,
+    stderr: BoundedPipe,
     /// How much of stdout and stderr was there when the current call began.
     output_at_call: [usize; 2],
     /// The current call's running time, and the limit it is held to (`timeoutMs`).
@@ -61,8 +61,8 @@ impl HostState {
         log_bytes: usize,
         pipe_bytes: usize,
     ) -> Self {
-        let stdout = MemoryOutputPipe::new(pipe_bytes);
-        let stderr = MemoryOutputPipe::new(pipe_bytes);
+        let stdout = BoundedPipe::new(pipe_bytes);
+        let stderr = BoundedPipe::new(pipe_bytes);
         let wasi = WasiCtx::builder()
             .stdout(stdout.clone())
             .stderr(stderr.clone())
@@ -130,7 +130,7 @@ impl HostState {
 
     /// What this call wrote to stdout and stderr.
     fn call_output(&self) -> [(&'static str, bytes::Bytes); 2] {
-        let since = |pipe: &MemoryOutputPipe, at: usize| pipe.contents().slice(at..);
+        let since = |pipe: &BoundedPipe, at: usize| pipe.contents().slice(at..);
         [
             ("stdout", since(&self.stdout, self.output_at_call[0])),
             ("stderr", since(&self.stderr, self.output_at_call[1])),

@@ -22,6 +22,7 @@ mod guest_text;
 mod host;
 mod limits;
 mod module_file;
+mod pipe;
 mod registry;
 mod warm;
 
