@@ -13,8 +13,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
-use super::model::SecretValue;
-use super::secret::secret;
+use super::secret::{SecretValue, secret};
 use crate::hook::Channel;
 
 /// `channels.telegram`, `channels.slack` and `channels.discord`: a bot's token and the API it

@@ -2,8 +2,6 @@
 //! prints these warnings and `serve` logs them at start and after a reload, next to the notices of
 //! OpenClaw keys. A warning names keys and channels, never a value of the file.
 
-use std::sync::Mutex;
-
 use super::runtime::{ChannelEndpoint, GatewayMode, RuntimeSettings};
 use super::{ConfigNotice, Settings};
 use crate::hook::Channel;
@@ -76,25 +74,4 @@ fn has_provider(runtime: &RuntimeSettings) -> bool {
     !runtime.providers.is_empty()
         || runtime.fallback.provider.is_some()
         || runtime.agents.values().any(|a| a.provider.is_some())
-}
-
-/// The channels a configuration has already said, in the log, are not configured: each is said
-/// once per configuration (a reload starts again), not once per reply given up, since without a
-/// channel every heartbeat's reply would say it.
-#[derive(Debug, Default)]
-pub struct MissingChannels(Mutex<Vec<Channel>>);
-
-impl MissingChannels {
-    /// Logs that `channel` is not configured, unless this configuration already did.
-    pub fn warn_once(&self, channel: Channel) {
-        let mut said = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if !said.contains(&channel) {
-            said.push(channel);
-            tracing::warn!(
-                channel = channel.as_str(),
-                "channel {} is not configured: replies routed to it are given up (said once per configuration)",
-                channel.as_str()
-            );
-        }
-    }
 }

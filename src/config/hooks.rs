@@ -10,13 +10,16 @@ use std::time::Duration;
 use super::model::{HooksConfig, ModelEntryConfig, SignatureConfig};
 use super::secret::secret;
 use super::signature::signature_rule;
-use super::{ConfigError, capture, confine, limits, normalize_hooks_path, seconds};
+use super::{ConfigError, capture, confine, limits, seconds};
 use crate::hook::capture::CapturePolicy;
 use crate::hook::credentials::CredentialHeaders;
 use crate::hook::signature::SignatureRule;
 use crate::hook::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy, SessionMode};
 use crate::mapping::{ActionKind, Mapping};
 use crate::transform::{TransformLimits, TransformSet};
+
+/// Default `hooks.path`.
+pub const DEFAULT_HOOKS_PATH: &str = "/hooks";
 
 /// Default `hooks.maxBodyBytes`: 256 KiB.
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 256 * 1024;
@@ -178,6 +181,21 @@ pub(super) fn hook_settings(
         mapping_capture: built.capture,
         credentials,
     })
+}
+
+/// Trims and strips trailing `/`s, adds a leading `/`; blank becomes `/hooks`. `None` for `/`.
+pub fn normalize_hooks_path(raw: Option<&str>) -> Option<String> {
+    let trimmed = raw.map(str::trim).unwrap_or("");
+    if trimmed.is_empty() {
+        return Some(DEFAULT_HOOKS_PATH.to_string());
+    }
+    let with_slash = if trimmed.starts_with('/') {
+        trimmed.to_string()
+    } else {
+        format!("/{trimmed}")
+    };
+    let path = with_slash.trim_end_matches('/');
+    (!path.is_empty()).then(|| path.to_string())
 }
 
 /// `hooks.token`: required when hooks are enabled, and never the gateway's own token.

@@ -28,12 +28,11 @@ use arc_swap::ArcSwap;
 
 pub use confine::{module_path, transforms_root};
 pub use connections::{ConnectionSettings, RECEIVE_GRACE};
-pub use delivery_warnings::MissingChannels;
-pub use hooks::HookSettings;
+pub use hooks::{HookSettings, normalize_hooks_path};
 pub use load::{Digest, Document, file_digest, parse_document, read_document};
 pub use openclaw::ConfigNotice;
 pub use reload::watch;
-pub use settings::{Settings, normalize_hooks_path};
+pub use settings::{MissingChannels, Settings};
 
 /// A problem with the configuration. Every message names the key it is about.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

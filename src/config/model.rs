@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 pub use super::channels::ChannelsConfig;
+pub use super::secret::{SecretFile, SecretValue};
 
 /// The whole configuration file.
 #[derive(Debug, Default, Deserialize)]
@@ -352,19 +353,4 @@ pub struct AgentEntryConfig {
     pub name: Option<String>,
     pub model: Option<ModelConfig>,
     pub provider: Option<ProviderConfig>,
-}
-
-/// A secret: either the value itself or `{ "file": "path" }`, whose trimmed contents are the value.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum SecretValue {
-    Inline(String),
-    File(SecretFile),
-}
-
-/// The `{ "file": ... }` form of a secret.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SecretFile {
-    pub file: String,
 }

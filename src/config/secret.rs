@@ -10,8 +10,24 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+use serde::Deserialize;
+
 use super::ConfigError;
-use super::model::SecretValue;
+
+/// A secret: either the value itself or `{ "file": "path" }`, whose trimmed contents are the value.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum SecretValue {
+    Inline(String),
+    File(SecretFile),
+}
+
+/// The `{ "file": ... }` form of a secret.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretFile {
+    pub file: String,
+}
 
 /// The largest secret file read: a token, a signing key or a PEM-encoded key fits many times.
 pub const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use super::confine;
 use super::connections::ConnectionSettings;
@@ -13,12 +14,9 @@ use super::runtime::{RuntimeSettings, runtime_settings};
 use super::secret::secret;
 use super::{ConfigError, ConfigNotice};
 use crate::client::TrustedProxies;
-use crate::hook::AgentDirectory;
 use crate::hook::policy::{AllowedAgents, normalize_agent_id};
+use crate::hook::{AgentDirectory, Channel};
 use crate::transform::TransformLimits;
-
-/// Default `hooks.path`.
-pub const DEFAULT_HOOKS_PATH: &str = "/hooks";
 
 /// The validated, normalised configuration. Immutable: a reload builds a new one.
 #[derive(Debug)]
@@ -46,7 +44,7 @@ pub struct Settings {
     /// it loses replies.
     pub notices: Vec<ConfigNotice>,
     /// The channels this configuration has logged as not configured, once each.
-    pub missing_channels: super::MissingChannels,
+    pub missing_channels: MissingChannels,
 }
 
 impl Settings {
@@ -124,7 +122,7 @@ impl Settings {
             agents,
             runtime,
             notices: Vec::new(),
-            missing_channels: super::MissingChannels::default(),
+            missing_channels: MissingChannels::default(),
         })
     }
 }
@@ -152,17 +150,23 @@ fn agent_directory(file: &FileConfig) -> AgentDirectory {
     AgentDirectory::new(known, default_id, allowed)
 }
 
-/// Trims and strips trailing `/`s, adds a leading `/`; blank becomes `/hooks`. `None` for `/`.
-pub fn normalize_hooks_path(raw: Option<&str>) -> Option<String> {
-    let trimmed = raw.map(str::trim).unwrap_or("");
-    if trimmed.is_empty() {
-        return Some(DEFAULT_HOOKS_PATH.to_string());
+/// The channels a configuration has already said, in the log, are not configured: each is said
+/// once per configuration (a reload starts again), not once per reply given up, since without a
+/// channel every heartbeat's reply would say it.
+#[derive(Debug, Default)]
+pub struct MissingChannels(Mutex<Vec<Channel>>);
+
+impl MissingChannels {
+    /// Logs that `channel` is not configured, unless this configuration already did.
+    pub fn warn_once(&self, channel: Channel) {
+        let mut said = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !said.contains(&channel) {
+            said.push(channel);
+            tracing::warn!(
+                channel = channel.as_str(),
+                "channel {} is not configured: replies routed to it are given up (said once per configuration)",
+                channel.as_str()
+            );
+        }
     }
-    let with_slash = if trimmed.starts_with('/') {
-        trimmed.to_string()
-    } else {
-        format!("/{trimmed}")
-    };
-    let path = with_slash.trim_end_matches('/');
-    (!path.is_empty()).then(|| path.to_string())
 }

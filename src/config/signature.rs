@@ -5,8 +5,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::ConfigError;
-use super::model::{SecretValue, SignatureConfig};
-use super::secret::secret;
+use super::model::SignatureConfig;
+use super::secret::{SecretValue, secret};
 use crate::hook::signature::{DEFAULT_TOLERANCE, Encoding, Scheme, SignatureRule, decode_secret};
 
 /// A mapping's `signature` (at `key`) with its secrets read and decoded.
