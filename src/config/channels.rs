@@ -26,6 +26,7 @@ pub struct BotConfig {
 }
 
 impl BotConfig {
+    /// The keys it reads, as the file spells them.
     pub const KEYS: &[&str] = &["botToken", "apiBase"];
 }
 
@@ -38,6 +39,7 @@ pub struct MattermostConfig {
 }
 
 impl MattermostConfig {
+    /// The keys it reads, as the file spells them.
     pub const KEYS: &[&str] = &["baseUrl", "token"];
 }
 
@@ -49,6 +51,7 @@ pub struct MsteamsConfig {
 }
 
 impl MsteamsConfig {
+    /// The keys it reads, as the file spells them.
     pub const KEYS: &[&str] = &["webhookUrl"];
 }
 
@@ -61,6 +64,7 @@ pub struct SignalConfig {
 }
 
 impl SignalConfig {
+    /// The keys it reads, as the file spells them.
     pub const KEYS: &[&str] = &["baseUrl", "number"];
 }
 
@@ -74,6 +78,7 @@ pub struct WhatsappConfig {
 }
 
 impl WhatsappConfig {
+    /// The keys it reads, as the file spells them.
     pub const KEYS: &[&str] = &["apiBase", "accessToken", "phoneNumberId"];
 }
 
@@ -86,6 +91,7 @@ pub struct ImessageConfig {
 }
 
 impl ImessageConfig {
+    /// The keys it reads, as the file spells them.
     pub const KEYS: &[&str] = &["baseUrl", "password"];
 }
 
@@ -324,6 +330,7 @@ pub enum ChannelEndpoint {
 }
 
 impl ChannelEndpoint {
+    /// The channel this endpoint sends to.
     pub fn channel(&self) -> Channel {
         match self {
             ChannelEndpoint::Telegram { .. } => Channel::Telegram,
@@ -358,6 +365,7 @@ impl Default for RetryPolicy {
 }
 
 impl From<&RetryConfig> for RetryPolicy {
+    /// At least one attempt; at most an hour before the second.
     fn from(config: &RetryConfig) -> Self {
         RetryPolicy {
             attempts: config.attempts.unwrap_or(5).max(1),
@@ -377,6 +385,7 @@ pub struct ChannelSettings {
 }
 
 impl ChannelSettings {
+    /// The endpoint configured for `channel`, if any.
     pub fn endpoint(&self, channel: Channel) -> Option<&ChannelEndpoint> {
         self.endpoints.iter().find(|e| e.channel() == channel)
     }
