@@ -1,6 +1,8 @@
 //! A run as the operator API shows and lists it: [`RunRecord`], read from the store's row, and
 //! [`RunFilter`], which runs a listing returns.
 
+use rusqlite::Error::FromSqlConversionFailure;
+use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
@@ -88,9 +90,7 @@ impl RunRecord {
             error: row.get(18)?,
             started_at: row.get(19)?,
             finished_at: row.get(20)?,
-            delivery: row
-                .get::<_, Option<String>>(21)?
-                .and_then(|text| serde_json::from_str(&text).ok()),
+            delivery: json_column(row, 21)?,
             upstream_run_id: row.get(22)?,
             answered_by: row.get(23)?,
             attempts: row.get(24)?,
@@ -122,6 +122,18 @@ impl RunRecord {
         )?;
         rows.collect()
     }
+}
+
+/// A JSON text column read as `T`. Text that does not read as `T` is a corrupt row, as a text
+/// that names no enum variant is: reading it as null would show a delivery that never happened.
+fn json_column<T: serde::de::DeserializeOwned>(
+    row: &Row<'_>,
+    index: usize,
+) -> rusqlite::Result<Option<T>> {
+    row.get::<_, Option<String>>(index)?
+        .map(|text| serde_json::from_str(&text))
+        .transpose()
+        .map_err(|err| FromSqlConversionFailure(index, Type::Text, Box::new(err)))
 }
 
 /// Which runs a listing returns, newest first.
