@@ -106,17 +106,9 @@ text_column!(
     RunStatus => RunStatus::parse,
     Channel => Channel::parse,
     Thinking => Thinking::parse,
-    WakeMode => |text| match text {
-        "now" => Some(WakeMode::Now),
-        "next-heartbeat" => Some(WakeMode::NextHeartbeat),
-        _ => None,
-    },
-    SessionMode => SessionMode::parse,
-    ContentSource => |text| match text {
-        "webhook" => Some(ContentSource::Webhook),
-        "email" => Some(ContentSource::Email),
-        _ => None,
-    },
+    WakeMode => WakeMode::from_wire,
+    SessionMode => SessionMode::from_wire,
+    ContentSource => ContentSource::from_wire,
 );
 
 /// A reply to send: a run's (with the summary to record if it cannot be delivered) or a

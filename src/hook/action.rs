@@ -1,13 +1,13 @@
 //! What a hook asks for, as plain data: a wake (a system event for the main session) or an agent
 //! run, before and after policy.
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::envelope::ContentSource;
+use super::wire::wire_names;
 
 /// When the agent should look at what a hook delivered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WakeMode {
     /// Trigger a heartbeat at once.
     Now,
@@ -15,28 +15,24 @@ pub enum WakeMode {
     NextHeartbeat,
 }
 
+wire_names!(WakeMode {
+    Now => "now",
+    NextHeartbeat => "next-heartbeat",
+});
+
 impl WakeMode {
     /// `next-heartbeat` for exactly that JSON string; anything else (absent, other text, other
     /// types) is `now`.
     pub fn from_json(value: Option<&serde_json::Value>) -> Self {
-        match value.and_then(|v| v.as_str()) {
-            Some("next-heartbeat") => WakeMode::NextHeartbeat,
-            _ => WakeMode::Now,
-        }
-    }
-
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WakeMode::Now => "now",
-            WakeMode::NextHeartbeat => "next-heartbeat",
-        }
+        value
+            .and_then(|v| v.as_str())
+            .and_then(WakeMode::from_wire)
+            .unwrap_or(WakeMode::Now)
     }
 }
 
 /// A messaging surface an agent's reply may be delivered to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Channel {
     Last,
     Whatsapp,
@@ -49,47 +45,31 @@ pub enum Channel {
     Msteams,
 }
 
-impl Channel {
-    /// The message of the rejection for a value that names no channel.
-    pub const EXPECTED: &'static str =
-        "channel must be last|whatsapp|telegram|discord|slack|mattermost|signal|imessage|msteams";
+wire_names!(Channel, expected = "channel must be " {
+    Last => "last",
+    Whatsapp => "whatsapp",
+    Telegram => "telegram",
+    Discord => "discord",
+    Slack => "slack",
+    Mattermost => "mattermost",
+    Signal => "signal",
+    Imessage => "imessage",
+    Msteams => "msteams",
+});
 
+impl Channel {
     /// Parses a channel name, case-insensitively; `imsg` is an alias of `imessage`.
     pub fn parse(name: &str) -> Option<Self> {
-        Some(match name.trim().to_ascii_lowercase().as_str() {
-            "last" => Channel::Last,
-            "whatsapp" => Channel::Whatsapp,
-            "telegram" => Channel::Telegram,
-            "discord" => Channel::Discord,
-            "slack" => Channel::Slack,
-            "mattermost" => Channel::Mattermost,
-            "signal" => Channel::Signal,
-            "imessage" | "imsg" => Channel::Imessage,
-            "msteams" => Channel::Msteams,
-            _ => return None,
-        })
-    }
-
-    /// The canonical, lower-case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Channel::Last => "last",
-            Channel::Whatsapp => "whatsapp",
-            Channel::Telegram => "telegram",
-            Channel::Discord => "discord",
-            Channel::Slack => "slack",
-            Channel::Mattermost => "mattermost",
-            Channel::Signal => "signal",
-            Channel::Imessage => "imessage",
-            Channel::Msteams => "msteams",
+        match name.trim().to_ascii_lowercase().as_str() {
+            "imsg" => Some(Channel::Imessage),
+            name => Channel::from_wire(name),
         }
     }
 }
 
 /// How hard the model thinks, as OpenClaw names the levels. Each provider's wire format maps
 /// them to its own control (see the gateway's provider module).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Thinking {
     Off,
     Minimal,
@@ -102,28 +82,28 @@ pub enum Thinking {
     Adaptive,
 }
 
-impl Thinking {
-    /// The message of the rejection for a value that names no level.
-    pub const EXPECTED: &'static str =
-        "thinking must be off|minimal|low|medium|high|xhigh|max|adaptive";
+wire_names!(Thinking, expected = "thinking must be " {
+    Off => "off",
+    Minimal => "minimal",
+    Low => "low",
+    Medium => "medium",
+    High => "high",
+    Xhigh => "xhigh",
+    Max => "max",
+    Adaptive => "adaptive",
+});
 
+impl Thinking {
     /// Parses a level, case-insensitively, with OpenClaw's aliases (`x-high`, `extra high`,
     /// ... for `xhigh`; `highest` for `high`).
     pub fn parse(name: &str) -> Option<Thinking> {
-        let name = name.trim().to_ascii_lowercase();
-        Some(match name.as_str() {
-            "off" => Thinking::Off,
-            "minimal" => Thinking::Minimal,
-            "low" => Thinking::Low,
-            "medium" => Thinking::Medium,
-            "high" | "highest" => Thinking::High,
-            "xhigh" | "x-high" | "x_high" | "extra-high" | "extra high" | "extra_high" => {
-                Thinking::Xhigh
+        match name.trim().to_ascii_lowercase().as_str() {
+            "highest" => Some(Thinking::High),
+            "x-high" | "x_high" | "extra-high" | "extra high" | "extra_high" => {
+                Some(Thinking::Xhigh)
             }
-            "max" => Thinking::Max,
-            "adaptive" => Thinking::Adaptive,
-            _ => return None,
-        })
+            name => Thinking::from_wire(name),
+        }
     }
 
     /// Reads a level leniently, for serde's `deserialize_with`: any spelling [`Thinking::parse`]
@@ -134,20 +114,6 @@ impl Thinking {
     ) -> Result<Option<Thinking>, D::Error> {
         let text: Option<String> = Option::deserialize(deserializer)?;
         Ok(text.as_deref().and_then(Thinking::parse))
-    }
-
-    /// The canonical, lower-case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Thinking::Off => "off",
-            Thinking::Minimal => "minimal",
-            Thinking::Low => "low",
-            Thinking::Medium => "medium",
-            Thinking::High => "high",
-            Thinking::Xhigh => "xhigh",
-            Thinking::Max => "max",
-            Thinking::Adaptive => "adaptive",
-        }
     }
 }
 
@@ -187,8 +153,7 @@ pub struct AgentRequest {
 }
 
 /// Whether a run starts a fresh conversation or continues its session key's.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SessionMode {
     #[default]
     Isolated,
@@ -196,22 +161,15 @@ pub enum SessionMode {
     Persistent,
 }
 
-impl SessionMode {
-    /// The mode a wire spelling names.
-    pub fn parse(text: &str) -> Option<SessionMode> {
-        match text {
-            "isolated" => Some(SessionMode::Isolated),
-            "persistent" => Some(SessionMode::Persistent),
-            _ => None,
-        }
-    }
+wire_names!(SessionMode {
+    Isolated => "isolated",
+    Persistent => "persistent",
+});
 
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SessionMode::Isolated => "isolated",
-            SessionMode::Persistent => "persistent",
-        }
+impl SessionMode {
+    /// The mode a wire spelling names, exactly (no case folding).
+    pub fn parse(text: &str) -> Option<SessionMode> {
+        SessionMode::from_wire(text)
     }
 }
 
@@ -247,15 +205,5 @@ impl AdmittedRun {
     /// The channel the reply goes to: as requested, else `last`.
     pub fn channel_or_last(&self) -> Channel {
         self.channel.unwrap_or(Channel::Last)
-    }
-}
-
-impl ContentSource {
-    /// `webhook` or `email`, as run records spell it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ContentSource::Webhook => "webhook",
-            ContentSource::Email => "email",
-        }
     }
 }

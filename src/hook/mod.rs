@@ -10,6 +10,7 @@ pub mod idempotency;
 pub mod payload;
 pub mod policy;
 pub mod signature;
+mod wire;
 
 pub use action::{
     AdmittedRun, AgentRequest, Channel, SessionMode, Thinking, WakeMode, WakeRequest,
