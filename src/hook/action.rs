@@ -117,6 +117,33 @@ impl Thinking {
     }
 }
 
+/// A name as an edge read it (a transform's outcome), kept when it names nothing so that the
+/// check that refuses it runs where the hook contract orders it, not where it was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Named<T> {
+    Known(T),
+    /// The text as given, which names no variant.
+    Unknown(String),
+}
+
+impl<T: Copy> Named<T> {
+    /// `text` read with `parse`.
+    pub fn read(text: String, parse: impl FnOnce(&str) -> Option<T>) -> Named<T> {
+        match parse(&text) {
+            Some(value) => Named::Known(value),
+            None => Named::Unknown(text),
+        }
+    }
+
+    /// The value, when the text named one.
+    pub fn known(&self) -> Option<T> {
+        match self {
+            Named::Known(value) => Some(*value),
+            Named::Unknown(_) => None,
+        }
+    }
+}
+
 /// A validated wake: the text of the system event and when to act on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WakeRequest {

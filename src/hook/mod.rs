@@ -13,7 +13,7 @@ pub mod signature;
 mod wire;
 
 pub use action::{
-    AdmittedRun, AgentRequest, Channel, SessionMode, Thinking, WakeMode, WakeRequest,
+    AdmittedRun, AgentRequest, Channel, Named, SessionMode, Thinking, WakeMode, WakeRequest,
 };
 pub use policy::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy};
 

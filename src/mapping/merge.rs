@@ -1,13 +1,17 @@
-//! A transform's partial override (a `merge` outcome of contract 0.2), merged into its mapping's
-//! action the way the OpenClaw gateway merges what a JavaScript transform returns
-//! (docs/transforms.md#partial-overrides).
+//! The one partial form of an action, [`Overrides`], and the two ways a transform's outcome lays
+//! it over its mapping's action: a `merge` outcome of contract 0.2, merged the way the OpenClaw
+//! gateway merges what a JavaScript transform returns (docs/transforms.md#partial-overrides), and
+//! a `run` outcome, which replaces the kind and the fields it sets ([`MappedAction::overlay`]).
 
 use crate::hook::policy::KeyOrigin;
-use crate::hook::{Rejected, SessionMode, WakeMode};
+use crate::hook::{Channel, Named, Rejected, SessionMode, Thinking, WakeMode};
 
 use super::{ActionKind, MappedAction};
 
-/// The fields a transform changes in its mapping's action; `None` keeps the mapping's value.
+/// The fields a transform changes in its mapping's action, typed as the transform's outcome was
+/// read (`crate::transform`'s conversion); `None` keeps the mapping's value. Names that name
+/// nothing are kept as [`Named::Unknown`], refused (channel, session mode) or read as no value
+/// (thinking) where the hook contract orders it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Overrides {
     /// The kind asked for; another kind than the mapping's starts from an empty action.
@@ -24,15 +28,24 @@ pub struct Overrides {
     pub session_key: Option<String>,
     /// The transform vouches that `session_key` is its own, not taken from the request.
     pub session_key_fixed: bool,
-    /// Checked here: `isolated` or `persistent`.
-    pub session_mode: Option<String>,
+    /// Refused here when it names no mode.
+    pub session_mode: Option<Named<SessionMode>>,
     pub deliver: Option<bool>,
     pub allow_unsafe_external_content: Option<bool>,
-    pub channel: Option<String>,
+    /// Refused by [`MappedAction::finish`] when it names no channel.
+    pub channel: Option<Named<Channel>>,
     pub to: Option<String>,
     pub model: Option<String>,
-    pub thinking: Option<String>,
+    /// A level that names none sets no level (the default), as a request's does.
+    pub thinking: Option<Named<Thinking>>,
     pub timeout_seconds: Option<u64>,
+}
+
+/// `value` trimmed, `None` when blank: how a `run` outcome's optional texts are read.
+pub fn non_blank(value: Option<String>) -> Option<String> {
+    value
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
 }
 
 impl MappedAction {
@@ -57,7 +70,7 @@ impl MappedAction {
                 action.wake_mode = overrides.wake_mode.unwrap_or(action.wake_mode);
                 action.name = overrides.name.or(action.name);
                 if let Some(mode) = overrides.session_mode {
-                    action.session_mode = SessionMode::parse(&mode).ok_or_else(|| {
+                    action.session_mode = mode.known().ok_or_else(|| {
                         Rejected::new("hook mapping sessionMode must be isolated or persistent")
                     })?;
                 }
@@ -68,7 +81,9 @@ impl MappedAction {
                 action.channel = overrides.channel.or(action.channel);
                 action.to = overrides.to.or(action.to);
                 action.model = overrides.model.or(action.model);
-                action.thinking = overrides.thinking.or(action.thinking);
+                if let Some(thinking) = overrides.thinking {
+                    action.thinking = thinking.known();
+                }
                 action.timeout_seconds = overrides.timeout_seconds.or(action.timeout_seconds);
             }
         }
@@ -133,7 +148,7 @@ mod tests {
             wake_mode: WakeMode::NextHeartbeat,
             deliver: true,
             allow_unsafe_external_content: false,
-            channel: Some("telegram".into()),
+            channel: Some(Named::Known(Channel::Telegram)),
             to: Some("{{dest}} rendered".into()),
             model: Some("base/model".into()),
             thinking: None,
@@ -205,7 +220,7 @@ mod tests {
     fn an_unknown_session_mode_is_the_clients_400() {
         let refused = agent_action()
             .merge(Overrides {
-                session_mode: Some("weird".into()),
+                session_mode: Some(Named::Unknown("weird".into())),
                 ..Overrides::default()
             })
             .unwrap_err();

@@ -9,8 +9,10 @@ use serde_json::Value;
 
 use crate::hook::policy::KeyOrigin;
 use crate::hook::signature::SignatureRule;
-use crate::hook::{AgentRequest, Channel, Rejected, SessionMode, WakeMode, WakeRequest};
-pub use merge::Overrides;
+use crate::hook::{
+    AgentRequest, Channel, Named, Rejected, SessionMode, Thinking, WakeMode, WakeRequest,
+};
+pub use merge::{Overrides, non_blank};
 pub use template::TemplateContext;
 use template::{render, render_optional};
 
@@ -35,10 +37,10 @@ pub struct Mapping {
     pub(crate) message_template: Option<String>,
     pub(crate) text_template: Option<String>,
     pub(crate) deliver: Option<bool>,
-    pub(crate) channel: Option<String>,
+    pub(crate) channel: Option<Channel>,
     pub(crate) to: Option<String>,
     pub(crate) model: Option<String>,
-    pub(crate) thinking: Option<String>,
+    pub(crate) thinking: Option<ThinkingField>,
     pub(crate) timeout_seconds: Option<u64>,
     pub allow_unsafe_external_content: bool,
     /// The transform module, relative to the transforms directory, and its config as JSON text.
@@ -52,6 +54,26 @@ pub struct Mapping {
     pub for_each: Option<String>,
     /// Whether the mapping's runs continue their session key's conversation.
     pub session_mode: SessionMode,
+}
+
+/// A mapping's `thinking`: a level written out, read at load, or a template whose rendering is
+/// read once per request, right after rendering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ThinkingField {
+    Fixed(Thinking),
+    Template(String),
+}
+
+impl ThinkingField {
+    /// The level for one request; a rendering that names none is no level (the default).
+    fn level(&self, ctx: &TemplateContext<'_>) -> Option<Thinking> {
+        match self {
+            ThinkingField::Fixed(level) => Some(*level),
+            ThinkingField::Template(template) => {
+                render_optional(Some(template), ctx).and_then(|text| Thinking::parse(&text))
+            }
+        }
+    }
 }
 
 /// The `transform` of a mapping.
@@ -138,10 +160,10 @@ impl Mapping {
             wake_mode: self.wake_mode,
             deliver: self.deliver.unwrap_or(true),
             allow_unsafe_external_content: self.allow_unsafe_external_content,
-            channel: self.channel.clone(),
+            channel: self.channel.map(Named::Known),
             to: render_optional(self.to.as_deref(), ctx),
             model: render_optional(self.model.as_deref(), ctx),
-            thinking: render_optional(self.thinking.as_deref(), ctx),
+            thinking: self.thinking.as_ref().and_then(|t| t.level(ctx)),
             timeout_seconds: self.timeout_seconds,
         }
     }
@@ -274,37 +296,26 @@ pub struct MappedAction {
     pub deliver: bool,
     /// The prompt goes to the agent without the safety envelope.
     pub allow_unsafe_external_content: bool,
-    pub channel: Option<String>,
+    /// The mapping's (known at load) or a transform's, which [`MappedAction::finish`] refuses
+    /// when it names no channel.
+    pub channel: Option<Named<Channel>>,
     pub to: Option<String>,
     pub model: Option<String>,
-    pub thinking: Option<String>,
+    pub thinking: Option<Thinking>,
     pub timeout_seconds: Option<u64>,
 }
 
-/// An action a transform returned; `None` fields keep the mapping's values.
+/// An action a transform returned (a `run` outcome); `None` fields keep the mapping's values.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TransformAction {
     Wake {
         text: String,
         mode: Option<WakeMode>,
     },
-    Agent(Box<TransformAgent>),
-}
-
-/// The agent fields a transform may set.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TransformAgent {
-    pub message: String,
-    pub name: Option<String>,
-    pub agent_id: Option<String>,
-    pub session_key: Option<String>,
-    pub wake_mode: Option<WakeMode>,
-    pub deliver: Option<bool>,
-    pub channel: Option<String>,
-    pub to: Option<String>,
-    pub model: Option<String>,
-    pub thinking: Option<String>,
-    pub timeout_seconds: Option<u64>,
+    /// The agent fields a transform set: `message` always, optional texts trimmed and `None`
+    /// when blank ([`non_blank`]); the fields of a `merge` only (kind, text, session mode...)
+    /// are not used.
+    Agent(Box<Overrides>),
 }
 
 /// A validated mapped action, ready for the policies of `/wake` or `/agent`.
@@ -316,12 +327,6 @@ pub enum FinishedAction {
         key_origin: KeyOrigin,
         allow_unsafe_external_content: bool,
     },
-}
-
-fn non_blank(value: Option<String>) -> Option<String> {
-    value
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
 }
 
 impl MappedAction {
@@ -337,20 +342,24 @@ impl MappedAction {
             TransformAction::Agent(agent) => {
                 let agent = *agent;
                 self.kind = ActionKind::Agent;
-                self.message = agent.message;
-                self.name = non_blank(agent.name).or(self.name);
-                self.agent_id = non_blank(agent.agent_id).or(self.agent_id);
-                if let Some(key) = non_blank(agent.session_key) {
+                if let Some(message) = agent.message {
+                    self.message = message;
+                }
+                self.name = agent.name.or(self.name);
+                self.agent_id = agent.agent_id.or(self.agent_id);
+                if let Some(key) = agent.session_key {
                     // The transform chose it, from the payload as far as anyone knows.
                     self.session_key = Some(key);
                     self.key_origin = KeyOrigin::MappingTemplated;
                 }
                 self.wake_mode = agent.wake_mode.unwrap_or(self.wake_mode);
                 self.deliver = agent.deliver.unwrap_or(self.deliver);
-                self.channel = non_blank(agent.channel).or(self.channel);
-                self.to = non_blank(agent.to).or(self.to);
-                self.model = non_blank(agent.model).or(self.model);
-                self.thinking = non_blank(agent.thinking).or(self.thinking);
+                self.channel = agent.channel.or(self.channel);
+                self.to = agent.to.or(self.to);
+                self.model = agent.model.or(self.model);
+                if let Some(thinking) = agent.thinking {
+                    self.thinking = thinking.known();
+                }
                 // As a mapping's (and as OpenClaw takes a transform's), 0 asks for no limit but
                 // the hard cap; a request body's 0 asks for nothing.
                 self.timeout_seconds = agent.timeout_seconds.or(self.timeout_seconds);
@@ -391,11 +400,11 @@ impl MappedAction {
                 if message.is_empty() {
                     return Err(Rejected::new("hook mapping requires message"));
                 }
-                let channel = self
-                    .channel
-                    .as_deref()
-                    .map(|c| Channel::parse(c).ok_or_else(|| Rejected::new(Channel::EXPECTED)))
-                    .transpose()?;
+                let channel = match self.channel {
+                    None => None,
+                    Some(Named::Known(channel)) => Some(channel),
+                    Some(Named::Unknown(_)) => return Err(Rejected::new(Channel::EXPECTED)),
+                };
                 Ok(FinishedAction::Agent {
                     key_origin: self.key_origin,
                     allow_unsafe_external_content: self.allow_unsafe_external_content,
@@ -409,7 +418,7 @@ impl MappedAction {
                         channel,
                         to: self.to,
                         model: self.model,
-                        thinking: crate::hook::payload::thinking(self.thinking),
+                        thinking: self.thinking,
                         timeout_seconds: self.timeout_seconds,
                         session_mode: self.session_mode,
                         wait_for_completion: false,
