@@ -266,33 +266,22 @@ mod tests {
     }
 
     #[test]
-    fn transform_channel_must_be_known() {
-        let agent = Overrides {
-            message: Some("m".into()),
-            channel: Some(Named::Unknown("fax".into())),
-            ..Default::default()
+    fn transform_channel_must_be_known_and_is_checked_after_the_message() {
+        let refusal = |message: &str| {
+            let agent = Overrides {
+                message: Some(message.into()),
+                channel: Some(Named::Unknown("fax".into())),
+                ..Default::default()
+            };
+            mapping(0, json!({}))
+                .render(&ctx("x", &json!({})))
+                .overlay(TransformAction::Agent(Box::new(agent)))
+                .finish()
+                .unwrap_err()
+                .0
         };
-        let err = mapping(0, json!({}))
-            .render(&ctx("x", &json!({})))
-            .overlay(TransformAction::Agent(Box::new(agent)))
-            .finish()
-            .unwrap_err();
-        assert_eq!(err.0, Channel::EXPECTED);
-    }
-
-    #[test]
-    fn an_empty_message_is_refused_before_an_unknown_channel() {
-        let agent = Overrides {
-            message: Some(" ".into()),
-            channel: Some(Named::Unknown("fax".into())),
-            ..Default::default()
-        };
-        let err = mapping(0, json!({}))
-            .render(&ctx("x", &json!({})))
-            .overlay(TransformAction::Agent(Box::new(agent)))
-            .finish()
-            .unwrap_err();
-        assert_eq!(err.0, "hook mapping requires message");
+        assert_eq!(refusal("m"), Channel::EXPECTED);
+        assert_eq!(refusal(" "), "hook mapping requires message");
     }
 
     #[test]
