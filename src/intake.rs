@@ -10,7 +10,7 @@ use crate::gateway::runtime_clock::{now_ms, now_rfc3339};
 use crate::gateway::{EventKind, IdempotencyClaim, NewEvent, NewRun};
 use crate::hook::envelope::{ContentSource, wrap_prompt};
 use crate::hook::policy::KeyOrigin;
-use crate::hook::{AdmittedRun, AgentRequest, Rejected, WakeRequest, idempotency};
+use crate::hook::{AdmittedRun, AgentAction, Rejected, WakeRequest, idempotency};
 use crate::mapping::Mapping;
 
 /// Where an agent request came from, which decides the session-key rule, whether the envelope
@@ -42,7 +42,7 @@ pub struct AgentAdmission {
 /// (headers, body, signed delivery id); `path` is the request path, part of the fingerprint.
 pub fn admit_agent(
     hooks: &HookSettings,
-    agent: AgentRequest,
+    agent: AgentAction,
     origin: AgentOrigin<'_>,
     keys: [Option<&str>; 5],
     path: &str,
@@ -72,14 +72,14 @@ pub fn admit_agent(
     let run_id = Uuid::now_v7().to_string();
     let received = now_rfc3339();
     let prompt = if admitted.allow_unsafe_external_content {
-        admitted.message.clone()
+        admitted.action.message.clone()
     } else {
         wrap_prompt(
-            &admitted.name,
+            &admitted.action.name,
             &run_id,
             &received,
             admitted.source,
-            &admitted.message,
+            &admitted.action.message,
         )
     };
     Ok(AgentAdmission {

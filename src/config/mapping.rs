@@ -182,10 +182,10 @@ mod tests {
         );
         let payload = json!({"repo": "hookgate", "id": 7});
         let action = m.render(&ctx("gh", &payload));
-        assert_eq!(action.name.as_deref(), Some("hookgate"));
-        assert_eq!(action.session_key.as_deref(), Some("hook:7"));
-        assert_eq!(action.to, None);
-        assert_eq!(action.model, None);
+        assert_eq!(action.agent.name, "hookgate");
+        assert_eq!(action.agent.session_key.as_deref(), Some("hook:7"));
+        assert_eq!(action.agent.to, None);
+        assert_eq!(action.agent.model, None);
     }
 
     #[test]
@@ -207,10 +207,13 @@ mod tests {
         let gmail = preset("gmail").unwrap();
         let payload = json!({"messages": [{"id": "m1", "from": "a@b", "subject": "Hi", "snippet": "s", "body": "b"}]});
         let action = gmail.render(&ctx("gmail", &payload));
-        assert_eq!(action.message, "New email from a@b\nSubject: Hi\ns\nb");
-        assert_eq!(action.session_key.as_deref(), Some("hook:gmail:m1"));
-        assert_eq!(action.name.as_deref(), Some("Gmail"));
-        assert_eq!(action.wake_mode, WakeMode::Now);
+        assert_eq!(
+            action.agent.message,
+            "New email from a@b\nSubject: Hi\ns\nb"
+        );
+        assert_eq!(action.agent.session_key.as_deref(), Some("hook:gmail:m1"));
+        assert_eq!(action.agent.name, "Gmail");
+        assert_eq!(action.agent.wake_mode, WakeMode::Now);
         assert!(gmail.is_email);
         assert!(gmail.matches("gmail", &payload));
     }
@@ -255,7 +258,10 @@ mod tests {
             .overlay(TransformAction::Agent(Box::new(agent)))
             .finish()
             .unwrap();
-        let FinishedAction::Agent { request, .. } = finished else {
+        let FinishedAction::Agent {
+            action: request, ..
+        } = finished
+        else {
             panic!("expected agent")
         };
         assert_eq!(request.message, "hello");
@@ -287,7 +293,7 @@ mod tests {
     #[test]
     fn a_templated_thinking_is_read_after_rendering() {
         let m = mapping(0, json!({"messageTemplate": "m", "thinking": "{{level}}"}));
-        let level = |payload: Value| m.render(&ctx("x", &payload)).thinking;
+        let level = |payload: Value| m.render(&ctx("x", &payload)).agent.thinking;
         assert_eq!(level(json!({"level": "Extra High"})), Some(Thinking::Xhigh));
         assert_eq!(level(json!({"level": "big"})), None);
         assert_eq!(level(json!({})), None);

@@ -337,24 +337,25 @@ impl NewEvent {
 impl NewRun {
     /// The run record of an admitted agent request, with the prompt the agent will be given.
     pub fn admitted(run_id: String, run: &AdmittedRun, prompt: String, created_at: String) -> Self {
+        let action = &run.action;
         NewRun {
             run_id,
-            hook_name: run.name.clone(),
-            agent_id: run.agent_id.clone(),
+            hook_name: action.name.clone(),
+            agent_id: action.agent_id.clone(),
             target_agent: run.target_agent.clone(),
             session_key: run.session_key.clone(),
-            message: run.message.clone(),
+            message: action.message.clone(),
             prompt,
-            deliver: run.deliver,
+            deliver: action.deliver,
             channel: run.channel_or_last(),
-            to: run.to.clone(),
-            model: run.model.clone(),
-            thinking: run.thinking,
-            timeout_seconds: run.timeout_seconds,
-            wake_mode: run.wake_mode,
+            to: action.to.clone(),
+            model: action.model.clone(),
+            thinking: action.thinking,
+            timeout_seconds: action.timeout_seconds,
+            wake_mode: action.wake_mode,
             source: run.source,
             created_at,
-            session_mode: run.session_mode,
+            session_mode: action.session_mode,
         }
     }
 }

@@ -156,13 +156,17 @@ pub struct WakeRequest {
     pub session_key: Option<String>,
 }
 
-/// A validated agent request, before agent, model and session-key policy.
+/// An agent run's fields, typed once: what a request body (`payload`), a mapping's rendered
+/// templates and a transform's outcome (`crate::mapping`) make of a request, and what admission
+/// resolves and the stored run, a relay and the fingerprint read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AgentRequest {
+pub struct AgentAction {
     pub message: String,
     /// Human-readable hook name, `Hook` when not given.
     pub name: String,
+    /// As named; in an [`AdmittedRun`], the resolved agent id (`None` when none was named).
     pub agent_id: Option<String>,
+    /// As named; the key an admitted run gets is [`AdmittedRun::session_key`].
     pub session_key: Option<String>,
     pub wake_mode: WakeMode,
     pub deliver: bool,
@@ -170,11 +174,38 @@ pub struct AgentRequest {
     /// relays only what was asked for.
     pub channel: Option<Channel>,
     pub to: Option<String>,
+    /// As named; in an [`AdmittedRun`], the resolved model id (aliases resolved).
     pub model: Option<String>,
     pub thinking: Option<Thinking>,
     /// `Some(0)`: no limit but the hard cap.
     pub timeout_seconds: Option<u64>,
     pub session_mode: SessionMode,
+}
+
+impl Default for AgentAction {
+    /// An action with nothing set: the hook contract's defaults and an empty message.
+    fn default() -> Self {
+        AgentAction {
+            message: String::new(),
+            name: "Hook".to_string(),
+            agent_id: None,
+            session_key: None,
+            wake_mode: WakeMode::Now,
+            deliver: true,
+            channel: None,
+            to: None,
+            model: None,
+            thinking: None,
+            timeout_seconds: None,
+            session_mode: SessionMode::Isolated,
+        }
+    }
+}
+
+/// A validated `POST /agent` body, before agent, model and session-key policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentRequest {
+    pub action: AgentAction,
     /// Answer once the run has ended (within its time limit), with its outcome.
     pub wait_for_completion: bool,
 }
@@ -200,37 +231,25 @@ impl SessionMode {
     }
 }
 
-/// An agent request that passed every policy: what gets queued as a run.
+/// An agent action that passed every policy: what gets queued as a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdmittedRun {
-    pub message: String,
-    pub name: String,
-    /// The resolved target agent when the request named one; `None` when it named none.
-    pub agent_id: Option<String>,
-    /// The agent that will run it: `agent_id` or the default agent.
+    /// The action, its agent id and model resolved.
+    pub action: AgentAction,
+    /// The agent that will run it: the action's agent id or the default agent.
     pub target_agent: String,
     /// The resolved session key.
     pub session_key: String,
     /// Whether `session_key` was chosen by the request, the mapping or `defaultSessionKey`, as
     /// opposed to freshly generated; only a chosen key takes part in idempotency.
     pub session_key_chosen: bool,
-    pub wake_mode: WakeMode,
-    pub deliver: bool,
-    /// As requested; absent means `last` (see [`AdmittedRun::channel_or_last`]).
-    pub channel: Option<Channel>,
-    pub to: Option<String>,
-    /// The resolved model id (aliases resolved).
-    pub model: Option<String>,
-    pub thinking: Option<Thinking>,
-    pub timeout_seconds: Option<u64>,
     pub source: ContentSource,
     pub allow_unsafe_external_content: bool,
-    pub session_mode: SessionMode,
 }
 
 impl AdmittedRun {
     /// The channel the reply goes to: as requested, else `last`.
     pub fn channel_or_last(&self) -> Channel {
-        self.channel.unwrap_or(Channel::Last)
+        self.action.channel.unwrap_or(Channel::Last)
     }
 }

@@ -13,7 +13,8 @@ pub mod signature;
 mod wire;
 
 pub use action::{
-    AdmittedRun, AgentRequest, Channel, Named, SessionMode, Thinking, WakeMode, WakeRequest,
+    AdmittedRun, AgentAction, AgentRequest, Channel, Named, SessionMode, Thinking, WakeMode,
+    WakeRequest,
 };
 pub use policy::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy};
 

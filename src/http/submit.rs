@@ -41,10 +41,12 @@ pub(super) async fn agent(
     trace: &mut Trace,
 ) -> Result<Response, HookError> {
     let keys = idempotency_keys(request);
-    let wait = agent.wait_for_completion.then_some(agent.timeout_seconds);
+    let wait = agent
+        .wait_for_completion
+        .then_some(agent.action.timeout_seconds);
     let admission = intake::admit_agent(
         hooks,
-        agent,
+        agent.action,
         AgentOrigin::Direct,
         keys,
         request.parts.uri.path(),
@@ -124,7 +126,7 @@ pub(super) async fn mapped(
         admitted.push(match action {
             FinishedAction::Wake(wake) => Admitted::Wake(wake),
             FinishedAction::Agent {
-                request: agent,
+                action: agent,
                 key_origin,
                 allow_unsafe_external_content,
             } => {

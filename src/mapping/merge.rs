@@ -4,7 +4,7 @@
 //! a `run` outcome, which replaces the kind and the fields it sets ([`MappedAction::overlay`]).
 
 use crate::hook::policy::KeyOrigin;
-use crate::hook::{Channel, Named, Rejected, SessionMode, Thinking, WakeMode};
+use crate::hook::{AgentAction, Channel, Named, Rejected, SessionMode, Thinking, WakeMode};
 
 use super::{ActionKind, MappedAction};
 
@@ -53,50 +53,44 @@ impl MappedAction {
     /// them, and a change of kind keeps nothing (an agent run made from a wake mapping has only
     /// what the transform gave it), as in the OpenClaw gateway. Values are used as given: not
     /// rendered, not trimmed (the checks of [`MappedAction::finish`] follow).
-    pub fn merge(self, overrides: Overrides) -> Result<MappedAction, Rejected> {
+    pub fn merge(self, mut overrides: Overrides) -> Result<MappedAction, Rejected> {
         let kind = overrides.kind.unwrap_or(self.kind);
         let mut action = if kind == self.kind {
             self
         } else {
             MappedAction::empty(kind)
         };
-        match kind {
-            ActionKind::Wake => {
-                set(&mut action.text, overrides.text);
-                action.wake_mode = overrides.mode.unwrap_or(action.wake_mode);
-            }
-            ActionKind::Agent => {
-                set(&mut action.message, overrides.message);
-                action.wake_mode = overrides.wake_mode.unwrap_or(action.wake_mode);
-                action.name = overrides.name.or(action.name);
-                if let Some(mode) = overrides.session_mode {
-                    action.session_mode = mode.known().ok_or_else(|| {
-                        Rejected::new("hook mapping sessionMode must be isolated or persistent")
-                    })?;
-                }
-                action.deliver = overrides.deliver.unwrap_or(action.deliver);
-                action.allow_unsafe_external_content = overrides
-                    .allow_unsafe_external_content
-                    .unwrap_or(action.allow_unsafe_external_content);
-                action.channel = overrides.channel.or(action.channel);
-                action.to = overrides.to.or(action.to);
-                action.model = overrides.model.or(action.model);
-                if let Some(thinking) = overrides.thinking {
-                    action.thinking = thinking.known();
-                }
-                action.timeout_seconds = overrides.timeout_seconds.or(action.timeout_seconds);
-            }
+        if let Some(agent_id) = overrides.agent_id.take() {
+            action.agent.agent_id = Some(agent_id);
         }
-        action.agent_id = overrides.agent_id.or(action.agent_id);
-        if let Some(key) = overrides.session_key {
+        if let Some(key) = overrides.session_key.take() {
             let key = key.trim();
-            (action.session_key, action.key_origin) = if key.is_empty() {
+            (action.agent.session_key, action.key_origin) = if key.is_empty() {
                 (None, KeyOrigin::MappingStatic)
             } else if overrides.session_key_fixed {
                 (Some(key.to_string()), KeyOrigin::MappingStatic)
             } else {
                 (Some(key.to_string()), KeyOrigin::MappingTemplated)
             };
+        }
+        match kind {
+            ActionKind::Wake => {
+                if let Some(text) = overrides.text {
+                    action.text = text;
+                }
+                action.agent.wake_mode = overrides.mode.unwrap_or(action.agent.wake_mode);
+            }
+            ActionKind::Agent => {
+                if let Some(mode) = overrides.session_mode.take() {
+                    action.agent.session_mode = mode.known().ok_or_else(|| {
+                        Rejected::new("hook mapping sessionMode must be isolated or persistent")
+                    })?;
+                }
+                action.allow_unsafe_external_content = overrides
+                    .allow_unsafe_external_content
+                    .unwrap_or(action.allow_unsafe_external_content);
+                action.set_agent_fields(overrides);
+            }
         }
         Ok(action)
     }
@@ -107,27 +101,11 @@ impl MappedAction {
         MappedAction {
             kind,
             key_origin: KeyOrigin::MappingStatic,
-            session_mode: SessionMode::Isolated,
             text: String::new(),
-            message: String::new(),
-            name: None,
-            agent_id: None,
-            session_key: None,
-            wake_mode: WakeMode::Now,
-            deliver: true,
+            agent: AgentAction::default(),
             allow_unsafe_external_content: false,
-            channel: None,
-            to: None,
-            model: None,
-            thinking: None,
-            timeout_seconds: None,
+            refused_channel: None,
         }
-    }
-}
-
-fn set(field: &mut String, value: Option<String>) {
-    if let Some(value) = value {
-        *field = value;
     }
 }
 
@@ -139,20 +117,23 @@ mod tests {
         MappedAction {
             kind: ActionKind::Agent,
             key_origin: KeyOrigin::MappingStatic,
-            session_mode: SessionMode::Isolated,
             text: String::new(),
-            message: "from the template".into(),
-            name: Some("Deploys".into()),
-            agent_id: Some("ops".into()),
-            session_key: Some("hook:deploys".into()),
-            wake_mode: WakeMode::NextHeartbeat,
-            deliver: true,
+            agent: AgentAction {
+                message: "from the template".into(),
+                name: "Deploys".into(),
+                agent_id: Some("ops".into()),
+                session_key: Some("hook:deploys".into()),
+                wake_mode: WakeMode::NextHeartbeat,
+                deliver: true,
+                channel: Some(Channel::Telegram),
+                to: Some("{{dest}} rendered".into()),
+                model: Some("base/model".into()),
+                thinking: None,
+                timeout_seconds: Some(30),
+                session_mode: SessionMode::Isolated,
+            },
             allow_unsafe_external_content: false,
-            channel: Some(Named::Known(Channel::Telegram)),
-            to: Some("{{dest}} rendered".into()),
-            model: Some("base/model".into()),
-            thinking: None,
-            timeout_seconds: Some(30),
+            refused_channel: None,
         }
     }
 
@@ -166,14 +147,15 @@ mod tests {
                 ..Overrides::default()
             })
             .unwrap();
-        assert_eq!(merged.to.as_deref(), Some("+1555"));
-        assert!(!merged.deliver);
-        assert_eq!(merged.model.as_deref(), Some("x/y"));
-        let unchanged = MappedAction {
-            to: merged.to.clone(),
+        assert_eq!(merged.agent.to.as_deref(), Some("+1555"));
+        assert!(!merged.agent.deliver);
+        assert_eq!(merged.agent.model.as_deref(), Some("x/y"));
+        let mut unchanged = agent_action();
+        unchanged.agent = AgentAction {
+            to: merged.agent.to.clone(),
             deliver: false,
-            model: merged.model.clone(),
-            ..agent_action()
+            model: merged.agent.model.clone(),
+            ..unchanged.agent
         };
         assert_eq!(merged, unchanged);
     }
@@ -188,8 +170,11 @@ mod tests {
             .unwrap();
         assert_eq!(wake.kind, ActionKind::Wake);
         assert_eq!(wake.text, "", "blank, so finish() refuses it");
-        assert_eq!(wake.wake_mode, WakeMode::Now);
-        assert_eq!((&wake.agent_id, &wake.session_key), (&None, &None));
+        assert_eq!(wake.agent.wake_mode, WakeMode::Now);
+        assert_eq!(
+            (&wake.agent.agent_id, &wake.agent.session_key),
+            (&None, &None)
+        );
         assert!(wake.finish().is_err());
     }
 
@@ -203,7 +188,7 @@ mod tests {
                     ..Overrides::default()
                 })
                 .unwrap();
-            (merged.session_key, merged.key_origin)
+            (merged.agent.session_key, merged.key_origin)
         };
         assert_eq!(
             key("hook:t3", false),
