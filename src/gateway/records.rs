@@ -280,14 +280,10 @@ pub enum EventOutcome {
     Coalesced,
 }
 
-impl EventOutcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventOutcome::Queued => "queued",
-            EventOutcome::Coalesced => "coalesced",
-        }
-    }
-}
+crate::hook::wire::wire_names!(EventOutcome {
+    Queued => "queued",
+    Coalesced => "coalesced",
+});
 
 /// The newest event of agent `?1` that no heartbeat has taken.
 pub(crate) const NEWEST_PENDING: &str =

@@ -10,7 +10,7 @@ pub mod idempotency;
 pub mod payload;
 pub mod policy;
 pub mod signature;
-mod wire;
+pub(crate) mod wire;
 
 pub use action::{
     AdmittedRun, AgentAction, AgentRequest, Channel, Named, SessionMode, Thinking, WakeMode,
