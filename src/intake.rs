@@ -282,7 +282,7 @@ fn admit_agent(
         )
     };
     Ok(AgentAdmission {
-        run: NewRun::admitted(run_id, &admitted, prompt, received),
+        run: NewRun::admitted(run_id, admitted.clone(), prompt, received),
         admitted,
         claim,
         idempotency_key: key.map(String::from),

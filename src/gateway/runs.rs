@@ -262,8 +262,8 @@ pub fn history(conn: &Connection, run: &NewRun) -> rusqlite::Result<Vec<Exchange
         .prepare_cached(HISTORY)?
         .query_map(
             params![
-                run.session_key,
-                run.target_agent,
+                run.admitted.session_key,
+                run.admitted.target_agent,
                 run.run_id,
                 HISTORY_EXCHANGES
             ],

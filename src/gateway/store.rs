@@ -708,24 +708,24 @@ mod tests {
     use super::*;
 
     fn run(run_id: &str) -> NewRun {
+        let action = crate::hook::AgentAction {
+            message: "m".into(),
+            channel: Some(crate::hook::Channel::Last),
+            timeout_seconds: Some(u64::MAX),
+            ..Default::default()
+        };
         NewRun {
             run_id: run_id.into(),
-            hook_name: "Hook".into(),
-            agent_id: None,
-            target_agent: "main".into(),
-            session_key: "hook:x".into(),
-            message: "m".into(),
+            admitted: crate::hook::AdmittedRun {
+                action,
+                target_agent: "main".into(),
+                session_key: "hook:x".into(),
+                session_key_chosen: false,
+                source: crate::hook::envelope::ContentSource::Webhook,
+                allow_unsafe_external_content: false,
+            },
             prompt: "p".into(),
-            deliver: true,
-            channel: crate::hook::Channel::Last,
-            to: None,
-            model: None,
-            thinking: None,
-            timeout_seconds: Some(u64::MAX),
-            wake_mode: crate::hook::WakeMode::Now,
-            source: crate::hook::envelope::ContentSource::Webhook,
             created_at: "2026-01-01T00:00:00.000Z".into(),
-            session_mode: Default::default(),
         }
     }
 
@@ -790,7 +790,7 @@ mod tests {
             ("c1", "hook:c"),
         ] {
             let mut new = run(id);
-            new.session_key = key.into();
+            new.admitted.session_key = key.into();
             store.queue_run(new, None).await.unwrap();
         }
         let queued_for = |limit: u32, busy: &[&str], want: usize| {
@@ -964,7 +964,7 @@ mod tests {
         set_room(None).await.unwrap();
         let big_run = |id: &str| {
             let mut big = run(id);
-            big.message = "x".repeat(64 * 1024);
+            big.admitted.action.message = "x".repeat(64 * 1024);
             store.queue_run(big, None)
         };
         assert!(matches!(big_run("r1").await, Err(StoreError::Full)));
