@@ -409,6 +409,11 @@ pub struct NewRun {
     pub created_at: String,
 }
 
+/// The columns of a [`NewRun`], in the order [`NewRun::from_row`] reads them.
+pub(crate) const NEW_RUN_COLUMNS: &str =
+    "run_id, hook_name, agent_id, target_agent, session_key, message, prompt, deliver, channel,
+    to_addr, model, thinking, timeout_seconds, wake_mode, source, created_at, session_mode";
+
 impl NewRun {
     pub(crate) fn insert(&self, conn: &Connection) -> rusqlite::Result<()> {
         let (run, action) = (&self.admitted, &self.admitted.action);
@@ -445,45 +450,45 @@ impl NewRun {
 
     /// The run with this id as it was accepted.
     pub(crate) fn select(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<NewRun>> {
-        conn.prepare_cached(
-            "SELECT run_id, hook_name, agent_id, target_agent, session_key, message, prompt,
-                    deliver, channel, to_addr, model, thinking, timeout_seconds, wake_mode,
-                    source, created_at, session_mode
-             FROM runs WHERE run_id = ?1",
-        )?
-        .query_row(params![run_id], |row| {
-            let action = AgentAction {
-                name: row.get(1)?,
-                agent_id: row.get(2)?,
-                message: row.get(5)?,
-                deliver: row.get(7)?,
-                channel: Some(row.get(8)?),
-                to: row.get(9)?,
-                model: row.get(10)?,
-                thinking: row.get(11)?,
-                timeout_seconds: row
-                    .get::<_, Option<i64>>(12)?
-                    .map(|t| u64::try_from(t).unwrap_or(0)),
-                wake_mode: row.get(13)?,
-                session_mode: row.get(16)?,
-                // The run keeps the resolved key only.
-                session_key: None,
-            };
-            Ok(NewRun {
-                run_id: row.get(0)?,
-                admitted: AdmittedRun {
-                    action,
-                    target_agent: row.get(3)?,
-                    session_key: row.get(4)?,
-                    session_key_chosen: false,
-                    source: row.get(14)?,
-                    allow_unsafe_external_content: false,
-                },
-                prompt: row.get(6)?,
-                created_at: row.get(15)?,
-            })
-        })
+        conn.prepare_cached(&format!(
+            "SELECT {NEW_RUN_COLUMNS} FROM runs WHERE run_id = ?1"
+        ))?
+        .query_row(params![run_id], NewRun::from_row)
         .optional()
+    }
+
+    /// The run from the first [`NEW_RUN_COLUMNS`] of `row`, in their order.
+    pub(crate) fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<NewRun> {
+        let action = AgentAction {
+            name: row.get(1)?,
+            agent_id: row.get(2)?,
+            message: row.get(5)?,
+            deliver: row.get(7)?,
+            channel: Some(row.get(8)?),
+            to: row.get(9)?,
+            model: row.get(10)?,
+            thinking: row.get(11)?,
+            timeout_seconds: row
+                .get::<_, Option<i64>>(12)?
+                .map(|t| u64::try_from(t).unwrap_or(0)),
+            wake_mode: row.get(13)?,
+            session_mode: row.get(16)?,
+            // The run keeps the resolved key only.
+            session_key: None,
+        };
+        Ok(NewRun {
+            run_id: row.get(0)?,
+            admitted: AdmittedRun {
+                action,
+                target_agent: row.get(3)?,
+                session_key: row.get(4)?,
+                session_key_chosen: false,
+                source: row.get(14)?,
+                allow_unsafe_external_content: false,
+            },
+            prompt: row.get(6)?,
+            created_at: row.get(15)?,
+        })
     }
 }
 

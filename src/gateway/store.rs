@@ -775,7 +775,10 @@ mod tests {
         let store = Store::open(dir.path(), true).unwrap();
         store.queue_run(run("r"), None).await.unwrap();
         let record = store.run("r").await.unwrap().unwrap();
-        assert_eq!(record.timeout_seconds, Some(i64::MAX));
+        assert_eq!(
+            record.run.action().timeout_seconds,
+            Some(i64::MAX.unsigned_abs())
+        );
         store.close();
     }
 
