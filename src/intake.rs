@@ -1,22 +1,221 @@
-//! Admission: what an accepted hook request becomes before the runtime takes it. An agent
-//! request goes through every policy (agent, session key, model), gets its idempotency claim and
-//! its safety envelope, and comes out as the run record to store; a wake becomes its main-session
-//! event. No HTTP and no I/O here: the HTTP layer extracts, this decides, the runtime stores.
+//! Admission: what an accepted hook request becomes, and committing it. An agent action goes
+//! through every policy (agent, session key, model), gets its idempotency key and claim and its
+//! safety envelope, and is queued as a run; a wake becomes its main-session event. The HTTP layer
+//! extracts a request's actions and key candidates, calls [`admit`] once, and answers from the
+//! [`Committed`] it returns; only [`admit`] stores, through [`Runtime`].
 
 use uuid::Uuid;
 
 use crate::config::HookSettings;
 use crate::gateway::runtime_clock::{now_ms, now_rfc3339};
-use crate::gateway::{EventKind, IdempotencyClaim, NewEvent, NewRun};
+use crate::gateway::{
+    EventKind, EventOutcome, IdempotencyClaim, NewEvent, NewRun, RunQueued, Runtime, StoreError,
+};
 use crate::hook::envelope::{ContentSource, wrap_prompt};
 use crate::hook::policy::KeyOrigin;
-use crate::hook::{AdmittedRun, AgentRequest, Rejected, WakeRequest, idempotency};
-use crate::mapping::Mapping;
+use crate::hook::{AdmittedRun, AgentAction, Rejected, WakeMode, WakeRequest, idempotency};
+use crate::mapping::{FinishedAction, Mapping};
+
+/// Where a request came in: what its actions' idempotency and events are made of.
+pub struct Intake<'a> {
+    /// The idempotency key candidates in order of precedence: the headers, the body's
+    /// `idempotencyKey`, a signed delivery's id. The first usable one is the request's key.
+    pub keys: [Option<&'a str>; 5],
+    /// The request path, part of a run's fingerprint.
+    pub path: &'a str,
+    /// The source of a wake's event, e.g. `hook:wake`.
+    pub event_source: String,
+}
+
+/// What a request asks for: its actions, in order.
+pub enum Actions<'a> {
+    /// `POST {prefix}/wake`.
+    Wake(WakeRequest),
+    /// `POST {prefix}/agent`.
+    Agent(AgentAction),
+    /// A mapping's actions: one, or one per element of a `forEach` list (at least one).
+    Mapped {
+        mapping: &'a Mapping,
+        actions: Vec<FinishedAction>,
+    },
+}
+
+/// A run admission queued: its id (the earlier run's when it repeats one) and whether it did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedRun {
+    pub run_id: String,
+    pub repeated: bool,
+}
+
+/// What admission committed, in the order of the request's actions.
+#[derive(Debug, Default)]
+pub struct Committed {
+    pub runs: Vec<QueuedRun>,
+    /// The mode of the last wake, and `queued` when any wake's event was, else `coalesced`;
+    /// `None` without wakes.
+    pub wake: Option<(WakeMode, EventOutcome)>,
+}
+
+impl Committed {
+    /// Whether the request repeated earlier work: a repeat only when all of it was (every run,
+    /// and no wake), since a batch with one new run made work of its own.
+    pub fn repeated(&self) -> bool {
+        self.wake.is_none() && !self.runs.is_empty() && self.runs.iter().all(|run| run.repeated)
+    }
+
+    fn woke(&mut self, mode: WakeMode, outcome: EventOutcome) {
+        let any_queued = self.wake.is_some_and(|(_, o)| o == EventOutcome::Queued);
+        let outcome = if any_queued {
+            EventOutcome::Queued
+        } else {
+            outcome
+        };
+        self.wake = Some((mode, outcome));
+    }
+}
+
+/// Why admission stopped: a policy refused an action (the client's 400), or the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdmitError {
+    #[error(transparent)]
+    Rejected(#[from] Rejected),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Admission stopped, with what was committed before it did (a batch commits in order).
+#[derive(Debug)]
+pub struct Stopped {
+    pub committed: Committed,
+    pub error: AdmitError,
+}
+
+/// Admits and commits a request's actions. Every agent action is admitted before anything is
+/// stored, so that a refused one refuses the request and stores nothing; then each action is
+/// committed in order: a wake passes its policy and is committed, a run is queued. Each element
+/// of a batch after the first has a key of its own (`key#i`), so that a retried batch finds each
+/// of its runs again, and two equal elements are two runs.
+///
+/// Costs one store commit per action (wakes and runs each wait for theirs).
+pub async fn admit(
+    runtime: &Runtime,
+    hooks: &HookSettings,
+    intake: &Intake<'_>,
+    actions: Actions<'_>,
+) -> Result<Committed, Stopped> {
+    let stopped = |error: AdmitError| Stopped {
+        committed: Committed::default(),
+        error,
+    };
+    let admitted = admit_all(hooks, intake, actions).map_err(|e| stopped(e.into()))?;
+    let mut committed = Committed::default();
+    for action in admitted {
+        let done = match action {
+            Admitted::Wake(wake) => commit_wake(runtime, hooks, &wake, intake)
+                .await
+                .map(|outcome| committed.woke(wake.mode, outcome)),
+            Admitted::Agent(admission) => queue(runtime, *admission)
+                .await
+                .map(|run| committed.runs.push(run)),
+        };
+        if let Err(error) = done {
+            return Err(Stopped { committed, error });
+        }
+    }
+    Ok(committed)
+}
+
+/// An action that passed every policy but a wake's, which is checked as it is committed.
+enum Admitted {
+    Wake(WakeRequest),
+    /// Boxed: an admission carries the whole run record.
+    Agent(Box<AgentAdmission>),
+}
+
+/// Admits every agent action of `actions`, in order.
+fn admit_all(
+    hooks: &HookSettings,
+    intake: &Intake<'_>,
+    actions: Actions<'_>,
+) -> Result<Vec<Admitted>, Rejected> {
+    let (mapping, actions) = match actions {
+        Actions::Wake(wake) => return Ok(vec![Admitted::Wake(wake)]),
+        Actions::Agent(action) => {
+            let admission =
+                admit_agent(hooks, action, AgentOrigin::Direct, intake.keys, intake.path)?;
+            return Ok(vec![Admitted::Agent(Box::new(admission))]);
+        }
+        Actions::Mapped { mapping, actions } => (mapping, actions),
+    };
+    let chosen = idempotency::choose_key(intake.keys);
+    let mut admitted = Vec::with_capacity(actions.len());
+    for (i, action) in actions.into_iter().enumerate() {
+        admitted.push(match action {
+            FinishedAction::Wake(wake) => Admitted::Wake(wake),
+            FinishedAction::Agent {
+                action,
+                key_origin,
+                allow_unsafe_external_content,
+            } => {
+                let origin = AgentOrigin::Mapped {
+                    mapping,
+                    key_origin,
+                    allow_unsafe: allow_unsafe_external_content,
+                };
+                let element_key = chosen.filter(|_| i > 0).map(|key| format!("{key}#{i}"));
+                let keys = match &element_key {
+                    Some(key) => [Some(key.as_str()), None, None, None, None],
+                    None => intake.keys,
+                };
+                Admitted::Agent(Box::new(admit_agent(
+                    hooks,
+                    action,
+                    origin,
+                    keys,
+                    intake.path,
+                )?))
+            }
+        });
+    }
+    Ok(admitted)
+}
+
+async fn commit_wake(
+    runtime: &Runtime,
+    hooks: &HookSettings,
+    wake: &WakeRequest,
+    intake: &Intake<'_>,
+) -> Result<EventOutcome, AdmitError> {
+    let event = admit_wake(hooks, wake, intake.event_source.clone())?;
+    Ok(runtime.submit_wake(event, wake.mode).await?)
+}
+
+/// Queues an admitted run.
+async fn queue(runtime: &Runtime, admission: AgentAdmission) -> Result<QueuedRun, AdmitError> {
+    let queued = runtime
+        .submit_run(
+            admission.run,
+            admission.claim,
+            &admission.admitted,
+            admission.idempotency_key.as_deref(),
+        )
+        .await?;
+    Ok(match queued {
+        RunQueued::New { run_id } => QueuedRun {
+            run_id,
+            repeated: false,
+        },
+        RunQueued::Replayed { run_id } => QueuedRun {
+            run_id,
+            repeated: true,
+        },
+    })
+}
 
 /// Where an agent request came from, which decides the session-key rule, whether the envelope
 /// applies and the content source.
 #[derive(Clone, Copy)]
-pub enum AgentOrigin<'a> {
+enum AgentOrigin<'a> {
     /// `POST {prefix}/agent`.
     Direct,
     /// A mapping's agent action, with where its session key came from.
@@ -28,8 +227,8 @@ pub enum AgentOrigin<'a> {
     },
 }
 
-/// An admitted agent request, ready for [`crate::gateway::Runtime::submit_run`].
-pub struct AgentAdmission {
+/// An admitted agent request, ready for [`Runtime::submit_run`].
+struct AgentAdmission {
     pub run: NewRun,
     pub admitted: AdmittedRun,
     /// Recognises a repeat of the same request within the idempotency window.
@@ -40,9 +239,9 @@ pub struct AgentAdmission {
 
 /// Admits an agent request. `keys` are the idempotency key candidates in order of precedence
 /// (headers, body, signed delivery id); `path` is the request path, part of the fingerprint.
-pub fn admit_agent(
+fn admit_agent(
     hooks: &HookSettings,
-    agent: AgentRequest,
+    agent: AgentAction,
     origin: AgentOrigin<'_>,
     keys: [Option<&str>; 5],
     path: &str,
@@ -72,18 +271,18 @@ pub fn admit_agent(
     let run_id = Uuid::now_v7().to_string();
     let received = now_rfc3339();
     let prompt = if admitted.allow_unsafe_external_content {
-        admitted.message.clone()
+        admitted.action.message.clone()
     } else {
         wrap_prompt(
-            &admitted.name,
+            &admitted.action.name,
             &run_id,
             &received,
             admitted.source,
-            &admitted.message,
+            &admitted.action.message,
         )
     };
     Ok(AgentAdmission {
-        run: NewRun::admitted(run_id, &admitted, prompt, received),
+        run: NewRun::admitted(run_id, admitted.clone(), prompt, received),
         admitted,
         claim,
         idempotency_key: key.map(String::from),
@@ -94,7 +293,7 @@ pub fn admit_agent(
 /// default one unless it named another, under the agent policy of `/agent`). A session key it
 /// names passes the session-key policy of a request's key, re-scoped to that agent, but selects
 /// no session of its own: hookgate keeps one main session per agent.
-pub fn admit_wake(
+fn admit_wake(
     hooks: &HookSettings,
     wake: &WakeRequest,
     source: String,

@@ -46,7 +46,7 @@ pub(super) fn delivery_notices(settings: &Settings) -> Vec<ConfigNotice> {
         .flat_map(|h| h.mappings.iter())
         .enumerate()
     {
-        let named = mapping.channel.as_deref().and_then(Channel::parse);
+        let named = mapping.channel;
         if let Some(channel) = named.filter(|c| *c != Channel::Last && !configured(*c)) {
             not_configured(format!("hooks.mappings[{i}].channel"), channel);
         }

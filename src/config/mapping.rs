@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::model::MappingConfig;
 use crate::hook::payload::timeout_seconds;
 use crate::hook::{Channel, SessionMode, Thinking, WakeMode};
-use crate::mapping::{ActionKind, Mapping, TransformSpec};
+use crate::mapping::{ActionKind, Mapping, ThinkingField, TransformSpec};
 
 /// Builds the mapping at position `index` (0-based) of `hooks.mappings` from its entry in the file.
 pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> {
@@ -17,15 +17,12 @@ pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> 
         // The value is not repeated: a configuration message never echoes one.
         Some(_) => return Err("action must be wake or agent".into()),
     };
-    if let Some(channel) = &config.channel {
-        Channel::parse(channel).ok_or_else(|| Channel::EXPECTED.to_string())?;
-    }
-    // A level written out (no template) is checked now rather than at the first request.
-    if let Some(thinking) = config.thinking.as_deref().filter(|t| !t.contains("{{")) {
-        if !thinking.trim().is_empty() && Thinking::parse(thinking).is_none() {
-            return Err(Thinking::EXPECTED.into());
-        }
-    }
+    let channel = config
+        .channel
+        .as_deref()
+        .map(|channel| Channel::parse(channel).ok_or_else(|| Channel::EXPECTED.to_string()))
+        .transpose()?;
+    let thinking = thinking(config.thinking.as_deref())?;
     let trimmed = |s: &Option<String>| {
         s.as_deref()
             .map(str::trim)
@@ -49,20 +46,21 @@ pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> 
         match_path: rule.path.as_deref().map(strip_slashes),
         match_source: rule.source.clone(),
         kind,
-        wake_mode: match config.wake_mode.as_deref() {
-            Some("next-heartbeat") => WakeMode::NextHeartbeat,
-            _ => WakeMode::Now,
-        },
+        wake_mode: config
+            .wake_mode
+            .as_deref()
+            .and_then(WakeMode::from_wire)
+            .unwrap_or(WakeMode::Now),
         name: config.name.clone(),
         agent_id: trimmed(&config.agent_id),
         session_key: config.session_key.clone(),
         message_template: config.message_template.clone(),
         text_template: config.text_template.clone(),
         deliver: config.deliver,
-        channel: trimmed(&config.channel),
+        channel,
         to: config.to.clone(),
         model: config.model.clone(),
-        thinking: config.thinking.clone(),
+        thinking,
         timeout_seconds: config
             .timeout_seconds
             .and_then(|t| timeout_seconds(Some(&Value::from(t)))),
@@ -84,13 +82,29 @@ pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> 
     })
 }
 
+/// A `thinking` written out (no template) is read now, and refused now when it names no level; a
+/// blank one is no level. A template is read once per request, after rendering.
+fn thinking(text: Option<&str>) -> Result<Option<ThinkingField>, String> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    if text.contains("{{") {
+        return Ok(Some(ThinkingField::Template(text.to_string())));
+    }
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let level = Thinking::parse(text).ok_or_else(|| Thinking::EXPECTED.to_string())?;
+    Ok(Some(ThinkingField::Fixed(level)))
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::{Value, json};
 
     use super::mapping as mapping_of;
     use super::*;
-    use crate::hook::WakeRequest;
+    use crate::hook::{Named, WakeRequest};
     use crate::mapping::template::TemplateContext;
     use crate::mapping::*;
 
@@ -168,10 +182,10 @@ mod tests {
         );
         let payload = json!({"repo": "hookgate", "id": 7});
         let action = m.render(&ctx("gh", &payload));
-        assert_eq!(action.name.as_deref(), Some("hookgate"));
-        assert_eq!(action.session_key.as_deref(), Some("hook:7"));
-        assert_eq!(action.to, None);
-        assert_eq!(action.model, None);
+        assert_eq!(action.agent.name, "hookgate");
+        assert_eq!(action.agent.session_key.as_deref(), Some("hook:7"));
+        assert_eq!(action.agent.to, None);
+        assert_eq!(action.agent.model, None);
     }
 
     #[test]
@@ -193,10 +207,13 @@ mod tests {
         let gmail = preset("gmail").unwrap();
         let payload = json!({"messages": [{"id": "m1", "from": "a@b", "subject": "Hi", "snippet": "s", "body": "b"}]});
         let action = gmail.render(&ctx("gmail", &payload));
-        assert_eq!(action.message, "New email from a@b\nSubject: Hi\ns\nb");
-        assert_eq!(action.session_key.as_deref(), Some("hook:gmail:m1"));
-        assert_eq!(action.name.as_deref(), Some("Gmail"));
-        assert_eq!(action.wake_mode, WakeMode::Now);
+        assert_eq!(
+            action.agent.message,
+            "New email from a@b\nSubject: Hi\ns\nb"
+        );
+        assert_eq!(action.agent.session_key.as_deref(), Some("hook:gmail:m1"));
+        assert_eq!(action.agent.name, "Gmail");
+        assert_eq!(action.agent.wake_mode, WakeMode::Now);
         assert!(gmail.is_email);
         assert!(gmail.matches("gmail", &payload));
     }
@@ -231,8 +248,8 @@ mod tests {
             0,
             json!({"action": "wake", "name": "CI", "channel": "slack", "to": "C1", "deliver": false}),
         );
-        let agent = TransformAgent {
-            message: "hello".into(),
+        let agent = Overrides {
+            message: Some("hello".into()),
             to: Some("C2".into()),
             ..Default::default()
         };
@@ -241,7 +258,10 @@ mod tests {
             .overlay(TransformAction::Agent(Box::new(agent)))
             .finish()
             .unwrap();
-        let FinishedAction::Agent { request, .. } = finished else {
+        let FinishedAction::Agent {
+            action: request, ..
+        } = finished
+        else {
             panic!("expected agent")
         };
         assert_eq!(request.message, "hello");
@@ -252,18 +272,31 @@ mod tests {
     }
 
     #[test]
-    fn transform_channel_must_be_known() {
-        let agent = TransformAgent {
-            message: "m".into(),
-            channel: Some("fax".into()),
-            ..Default::default()
+    fn transform_channel_must_be_known_and_is_checked_after_the_message() {
+        let refusal = |message: &str| {
+            let agent = Overrides {
+                message: Some(message.into()),
+                channel: Some(Named::Unknown("fax".into())),
+                ..Default::default()
+            };
+            mapping(0, json!({}))
+                .render(&ctx("x", &json!({})))
+                .overlay(TransformAction::Agent(Box::new(agent)))
+                .finish()
+                .unwrap_err()
+                .0
         };
-        let err = mapping(0, json!({}))
-            .render(&ctx("x", &json!({})))
-            .overlay(TransformAction::Agent(Box::new(agent)))
-            .finish()
-            .unwrap_err();
-        assert_eq!(err.0, Channel::EXPECTED);
+        assert_eq!(refusal("m"), Channel::EXPECTED);
+        assert_eq!(refusal(" "), "hook mapping requires message");
+    }
+
+    #[test]
+    fn a_templated_thinking_is_read_after_rendering() {
+        let m = mapping(0, json!({"messageTemplate": "m", "thinking": "{{level}}"}));
+        let level = |payload: Value| m.render(&ctx("x", &payload)).agent.thinking;
+        assert_eq!(level(json!({"level": "Extra High"})), Some(Thinking::Xhigh));
+        assert_eq!(level(json!({"level": "big"})), None);
+        assert_eq!(level(json!({})), None);
     }
 
     #[test]

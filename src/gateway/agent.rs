@@ -104,7 +104,7 @@ enum TurnError {
 /// brought up to the stream first); none for an isolated run, or when they cannot be read (the
 /// turn then starts the conversation afresh, and the failure is logged).
 pub async fn history(store: &Store, run: &NewRun) -> Vec<Exchange> {
-    if run.session_mode != SessionMode::Persistent {
+    if run.action().session_mode != SessionMode::Persistent {
         return Vec::new();
     }
     let of = run.clone();
@@ -126,15 +126,15 @@ pub async fn turn(
     run: &NewRun,
     history: &[Exchange],
 ) -> RunOutcome {
-    let agent = settings.runtime.agent(&run.target_agent);
+    let agent = settings.runtime.agent(&run.admitted.target_agent);
     // A request may shorten or lengthen its run, but not beyond a day (`0` asks for that): a
     // run that never ends would hold a slot and its session key for good.
-    let timeout = match run.timeout_seconds {
+    let timeout = match run.action().timeout_seconds {
         None => settings.runtime.run_timeout,
         Some(0) => Duration::from_secs(MAX_RUN_SECONDS),
         Some(t) => Duration::from_secs(t.min(MAX_RUN_SECONDS)),
     };
-    let chain = model_chain(agent, run.model.as_deref());
+    let chain = model_chain(agent, run.action().model.as_deref());
     let (answer, model) = ask(
         http,
         settings,
@@ -143,7 +143,7 @@ pub async fn turn(
         &Question {
             history,
             prompt: &run.prompt,
-            thinking: run.thinking,
+            thinking: run.action().thinking,
         },
         timeout,
     )
@@ -182,7 +182,7 @@ impl Conclusion {
     /// Whether the run asks for a heartbeat now: every `wakeMode: now` run does once it is
     /// recorded, its reply delivered or not, as the OpenClaw gateway does.
     pub fn wakes_now(&self, run: &NewRun) -> bool {
-        run.wake_mode == WakeMode::Now
+        run.action().wake_mode == WakeMode::Now
     }
 }
 
@@ -200,7 +200,7 @@ pub fn conclude(
     let default_agent = settings.agents.default_id().to_string();
     let reply = outcome.reply.as_deref().unwrap_or("");
     let summary = summary_event(run, &outcome, &default_agent);
-    let skipped = if !run.deliver {
+    let skipped = if !run.action().deliver {
         Some(SkipReason::NotAsked)
     } else if outcome.status != RunStatus::Ok {
         Some(SkipReason::RunFailed)
@@ -218,8 +218,8 @@ pub fn conclude(
         };
     }
     let route = resolve_route(
-        run.channel,
-        run.to.clone(),
+        run.channel(),
+        run.action().to.clone(),
         owner,
         &settings.runtime.channels,
     );
@@ -230,7 +230,7 @@ pub fn conclude(
         to: route.to.clone(),
         text: reply.to_string(),
         summary: Some(summary),
-        wake_now: run.wake_mode == WakeMode::Now,
+        wake_now: run.action().wake_mode == WakeMode::Now,
     };
     Conclusion {
         outcome,
@@ -246,7 +246,7 @@ pub fn conclude(
 /// The summary event of a finished run: `Hook <name>: <summary>`, or with the status and error
 /// when it did not succeed.
 fn summary_event(run: &NewRun, outcome: &RunOutcome, agent: &str) -> SummaryEvent {
-    let name = sanitize_summary_name(&run.hook_name);
+    let name = sanitize_summary_name(&run.action().name);
     let text = if outcome.status == RunStatus::Ok {
         format!("Hook {name}: {}", outcome.summary.as_deref().unwrap_or(""))
     } else {
@@ -273,7 +273,7 @@ pub async fn owner_route_for(
     run: &NewRun,
     outcome: &RunOutcome,
 ) -> Option<Route> {
-    if !run.deliver || outcome.status != RunStatus::Ok {
+    if !run.action().deliver || outcome.status != RunStatus::Ok {
         return None;
     }
     owner_route(store, settings.agents.default_id()).await

@@ -284,7 +284,7 @@ pub fn resend_delivery(
             continue;
         };
         let owner = runs::owner_route(conn, &job.agent)?;
-        let route = resolve_route(run.channel, run.to.clone(), owner, channels);
+        let route = resolve_route(run.channel(), run.action().to.clone(), owner, channels);
         let moved = route != job.route();
         (job.channel, job.to) = (route.channel, route.to.clone());
         let (_, payload) = OutboxItem::Delivery(job).encode();

@@ -11,7 +11,7 @@ use super::store::{Store, StoreError};
 use crate::config::runtime::Route;
 
 use crate::hook::envelope::ContentSource;
-use crate::hook::{AdmittedRun, Channel, SessionMode, Thinking, WakeMode};
+use crate::hook::{AdmittedRun, AgentAction, Channel, SessionMode, Thinking, WakeMode};
 
 /// Where a run is in its life. Spelled in snake case in the store and the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -107,17 +107,9 @@ text_column!(
     RunStatus => RunStatus::parse,
     Channel => Channel::parse,
     Thinking => Thinking::parse,
-    WakeMode => |text| match text {
-        "now" => Some(WakeMode::Now),
-        "next-heartbeat" => Some(WakeMode::NextHeartbeat),
-        _ => None,
-    },
-    SessionMode => SessionMode::parse,
-    ContentSource => |text| match text {
-        "webhook" => Some(ContentSource::Webhook),
-        "email" => Some(ContentSource::Email),
-        _ => None,
-    },
+    WakeMode => WakeMode::from_wire,
+    SessionMode => SessionMode::from_wire,
+    ContentSource => ContentSource::from_wire,
 );
 
 /// A reply to send: a run's (with the summary to record if it cannot be delivered) or a
@@ -289,14 +281,10 @@ pub enum EventOutcome {
     Coalesced,
 }
 
-impl EventOutcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventOutcome::Queued => "queued",
-            EventOutcome::Coalesced => "coalesced",
-        }
-    }
-}
+crate::hook::wire::wire_names!(EventOutcome {
+    Queued => "queued",
+    Coalesced => "coalesced",
+});
 
 /// The newest event of agent `?1` that no heartbeat has taken.
 pub(crate) const NEWEST_PENDING: &str =
@@ -345,26 +333,23 @@ impl NewEvent {
 
 impl NewRun {
     /// The run record of an admitted agent request, with the prompt the agent will be given.
-    pub fn admitted(run_id: String, run: &AdmittedRun, prompt: String, created_at: String) -> Self {
+    pub fn admitted(run_id: String, run: AdmittedRun, prompt: String, created_at: String) -> Self {
         NewRun {
             run_id,
-            hook_name: run.name.clone(),
-            agent_id: run.agent_id.clone(),
-            target_agent: run.target_agent.clone(),
-            session_key: run.session_key.clone(),
-            message: run.message.clone(),
+            admitted: run,
             prompt,
-            deliver: run.deliver,
-            channel: run.channel_or_last(),
-            to: run.to.clone(),
-            model: run.model.clone(),
-            thinking: run.thinking,
-            timeout_seconds: run.timeout_seconds,
-            wake_mode: run.wake_mode,
-            source: run.source,
             created_at,
-            session_mode: run.session_mode,
         }
+    }
+
+    /// The action as admitted.
+    pub fn action(&self) -> &AgentAction {
+        &self.admitted.action
+    }
+
+    /// The channel the reply goes to: as requested, else `last`.
+    pub fn channel(&self) -> Channel {
+        self.admitted.channel_or_last()
     }
 }
 
@@ -428,34 +413,26 @@ impl Store {
     }
 }
 
-/// A run about to be queued. Field meanings are those of [`RunRecord`].
+/// A run about to be queued: the admitted action, its id, and the prompt the agent will be
+/// given. Field meanings are those of [`RunRecord`]. On the wire (NATS messages, outbox rows) it
+/// is one flat snake-case object, as runs were written before it contained the action.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NewRun {
     pub run_id: String,
-    pub hook_name: String,
-    pub agent_id: Option<String>,
-    pub target_agent: String,
-    pub session_key: String,
-    pub message: String,
+    #[serde(flatten)]
+    pub admitted: AdmittedRun,
     pub prompt: String,
-    pub deliver: bool,
-    pub channel: Channel,
-    pub to: Option<String>,
-    pub model: Option<String>,
-    #[serde(default, deserialize_with = "Thinking::deserialize_lenient")]
-    pub thinking: Option<Thinking>,
-    /// `Some(0)`: no limit but the hard cap.
-    pub timeout_seconds: Option<u64>,
-    pub wake_mode: WakeMode,
-    pub source: ContentSource,
     pub created_at: String,
-    /// Absent from runs written before there were session modes: those were isolated.
-    #[serde(default)]
-    pub session_mode: SessionMode,
 }
+
+/// The columns of a [`NewRun`], in the order [`NewRun::from_row`] reads them.
+pub(crate) const NEW_RUN_COLUMNS: &str =
+    "run_id, hook_name, agent_id, target_agent, session_key, message, prompt, deliver, channel,
+    to_addr, model, thinking, timeout_seconds, wake_mode, source, created_at, session_mode";
 
 impl NewRun {
     pub(crate) fn insert(&self, conn: &Connection) -> rusqlite::Result<()> {
+        let (run, action) = (&self.admitted, &self.admitted.action);
         conn.prepare_cached(
             "INSERT INTO runs (run_id, status, hook_name, agent_id, target_agent, session_key,
                  message, prompt, deliver, channel, to_addr, model, thinking, timeout_seconds,
@@ -465,65 +442,108 @@ impl NewRun {
         )?
         .execute(params![
             self.run_id,
-            self.hook_name,
-            self.agent_id,
-            self.target_agent,
-            self.session_key,
-            self.message,
+            action.name,
+            action.agent_id,
+            run.target_agent,
+            run.session_key,
+            action.message,
             self.prompt,
-            self.deliver,
-            self.channel,
-            self.to,
-            self.model,
-            self.thinking,
-            self.timeout_seconds
+            action.deliver,
+            self.channel(),
+            action.to,
+            action.model,
+            action.thinking,
+            action
+                .timeout_seconds
                 .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
-            self.wake_mode,
-            self.source,
+            action.wake_mode,
+            run.source,
             self.created_at,
-            self.session_mode,
+            action.session_mode,
         ])?;
         Ok(())
     }
 
     /// The run with this id as it was accepted.
     pub(crate) fn select(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<NewRun>> {
-        conn.prepare_cached(
-            "SELECT run_id, hook_name, agent_id, target_agent, session_key, message, prompt,
-                    deliver, channel, to_addr, model, thinking, timeout_seconds, wake_mode,
-                    source, created_at, session_mode
-             FROM runs WHERE run_id = ?1",
-        )?
-        .query_row(params![run_id], |row| {
-            Ok(NewRun {
-                run_id: row.get(0)?,
-                hook_name: row.get(1)?,
-                agent_id: row.get(2)?,
+        conn.prepare_cached(&format!(
+            "SELECT {NEW_RUN_COLUMNS} FROM runs WHERE run_id = ?1"
+        ))?
+        .query_row(params![run_id], NewRun::from_row)
+        .optional()
+    }
+
+    /// The run from the first [`NEW_RUN_COLUMNS`] of `row`, in their order.
+    pub(crate) fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<NewRun> {
+        let action = AgentAction {
+            name: row.get(1)?,
+            agent_id: row.get(2)?,
+            message: row.get(5)?,
+            deliver: row.get(7)?,
+            channel: Some(row.get(8)?),
+            to: row.get(9)?,
+            model: row.get(10)?,
+            thinking: row.get(11)?,
+            timeout_seconds: row
+                .get::<_, Option<i64>>(12)?
+                .map(|t| u64::try_from(t).unwrap_or(0)),
+            wake_mode: row.get(13)?,
+            session_mode: row.get(16)?,
+            // The run keeps the resolved key only.
+            session_key: None,
+        };
+        Ok(NewRun {
+            run_id: row.get(0)?,
+            admitted: AdmittedRun {
+                action,
                 target_agent: row.get(3)?,
                 session_key: row.get(4)?,
-                message: row.get(5)?,
-                prompt: row.get(6)?,
-                deliver: row.get(7)?,
-                channel: row.get(8)?,
-                to: row.get(9)?,
-                model: row.get(10)?,
-                thinking: row.get(11)?,
-                timeout_seconds: row
-                    .get::<_, Option<i64>>(12)?
-                    .map(|t| u64::try_from(t).unwrap_or(0)),
-                wake_mode: row.get(13)?,
+                session_key_chosen: false,
                 source: row.get(14)?,
-                created_at: row.get(15)?,
-                session_mode: row.get(16)?,
-            })
+                allow_unsafe_external_content: false,
+            },
+            prompt: row.get(6)?,
+            created_at: row.get(15)?,
         })
-        .optional()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    /// A run as the version before `NewRun` contained the action wrote it.
+    fn written_before() -> serde_json::Value {
+        json!({
+            "run_id": "r1", "hook_name": "GitHub", "agent_id": "ops", "target_agent": "ops",
+            "session_key": "hook:gh:1", "message": "m", "prompt": "p", "deliver": false,
+            "channel": "last", "to": null, "model": "a/b", "thinking": "high",
+            "timeout_seconds": 30, "wake_mode": "next-heartbeat", "source": "email",
+            "created_at": "2026-01-01T00:00:00.000Z", "session_mode": "persistent"
+        })
+    }
+
+    #[test]
+    fn a_run_is_written_flat_with_the_keys_and_values_of_before() {
+        let run: NewRun = serde_json::from_value(written_before()).unwrap();
+        assert_eq!(run.action().name, "GitHub");
+        assert_eq!(run.channel(), Channel::Last);
+        assert_eq!(run.admitted.session_key, "hook:gh:1");
+        assert_eq!(serde_json::to_value(&run).unwrap(), written_before());
+    }
+
+    #[test]
+    fn runs_written_before_session_modes_and_typed_levels_still_read() {
+        let mut old = written_before();
+        let fields = old.as_object_mut().unwrap();
+        fields.remove("session_mode");
+        fields.insert("thinking".into(), json!("extra high"));
+        let run: NewRun = serde_json::from_value(old).unwrap();
+        assert_eq!(run.action().session_mode, SessionMode::Isolated);
+        assert_eq!(run.action().thinking, Some(Thinking::Xhigh));
+    }
 
     /// A statement stays prepared however its parameters are bound: the wake's check, bound to
     /// another agent each time, is never planned again (it was, on every request, until the

@@ -68,19 +68,20 @@ impl AgentBody {
     /// is on and the key was chosen (by the request, the mapping or `defaultSessionKey`), not
     /// generated here.
     pub fn of(run: &AdmittedRun, relay_session_key: bool) -> AgentBody {
+        let action = &run.action;
         AgentBody {
-            message: run.message.clone(),
-            name: run.name.clone(),
-            wake_mode: run.wake_mode,
-            deliver: run.deliver,
-            channel: run.channel,
-            to: run.to.clone(),
-            agent_id: run.agent_id.clone(),
+            message: action.message.clone(),
+            name: action.name.clone(),
+            wake_mode: action.wake_mode,
+            deliver: action.deliver,
+            channel: action.channel,
+            to: action.to.clone(),
+            agent_id: action.agent_id.clone(),
             session_key: (relay_session_key && run.session_key_chosen)
                 .then(|| run.session_key.clone()),
-            model: run.model.clone(),
-            thinking: run.thinking,
-            timeout_seconds: run.timeout_seconds,
+            model: action.model.clone(),
+            thinking: action.thinking,
+            timeout_seconds: action.timeout_seconds,
         }
     }
 }
@@ -123,26 +124,20 @@ pub async fn relay(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hook::AgentAction;
     use crate::hook::envelope::ContentSource;
 
     fn admitted() -> AdmittedRun {
         AdmittedRun {
-            message: "m".into(),
-            name: "Hook".into(),
-            agent_id: None,
+            action: AgentAction {
+                message: "m".into(),
+                ..AgentAction::default()
+            },
             target_agent: "main".into(),
             session_key: "hook:ingress".into(),
             session_key_chosen: true,
-            wake_mode: WakeMode::Now,
-            deliver: true,
-            channel: None,
-            to: None,
-            model: None,
-            thinking: None,
-            timeout_seconds: None,
             source: ContentSource::Webhook,
             allow_unsafe_external_content: false,
-            session_mode: Default::default(),
         }
     }
 

@@ -1,38 +1,24 @@
 //! A run as the operator API shows and lists it: [`RunRecord`], read from the store's row, and
 //! [`RunFilter`], which runs a listing returns.
 
+use std::sync::LazyLock;
+
+use rusqlite::Error::FromSqlConversionFailure;
+use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
-use super::records::{DeliveryRecord, RunStatus};
+use super::records::{DeliveryRecord, NEW_RUN_COLUMNS, NewRun, RunStatus};
 use super::store::{Store, StoreError};
 use crate::hook::envelope::ContentSource;
 use crate::hook::{Channel, Thinking, WakeMode};
 
-/// A run as the operator API shows it (`GET /api/runs/<runId>`).
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
+/// A run as the operator API shows it (`GET /api/runs/<runId>`): the run as it was accepted,
+/// and its state since.
+#[derive(Debug, Clone)]
 pub struct RunRecord {
-    pub run_id: String,
+    pub run: NewRun,
     pub status: RunStatus,
-    pub hook_name: String,
-    /// The resolved target agent, or null when the request named none.
-    pub agent_id: Option<String>,
-    pub session_key: String,
-    /// The message as accepted.
-    pub message: String,
-    /// Exactly what the agent will be given.
-    pub prompt: String,
-    pub deliver: bool,
-    pub channel: Channel,
-    pub to: Option<String>,
-    /// The resolved model id, or null.
-    pub model: Option<String>,
-    pub thinking: Option<Thinking>,
-    pub timeout_seconds: Option<i64>,
-    pub wake_mode: WakeMode,
-    pub source: ContentSource,
-    pub created_at: String,
     /// The agent's reply, once the run finished.
     pub reply: Option<String>,
     /// The first non-empty line of the reply, at most 300 characters.
@@ -50,51 +36,42 @@ pub struct RunRecord {
     pub attempts: u32,
 }
 
-/// The columns of a [`RunRecord`], in the order `from_row` reads them.
-const RUN_COLUMNS: &str =
-    "run_id, status, hook_name, agent_id, session_key, message, prompt, deliver,
-    channel, to_addr, model, thinking, timeout_seconds, wake_mode, source, created_at,
-    reply, summary, error, started_at, finished_at, delivery, upstream_run_id, answered_by,
-    attempts";
+/// The columns of a [`RunRecord`], in the order `from_row` reads them: the run's, then its state.
+static RUN_COLUMNS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{NEW_RUN_COLUMNS}, status, reply, summary, error, started_at, finished_at, delivery,
+        upstream_run_id, answered_by, attempts"
+    )
+});
+/// Where the state's columns start, after the run's.
+const STATE_AT: usize = 17;
 /// Where a listing's cursor (the row's `rowid`) comes after [`RUN_COLUMNS`].
-const CURSOR_AT: usize = 25;
+const CURSOR_AT: usize = STATE_AT + 10;
 
 impl RunRecord {
     fn select(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunRecord>> {
-        conn.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1"))?
-            .query_row(params![run_id], Self::from_row)
-            .optional()
+        conn.prepare_cached(&format!(
+            "SELECT {} FROM runs WHERE run_id = ?1",
+            *RUN_COLUMNS
+        ))?
+        .query_row(params![run_id], Self::from_row)
+        .optional()
     }
 
     fn from_row(row: &Row<'_>) -> rusqlite::Result<RunRecord> {
+        let state = |i: usize| STATE_AT + i;
         Ok(RunRecord {
-            run_id: row.get(0)?,
-            status: row.get(1)?,
-            hook_name: row.get(2)?,
-            agent_id: row.get(3)?,
-            session_key: row.get(4)?,
-            message: row.get(5)?,
-            prompt: row.get(6)?,
-            deliver: row.get(7)?,
-            channel: row.get(8)?,
-            to: row.get(9)?,
-            model: row.get(10)?,
-            thinking: row.get(11)?,
-            timeout_seconds: row.get(12)?,
-            wake_mode: row.get(13)?,
-            source: row.get(14)?,
-            created_at: row.get(15)?,
-            reply: row.get(16)?,
-            summary: row.get(17)?,
-            error: row.get(18)?,
-            started_at: row.get(19)?,
-            finished_at: row.get(20)?,
-            delivery: row
-                .get::<_, Option<String>>(21)?
-                .and_then(|text| serde_json::from_str(&text).ok()),
-            upstream_run_id: row.get(22)?,
-            answered_by: row.get(23)?,
-            attempts: row.get(24)?,
+            run: NewRun::from_row(row)?,
+            status: row.get(state(0))?,
+            reply: row.get(state(1))?,
+            summary: row.get(state(2))?,
+            error: row.get(state(3))?,
+            started_at: row.get(state(4))?,
+            finished_at: row.get(state(5))?,
+            delivery: json_column(row, state(6))?,
+            upstream_run_id: row.get(state(7))?,
+            answered_by: row.get(state(8))?,
+            attempts: row.get(state(9))?,
         })
     }
 
@@ -104,11 +81,12 @@ impl RunRecord {
         filter: &RunFilter,
     ) -> rusqlite::Result<Vec<(RunRecord, i64)>> {
         let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {RUN_COLUMNS}, rowid FROM runs
+            "SELECT {}, rowid FROM runs
              WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR hook_name = ?2)
                AND (?3 IS NULL OR session_key = ?3) AND (?4 IS NULL OR created_at >= ?4)
                AND (?5 IS NULL OR rowid < ?5)
-             ORDER BY rowid DESC LIMIT ?6"
+             ORDER BY rowid DESC LIMIT ?6",
+            *RUN_COLUMNS
         ))?;
         let rows = stmt.query_map(
             params![
@@ -140,6 +118,92 @@ impl Store {
     }
 }
 
+/// A JSON text column read as `T`. Text that does not read as `T` is a corrupt row, as a text
+/// that names no enum variant is: reading it as null would show a delivery that never happened.
+fn json_column<T: serde::de::DeserializeOwned>(
+    row: &Row<'_>,
+    index: usize,
+) -> rusqlite::Result<Option<T>> {
+    row.get::<_, Option<String>>(index)?
+        .map(|text| serde_json::from_str(&text))
+        .transpose()
+        .map_err(|err| FromSqlConversionFailure(index, Type::Text, Box::new(err)))
+}
+
+impl Serialize for RunRecord {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        ApiRun::of(self).serialize(serializer)
+    }
+}
+
+/// A run in the operator API's words (camel case, in this order), borrowed from its record.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ApiRun<'a> {
+    run_id: &'a str,
+    status: RunStatus,
+    hook_name: &'a str,
+    /// The resolved target agent, or null when the request named none.
+    agent_id: Option<&'a str>,
+    session_key: &'a str,
+    /// The message as accepted.
+    message: &'a str,
+    /// Exactly what the agent will be given.
+    prompt: &'a str,
+    deliver: bool,
+    channel: Channel,
+    to: Option<&'a str>,
+    /// The resolved model id, or null.
+    model: Option<&'a str>,
+    thinking: Option<Thinking>,
+    timeout_seconds: Option<u64>,
+    wake_mode: WakeMode,
+    source: ContentSource,
+    created_at: &'a str,
+    reply: Option<&'a str>,
+    summary: Option<&'a str>,
+    error: Option<&'a str>,
+    answered_by: Option<&'a str>,
+    started_at: Option<&'a str>,
+    finished_at: Option<&'a str>,
+    delivery: Option<&'a DeliveryRecord>,
+    upstream_run_id: Option<&'a str>,
+    attempts: u32,
+}
+
+impl<'a> ApiRun<'a> {
+    fn of(record: &'a RunRecord) -> ApiRun<'a> {
+        let (run, action) = (&record.run, record.run.action());
+        ApiRun {
+            run_id: &run.run_id,
+            status: record.status,
+            hook_name: &action.name,
+            agent_id: action.agent_id.as_deref(),
+            session_key: &run.admitted.session_key,
+            message: &action.message,
+            prompt: &run.prompt,
+            deliver: action.deliver,
+            channel: run.channel(),
+            to: action.to.as_deref(),
+            model: action.model.as_deref(),
+            thinking: action.thinking,
+            timeout_seconds: action.timeout_seconds,
+            wake_mode: action.wake_mode,
+            source: run.admitted.source,
+            created_at: &run.created_at,
+            reply: record.reply.as_deref(),
+            summary: record.summary.as_deref(),
+            error: record.error.as_deref(),
+            answered_by: record.answered_by.as_deref(),
+            started_at: record.started_at.as_deref(),
+            finished_at: record.finished_at.as_deref(),
+            delivery: record.delivery.as_ref(),
+            upstream_run_id: record.upstream_run_id.as_deref(),
+            attempts: record.attempts,
+        }
+    }
+}
+
 /// Which runs a listing returns, newest first.
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
@@ -159,6 +223,7 @@ mod tests {
 
     #[test]
     fn the_cursor_follows_every_run_column() {
+        assert_eq!(NEW_RUN_COLUMNS.split(',').count(), STATE_AT);
         assert_eq!(RUN_COLUMNS.split(',').count(), CURSOR_AT);
     }
 }

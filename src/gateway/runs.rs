@@ -348,8 +348,8 @@ pub fn history(conn: &Connection, run: &NewRun) -> rusqlite::Result<Vec<Exchange
         .prepare_cached(HISTORY)?
         .query_map(
             params![
-                run.session_key,
-                run.target_agent,
+                run.admitted.session_key,
+                run.admitted.target_agent,
                 run.run_id,
                 HISTORY_EXCHANGES
             ],
@@ -387,24 +387,24 @@ mod tests {
     use super::*;
 
     fn run(run_id: &str) -> NewRun {
+        let action = crate::hook::AgentAction {
+            message: "m".into(),
+            channel: Some(crate::hook::Channel::Last),
+            timeout_seconds: Some(u64::MAX),
+            ..Default::default()
+        };
         NewRun {
             run_id: run_id.into(),
-            hook_name: "Hook".into(),
-            agent_id: None,
-            target_agent: "main".into(),
-            session_key: "hook:x".into(),
-            message: "m".into(),
+            admitted: crate::hook::AdmittedRun {
+                action,
+                target_agent: "main".into(),
+                session_key: "hook:x".into(),
+                session_key_chosen: false,
+                source: crate::hook::envelope::ContentSource::Webhook,
+                allow_unsafe_external_content: false,
+            },
             prompt: "p".into(),
-            deliver: true,
-            channel: crate::hook::Channel::Last,
-            to: None,
-            model: None,
-            thinking: None,
-            timeout_seconds: Some(u64::MAX),
-            wake_mode: crate::hook::WakeMode::Now,
-            source: crate::hook::envelope::ContentSource::Webhook,
             created_at: "2026-01-01T00:00:00.000Z".into(),
-            session_mode: Default::default(),
         }
     }
 
@@ -454,7 +454,10 @@ mod tests {
         let store = Store::open(dir.path(), true).unwrap();
         store.queue_run(run("r"), None).await.unwrap();
         let record = store.run("r").await.unwrap().unwrap();
-        assert_eq!(record.timeout_seconds, Some(i64::MAX));
+        assert_eq!(
+            record.run.action().timeout_seconds,
+            Some(i64::MAX.unsigned_abs())
+        );
         store.close();
     }
 
@@ -469,7 +472,7 @@ mod tests {
             ("c1", "hook:c"),
         ] {
             let mut new = run(id);
-            new.session_key = key.into();
+            new.admitted.session_key = key.into();
             store.queue_run(new, None).await.unwrap();
         }
         let queued_for = |limit: u32, busy: &[&str], want: usize| {

@@ -4,10 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::envelope::ContentSource;
+use super::wire::wire_names;
 
 /// When the agent should look at what a hook delivered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WakeMode {
     /// Trigger a heartbeat at once.
     Now,
@@ -15,28 +15,24 @@ pub enum WakeMode {
     NextHeartbeat,
 }
 
+wire_names!(WakeMode {
+    Now => "now",
+    NextHeartbeat => "next-heartbeat",
+});
+
 impl WakeMode {
     /// `next-heartbeat` for exactly that JSON string; anything else (absent, other text, other
     /// types) is `now`.
     pub fn from_json(value: Option<&serde_json::Value>) -> Self {
-        match value.and_then(|v| v.as_str()) {
-            Some("next-heartbeat") => WakeMode::NextHeartbeat,
-            _ => WakeMode::Now,
-        }
-    }
-
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WakeMode::Now => "now",
-            WakeMode::NextHeartbeat => "next-heartbeat",
-        }
+        value
+            .and_then(|v| v.as_str())
+            .and_then(WakeMode::from_wire)
+            .unwrap_or(WakeMode::Now)
     }
 }
 
 /// A messaging surface an agent's reply may be delivered to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Channel {
     Last,
     Whatsapp,
@@ -49,47 +45,39 @@ pub enum Channel {
     Msteams,
 }
 
+wire_names!(Channel, expected = "channel must be " {
+    Last => "last",
+    Whatsapp => "whatsapp",
+    Telegram => "telegram",
+    Discord => "discord",
+    Slack => "slack",
+    Mattermost => "mattermost",
+    Signal => "signal",
+    Imessage => "imessage",
+    Msteams => "msteams",
+});
+
 impl Channel {
-    /// The message of the rejection for a value that names no channel.
-    pub const EXPECTED: &'static str =
-        "channel must be last|whatsapp|telegram|discord|slack|mattermost|signal|imessage|msteams";
+    /// Serializes a channel as named, `last` when none was: how a stored run keeps it.
+    fn serialize_or_last<S: serde::Serializer>(
+        channel: &Option<Channel>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serde::Serialize::serialize(&channel.unwrap_or(Channel::Last), serializer)
+    }
 
     /// Parses a channel name, case-insensitively; `imsg` is an alias of `imessage`.
     pub fn parse(name: &str) -> Option<Self> {
-        Some(match name.trim().to_ascii_lowercase().as_str() {
-            "last" => Channel::Last,
-            "whatsapp" => Channel::Whatsapp,
-            "telegram" => Channel::Telegram,
-            "discord" => Channel::Discord,
-            "slack" => Channel::Slack,
-            "mattermost" => Channel::Mattermost,
-            "signal" => Channel::Signal,
-            "imessage" | "imsg" => Channel::Imessage,
-            "msteams" => Channel::Msteams,
-            _ => return None,
-        })
-    }
-
-    /// The canonical, lower-case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Channel::Last => "last",
-            Channel::Whatsapp => "whatsapp",
-            Channel::Telegram => "telegram",
-            Channel::Discord => "discord",
-            Channel::Slack => "slack",
-            Channel::Mattermost => "mattermost",
-            Channel::Signal => "signal",
-            Channel::Imessage => "imessage",
-            Channel::Msteams => "msteams",
+        match name.trim().to_ascii_lowercase().as_str() {
+            "imsg" => Some(Channel::Imessage),
+            name => Channel::from_wire(name),
         }
     }
 }
 
 /// How hard the model thinks, as OpenClaw names the levels. Each provider's wire format maps
 /// them to its own control (see the gateway's provider module).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Thinking {
     Off,
     Minimal,
@@ -102,28 +90,28 @@ pub enum Thinking {
     Adaptive,
 }
 
-impl Thinking {
-    /// The message of the rejection for a value that names no level.
-    pub const EXPECTED: &'static str =
-        "thinking must be off|minimal|low|medium|high|xhigh|max|adaptive";
+wire_names!(Thinking, expected = "thinking must be " {
+    Off => "off",
+    Minimal => "minimal",
+    Low => "low",
+    Medium => "medium",
+    High => "high",
+    Xhigh => "xhigh",
+    Max => "max",
+    Adaptive => "adaptive",
+});
 
+impl Thinking {
     /// Parses a level, case-insensitively, with OpenClaw's aliases (`x-high`, `extra high`,
     /// ... for `xhigh`; `highest` for `high`).
     pub fn parse(name: &str) -> Option<Thinking> {
-        let name = name.trim().to_ascii_lowercase();
-        Some(match name.as_str() {
-            "off" => Thinking::Off,
-            "minimal" => Thinking::Minimal,
-            "low" => Thinking::Low,
-            "medium" => Thinking::Medium,
-            "high" | "highest" => Thinking::High,
-            "xhigh" | "x-high" | "x_high" | "extra-high" | "extra high" | "extra_high" => {
-                Thinking::Xhigh
+        match name.trim().to_ascii_lowercase().as_str() {
+            "highest" => Some(Thinking::High),
+            "x-high" | "x_high" | "extra-high" | "extra high" | "extra_high" => {
+                Some(Thinking::Xhigh)
             }
-            "max" => Thinking::Max,
-            "adaptive" => Thinking::Adaptive,
-            _ => return None,
-        })
+            name => Thinking::from_wire(name),
+        }
     }
 
     /// Reads a level leniently, for serde's `deserialize_with`: any spelling [`Thinking::parse`]
@@ -135,18 +123,31 @@ impl Thinking {
         let text: Option<String> = Option::deserialize(deserializer)?;
         Ok(text.as_deref().and_then(Thinking::parse))
     }
+}
 
-    /// The canonical, lower-case name.
-    pub fn as_str(self) -> &'static str {
+/// A name as an edge read it (a transform's outcome), kept when it names nothing so that the
+/// check that refuses it runs where the hook contract orders it, not where it was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Named<T> {
+    Known(T),
+    /// The text as given, which names no variant.
+    Unknown(String),
+}
+
+impl<T: Copy> Named<T> {
+    /// `text` read with `parse`.
+    pub fn read(text: String, parse: impl FnOnce(&str) -> Option<T>) -> Named<T> {
+        match parse(&text) {
+            Some(value) => Named::Known(value),
+            None => Named::Unknown(text),
+        }
+    }
+
+    /// The value, when the text named one.
+    pub fn known(&self) -> Option<T> {
         match self {
-            Thinking::Off => "off",
-            Thinking::Minimal => "minimal",
-            Thinking::Low => "low",
-            Thinking::Medium => "medium",
-            Thinking::High => "high",
-            Thinking::Xhigh => "xhigh",
-            Thinking::Max => "max",
-            Thinking::Adaptive => "adaptive",
+            Named::Known(value) => Some(*value),
+            Named::Unknown(_) => None,
         }
     }
 }
@@ -163,32 +164,72 @@ pub struct WakeRequest {
     pub session_key: Option<String>,
 }
 
-/// A validated agent request, before agent, model and session-key policy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AgentRequest {
+/// An agent run's fields, typed once: what a request body (`payload`), a mapping's rendered
+/// templates and a transform's outcome (`crate::mapping`) make of a request, and what admission
+/// resolves and the stored run, a relay and the fingerprint read.
+///
+/// Its serde form is that of the stored run (`crate::gateway::NewRun`, which flattens it): snake
+/// case, `name` as `hook_name`, the channel as `last` when none was named, without the requested
+/// session key (the run stores the resolved one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentAction {
     pub message: String,
     /// Human-readable hook name, `Hook` when not given.
+    #[serde(rename = "hook_name")]
     pub name: String,
+    /// As named; in an [`AdmittedRun`], the resolved agent id (`None` when none was named).
     pub agent_id: Option<String>,
+    /// As named; the key an admitted run gets is [`AdmittedRun::session_key`].
+    #[serde(skip)]
     pub session_key: Option<String>,
     pub wake_mode: WakeMode,
     pub deliver: bool,
     /// As the request or mapping named it; absent means `last`. Kept apart so that forward mode
-    /// relays only what was asked for.
+    /// relays only what was asked for; a stored run reads back `last` as `Some(Last)`.
+    #[serde(serialize_with = "Channel::serialize_or_last")]
     pub channel: Option<Channel>,
     pub to: Option<String>,
+    /// As named; in an [`AdmittedRun`], the resolved model id (aliases resolved).
     pub model: Option<String>,
+    #[serde(default, deserialize_with = "Thinking::deserialize_lenient")]
     pub thinking: Option<Thinking>,
     /// `Some(0)`: no limit but the hard cap.
     pub timeout_seconds: Option<u64>,
+    /// Absent from runs stored before there were session modes: those were isolated.
+    #[serde(default)]
     pub session_mode: SessionMode,
+}
+
+impl Default for AgentAction {
+    /// An action with nothing set: the hook contract's defaults and an empty message.
+    fn default() -> Self {
+        AgentAction {
+            message: String::new(),
+            name: "Hook".to_string(),
+            agent_id: None,
+            session_key: None,
+            wake_mode: WakeMode::Now,
+            deliver: true,
+            channel: None,
+            to: None,
+            model: None,
+            thinking: None,
+            timeout_seconds: None,
+            session_mode: SessionMode::Isolated,
+        }
+    }
+}
+
+/// A validated `POST /agent` body, before agent, model and session-key policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentRequest {
+    pub action: AgentAction,
     /// Answer once the run has ended (within its time limit), with its outcome.
     pub wait_for_completion: bool,
 }
 
 /// Whether a run starts a fresh conversation or continues its session key's.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SessionMode {
     #[default]
     Isolated,
@@ -196,66 +237,44 @@ pub enum SessionMode {
     Persistent,
 }
 
-impl SessionMode {
-    /// The mode a wire spelling names.
-    pub fn parse(text: &str) -> Option<SessionMode> {
-        match text {
-            "isolated" => Some(SessionMode::Isolated),
-            "persistent" => Some(SessionMode::Persistent),
-            _ => None,
-        }
-    }
+wire_names!(SessionMode {
+    Isolated => "isolated",
+    Persistent => "persistent",
+});
 
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SessionMode::Isolated => "isolated",
-            SessionMode::Persistent => "persistent",
-        }
+impl SessionMode {
+    /// The mode a wire spelling names, exactly (no case folding).
+    pub fn parse(text: &str) -> Option<SessionMode> {
+        SessionMode::from_wire(text)
     }
 }
 
-/// An agent request that passed every policy: what gets queued as a run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An agent action that passed every policy: what gets queued as a run.
+///
+/// Its serde form is that of the stored run (flattened, as [`AgentAction`]'s), which keeps
+/// neither whether the key was chosen nor `allow_unsafe_external_content` (both read back false):
+/// they decide admission (idempotency, the prompt) and the relay, not the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdmittedRun {
-    pub message: String,
-    pub name: String,
-    /// The resolved target agent when the request named one; `None` when it named none.
-    pub agent_id: Option<String>,
-    /// The agent that will run it: `agent_id` or the default agent.
+    /// The action, its agent id and model resolved.
+    #[serde(flatten)]
+    pub action: AgentAction,
+    /// The agent that will run it: the action's agent id or the default agent.
     pub target_agent: String,
     /// The resolved session key.
     pub session_key: String,
     /// Whether `session_key` was chosen by the request, the mapping or `defaultSessionKey`, as
     /// opposed to freshly generated; only a chosen key takes part in idempotency.
+    #[serde(skip)]
     pub session_key_chosen: bool,
-    pub wake_mode: WakeMode,
-    pub deliver: bool,
-    /// As requested; absent means `last` (see [`AdmittedRun::channel_or_last`]).
-    pub channel: Option<Channel>,
-    pub to: Option<String>,
-    /// The resolved model id (aliases resolved).
-    pub model: Option<String>,
-    pub thinking: Option<Thinking>,
-    pub timeout_seconds: Option<u64>,
     pub source: ContentSource,
+    #[serde(skip)]
     pub allow_unsafe_external_content: bool,
-    pub session_mode: SessionMode,
 }
 
 impl AdmittedRun {
     /// The channel the reply goes to: as requested, else `last`.
     pub fn channel_or_last(&self) -> Channel {
-        self.channel.unwrap_or(Channel::Last)
-    }
-}
-
-impl ContentSource {
-    /// `webhook` or `email`, as run records spell it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ContentSource::Webhook => "webhook",
-            ContentSource::Email => "email",
-        }
+        self.action.channel.unwrap_or(Channel::Last)
     }
 }

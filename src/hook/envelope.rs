@@ -52,12 +52,16 @@ static SYSTEM_PREFIX: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?im)^(\s*)system:").expect("constant pattern"));
 
 /// Where the untrusted content came from; decides the `Source:` line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ContentSource {
     Webhook,
     Email,
 }
+
+super::wire::wire_names!(ContentSource {
+    Webhook => "webhook",
+    Email => "email",
+});
 
 impl ContentSource {
     fn label(self) -> &'static str {

@@ -35,26 +35,27 @@ pub fn body_key(payload: &Value) -> Option<&str> {
 /// in would make every repeat look new.
 pub fn fingerprint(key: &str, hook_path: &str, run: &AdmittedRun) -> String {
     let session_key = run.session_key_chosen.then_some(run.session_key.as_str());
+    let action = &run.action;
     let mut material = serde_json::json!([
         key,
         hook_path,
-        run.message,
-        run.name,
-        run.agent_id,
+        action.message,
+        action.name,
+        action.agent_id,
         session_key,
-        run.wake_mode.as_str(),
-        run.deliver,
+        action.wake_mode.as_str(),
+        action.deliver,
         run.channel_or_last().as_str(),
-        run.to,
-        run.model,
-        run.thinking.map(Thinking::as_str),
-        run.timeout_seconds,
+        action.to,
+        action.model,
+        action.thinking.map(Thinking::as_str),
+        action.timeout_seconds,
         run.allow_unsafe_external_content,
     ]);
     // Appended only when set, so that the fingerprints of isolated runs stay what they were.
-    if run.session_mode == SessionMode::Persistent {
+    if action.session_mode == SessionMode::Persistent {
         if let Some(fields) = material.as_array_mut() {
-            fields.push(serde_json::Value::from(run.session_mode.as_str()));
+            fields.push(serde_json::Value::from(action.session_mode.as_str()));
         }
     }
     hex::encode(Sha256::digest(material.to_string().as_bytes()))
@@ -63,27 +64,20 @@ pub fn fingerprint(key: &str, hook_path: &str, run: &AdmittedRun) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hook::WakeMode;
+    use crate::hook::AgentAction;
     use crate::hook::envelope::ContentSource;
 
     fn run(message: &str, session_key: &str, chosen: bool) -> AdmittedRun {
         AdmittedRun {
-            message: message.into(),
-            name: "Hook".into(),
-            agent_id: None,
+            action: AgentAction {
+                message: message.into(),
+                ..AgentAction::default()
+            },
             target_agent: "main".into(),
             session_key: session_key.into(),
             session_key_chosen: chosen,
-            wake_mode: WakeMode::Now,
-            deliver: true,
-            channel: None,
-            to: None,
-            model: None,
-            thinking: None,
-            timeout_seconds: None,
             source: ContentSource::Webhook,
             allow_unsafe_external_content: false,
-            session_mode: Default::default(),
         }
     }
 

@@ -10,9 +10,11 @@ pub mod idempotency;
 pub mod payload;
 pub mod policy;
 pub mod signature;
+pub(crate) mod wire;
 
 pub use action::{
-    AdmittedRun, AgentRequest, Channel, SessionMode, Thinking, WakeMode, WakeRequest,
+    AdmittedRun, AgentAction, AgentRequest, Channel, Named, SessionMode, Thinking, WakeMode,
+    WakeRequest,
 };
 pub use policy::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy};
 

@@ -4,7 +4,9 @@
 use serde_json::{Map, Value};
 
 use super::Rejected;
-use super::action::{AgentRequest, Channel, SessionMode, Thinking, WakeMode, WakeRequest};
+use super::action::{
+    AgentAction, AgentRequest, Channel, SessionMode, Thinking, WakeMode, WakeRequest,
+};
 
 /// The fields of a body; a body that is not an object (an array, say) has none.
 fn fields(payload: &Value) -> Option<&Map<String, Value>> {
@@ -69,14 +71,13 @@ pub fn agent_request(payload: &Value) -> Result<AgentRequest, Rejected> {
             .and_then(SessionMode::parse)
             .ok_or_else(|| Rejected::new("sessionMode must be isolated or persistent"))?,
     };
-    Ok(AgentRequest {
+    let action = AgentAction {
         message: message.to_string(),
         name: owned("name").unwrap_or_else(|| "Hook".to_string()),
         agent_id,
         session_key: owned("sessionKey"),
         wake_mode,
         session_mode,
-        wait_for_completion,
         channel: channel(field(payload, "channel"))?,
         model: model(
             fields(payload).is_some_and(|m| m.contains_key("model")),
@@ -88,6 +89,10 @@ pub fn agent_request(payload: &Value) -> Result<AgentRequest, Rejected> {
         // As the OpenClaw gateway reads a request's own: 0 asks for nothing, so the default
         // applies (a mapping's 0 is the cap, docs/configuration.md#models-and-providers).
         timeout_seconds: timeout_seconds(field(payload, "timeoutSeconds")).filter(|&t| t > 0),
+    };
+    Ok(AgentRequest {
+        action,
+        wait_for_completion,
     })
 }
 
@@ -134,8 +139,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn agent(v: Value) -> Result<AgentRequest, Rejected> {
-        agent_request(&v)
+    fn agent(v: Value) -> Result<AgentAction, Rejected> {
+        agent_request(&v).map(|request| request.action)
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::Rejected;
-use super::action::{AdmittedRun, AgentRequest, Channel, SessionMode};
+use super::action::{AdmittedRun, AgentAction, Channel, SessionMode};
 use super::envelope::ContentSource;
 
 /// The refusal of a recipient for msteams, whose incoming webhook addresses one conversation.
@@ -251,24 +251,24 @@ impl HookPolicy {
     /// session-key policy. `fresh_key` makes the `hook:<uuid>` key when no other applies.
     pub fn admit(
         &self,
-        request: AgentRequest,
+        mut action: AgentAction,
         origin: KeyOrigin,
         allow_unsafe_external_content: bool,
         fresh_key: impl FnOnce() -> String,
     ) -> Result<AdmittedRun, Rejected> {
-        if request.channel == Some(Channel::Msteams) && request.to.is_some() {
+        if action.channel == Some(Channel::Msteams) && action.to.is_some() {
             return Err(Rejected::new(MSTEAMS_TO));
         }
-        let model = request
+        let model = action
             .model
             .as_deref()
             .map(|m| self.models.resolve(m))
             .transpose()?;
-        let agent_id = self.agents.resolve(request.agent_id.as_deref())?;
+        let agent_id = self.agents.resolve(action.agent_id.as_deref())?;
         let target = agent_id.as_deref().unwrap_or(self.agents.default_id());
-        let persistent = request.session_mode == SessionMode::Persistent;
+        let persistent = action.session_mode == SessionMode::Persistent;
         let direct = origin == KeyOrigin::Request;
-        if persistent && request.session_key.is_none() {
+        if persistent && action.session_key.is_none() {
             // A mapping may continue the conversation of `defaultSessionKey`; a request must
             // name its own (the OpenClaw gateway's rules and words).
             if direct {
@@ -283,7 +283,7 @@ impl HookPolicy {
             }
         }
         let session = self.sessions.resolve(
-            request.session_key.as_deref(),
+            action.session_key.as_deref(),
             origin,
             Some(target),
             fresh_key,
@@ -299,25 +299,16 @@ impl HookPolicy {
         } else {
             ContentSource::Webhook
         };
+        let target_agent = target.to_string();
+        action.model = model;
+        action.agent_id = agent_id;
         Ok(AdmittedRun {
-            target_agent: agent_id
-                .clone()
-                .unwrap_or_else(|| self.agents.default_id().to_string()),
-            agent_id,
+            target_agent,
+            action,
             session_key: session.key,
             session_key_chosen: session.chosen,
-            message: request.message,
-            name: request.name,
-            wake_mode: request.wake_mode,
-            deliver: request.deliver,
-            channel: request.channel,
-            to: request.to,
-            model,
-            thinking: request.thinking,
-            timeout_seconds: request.timeout_seconds,
             source,
             allow_unsafe_external_content,
-            session_mode: request.session_mode,
         })
     }
 }

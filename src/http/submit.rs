@@ -1,11 +1,12 @@
-//! What an accepted hook request becomes: wakes committed to the main session, agent runs
-//! admitted and queued, and the answer the client gets once they are durable (docs/http-contract.md and docs/hooks.md).
+//! The answers to accepted hook requests, once admission ([`intake::admit`]) has made their
+//! actions durable (docs/http-contract.md and docs/hooks.md): a wake's mode and event outcome, a
+//! run's id, a batch's ids, and for `waitForCompletion` the run's outcome.
 
 use std::time::Duration;
 
 use axum::Json;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use super::AppState;
 use super::reply::HookError;
@@ -13,9 +14,9 @@ use super::request::HookRequest;
 use super::trace::Trace;
 use crate::config::HookSettings;
 use crate::gateway::requests::Repeat;
-use crate::gateway::{EventOutcome, RunQueued, RunStatus};
+use crate::gateway::{EventOutcome, RunStatus};
 use crate::hook::{AgentRequest, WakeMode, WakeRequest, idempotency};
-use crate::intake::{self, AgentAdmission, AgentOrigin};
+use crate::intake::{self, Actions, AdmitError, Committed, Intake};
 use crate::mapping::{FinishedAction, Mapping};
 
 /// `POST {prefix}/wake`: a durable, untrusted system event for the default agent's main session.
@@ -26,13 +27,16 @@ pub(super) async fn wake(
     source: String,
     trace: &Trace,
 ) -> Result<Response, HookError> {
-    let outcome = commit_wake(app, hooks, &wake, source).await?;
-    trace.event(outcome);
-    Ok(Json(wake_answer(wake.mode, outcome)).into_response())
+    let intake = Intake {
+        keys: [None; 5],
+        path: "",
+        event_source: source,
+    };
+    let committed = admit(app, hooks, &intake, Actions::Wake(wake), trace).await?;
+    Ok(Json(Answer::of(&committed)).into_response())
 }
 
-/// `POST {prefix}/agent`: an agent request admitted (see [`intake::admit_agent`]), then durably
-/// queued as a run.
+/// `POST {prefix}/agent`: an agent request admitted and durably queued as a run.
 pub(super) async fn agent(
     app: &AppState,
     hooks: &HookSettings,
@@ -40,38 +44,138 @@ pub(super) async fn agent(
     agent: AgentRequest,
     trace: &Trace,
 ) -> Result<Response, HookError> {
-    let keys = idempotency_keys(request);
-    let wait = agent.wait_for_completion.then_some(agent.timeout_seconds);
-    let admission = intake::admit_agent(
-        hooks,
-        agent,
-        AgentOrigin::Direct,
-        keys,
-        request.parts.uri.path(),
-    )?;
-    let (run_id, repeated) = queue(app, admission, trace).await?;
-    if repeated {
-        trace.repeat(Repeat::Idempotency);
-    }
-    let mut answer = json!({"ok": true, "runId": run_id});
-    if let Some(timeout_seconds) = wait {
-        answer["completion"] = completion(app, &run_id, timeout_seconds).await?;
+    let wait = agent
+        .wait_for_completion
+        .then_some(agent.action.timeout_seconds);
+    let intake = intake_of(request);
+    let committed = admit(app, hooks, &intake, Actions::Agent(agent.action), trace).await?;
+    let mut answer = Answer::of(&committed);
+    if let (Some(timeout_seconds), Some(run)) = (wait, committed.runs.first()) {
+        answer.completion = Some(completion(app, &run.run_id, timeout_seconds).await?);
     }
     Ok(Json(answer).into_response())
+}
+
+/// A mapped request's actions: one, or one per element of a `forEach` list (see
+/// [`intake::admit`]), answered as [`Answer::of`] says.
+pub(super) async fn mapped(
+    app: &AppState,
+    hooks: &HookSettings,
+    request: &HookRequest<'_>,
+    mapping: &Mapping,
+    actions: Vec<FinishedAction>,
+    trace: &Trace,
+) -> Result<Response, HookError> {
+    let intake = intake_of(request);
+    let actions = Actions::Mapped { mapping, actions };
+    let committed = admit(app, hooks, &intake, actions, trace).await?;
+    Ok(Json(Answer::of(&committed)).into_response())
+}
+
+/// Admits and commits, and records in the trace what was committed, also when admission
+/// stopped part way.
+async fn admit(
+    app: &AppState,
+    hooks: &HookSettings,
+    intake: &Intake<'_>,
+    actions: Actions<'_>,
+    trace: &Trace,
+) -> Result<Committed, HookError> {
+    match intake::admit(&app.runtime, hooks, intake, actions).await {
+        Ok(committed) => {
+            record(trace, &committed);
+            if committed.repeated() {
+                trace.repeat(Repeat::Idempotency);
+            }
+            Ok(committed)
+        }
+        Err(stopped) => {
+            record(trace, &stopped.committed);
+            Err(match stopped.error {
+                AdmitError::Rejected(rejected) => rejected.into(),
+                AdmitError::Store(error) => error.into(),
+            })
+        }
+    }
+}
+
+fn record(trace: &Trace, committed: &Committed) {
+    for run in &committed.runs {
+        trace.run(&run.run_id);
+    }
+    if let Some((_, outcome)) = committed.wake {
+        trace.event(outcome);
+    }
+}
+
+/// The answer to an admitted request; fields left `None` are not sent.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Answer<'a> {
+    ok: bool,
+    /// Only wakes: the last one's mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mode: Option<WakeMode>,
+    /// The first run's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_id: Option<&'a str>,
+    /// A batch's (several runs): every run's, in order, and how many.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_ids: Option<Vec<&'a str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dispatched: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_outcome: Option<EventOutcome>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completion: Option<Completion>,
+}
+
+impl<'a> Answer<'a> {
+    /// A wake's (`mode`, `eventOutcome`: `queued` when any event was) when there are only
+    /// wakes; a run's (`runId`) for one run; and for several runs, as the OpenClaw gateway
+    /// answers a batch, `{ok, runId: <first>, runIds, dispatched}`. Wakes beside runs add their
+    /// `eventOutcome`.
+    fn of(committed: &'a Committed) -> Answer<'a> {
+        let runs = &committed.runs;
+        let batch: Option<Vec<&str>> =
+            (runs.len() > 1).then(|| runs.iter().map(|run| run.run_id.as_str()).collect());
+        Answer {
+            ok: true,
+            mode: committed
+                .wake
+                .filter(|_| runs.is_empty())
+                .map(|(mode, _)| mode),
+            run_id: runs.first().map(|run| run.run_id.as_str()),
+            dispatched: batch.as_ref().map(Vec::len),
+            run_ids: batch,
+            event_outcome: committed.wake.map(|(_, outcome)| outcome),
+            completion: None,
+        }
+    }
 }
 
 /// How long past its own time limit an answer waits for a run (its conclusion and summary).
 const COMPLETION_MARGIN: Duration = Duration::from_secs(5);
 
 /// `waitForCompletion`: the run's outcome once it has ended, `{status, reply}` (`error` instead
-/// of `reply` when it failed), or `{status: "running"}` when its time limit and
+/// of `reply` when it failed).
+#[derive(Debug, Serialize)]
+struct Completion {
+    status: RunStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reply: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// The run's [`Completion`], or `{status: "running"}` when its time limit and
 /// [`COMPLETION_MARGIN`] have passed first. The run is read from the store (on NATS, this
 /// node's view) every so often, so the answer follows the run by at most a quarter second.
 async fn completion(
     app: &AppState,
     run_id: &str,
     timeout_seconds: Option<u64>,
-) -> Result<Value, HookError> {
+) -> Result<Completion, HookError> {
     let limit = match timeout_seconds {
         Some(seconds) if seconds > 0 => Duration::from_secs(seconds),
         _ => app.config.current().runtime.run_timeout,
@@ -82,170 +186,40 @@ async fn completion(
         if let Some(run) = app.store.run(run_id).await? {
             let waiting = run.status.is_pending() || run.status == RunStatus::Forwarding;
             if !waiting {
-                let mut outcome = json!({"status": run.status.as_str()});
-                if let Some(reply) = run.reply {
-                    outcome["reply"] = Value::from(reply);
-                }
-                if let Some(error) = run.error {
-                    outcome["error"] = Value::from(error);
-                }
-                return Ok(outcome);
+                return Ok(Completion {
+                    status: run.status,
+                    reply: run.reply,
+                    error: run.error,
+                });
             }
         }
         if tokio::time::Instant::now() + pause > deadline {
-            return Ok(json!({"status": "running"}));
+            return Ok(Completion {
+                status: RunStatus::Running,
+                reply: None,
+                error: None,
+            });
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(250));
     }
 }
 
-/// A mapped request's actions: one, or one per element of a `forEach` list. Every agent action
-/// is admitted before anything is stored, so that a refused element refuses the request and
-/// stores nothing; then each is committed in order.
-///
-/// The answer is a wake's (`mode`, `eventOutcome`: `queued` when any event was) when there are
-/// only wakes; a run's (`runId`) for one run; and for several runs, as the OpenClaw gateway
-/// answers a batch, `{ok, runId: <first>, runIds, dispatched}`. Wakes beside runs add their
-/// `eventOutcome`.
-pub(super) async fn mapped(
-    app: &AppState,
-    hooks: &HookSettings,
-    request: &HookRequest<'_>,
-    mapping: &Mapping,
-    actions: Vec<FinishedAction>,
-    trace: &Trace,
-) -> Result<Response, HookError> {
-    let keys = idempotency_keys(request);
-    let chosen = idempotency::choose_key(keys);
-    let path = request.parts.uri.path();
-    let mut admitted = Vec::with_capacity(actions.len());
-    for (i, action) in actions.into_iter().enumerate() {
-        admitted.push(match action {
-            FinishedAction::Wake(wake) => Admitted::Wake(wake),
-            FinishedAction::Agent {
-                request: agent,
-                key_origin,
-                allow_unsafe_external_content,
-            } => {
-                let origin = AgentOrigin::Mapped {
-                    mapping,
-                    key_origin,
-                    allow_unsafe: allow_unsafe_external_content,
-                };
-                // Each element of a batch has a key of its own, so that a retried batch finds
-                // each of its runs again, and two equal elements are two runs.
-                let element_key = chosen.filter(|_| i > 0).map(|key| format!("{key}#{i}"));
-                let keys = match &element_key {
-                    Some(key) => [Some(key.as_str()), None, None, None, None],
-                    None => keys,
-                };
-                Admitted::Agent(Box::new(intake::admit_agent(
-                    hooks, agent, origin, keys, path,
-                )?))
-            }
-        });
-    }
-    let mut run_ids = Vec::new();
-    let mut every_run_repeated = true;
-    let mut woke: Option<(WakeMode, EventOutcome)> = None;
-    for action in admitted {
-        match action {
-            Admitted::Wake(wake) => {
-                let source = format!("hook:{}", request.name);
-                let outcome = commit_wake(app, hooks, &wake, source).await?;
-                trace.event(outcome);
-                let any_queued = woke.is_some_and(|(_, o)| o == EventOutcome::Queued);
-                let outcome = if any_queued {
-                    EventOutcome::Queued
-                } else {
-                    outcome
-                };
-                woke = Some((wake.mode, outcome));
-            }
-            Admitted::Agent(admission) => {
-                let (run_id, repeated) = queue(app, *admission, trace).await?;
-                every_run_repeated &= repeated;
-                run_ids.push(run_id);
-            }
-        }
-    }
-    // A repeat only when all of it was: a batch with one new run made work of its own.
-    if every_run_repeated && woke.is_none() && !run_ids.is_empty() {
-        trace.repeat(Repeat::Idempotency);
-    }
-    let mut answer = match (run_ids.as_slice(), woke) {
-        ([], Some((mode, outcome))) => return Ok(Json(wake_answer(mode, outcome)).into_response()),
-        ([], None) => unreachable!("a mapped request has at least one action"),
-        ([run_id], _) => json!({"ok": true, "runId": run_id}),
-        ([first, ..], _) => json!({
-            "ok": true,
-            "runId": first,
-            "runIds": run_ids,
-            "dispatched": run_ids.len(),
-        }),
-    };
-    if let Some((_, outcome)) = woke {
-        answer["eventOutcome"] = Value::from(outcome.as_str());
-    }
-    Ok(Json(answer).into_response())
-}
-
-/// An action of a mapped request that passed every policy.
-enum Admitted {
-    Wake(WakeRequest),
-    /// Boxed: an admission carries the whole run record.
-    Agent(Box<AgentAdmission>),
-}
-
-async fn commit_wake(
-    app: &AppState,
-    hooks: &HookSettings,
-    wake: &WakeRequest,
-    source: String,
-) -> Result<EventOutcome, HookError> {
-    let event = intake::admit_wake(hooks, wake, source)?;
-    Ok(app.runtime.submit_wake(event, wake.mode).await?)
-}
-
-fn wake_answer(mode: WakeMode, outcome: EventOutcome) -> Value {
-    json!({"ok": true, "mode": mode.as_str(), "eventOutcome": outcome.as_str()})
-}
-
-/// Queues an admitted run, which the trace records: its id, or the first run's when it repeats
-/// one (idempotency), and whether it did.
-async fn queue(
-    app: &AppState,
-    admission: AgentAdmission,
-    trace: &Trace,
-) -> Result<(String, bool), HookError> {
-    let queued = app
-        .runtime
-        .submit_run(
-            admission.run,
-            admission.claim,
-            &admission.admitted,
-            admission.idempotency_key.as_deref(),
-        )
-        .await?;
-    let (run_id, repeated) = match queued {
-        RunQueued::New { run_id } => (run_id, false),
-        RunQueued::Replayed { run_id } => (run_id, true),
-    };
-    trace.run(&run_id);
-    Ok((run_id, repeated))
-}
-
-/// The idempotency key candidates of a request, in order of precedence: the headers, the body's
-/// `idempotencyKey`, a signed delivery's id.
-fn idempotency_keys<'a>(request: &HookRequest<'a>) -> [Option<&'a str>; 5] {
+/// Where a request came in, for admission: its idempotency key candidates in order of
+/// precedence (the headers, the body's `idempotencyKey`, a signed delivery's id), its path and
+/// the source of its wakes' events.
+fn intake_of<'a>(request: &HookRequest<'a>) -> Intake<'a> {
     let headers = &request.parts.headers;
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    [
-        header("idempotency-key"),
-        header("x-idempotency-key"),
-        header("x-openclaw-idempotency-key"),
-        idempotency::body_key(request.payload),
-        request.signed.and_then(|s| s.key),
-    ]
+    Intake {
+        keys: [
+            header("idempotency-key"),
+            header("x-idempotency-key"),
+            header("x-openclaw-idempotency-key"),
+            idempotency::body_key(request.payload),
+            request.signed.and_then(|s| s.key),
+        ],
+        path: request.parts.uri.path(),
+        event_source: format!("hook:{}", request.name),
+    }
 }

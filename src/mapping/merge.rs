@@ -1,13 +1,17 @@
-//! A transform's partial override (a `merge` outcome of contract 0.2), merged into its mapping's
-//! action the way the OpenClaw gateway merges what a JavaScript transform returns
-//! (docs/transforms.md#partial-overrides).
+//! The one partial form of an action, [`Overrides`], and the two ways a transform's outcome lays
+//! it over its mapping's action: a `merge` outcome of contract 0.2, merged the way the OpenClaw
+//! gateway merges what a JavaScript transform returns (docs/transforms.md#partial-overrides), and
+//! a `run` outcome, which replaces the kind and the fields it sets ([`MappedAction::overlay`]).
 
 use crate::hook::policy::KeyOrigin;
-use crate::hook::{Rejected, SessionMode, WakeMode};
+use crate::hook::{AgentAction, Channel, Named, Rejected, SessionMode, Thinking, WakeMode};
 
 use super::{ActionKind, MappedAction};
 
-/// The fields a transform changes in its mapping's action; `None` keeps the mapping's value.
+/// The fields a transform changes in its mapping's action, typed as the transform's outcome was
+/// read (`crate::transform`'s conversion); `None` keeps the mapping's value. Names that name
+/// nothing are kept as [`Named::Unknown`], refused (channel, session mode) or read as no value
+/// (thinking) where the hook contract orders it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Overrides {
     /// The kind asked for; another kind than the mapping's starts from an empty action.
@@ -24,15 +28,24 @@ pub struct Overrides {
     pub session_key: Option<String>,
     /// The transform vouches that `session_key` is its own, not taken from the request.
     pub session_key_fixed: bool,
-    /// Checked here: `isolated` or `persistent`.
-    pub session_mode: Option<String>,
+    /// Refused here when it names no mode.
+    pub session_mode: Option<Named<SessionMode>>,
     pub deliver: Option<bool>,
     pub allow_unsafe_external_content: Option<bool>,
-    pub channel: Option<String>,
+    /// Refused by [`MappedAction::finish`] when it names no channel.
+    pub channel: Option<Named<Channel>>,
     pub to: Option<String>,
     pub model: Option<String>,
-    pub thinking: Option<String>,
+    /// A level that names none sets no level (the default), as a request's does.
+    pub thinking: Option<Named<Thinking>>,
     pub timeout_seconds: Option<u64>,
+}
+
+/// `value` trimmed, `None` when blank: how a `run` outcome's optional texts are read.
+pub fn non_blank(value: Option<String>) -> Option<String> {
+    value
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
 }
 
 impl MappedAction {
@@ -40,48 +53,44 @@ impl MappedAction {
     /// them, and a change of kind keeps nothing (an agent run made from a wake mapping has only
     /// what the transform gave it), as in the OpenClaw gateway. Values are used as given: not
     /// rendered, not trimmed (the checks of [`MappedAction::finish`] follow).
-    pub fn merge(self, overrides: Overrides) -> Result<MappedAction, Rejected> {
+    pub fn merge(self, mut overrides: Overrides) -> Result<MappedAction, Rejected> {
         let kind = overrides.kind.unwrap_or(self.kind);
         let mut action = if kind == self.kind {
             self
         } else {
             MappedAction::empty(kind)
         };
-        match kind {
-            ActionKind::Wake => {
-                set(&mut action.text, overrides.text);
-                action.wake_mode = overrides.mode.unwrap_or(action.wake_mode);
-            }
-            ActionKind::Agent => {
-                set(&mut action.message, overrides.message);
-                action.wake_mode = overrides.wake_mode.unwrap_or(action.wake_mode);
-                action.name = overrides.name.or(action.name);
-                if let Some(mode) = overrides.session_mode {
-                    action.session_mode = SessionMode::parse(&mode).ok_or_else(|| {
-                        Rejected::new("hook mapping sessionMode must be isolated or persistent")
-                    })?;
-                }
-                action.deliver = overrides.deliver.unwrap_or(action.deliver);
-                action.allow_unsafe_external_content = overrides
-                    .allow_unsafe_external_content
-                    .unwrap_or(action.allow_unsafe_external_content);
-                action.channel = overrides.channel.or(action.channel);
-                action.to = overrides.to.or(action.to);
-                action.model = overrides.model.or(action.model);
-                action.thinking = overrides.thinking.or(action.thinking);
-                action.timeout_seconds = overrides.timeout_seconds.or(action.timeout_seconds);
-            }
+        if let Some(agent_id) = overrides.agent_id.take() {
+            action.agent.agent_id = Some(agent_id);
         }
-        action.agent_id = overrides.agent_id.or(action.agent_id);
-        if let Some(key) = overrides.session_key {
+        if let Some(key) = overrides.session_key.take() {
             let key = key.trim();
-            (action.session_key, action.key_origin) = if key.is_empty() {
+            (action.agent.session_key, action.key_origin) = if key.is_empty() {
                 (None, KeyOrigin::MappingStatic)
             } else if overrides.session_key_fixed {
                 (Some(key.to_string()), KeyOrigin::MappingStatic)
             } else {
                 (Some(key.to_string()), KeyOrigin::MappingTemplated)
             };
+        }
+        match kind {
+            ActionKind::Wake => {
+                if let Some(text) = overrides.text {
+                    action.text = text;
+                }
+                action.agent.wake_mode = overrides.mode.unwrap_or(action.agent.wake_mode);
+            }
+            ActionKind::Agent => {
+                if let Some(mode) = overrides.session_mode.take() {
+                    action.agent.session_mode = mode.known().ok_or_else(|| {
+                        Rejected::new("hook mapping sessionMode must be isolated or persistent")
+                    })?;
+                }
+                action.allow_unsafe_external_content = overrides
+                    .allow_unsafe_external_content
+                    .unwrap_or(action.allow_unsafe_external_content);
+                action.set_agent_fields(overrides);
+            }
         }
         Ok(action)
     }
@@ -92,27 +101,11 @@ impl MappedAction {
         MappedAction {
             kind,
             key_origin: KeyOrigin::MappingStatic,
-            session_mode: SessionMode::Isolated,
             text: String::new(),
-            message: String::new(),
-            name: None,
-            agent_id: None,
-            session_key: None,
-            wake_mode: WakeMode::Now,
-            deliver: true,
+            agent: AgentAction::default(),
             allow_unsafe_external_content: false,
-            channel: None,
-            to: None,
-            model: None,
-            thinking: None,
-            timeout_seconds: None,
+            refused_channel: None,
         }
-    }
-}
-
-fn set(field: &mut String, value: Option<String>) {
-    if let Some(value) = value {
-        *field = value;
     }
 }
 
@@ -124,20 +117,23 @@ mod tests {
         MappedAction {
             kind: ActionKind::Agent,
             key_origin: KeyOrigin::MappingStatic,
-            session_mode: SessionMode::Isolated,
             text: String::new(),
-            message: "from the template".into(),
-            name: Some("Deploys".into()),
-            agent_id: Some("ops".into()),
-            session_key: Some("hook:deploys".into()),
-            wake_mode: WakeMode::NextHeartbeat,
-            deliver: true,
+            agent: AgentAction {
+                message: "from the template".into(),
+                name: "Deploys".into(),
+                agent_id: Some("ops".into()),
+                session_key: Some("hook:deploys".into()),
+                wake_mode: WakeMode::NextHeartbeat,
+                deliver: true,
+                channel: Some(Channel::Telegram),
+                to: Some("{{dest}} rendered".into()),
+                model: Some("base/model".into()),
+                thinking: None,
+                timeout_seconds: Some(30),
+                session_mode: SessionMode::Isolated,
+            },
             allow_unsafe_external_content: false,
-            channel: Some("telegram".into()),
-            to: Some("{{dest}} rendered".into()),
-            model: Some("base/model".into()),
-            thinking: None,
-            timeout_seconds: Some(30),
+            refused_channel: None,
         }
     }
 
@@ -151,14 +147,15 @@ mod tests {
                 ..Overrides::default()
             })
             .unwrap();
-        assert_eq!(merged.to.as_deref(), Some("+1555"));
-        assert!(!merged.deliver);
-        assert_eq!(merged.model.as_deref(), Some("x/y"));
-        let unchanged = MappedAction {
-            to: merged.to.clone(),
+        assert_eq!(merged.agent.to.as_deref(), Some("+1555"));
+        assert!(!merged.agent.deliver);
+        assert_eq!(merged.agent.model.as_deref(), Some("x/y"));
+        let mut unchanged = agent_action();
+        unchanged.agent = AgentAction {
+            to: merged.agent.to.clone(),
             deliver: false,
-            model: merged.model.clone(),
-            ..agent_action()
+            model: merged.agent.model.clone(),
+            ..unchanged.agent
         };
         assert_eq!(merged, unchanged);
     }
@@ -173,8 +170,11 @@ mod tests {
             .unwrap();
         assert_eq!(wake.kind, ActionKind::Wake);
         assert_eq!(wake.text, "", "blank, so finish() refuses it");
-        assert_eq!(wake.wake_mode, WakeMode::Now);
-        assert_eq!((&wake.agent_id, &wake.session_key), (&None, &None));
+        assert_eq!(wake.agent.wake_mode, WakeMode::Now);
+        assert_eq!(
+            (&wake.agent.agent_id, &wake.agent.session_key),
+            (&None, &None)
+        );
         assert!(wake.finish().is_err());
     }
 
@@ -188,7 +188,7 @@ mod tests {
                     ..Overrides::default()
                 })
                 .unwrap();
-            (merged.session_key, merged.key_origin)
+            (merged.agent.session_key, merged.key_origin)
         };
         assert_eq!(
             key("hook:t3", false),
@@ -205,7 +205,7 @@ mod tests {
     fn an_unknown_session_mode_is_the_clients_400() {
         let refused = agent_action()
             .merge(Overrides {
-                session_mode: Some("weird".into()),
+                session_mode: Some(Named::Unknown("weird".into())),
                 ..Overrides::default()
             })
             .unwrap_err();

@@ -1,6 +1,7 @@
 //! Mapped hooks (docs/hooks.md): which mapping a request matches, and the action its templates, and
 //! optionally its transform, make of the payload. Pure: no HTTP, no wasmtime.
 
+mod action;
 mod js_text;
 mod merge;
 pub mod template;
@@ -9,8 +10,9 @@ use serde_json::Value;
 
 use crate::hook::policy::KeyOrigin;
 use crate::hook::signature::SignatureRule;
-use crate::hook::{AgentRequest, Channel, Rejected, SessionMode, WakeMode, WakeRequest};
-pub use merge::Overrides;
+use crate::hook::{AgentAction, Channel, SessionMode, Thinking, WakeMode};
+pub use action::{FinishedAction, MappedAction, TransformAction};
+pub use merge::{Overrides, non_blank};
 pub use template::TemplateContext;
 use template::{render, render_optional};
 
@@ -35,10 +37,10 @@ pub struct Mapping {
     pub(crate) message_template: Option<String>,
     pub(crate) text_template: Option<String>,
     pub(crate) deliver: Option<bool>,
-    pub(crate) channel: Option<String>,
+    pub(crate) channel: Option<Channel>,
     pub(crate) to: Option<String>,
     pub(crate) model: Option<String>,
-    pub(crate) thinking: Option<String>,
+    pub(crate) thinking: Option<ThinkingField>,
     pub(crate) timeout_seconds: Option<u64>,
     pub allow_unsafe_external_content: bool,
     /// The transform module, relative to the transforms directory, and its config as JSON text.
@@ -52,6 +54,26 @@ pub struct Mapping {
     pub for_each: Option<String>,
     /// Whether the mapping's runs continue their session key's conversation.
     pub session_mode: SessionMode,
+}
+
+/// A mapping's `thinking`: a level written out, read at load, or a template whose rendering is
+/// read once per request, right after rendering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ThinkingField {
+    Fixed(Thinking),
+    Template(String),
+}
+
+impl ThinkingField {
+    /// The level for one request; a rendering that names none is no level (the default).
+    fn level(&self, ctx: &TemplateContext<'_>) -> Option<Thinking> {
+        match self {
+            ThinkingField::Fixed(level) => Some(*level),
+            ThinkingField::Template(template) => {
+                render_optional(Some(template), ctx).and_then(|text| Thinking::parse(&text))
+            }
+        }
+    }
 }
 
 /// The `transform` of a mapping.
@@ -118,31 +140,33 @@ impl Mapping {
         } else {
             KeyOrigin::MappingStatic
         };
-        MappedAction {
-            key_origin,
-            session_mode: self.session_mode,
-            kind: self.kind,
-            text: self
-                .text_template
+        let rendered = |template: &Option<String>| {
+            template
                 .as_deref()
                 .map(|t| render(t, ctx))
-                .unwrap_or_default(),
-            message: self
-                .message_template
-                .as_deref()
-                .map(|t| render(t, ctx))
-                .unwrap_or_default(),
-            name: render_optional(self.name.as_deref(), ctx),
+                .unwrap_or_default()
+        };
+        let agent = AgentAction {
+            message: rendered(&self.message_template),
+            name: render_optional(self.name.as_deref(), ctx).unwrap_or_else(|| "Hook".into()),
             agent_id: self.agent_id.clone(),
             session_key: render_optional(self.session_key.as_deref(), ctx),
             wake_mode: self.wake_mode,
             deliver: self.deliver.unwrap_or(true),
-            allow_unsafe_external_content: self.allow_unsafe_external_content,
-            channel: self.channel.clone(),
+            channel: self.channel,
             to: render_optional(self.to.as_deref(), ctx),
             model: render_optional(self.model.as_deref(), ctx),
-            thinking: render_optional(self.thinking.as_deref(), ctx),
+            thinking: self.thinking.as_ref().and_then(|t| t.level(ctx)),
             timeout_seconds: self.timeout_seconds,
+            session_mode: self.session_mode,
+        };
+        MappedAction {
+            kind: self.kind,
+            key_origin,
+            text: rendered(&self.text_template),
+            agent,
+            allow_unsafe_external_content: self.allow_unsafe_external_content,
+            refused_channel: None,
         }
     }
 }
@@ -255,167 +279,4 @@ pub fn preset(name: &str) -> Option<Mapping> {
         is_email: true,
         signature: None,
     })
-}
-
-/// A mapping's action with every field rendered, before the checks of [`MappedAction::finish`].
-/// Both the wake text and the agent message are kept, so that a transform may change the kind.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MappedAction {
-    pub kind: ActionKind,
-    /// Where `session_key` came from: the mapping's fixed key, or one the payload chose.
-    pub key_origin: KeyOrigin,
-    pub session_mode: SessionMode,
-    pub text: String,
-    pub message: String,
-    pub name: Option<String>,
-    pub agent_id: Option<String>,
-    pub session_key: Option<String>,
-    pub wake_mode: WakeMode,
-    pub deliver: bool,
-    /// The prompt goes to the agent without the safety envelope.
-    pub allow_unsafe_external_content: bool,
-    pub channel: Option<String>,
-    pub to: Option<String>,
-    pub model: Option<String>,
-    pub thinking: Option<String>,
-    pub timeout_seconds: Option<u64>,
-}
-
-/// An action a transform returned; `None` fields keep the mapping's values.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TransformAction {
-    Wake {
-        text: String,
-        mode: Option<WakeMode>,
-    },
-    Agent(Box<TransformAgent>),
-}
-
-/// The agent fields a transform may set.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TransformAgent {
-    pub message: String,
-    pub name: Option<String>,
-    pub agent_id: Option<String>,
-    pub session_key: Option<String>,
-    pub wake_mode: Option<WakeMode>,
-    pub deliver: Option<bool>,
-    pub channel: Option<String>,
-    pub to: Option<String>,
-    pub model: Option<String>,
-    pub thinking: Option<String>,
-    pub timeout_seconds: Option<u64>,
-}
-
-/// A validated mapped action, ready for the policies of `/wake` or `/agent`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FinishedAction {
-    Wake(WakeRequest),
-    Agent {
-        request: AgentRequest,
-        key_origin: KeyOrigin,
-        allow_unsafe_external_content: bool,
-    },
-}
-
-fn non_blank(value: Option<String>) -> Option<String> {
-    value
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
-}
-
-impl MappedAction {
-    /// Lays a transform's action over this one: the transform decides the kind, and each field it
-    /// set replaces the mapping's.
-    pub fn overlay(mut self, action: TransformAction) -> MappedAction {
-        match action {
-            TransformAction::Wake { text, mode } => {
-                self.kind = ActionKind::Wake;
-                self.text = text;
-                self.wake_mode = mode.unwrap_or(self.wake_mode);
-            }
-            TransformAction::Agent(agent) => {
-                let agent = *agent;
-                self.kind = ActionKind::Agent;
-                self.message = agent.message;
-                self.name = non_blank(agent.name).or(self.name);
-                self.agent_id = non_blank(agent.agent_id).or(self.agent_id);
-                if let Some(key) = non_blank(agent.session_key) {
-                    // The transform chose it, from the payload as far as anyone knows.
-                    self.session_key = Some(key);
-                    self.key_origin = KeyOrigin::MappingTemplated;
-                }
-                self.wake_mode = agent.wake_mode.unwrap_or(self.wake_mode);
-                self.deliver = agent.deliver.unwrap_or(self.deliver);
-                self.channel = non_blank(agent.channel).or(self.channel);
-                self.to = non_blank(agent.to).or(self.to);
-                self.model = non_blank(agent.model).or(self.model);
-                self.thinking = non_blank(agent.thinking).or(self.thinking);
-                // As a mapping's (and as OpenClaw takes a transform's), 0 asks for no limit but
-                // the hard cap; a request body's 0 asks for nothing.
-                self.timeout_seconds = agent.timeout_seconds.or(self.timeout_seconds);
-            }
-        }
-        self
-    }
-
-    /// Checks what a mapped action needs: a templated session key that rendered to something,
-    /// wake text, agent message, a known channel.
-    pub fn finish(self) -> Result<FinishedAction, Rejected> {
-        if self.key_origin == KeyOrigin::MappingTemplated && self.session_key.is_none() {
-            return Err(Rejected::new(
-                "hook mapping sessionKey template rendered empty",
-            ));
-        }
-        match self.kind {
-            ActionKind::Wake => {
-                let text = self.text.trim();
-                if text.is_empty() {
-                    return Err(Rejected::new("hook mapping requires text"));
-                }
-                // As `/wake` refuses a session key with `next-heartbeat`, in OpenClaw's words.
-                if self.session_key.is_some() && self.wake_mode == WakeMode::NextHeartbeat {
-                    return Err(Rejected::new(
-                        "hook mapping sessionKey requires wakeMode=now",
-                    ));
-                }
-                Ok(FinishedAction::Wake(WakeRequest {
-                    text: text.to_string(),
-                    mode: self.wake_mode,
-                    agent_id: self.agent_id,
-                    session_key: None,
-                }))
-            }
-            ActionKind::Agent => {
-                let message = self.message.trim();
-                if message.is_empty() {
-                    return Err(Rejected::new("hook mapping requires message"));
-                }
-                let channel = self
-                    .channel
-                    .as_deref()
-                    .map(|c| Channel::parse(c).ok_or_else(|| Rejected::new(Channel::EXPECTED)))
-                    .transpose()?;
-                Ok(FinishedAction::Agent {
-                    key_origin: self.key_origin,
-                    allow_unsafe_external_content: self.allow_unsafe_external_content,
-                    request: AgentRequest {
-                        message: message.to_string(),
-                        name: self.name.unwrap_or_else(|| "Hook".to_string()),
-                        agent_id: self.agent_id,
-                        session_key: self.session_key,
-                        wake_mode: self.wake_mode,
-                        deliver: self.deliver,
-                        channel,
-                        to: self.to,
-                        model: self.model,
-                        thinking: crate::hook::payload::thinking(self.thinking),
-                        timeout_seconds: self.timeout_seconds,
-                        session_mode: self.session_mode,
-                        wait_for_completion: false,
-                    },
-                })
-            }
-        }
-    }
 }

@@ -17,8 +17,8 @@ use super::limits::TransformLimits;
 use super::pipe::PipeOverflow;
 use super::registry::LoadedTransform;
 use super::warm::{IdleCount, IdleInstance, WarmInstance};
-use crate::hook::WakeMode;
-use crate::mapping::{ActionKind, Overrides, TransformAction, TransformAgent};
+use crate::hook::{Channel, Named, SessionMode, Thinking, WakeMode};
+use crate::mapping::{ActionKind, Overrides, TransformAction, non_blank};
 
 /// The request as a transform sees it.
 #[derive(Debug, Clone, Default)]
@@ -333,8 +333,9 @@ impl CallOutcome {
                 "action": {
                     "kind": "agent", "message": a.message, "name": a.name, "agentId": a.agent_id,
                     "sessionKey": a.session_key, "wakeMode": a.wake_mode.map(WakeMode::as_str),
-                    "deliver": a.deliver, "channel": a.channel, "to": a.to, "model": a.model,
-                    "thinking": a.thinking, "timeoutSeconds": a.timeout_seconds,
+                    "deliver": a.deliver, "channel": named(&a.channel, Channel::as_str), "to": a.to,
+                    "model": a.model, "thinking": named(&a.thinking, Thinking::as_str),
+                    "timeoutSeconds": a.timeout_seconds,
                 },
             }),
             CallOutcome::Merge(o) => json!({
@@ -349,13 +350,22 @@ impl CallOutcome {
                     "agentId": o.agent_id, "sessionKey": o.session_key,
                     "sessionKeySource": o.session_key.as_ref()
                         .map(|_| if o.session_key_fixed { "static" } else { "templated" }),
-                    "sessionMode": o.session_mode, "deliver": o.deliver,
+                    "sessionMode": named(&o.session_mode, SessionMode::as_str), "deliver": o.deliver,
                     "allowUnsafeExternalContent": o.allow_unsafe_external_content,
-                    "channel": o.channel, "to": o.to, "model": o.model, "thinking": o.thinking,
+                    "channel": named(&o.channel, Channel::as_str), "to": o.to, "model": o.model,
+                    "thinking": named(&o.thinking, Thinking::as_str),
                     "timeoutSeconds": o.timeout_seconds,
                 })),
             }),
         }
+    }
+}
+
+/// A name as the transform gave it: a known one canonical, an unknown one as written.
+fn named<T: Copy>(name: &Option<Named<T>>, as_str: fn(T) -> &'static str) -> Option<&str> {
+    match name.as_ref()? {
+        Named::Known(value) => Some(as_str(*value)),
+        Named::Unknown(text) => Some(text),
     }
 }
 
@@ -409,18 +419,20 @@ fn convert(outcome: types::Outcome, output_bytes: usize) -> Result<CallOutcome, 
             mode: wake.mode.map(wake_mode),
         }),
         types::Outcome::Run(types::Action::Agent(agent)) => {
-            CallOutcome::Run(TransformAction::Agent(Box::new(TransformAgent {
-                message: agent.message,
-                name: agent.name,
-                agent_id: agent.agent_id,
-                session_key: agent.session_key,
+            CallOutcome::Run(TransformAction::Agent(Box::new(Overrides {
+                kind: Some(ActionKind::Agent),
+                message: Some(agent.message),
+                name: non_blank(agent.name),
+                agent_id: non_blank(agent.agent_id),
+                session_key: non_blank(agent.session_key),
                 wake_mode: agent.wake_mode.map(wake_mode),
                 deliver: agent.deliver,
-                channel: agent.channel,
-                to: agent.to,
-                model: agent.model,
-                thinking: agent.thinking,
+                channel: non_blank(agent.channel).map(|c| Named::read(c, Channel::parse)),
+                to: non_blank(agent.to),
+                model: non_blank(agent.model),
+                thinking: non_blank(agent.thinking).map(|t| Named::read(t, Thinking::parse)),
                 timeout_seconds: agent.timeout_seconds.map(u64::from),
+                ..Overrides::default()
             })))
         }
         types::Outcome::Merge(o) => CallOutcome::Merge(Box::new(Overrides {
@@ -436,13 +448,13 @@ fn convert(outcome: types::Outcome, output_bytes: usize) -> Result<CallOutcome, 
             agent_id: o.agent_id,
             session_key: o.session_key,
             session_key_fixed: o.session_key_source == Some(types::KeySource::Fixed),
-            session_mode: o.session_mode,
+            session_mode: o.session_mode.map(|m| Named::read(m, SessionMode::parse)),
             deliver: o.deliver,
             allow_unsafe_external_content: o.allow_unsafe_external_content,
-            channel: o.channel,
+            channel: o.channel.map(|c| Named::read(c, Channel::parse)),
             to: o.to,
             model: o.model,
-            thinking: o.thinking,
+            thinking: o.thinking.map(|t| Named::read(t, Thinking::parse)),
             timeout_seconds: o.timeout_seconds.map(u64::from),
         })),
     })

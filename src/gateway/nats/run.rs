@@ -44,7 +44,7 @@ pub(super) async fn run(ctx: Context, cluster: Cluster, message: Message) {
     };
     let refresh = || lock.refresh();
     let settings = ctx.config.current();
-    if work.session_mode == SessionMode::Persistent {
+    if work.action().session_mode == SessionMode::Persistent {
         // The session's previous run finished before this one took its lock, but this node's
         // view may not show it yet: bring the view up to the stream (briefly) first.
         if let Ok(last) = cluster.last_sequence().await {
@@ -110,7 +110,7 @@ async fn prepare<'a>(
         Ok(Some(_)) => return Prepared::Done,
         Ok(None) | Err(_) => return Prepared::Later(RETRY),
     }
-    let lock = SessionLock::new(cluster, &work.session_key, &work.run_id, delivered);
+    let lock = SessionLock::new(cluster, &work.admitted.session_key, &work.run_id, delivered);
     if !lock.take().await {
         // Its session has a run in progress elsewhere: offered again, later each time.
         let delay = Duration::from_millis(250 * u64::try_from(delivered).unwrap_or(1));
