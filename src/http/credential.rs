@@ -192,6 +192,11 @@ impl Authenticated {
         self.context.hooks()
     }
 
+    /// How long a run of the request's generation may take (`runtime.runTimeoutSeconds`).
+    pub fn run_timeout(&self) -> std::time::Duration {
+        self.context.settings.runtime.run_timeout
+    }
+
     /// The request as the mapped and direct paths take it.
     pub fn request(&self) -> Result<HookRequest<'_>, HookError> {
         let signed = match &self.signed {

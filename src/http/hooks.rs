@@ -144,7 +144,16 @@ async fn agent(
     hook: Authenticated,
 ) -> Result<Response, HookError> {
     let agent = payload::agent_request(&hook.payload)?;
-    submit::agent(&app, hook.hooks()?, &hook.request()?, agent, &trace).await
+    let run_timeout = hook.run_timeout();
+    submit::agent(
+        &app,
+        hook.hooks()?,
+        &hook.request()?,
+        agent,
+        run_timeout,
+        &trace,
+    )
+    .await
 }
 
 /// `POST {prefix}/<name>`: the first mapping that matches, else 404. The name is the

@@ -276,7 +276,7 @@ async fn settle(app: &AppState, key: String, response: Response) -> Response {
     let bytes = match axum::body::to_bytes(body, usize::MAX).await {
         Ok(bytes) => bytes,
         Err(err) => {
-            // Past the pipeline: the request's record has its answer already.
+            // The trace layer, outside this one, records the request with this 500.
             tracing::error!(%err, "cannot buffer the response of a signed delivery");
             return json_error(StatusCode::INTERNAL_SERVER_ERROR, "internal error");
         }

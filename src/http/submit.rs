@@ -42,16 +42,21 @@ pub(super) async fn agent(
     hooks: &HookSettings,
     request: &HookRequest<'_>,
     agent: AgentRequest,
+    run_timeout: Duration,
     trace: &Trace,
 ) -> Result<Response, HookError> {
+    // A run without a limit of its own waits as long as its generation lets runs take.
     let wait = agent
         .wait_for_completion
-        .then_some(agent.action.timeout_seconds);
+        .then(|| match agent.action.timeout_seconds {
+            Some(seconds) if seconds > 0 => Duration::from_secs(seconds),
+            _ => run_timeout,
+        });
     let intake = intake_of(request);
     let committed = admit(app, hooks, &intake, Actions::Agent(agent.action), trace).await?;
     let mut answer = Answer::of(&committed);
-    if let (Some(timeout_seconds), Some(run)) = (wait, committed.runs.first()) {
-        answer.completion = Some(completion(app, &run.run_id, timeout_seconds).await?);
+    if let (Some(limit), Some(run)) = (wait, committed.runs.first()) {
+        answer.completion = Some(completion(app, &run.run_id, limit).await?);
     }
     Ok(Json(answer).into_response())
 }
@@ -174,12 +179,8 @@ struct Completion {
 async fn completion(
     app: &AppState,
     run_id: &str,
-    timeout_seconds: Option<u64>,
+    limit: Duration,
 ) -> Result<Completion, HookError> {
-    let limit = match timeout_seconds {
-        Some(seconds) if seconds > 0 => Duration::from_secs(seconds),
-        _ => app.config.current().runtime.run_timeout,
-    };
     let deadline = tokio::time::Instant::now() + limit + COMPLETION_MARGIN;
     let mut pause = Duration::from_millis(10);
     loop {
