@@ -14,8 +14,7 @@ use crate::hook::envelope::ContentSource;
 use crate::hook::{AdmittedRun, AgentAction, Channel, SessionMode, Thinking, WakeMode};
 
 /// Where a run is in its life. Spelled in snake case in the store and the API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RunStatus {
     /// Accepted, waiting for the runner (or for its session key to be free).
     Queued,
@@ -35,37 +34,18 @@ pub enum RunStatus {
     ForwardFailed,
 }
 
+crate::hook::wire::wire_names!(RunStatus {
+    Queued => "queued",
+    Running => "running",
+    Ok => "ok",
+    Error => "error",
+    Timeout => "timeout",
+    Forwarding => "forwarding",
+    Forwarded => "forwarded",
+    ForwardFailed => "forward_failed",
+});
+
 impl RunStatus {
-    /// Every status, in the order of a run's life.
-    pub const ALL: [RunStatus; 8] = [
-        RunStatus::Queued,
-        RunStatus::Running,
-        RunStatus::Ok,
-        RunStatus::Error,
-        RunStatus::Timeout,
-        RunStatus::Forwarding,
-        RunStatus::Forwarded,
-        RunStatus::ForwardFailed,
-    ];
-
-    /// The spelling of the store and the API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Queued => "queued",
-            RunStatus::Running => "running",
-            RunStatus::Ok => "ok",
-            RunStatus::Error => "error",
-            RunStatus::Timeout => "timeout",
-            RunStatus::Forwarding => "forwarding",
-            RunStatus::Forwarded => "forwarded",
-            RunStatus::ForwardFailed => "forward_failed",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<RunStatus> {
-        RunStatus::ALL.into_iter().find(|s| s.as_str() == text)
-    }
-
     /// Whether the runner still has to take or finish it.
     pub fn is_pending(self) -> bool {
         matches!(self, RunStatus::Queued | RunStatus::Running)
@@ -104,7 +84,7 @@ macro_rules! text_column {
 }
 
 text_column!(
-    RunStatus => RunStatus::parse,
+    RunStatus => RunStatus::from_wire,
     Channel => Channel::parse,
     Thinking => Thinking::parse,
     WakeMode => WakeMode::from_wire,

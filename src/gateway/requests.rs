@@ -16,8 +16,7 @@ use super::store::{Database, DatabaseFile, StoreError, Synchronous};
 use crate::hook::capture::Captured;
 
 /// What a mapping's transform made of a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransformVerdict {
     /// An action of its own.
     Run,
@@ -33,31 +32,14 @@ pub enum TransformVerdict {
     Failed,
 }
 
-impl TransformVerdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TransformVerdict::Run => "run",
-            TransformVerdict::Merge => "merge",
-            TransformVerdict::Keep => "keep",
-            TransformVerdict::Skip => "skip",
-            TransformVerdict::Respond => "respond",
-            TransformVerdict::Failed => "failed",
-        }
-    }
-
-    fn parse(text: &str) -> Option<TransformVerdict> {
-        [
-            TransformVerdict::Run,
-            TransformVerdict::Merge,
-            TransformVerdict::Keep,
-            TransformVerdict::Skip,
-            TransformVerdict::Respond,
-            TransformVerdict::Failed,
-        ]
-        .into_iter()
-        .find(|v| v.as_str() == text)
-    }
-}
+crate::hook::wire::wire_names!(TransformVerdict {
+    Run => "run",
+    Merge => "merge",
+    Keep => "keep",
+    Skip => "skip",
+    Respond => "respond",
+    Failed => "failed",
+});
 
 /// A transform call, as the log keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -71,8 +53,7 @@ pub struct TransformTrace {
 
 /// How a request repeated an earlier one and was answered with the earlier one's work, not
 /// with work of its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Repeat {
     /// Its idempotency key named a run made within the key's window: answered with that run.
     Idempotency,
@@ -80,20 +61,10 @@ pub enum Repeat {
     Redelivery,
 }
 
-impl Repeat {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Repeat::Idempotency => "idempotency",
-            Repeat::Redelivery => "redelivery",
-        }
-    }
-
-    fn parse(text: &str) -> Option<Repeat> {
-        [Repeat::Idempotency, Repeat::Redelivery]
-            .into_iter()
-            .find(|r| r.as_str() == text)
-    }
-}
+crate::hook::wire::wire_names!(Repeat {
+    Idempotency => "idempotency",
+    Redelivery => "redelivery",
+});
 
 /// A provider signature, as the log keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -362,7 +333,7 @@ impl RequestRecord {
         let transform = match row.get::<_, Option<String>>(11)? {
             None => None,
             Some(text) => Some(TransformTrace {
-                outcome: TransformVerdict::parse(&text).ok_or_else(|| corrupt(11, &text))?,
+                outcome: TransformVerdict::from_wire(&text).ok_or_else(|| corrupt(11, &text))?,
                 duration_ms: millis(row.get(12)?),
                 failure: row.get(13)?,
             }),
@@ -380,15 +351,13 @@ impl RequestRecord {
             .get::<_, Option<String>>(16)?
             .and_then(|ids| serde_json::from_str(&ids).ok())
             .unwrap_or_default();
-        let event_outcome = match row.get::<_, Option<String>>(17)?.as_deref() {
+        let event_outcome = match row.get::<_, Option<String>>(17)? {
             None => None,
-            Some("queued") => Some(EventOutcome::Queued),
-            Some("coalesced") => Some(EventOutcome::Coalesced),
-            Some(other) => return Err(corrupt(17, other)),
+            Some(text) => Some(EventOutcome::from_wire(&text).ok_or_else(|| corrupt(17, &text))?),
         };
         let repeat = match row.get::<_, Option<String>>(23)? {
             None => None,
-            Some(text) => Some(Repeat::parse(&text).ok_or_else(|| corrupt(23, &text))?),
+            Some(text) => Some(Repeat::from_wire(&text).ok_or_else(|| corrupt(23, &text))?),
         };
         Ok(RequestRecord {
             id: row.get(0)?,

@@ -7,11 +7,13 @@
 /// - `ALL`: every variant in the table's order, and `NAMES`: their spellings;
 /// - `as_str`: the spelling; `from_wire`: the variant of exactly that spelling (no trimming, no
 ///   case folding: what the store and the wire carry);
-/// - `Serialize` as the spelling and `Deserialize` of exactly a spelling, refusing anything else
-///   with serde's `unknown variant` error, as a derived enum does;
+/// - `Serialize` as the spelling and `Deserialize` of exactly a spelling: another string is
+///   refused with serde's `unknown variant` error, as a derived enum refuses it; a value that is
+///   not a string (which a derived enum would read as its map form) is refused as such;
 /// - with `expected = "prefix"`, `EXPECTED`: the prefix followed by the spellings joined by `|`.
 ///
-/// Every function is a `match` or a scan of at most a dozen entries: no allocation.
+/// Every function is a `match` or a scan of at most a dozen entries, and none allocates. Paths
+/// inside are absolute (`::serde`, `::core`), so the macro works in any module.
 macro_rules! wire_names {
     ($type:ident, expected = $prefix:literal {
         $first:ident => $first_name:literal $(, $variant:ident => $name:literal)* $(,)?
@@ -48,24 +50,34 @@ macro_rules! wire_names {
             }
         }
 
-        impl serde::Serialize for $type {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        impl ::serde::Serialize for $type {
+            fn serialize<S: ::serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 serializer.serialize_str(self.as_str())
             }
         }
 
-        impl<'de> serde::Deserialize<'de> for $type {
-            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        impl<'de> ::serde::Deserialize<'de> for $type {
+            fn deserialize<D: ::serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
                 struct Visitor;
 
-                impl serde::de::Visitor<'_> for Visitor {
+                impl ::serde::de::Visitor<'_> for Visitor {
                     type Value = $type;
 
-                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                        write!(f, "one of {}", $type::NAMES.join(", "))
+                    fn expecting(
+                        &self,
+                        f: &mut ::core::fmt::Formatter<'_>,
+                    ) -> ::core::fmt::Result {
+                        f.write_str("one of ")?;
+                        for (i, name) in $type::NAMES.iter().enumerate() {
+                            if i > 0 {
+                                f.write_str(", ")?;
+                            }
+                            f.write_str(name)?;
+                        }
+                        Ok(())
                     }
 
-                    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<$type, E> {
+                    fn visit_str<E: ::serde::de::Error>(self, text: &str) -> Result<$type, E> {
                         $type::from_wire(text)
                             .ok_or_else(|| E::unknown_variant(text, $type::NAMES))
                     }

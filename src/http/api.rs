@@ -142,9 +142,11 @@ pub async fn runs(
     let status = query
         .status
         .map(|text| {
-            RunStatus::parse(&text).ok_or_else(|| {
-                let known: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
-                ApiError::Invalid(format!("status must be one of: {}", known.join(", ")))
+            RunStatus::from_wire(&text).ok_or_else(|| {
+                ApiError::Invalid(format!(
+                    "status must be one of: {}",
+                    RunStatus::NAMES.join(", ")
+                ))
             })
         })
         .transpose()?;
