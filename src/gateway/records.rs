@@ -394,7 +394,7 @@ impl Store {
 }
 
 /// A run about to be queued: the admitted action, its id, and the prompt the agent will be
-/// given. Field meanings are those of [`RunRecord`]. On the wire (NATS messages, outbox rows) it
+/// given. Field meanings are those of [`RunRecord`]. On the wire (NATS messages) it
 /// is one flat snake-case object, as runs were written before it contained the action.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NewRun {
@@ -405,10 +405,15 @@ pub struct NewRun {
     pub created_at: String,
 }
 
-/// The columns of a [`NewRun`], in the order [`NewRun::from_row`] reads them.
-pub(crate) const NEW_RUN_COLUMNS: &str =
-    "run_id, hook_name, agent_id, target_agent, session_key, message, prompt, deliver, channel,
-    to_addr, model, thinking, timeout_seconds, wake_mode, source, created_at, session_mode";
+/// The columns of a [`NewRun`], in the order [`NewRun::from_row`] reads them: a macro, so that
+/// every statement reading them is one `concat!`ed literal, built at compile time.
+macro_rules! new_run_columns {
+    () => {
+        "run_id, hook_name, agent_id, target_agent, session_key, message, prompt, deliver, channel,
+        to_addr, model, thinking, timeout_seconds, wake_mode, source, created_at, session_mode"
+    };
+}
+pub(crate) use new_run_columns;
 
 impl NewRun {
     pub(crate) fn insert(&self, conn: &Connection) -> rusqlite::Result<()> {
@@ -446,14 +451,16 @@ impl NewRun {
 
     /// The run with this id as it was accepted.
     pub(crate) fn select(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<NewRun>> {
-        conn.prepare_cached(&format!(
-            "SELECT {NEW_RUN_COLUMNS} FROM runs WHERE run_id = ?1"
+        conn.prepare_cached(concat!(
+            "SELECT ",
+            new_run_columns!(),
+            " FROM runs WHERE run_id = ?1"
         ))?
         .query_row(params![run_id], NewRun::from_row)
         .optional()
     }
 
-    /// The run from the first [`NEW_RUN_COLUMNS`] of `row`, in their order.
+    /// The run from the first columns of `row`, in the order of [`new_run_columns`].
     pub(crate) fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<NewRun> {
         let action = AgentAction {
             name: row.get(1)?,

@@ -1,14 +1,12 @@
 //! A run as the operator API shows and lists it: [`RunRecord`], read from the store's row, and
 //! [`RunFilter`], which runs a listing returns.
 
-use std::sync::LazyLock;
-
 use rusqlite::Error::FromSqlConversionFailure;
 use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
-use super::records::{DeliveryRecord, NEW_RUN_COLUMNS, NewRun, RunStatus};
+use super::records::{DeliveryRecord, NewRun, RunStatus, new_run_columns};
 use super::store::{Store, StoreError};
 use crate::hook::envelope::ContentSource;
 use crate::hook::{Channel, Thinking, WakeMode};
@@ -37,22 +35,26 @@ pub struct RunRecord {
 }
 
 /// The columns of a [`RunRecord`], in the order `from_row` reads them: the run's, then its state.
-static RUN_COLUMNS: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "{NEW_RUN_COLUMNS}, status, reply, summary, error, started_at, finished_at, delivery,
-        upstream_run_id, answered_by, attempts"
-    )
-});
+macro_rules! run_columns {
+    () => {
+        concat!(
+            new_run_columns!(),
+            ", status, reply, summary, error, started_at, finished_at, delivery,
+            upstream_run_id, answered_by, attempts"
+        )
+    };
+}
 /// Where the state's columns start, after the run's.
 const STATE_AT: usize = 17;
-/// Where a listing's cursor (the row's `rowid`) comes after [`RUN_COLUMNS`].
+/// Where a listing's cursor (the row's `rowid`) comes after the columns of `run_columns!`.
 const CURSOR_AT: usize = STATE_AT + 10;
 
 impl RunRecord {
     fn select(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunRecord>> {
-        conn.prepare_cached(&format!(
-            "SELECT {} FROM runs WHERE run_id = ?1",
-            *RUN_COLUMNS
+        conn.prepare_cached(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE run_id = ?1"
         ))?
         .query_row(params![run_id], Self::from_row)
         .optional()
@@ -80,13 +82,14 @@ impl RunRecord {
         conn: &Connection,
         filter: &RunFilter,
     ) -> rusqlite::Result<Vec<(RunRecord, i64)>> {
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {}, rowid FROM runs
+        let mut stmt = conn.prepare_cached(concat!(
+            "SELECT ",
+            run_columns!(),
+            ", rowid FROM runs
              WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR hook_name = ?2)
                AND (?3 IS NULL OR session_key = ?3) AND (?4 IS NULL OR created_at >= ?4)
                AND (?5 IS NULL OR rowid < ?5)
-             ORDER BY rowid DESC LIMIT ?6",
-            *RUN_COLUMNS
+             ORDER BY rowid DESC LIMIT ?6"
         ))?;
         let rows = stmt.query_map(
             params![
@@ -223,7 +226,7 @@ mod tests {
 
     #[test]
     fn the_cursor_follows_every_run_column() {
-        assert_eq!(NEW_RUN_COLUMNS.split(',').count(), STATE_AT);
-        assert_eq!(RUN_COLUMNS.split(',').count(), CURSOR_AT);
+        assert_eq!(new_run_columns!().split(',').count(), STATE_AT);
+        assert_eq!(run_columns!().split(',').count(), CURSOR_AT);
     }
 }
