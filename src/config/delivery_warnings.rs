@@ -19,7 +19,8 @@ pub(super) fn delivery_notices(settings: &Settings) -> Vec<ConfigNotice> {
         // warnings below would only send the operator after one.
         return vec![ConfigNotice {
             key: "channels".into(),
-            message: "no channel is configured: every reply of a run and a heartbeat is given up                       (configure one under channels, or set deliver: false)"
+            message: "no channel is configured: every reply of a run and a heartbeat is given up \
+                      (configure one under channels, or set deliver: false)"
                 .into(),
         }];
     }

@@ -209,10 +209,16 @@ fn check_warns_about_replies_that_would_be_given_up() {
     let (status, out, _dir) = check(&with_a_model(base_config(), "http://127.0.0.1:9"));
     assert!(status.success(), "{out}");
     assert!(
-        out.contains("warning: channels: no channel is configured: every reply"),
+        out.contains(
+            "warning: channels: no channel is configured: every reply of a run and a heartbeat \
+             is given up (configure one under channels, or set deliver: false)"
+        ),
         "{out}"
     );
     assert_eq!(out.matches("warning:").count(), 1, "{out}");
+    // The printed line is one sentence: no run of spaces left by a broken line continuation.
+    let warning = out.lines().find(|l| l.starts_with("warning:")).unwrap();
+    assert!(!warning.contains("  "), "{out}");
 
     // Without a model no turn has a reply to lose.
     let (status, out, _dir) = check(&base_config());
