@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::path::Path;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -159,7 +160,7 @@ impl AdapterConfig {
             Channel::Signal => Self::Signal(map.next_value()?),
             Channel::Whatsapp => Self::Whatsapp(map.next_value()?),
             Channel::Imessage => Self::Imessage(map.next_value()?),
-            Channel::Last => return Err(de::Error::custom(UNKNOWN_FIELD)),
+            Channel::Last => return Err(unknown_key(channel.as_str())),
         })
     }
 }
@@ -197,9 +198,22 @@ impl ChannelsConfig {
 
 const DEFAULT_ROUTE: &str = "defaultRoute";
 const RETRY: &str = "retry";
+
+/// Every key `channels` reads: the adapters', then [`ChannelsConfig::SETTINGS`]. Built once, on
+/// the first unknown key, because serde's refusal takes a `'static` list.
+static KEYS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    let adapters = AdapterConfig::CHANNELS.map(Channel::as_str);
+    adapters
+        .into_iter()
+        .chain(ChannelsConfig::SETTINGS.iter().copied())
+        .collect()
+});
+
 /// The refusal of a key `channels` does not read: serde's for a struct that denies unknown
-/// fields, as the loader's `shape_message` shortens it.
-const UNKNOWN_FIELD: &str = "unknown field";
+/// fields, listing the keys it reads, so the loader suggests the closest as for any section.
+fn unknown_key<E: de::Error>(key: &str) -> E {
+    E::unknown_field(key, &KEYS)
+}
 
 /// A key of `channels`.
 enum ChannelsKey {
@@ -218,7 +232,7 @@ impl<'de> Deserialize<'de> for ChannelsKey {
                 .into_iter()
                 .find(|channel| channel.as_str() == name)
                 .map(ChannelsKey::Adapter)
-                .ok_or_else(|| de::Error::custom(UNKNOWN_FIELD)),
+                .ok_or_else(|| unknown_key(name)),
         }
     }
 }
@@ -533,7 +547,15 @@ mod tests {
     #[test]
     fn unknown_keys_and_other_shapes_are_refused_in_todays_words() {
         for key in ["last", "Telegram", "imsg", "matrix"] {
-            assert_eq!(channels(json!({key: {}})).unwrap_err(), "unknown field");
+            let err = channels(json!({key: {}})).unwrap_err();
+            assert_eq!(
+                err,
+                format!(
+                    "unknown field `{key}`, expected one of `telegram`, `slack`, `discord`, \
+                     `mattermost`, `msteams`, `signal`, `whatsapp`, `imessage`, \
+                     `defaultRoute`, `retry`"
+                )
+            );
         }
         assert_eq!(channels(json!("x")).unwrap_err(), "must be an object");
         assert_eq!(channels(json!([])).unwrap_err(), "must be an object");

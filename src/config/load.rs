@@ -268,14 +268,13 @@ fn is_env_name(name: &str) -> bool {
 }
 
 /// Reports a shape error at its key; serde_path_to_error's path already ends with an unknown key,
-/// so "unknown field `x`, expected one of ..." becomes `a.b.x: unknown field`.
+/// so "unknown field `x`, expected one of ..." becomes `a.b.x: unknown field`, followed by
+/// `; did you mean `y`?` when one of the expected keys is close to `x`.
 fn describe_shape_error(err: serde_path_to_error::Error<serde_json::Error>) -> ConfigError {
     let key = err.path().to_string();
     let serde = err.inner().to_string();
     let mut message = shape_message(&serde);
-    // A key under `channels` is refused without a suggestion: the words of today's refusal,
-    // from when the runtime read that section apart from the rest of the file.
-    if serde.starts_with("unknown field") && !key.starts_with("channels.") {
+    if serde.starts_with("unknown field") {
         let unknown = key.rsplit(['.', ']']).next().unwrap_or(&key);
         if let Some(known) = closest(unknown, &expected_names(&serde)) {
             message = format!("unknown field; did you mean `{known}`?");
@@ -459,7 +458,7 @@ mod tests {
     }
 
     #[test]
-    fn channel_problems_keep_their_words() {
+    fn channel_problems_are_told_as_any_others() {
         let problems = |text: &str| -> Vec<String> {
             let doc = parse_document(text, &no_env).unwrap();
             doc.problems.iter().map(ToString::to_string).collect()
@@ -471,8 +470,8 @@ mod tests {
         assert_eq!(
             problems("{ channels: { telegrm: {}, slack: { botToken: 'x', apiBse: 'y' } } }"),
             [
-                "channels.telegrm: unknown field",
-                "channels.slack.apiBse: unknown field",
+                "channels.telegrm: unknown field; did you mean `telegram`?",
+                "channels.slack.apiBse: unknown field; did you mean `apiBase`?",
             ]
         );
         assert_eq!(

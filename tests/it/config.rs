@@ -140,6 +140,35 @@ fn unknown_keys_are_refused_with_their_path() {
     refused(config, "hooks.mappings[2].chanel: unknown field");
 }
 
+/// docs/coming-from-openclaw.md: an unknown key is refused with the closest known key, under
+/// `channels` as in every other section, and never with its value.
+#[test]
+fn unknown_channel_keys_are_refused_with_the_closest_key() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "channels",
+        json!({"telegram": {"botTokn": "tg-never-echoed"}, "slakc": {"botToken": "sl-never-echoed"}}),
+    );
+    let (status, output, _dir) = check(&config);
+    assert!(!status.success(), "check accepted it: {output}");
+    for problem in [
+        "error: channels.telegram.botTokn: unknown field; did you mean `botToken`?",
+        "error: channels.slakc: unknown field; did you mean `slack`?",
+    ] {
+        assert!(
+            output.contains(problem),
+            "missing {problem:?} in:\n{output}"
+        );
+    }
+    for secret in ["tg-never-echoed", "sl-never-echoed"] {
+        assert!(
+            !output.contains(secret),
+            "a refusal echoed a value: {output}"
+        );
+    }
+}
+
 #[test]
 fn check_lists_every_problem() {
     let config = json!({

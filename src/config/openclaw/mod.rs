@@ -3,8 +3,7 @@
 //! coming-from-openclaw.md). Each is either translated into hookgate's own form (a named `bind`,
 //! `agents.entries`, an env SecretRef, a channel's differently named token) or left out with a
 //! notice naming it and saying what hookgate does instead. A key neither gateway knows is left
-//! for the reader to refuse, with the closest known key (under `channels`, as `unknown field`
-//! alone).
+//! for the reader to refuse, with the closest known key.
 //!
 //! Pure: a function of the document's value; the notices are logged by whoever loads it.
 
