@@ -33,20 +33,23 @@ async fn answer_of(response: reqwest::Response) -> (u16, String) {
     (response.status().as_u16(), response.text().await.unwrap())
 }
 
-#[tokio::test]
-async fn a_failed_transform_keeps_its_own_error_and_the_sender_gets_the_same_answer() {
+/// Serves one mapping `id` (at path `id`) running `transform`, sends it `{}` and checks that the
+/// sender got the answer of any failed transform; the server and the request's record, once logged.
+async fn fail_once(id: &str, transform: Value) -> (Hookgate, Value) {
     let mut config = base_config();
     set(
         &mut config,
         "hooks.mappings",
-        // The hostile fixture answers an error of its own words where it finds no environment.
-        json!([{"id": "env", "match": {"path": "env"},
-                "transform": {"module": "hostile.wasm", "config": {"mode": "env"}}}]),
+        json!([{"id": id, "match": {"path": id}, "transform": transform}]),
     );
     let dir = ConfigDir::new(&config);
     install_transforms(&dir, &["hostile"]);
     let server = Hookgate::start_in(&dir);
-    let failed = server.hook("/hooks/env").json(&json!({})).send().await;
+    let failed = server
+        .hook(&format!("/hooks/{id}"))
+        .json(&json!({}))
+        .send()
+        .await;
     let failed = failed.unwrap();
     let record = record_of(&server, &failed).await;
     assert_eq!(
@@ -56,6 +59,14 @@ async fn a_failed_transform_keeps_its_own_error_and_the_sender_gets_the_same_ans
             r#"{"ok":false,"error":"hook mapping failed"}"#.to_string()
         )
     );
+    (server, record)
+}
+
+#[tokio::test]
+async fn a_failed_transform_keeps_its_own_error_and_the_sender_gets_the_same_answer() {
+    // The hostile fixture answers an error of its own words where it finds no environment.
+    let transform = json!({"module": "hostile.wasm", "config": {"mode": "env"}});
+    let (server, record) = fail_once("env", transform).await;
     assert_eq!(record["error"], "hook mapping failed");
     assert_eq!(record["transform"]["failure"], "error");
     assert_eq!(record["reason"], "no environment", "{record}");
@@ -71,6 +82,30 @@ async fn a_failed_transform_keeps_its_own_error_and_the_sender_gets_the_same_ans
     assert!(
         line.is_some_and(|l| l.ends_with("  no environment")),
         "{shown}"
+    );
+}
+
+/// One write to stdout larger than the mapping's whole `logBytes` is refused by the host, and the
+/// call fails as a limit breach (docs/transforms.md): the sender gets the answer of any failed
+/// transform, the record and the log say `output`. The write asks for no room first, so the pipe
+/// stays empty: only the refused write itself tells this breach from a trap.
+#[tokio::test]
+async fn one_write_larger_than_the_log_limit_fails_as_an_output_breach() {
+    let transform = json!({"module": "hostile.wasm",
+                           "config": {"mode": "oversized-write", "bytes": 65536},
+                           "limits": {"logBytes": 1024}});
+    let (server, record) = fail_once("loud", transform).await;
+    assert_eq!(record["transform"]["failure"], "output", "{record}");
+    assert_eq!(
+        record["reason"], "output limit exceeded: stdout/stderr over 1024 bytes",
+        "{record}"
+    );
+    let (_, log) = server.terminate();
+    assert!(
+        log.lines().any(|l| l.contains("transform failed")
+            && l.contains("mapping=loud")
+            && l.contains("cause=\"output\"")),
+        "{log}"
     );
 }
 
