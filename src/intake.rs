@@ -13,7 +13,7 @@ use crate::gateway::{
 };
 use crate::hook::envelope::{ContentSource, wrap_prompt};
 use crate::hook::policy::KeyOrigin;
-use crate::hook::{AdmittedRun, AgentAction, Rejected, WakeMode, WakeRequest, idempotency};
+use crate::hook::{AgentAction, Rejected, WakeMode, WakeRequest, idempotency};
 use crate::mapping::{FinishedAction, Mapping};
 
 /// Where a request came in: what its actions' idempotency and events are made of.
@@ -196,7 +196,6 @@ async fn queue(runtime: &Runtime, admission: AgentAdmission) -> Result<QueuedRun
         .submit_run(
             admission.run,
             admission.claim,
-            &admission.admitted,
             admission.idempotency_key.as_deref(),
         )
         .await?;
@@ -230,7 +229,6 @@ enum AgentOrigin<'a> {
 /// An admitted agent request, ready for [`Runtime::submit_run`].
 struct AgentAdmission {
     pub run: NewRun,
-    pub admitted: AdmittedRun,
     /// Recognises a repeat of the same request within the idempotency window.
     pub claim: Option<IdempotencyClaim>,
     /// The key the client (or a signed delivery's id) gave, for relays upstream.
@@ -282,8 +280,7 @@ fn admit_agent(
         )
     };
     Ok(AgentAdmission {
-        run: NewRun::admitted(run_id, admitted.clone(), prompt, received),
-        admitted,
+        run: NewRun::admitted(run_id, admitted, prompt, received),
         claim,
         idempotency_key: key.map(String::from),
     })

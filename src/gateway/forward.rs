@@ -12,7 +12,7 @@ use super::runs::{self, IdempotencyClaim, RunQueued};
 use super::signals::Signals;
 use super::store::StoreError;
 use crate::config::runtime::GatewayMode;
-use crate::hook::{AdmittedRun, WakeMode};
+use crate::hook::WakeMode;
 
 pub struct Forward {
     ctx: Context,
@@ -68,7 +68,6 @@ impl Forward {
         &self,
         run: NewRun,
         claim: Option<IdempotencyClaim>,
-        admitted: &AdmittedRun,
         idempotency_key: Option<&str>,
     ) -> Result<RunQueued, StoreError> {
         let relay_session_key = match &self.ctx.config.current().runtime.mode {
@@ -76,7 +75,7 @@ impl Forward {
             GatewayMode::Embedded => false,
         };
         let relay = OutboxItem::Relay(Relayed::Agent {
-            body: AgentBody::of(admitted, relay_session_key),
+            body: AgentBody::of(&run.admitted, relay_session_key),
             idempotency_key: idempotency_key.unwrap_or(&run.run_id).to_string(),
         });
         let queued = self

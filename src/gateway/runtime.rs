@@ -19,7 +19,7 @@ use super::signals::Signals;
 use super::store::{Store, StoreError};
 use crate::config::LiveConfig;
 use crate::config::runtime::{GatewayMode, Route};
-use crate::hook::{AdmittedRun, WakeMode};
+use crate::hook::WakeMode;
 use crate::metrics::Metrics;
 
 /// Shared by the request handlers.
@@ -181,16 +181,11 @@ impl Runtime {
         &self,
         run: NewRun,
         claim: Option<IdempotencyClaim>,
-        admitted: &AdmittedRun,
         idempotency_key: Option<&str>,
     ) -> Result<RunQueued, StoreError> {
         match &self.backend {
             Backend::Embedded(embedded) => embedded.submit_run(run, claim).await,
-            Backend::Forward(forward) => {
-                forward
-                    .submit_run(run, claim, admitted, idempotency_key)
-                    .await
-            }
+            Backend::Forward(forward) => forward.submit_run(run, claim, idempotency_key).await,
             Backend::Nats(cluster) => Ok(cluster.submit_run(run, claim).await?),
         }
     }
