@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+use hookgate::mapping::JAVASCRIPT_EXTENSIONS;
 use hookgate::transform::{CompileCache, TransformEngine, TransformLimits};
 
 mod sdk;
@@ -216,9 +217,6 @@ enum Target<'a> {
     },
 }
 
-/// The extensions of a module a mapping may name (`hookgate::mapping::javascript_component`).
-const MODULE_EXTENSIONS: [&str; 5] = ["mjs", "js", "cjs", "ts", "mts"];
-
 impl<'a> Target<'a> {
     fn of(path: &'a Path) -> Result<Target<'a>, String> {
         if path.is_dir() {
@@ -237,7 +235,7 @@ impl<'a> Target<'a> {
             return Err(format!("{} does not exist", path.display()));
         }
         let extension = path.extension().and_then(|e| e.to_str());
-        match MODULE_EXTENSIONS
+        match JAVASCRIPT_EXTENSIONS
             .into_iter()
             .find(|e| Some(*e) == extension)
         {
@@ -248,7 +246,7 @@ impl<'a> Target<'a> {
             _ => Err(format!(
                 "{} is neither a JavaScript or TypeScript module (.{}) nor a project directory",
                 path.display(),
-                MODULE_EXTENSIONS.join(", .")
+                JAVASCRIPT_EXTENSIONS.join(", .")
             )),
         }
     }
@@ -384,14 +382,11 @@ fn build_javascript(dir: &Path) -> Result<(PathBuf, Option<&'static str>), Strin
     }
     npm(&["run", "--silent", "build"])?;
     let module = package["hookgate"]["module"].as_str().unwrap_or_default();
-    let extension = match Path::new(module).extension().and_then(|e| e.to_str()) {
-        Some("ts") => "ts",
-        Some("mts") => "mts",
-        Some("cts") => "cts",
-        Some("js") => "js",
-        Some("cjs") => "cjs",
-        _ => "mjs",
-    };
+    // The mapping printed must name a source `javascript_component` knows, else it would not load.
+    let extension = Path::new(module)
+        .extension()
+        .and_then(|e| JAVASCRIPT_EXTENSIONS.into_iter().find(|known| e == *known))
+        .unwrap_or("mjs");
     Ok((dir.join(format!("{name}.wasm")), Some(extension)))
 }
 

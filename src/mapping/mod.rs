@@ -85,13 +85,18 @@ pub struct TransformSpec {
     pub export: Option<String>,
 }
 
+/// The extensions (without the dot) of a JavaScript or TypeScript source that a mapping may name
+/// and `hookgate transform build` builds, in the order the CLI lists them.
+pub const JAVASCRIPT_EXTENSIONS: [&str; 5] = ["mjs", "js", "cjs", "ts", "mts"];
+
 /// For a module name that is a JavaScript or TypeScript source (as an openclaw.json names a
-/// transform), the component built from it, which hookgate runs instead: `<stem>.wasm` beside it.
+/// transform; one of [`JAVASCRIPT_EXTENSIONS`]), the component built from it, which hookgate runs
+/// instead: `<stem>.wasm` beside it.
 pub fn javascript_component(module: &str) -> Option<String> {
-    [".js", ".mjs", ".cjs", ".ts", ".mts"]
-        .into_iter()
-        .find_map(|source| module.strip_suffix(source))
-        .map(|stem| format!("{stem}.wasm"))
+    let (stem, extension) = module.rsplit_once('.')?;
+    JAVASCRIPT_EXTENSIONS
+        .contains(&extension)
+        .then(|| format!("{stem}.wasm"))
 }
 
 impl Mapping {
@@ -279,4 +284,23 @@ pub fn preset(name: &str) -> Option<Mapping> {
         is_email: true,
         signature: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::javascript_component;
+
+    #[test]
+    fn a_javascript_source_runs_the_component_beside_it() {
+        for known in ["h.mjs", "h.js", "h.cjs", "h.ts", "h.mts"] {
+            assert_eq!(javascript_component(known).as_deref(), Some("h.wasm"));
+        }
+        assert_eq!(
+            javascript_component("dir.v2/h.mjs").as_deref(),
+            Some("dir.v2/h.wasm")
+        );
+        for other in ["h.wasm", "h.cts", "h", "dir.mjs/h", "h.MJS"] {
+            assert_eq!(javascript_component(other), None, "{other}");
+        }
+    }
 }
