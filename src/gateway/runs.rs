@@ -1,7 +1,8 @@
 //! The SQL of runs and the main session: queueing runs (once per idempotency key), claiming
 //! them, recording outcomes and deliveries, summaries at most once per run, pending events, and
-//! the main session's route as its owner set it. Each function runs inside one transaction of the store's writer (or on its read
-//! connection), so a crash leaves either all of an outcome or none of it.
+//! the main session's route as its owner set it. Each function runs inside one transaction of
+//! the store's writer (or on its read connection), so a crash leaves either all of an outcome
+//! or none of it. [`Store::queue_run`] and [`Store::gauges`] wrap the two a caller needs alone.
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -5,9 +5,12 @@
 //! for the writer.
 //!
 //! [`Store`] is the handle on this database (events, runs, the outbox); the request log's file
-//! has a handle of its own on the same writer (`requests::RequestLogStore`), so that a query of
-//! one database does not compile against the other. The queries are methods of their handle,
-//! written beside the records they read (`runs`, `records`, `run_record`, `requests`).
+//! has a handle of its own (`requests::RequestLogStore`), with a writer thread of its own, so
+//! that a query of one database does not compile against the other. The queries are written
+//! beside the records they read (`runs`, `records`, `run_record`, `requests`): those a caller
+//! only awaits are methods of their handle (`Store::runs`, `RequestLogStore::page`), the others
+//! functions over a connection that a backend runs through [`Store::write`] or [`Store::read`],
+//! so that it can commit several in one transaction (a run's outcome with its summary).
 
 mod error;
 mod failure;
