@@ -1,6 +1,8 @@
-//! The pure domain of a hook request: payload normalising, the agent/session/model policies, the
-//! idempotency key and the safety envelope. Nothing here does I/O, so every rule is a plain function
-//! that tests can call directly.
+//! The pure domain of a hook request: the action it asks for ([`action`], its enums' wire names
+//! written once in `wire`), payload normalising, the agent/session/model policies, the idempotency
+//! key, the safety envelope, provider signatures, which headers are credentials and what of a
+//! request the log captures. Nothing here does I/O, so every rule is a plain function that tests
+//! can call directly.
 
 pub mod action;
 pub mod capture;
