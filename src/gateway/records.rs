@@ -393,9 +393,10 @@ impl Store {
     }
 }
 
-/// A run about to be queued: the admitted action, its id, and the prompt the agent will be
-/// given. Field meanings are those of [`RunRecord`]. On the wire (NATS messages) it
-/// is one flat snake-case object, as runs were written before it contained the action.
+/// A run about to be queued: the admitted action ([`AdmittedRun`]), its id, the prompt the agent
+/// will be given (the action's message, in its safety envelope unless the action allows unsafe
+/// external content) and when it was accepted (RFC 3339). On the wire (NATS messages) it is
+/// one flat snake-case object, as runs were written before it contained the action.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NewRun {
     pub run_id: String,
