@@ -1,6 +1,6 @@
 //! From the file as written to the [`Settings`] the server runs on: secrets read, values
-//! normalised, every startup refusal of docs/configuration.md checked. All problems are collected, not just
-//! the first, so that `hookgate check` can list them together.
+//! normalised, every startup refusal of docs/configuration.md checked. All problems are
+//! collected, not just the first, so that `hookgate check` can list them together.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -2,8 +2,9 @@
 //! mapping or `hooks.capture` asks for them (docs/operations.md#the-request-log). Credentials
 //! never reach the store: the hook token's carriers, cookies and every scheme's signature and
 //! secret headers are always removed ([`CredentialHeaders`]), the configured header names and
-//! JSON pointers are replaced by [`REDACTED`] before anything is written. A body over the size cap, or one that pointers must redact but that is not JSON, is
-//! not kept at all (a cut JSON document could not be redacted, nor replayed).
+//! JSON pointers are replaced by [`REDACTED`] before anything is written. A body over the size
+//! cap, or one that pointers must redact but that is not JSON, is not kept at all (a cut JSON
+//! document could not be redacted, nor replayed).
 
 use bytes::Bytes;
 use serde_json::Value;
