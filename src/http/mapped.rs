@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use super::AppState;
-use super::reply::{HookError, Refusal};
+use super::reply::{HookError, MappingFailure, Refusal};
 use super::request::HookRequest;
 use super::submit;
 use super::trace::Trace;
@@ -128,9 +128,9 @@ async fn run_transform(
     let loaded = hooks.transforms.get().and_then(|set| set.get(module));
     let Some(loaded) = loaded else {
         tracing::error!(mapping = %mapping.id, %module, "transform not loaded");
-        return Err(HookError::MappingFailed(format!(
-            "transform {module} is not loaded"
-        )));
+        return Err(HookError::MappingFailed(MappingFailure::NotLoaded {
+            module: module.to_string(),
+        }));
     };
     let started = Instant::now();
     let outcome = app
@@ -169,7 +169,7 @@ async fn run_transform(
             tracing::error!(mapping = %mapping.id, %module, cause = failure.cause(), %failure, "transform failed");
             Err(match failure {
                 TransformFailure::Busy(_) => HookError::TransformsBusy,
-                failure => HookError::MappingFailed(failure.text()),
+                failure => HookError::MappingFailed(failure.into()),
             })
         }
     }

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::hook::Rejected;
 use crate::hook::signature::SignatureError;
+use crate::transform::TransformFailure;
 
 /// `Retry-After` of an answer refused because the store is full. Space comes back when someone
 /// frees it, not in a second: a pause that keeps clients from hammering a store that refuses
@@ -41,9 +42,9 @@ pub enum HookError {
     BodyTimeout,
     #[error("{0}")]
     Invalid(String),
-    /// A mapping's transform failed or is not loaded: the cause, logged where it happened.
+    /// A mapping's transform failed or is not loaded: the cause kept, logged where it happened.
     #[error("hook mapping failed")]
-    MappingFailed(String),
+    MappingFailed(#[source] MappingFailure),
     /// Every transform call slot stayed taken for as long as a call may wait for one.
     #[error("transforms busy")]
     TransformsBusy,
@@ -72,6 +73,30 @@ pub enum Refusal {
     SignedForAnother { signed: String, matched: String },
     #[error("mapping {0} accepts its signature only, not the hook token")]
     TokenRefused(String),
+}
+
+/// Why a mapping produced no action, a server-side failure: the client is told `hook mapping
+/// failed` whatever it is, the operator reads [`MappingFailure::text`] in the request log.
+#[derive(Debug, thiserror::Error)]
+pub enum MappingFailure {
+    /// The mapping names a transform module the current configuration did not load.
+    #[error("transform {module} is not loaded")]
+    NotLoaded { module: String },
+    /// The transform was called and failed (never [`TransformFailure::Busy`], which is
+    /// [`HookError::TransformsBusy`]).
+    #[error(transparent)]
+    Transform(#[from] TransformFailure),
+}
+
+impl MappingFailure {
+    /// The request log's reason: a transform's failure in its own bounded words
+    /// ([`TransformFailure::text`]), else this failure described.
+    pub fn text(&self) -> String {
+        match self {
+            MappingFailure::Transform(failure) => failure.text(),
+            other => other.to_string(),
+        }
+    }
 }
 
 impl From<crate::gateway::StoreError> for HookError {
@@ -150,7 +175,7 @@ impl HookError {
     pub fn reason(&self) -> Option<String> {
         match self {
             HookError::Unauthorized(refusal) => Some(refusal.to_string()),
-            HookError::MappingFailed(cause) => Some(cause.clone()),
+            HookError::MappingFailed(failure) => Some(failure.text()),
             HookError::Internal(source) => Some(source.to_string()),
             _ => None,
         }
