@@ -94,7 +94,7 @@ impl From<HookError> for ApiError {
             // Logged where it was made (`HookError::internal`).
             HookError::Internal(source) => ApiError::Internal(source),
             HookError::StoreFull => ApiError::StoreFull,
-            other => ApiError::Invalid(other.client_message().to_string()),
+            other => ApiError::Invalid(other.client_message().into_owned()),
         }
     }
 }

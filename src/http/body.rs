@@ -114,8 +114,7 @@ pub fn parse_json(bytes: &[u8]) -> Result<Value, HookError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Object(Default::default()));
     }
-    let value: Value =
-        serde_json::from_slice(bytes).map_err(|e| HookError::Invalid(e.to_string()))?;
+    let value: Value = serde_json::from_slice(bytes).map_err(HookError::Json)?;
     Ok(match value {
         Value::Object(_) | Value::Array(_) => value,
         _ => Value::Object(Default::default()),
@@ -151,9 +150,9 @@ mod tests {
 
     #[test]
     fn invalid_json_carries_the_parser_message() {
-        let HookError::Invalid(message) = parse_json(b"{nope").unwrap_err() else {
-            panic!("expected Invalid");
-        };
+        let err = parse_json(b"{nope").unwrap_err();
+        assert!(matches!(err, HookError::Json(_)), "{err:?}");
+        let message = err.client_message();
         assert!(message.contains("line 1"), "{message}");
     }
 

@@ -1,5 +1,6 @@
 //! Every way a hook request can be refused, with the exact status and body of docs/http-contract.md.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +43,9 @@ pub enum HookError {
     BodyTimeout,
     #[error("{0}")]
     Invalid(String),
+    /// The body is not JSON: a 400 whose text is the parser's message, the parser's error kept.
+    #[error(transparent)]
+    Json(serde_json::Error),
     /// A mapping's transform failed or is not loaded: the cause kept, logged where it happened.
     #[error("hook mapping failed")]
     MappingFailed(#[source] MappingFailure),
@@ -152,9 +156,10 @@ impl HookError {
         HookError::Internal(source)
     }
 
-    /// The text the client is answered with (and the request log records).
-    pub fn client_message(&self) -> &str {
-        match self {
+    /// The text the client is answered with (and the request log records). Borrowed but for
+    /// a body that is not JSON, whose parser's message is written out here.
+    pub fn client_message(&self) -> Cow<'_, str> {
+        Cow::Borrowed(match self {
             HookError::QueryToken => QUERY_TOKEN_MESSAGE,
             HookError::MethodNotAllowed => "Method Not Allowed",
             HookError::Unauthorized(_) => "Unauthorized",
@@ -163,11 +168,12 @@ impl HookError {
             HookError::PayloadTooLarge => "payload too large",
             HookError::BodyTimeout => "request body timeout",
             HookError::Invalid(message) => message,
+            HookError::Json(err) => return Cow::Owned(err.to_string()),
             HookError::MappingFailed(_) => "hook mapping failed",
             HookError::TransformsBusy => "transforms busy; retry",
             HookError::StoreFull => "store full; retry",
             HookError::Internal(_) => "internal error",
-        }
+        })
     }
 
     /// Why, in more words than the client got, for the request log: the reason of an
@@ -183,7 +189,9 @@ impl HookError {
 
     fn status(&self) -> StatusCode {
         match self {
-            HookError::QueryToken | HookError::Invalid(_) => StatusCode::BAD_REQUEST,
+            HookError::QueryToken | HookError::Invalid(_) | HookError::Json(_) => {
+                StatusCode::BAD_REQUEST
+            }
             HookError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             HookError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             HookError::LockedOut { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -217,10 +225,10 @@ impl IntoResponse for HookError {
             | HookError::NotFound => (
                 status,
                 [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-                message.to_string(),
+                message.into_owned(),
             )
                 .into_response(),
-            _ => json_error(status, message),
+            _ => json_error(status, &message),
         };
         let headers = response.headers_mut();
         match &self {

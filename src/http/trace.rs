@@ -170,7 +170,7 @@ impl Trace {
     /// words (which the client never gets).
     pub fn refused(&self, err: &HookError) {
         let mut draft = self.draft();
-        draft.record.error = Some(err.client_message().to_string());
+        draft.record.error = Some(err.client_message().into_owned());
         draft.record.reason = err.reason();
     }
 
