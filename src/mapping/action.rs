@@ -19,8 +19,9 @@ pub struct MappedAction {
     pub agent: AgentAction,
     /// The prompt goes to the agent without the safety envelope.
     pub allow_unsafe_external_content: bool,
-    /// A channel a transform set that names none, refused by `finish` after the message check.
-    pub refused_channel: Option<String>,
+    /// A transform set a channel that names none: refused by `finish` after the message check
+    /// (with the list of channels, never the text it set).
+    pub channel_refused: bool,
 }
 
 /// An action a transform returned (a `run` outcome); `None` fields keep the mapping's values.
@@ -89,7 +90,7 @@ impl MappedAction {
         agent.deliver = overrides.deliver.unwrap_or(agent.deliver);
         match overrides.channel {
             Some(Named::Known(channel)) => agent.channel = Some(channel),
-            Some(Named::Unknown(text)) => self.refused_channel = Some(text),
+            Some(Named::Unknown(_)) => self.channel_refused = true,
             None => {}
         }
         agent.to = overrides.to.or(agent.to.take());
@@ -135,7 +136,7 @@ impl MappedAction {
                 if message.is_empty() {
                     return Err(Rejected::new("hook mapping requires message"));
                 }
-                if self.refused_channel.is_some() {
+                if self.channel_refused {
                     return Err(Rejected::new(Channel::EXPECTED));
                 }
                 Ok(FinishedAction::Agent {

@@ -104,7 +104,7 @@ impl MappedAction {
             text: String::new(),
             agent: AgentAction::default(),
             allow_unsafe_external_content: false,
-            refused_channel: None,
+            channel_refused: false,
         }
     }
 }
@@ -133,7 +133,7 @@ mod tests {
                 session_mode: SessionMode::Isolated,
             },
             allow_unsafe_external_content: false,
-            refused_channel: None,
+            channel_refused: false,
         }
     }
 

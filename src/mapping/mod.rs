@@ -171,7 +171,7 @@ impl Mapping {
             text: rendered(&self.text_template),
             agent,
             allow_unsafe_external_content: self.allow_unsafe_external_content,
-            refused_channel: None,
+            channel_refused: false,
         }
     }
 }
