@@ -304,8 +304,15 @@ pub(crate) fn shape_message(serde: &str) -> String {
         return serde.to_string();
     };
     // The value comes first; what is expected is after the last ", expected " (a value that
-    // itself holds those words is still cut off).
-    let expected = rest.rsplit_once(", expected ").map(|(_, e)| e);
+    // itself holds those words is still cut off). A section is a Rust struct to serde; to
+    // whoever writes the file it is an object.
+    let expected = rest.rsplit_once(", expected ").map(|(_, e)| {
+        if e.starts_with("struct ") {
+            "an object"
+        } else {
+            e
+        }
+    });
     if serde.starts_with("unknown variant") {
         return match expected {
             Some(expected) => format!("unknown variant, expected {expected}"),
@@ -332,6 +339,18 @@ pub(crate) fn shape_message(serde: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_section_is_expected_as_an_object_not_as_a_rust_type() {
+        assert_eq!(
+            shape_message("invalid type: string \"x\", expected struct BotConfig"),
+            "expected an object, not a string"
+        );
+        assert_eq!(
+            shape_message("invalid type: integer `5`, expected a string"),
+            "expected a string, not an integer"
+        );
+    }
 
     fn no_env(_: &str) -> Option<String> {
         None

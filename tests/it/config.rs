@@ -140,6 +140,26 @@ fn unknown_keys_are_refused_with_their_path() {
     refused(config, "hooks.mappings[2].chanel: unknown field");
 }
 
+/// A section in the wrong shape says what it should be, in the words of the file, not the name
+/// of the type hookgate reads it into, and never its value.
+#[test]
+fn a_section_that_is_not_an_object_is_refused_as_such() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "channels",
+        json!({"telegram": "tg-never-echoed"}),
+    );
+    let (status, output, _dir) = check(&config);
+    assert!(!status.success(), "check accepted it: {output}");
+    assert!(
+        output.contains("channels.telegram: expected an object, not a string"),
+        "{output}"
+    );
+    assert!(!output.contains("never-echoed"), "{output}");
+    assert!(!output.contains("struct"), "{output}");
+}
+
 /// docs/coming-from-openclaw.md: an unknown key is refused with the closest known key, under
 /// `channels` as in every other section, and never with its value.
 #[test]
