@@ -19,11 +19,11 @@ use crate::hook::Channel;
 
 /// `channels.telegram`, `channels.slack` and `channels.discord`: a bot's token and the API it
 /// talks to (default: the service's own).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct BotConfig {
-    pub bot_token: SecretValue,
-    pub api_base: Option<String>,
+pub struct BotConfig<S = SecretValue, B = Option<String>> {
+    pub bot_token: S,
+    pub api_base: B,
 }
 
 impl BotConfig {
@@ -32,11 +32,11 @@ impl BotConfig {
 }
 
 /// `channels.mattermost`: the server and a bot's or user's token.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct MattermostConfig {
+pub struct MattermostConfig<S = SecretValue> {
     pub base_url: String,
-    pub token: SecretValue,
+    pub token: S,
 }
 
 impl MattermostConfig {
@@ -45,10 +45,10 @@ impl MattermostConfig {
 }
 
 /// `channels.msteams`: an incoming webhook, which posts to one conversation.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct MsteamsConfig {
-    pub webhook_url: SecretValue,
+pub struct MsteamsConfig<S = SecretValue> {
+    pub webhook_url: S,
 }
 
 impl MsteamsConfig {
@@ -57,7 +57,7 @@ impl MsteamsConfig {
 }
 
 /// `channels.signal`: a signal-cli REST API and the number it sends from.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SignalConfig {
     pub base_url: String,
@@ -70,12 +70,12 @@ impl SignalConfig {
 }
 
 /// `channels.whatsapp`: the WhatsApp Cloud API (default base: Graph API v20.0).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct WhatsappConfig {
-    pub access_token: SecretValue,
+pub struct WhatsappConfig<S = SecretValue, B = Option<String>> {
+    pub access_token: S,
     pub phone_number_id: String,
-    pub api_base: Option<String>,
+    pub api_base: B,
 }
 
 impl WhatsappConfig {
@@ -84,11 +84,11 @@ impl WhatsappConfig {
 }
 
 /// `channels.imessage`: a BlueBubbles server and its password.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ImessageConfig {
+pub struct ImessageConfig<S = SecretValue> {
     pub base_url: String,
-    pub password: SecretValue,
+    pub password: S,
 }
 
 impl ImessageConfig {
@@ -96,17 +96,40 @@ impl ImessageConfig {
     pub const KEYS: &[&str] = &["baseUrl", "password"];
 }
 
-/// One delivery adapter as written.
-#[derive(Debug, Clone)]
-pub enum AdapterConfig {
-    Telegram(BotConfig),
-    Slack(BotConfig),
-    Discord(BotConfig),
-    Mattermost(MattermostConfig),
-    Msteams(MsteamsConfig),
+/// One delivery adapter: as written by default, as it sends once built ([`ChannelEndpoint`]).
+///
+/// Each adapter's struct is generic over its secrets (`S`) and, where the file may leave it out,
+/// its API base (`B`): as written they are [`SecretValue`]s and an optional base; built, the
+/// secrets are read and the service's default base filled in, so one type serves both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdapterConfig<S = SecretValue, B = Option<String>> {
+    Telegram(BotConfig<S, B>),
+    Slack(BotConfig<S, B>),
+    Discord(BotConfig<S, B>),
+    Mattermost(MattermostConfig<S>),
+    Msteams(MsteamsConfig<S>),
     Signal(SignalConfig),
-    Whatsapp(WhatsappConfig),
-    Imessage(ImessageConfig),
+    Whatsapp(WhatsappConfig<S, B>),
+    Imessage(ImessageConfig<S>),
+}
+
+/// One configured delivery channel: its adapter with the secrets read and the API base filled in.
+pub type ChannelEndpoint = AdapterConfig<String, String>;
+
+impl<S, B> AdapterConfig<S, B> {
+    /// The channel this adapter sends to.
+    pub fn channel(&self) -> Channel {
+        match self {
+            Self::Telegram(_) => Channel::Telegram,
+            Self::Slack(_) => Channel::Slack,
+            Self::Discord(_) => Channel::Discord,
+            Self::Mattermost(_) => Channel::Mattermost,
+            Self::Msteams(_) => Channel::Msteams,
+            Self::Signal(_) => Channel::Signal,
+            Self::Whatsapp(_) => Channel::Whatsapp,
+            Self::Imessage(_) => Channel::Imessage,
+        }
+    }
 }
 
 impl AdapterConfig {
@@ -132,20 +155,6 @@ impl AdapterConfig {
             Channel::Whatsapp => WhatsappConfig::KEYS,
             Channel::Imessage => ImessageConfig::KEYS,
             Channel::Last => &[],
-        }
-    }
-
-    /// The channel this adapter sends to.
-    pub fn channel(&self) -> Channel {
-        match self {
-            Self::Telegram(_) => Channel::Telegram,
-            Self::Slack(_) => Channel::Slack,
-            Self::Discord(_) => Channel::Discord,
-            Self::Mattermost(_) => Channel::Mattermost,
-            Self::Msteams(_) => Channel::Msteams,
-            Self::Signal(_) => Channel::Signal,
-            Self::Whatsapp(_) => Channel::Whatsapp,
-            Self::Imessage(_) => Channel::Imessage,
         }
     }
 
@@ -306,59 +315,6 @@ pub struct Route {
     pub to: Option<String>,
 }
 
-/// One configured delivery channel, credentials resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ChannelEndpoint {
-    Telegram {
-        api_base: String,
-        bot_token: String,
-    },
-    Slack {
-        api_base: String,
-        bot_token: String,
-    },
-    Discord {
-        api_base: String,
-        bot_token: String,
-    },
-    Mattermost {
-        base_url: String,
-        token: String,
-    },
-    Msteams {
-        webhook_url: String,
-    },
-    Signal {
-        base_url: String,
-        number: String,
-    },
-    Whatsapp {
-        api_base: String,
-        access_token: String,
-        phone_number_id: String,
-    },
-    Imessage {
-        base_url: String,
-        password: String,
-    },
-}
-
-impl ChannelEndpoint {
-    /// The channel this endpoint sends to.
-    pub fn channel(&self) -> Channel {
-        match self {
-            ChannelEndpoint::Telegram { .. } => Channel::Telegram,
-            ChannelEndpoint::Slack { .. } => Channel::Slack,
-            ChannelEndpoint::Discord { .. } => Channel::Discord,
-            ChannelEndpoint::Mattermost { .. } => Channel::Mattermost,
-            ChannelEndpoint::Msteams { .. } => Channel::Msteams,
-            ChannelEndpoint::Signal { .. } => Channel::Signal,
-            ChannelEndpoint::Whatsapp { .. } => Channel::Whatsapp,
-            ChannelEndpoint::Imessage { .. } => Channel::Imessage,
-        }
-    }
-}
-
 /// How failed sends are retried from the outbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -445,39 +401,33 @@ fn endpoint(
     };
     let api_base =
         |base: &Option<String>, default: &str| base.clone().unwrap_or_else(|| default.to_string());
+    let mut bot = |c: &BotConfig, default_base: &str| BotConfig {
+        bot_token: secret_of(&c.bot_token, "botToken"),
+        api_base: api_base(&c.api_base, default_base),
+    };
     match adapter {
-        AdapterConfig::Telegram(c) => ChannelEndpoint::Telegram {
-            api_base: api_base(&c.api_base, "https://api.telegram.org"),
-            bot_token: secret_of(&c.bot_token, "botToken"),
-        },
-        AdapterConfig::Slack(c) => ChannelEndpoint::Slack {
-            api_base: api_base(&c.api_base, "https://slack.com/api"),
-            bot_token: secret_of(&c.bot_token, "botToken"),
-        },
-        AdapterConfig::Discord(c) => ChannelEndpoint::Discord {
-            api_base: api_base(&c.api_base, "https://discord.com/api/v10"),
-            bot_token: secret_of(&c.bot_token, "botToken"),
-        },
-        AdapterConfig::Mattermost(c) => ChannelEndpoint::Mattermost {
+        AdapterConfig::Telegram(c) => ChannelEndpoint::Telegram(bot(c, "https://api.telegram.org")),
+        AdapterConfig::Slack(c) => ChannelEndpoint::Slack(bot(c, "https://slack.com/api")),
+        AdapterConfig::Discord(c) => {
+            ChannelEndpoint::Discord(bot(c, "https://discord.com/api/v10"))
+        }
+        AdapterConfig::Mattermost(c) => ChannelEndpoint::Mattermost(MattermostConfig {
             base_url: c.base_url.clone(),
             token: secret_of(&c.token, "token"),
-        },
-        AdapterConfig::Msteams(c) => ChannelEndpoint::Msteams {
+        }),
+        AdapterConfig::Msteams(c) => ChannelEndpoint::Msteams(MsteamsConfig {
             webhook_url: secret_of(&c.webhook_url, "webhookUrl"),
-        },
-        AdapterConfig::Signal(c) => ChannelEndpoint::Signal {
-            base_url: c.base_url.clone(),
-            number: c.number.clone(),
-        },
-        AdapterConfig::Whatsapp(c) => ChannelEndpoint::Whatsapp {
+        }),
+        AdapterConfig::Signal(c) => ChannelEndpoint::Signal(c.clone()),
+        AdapterConfig::Whatsapp(c) => ChannelEndpoint::Whatsapp(WhatsappConfig {
             api_base: api_base(&c.api_base, "https://graph.facebook.com/v20.0"),
             access_token: secret_of(&c.access_token, "accessToken"),
             phone_number_id: c.phone_number_id.clone(),
-        },
-        AdapterConfig::Imessage(c) => ChannelEndpoint::Imessage {
+        }),
+        AdapterConfig::Imessage(c) => ChannelEndpoint::Imessage(ImessageConfig {
             base_url: c.base_url.clone(),
             password: secret_of(&c.password, "password"),
-        },
+        }),
     }
 }
 

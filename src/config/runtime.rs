@@ -11,7 +11,10 @@ use super::model::{FileConfig, ModelConfig, ProviderConfig};
 use super::secret::secret;
 use crate::hook::policy::normalize_agent_id;
 
-pub use super::channels::{ChannelEndpoint, ChannelSettings, RetryPolicy, Route};
+pub use super::channels::{
+    BotConfig, ChannelEndpoint, ChannelSettings, ImessageConfig, MattermostConfig, MsteamsConfig,
+    RetryPolicy, Route, SignalConfig, WhatsappConfig,
+};
 
 /// What the runtime does with accepted hooks.
 #[derive(Debug, Clone, PartialEq, Eq)]

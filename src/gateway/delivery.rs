@@ -10,7 +10,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::records::{DeliveryJob, DeliveryRecord};
-use crate::config::runtime::{ChannelEndpoint, ChannelSettings, RetryPolicy, Route};
+use crate::config::runtime::{
+    BotConfig, ChannelEndpoint, ChannelSettings, ImessageConfig, MattermostConfig, MsteamsConfig,
+    RetryPolicy, Route, SignalConfig, WhatsappConfig,
+};
 use crate::hook::Channel;
 
 /// A chat API that accepts the connection and never answers must not hold up the outbox.
@@ -255,33 +258,33 @@ pub async fn send(
     let service = channel.as_str();
     let recipient = || to.ok_or(SendError::NoRecipient(channel));
     let request = match endpoint {
-        ChannelEndpoint::Telegram { api_base, bot_token } => http
+        ChannelEndpoint::Telegram(BotConfig { api_base, bot_token }) => http
             .post(format!("{api_base}/bot{bot_token}/sendMessage"))
             .json(&json!({"chat_id": recipient()?, "text": text})),
-        ChannelEndpoint::Slack { api_base, bot_token } => http
+        ChannelEndpoint::Slack(BotConfig { api_base, bot_token }) => http
             .post(format!("{api_base}/chat.postMessage"))
             .bearer_auth(bot_token)
             .json(&json!({"channel": recipient()?, "text": text})),
-        ChannelEndpoint::Discord { api_base, bot_token } => http
+        ChannelEndpoint::Discord(BotConfig { api_base, bot_token }) => http
             .post(format!("{api_base}/channels/{}/messages", recipient()?))
             .header("authorization", format!("Bot {bot_token}"))
             .json(&json!({"content": text})),
-        ChannelEndpoint::Mattermost { base_url, token } => http
+        ChannelEndpoint::Mattermost(MattermostConfig { base_url, token }) => http
             .post(format!("{base_url}/api/v4/posts"))
             .bearer_auth(token)
             .json(&json!({"channel_id": recipient()?, "message": text})),
-        ChannelEndpoint::Msteams { webhook_url } => http.post(webhook_url).json(&json!({"text": text})),
-        ChannelEndpoint::Signal { base_url, number } => http
+        ChannelEndpoint::Msteams(MsteamsConfig { webhook_url }) => http.post(webhook_url).json(&json!({"text": text})),
+        ChannelEndpoint::Signal(SignalConfig { base_url, number }) => http
             .post(format!("{base_url}/v2/send"))
             .json(&json!({"message": text, "number": number, "recipients": [recipient()?]})),
-        ChannelEndpoint::Whatsapp { api_base, access_token, phone_number_id } => http
+        ChannelEndpoint::Whatsapp(WhatsappConfig { api_base, access_token, phone_number_id }) => http
             .post(format!("{api_base}/{phone_number_id}/messages"))
             .bearer_auth(access_token)
             .json(&json!({
                 "messaging_product": "whatsapp", "to": recipient()?, "type": "text",
                 "text": {"body": text},
             })),
-        ChannelEndpoint::Imessage { base_url, password } => http
+        ChannelEndpoint::Imessage(ImessageConfig { base_url, password }) => http
             .post(format!("{base_url}/api/v1/message/text"))
             .query(&[("password", password)])
             .json(&json!({"chatGuid": recipient()?, "message": text, "tempGuid": uuid::Uuid::new_v4().to_string()})),
@@ -452,10 +455,10 @@ mod tests {
 
     #[test]
     fn last_prefers_the_owners_route_then_the_default_then_the_first_channel_then_whatsapp() {
-        let tg = ChannelEndpoint::Telegram {
+        let tg = ChannelEndpoint::Telegram(BotConfig {
             api_base: "x".into(),
             bot_token: "t".into(),
-        };
+        });
         let default = Some(route(Channel::Discord, "d"));
         let last = Some(route(Channel::Signal, "+1"));
         assert_eq!(
