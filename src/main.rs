@@ -437,7 +437,7 @@ fn run_transform(module: &std::path::Path, input: TransformInput, args: &LimitAr
             for _ in 0..args.repeat.max(1) {
                 let started = std::time::Instant::now();
                 let outcome = runtime
-                    .block_on(engine.call(&loaded, input.clone(), &limits))
+                    .block_on(engine.call_as_returned(&loaded, input.clone(), &limits))
                     .map_err(|failure| format!("{} ({})", failure, failure.cause()))?;
                 took.push(started.elapsed());
                 last = Some(outcome);

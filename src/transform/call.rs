@@ -2,6 +2,7 @@
 //! mapping with `transform.reuse` above 1, which JavaScript modules have by default, a call on
 //! an instance kept from its earlier calls); and what the answer means for the request.
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use super::host::HostState;
 use super::limits::TransformLimits;
 use super::pipe::PipeOverflow;
 use super::registry::LoadedTransform;
+use super::shown::Shown;
 use super::warm::{IdleCount, IdleInstance, WarmInstance};
 use crate::hook::{Channel, Named, SessionMode, Thinking, WakeMode};
 use crate::mapping::{ActionKind, Overrides, TransformAction, non_blank};
@@ -113,6 +115,19 @@ impl TransformEngine {
         input: TransformInput,
         limits: &TransformLimits,
     ) -> Result<CallOutcome, TransformFailure> {
+        self.call_as_returned(transform, input, limits)
+            .await
+            .map(Returned::into_outcome)
+    }
+
+    /// [`call`](Self::call), with the outcome as the transform returned it (checked, not yet
+    /// read into the action model), for `hookgate transform run` to print.
+    pub async fn call_as_returned(
+        &self,
+        transform: &LoadedTransform,
+        input: TransformInput,
+        limits: &TransformLimits,
+    ) -> Result<Returned, TransformFailure> {
         if input.export_name.is_some() && transform.pre.contract() == Contract::V0_1 {
             // A 0.1 component has one entry point and would silently run it.
             return Err(TransformFailure::Invalid(
@@ -147,7 +162,7 @@ impl TransformEngine {
         input: TransformInput,
         limits: &TransformLimits,
         clock: &Arc<GuestClock>,
-    ) -> Result<CallOutcome, TransformFailure> {
+    ) -> Result<Returned, TransformFailure> {
         let memory_cap = limits.memory_bytes.min(self.memory_bytes);
         let mut state = HostState::new(&input.mapping_id, memory_cap, limits.log_bytes);
         state.charge_to(Arc::clone(clock), limits.timeout);
@@ -173,7 +188,7 @@ impl TransformEngine {
         input: TransformInput,
         limits: &TransformLimits,
         clock: &Arc<GuestClock>,
-    ) -> Result<CallOutcome, TransformFailure> {
+    ) -> Result<Returned, TransformFailure> {
         let memory_cap = limits.memory_bytes.min(self.memory_bytes);
         // Limits are part of the key, so a call never gets an instance made for other limits.
         let key = format!("{}/{memory_cap}/{}", input.mapping_id, limits.log_bytes);
@@ -299,7 +314,7 @@ fn answer(
     result: wasmtime::Result<Result<types::Outcome, String>>,
     limits: &TransformLimits,
     memory_cap: usize,
-) -> Result<CallOutcome, TransformFailure> {
+) -> Result<Returned, TransformFailure> {
     match result {
         Err(err) => Err(classify(store, &err, limits, memory_cap)),
         // The guest's own words: escaped and bounded before they reach a log line.
@@ -307,74 +322,8 @@ fn answer(
             &message,
             MAX_ERROR_BYTES,
         ))),
-        Ok(Ok(outcome)) => convert(outcome, limits.output_bytes),
+        Ok(Ok(outcome)) => check(outcome, limits.output_bytes),
     }
-}
-
-impl CallOutcome {
-    /// The outcome as JSON, for `hookgate transform run`.
-    pub fn to_json(&self) -> serde_json::Value {
-        use serde_json::json;
-        match self {
-            CallOutcome::Keep => json!({"outcome": "keep"}),
-            CallOutcome::Skip => json!({"outcome": "skip"}),
-            CallOutcome::Respond(reply) => json!({
-                "outcome": "respond",
-                "status": reply.status,
-                "contentType": reply.content_type,
-                "body": String::from_utf8_lossy(&reply.body),
-            }),
-            CallOutcome::Run(TransformAction::Wake { text, mode }) => json!({
-                "outcome": "run",
-                "action": {"kind": "wake", "text": text, "mode": mode.map(WakeMode::as_str)},
-            }),
-            CallOutcome::Run(TransformAction::Agent(a)) => json!({
-                "outcome": "run",
-                "action": {
-                    "kind": "agent", "message": a.message, "name": a.name, "agentId": a.agent_id,
-                    "sessionKey": a.session_key, "wakeMode": a.wake_mode.map(WakeMode::as_str),
-                    "deliver": a.deliver, "channel": named(&a.channel, Channel::as_str), "to": a.to,
-                    "model": a.model, "thinking": named(&a.thinking, Thinking::as_str),
-                    "timeoutSeconds": a.timeout_seconds,
-                },
-            }),
-            CallOutcome::Merge(o) => json!({
-                "outcome": "merge",
-                "overrides": without_nulls(json!({
-                    "kind": o.kind.map(|k| match k {
-                        ActionKind::Wake => "wake",
-                        ActionKind::Agent => "agent",
-                    }),
-                    "text": o.text, "mode": o.mode.map(WakeMode::as_str), "message": o.message,
-                    "wakeMode": o.wake_mode.map(WakeMode::as_str), "name": o.name,
-                    "agentId": o.agent_id, "sessionKey": o.session_key,
-                    "sessionKeySource": o.session_key.as_ref()
-                        .map(|_| if o.session_key_fixed { "static" } else { "templated" }),
-                    "sessionMode": named(&o.session_mode, SessionMode::as_str), "deliver": o.deliver,
-                    "allowUnsafeExternalContent": o.allow_unsafe_external_content,
-                    "channel": named(&o.channel, Channel::as_str), "to": o.to, "model": o.model,
-                    "thinking": named(&o.thinking, Thinking::as_str),
-                    "timeoutSeconds": o.timeout_seconds,
-                })),
-            }),
-        }
-    }
-}
-
-/// A name as the transform gave it: a known one canonical, an unknown one as written.
-fn named<T: Copy>(name: &Option<Named<T>>, as_str: fn(T) -> &'static str) -> Option<&str> {
-    match name.as_ref()? {
-        Named::Known(value) => Some(as_str(*value)),
-        Named::Unknown(text) => Some(text),
-    }
-}
-
-/// The fields of `value` that are set: an override lists only what it changes.
-fn without_nulls(mut value: serde_json::Value) -> serde_json::Value {
-    if let Some(fields) = value.as_object_mut() {
-        fields.retain(|_, v| !v.is_null());
-    }
-    value
 }
 
 fn classify(
@@ -403,89 +352,119 @@ fn classify(
     TransformFailure::Trap(format!("{err:#}"))
 }
 
-fn convert(outcome: types::Outcome, output_bytes: usize) -> Result<CallOutcome, TransformFailure> {
+/// A transform's outcome as it returned it, checked against what a call allows (its size, a
+/// reply's status) but not yet read into the action model.
+#[derive(Debug)]
+pub struct Returned(types::Outcome);
+
+/// `outcome`, if within `output_bytes` and, for a reply, with a status of 200-599.
+fn check(outcome: types::Outcome, output_bytes: usize) -> Result<Returned, TransformFailure> {
     let size = outcome_size(&outcome);
     if size > output_bytes {
         return Err(TransformFailure::Output(format!(
             "outcome of {size} bytes over the {output_bytes}-byte limit"
         )));
     }
-    Ok(match outcome {
-        types::Outcome::Keep => CallOutcome::Keep,
-        types::Outcome::Skip => CallOutcome::Skip,
-        types::Outcome::Respond(reply) => CallOutcome::Respond(reply_of(reply)?),
-        types::Outcome::Run(types::Action::Wake(wake)) => CallOutcome::Run(TransformAction::Wake {
-            text: wake.text,
-            mode: wake.mode.map(wake_mode),
-        }),
-        types::Outcome::Run(types::Action::Agent(agent)) => {
-            CallOutcome::Run(TransformAction::Agent(Box::new(Overrides {
-                kind: Some(ActionKind::Agent),
-                message: Some(agent.message),
-                name: non_blank(agent.name),
-                agent_id: non_blank(agent.agent_id),
-                session_key: non_blank(agent.session_key),
-                wake_mode: agent.wake_mode.map(wake_mode),
-                deliver: agent.deliver,
-                channel: non_blank(agent.channel).map(|c| Named::read(c, Channel::parse)),
-                to: non_blank(agent.to),
-                model: non_blank(agent.model),
-                thinking: non_blank(agent.thinking).map(|t| Named::read(t, Thinking::parse)),
-                timeout_seconds: agent.timeout_seconds.map(u64::from),
-                ..Overrides::default()
-            })))
-        }
-        types::Outcome::Merge(o) => CallOutcome::Merge(Box::new(Overrides {
-            kind: o.kind.map(|kind| match kind {
-                types::ActionKind::Wake => ActionKind::Wake,
-                types::ActionKind::Agent => ActionKind::Agent,
-            }),
-            text: o.text,
-            mode: o.mode.map(wake_mode),
-            message: o.message,
-            wake_mode: o.wake_mode.map(wake_mode),
-            name: o.name,
-            agent_id: o.agent_id,
-            session_key: o.session_key,
-            session_key_fixed: o.session_key_source == Some(types::KeySource::Fixed),
-            session_mode: o.session_mode.map(|m| Named::read(m, SessionMode::parse)),
-            deliver: o.deliver,
-            allow_unsafe_external_content: o.allow_unsafe_external_content,
-            channel: o.channel.map(|c| Named::read(c, Channel::parse)),
-            to: o.to,
-            model: o.model,
-            thinking: o.thinking.map(|t| Named::read(t, Thinking::parse)),
-            timeout_seconds: o.timeout_seconds.map(u64::from),
-        })),
-    })
+    if let types::Outcome::Respond(reply) = &outcome
+        && !(200..=599).contains(&reply.status)
+    {
+        return Err(TransformFailure::Invalid(format!(
+            "reply status {} is outside 200-599",
+            reply.status
+        )));
+    }
+    Ok(Returned(outcome))
 }
 
-fn wake_mode(mode: types::WakeMode) -> WakeMode {
+impl Returned {
+    /// The outcome as JSON, in the transform's own words: names as it spelled them, texts
+    /// untrimmed, unset agent fields `null`, unset overrides left out.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(Shown::from(&self.0)).expect("a view of strings serialises")
+    }
+
+    /// The outcome read into the action model: names parsed, optional texts trimmed and blank
+    /// ones unset.
+    pub fn into_outcome(self) -> CallOutcome {
+        match self.0 {
+            types::Outcome::Keep => CallOutcome::Keep,
+            types::Outcome::Skip => CallOutcome::Skip,
+            types::Outcome::Respond(reply) => CallOutcome::Respond(Reply {
+                status: reply.status,
+                content_type: content_type_of(&reply).into_owned(),
+                body: reply.body,
+            }),
+            types::Outcome::Run(action) => CallOutcome::Run(action_of(action)),
+            types::Outcome::Merge(o) => CallOutcome::Merge(Box::new(overrides_of(o))),
+        }
+    }
+}
+
+fn action_of(action: types::Action) -> TransformAction {
+    match action {
+        types::Action::Wake(wake) => TransformAction::Wake {
+            text: wake.text,
+            mode: wake.mode.map(wake_mode),
+        },
+        types::Action::Agent(agent) => TransformAction::Agent(Box::new(Overrides {
+            kind: Some(ActionKind::Agent),
+            message: Some(agent.message),
+            name: non_blank(agent.name),
+            agent_id: non_blank(agent.agent_id),
+            session_key: non_blank(agent.session_key),
+            wake_mode: agent.wake_mode.map(wake_mode),
+            deliver: agent.deliver,
+            channel: non_blank(agent.channel).map(|c| Named::read(c, Channel::parse)),
+            to: non_blank(agent.to),
+            model: non_blank(agent.model),
+            thinking: non_blank(agent.thinking).map(|t| Named::read(t, Thinking::parse)),
+            timeout_seconds: agent.timeout_seconds.map(u64::from),
+            ..Overrides::default()
+        })),
+    }
+}
+
+fn overrides_of(o: types::Overrides) -> Overrides {
+    Overrides {
+        kind: o.kind.map(|kind| match kind {
+            types::ActionKind::Wake => ActionKind::Wake,
+            types::ActionKind::Agent => ActionKind::Agent,
+        }),
+        text: o.text,
+        mode: o.mode.map(wake_mode),
+        message: o.message,
+        wake_mode: o.wake_mode.map(wake_mode),
+        name: o.name,
+        agent_id: o.agent_id,
+        session_key: o.session_key,
+        session_key_fixed: o.session_key_source == Some(types::KeySource::Fixed),
+        session_mode: o.session_mode.map(|m| Named::read(m, SessionMode::parse)),
+        deliver: o.deliver,
+        allow_unsafe_external_content: o.allow_unsafe_external_content,
+        channel: o.channel.map(|c| Named::read(c, Channel::parse)),
+        to: o.to,
+        model: o.model,
+        thinking: o.thinking.map(|t| Named::read(t, Thinking::parse)),
+        timeout_seconds: o.timeout_seconds.map(u64::from),
+    }
+}
+
+pub(super) fn wake_mode(mode: types::WakeMode) -> WakeMode {
     match mode {
         types::WakeMode::Now => WakeMode::Now,
         types::WakeMode::NextHeartbeat => WakeMode::NextHeartbeat,
     }
 }
 
-fn reply_of(reply: types::Reply) -> Result<Reply, TransformFailure> {
-    if !(200..=599).contains(&reply.status) {
-        return Err(TransformFailure::Invalid(format!(
-            "reply status {} is outside 200-599",
-            reply.status
-        )));
-    }
-    let content_type = reply.content_type.unwrap_or_else(|| {
-        if serde_json::from_slice::<serde::de::IgnoredAny>(&reply.body).is_ok() {
-            "application/json".into()
-        } else {
-            "text/plain; charset=utf-8".into()
+/// The reply's content type, or by its body: JSON if it parses as JSON, else plain text.
+pub(super) fn content_type_of(reply: &types::Reply) -> Cow<'_, str> {
+    match &reply.content_type {
+        Some(given) => Cow::Borrowed(given),
+        None if serde_json::from_slice::<serde::de::IgnoredAny>(&reply.body).is_ok() => {
+            Cow::Borrowed("application/json")
         }
-    });
-    Ok(Reply {
-        status: reply.status,
-        content_type,
-        body: reply.body,
-    })
+        None => Cow::Borrowed("text/plain; charset=utf-8"),
+    }
 }
 
 /// The bytes an outcome carries; strings and bodies, summed.
@@ -534,30 +513,27 @@ mod tests {
 
     #[test]
     fn reply_status_outside_range_is_refused() {
-        let reply = |status| types::Reply {
-            status,
-            content_type: None,
-            body: vec![],
+        let reply = |status| {
+            types::Outcome::Respond(types::Reply {
+                status,
+                content_type: None,
+                body: vec![],
+            })
         };
-        assert!(reply_of(reply(199)).is_err());
-        assert!(reply_of(reply(600)).is_err());
-        assert!(reply_of(reply(200)).is_ok());
+        assert!(check(reply(199), 10).is_err());
+        assert!(check(reply(600), 10).is_err());
+        assert!(check(reply(200), 10).is_ok());
     }
 
     #[test]
     fn reply_content_type_defaults_by_body() {
-        let json = reply_of(types::Reply {
+        let reply = |body: &[u8]| types::Reply {
             status: 200,
             content_type: None,
-            body: b"{\"a\":1}".to_vec(),
-        });
-        assert_eq!(json.unwrap().content_type, "application/json");
-        let text = reply_of(types::Reply {
-            status: 200,
-            content_type: None,
-            body: b"ok".to_vec(),
-        });
-        assert_eq!(text.unwrap().content_type, "text/plain; charset=utf-8");
+            body: body.to_vec(),
+        };
+        assert_eq!(content_type_of(&reply(b"{\"a\":1}")), "application/json");
+        assert_eq!(content_type_of(&reply(b"ok")), "text/plain; charset=utf-8");
     }
 
     #[test]
@@ -566,6 +542,6 @@ mod tests {
             text: "x".repeat(11),
             mode: None,
         }));
-        assert_eq!(convert(outcome, 10).unwrap_err().cause(), "output");
+        assert_eq!(check(outcome, 10).unwrap_err().cause(), "output");
     }
 }

@@ -24,10 +24,11 @@ mod limits;
 mod module_file;
 mod pipe;
 mod registry;
+mod shown;
 mod warm;
 
 pub use cache::CompileCache;
-pub use call::{CallOutcome, Reply, TransformFailure, TransformInput};
+pub use call::{CallOutcome, Reply, Returned, TransformFailure, TransformInput};
 pub use contract::Contract;
 pub use engine::TransformEngine;
 pub use limits::TransformLimits;

@@ -572,6 +572,44 @@ fn transform_run_prints_the_outcome_as_json() {
     assert_eq!(outcome["action"]["name"], "GitHub");
 }
 
+/// `transform run` shows what the transform returned, not what hookgate reads from it: names
+/// as the transform spelled them, texts untrimmed, blanks as they are.
+#[test]
+fn transform_run_prints_the_transforms_own_spelling() {
+    let body = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/payloads/passthrough-alert.json");
+    let config = json!({
+        "channel": "Telegram", "thinking": "x-high", "name": "  Monitoring ", "to": "",
+        "mode": "next-heartbeat",
+    });
+    let out = std::process::Command::new(binary())
+        .args(["transform", "run"])
+        .arg(transforms().join("passthrough.wasm"))
+        .arg("--body")
+        .arg(&body)
+        .args(["--config", &config.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let outcome: Value = serde_json::from_str(&printed).unwrap();
+    // The message is the body as the transform's JSON library writes it.
+    let message = outcome["action"]["message"].to_string();
+    let expected = format!(
+        concat!(
+            r#"{{"outcome":"run","action":{{"kind":"agent","message":{},"name":"  Monitoring ","#,
+            r#""agentId":null,"sessionKey":null,"wakeMode":"next-heartbeat","deliver":null,"#,
+            r#""channel":"Telegram","to":"","model":null,"thinking":"x-high","timeoutSeconds":null}}}}"#,
+        ),
+        message
+    );
+    assert_eq!(printed.trim_end(), expected, "{outcome:#}");
+}
+
 /// An empty `XDG_CACHE_HOME` is unset (the XDG specification): the compile cache goes under
 /// `$HOME/.cache`, never into the current directory.
 #[test]
