@@ -27,6 +27,7 @@ mod runtime;
 mod schema;
 mod signals;
 mod store;
+mod stored_run;
 
 pub use records::{
     DeliveryRecord, EventKind, EventOutcome, EventRecord, NewEvent, NewRun, RunStatus, SkipReason,

@@ -8,6 +8,7 @@ use rusqlite::{Connection, OptionalExtension, ToSql, params};
 use serde::{Deserialize, Serialize};
 
 use super::store::{Store, StoreError};
+use super::stored_run::StoredRun;
 use crate::config::runtime::Route;
 
 use crate::hook::envelope::ContentSource;
@@ -396,11 +397,12 @@ impl Store {
 /// A run about to be queued: the admitted action ([`AdmittedRun`]), its id, the prompt the agent
 /// will be given (the action's message, in its safety envelope unless the action allows unsafe
 /// external content) and when it was accepted (RFC 3339). On the wire (NATS messages) it is
-/// one flat snake-case object, as runs were written before it contained the action.
+/// one flat snake-case object, as runs were written before it contained the action
+/// (`stored_run`); writing one clones it into that form.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(into = "StoredRun", from = "StoredRun")]
 pub struct NewRun {
     pub run_id: String,
-    #[serde(flatten)]
     pub admitted: AdmittedRun,
     pub prompt: String,
     pub created_at: String,
@@ -498,40 +500,7 @@ impl NewRun {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
-
-    /// A run as the version before `NewRun` contained the action wrote it.
-    fn written_before() -> serde_json::Value {
-        json!({
-            "run_id": "r1", "hook_name": "GitHub", "agent_id": "ops", "target_agent": "ops",
-            "session_key": "hook:gh:1", "message": "m", "prompt": "p", "deliver": false,
-            "channel": "last", "to": null, "model": "a/b", "thinking": "high",
-            "timeout_seconds": 30, "wake_mode": "next-heartbeat", "source": "email",
-            "created_at": "2026-01-01T00:00:00.000Z", "session_mode": "persistent"
-        })
-    }
-
-    #[test]
-    fn a_run_is_written_flat_with_the_keys_and_values_of_before() {
-        let run: NewRun = serde_json::from_value(written_before()).unwrap();
-        assert_eq!(run.action().name, "GitHub");
-        assert_eq!(run.channel(), Channel::Last);
-        assert_eq!(run.admitted.session_key, "hook:gh:1");
-        assert_eq!(serde_json::to_value(&run).unwrap(), written_before());
-    }
-
-    #[test]
-    fn runs_written_before_session_modes_and_typed_levels_still_read() {
-        let mut old = written_before();
-        let fields = old.as_object_mut().unwrap();
-        fields.remove("session_mode");
-        fields.insert("thinking".into(), json!("extra high"));
-        let run: NewRun = serde_json::from_value(old).unwrap();
-        assert_eq!(run.action().session_mode, SessionMode::Isolated);
-        assert_eq!(run.action().thinking, Some(Thinking::Xhigh));
-    }
 
     /// A statement stays prepared however its parameters are bound: the wake's check, bound to
     /// another agent each time, is never planned again (it was, on every request, until the

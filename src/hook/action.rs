@@ -1,7 +1,7 @@
 //! What a hook asks for, as plain data: a wake (a system event for the main session) or an agent
 //! run, before and after policy.
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::envelope::ContentSource;
 use super::wire::wire_names;
@@ -58,14 +58,6 @@ wire_names!(Channel, expected = "channel must be " {
 });
 
 impl Channel {
-    /// Serializes a channel as named, `last` when none was: how a stored run keeps it.
-    fn serialize_or_last<S: serde::Serializer>(
-        channel: &Option<Channel>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        serde::Serialize::serialize(&channel.unwrap_or(Channel::Last), serializer)
-    }
-
     /// Parses a channel name, case-insensitively; `imsg` is an alias of `imessage`.
     pub fn parse(name: &str) -> Option<Self> {
         match name.trim().to_ascii_lowercase().as_str() {
@@ -167,36 +159,26 @@ pub struct WakeRequest {
 /// An agent run's fields, typed once: what a request body (`payload`), a mapping's rendered
 /// templates and a transform's outcome (`crate::mapping`) make of a request, and what admission
 /// resolves and the stored run, a relay and the fingerprint read.
-///
-/// Its serde form is that of the stored run (`crate::gateway::NewRun`, which flattens it): snake
-/// case, `name` as `hook_name`, the channel as `last` when none was named, without the requested
-/// session key (the run stores the resolved one).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentAction {
     pub message: String,
     /// Human-readable hook name, `Hook` when not given.
-    #[serde(rename = "hook_name")]
     pub name: String,
     /// As named; in an [`AdmittedRun`], the resolved agent id (`None` when none was named).
     pub agent_id: Option<String>,
     /// As named; the key an admitted run gets is [`AdmittedRun::session_key`].
-    #[serde(skip)]
     pub session_key: Option<String>,
     pub wake_mode: WakeMode,
     pub deliver: bool,
     /// As the request or mapping named it; absent means `last`. Kept apart so that forward mode
     /// relays only what was asked for; a stored run reads back `last` as `Some(Last)`.
-    #[serde(serialize_with = "Channel::serialize_or_last")]
     pub channel: Option<Channel>,
     pub to: Option<String>,
     /// As named; in an [`AdmittedRun`], the resolved model id (aliases resolved).
     pub model: Option<String>,
-    #[serde(default, deserialize_with = "Thinking::deserialize_lenient")]
     pub thinking: Option<Thinking>,
     /// `Some(0)`: no limit but the hard cap.
     pub timeout_seconds: Option<u64>,
-    /// Absent from runs stored before there were session modes: those were isolated.
-    #[serde(default)]
     pub session_mode: SessionMode,
 }
 
@@ -249,15 +231,12 @@ impl SessionMode {
     }
 }
 
-/// An agent action that passed every policy: what gets queued as a run.
-///
-/// Its serde form is that of the stored run (flattened, as [`AgentAction`]'s), which keeps
+/// An agent action that passed every policy: what gets queued as a run. A stored run keeps
 /// neither whether the key was chosen nor `allow_unsafe_external_content` (both read back false):
 /// they decide admission (idempotency, the prompt) and the relay, not the run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdmittedRun {
     /// The action, its agent id and model resolved.
-    #[serde(flatten)]
     pub action: AgentAction,
     /// The agent that will run it: the action's agent id or the default agent.
     pub target_agent: String,
@@ -265,10 +244,8 @@ pub struct AdmittedRun {
     pub session_key: String,
     /// Whether `session_key` was chosen by the request, the mapping or `defaultSessionKey`, as
     /// opposed to freshly generated; only a chosen key takes part in idempotency.
-    #[serde(skip)]
     pub session_key_chosen: bool,
     pub source: ContentSource,
-    #[serde(skip)]
     pub allow_unsafe_external_content: bool,
 }
 

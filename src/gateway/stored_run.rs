@@ -1,0 +1,139 @@
+//! A [`NewRun`]'s serde form, the wire format of NATS messages and outbox rows: one flat
+//! snake-case object with the keys in the order the version before `NewRun` contained the
+//! action wrote them, so that those records still read and new ones are written the same.
+
+use serde::{Deserialize, Serialize};
+
+use super::records::NewRun;
+use crate::hook::envelope::ContentSource;
+use crate::hook::{AdmittedRun, AgentAction, Channel, SessionMode, Thinking, WakeMode};
+
+/// What is stored of a run: neither the requested session key nor whether the key was chosen
+/// nor `allow_unsafe_external_content` (those decide admission and the relay, and read back
+/// unset); the channel as `last` when none was named.
+#[derive(Serialize, Deserialize)]
+pub(super) struct StoredRun {
+    run_id: String,
+    hook_name: String,
+    agent_id: Option<String>,
+    target_agent: String,
+    session_key: String,
+    message: String,
+    prompt: String,
+    deliver: bool,
+    channel: Channel,
+    to: Option<String>,
+    model: Option<String>,
+    #[serde(default, deserialize_with = "Thinking::deserialize_lenient")]
+    thinking: Option<Thinking>,
+    /// `Some(0)`: no limit but the hard cap.
+    timeout_seconds: Option<u64>,
+    wake_mode: WakeMode,
+    source: ContentSource,
+    created_at: String,
+    /// Absent from runs written before there were session modes: those were isolated.
+    #[serde(default)]
+    session_mode: SessionMode,
+}
+
+impl From<NewRun> for StoredRun {
+    fn from(run: NewRun) -> Self {
+        let channel = run.channel();
+        let NewRun {
+            run_id,
+            admitted,
+            prompt,
+            created_at,
+        } = run;
+        let AdmittedRun {
+            action,
+            target_agent,
+            session_key,
+            source,
+            ..
+        } = admitted;
+        StoredRun {
+            run_id,
+            hook_name: action.name,
+            agent_id: action.agent_id,
+            target_agent,
+            session_key,
+            message: action.message,
+            prompt,
+            deliver: action.deliver,
+            channel,
+            to: action.to,
+            model: action.model,
+            thinking: action.thinking,
+            timeout_seconds: action.timeout_seconds,
+            wake_mode: action.wake_mode,
+            source,
+            created_at,
+            session_mode: action.session_mode,
+        }
+    }
+}
+
+impl From<StoredRun> for NewRun {
+    fn from(run: StoredRun) -> Self {
+        let action = AgentAction {
+            message: run.message,
+            name: run.hook_name,
+            agent_id: run.agent_id,
+            session_key: None,
+            wake_mode: run.wake_mode,
+            deliver: run.deliver,
+            channel: Some(run.channel),
+            to: run.to,
+            model: run.model,
+            thinking: run.thinking,
+            timeout_seconds: run.timeout_seconds,
+            session_mode: run.session_mode,
+        };
+        let admitted = AdmittedRun {
+            action,
+            target_agent: run.target_agent,
+            session_key: run.session_key,
+            session_key_chosen: false,
+            source: run.source,
+            allow_unsafe_external_content: false,
+        };
+        NewRun::admitted(run.run_id, admitted, run.prompt, run.created_at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A run exactly as the version before `NewRun` contained the action wrote it.
+    const WRITTEN_BEFORE: &str = concat!(
+        r#"{"run_id":"r1","hook_name":"GitHub","agent_id":"ops","target_agent":"ops","#,
+        r#""session_key":"hook:gh:1","message":"m","prompt":"p","deliver":false,"#,
+        r#""channel":"last","to":null,"model":"a/b","thinking":"high","timeout_seconds":30,"#,
+        r#""wake_mode":"next-heartbeat","source":"email","#,
+        r#""created_at":"2026-01-01T00:00:00.000Z","session_mode":"persistent"}"#,
+    );
+
+    #[test]
+    fn a_run_is_written_as_before() {
+        let run: NewRun = serde_json::from_str(WRITTEN_BEFORE).unwrap();
+        assert_eq!(run.action().name, "GitHub");
+        assert_eq!(run.channel(), Channel::Last);
+        assert_eq!(run.admitted.session_key, "hook:gh:1");
+        assert_eq!(serde_json::to_string(&run).unwrap(), WRITTEN_BEFORE);
+    }
+
+    #[test]
+    fn runs_written_before_session_modes_and_typed_levels_still_read() {
+        let mut old: serde_json::Value = serde_json::from_str(WRITTEN_BEFORE).unwrap();
+        let fields = old.as_object_mut().unwrap();
+        fields.remove("session_mode");
+        fields.insert("thinking".into(), json!("extra high"));
+        let run: NewRun = serde_json::from_value(old).unwrap();
+        assert_eq!(run.action().session_mode, SessionMode::Isolated);
+        assert_eq!(run.action().thinking, Some(Thinking::Xhigh));
+    }
+}
