@@ -39,16 +39,17 @@ const ACK_MARGIN: Duration = Duration::from_secs(5);
 /// How long a publish may take, retries included, before the request is answered 500.
 const PUBLISH_DEADLINE: Duration = Duration::from_secs(5);
 
-/// A failure to reach or use JetStream. The message is for the log and for `hookgate check`.
+/// A failure to reach or use JetStream. The message is for the log and for `hookgate check`;
+/// it includes its cause, so [`std::error::Error::source`] is `None` (a chain printer shows the
+/// cause once) and the typed cause is [`ClusterError::cause`].
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     /// The client, the servers or this node's view failed at what `context` says hookgate was
-    /// doing; `source` is their own error.
-    #[error("nats: {context}: {source}")]
+    /// doing; `cause` is their own error.
+    #[error("nats: {context}: {cause}")]
     Failed {
         context: String,
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        cause: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A fact larger than the servers take in one message (`max_payload`, 1 MiB by default).
     #[error("nats: a {size}-byte message is over the servers' limit of {limit} bytes")]
@@ -63,7 +64,16 @@ impl ClusterError {
     ) -> Self {
         ClusterError::Failed {
             context: context.into(),
-            source: source.into(),
+            cause: source.into(),
+        }
+    }
+
+    /// The error of the client or the view that this failure's message ends with, for code
+    /// that needs its type; `None` for [`ClusterError::TooLarge`], which has no other cause.
+    pub fn cause(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        match self {
+            ClusterError::Failed { cause, .. } => Some(cause.as_ref()),
+            ClusterError::TooLarge { .. } => None,
         }
     }
 }
@@ -494,10 +504,29 @@ mod tests {
         let cause = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
         let err = ClusterError::new("cannot connect", cause);
         assert_eq!(err.to_string(), "nats: cannot connect: refused");
-        let source = std::error::Error::source(&err).expect("a source");
+        let cause = err.cause().expect("a cause");
         assert_eq!(
-            source.downcast_ref::<std::io::Error>().map(|e| e.kind()),
+            cause.downcast_ref::<std::io::Error>().map(|e| e.kind()),
             Some(std::io::ErrorKind::ConnectionRefused)
+        );
+    }
+
+    /// The message includes the cause, so the chain of sources does not repeat it: an
+    /// `anyhow` chain (`{:#}`) of the error, or of the store's error made of it, says it once.
+    #[test]
+    fn a_chain_of_a_failure_says_its_cause_once() {
+        let cause = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let err = ClusterError::new("cannot connect", cause);
+        assert_eq!(
+            format!("{:#}", anyhow::Error::from(err)),
+            "nats: cannot connect: refused"
+        );
+        let cause = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let store =
+            crate::gateway::store::StoreError::from(ClusterError::new("stream read", cause));
+        assert_eq!(
+            format!("{:#}", anyhow::Error::from(store)),
+            "nats: stream read: refused"
         );
     }
 
