@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// A failure of the store. The message is for the log, never for a client.
+/// A failure of the store. The message is for the log, never for a client. A message that
+/// includes its cause does not return it as [`std::error::Error::source`] too (a chain printer
+/// would say it twice): [`StoreError::cause`] gives it typed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// Any failure of SQLite but [`StoreError::Full`].
@@ -14,23 +16,38 @@ pub enum StoreError {
     /// nothing of it was kept, and the same write succeeds once space is freed.
     #[error("the state directory's file system is full")]
     Full,
-    #[error("cannot create state directory {path}: {source}")]
+    #[error("cannot create state directory {path}: {cause}")]
     StateDir {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("the store is closed")]
     Closed,
     /// The transaction holding the write failed to commit, for another reason than
     /// [`StoreError::Full`]; nothing of it was kept.
     #[error("commit failed: {0}")]
-    Commit(#[source] CommitError),
+    Commit(CommitError),
     /// A record larger than the NATS servers take in one message: the client's to mend (413).
     #[error("a {size}-byte record is over the store's limit of {limit} bytes")]
     TooLarge { size: usize, limit: usize },
     /// The NATS cluster failed; the cluster's own error, which says what it was doing.
     #[error(transparent)]
     Cluster(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl StoreError {
+    /// The error this failure's message ends with, for code that needs its type: SQLite's,
+    /// the file system's, the [`CommitError`] or the cluster's own; `None` for a failure that
+    /// has no other cause.
+    pub fn cause(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        match self {
+            StoreError::Sqlite(err) => Some(err),
+            StoreError::StateDir { cause, .. } => Some(cause),
+            StoreError::Commit(cause) => Some(cause),
+            StoreError::Cluster(err) => Some(err.as_ref()),
+            StoreError::Full | StoreError::Closed | StoreError::TooLarge { .. } => None,
+        }
+    }
 }
 
 impl From<rusqlite::Error> for StoreError {

@@ -131,11 +131,15 @@ mod tests {
         let io = sqlite(rusqlite::ffi::SQLITE_IOERR_WRITE, "disk I/O error");
         let error = io.to_error();
         assert_eq!(error.to_string(), "commit failed: disk I/O error");
-        let source = std::error::Error::source(&error).unwrap();
         assert!(matches!(
-            source.downcast_ref::<CommitError>(),
+            error.cause().and_then(|c| c.downcast_ref::<CommitError>()),
             Some(CommitError::Sqlite(_))
         ));
+        assert_eq!(
+            format!("{:#}", anyhow::Error::from(error)),
+            "commit failed: disk I/O error",
+            "a chain printer says the cause once"
+        );
         let reworded = sqlite(rusqlite::ffi::SQLITE_IOERR_WRITE, "another wording");
         assert!(io.same_cause(&reworded), "the same code is the same cause");
         let locked = sqlite(rusqlite::ffi::SQLITE_BUSY, "database is locked");

@@ -90,9 +90,9 @@ impl Database {
         group_commit: bool,
         commit_time: Option<Histogram>,
     ) -> Result<Database, StoreError> {
-        let state_dir_error = |source| StoreError::StateDir {
+        let state_dir_error = |cause| StoreError::StateDir {
             path: state_dir.to_path_buf(),
-            source,
+            cause,
         };
         crate::private_fs::create_private_dir(state_dir).map_err(state_dir_error)?;
         let path = state_dir.join(file.name);
