@@ -32,7 +32,9 @@ const FILES: [(&str, &[u8]); 5] = [
 /// How much of npm's stderr an error carries: its end, where npm sums up what went wrong.
 const NPM_STDERR_BYTES: usize = 4096;
 
-/// Why the SDK cannot be installed or run.
+/// Why the SDK cannot be installed or run. A message includes the I/O error it comes from,
+/// which is therefore a field (`cause`), not a [`std::error::Error::source`] said twice by a
+/// chain printer.
 #[derive(Debug, thiserror::Error)]
 pub enum SdkError {
     #[error(
@@ -40,11 +42,11 @@ pub enum SdkError {
     )]
     NoCacheDir,
     #[error(
-        "cannot run {program}: {source} (install Node.js 20 or later, with npm: https://nodejs.org or the system's packages, e.g. `apt install nodejs npm`)"
+        "cannot run {program}: {cause} (install Node.js 20 or later, with npm: https://nodejs.org or the system's packages, e.g. `apt install nodejs npm`)"
     )]
     Missing {
         program: &'static str,
-        source: io::Error,
+        cause: io::Error,
     },
     #[error(
         "refusing to use {}: it is a symlink, another user's, or writable by others, or under a directory others can write to (remove it, or set XDG_CACHE_HOME to a private directory, and build again)",
@@ -56,8 +58,8 @@ pub enum SdkError {
         .0.display()
     )]
     Incomplete(PathBuf),
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
+    #[error("{}: {cause}", path.display())]
+    Io { path: PathBuf, cause: io::Error },
     #[error("`npm ci` of the JavaScript SDK's packages failed ({status}):\n{stderr}")]
     Npm {
         status: std::process::ExitStatus,
@@ -68,9 +70,9 @@ pub enum SdkError {
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> SdkError + '_ {
-    move |source| SdkError::Io {
+    move |cause| SdkError::Io {
         path: path.to_path_buf(),
-        source,
+        cause,
     }
 }
 
@@ -87,9 +89,9 @@ pub fn build_module(source: &Path, out: &Path) -> Result<(), SdkError> {
         .arg(absolute(out)?)
         .stdin(Stdio::null())
         .status()
-        .map_err(|source| SdkError::Missing {
+        .map_err(|cause| SdkError::Missing {
             program: "node",
-            source,
+            cause,
         })?;
     status
         .success()
@@ -228,9 +230,9 @@ fn npm_ci(dir: &Path) -> Result<(), SdkError> {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output()
-        .map_err(|source| SdkError::Missing {
+        .map_err(|cause| SdkError::Missing {
             program: "npm",
-            source,
+            cause,
         })?;
     if output.status.success() {
         return Ok(());
@@ -257,6 +259,12 @@ fn tail(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_chain_says_the_io_error_once() {
+        let err = io_error(Path::new("/x"))(io::Error::other("denied"));
+        assert_eq!(format!("{:#}", anyhow::Error::from(err)), "/x: denied");
+    }
 
     #[test]
     fn a_tail_is_bounded_and_marked_when_cut() {
