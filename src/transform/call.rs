@@ -17,7 +17,6 @@ use super::host::HostState;
 use super::limits::TransformLimits;
 use super::pipe::PipeOverflow;
 use super::registry::LoadedTransform;
-use super::shown::Shown;
 use super::warm::{IdleCount, IdleInstance, WarmInstance};
 use crate::hook::{Channel, Named, SessionMode, Thinking, WakeMode};
 use crate::mapping::{ActionKind, Overrides, TransformAction, non_blank};
@@ -355,7 +354,7 @@ fn classify(
 /// A transform's outcome as it returned it, checked against what a call allows (its size, a
 /// reply's status) but not yet read into the action model.
 #[derive(Debug)]
-pub struct Returned(types::Outcome);
+pub struct Returned(pub(super) types::Outcome);
 
 /// `outcome`, if within `output_bytes` and, for a reply, with a status of 200-599.
 fn check(outcome: types::Outcome, output_bytes: usize) -> Result<Returned, TransformFailure> {
@@ -377,12 +376,6 @@ fn check(outcome: types::Outcome, output_bytes: usize) -> Result<Returned, Trans
 }
 
 impl Returned {
-    /// The outcome as JSON, in the transform's own words: names as it spelled them, texts
-    /// untrimmed, unset agent fields `null`, unset overrides left out.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::to_value(Shown::from(&self.0)).expect("a view of strings serialises")
-    }
-
     /// The outcome read into the action model: names parsed, optional texts trimmed and blank
     /// ones unset.
     pub fn into_outcome(self) -> CallOutcome {

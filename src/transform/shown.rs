@@ -7,8 +7,16 @@ use std::borrow::Cow;
 use serde::Serialize;
 
 use super::bindings::types;
-use super::call::content_type_of;
+use super::call::{Returned, content_type_of};
 use crate::hook::WakeMode;
+
+impl Returned {
+    /// The outcome as JSON, in the transform's own words: names as it spelled them, texts
+    /// untrimmed, unset agent fields `null`, unset overrides left out.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(Shown::from(&self.0)).expect("a view of strings serialises")
+    }
+}
 
 /// The printed outcome: `{"outcome": ...}` and what it carries.
 #[derive(Serialize)]
