@@ -398,9 +398,9 @@ impl Store {
 /// will be given (the action's message, in its safety envelope unless the action allows unsafe
 /// external content) and when it was accepted (RFC 3339). On the wire (NATS messages) it is
 /// one flat snake-case object, as runs were written before it contained the action
-/// (`stored_run`); writing one clones it into that form.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(into = "StoredRun", from = "StoredRun")]
+/// (`stored_run`); writing one borrows its strings into that form, reading one moves them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(from = "StoredRun<'static>")]
 pub struct NewRun {
     pub run_id: String,
     pub admitted: AdmittedRun,

@@ -1,8 +1,10 @@
-//! A [`NewRun`]'s serde form, the wire format of NATS messages and outbox rows: one flat
-//! snake-case object with the keys in the order the version before `NewRun` contained the
-//! action wrote them, so that those records still read and new ones are written the same.
+//! A [`NewRun`]'s serde form, the wire format of NATS messages: one flat snake-case object with
+//! the keys in the order the version before `NewRun` contained the action wrote them, so that
+//! those records still read and new ones are written the same.
 
-use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize, Serializer};
 
 use super::records::NewRun;
 use crate::hook::envelope::ContentSource;
@@ -10,95 +12,101 @@ use crate::hook::{AdmittedRun, AgentAction, Channel, SessionMode, Thinking, Wake
 
 /// What is stored of a run: neither the requested session key nor whether the key was chosen
 /// nor `allow_unsafe_external_content` (those decide admission and the relay, and read back
-/// unset); the channel as `last` when none was named.
+/// unset); the channel as `last` when none was named. Written borrowed from a [`NewRun`], so that
+/// publishing a run copies no string; read owned (serde reads a `Cow<str>` as owned).
 #[derive(Serialize, Deserialize)]
-pub(super) struct StoredRun {
-    run_id: String,
-    hook_name: String,
-    agent_id: Option<String>,
-    target_agent: String,
-    session_key: String,
-    message: String,
-    prompt: String,
+pub(super) struct StoredRun<'a> {
+    run_id: Cow<'a, str>,
+    hook_name: Cow<'a, str>,
+    agent_id: Option<Cow<'a, str>>,
+    target_agent: Cow<'a, str>,
+    session_key: Cow<'a, str>,
+    message: Cow<'a, str>,
+    prompt: Cow<'a, str>,
     deliver: bool,
     channel: Channel,
-    to: Option<String>,
-    model: Option<String>,
+    to: Option<Cow<'a, str>>,
+    model: Option<Cow<'a, str>>,
     #[serde(default, deserialize_with = "Thinking::deserialize_lenient")]
     thinking: Option<Thinking>,
     /// `Some(0)`: no limit but the hard cap.
     timeout_seconds: Option<u64>,
     wake_mode: WakeMode,
     source: ContentSource,
-    created_at: String,
+    created_at: Cow<'a, str>,
     /// Absent from runs written before there were session modes: those were isolated.
     #[serde(default)]
     session_mode: SessionMode,
 }
 
-impl From<NewRun> for StoredRun {
-    fn from(run: NewRun) -> Self {
-        let channel = run.channel();
-        let NewRun {
-            run_id,
-            admitted,
-            prompt,
-            created_at,
-        } = run;
+/// Writes the run as its borrowed [`StoredRun`].
+impl Serialize for NewRun {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        StoredRun::from(self).serialize(serializer)
+    }
+}
+
+impl<'a> From<&'a NewRun> for StoredRun<'a> {
+    fn from(run: &'a NewRun) -> Self {
         let AdmittedRun {
             action,
             target_agent,
             session_key,
             source,
             ..
-        } = admitted;
+        } = &run.admitted;
         StoredRun {
-            run_id,
-            hook_name: action.name,
-            agent_id: action.agent_id,
-            target_agent,
-            session_key,
-            message: action.message,
-            prompt,
+            run_id: Cow::Borrowed(&run.run_id),
+            hook_name: Cow::Borrowed(&action.name),
+            agent_id: action.agent_id.as_deref().map(Cow::Borrowed),
+            target_agent: Cow::Borrowed(target_agent),
+            session_key: Cow::Borrowed(session_key),
+            message: Cow::Borrowed(&action.message),
+            prompt: Cow::Borrowed(&run.prompt),
             deliver: action.deliver,
-            channel,
-            to: action.to,
-            model: action.model,
+            channel: run.channel(),
+            to: action.to.as_deref().map(Cow::Borrowed),
+            model: action.model.as_deref().map(Cow::Borrowed),
             thinking: action.thinking,
             timeout_seconds: action.timeout_seconds,
             wake_mode: action.wake_mode,
-            source,
-            created_at,
+            source: *source,
+            created_at: Cow::Borrowed(&run.created_at),
             session_mode: action.session_mode,
         }
     }
 }
 
-impl From<StoredRun> for NewRun {
-    fn from(run: StoredRun) -> Self {
+impl From<StoredRun<'static>> for NewRun {
+    fn from(run: StoredRun<'static>) -> Self {
         let action = AgentAction {
-            message: run.message,
-            name: run.hook_name,
-            agent_id: run.agent_id,
+            message: run.message.into_owned(),
+            name: run.hook_name.into_owned(),
+            agent_id: run.agent_id.map(Cow::into_owned),
             session_key: None,
             wake_mode: run.wake_mode,
             deliver: run.deliver,
             channel: Some(run.channel),
-            to: run.to,
-            model: run.model,
+            to: run.to.map(Cow::into_owned),
+            model: run.model.map(Cow::into_owned),
             thinking: run.thinking,
             timeout_seconds: run.timeout_seconds,
             session_mode: run.session_mode,
         };
         let admitted = AdmittedRun {
             action,
-            target_agent: run.target_agent,
-            session_key: run.session_key,
+            target_agent: run.target_agent.into_owned(),
+            session_key: run.session_key.into_owned(),
             session_key_chosen: false,
             source: run.source,
             allow_unsafe_external_content: false,
         };
-        NewRun::admitted(run.run_id, admitted, run.prompt, run.created_at)
+        NewRun::admitted(
+            run.run_id.into_owned(),
+            admitted,
+            run.prompt.into_owned(),
+            run.created_at.into_owned(),
+        )
     }
 }
 
