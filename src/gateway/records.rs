@@ -8,7 +8,6 @@ use rusqlite::{Connection, OptionalExtension, ToSql, params};
 use serde::{Deserialize, Serialize};
 
 use super::store::{Store, StoreError};
-use super::stored_run::StoredRun;
 use crate::config::runtime::Route;
 
 use crate::hook::envelope::ContentSource;
@@ -399,8 +398,8 @@ impl Store {
 /// external content) and when it was accepted (RFC 3339). On the wire (NATS messages) it is
 /// one flat snake-case object, as runs were written before it contained the action
 /// (`stored_run`); writing one borrows its strings into that form, reading one moves them.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(from = "StoredRun<'static>")]
+/// Its serde impls are in `stored_run`.
+#[derive(Debug, Clone)]
 pub struct NewRun {
     pub run_id: String,
     pub admitted: AdmittedRun,

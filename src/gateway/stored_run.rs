@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::records::NewRun;
 use crate::hook::envelope::ContentSource;
@@ -43,6 +43,13 @@ pub(super) struct StoredRun<'a> {
 impl Serialize for NewRun {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         StoredRun::from(self).serialize(serializer)
+    }
+}
+
+/// Reads the run from a [`StoredRun`], taking its strings over.
+impl<'de> Deserialize<'de> for NewRun {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        StoredRun::deserialize(deserializer).map(NewRun::from)
     }
 }
 
