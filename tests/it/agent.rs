@@ -5,15 +5,7 @@ use serde_json::{Value, json};
 use crate::harness::*;
 
 async fn post(server: &Hookgate, body: Value) -> (u16, Value) {
-    json_of(
-        server
-            .hook("/hooks/agent")
-            .json(&body)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await
+    server.hook_json("/hooks/agent", &body).await
 }
 
 async fn rejected(server: &Hookgate, body: Value, error: &str) {
@@ -33,14 +25,7 @@ async fn accepted_run(server: &Hookgate, body: Value) -> Value {
 }
 
 async fn run(server: &Hookgate, run_id: &str) -> Value {
-    let (status, run) = json_of(
-        server
-            .api(&format!("/api/runs/{run_id}"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, run) = server.api_json(&format!("/api/runs/{run_id}")).await;
     assert_eq!(status, 200);
     run
 }

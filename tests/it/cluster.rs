@@ -529,16 +529,7 @@ async fn a_new_node_is_ready_once_its_view_holds_what_the_stream_held() {
     let texts: Vec<String> = (0..300).map(|i| format!("early {i}")).collect();
     post_wakes(&a, &texts.iter().map(String::as_str).collect::<Vec<_>>()).await;
     let (b, _dir_b) = Hookgate::start(&config);
-    eventually("the new node ready", async || {
-        client()
-            .get(b.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status()
-            == 200
-    })
-    .await;
+    eventually_200("the new node ready", || client().get(b.url("/readyz"))).await;
     // Ready means caught up: no waiting for the view from here on.
     assert_eq!(all_events(&b).await.len(), 300);
 }

@@ -263,14 +263,7 @@ async fn the_console_shows_requests_safely_and_replays_a_fixed_one() {
     browser
         .wait_for_text("#replay-result", "may start agent work")
         .await;
-    let (_, listed) = json_of(
-        server
-            .api("/api/requests?mapping=alerts")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (_, listed) = server.api_json("/api/requests?mapping=alerts").await;
     assert_eq!(
         listed["requests"].as_array().unwrap().len(),
         1,
@@ -329,15 +322,7 @@ async fn the_console_shows_a_runs_error_and_runs_it_again_once_confirmed() {
     );
     let (server, _dir) = Hookgate::start(&config);
     let body = json!({"message": "m", "deliver": false, "wakeMode": "next-heartbeat"});
-    let (_, queued) = json_of(
-        server
-            .hook("/hooks/agent")
-            .json(&body)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (_, queued) = server.hook_json("/hooks/agent", &body).await;
     let run_id = queued["runId"].as_str().unwrap().to_string();
 
     let browser = Browser::start().await;
@@ -369,14 +354,7 @@ async fn the_console_shows_a_runs_error_and_runs_it_again_once_confirmed() {
         .wait_for_text("#retry-result", "Queued to run again")
         .await;
     eventually("the run to end ok on its second attempt", async || {
-        let (_, run) = json_of(
-            server
-                .api(&format!("/api/runs/{run_id}"))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let (_, run) = server.api_json(&format!("/api/runs/{run_id}")).await;
         run["status"] == "ok" && run["attempts"] == 2
     })
     .await;

@@ -185,11 +185,7 @@ fn dpkg_deb(args: &[&str], deb: &Path) -> String {
         .arg(deb)
         .output()
         .expect("dpkg-deb");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     String::from_utf8(out.stdout).unwrap()
 }
 

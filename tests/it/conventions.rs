@@ -27,11 +27,7 @@ fn the_configuration_path_may_come_from_the_environment() {
         .env("HOOKGATE_CONFIG", dir.config_file())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok: "));
     let out = Command::new(binary())
         .arg("check")

@@ -318,16 +318,7 @@ async fn a_credential_an_older_version_kept_is_never_shown_or_replayed() {
         .unwrap();
     assert_eq!(response.status(), 200);
     let id = request_id(&response);
-    eventually("the record", async || {
-        server
-            .api(&format!("/api/requests/{id}"))
-            .send()
-            .await
-            .unwrap()
-            .status()
-            == 200
-    })
-    .await;
+    eventually_200("the record", || server.api(&format!("/api/requests/{id}"))).await;
     let (status, _) = server.terminate();
     assert!(status.success());
 

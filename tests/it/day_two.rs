@@ -43,15 +43,7 @@ fn cli(server: &Hookgate, args: &[&str]) -> String {
 }
 
 async fn agent(server: &Hookgate, body: Value) -> Value {
-    let (status, answer) = json_of(
-        server
-            .hook("/hooks/agent")
-            .json(&body)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, answer) = server.hook_json("/hooks/agent", &body).await;
     assert_eq!(status, 200, "{answer}");
     server.run_of(&answer).await
 }

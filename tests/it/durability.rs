@@ -30,14 +30,7 @@ async fn wake_events_queued_runs_and_idempotency_survive_a_restart() {
     let server = Hookgate::start_in(&dir);
     assert_eq!(server.wake_texts().await, ["before restart"]);
     let run_id = first["runId"].as_str().unwrap();
-    let (status, run) = json_of(
-        server
-            .api(&format!("/api/runs/{run_id}"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, run) = server.api_json(&format!("/api/runs/{run_id}")).await;
     assert_eq!(status, 200);
     assert_eq!(run["runId"], first["runId"], "{run}");
     let (_, again) = json_of(
@@ -69,15 +62,9 @@ async fn nothing_answered_200_is_lost_on_sigkill() {
             .unwrap();
         assert_eq!(r.status(), 200);
         acknowledged.push(text);
-        let (_, body) = json_of(
-            server
-                .hook("/hooks/agent")
-                .json(&json!({"message": i.to_string()}))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let (_, body) = server
+            .hook_json("/hooks/agent", &json!({"message": i.to_string()}))
+            .await;
         runs.push(body["runId"].as_str().unwrap().to_string());
     }
     server.kill();

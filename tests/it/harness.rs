@@ -206,6 +206,16 @@ impl Hookgate {
         client().get(self.url(path)).bearer_auth(GATEWAY_TOKEN)
     }
 
+    /// POSTs `body` to the hook `path`: the answer's status and JSON body.
+    pub async fn hook_json(&self, path: &str, body: &Value) -> (u16, Value) {
+        json_of(self.hook(path).json(body).send().await.unwrap()).await
+    }
+
+    /// GETs the operator API `path`: the answer's status and JSON body.
+    pub async fn api_json(&self, path: &str) -> (u16, Value) {
+        json_of(self.api(path).send().await.unwrap()).await
+    }
+
     /// The `/metrics` text, fetched with the gateway token.
     pub async fn metrics(&self) -> String {
         let response = self.api("/metrics").send().await.unwrap();
@@ -307,6 +317,14 @@ pub async fn eventually(what: &str, mut probe: impl AsyncFnMut() -> bool) {
     let every = std::time::Duration::from_millis(50);
     eventually_within(what, limit, every, async || {
         probe().await.then_some(()).ok_or_else(String::new)
+    })
+    .await
+}
+
+/// Sends the request `request` builds until it is answered 200, as [`eventually`] retries.
+pub async fn eventually_200(what: &str, request: impl Fn() -> reqwest::RequestBuilder) {
+    eventually(what, async || {
+        request().send().await.unwrap().status() == 200
     })
     .await
 }
@@ -488,5 +506,15 @@ pub fn fix_alerts(dir: &ConfigDir) {
     replace_file(
         &root.join("live.wasm"),
         &std::fs::read(root.join("passthrough.wasm")).unwrap(),
+    );
+}
+
+/// Fails the test, showing the binary's stderr, unless the command it ran succeeded.
+#[track_caller]
+pub fn assert_succeeded(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -14,6 +14,20 @@ fn start_with(transforms: &[&str], mappings: Value) -> (Hookgate, ConfigDir) {
     (Hookgate::start_in(&dir), dir)
 }
 
+/// `hookgate transform run <module> --body <payload>`, the payload one of `examples/payloads`.
+fn transform_run(module: &str, payload: &str) -> std::process::Command {
+    let body = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/payloads")
+        .join(payload);
+    let mut command = std::process::Command::new(binary());
+    command
+        .args(["transform", "run"])
+        .arg(transforms().join(module))
+        .arg("--body")
+        .arg(body);
+    command
+}
+
 fn example(name: &str) -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples/payloads")
@@ -519,16 +533,11 @@ async fn replaced_transform_takes_effect_without_restart_and_broken_one_is_refus
         &root.join("live.wasm"),
         &std::fs::read(root.join("passthrough.wasm")).unwrap(),
     );
-    eventually("the replacement to serve", async || {
+    eventually_200("the replacement to serve", || {
         server
             .hook("/hooks/swap")
             .header("x-github-event", "ping")
             .json(&json!({"n": 1}))
-            .send()
-            .await
-            .unwrap()
-            .status()
-            == 200
     })
     .await;
 
@@ -551,21 +560,11 @@ async fn replaced_transform_takes_effect_without_restart_and_broken_one_is_refus
 
 #[test]
 fn transform_run_prints_the_outcome_as_json() {
-    let body =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/payloads/github-push.json");
-    let out = std::process::Command::new(binary())
-        .args(["transform", "run"])
-        .arg(transforms().join("github.wasm"))
-        .arg("--body")
-        .arg(&body)
+    let out = transform_run("github.wasm", "github-push.json")
         .args(["--name", "github", "--header", "X-GitHub-Event: push"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     let outcome: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(outcome["outcome"], "run");
     assert_eq!(outcome["action"]["kind"], "agent");
@@ -576,25 +575,15 @@ fn transform_run_prints_the_outcome_as_json() {
 /// as the transform spelled them, texts untrimmed, blanks as they are.
 #[test]
 fn transform_run_prints_the_transforms_own_spelling() {
-    let body = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/payloads/passthrough-alert.json");
     let config = json!({
         "channel": "Telegram", "thinking": "x-high", "name": "  Monitoring ", "to": "",
         "mode": "next-heartbeat",
     });
-    let out = std::process::Command::new(binary())
-        .args(["transform", "run"])
-        .arg(transforms().join("passthrough.wasm"))
-        .arg("--body")
-        .arg(&body)
+    let out = transform_run("passthrough.wasm", "passthrough-alert.json")
         .args(["--config", &config.to_string()])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     let printed = String::from_utf8_lossy(&out.stdout);
     let outcome: Value = serde_json::from_str(&printed).unwrap();
     // The message is the body as the transform's JSON library writes it.
@@ -614,25 +603,15 @@ fn transform_run_prints_the_transforms_own_spelling() {
 /// `$HOME/.cache`, never into the current directory.
 #[test]
 fn transform_run_caches_under_home_when_xdg_cache_home_is_empty() {
-    let body =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/payloads/github-push.json");
     let (cwd, home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let out = std::process::Command::new(binary())
+    let out = transform_run("github.wasm", "github-push.json")
         .current_dir(cwd.path())
         .env("XDG_CACHE_HOME", "")
         .env("HOME", home.path())
-        .args(["transform", "run"])
-        .arg(transforms().join("github.wasm"))
-        .arg("--body")
-        .arg(&body)
         .args(["--name", "github", "--header", "X-GitHub-Event: push"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     assert!(
         !cwd.path().join("hookgate").exists(),
         "a cache in the current directory"
@@ -642,13 +621,7 @@ fn transform_run_caches_under_home_when_xdg_cache_home_is_empty() {
 
 #[test]
 fn transform_run_exits_non_zero_on_a_trap() {
-    let body = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/payloads/passthrough-alert.json");
-    let out = std::process::Command::new(binary())
-        .args(["transform", "run"])
-        .arg(transforms().join("hostile.wasm"))
-        .arg("--body")
-        .arg(&body)
+    let out = transform_run("hostile.wasm", "passthrough-alert.json")
         .args(["--config", r#"{"mode": "trap"}"#])
         .output()
         .unwrap();

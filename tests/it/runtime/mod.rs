@@ -131,15 +131,7 @@ pub(crate) fn with_provider(provider: &Fake) -> Value {
 
 /// Queues an agent run on `server`; its run id.
 pub(crate) async fn agent(server: &Hookgate, body: Value) -> String {
-    let (status, reply) = json_of(
-        server
-            .hook("/hooks/agent")
-            .json(&body)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, reply) = server.hook_json("/hooks/agent", &body).await;
     assert_eq!(status, 200, "{reply}");
     reply["runId"].as_str().unwrap().to_string()
 }
@@ -149,15 +141,7 @@ pub(crate) async fn agent(server: &Hookgate, body: Value) -> String {
 pub(crate) async fn finished(server: &Hookgate, run_id: &str) -> Value {
     let mut run = Value::Null;
     eventually("the run to finish", async || {
-        run = json_of(
-            server
-                .api(&format!("/api/runs/{run_id}"))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await
-        .1;
+        run = server.api_json(&format!("/api/runs/{run_id}")).await.1;
         // On NATS a run shows once this node's view applied it: until then it is not found.
         let done = !matches!(
             run["status"].as_str(),
