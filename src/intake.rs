@@ -255,8 +255,11 @@ fn admit_agent(
     let mut admitted = hooks.policy.admit(agent, key_origin, allow_unsafe, || {
         format!("hook:{}", Uuid::now_v7())
     })?;
-    if matches!(origin, AgentOrigin::Mapped { mapping, .. } if mapping.is_email) {
-        admitted.source = ContentSource::Email;
+    if let AgentOrigin::Mapped { mapping, .. } = origin {
+        if mapping.is_email {
+            admitted.source = ContentSource::Email;
+        }
+        admitted.mapping_id = Some(mapping.id.clone());
     }
     let key = idempotency::choose_key(keys);
     let claim = key.map(|key| IdempotencyClaim {

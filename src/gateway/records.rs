@@ -412,7 +412,8 @@ pub struct NewRun {
 macro_rules! new_run_columns {
     () => {
         "run_id, hook_name, agent_id, target_agent, session_key, message, prompt, deliver, channel,
-        to_addr, model, thinking, timeout_seconds, wake_mode, source, created_at, session_mode"
+        to_addr, model, thinking, timeout_seconds, wake_mode, source, created_at, session_mode,
+        mapping_id"
     };
 }
 pub(crate) use new_run_columns;
@@ -423,9 +424,9 @@ impl NewRun {
         conn.prepare_cached(
             "INSERT INTO runs (run_id, status, hook_name, agent_id, target_agent, session_key,
                  message, prompt, deliver, channel, to_addr, model, thinking, timeout_seconds,
-                 wake_mode, source, created_at, session_mode)
+                 wake_mode, source, created_at, session_mode, mapping_id)
              VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                     ?17)",
+                     ?17, ?18)",
         )?
         .execute(params![
             self.run_id,
@@ -447,6 +448,7 @@ impl NewRun {
             run.source,
             self.created_at,
             action.session_mode,
+            run.mapping_id,
         ])?;
         Ok(())
     }
@@ -490,6 +492,7 @@ impl NewRun {
                 session_key_chosen: false,
                 source: row.get(14)?,
                 allow_unsafe_external_content: false,
+                mapping_id: row.get(17)?,
             },
             prompt: row.get(6)?,
             created_at: row.get(15)?,

@@ -138,6 +138,7 @@ mod tests {
             session_key_chosen: true,
             source: ContentSource::Webhook,
             allow_unsafe_external_content: false,
+            mapping_id: None,
         }
     }
 

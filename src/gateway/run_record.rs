@@ -45,7 +45,7 @@ macro_rules! run_columns {
     };
 }
 /// Where the state's columns start, after the run's.
-const STATE_AT: usize = 17;
+const STATE_AT: usize = 18;
 /// Where a listing's cursor (the row's `rowid`) comes after the columns of `run_columns!`.
 const CURSOR_AT: usize = STATE_AT + 10;
 
@@ -162,6 +162,8 @@ struct ApiRun<'a> {
     timeout_seconds: Option<u64>,
     wake_mode: WakeMode,
     source: ContentSource,
+    /// The mapping that admitted the run, or null for `POST {prefix}/agent`.
+    mapping_id: Option<&'a str>,
     created_at: &'a str,
     reply: Option<&'a str>,
     summary: Option<&'a str>,
@@ -193,6 +195,7 @@ impl<'a> ApiRun<'a> {
             timeout_seconds: action.timeout_seconds,
             wake_mode: action.wake_mode,
             source: run.admitted.source,
+            mapping_id: run.admitted.mapping_id.as_deref(),
             created_at: &run.created_at,
             reply: record.reply.as_deref(),
             summary: record.summary.as_deref(),

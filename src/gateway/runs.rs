@@ -403,6 +403,7 @@ mod tests {
                 session_key_chosen: false,
                 source: crate::hook::envelope::ContentSource::Webhook,
                 allow_unsafe_external_content: false,
+                mapping_id: None,
             },
             prompt: "p".into(),
             created_at: "2026-01-01T00:00:00.000Z".into(),

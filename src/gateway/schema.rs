@@ -140,6 +140,12 @@ const SCHEMA_V10: &str = "
 ALTER TABLE runs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1;
 ";
 
+/// The mapping that admitted each run (`hooks.mappings[].id`), whose batch, lane and budget
+/// apply to it; NULL for `POST /hooks/agent` and for runs written before.
+const SCHEMA_V11: &str = "
+ALTER TABLE runs ADD COLUMN mapping_id TEXT;
+";
+
 /// The request log, in a database of its own (`requests.db`): every request under the hook
 /// prefix (see `requests`). Keyed by its time-ordered id alone (no rowid, one index only for
 /// replays): each record is one append to one b-tree, since one is written for every request
@@ -227,6 +233,7 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             (8, SCHEMA_V8),
             (9, SCHEMA_V9),
             (10, SCHEMA_V10),
+            (11, SCHEMA_V11),
         ],
     )
 }

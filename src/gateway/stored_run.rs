@@ -37,6 +37,9 @@ pub(super) struct StoredRun<'a> {
     /// Absent from runs written before there were session modes: those were isolated.
     #[serde(default)]
     session_mode: SessionMode,
+    /// Absent for `POST /hooks/agent` runs and runs written before mappings were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mapping_id: Option<Cow<'a, str>>,
 }
 
 /// Writes the run as its borrowed [`StoredRun`].
@@ -60,6 +63,7 @@ impl<'a> From<&'a NewRun> for StoredRun<'a> {
             target_agent,
             session_key,
             source,
+            mapping_id,
             ..
         } = &run.admitted;
         StoredRun {
@@ -80,6 +84,7 @@ impl<'a> From<&'a NewRun> for StoredRun<'a> {
             source: *source,
             created_at: Cow::Borrowed(&run.created_at),
             session_mode: action.session_mode,
+            mapping_id: mapping_id.as_deref().map(Cow::Borrowed),
         }
     }
 }
@@ -107,6 +112,7 @@ impl From<StoredRun<'static>> for NewRun {
             session_key_chosen: false,
             source: run.source,
             allow_unsafe_external_content: false,
+            mapping_id: run.mapping_id.map(Cow::into_owned),
         };
         NewRun::admitted(
             run.run_id.into_owned(),
@@ -150,5 +156,16 @@ mod tests {
         let run: NewRun = serde_json::from_value(old).unwrap();
         assert_eq!(run.action().session_mode, SessionMode::Isolated);
         assert_eq!(run.action().thinking, Some(Thinking::Xhigh));
+    }
+
+    #[test]
+    fn the_admitting_mapping_travels_with_the_run() {
+        let mut run: NewRun = serde_json::from_str(WRITTEN_BEFORE).unwrap();
+        assert_eq!(run.admitted.mapping_id, None);
+        run.admitted.mapping_id = Some("github".into());
+        let written = serde_json::to_string(&run).unwrap();
+        assert!(written.ends_with(r#","mapping_id":"github"}"#), "{written}");
+        let read: NewRun = serde_json::from_str(&written).unwrap();
+        assert_eq!(read.admitted.mapping_id.as_deref(), Some("github"));
     }
 }

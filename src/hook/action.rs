@@ -247,6 +247,9 @@ pub struct AdmittedRun {
     pub session_key_chosen: bool,
     pub source: ContentSource,
     pub allow_unsafe_external_content: bool,
+    /// The id of the mapping that admitted the run (`hooks.mappings[].id`); `None` for
+    /// `POST {prefix}/agent`. What the mapping's batch, lane and budget apply to.
+    pub mapping_id: Option<String>,
 }
 
 impl AdmittedRun {

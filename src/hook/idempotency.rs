@@ -78,6 +78,7 @@ mod tests {
             session_key_chosen: chosen,
             source: ContentSource::Webhook,
             allow_unsafe_external_content: false,
+            mapping_id: None,
         }
     }
 

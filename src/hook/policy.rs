@@ -309,6 +309,7 @@ impl HookPolicy {
             session_key_chosen: session.chosen,
             source,
             allow_unsafe_external_content,
+            mapping_id: None,
         })
     }
 }

@@ -50,7 +50,7 @@ async fn agent_run_is_queued_with_defaults() {
     assert_eq!(run["channel"], "last");
     assert_eq!(run["wakeMode"], "now");
     assert_eq!(run["source"], "webhook");
-    for absent in ["to", "model", "thinking", "timeoutSeconds"] {
+    for absent in ["to", "model", "thinking", "timeoutSeconds", "mappingId"] {
         assert_eq!(run[absent], Value::Null, "{absent}");
     }
     let key = run["sessionKey"].as_str().unwrap();

@@ -496,6 +496,7 @@ async fn the_gmail_preset_makes_one_run_per_message() {
     let mut keys = Vec::new();
     for id in &ids {
         let run = server.run_of(&json!({"runId": id})).await;
+        assert_eq!(run["mappingId"], "gmail", "the run names its mapping");
         keys.push(run["sessionKey"].as_str().unwrap().to_string());
     }
     assert_eq!(keys, ["hook:gmail:a1", "hook:gmail:a2", "hook:gmail:a2"]);
