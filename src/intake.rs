@@ -13,7 +13,7 @@ use crate::gateway::{
 };
 use crate::hook::envelope::{ContentSource, wrap_prompt};
 use crate::hook::policy::KeyOrigin;
-use crate::hook::{AgentAction, Rejected, WakeMode, WakeRequest, idempotency};
+use crate::hook::{AgentAction, LimitReached, Rejected, WakeMode, WakeRequest, idempotency};
 use crate::mapping::{FinishedAction, Mapping};
 
 /// Where a request came in: what its actions' idempotency and events are made of.
@@ -79,6 +79,8 @@ impl Committed {
 pub enum AdmitError {
     #[error(transparent)]
     Rejected(#[from] Rejected),
+    #[error(transparent)]
+    Limited(#[from] LimitReached),
     #[error(transparent)]
     Store(#[from] StoreError),
 }

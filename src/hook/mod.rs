@@ -30,3 +30,19 @@ impl Rejected {
         Rejected(message.into())
     }
 }
+
+/// A run refused because one of hookgate's own limits on what runs cost is reached (a mapping's
+/// lane is full, a budget is spent): HTTP 429 with `Retry-After`, nothing stored. The client gets
+/// the terse `message`; the operator reads `reason`, which names the mapping or agent and the
+/// limit, in the request log and the log line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct LimitReached {
+    /// What the client is told, e.g. `run queue full; retry later`.
+    pub message: &'static str,
+    /// The limit in full, e.g. `mapping github: runs.maxQueued (20) reached`.
+    pub reason: String,
+    /// When the limit may let a run through again; the answer's `Retry-After`, rounded up to
+    /// whole seconds.
+    pub retry_after: std::time::Duration,
+}

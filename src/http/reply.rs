@@ -9,8 +9,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use crate::hook::Rejected;
 use crate::hook::signature::SignatureError;
+use crate::hook::{LimitReached, Rejected};
 use crate::transform::TransformFailure;
 
 /// `Retry-After` of an answer refused because the store is full. Space comes back when someone
@@ -35,6 +35,9 @@ pub enum HookError {
     Unauthorized(Refusal),
     #[error("locked out after repeated authentication failures")]
     LockedOut { retry_after: Duration },
+    /// A mapping's lane or a budget refused the run: a JSON 429 with `Retry-After`.
+    #[error(transparent)]
+    LimitReached(LimitReached),
     #[error("not found")]
     NotFound,
     #[error("payload too large")]
@@ -164,6 +167,7 @@ impl HookError {
             HookError::MethodNotAllowed => "Method Not Allowed",
             HookError::Unauthorized(_) => "Unauthorized",
             HookError::LockedOut { .. } => "Too Many Requests",
+            HookError::LimitReached(limit) => limit.message,
             HookError::NotFound => "Not Found",
             HookError::PayloadTooLarge => "payload too large",
             HookError::BodyTimeout => "request body timeout",
@@ -182,6 +186,7 @@ impl HookError {
         match self {
             HookError::Unauthorized(refusal) => Some(refusal.to_string()),
             HookError::MappingFailed(failure) => Some(failure.text()),
+            HookError::LimitReached(limit) => Some(limit.reason.clone()),
             HookError::Internal(source) => Some(source.to_string()),
             _ => None,
         }
@@ -194,7 +199,9 @@ impl HookError {
             }
             HookError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             HookError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            HookError::LockedOut { .. } => StatusCode::TOO_MANY_REQUESTS,
+            HookError::LockedOut { .. } | HookError::LimitReached(_) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             HookError::NotFound => StatusCode::NOT_FOUND,
             HookError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             HookError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -235,7 +242,8 @@ impl IntoResponse for HookError {
             HookError::MethodNotAllowed => {
                 headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
             }
-            HookError::LockedOut { retry_after } => {
+            HookError::LockedOut { retry_after }
+            | HookError::LimitReached(LimitReached { retry_after, .. }) => {
                 headers.insert(
                     header::RETRY_AFTER,
                     HeaderValue::from(retry_after_seconds(*retry_after)),
@@ -270,5 +278,28 @@ mod tests {
         assert_eq!(retry_after_seconds(Duration::from_millis(1)), 1);
         assert_eq!(retry_after_seconds(Duration::from_millis(0)), 1);
         assert_eq!(retry_after_seconds(Duration::from_millis(59_001)), 60);
+    }
+
+    #[tokio::test]
+    async fn a_reached_limit_is_a_json_429_that_keeps_its_reason_from_the_client() {
+        let refused = HookError::LimitReached(LimitReached {
+            message: "run queue full; retry later",
+            reason: "mapping github: runs.maxQueued (2) reached".into(),
+            retry_after: Duration::from_millis(1500),
+        });
+        assert_eq!(
+            refused.reason().as_deref(),
+            Some("mapping github: runs.maxQueued (2) reached")
+        );
+        let response = refused.into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        assert_eq!(
+            &body[..],
+            br#"{"ok":false,"error":"run queue full; retry later"}"#
+        );
     }
 }

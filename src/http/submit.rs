@@ -98,6 +98,10 @@ async fn admit(
             record(trace, &stopped.committed);
             Err(match stopped.error {
                 AdmitError::Rejected(rejected) => rejected.into(),
+                AdmitError::Limited(limit) => {
+                    tracing::info!(reason = %limit.reason, "run refused: a limit is reached");
+                    HookError::LimitReached(limit)
+                }
                 AdmitError::Store(error) => error.into(),
             })
         }
