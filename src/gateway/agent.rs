@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use super::clock::now_rfc3339;
 use super::delivery::resolve_route;
-use super::provider::{ChatError, ChatTurn, Exchange, complete, is_acknowledgement, summary_of};
+use super::provider::{
+    Answer, ChatError, ChatTurn, Exchange, complete, is_acknowledgement, summary_of,
+};
 use super::records::{
     DeliveryJob, DeliveryRecord, NewRun, RunOutcome, RunStatus, SkipReason, SummaryEvent,
 };
@@ -41,8 +43,9 @@ struct Question<'a> {
 }
 
 /// One turn through the model chain: each model in order until one answers or fails in a way
-/// that no other model mends (a refusal, an unreadable answer). Returns the reply with the model
-/// id that gave it, or the last failure.
+/// that no other model mends (a refusal, an unreadable answer). Returns the answer (with the
+/// usage of the model that gave it, not of the attempts that failed before) and that model's id,
+/// or the last failure.
 async fn ask(
     http: &reqwest::Client,
     settings: &Settings,
@@ -50,7 +53,7 @@ async fn ask(
     chain: &[String],
     question: &Question<'_>,
     timeout: Duration,
-) -> (Result<String, TurnError>, Option<String>) {
+) -> (Result<Answer, TurnError>, Option<String>) {
     let unconfigured = settings.runtime.providers.is_empty() && agent.provider.is_none();
     let mut last = match unconfigured {
         true => Err(TurnError::NoProviders),
@@ -73,7 +76,7 @@ async fn ask(
             timeout: timeout.min(left),
         };
         match complete(http, provider, &turn).await {
-            Ok(reply) => return (Ok(reply), Some(id.clone())),
+            Ok(answer) => return (Ok(answer), Some(id.clone())),
             Err(err) => {
                 let transient = err.is_transient();
                 tracing::warn!(model = %id, %err, transient, "model turn failed");
@@ -148,19 +151,21 @@ pub async fn turn(
         timeout,
     )
     .await;
-    let (status, reply, error) = match answer {
-        Ok(reply) => (RunStatus::Ok, Some(reply), None),
+    let (status, answer, error) = match answer {
+        Ok(answer) => (RunStatus::Ok, Some(answer), None),
         Err(err @ TurnError::Chat(ChatError::Timeout(_))) => {
             (RunStatus::Timeout, None, Some(err.to_string()))
         }
         Err(err) => (RunStatus::Error, None, Some(err.to_string())),
     };
+    let (reply, usage) = answer.map_or((None, None), |a| (Some(a.reply), a.usage));
     RunOutcome {
         status,
         summary: reply.as_deref().map(summary_of),
         reply,
         error,
         model,
+        usage,
         finished_at: now_rfc3339(),
     }
 }
@@ -346,7 +351,7 @@ pub async fn heartbeat(http: &reqwest::Client, settings: &Settings, store: &Stor
     )
     .await;
     let reply = match answer {
-        Ok(reply) => reply,
+        Ok(answer) => answer.reply,
         Err(err) => {
             tracing::warn!(%err, "heartbeat turn failed; its events stay pending");
             return None;

@@ -2,9 +2,11 @@
 //! chat completions (`POST <baseUrl>/chat/completions`: OpenAI, Ollama, vLLM, llama.cpp,
 //! OpenRouter, LiteLLM) and Anthropic's Messages API (`POST <baseUrl>/v1/messages`). A failure
 //! says whether another attempt, or another model, may do better ([`ChatError::is_transient`]).
+//! An answer carries the tokens the provider says the turn used ([`Usage`]), when it says so.
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::config::runtime::{Provider, WireFormat};
@@ -80,12 +82,33 @@ const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// Output tokens of an Anthropic turn, besides its thinking budget.
 const ANTHROPIC_MAX_TOKENS: u64 = 4096;
 
-/// Sends `turn` to `provider`; returns the reply's text.
+/// The tokens one turn used, as its provider reported them.
+///
+/// `input_tokens` is every token the model read: the chat-completions `usage.prompt_tokens`
+/// (which counts cached tokens among them), or on the Messages API `usage.input_tokens` plus its
+/// `cache_creation_input_tokens` and `cache_read_input_tokens` (which it counts apart).
+/// `output_tokens` is `completion_tokens` or `output_tokens`, thinking included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// A provider's answer to one turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub reply: String,
+    /// `None` when the provider reported no usage (a local server may not).
+    pub usage: Option<Usage>,
+}
+
+/// Sends `turn` to `provider`; returns the reply's text and the tokens it used.
 pub async fn complete(
     http: &reqwest::Client,
     provider: &Provider,
     turn: &ChatTurn<'_>,
-) -> Result<String, ChatError> {
+) -> Result<Answer, ChatError> {
     let request = match provider.wire {
         WireFormat::OpenAiCompletions => {
             let request = http
@@ -128,10 +151,13 @@ pub async fn complete(
                 body: text.chars().take(MAX_ERROR_BODY).collect(),
             });
         }
-        match provider.wire {
-            WireFormat::OpenAiCompletions => openai_reply(&text),
-            WireFormat::AnthropicMessages => anthropic_reply(&text),
-        }
+        let value: Value =
+            serde_json::from_str(&text).map_err(|e| ChatError::Malformed(e.to_string()))?;
+        let (reply, usage) = match provider.wire {
+            WireFormat::OpenAiCompletions => (openai_reply(&value)?, openai_usage(&value)),
+            WireFormat::AnthropicMessages => (anthropic_reply(&value)?, anthropic_usage(&value)),
+        };
+        Ok(Answer { reply, usage })
     };
     tokio::time::timeout(turn.timeout, exchange)
         .await
@@ -195,9 +221,7 @@ fn anthropic_body(turn: &ChatTurn<'_>) -> Value {
 }
 
 /// `choices[0].message.content` of a chat-completions response.
-fn openai_reply(text: &str) -> Result<String, ChatError> {
-    let value: Value =
-        serde_json::from_str(text).map_err(|e| ChatError::Malformed(e.to_string()))?;
+fn openai_reply(value: &Value) -> Result<String, ChatError> {
     value
         .pointer("/choices/0/message/content")
         .and_then(Value::as_str)
@@ -206,9 +230,7 @@ fn openai_reply(text: &str) -> Result<String, ChatError> {
 }
 
 /// The text blocks of a Messages API response, in order (thinking blocks left out).
-fn anthropic_reply(text: &str) -> Result<String, ChatError> {
-    let value: Value =
-        serde_json::from_str(text).map_err(|e| ChatError::Malformed(e.to_string()))?;
+fn anthropic_reply(value: &Value) -> Result<String, ChatError> {
     let blocks = value["content"]
         .as_array()
         .ok_or_else(|| ChatError::Malformed("no content".into()))?;
@@ -221,6 +243,35 @@ fn anthropic_reply(text: &str) -> Result<String, ChatError> {
         return Err(ChatError::Malformed("no text block in content".into()));
     }
     Ok(texts.concat())
+}
+
+/// A count of `usage`, when it is a non-negative integer.
+fn count(usage: &Value, name: &str) -> Option<u64> {
+    usage.get(name).and_then(Value::as_u64)
+}
+
+/// `usage.prompt_tokens` and `usage.completion_tokens` of a chat-completions response; `None`
+/// unless both are there (an answer without usage is not one of zero tokens).
+fn openai_usage(value: &Value) -> Option<Usage> {
+    let usage = value.get("usage")?;
+    Some(Usage {
+        input_tokens: count(usage, "prompt_tokens")?,
+        output_tokens: count(usage, "completion_tokens")?,
+    })
+}
+
+/// `usage.input_tokens` (with the cache's input tokens, counted apart there) and
+/// `usage.output_tokens` of a Messages API response; `None` unless the two are there.
+fn anthropic_usage(value: &Value) -> Option<Usage> {
+    let usage = value.get("usage")?;
+    let cached = ["cache_creation_input_tokens", "cache_read_input_tokens"]
+        .iter()
+        .filter_map(|name| count(usage, name))
+        .fold(0u64, u64::saturating_add);
+    Some(Usage {
+        input_tokens: count(usage, "input_tokens")?.saturating_add(cached),
+        output_tokens: count(usage, "output_tokens")?,
+    })
 }
 
 /// The first non-empty line of a reply, at most 300 characters.
@@ -275,24 +326,71 @@ mod tests {
 
     #[test]
     fn openai_reply_is_the_first_choice() {
-        let text = r#"{"choices":[{"message":{"role":"assistant","content":"Hi"}}]}"#;
-        assert_eq!(openai_reply(text).unwrap(), "Hi");
-        assert!(matches!(openai_reply("{}"), Err(ChatError::Malformed(_))));
+        let value = json!({"choices": [{"message": {"role": "assistant", "content": "Hi"}}]});
+        assert_eq!(openai_reply(&value).unwrap(), "Hi");
         assert!(matches!(
-            openai_reply("not json"),
+            openai_reply(&json!({})),
             Err(ChatError::Malformed(_))
         ));
     }
 
     #[test]
     fn anthropic_reply_joins_the_text_blocks_without_thinking() {
-        let text = r#"{"content":[{"type":"thinking","thinking":"hmm"},{"type":"text","text":"Hi "},{"type":"text","text":"there"}]}"#;
-        assert_eq!(anthropic_reply(text).unwrap(), "Hi there");
-        let none = r#"{"content":[{"type":"thinking","thinking":"hmm"}]}"#;
+        let value = json!({"content": [
+            {"type": "thinking", "thinking": "hmm"},
+            {"type": "text", "text": "Hi "},
+            {"type": "text", "text": "there"},
+        ]});
+        assert_eq!(anthropic_reply(&value).unwrap(), "Hi there");
+        let none = json!({"content": [{"type": "thinking", "thinking": "hmm"}]});
         assert!(matches!(
-            anthropic_reply(none),
+            anthropic_reply(&none),
             Err(ChatError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn usage_is_read_from_each_wire_format() {
+        let usage = |input_tokens, output_tokens| {
+            Some(Usage {
+                input_tokens,
+                output_tokens,
+            })
+        };
+        let openai = json!({"usage": {"prompt_tokens": 120, "completion_tokens": 30,
+                                      "total_tokens": 150}});
+        assert_eq!(openai_usage(&openai), usage(120, 30));
+        // The Messages API counts cached input apart: all of it was read.
+        let anthropic = json!({"usage": {"input_tokens": 10, "output_tokens": 7,
+                                         "cache_creation_input_tokens": 100,
+                                         "cache_read_input_tokens": 1000}});
+        assert_eq!(anthropic_usage(&anthropic), usage(1110, 7));
+        let plain = json!({"usage": {"input_tokens": 10, "output_tokens": 7}});
+        assert_eq!(anthropic_usage(&plain), usage(10, 7));
+    }
+
+    #[test]
+    fn missing_or_unreadable_usage_is_not_reported() {
+        assert_eq!(openai_usage(&json!({})), None);
+        assert_eq!(openai_usage(&json!({"usage": null})), None);
+        assert_eq!(
+            openai_usage(&json!({"usage": {"prompt_tokens": 5}})),
+            None,
+            "half a usage is not one"
+        );
+        assert_eq!(
+            openai_usage(&json!({"usage": {"prompt_tokens": -1, "completion_tokens": 2}})),
+            None
+        );
+        assert_eq!(
+            anthropic_usage(&json!({"usage": {"output_tokens": "7", "input_tokens": 1}})),
+            None
+        );
+        // Each format's own names only.
+        assert_eq!(
+            anthropic_usage(&json!({"usage": {"prompt_tokens": 1, "completion_tokens": 2}})),
+            None
+        );
     }
 
     #[test]

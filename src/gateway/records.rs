@@ -7,6 +7,7 @@ use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRe
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
 use serde::{Deserialize, Serialize};
 
+use super::provider::Usage;
 use super::store::{Store, StoreError};
 use crate::config::runtime::Route;
 
@@ -192,6 +193,11 @@ pub struct RunOutcome {
     /// The model id that answered; `None` when none did.
     #[serde(default)]
     pub model: Option<String>,
+    /// The tokens the answering model's provider reported; `None` when no model answered or
+    /// its provider reported none. (Outcomes that nodes of earlier versions published have
+    /// none.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
     pub finished_at: String,
 }
 

@@ -6,6 +6,7 @@ use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
+use super::provider::Usage;
 use super::records::{DeliveryRecord, NewRun, RunStatus, new_run_columns};
 use super::store::{Store, StoreError};
 use crate::hook::envelope::ContentSource;
@@ -32,6 +33,8 @@ pub struct RunRecord {
     pub upstream_run_id: Option<String>,
     /// 1, and one more for each retry of its turn.
     pub attempts: u32,
+    /// The tokens the answering model used, when its provider reported them.
+    pub usage: Option<Usage>,
 }
 
 /// The columns of a [`RunRecord`], in the order `from_row` reads them: the run's, then its state.
@@ -40,14 +43,14 @@ macro_rules! run_columns {
         concat!(
             new_run_columns!(),
             ", status, reply, summary, error, started_at, finished_at, delivery,
-            upstream_run_id, answered_by, attempts"
+            upstream_run_id, answered_by, attempts, input_tokens, output_tokens"
         )
     };
 }
 /// Where the state's columns start, after the run's.
 const STATE_AT: usize = 18;
 /// Where a listing's cursor (the row's `rowid`) comes after the columns of `run_columns!`.
-const CURSOR_AT: usize = STATE_AT + 10;
+const CURSOR_AT: usize = STATE_AT + 12;
 
 impl RunRecord {
     fn select(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunRecord>> {
@@ -74,6 +77,7 @@ impl RunRecord {
             upstream_run_id: row.get(state(7))?,
             answered_by: row.get(state(8))?,
             attempts: row.get(state(9))?,
+            usage: usage(row, state(10))?,
         })
     }
 
@@ -119,6 +123,25 @@ impl Store {
         self.read(move |conn| RunRecord::select(conn, &run_id))
             .await
     }
+}
+
+/// The two token columns from `index` on; `None` unless both are set (they are written
+/// together). A negative count is a corrupt row.
+fn usage(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Usage>> {
+    let count = |i: usize| -> rusqlite::Result<Option<u64>> {
+        row.get::<_, Option<i64>>(i)?
+            .map(|n| {
+                u64::try_from(n).map_err(|e| FromSqlConversionFailure(i, Type::Integer, e.into()))
+            })
+            .transpose()
+    };
+    Ok(match (count(index)?, count(index + 1)?) {
+        (Some(input_tokens), Some(output_tokens)) => Some(Usage {
+            input_tokens,
+            output_tokens,
+        }),
+        _ => None,
+    })
 }
 
 /// A JSON text column read as `T`. Text that does not read as `T` is a corrupt row, as a text
@@ -174,6 +197,9 @@ struct ApiRun<'a> {
     delivery: Option<&'a DeliveryRecord>,
     upstream_run_id: Option<&'a str>,
     attempts: u32,
+    /// The tokens the answering model used; null when no model answered, its provider reported
+    /// none, or the run was forwarded (the upstream ran the model).
+    usage: Option<Usage>,
 }
 
 impl<'a> ApiRun<'a> {
@@ -206,6 +232,7 @@ impl<'a> ApiRun<'a> {
             delivery: record.delivery.as_ref(),
             upstream_run_id: record.upstream_run_id.as_deref(),
             attempts: record.attempts,
+            usage: record.usage,
         }
     }
 }

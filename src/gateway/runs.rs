@@ -218,7 +218,7 @@ pub fn finish(
 ) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "UPDATE runs SET status = ?2, reply = ?3, summary = ?4, error = ?5, finished_at = ?6,
-             delivery = ?7, answered_by = ?8
+             delivery = ?7, answered_by = ?8, input_tokens = ?9, output_tokens = ?10
          WHERE run_id = ?1",
     )?
     .execute(params![
@@ -230,11 +230,19 @@ pub fn finish(
         outcome.finished_at,
         delivery_json(delivery),
         outcome.model,
+        outcome.usage.map(|u| tokens(u.input_tokens)),
+        outcome.usage.map(|u| tokens(u.output_tokens)),
     ])?;
     if let Some(summary) = summary {
         summary.insert(conn)?;
     }
     Ok(())
+}
+
+/// A token count as SQLite stores it; a count past `i64::MAX` (no provider reports one) is
+/// stored saturated.
+fn tokens(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
 }
 
 fn delivery_json(delivery: &DeliveryRecord) -> String {

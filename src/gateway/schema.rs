@@ -146,6 +146,12 @@ const SCHEMA_V11: &str = "
 ALTER TABLE runs ADD COLUMN mapping_id TEXT;
 ";
 
+/// The tokens each run used, as its provider reported them (NULL when it did not).
+const SCHEMA_V12: &str = "
+ALTER TABLE runs ADD COLUMN input_tokens INTEGER;
+ALTER TABLE runs ADD COLUMN output_tokens INTEGER;
+";
+
 /// The request log, in a database of its own (`requests.db`): every request under the hook
 /// prefix (see `requests`). Keyed by its time-ordered id alone (no rowid, one index only for
 /// replays): each record is one append to one b-tree, since one is written for every request
@@ -234,6 +240,7 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             (9, SCHEMA_V9),
             (10, SCHEMA_V10),
             (11, SCHEMA_V11),
+            (12, SCHEMA_V12),
         ],
     )
 }

@@ -40,4 +40,5 @@ mod scaffold;
 mod security;
 mod signatures;
 mod transforms;
+mod usage;
 mod wake;

@@ -165,6 +165,42 @@ mod tests {
         assert!(matches!(back, Fact::Started { run_id, .. } if run_id == "r"));
     }
 
+    /// An outcome carries its usage to every view; one that a node of an earlier version
+    /// published, without it, still reads.
+    #[test]
+    fn an_outcome_carries_its_usage_and_one_without_still_reads() {
+        let earlier = r#"{"fact":"finished","runId":"r","outcome":{"status":"ok","reply":"hi",
+            "summary":"hi","error":null,"model":"m","finished_at":"t"},
+            "delivery":{"status":"skipped","reason":"deliver is false"},"summary":null,"job":null}"#;
+        let Fact::Finished { mut outcome, .. } = serde_json::from_str(earlier).unwrap() else {
+            panic!("not an outcome");
+        };
+        assert_eq!(outcome.usage, None);
+        outcome.usage = Some(crate::gateway::provider::Usage {
+            input_tokens: 12,
+            output_tokens: 3,
+        });
+        let fact = Fact::Finished {
+            run_id: "r".into(),
+            outcome,
+            delivery: DeliveryRecord::Pending {
+                channel: crate::hook::Channel::Last,
+                to: None,
+            },
+            summary: None,
+            job: None,
+        };
+        let text = String::from_utf8(fact.to_bytes().to_vec()).unwrap();
+        assert!(
+            text.contains(r#""usage":{"inputTokens":12,"outputTokens":3}"#),
+            "{text}"
+        );
+        let Fact::Finished { outcome, .. } = serde_json::from_str(&text).unwrap() else {
+            panic!("not an outcome");
+        };
+        assert_eq!(outcome.usage.map(|u| u.input_tokens), Some(12));
+    }
+
     #[test]
     fn only_outcomes_and_heartbeats_go_to_the_delivery_consumer() {
         let beat = Fact::Beat {

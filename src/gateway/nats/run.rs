@@ -147,6 +147,7 @@ async fn give_up(
         summary: None,
         error: Some(error),
         model: None,
+        usage: None,
         finished_at: now_rfc3339(),
     };
     let settings = ctx.config.current();
