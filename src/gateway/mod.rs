@@ -26,6 +26,7 @@ mod runs;
 mod runtime;
 mod schema;
 mod signals;
+pub mod spend;
 mod store;
 mod stored_run;
 

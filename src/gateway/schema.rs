@@ -146,10 +146,19 @@ const SCHEMA_V11: &str = "
 ALTER TABLE runs ADD COLUMN mapping_id TEXT;
 ";
 
-/// The tokens each run used, as its provider reported them (NULL when it did not).
+/// The tokens each run used, as its provider reported them (NULL when it did not), and what
+/// `spend::spend_since` reads them by: a mapping's or an agent's runs by when they were created
+/// (the runs a window admitted) and by when they finished (the tokens a window used). Runs
+/// without a mapping (`/hooks/agent`) are left out of the mapping's indexes.
 const SCHEMA_V12: &str = "
 ALTER TABLE runs ADD COLUMN input_tokens INTEGER;
 ALTER TABLE runs ADD COLUMN output_tokens INTEGER;
+CREATE INDEX runs_admitted_by_mapping ON runs (mapping_id, created_at)
+ WHERE mapping_id IS NOT NULL;
+CREATE INDEX runs_finished_by_mapping ON runs (mapping_id, finished_at)
+ WHERE mapping_id IS NOT NULL;
+CREATE INDEX runs_admitted_by_agent ON runs (target_agent, created_at);
+CREATE INDEX runs_finished_by_agent ON runs (target_agent, finished_at);
 ";
 
 /// The request log, in a database of its own (`requests.db`): every request under the hook

@@ -1,0 +1,216 @@
+//! What runs cost over a rolling window, per mapping or per agent: the one place that sums it,
+//! for budgets (a mapping's or an agent's `tokensPerDay`, `runsPerHour`) and for the operator's
+//! spend view (`GET /api/spend`). Read from the store (on NATS, the node's view, which holds
+//! the whole cluster's runs), each sum on an index of its own (schema 12), so its cost grows
+//! with the runs of the scope in the window, not with every run kept.
+
+use rusqlite::{Connection, params};
+use serde::Serialize;
+
+use super::store::{Store, StoreError};
+
+/// Whose runs a sum counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpendScope<'a> {
+    /// The runs a mapping admitted (`hooks.mappings[].id`).
+    Mapping(&'a str),
+    /// The runs of an agent (the run's target agent, normalised), whatever admitted them.
+    Agent(&'a str),
+}
+
+/// What a scope's runs cost since a time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Spend {
+    /// Runs created (admitted) since then, whatever their status now.
+    pub runs: u64,
+    /// Input tokens of the runs that finished since then, as their providers reported them.
+    pub input_tokens: u64,
+    /// Output tokens of the runs that finished since then.
+    pub output_tokens: u64,
+}
+
+/// A mapping's runs and tokens since `?2`.
+const BY_MAPPING: &str = "SELECT
+     (SELECT COUNT(*) FROM runs WHERE mapping_id = ?1 AND created_at >= ?2),
+     COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0)
+     FROM runs WHERE mapping_id = ?1 AND finished_at >= ?2";
+
+/// An agent's runs and tokens since `?2`.
+const BY_AGENT: &str = "SELECT
+     (SELECT COUNT(*) FROM runs WHERE target_agent = ?1 AND created_at >= ?2),
+     COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0)
+     FROM runs WHERE target_agent = ?1 AND finished_at >= ?2";
+
+/// What `scope`'s runs cost since `since`: the runs created at or after it, and the tokens of
+/// the runs that finished at or after it (a run that reported no usage adds none). `since` is
+/// an RFC 3339 time as the store writes them (UTC, milliseconds, `Z`:
+/// `runtime_clock::rfc3339`), compared as text. Costs two index lookups and a step per run of
+/// the scope in the window.
+pub fn spend_since(
+    conn: &Connection,
+    scope: SpendScope<'_>,
+    since: &str,
+) -> rusqlite::Result<Spend> {
+    let (sql, id) = match scope {
+        SpendScope::Mapping(id) => (BY_MAPPING, id),
+        SpendScope::Agent(id) => (BY_AGENT, id),
+    };
+    conn.prepare_cached(sql)?
+        .query_row(params![id, since], |row| {
+            let count = |i: usize| row.get::<_, i64>(i).map(|n| n.unsigned_abs());
+            Ok(Spend {
+                runs: count(0)?,
+                input_tokens: count(1)?,
+                output_tokens: count(2)?,
+            })
+        })
+}
+
+impl Store {
+    /// What each of `mappings` cost since `since` ([`spend_since`]), in their order: one call to
+    /// the read connection for them all.
+    pub async fn spend_by_mapping(
+        &self,
+        mappings: Vec<String>,
+        since: String,
+    ) -> Result<Vec<(String, Spend)>, StoreError> {
+        self.read(move |conn| {
+            mappings
+                .into_iter()
+                .map(|id| {
+                    let spend = spend_since(conn, SpendScope::Mapping(&id), &since)?;
+                    Ok((id, spend))
+                })
+                .collect()
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::provider::Usage;
+    use crate::gateway::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus, SkipReason};
+    use crate::gateway::runs;
+
+    /// A run of `mapping` (none: `/hooks/agent`) for `agent`, created at `created`.
+    fn run(id: &str, mapping: Option<&str>, agent: &str, created: &str) -> NewRun {
+        NewRun {
+            run_id: id.into(),
+            admitted: crate::hook::AdmittedRun {
+                action: crate::hook::AgentAction {
+                    message: "m".into(),
+                    ..Default::default()
+                },
+                target_agent: agent.into(),
+                session_key: format!("hook:{id}"),
+                session_key_chosen: false,
+                source: crate::hook::envelope::ContentSource::Webhook,
+                allow_unsafe_external_content: false,
+                mapping_id: mapping.map(String::from),
+            },
+            prompt: "p".into(),
+            created_at: created.into(),
+        }
+    }
+
+    fn finish(conn: &Connection, id: &str, at: &str, usage: Option<(u64, u64)>) {
+        let outcome = RunOutcome {
+            status: RunStatus::Ok,
+            reply: Some("r".into()),
+            summary: None,
+            error: None,
+            model: Some("m".into()),
+            usage: usage.map(|(input_tokens, output_tokens)| Usage {
+                input_tokens,
+                output_tokens,
+            }),
+            finished_at: at.into(),
+        };
+        let delivery = DeliveryRecord::Skipped {
+            reason: SkipReason::NotAsked,
+        };
+        runs::finish(conn, id, &outcome, &delivery, None).unwrap();
+    }
+
+    fn store() -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join("spend.db")).unwrap();
+        crate::gateway::schema::migrate(&conn).unwrap();
+        (dir, conn)
+    }
+
+    const DAY_AGO: &str = "2026-01-01T12:00:00.000Z";
+
+    #[test]
+    fn a_window_counts_the_runs_it_admitted_and_the_tokens_of_those_it_finished() {
+        let (_dir, conn) = store();
+        let runs = [
+            // Created before the window, finished in it: its tokens count, the run does not.
+            ("old", Some("github"), "main", "2026-01-01T11:00:00.000Z"),
+            ("a", Some("github"), "main", "2026-01-01T12:00:00.000Z"),
+            ("b", Some("github"), "ops", "2026-01-01T13:00:00.000Z"),
+            ("c", Some("gmail"), "main", "2026-01-01T13:00:00.000Z"),
+            ("direct", None, "main", "2026-01-01T14:00:00.000Z"),
+            ("queued", Some("github"), "main", "2026-01-01T15:00:00.000Z"),
+        ];
+        for (id, mapping, agent, created) in runs {
+            runs::queue_run(&conn, &run(id, mapping, agent, created), None).unwrap();
+        }
+        finish(&conn, "old", "2026-01-01T12:30:00.000Z", Some((100, 10)));
+        finish(&conn, "a", "2026-01-01T12:01:00.000Z", Some((20, 2)));
+        finish(&conn, "b", "2026-01-01T13:01:00.000Z", None);
+        finish(&conn, "c", "2026-01-01T13:01:00.000Z", Some((3, 1)));
+        finish(&conn, "direct", "2026-01-01T14:01:00.000Z", Some((5, 5)));
+        let spend = |scope| spend_since(&conn, scope, DAY_AGO).unwrap();
+        let expect = |runs, input_tokens, output_tokens| Spend {
+            runs,
+            input_tokens,
+            output_tokens,
+        };
+        assert_eq!(spend(SpendScope::Mapping("github")), expect(3, 120, 12));
+        assert_eq!(spend(SpendScope::Mapping("gmail")), expect(1, 3, 1));
+        assert_eq!(spend(SpendScope::Mapping("none")), expect(0, 0, 0));
+        assert_eq!(spend(SpendScope::Agent("main")), expect(4, 128, 18));
+        assert_eq!(spend(SpendScope::Agent("ops")), expect(1, 0, 0));
+        let later = spend_since(
+            &conn,
+            SpendScope::Mapping("github"),
+            "2026-01-01T12:30:00.000Z",
+        );
+        assert_eq!(
+            later.unwrap(),
+            expect(2, 100, 10),
+            "the window's start is in it"
+        );
+    }
+
+    /// Each sum is found on an index by its scope and time, neither a scan of every run nor a
+    /// sort of them.
+    #[test]
+    fn a_scopes_spend_is_read_from_its_indexes() {
+        let (_dir, conn) = store();
+        for sql in [BY_MAPPING, BY_AGENT] {
+            let plan: Vec<String> = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap()
+                .query_map(["x", DAY_AGO], |row| row.get(3))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            let searches = plan
+                .iter()
+                .filter(|step| step.starts_with("SEARCH runs USING") && step.contains("INDEX"))
+                .count();
+            assert_eq!(searches, 2, "{plan:?}");
+            assert!(
+                plan.iter()
+                    .filter(|step| step.contains(" runs "))
+                    .all(|step| step.contains("_at>?")),
+                "{plan:?}"
+            );
+        }
+    }
+}
