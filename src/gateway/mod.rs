@@ -29,6 +29,7 @@ mod signals;
 pub mod spend;
 mod store;
 mod stored_run;
+mod usage;
 
 pub use records::{
     DeliveryRecord, EventKind, EventOutcome, EventRecord, NewEvent, NewRun, RunStatus, SkipReason,

@@ -14,6 +14,7 @@ use super::records::NewRun;
 use super::runs;
 use super::signals::Signals;
 use super::store::StoreError;
+use super::usage;
 use crate::slots::Slots;
 
 /// Queued runs are looked for at least this often, besides whenever a run is queued.
@@ -117,6 +118,7 @@ async fn execute(ctx: &Context, signals: &Signals, run: NewRun) {
     let settings = ctx.config.current();
     let history = agent::history(&ctx.store, &run).await;
     let outcome = agent::turn(&ctx.http, &settings, &run, &history).await;
+    usage::count_tokens(&ctx.metrics, &settings, &run, &outcome);
     let owner = agent::owner_route_for(&ctx.store, &settings, &run, &outcome).await;
     let conclusion = agent::conclude(&settings, &run, outcome, owner);
     let wakes_now = conclusion.wakes_now(&run);

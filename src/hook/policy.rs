@@ -219,6 +219,12 @@ impl ModelAllowlist {
         ModelAllowlist { entries }
     }
 
+    /// Whether `id` is one of the listed model ids, exactly as [`ModelAllowlist::resolve`]
+    /// gives them (an empty list lists none).
+    pub fn lists(&self, id: &str) -> bool {
+        self.entries.iter().any(|(listed, _)| listed == id)
+    }
+
     /// The model id `requested` stands for: itself or the model it is an alias of (both compared
     /// case-insensitively). With an empty list every value is taken as is.
     pub fn resolve(&self, requested: &str) -> Result<String, Rejected> {

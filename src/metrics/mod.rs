@@ -59,6 +59,18 @@ pub struct RequestLogLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenLabels {
+    /// The run's agent: one the configuration knows, or the default agent.
+    pub agent: String,
+    /// The mapping that admitted the run; empty for a run of `/hooks/agent`.
+    pub mapping: String,
+    /// The model id that answered when the configuration names it, else `other`.
+    pub model: String,
+    /// `input` or `output`.
+    pub direction: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
     pub version: &'static str,
     pub commit: &'static str,
@@ -84,6 +96,7 @@ pub struct Metrics {
     pub relays: Family<RelayLabels, Counter>,
     pub deliveries: Family<DeliveryLabels, Counter>,
     pub request_log: Family<RequestLogLabels, Counter>,
+    pub model_tokens: Family<TokenLabels, Counter>,
     /// CPU, memory and file descriptors, read at each scrape.
     pub process: ProcessMetrics,
 }
@@ -129,6 +142,7 @@ impl Metrics {
             relays: Family::default(),
             deliveries,
             request_log: Family::default(),
+            model_tokens: Family::default(),
             process: ProcessMetrics::default(),
         }
     }
@@ -185,6 +199,13 @@ impl Metrics {
             "Hook requests the request log recorded, counted without recording (suppressed: a \
              client's refusals over the flood threshold) or lost (dropped: its queue was full)",
             self.request_log.clone(),
+        );
+        registry.register(
+            "hookgate_model_tokens",
+            "Tokens agent runs used as their providers reported them, by agent, mapping, model \
+             and direction (input, output); counted once per turn a model answered, by the node \
+             that ran it",
+            self.model_tokens.clone(),
         );
     }
 }

@@ -13,7 +13,7 @@ use crate::gateway::agent::{self, Conclusion};
 use crate::gateway::clock::now_rfc3339;
 use crate::gateway::context::Context;
 use crate::gateway::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus, SkipReason};
-use crate::gateway::runs;
+use crate::gateway::{runs, usage};
 use crate::hook::SessionMode;
 
 /// How long a persistent run waits for this node's view to show its session's earlier runs.
@@ -54,6 +54,7 @@ pub(super) async fn run(ctx: Context, cluster: Cluster, message: Message) {
     let history = agent::history(&ctx.store, &work).await;
     let turn = agent::turn(&ctx.http, &settings, &work, &history);
     let outcome = with_progress(&cluster, &message, refresh, turn).await;
+    usage::count_tokens(&ctx.metrics, &settings, &work, &outcome);
     let owner = agent::owner_route_for(&ctx.store, &settings, &work, &outcome).await;
     let conclusion = agent::conclude(&settings, &work, outcome, owner);
     let wakes_now = conclusion.wakes_now(&work);
