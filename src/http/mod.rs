@@ -4,6 +4,7 @@
 mod api;
 mod api_error;
 mod api_requests;
+mod api_spend;
 mod auth;
 mod body;
 mod console;
@@ -125,6 +126,7 @@ fn operator_api(state: AppState) -> Router<AppState> {
                 .delete(api::set_main_route),
         )
         .route("/config", get(api::config_status))
+        .route("/spend", get(api_spend::spend))
         .fallback(api_error::no_such_endpoint)
         .method_not_allowed_fallback(api_error::method_not_allowed)
         .layer(from_fn_with_state(state, operator::require_operator))

@@ -143,6 +143,132 @@ async fn usage_is_recorded_from_both_wire_formats_and_the_model_that_answered(ba
     );
 }
 
+/// The provider's configuration with two agent mappings and a wake mapping.
+fn with_mappings(providers: &Providers) -> Value {
+    let mut config = providers.config();
+    let agent = |id: &str| {
+        json!({"id": id, "match": {"path": id}, "action": "agent",
+               "messageTemplate": "{{payload.text}}", "deliver": false,
+               "wakeMode": "next-heartbeat"})
+    };
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([agent("github"), agent("quiet"),
+               {"id": "ping", "match": {"path": "ping"}, "action": "wake",
+                "textTemplate": "ping"}]),
+    );
+    config
+}
+
+/// The value of the metric line that starts with `series`, if the scrape has one.
+fn sample(metrics: &str, series: &str) -> Option<u64> {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+async fn tokens_are_measured_and_summed_per_mapping(backend: Backend) {
+    let providers = Providers::start().await;
+    let (server, _kept) = backend.start(&with_mappings(&providers));
+    for _ in 0..2 {
+        let (status, reply) = server
+            .hook_json("/hooks/github", &json!({"text": "opened"}))
+            .await;
+        assert_eq!(status, 200, "{reply}");
+        let run = finished(&server, reply["runId"].as_str().unwrap()).await;
+        assert_eq!(run["mappingId"], "github", "{run}");
+    }
+    let direct = run(
+        &server,
+        json!({"message": "m", "model": "anthropic/claude"}),
+    )
+    .await;
+    assert_eq!(direct["status"], "ok", "{direct}");
+
+    let metrics = server.metrics().await;
+    let tokens = |labels: &str| {
+        sample(
+            &metrics,
+            &format!("hookgate_model_tokens_total{{{labels}}}"),
+        )
+    };
+    assert_eq!(
+        (
+            tokens(r#"agent="main",mapping="github",model="openai/two",direction="input""#),
+            tokens(r#"agent="main",mapping="github",model="openai/two",direction="output""#),
+        ),
+        (Some(240), Some(60)),
+        "{metrics}"
+    );
+    // A model the configuration does not name (no allowlist: the request chose it) is `other`.
+    assert_eq!(
+        tokens(r#"agent="main",mapping="",model="other",direction="input""#),
+        Some(1010),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("anthropic/claude"), "{metrics}");
+    assert!(
+        !metrics.contains(r#"model="down/one""#),
+        "a failed model used nothing"
+    );
+
+    let (status, spend) = server.api_json("/api/spend").await;
+    assert_eq!(status, 200, "{spend}");
+    assert_eq!(
+        spend["mappings"],
+        json!([
+            {"mappingId": "github", "runs": 2, "inputTokens": 240, "outputTokens": 60},
+            {"mappingId": "quiet", "runs": 0, "inputTokens": 0, "outputTokens": 0},
+        ]),
+        "each agent mapping, in order; the direct run has none"
+    );
+    let (status, later) = server
+        .api_json("/api/spend?since=2999-01-01T00:00:00Z")
+        .await;
+    assert_eq!(status, 200, "{later}");
+    assert_eq!(later["mappings"][0]["runs"], 0, "{later}");
+    assert_eq!(later["since"], "2999-01-01T00:00:00.000Z");
+    let (status, refused) = server.api_json("/api/spend?since=yesterday").await;
+    assert_eq!(
+        (status, &refused["error"]),
+        (400, &json!("since must be an RFC 3339 time"))
+    );
+}
+
+/// In forward mode the upstream runs the model: a run's usage and the spend's tokens are not
+/// known here, and say so (null) rather than zero; the runs are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_mode_counts_runs_and_knows_no_tokens() {
+    let upstream =
+        Fake::start(|_, _| Answer::Json(200, json!({"ok": true, "runId": "upstream-1"}))).await;
+    let providers = Providers::start().await;
+    let mut config = with_mappings(&providers);
+    set(&mut config, "gateway.mode", json!("forward"));
+    set(
+        &mut config,
+        "gateway.forward",
+        json!({"url": upstream.base, "token": "upstream-token"}),
+    );
+    let (server, _dir) = Hookgate::start(&config);
+    let (status, reply) = server
+        .hook_json("/hooks/github", &json!({"text": "opened"}))
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    let run = finished(&server, reply["runId"].as_str().unwrap()).await;
+    assert_eq!(
+        (&run["status"], &run["usage"]),
+        (&json!("forwarded"), &Value::Null),
+        "{run}"
+    );
+    let (_, spend) = server.api_json("/api/spend").await;
+    assert_eq!(
+        spend["mappings"][0],
+        json!({"mappingId": "github", "runs": 1, "inputTokens": null, "outputTokens": null})
+    );
+    assert!(providers.openai.requests().is_empty(), "no model ran here");
+}
+
 /// Generates each named test once per store that runs agents.
 macro_rules! on_both_stores {
     ($($test:ident),+ $(,)?) => {
@@ -162,4 +288,7 @@ macro_rules! on_both_stores {
     };
 }
 
-on_both_stores!(usage_is_recorded_from_both_wire_formats_and_the_model_that_answered);
+on_both_stores!(
+    usage_is_recorded_from_both_wire_formats_and_the_model_that_answered,
+    tokens_are_measured_and_summed_per_mapping,
+);

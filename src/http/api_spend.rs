@@ -1,0 +1,87 @@
+//! `GET /api/spend`: what each agent mapping's runs cost over a rolling window, the last 24
+//! hours unless `since` says otherwise (docs/runtime.md#what-runs-cost). The console's spend
+//! table reads it.
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+use super::AppState;
+use super::api::time_ms;
+use super::api_error::{ApiError, ApiQuery};
+use crate::config::runtime::GatewayMode;
+use crate::gateway::runtime_clock::{now_ms, rfc3339};
+use crate::gateway::spend::Spend;
+use crate::mapping::ActionKind;
+
+/// The window when the request names none: a day.
+const DEFAULT_WINDOW_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// The parameters of `GET /api/spend`; another name is refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpendQuery {
+    /// RFC 3339: the window's start.
+    since: Option<String>,
+}
+
+/// `GET /api/spend?since=`: each agent mapping of the configuration in force, in its order,
+/// with the runs it admitted since `since` and the tokens of its runs that finished since then.
+/// Costs two index lookups per mapping, and a step per run of the window.
+pub async fn spend(
+    State(app): State<AppState>,
+    ApiQuery(query): ApiQuery<SpendQuery>,
+) -> Result<Response, ApiError> {
+    let since_ms = match query.since {
+        Some(text) => time_ms(&text, "since")?,
+        None => now_ms() - DEFAULT_WINDOW_MS,
+    };
+    let since = rfc3339(since_ms);
+    let settings = app.config.current();
+    let mappings: Vec<String> = settings
+        .hooks
+        .iter()
+        .flat_map(|hooks| &hooks.mappings)
+        .filter(|mapping| mapping.kind == ActionKind::Agent)
+        .map(|mapping| mapping.id.clone())
+        .collect();
+    // In forward mode the upstream runs the model: no provider reports tokens here.
+    let tokens_known = matches!(settings.runtime.mode, GatewayMode::Embedded);
+    let spent = app.store.spend_by_mapping(mappings, since.clone()).await?;
+    let mappings = spent
+        .into_iter()
+        .map(|(mapping_id, spend)| MappingSpend::of(mapping_id, spend, tokens_known))
+        .collect();
+    Ok(Json(SpendView { since, mappings }).into_response())
+}
+
+/// The answer of `GET /api/spend`.
+#[derive(Serialize)]
+struct SpendView {
+    /// The window's start, as the store compares it.
+    since: String,
+    mappings: Vec<MappingSpend>,
+}
+
+/// One mapping's spend; tokens null when they are not known here (forward mode).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MappingSpend {
+    mapping_id: String,
+    runs: u64,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+}
+
+impl MappingSpend {
+    fn of(mapping_id: String, spend: Spend, tokens_known: bool) -> MappingSpend {
+        let known = |tokens| tokens_known.then_some(tokens);
+        MappingSpend {
+            mapping_id,
+            runs: spend.runs,
+            input_tokens: known(spend.input_tokens),
+            output_tokens: known(spend.output_tokens),
+        }
+    }
+}
