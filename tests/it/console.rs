@@ -389,3 +389,48 @@ async fn the_console_page_is_static_and_locked_down() {
         .unwrap();
     assert!(!page.contains("<script>"), "no inline script");
 }
+
+#[tokio::test]
+async fn the_console_shows_each_mappings_spend_and_a_runs_tokens() {
+    let provider = crate::fake::Fake::start(|_, _| {
+        let mut body = crate::fake::chat_reply("done");
+        body["usage"] = json!({"prompt_tokens": 1200, "completion_tokens": 34});
+        crate::fake::Answer::Json(200, body)
+    })
+    .await;
+    let mut config = crate::runtime::with_provider(&provider);
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"id": "github", "match": {"path": "github"}, "action": "agent",
+                "messageTemplate": "{{payload.text}}", "deliver": false,
+                "wakeMode": "next-heartbeat"}]),
+    );
+    let (server, _dir) = Hookgate::start(&config);
+    let (_, queued) = server
+        .hook_json("/hooks/github", &json!({"text": "opened"}))
+        .await;
+    let run_id = queued["runId"].as_str().unwrap().to_string();
+    eventually("the run to end", async || {
+        let (_, run) = server.api_json(&format!("/api/runs/{run_id}")).await;
+        run["status"] == "ok"
+    })
+    .await;
+
+    let browser = Browser::start().await;
+    browser.go(&server.url("/console")).await;
+    browser.type_into("#token", GATEWAY_TOKEN).await;
+    browser.click("#login button[type=submit]").await;
+    browser.click("nav button[data-view=runs]").await;
+    let spent = browser
+        .wait_for_text("#spend-table tr[data-mapping=\"github\"]", "github")
+        .await;
+    assert_eq!(spent, "github 1 1200 34");
+
+    browser
+        .click(&format!("#runs-table tr[data-id=\"{run_id}\"] button"))
+        .await;
+    browser
+        .wait_for_text("#run-fields", "1200 input, 34 output tokens")
+        .await;
+}

@@ -121,6 +121,7 @@ async function refresh() {
   try {
     if (state.view === "requests" && $("request-detail").hidden) await loadRequests(false);
     if (state.view === "runs" && $("run-detail").hidden) await loadRuns(false);
+    if (state.view === "runs" && $("run-detail").hidden) await loadSpend();
     if (state.view === "events") await loadEvents();
     if (state.view === "system") await loadSystem();
     say("");
@@ -256,13 +257,35 @@ async function openRun(id) {
   $("request-detail").hidden = true;
   $("run-detail").hidden = false;
   $("run-id").textContent = run.runId;
-  fields($("run-fields"), run);
+  fields($("run-fields"), { ...run, usage: usageWords(run) });
   // The server says what a retry would do (null: nothing failed); the console repeats no rule.
   $("retry").disabled = run.retry === null;
   $("retry").textContent = RETRY_LABELS[run.retry] ?? "Retry what failed";
   $("retry-confirm").hidden = true;
   $("retry-result").textContent = run.retry === null ? "Nothing of this run failed." : "";
   $("run-close").focus();
+}
+
+// A run's tokens in words; a forwarded run's are the upstream's to know.
+function usageWords(run) {
+  if (run.usage) return `${run.usage.inputTokens} input, ${run.usage.outputTokens} output tokens`;
+  if (run.upstreamRunId || run.status.startsWith("forward")) return "not known here: the upstream ran the model";
+  return "none reported";
+}
+
+// Each agent mapping's runs and tokens over the last 24 hours; tokens are null in forward mode.
+async function loadSpend() {
+  const answer = await api("/api/spend");
+  const body = $("spend-table").tBodies[0];
+  body.replaceChildren();
+  for (const spend of answer.mappings) {
+    const row = el("tr", null, { "data-mapping": spend.mappingId });
+    cell(row, spend.mappingId);
+    cell(row, spend.runs);
+    cell(row, spend.inputTokens ?? "not known here");
+    cell(row, spend.outputTokens ?? "not known here");
+    body.append(row);
+  }
 }
 
 const RETRY_LABELS = { run: "Run again", delivery: "Send the reply again", relay: "Relay again" };
