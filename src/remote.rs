@@ -110,6 +110,16 @@ pub enum RunsCommand {
         #[command(flatten)]
         remote: Remote,
     },
+    /// What each agent mapping's runs cost: runs admitted and tokens used, over the last 24
+    /// hours.
+    #[command(after_help = ENVIRONMENT)]
+    Spend {
+        #[command(flatten)]
+        remote: Remote,
+        /// Since this RFC 3339 time instead.
+        #[arg(long)]
+        since: Option<String>,
+    },
 }
 
 pub fn requests(command: RequestsCommand) -> ExitCode {
@@ -213,7 +223,9 @@ pub fn runs(command: RunsCommand) -> ExitCode {
             ]);
             remote.call("GET", &format!("/api/runs?{query}"), |page| {
                 print_table(
-                    &["CREATED", "STATUS", "HOOK", "SESSION", "RUN", "ERROR"],
+                    &[
+                        "CREATED", "STATUS", "HOOK", "SESSION", "RUN", "TOKENS", "ERROR",
+                    ],
                     page["runs"].as_array().into_iter().flatten().map(|r| {
                         vec![
                             text(&r["createdAt"]),
@@ -221,6 +233,7 @@ pub fn runs(command: RunsCommand) -> ExitCode {
                             text(&r["hookName"]),
                             text(&r["sessionKey"]),
                             text(&r["runId"]),
+                            tokens(&r["usage"]),
                             shortened(&r["error"], ERROR_COLUMN_CHARS),
                         ]
                     }),
@@ -242,6 +255,38 @@ pub fn runs(command: RunsCommand) -> ExitCode {
                 }
             })
         }
+        RunsCommand::Spend { remote, since } => {
+            let query = query(&[("since", since)]);
+            remote.call("GET", &format!("/api/spend?{query}"), |answer| {
+                println!("since {}", text(&answer["since"]));
+                print_table(
+                    &["MAPPING", "RUNS", "INPUT TOKENS", "OUTPUT TOKENS"],
+                    answer["mappings"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|m| {
+                            vec![
+                                text(&m["mappingId"]),
+                                text(&m["runs"]),
+                                text(&m["inputTokens"]),
+                                text(&m["outputTokens"]),
+                            ]
+                        }),
+                );
+            })
+        }
+    }
+}
+
+/// A run's usage as table text: `<input>/<output>` tokens, `-` when not reported.
+fn tokens(usage: &Value) -> String {
+    match (
+        usage["inputTokens"].as_u64(),
+        usage["outputTokens"].as_u64(),
+    ) {
+        (Some(input), Some(output)) => format!("{input}/{output}"),
+        _ => "-".into(),
     }
 }
 

@@ -30,7 +30,7 @@ fn into_closed_pipe(args: &[&str]) -> Output {
 }
 
 /// Runs `hookgate <args>` against `server`; its stdout, after asserting that it succeeded.
-fn cli(server: &Hookgate, args: &[&str]) -> String {
+pub(crate) fn cli(server: &Hookgate, args: &[&str]) -> String {
     let out = Command::new(binary())
         .args(args)
         .args(["--url", &server.base])

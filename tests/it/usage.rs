@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use crate::day_two::cli;
 use crate::fake::{Answer, Fake, chat_reply};
 use crate::harness::*;
 use crate::runtime::{Backend, agent, finished};
@@ -234,6 +235,27 @@ async fn tokens_are_measured_and_summed_per_mapping(backend: Backend) {
         (status, &refused["error"]),
         (400, &json!("since must be an RFC 3339 time"))
     );
+
+    // The command line shows the same.
+    let row = |table: &str, first: &str| -> Vec<String> {
+        let line = table.lines().find(|line| line.starts_with(first));
+        let line = line.unwrap_or_else(|| panic!("no {first} in {table}"));
+        line.split_whitespace().map(String::from).collect()
+    };
+    let spend = cli(&server, &["runs", "spend"]);
+    assert_eq!(
+        row(&spend, "MAPPING")[1..],
+        ["RUNS", "INPUT", "TOKENS", "OUTPUT", "TOKENS"]
+    );
+    assert_eq!(row(&spend, "github"), ["github", "2", "240", "60"]);
+    let listed = cli(&server, &["runs", "list", "--status", "ok"]);
+    assert_eq!(row(&listed, "CREATED")[5], "TOKENS", "{listed}");
+    let tokens: Vec<String> = listed
+        .lines()
+        .skip(1)
+        .map(|line| row(line, "")[5].clone())
+        .collect();
+    assert_eq!(tokens, ["1010/7", "120/30", "120/30"], "{listed}");
 }
 
 /// In forward mode the upstream runs the model: a run's usage and the spend's tokens are not
