@@ -149,16 +149,18 @@ ALTER TABLE runs ADD COLUMN mapping_id TEXT;
 /// The tokens each run used, as its provider reported them (NULL when it did not), and what
 /// `spend::spend_since` reads them by: a mapping's or an agent's runs by when they were created
 /// (the runs a window admitted) and by when they finished (the tokens a window used). Runs
-/// without a mapping (`/hooks/agent`) are left out of the mapping's indexes.
+/// without a mapping (`/hooks/agent`) are left out of the mapping's indexes, and runs not yet
+/// finished out of the finished ones: queueing a run writes two entries, finishing it two more.
 const SCHEMA_V12: &str = "
 ALTER TABLE runs ADD COLUMN input_tokens INTEGER;
 ALTER TABLE runs ADD COLUMN output_tokens INTEGER;
 CREATE INDEX runs_admitted_by_mapping ON runs (mapping_id, created_at)
  WHERE mapping_id IS NOT NULL;
 CREATE INDEX runs_finished_by_mapping ON runs (mapping_id, finished_at)
- WHERE mapping_id IS NOT NULL;
+ WHERE mapping_id IS NOT NULL AND finished_at IS NOT NULL;
 CREATE INDEX runs_admitted_by_agent ON runs (target_agent, created_at);
-CREATE INDEX runs_finished_by_agent ON runs (target_agent, finished_at);
+CREATE INDEX runs_finished_by_agent ON runs (target_agent, finished_at)
+ WHERE finished_at IS NOT NULL;
 ";
 
 /// The request log, in a database of its own (`requests.db`): every request under the hook
