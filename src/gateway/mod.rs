@@ -31,6 +31,7 @@ mod store;
 mod stored_run;
 mod usage;
 
+pub use provider::Usage;
 pub use records::{
     DeliveryRecord, EventKind, EventOutcome, EventRecord, NewEvent, NewRun, RunStatus, SkipReason,
 };
