@@ -291,6 +291,45 @@ async fn forward_mode_counts_runs_and_knows_no_tokens() {
     assert!(providers.openai.requests().is_empty(), "no model ran here");
 }
 
+/// Two nodes on one stream: each node's spend counts the cluster's runs, and each run's tokens
+/// are counted in the metrics once, by the node that ran it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clusters_spend_counts_every_nodes_runs_and_each_run_once() {
+    let nats = crate::nats::NatsServer::start();
+    let providers = Providers::start().await;
+    let mut config = with_mappings(&providers);
+    set(
+        &mut config,
+        "gateway.store",
+        json!({"kind": "nats", "url": nats.url()}),
+    );
+    let (a, _dir_a) = Hookgate::start(&config);
+    let (b, _dir_b) = Hookgate::start(&config);
+    for node in [&a, &b, &a, &b] {
+        let (status, reply) = node
+            .hook_json("/hooks/github", &json!({"text": "opened"}))
+            .await;
+        assert_eq!(status, 200, "{reply}");
+        finished(node, reply["runId"].as_str().unwrap()).await;
+    }
+    let every_run = json!({"mappingId": "github", "runs": 4, "inputTokens": 480,
+                           "outputTokens": 120});
+    for node in [&a, &b] {
+        let mut seen = Value::Null;
+        eventually("the node's view to hold every run's outcome", async || {
+            seen = node.api_json("/api/spend").await.1["mappings"][0].clone();
+            seen == every_run
+        })
+        .await;
+    }
+    let series = r#"hookgate_model_tokens_total{agent="main",mapping="github",model="openai/two",direction="input"}"#;
+    let mut counted = 0;
+    for node in [&a, &b] {
+        counted += sample(&node.metrics().await, series).unwrap_or(0);
+    }
+    assert_eq!(counted, 480, "each run once, on one node");
+}
+
 /// Generates each named test once per store that runs agents.
 macro_rules! on_both_stores {
     ($($test:ident),+ $(,)?) => {
