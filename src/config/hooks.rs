@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use super::lanes::Lane;
 use super::model::{HooksConfig, ModelEntryConfig, SignatureConfig};
 use super::secret::secret;
 use super::signature::signature_rule;
@@ -57,6 +58,8 @@ pub struct HookSettings {
     pub mapping_capture: HashMap<String, CapturePolicy>,
     /// The headers that carry a credential under these mappings' signature schemes.
     pub credentials: CredentialHeaders,
+    /// The lanes of mappings that set `runs`, by mapping id.
+    pub lanes: HashMap<String, Lane>,
 }
 
 impl HookSettings {
@@ -84,6 +87,11 @@ impl HookSettings {
             .filter(|m| m.path().is_none() || m.path() == hook)
             .filter_map(|m| self.mapping_capture.get(&m.id))
             .fold(self.capture.clone(), |joined, own| joined.union(own))
+    }
+
+    /// The lane of mapping `mapping_id`, when it set `runs`.
+    pub fn lane_for(&self, mapping_id: &str) -> Option<&Lane> {
+        self.lanes.get(mapping_id)
     }
 
     /// Whether any request may be captured: only then are its headers kept until it ends.
@@ -180,6 +188,7 @@ pub(super) fn hook_settings(
         capture,
         mapping_capture: built.capture,
         credentials,
+        lanes: built.lanes,
     })
 }
 
@@ -348,6 +357,7 @@ struct BuiltMappings {
     mappings: Vec<Mapping>,
     limits: HashMap<String, TransformLimits>,
     capture: HashMap<String, CapturePolicy>,
+    lanes: HashMap<String, Lane>,
 }
 
 /// Builds `hooks.mappings` in order, then appends each preset's mappings.
@@ -381,6 +391,13 @@ fn mappings(
             let key = format!("hooks.mappings[{i}].capture");
             let own = capture::capture_policy(own, defaults.capture, true, &key, problems);
             built.capture.insert(mapping.id.clone(), own);
+        }
+        if let Some(lane) = config
+            .runs
+            .as_ref()
+            .and_then(|runs| super::lanes::lane(i, &mapping, runs, problems))
+        {
+            built.lanes.insert(mapping.id.clone(), lane);
         }
         if let Some(signature) = &config.signature {
             mapping.signature = mapping_signature(i, &mapping, signature, defaults, problems);

@@ -7,6 +7,7 @@ mod confine;
 mod connections;
 mod delivery_warnings;
 mod hooks;
+pub mod lanes;
 mod limits;
 mod load;
 mod mapping;

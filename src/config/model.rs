@@ -212,6 +212,8 @@ pub struct MappingConfig {
     pub session_mode: Option<String>,
     /// What the request log keeps of this mapping's requests, over `hooks.capture`.
     pub capture: Option<CaptureConfig>,
+    /// The mapping's lane: its runs at once, waiting, and their priority.
+    pub runs: Option<super::lanes::RunsConfig>,
 }
 
 /// `signature` of a mapping.
