@@ -12,6 +12,7 @@ mod delivery;
 mod embedded;
 mod forward;
 mod heartbeat;
+pub mod lanes;
 pub mod nats;
 mod outbox;
 mod provider;

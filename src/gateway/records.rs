@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::provider::Usage;
 use super::store::{Store, StoreError};
+use crate::config::lanes::Priority;
 use crate::config::runtime::Route;
 
 use crate::hook::envelope::ContentSource;
@@ -325,6 +326,7 @@ impl NewRun {
             admitted: run,
             prompt,
             created_at,
+            priority: Priority::Normal,
         }
     }
 
@@ -411,6 +413,9 @@ pub struct NewRun {
     pub admitted: AdmittedRun,
     pub prompt: String,
     pub created_at: String,
+    /// Its mapping's `runs.priority` when admitted (`normal` without one): which queued run the
+    /// runner starts first.
+    pub priority: Priority,
 }
 
 /// The columns of a [`NewRun`], in the order [`NewRun::from_row`] reads them: a macro, so that
@@ -419,7 +424,7 @@ macro_rules! new_run_columns {
     () => {
         "run_id, hook_name, agent_id, target_agent, session_key, message, prompt, deliver, channel,
         to_addr, model, thinking, timeout_seconds, wake_mode, source, created_at, session_mode,
-        mapping_id"
+        mapping_id, priority"
     };
 }
 pub(crate) use new_run_columns;
@@ -430,9 +435,9 @@ impl NewRun {
         conn.prepare_cached(
             "INSERT INTO runs (run_id, status, hook_name, agent_id, target_agent, session_key,
                  message, prompt, deliver, channel, to_addr, model, thinking, timeout_seconds,
-                 wake_mode, source, created_at, session_mode, mapping_id)
+                 wake_mode, source, created_at, session_mode, mapping_id, priority)
              VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                     ?17, ?18)",
+                     ?17, ?18, ?19)",
         )?
         .execute(params![
             self.run_id,
@@ -455,6 +460,7 @@ impl NewRun {
             self.created_at,
             action.session_mode,
             run.mapping_id,
+            self.priority,
         ])?;
         Ok(())
     }
@@ -502,6 +508,7 @@ impl NewRun {
             },
             prompt: row.get(6)?,
             created_at: row.get(15)?,
+            priority: row.get(18)?,
         })
     }
 }

@@ -48,7 +48,7 @@ macro_rules! run_columns {
     };
 }
 /// Where the state's columns start, after the run's.
-const STATE_AT: usize = 18;
+const STATE_AT: usize = 19;
 /// Where a listing's cursor (the row's `rowid`) comes after the columns of `run_columns!`.
 const CURSOR_AT: usize = STATE_AT + 12;
 

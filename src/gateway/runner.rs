@@ -1,5 +1,6 @@
-//! The embedded agent runner: takes queued runs from the store, at most
-//! `agents.defaults.maxConcurrent` at once and never two of one session key together, runs each
+//! The embedded agent runner: takes queued runs from the store, highest priority first, then
+//! oldest, at most `agents.defaults.maxConcurrent` at once, never two of one session key
+//! together and no more of a mapping's than its `runs.maxConcurrent` ([`LaneSlots`]), runs each
 //! as one turn ([`agent::turn`]) and records the outcome together with its summary or delivery.
 
 use std::collections::HashSet;
@@ -9,6 +10,7 @@ use std::time::Duration;
 use super::agent::{self, Conclusion};
 use super::clock::now_rfc3339;
 use super::context::Context;
+use super::lanes::{LaneSlots, LaneTicket};
 use super::outbox::OutboxItem;
 use super::records::NewRun;
 use super::runs;
@@ -33,13 +35,25 @@ pub async fn run(ctx: Context, signals: Arc<Signals>) {
     }
     let slots = Slots::new(ctx.config.current().runtime.max_concurrent);
     let busy: BusySessions = Arc::default();
+    let lanes = LaneSlots::default();
     loop {
         slots.resize(ctx.config.current().runtime.max_concurrent);
-        if let Err(err) = start_queued(&ctx, &signals, &slots, &busy).await {
-            tracing::error!(%err, "runner cannot read queued runs");
+        match start_queued(&ctx, &signals, &slots, &busy, &lanes).await {
+            // A lane filled up while its runs were being started: read the queue again at
+            // once, without that lane, for the slots still free.
+            Ok(Pass::Again) => continue,
+            Ok(Pass::Done) => {}
+            Err(err) => tracing::error!(%err, "runner cannot read queued runs"),
         }
         let _ = tokio::time::timeout(POLL, signals.runs_queued.notified()).await;
     }
+}
+
+/// What a look at the queue left to do.
+enum Pass {
+    Done,
+    /// Runs were passed over because their lane filled up during the pass.
+    Again,
 }
 
 async fn start_queued(
@@ -47,19 +61,35 @@ async fn start_queued(
     signals: &Arc<Signals>,
     slots: &Slots,
     busy: &BusySessions,
-) -> Result<(), StoreError> {
+    lanes: &LaneSlots,
+) -> Result<Pass, StoreError> {
     // Without a free slot nothing can start, and reading the queue would only load the store:
     // a slot that frees up signals the runner again.
     let Some(mut slot) = slots.try_take() else {
-        return Ok(());
+        return Ok(Pass::Done);
     };
-    let running = lock(busy).clone();
+    let settings = ctx.config.current();
+    let hooks = settings.hooks.as_ref();
+    let skip = runs::Busy {
+        sessions: lock(busy).clone(),
+        lanes: lanes.full(hooks),
+    };
     let want = 1 + slots.free();
     let queued = ctx
         .store
-        .read(move |conn| runs::queued(conn, 256, &running, want))
+        .read(move |conn| runs::queued(conn, 256, &skip, want))
         .await?;
-    for (run_id, session_key) in queued {
+    let mut pass = Pass::Done;
+    for runs::Startable {
+        run_id,
+        session_key,
+        mapping_id,
+    } in queued
+    {
+        let Some(lane) = lanes.enter(mapping_id.as_deref(), hooks) else {
+            pass = Pass::Again;
+            continue;
+        };
         if !lock(busy).insert(session_key.clone()) {
             continue;
         }
@@ -77,6 +107,7 @@ async fn start_queued(
             session_key,
             signals: Arc::clone(signals),
             slot: Some(slot),
+            lane: Some(lane),
         };
         let (ctx, signals) = (ctx.clone(), Arc::clone(signals));
         tokio::spawn(async move {
@@ -85,24 +116,26 @@ async fn start_queued(
         });
         slot = match slots.try_take() {
             Some(next) => next,
-            None => return Ok(()),
+            None => return Ok(Pass::Done),
         };
     }
-    Ok(())
+    Ok(pass)
 }
 
-/// Frees a run's session key and slot when its task ends, even by a panic.
+/// Frees a run's session key, slot and place in its lane when its task ends, even by a panic.
 struct Release {
     busy: BusySessions,
     session_key: String,
     signals: Arc<Signals>,
     slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    lane: Option<LaneTicket>,
 }
 
 impl Drop for Release {
     fn drop(&mut self) {
         // The slot first: the runner, woken below, looks for a free slot before anything else.
         drop(self.slot.take());
+        drop(self.lane.take());
         lock(&self.busy).remove(&self.session_key);
         // A run of this session key may have been waiting for this one.
         self.signals.runs_queued.notify_one();

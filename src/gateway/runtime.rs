@@ -26,7 +26,7 @@ use crate::metrics::Metrics;
 pub struct Runtime {
     backend: Backend,
     /// The store: the embedded file, or on a NATS cluster this node's view of the stream.
-    store: Store,
+    pub(super) store: Store,
     workers: Mutex<Vec<Worker>>,
 }
 

@@ -163,6 +163,18 @@ CREATE INDEX runs_finished_by_agent ON runs (target_agent, finished_at)
  WHERE finished_at IS NOT NULL;
 ";
 
+/// Each run's priority as its mapping's lane gave it at admission (0 `high`, 1 `normal`, 2
+/// `low`), and the indexes of the lanes: the runner reads the queue in priority order, then
+/// arrival order (`runs::queued`), on `runs_by_priority`, whose leading status serves what
+/// `runs_by_status` did (so it replaces it, costing no more writes); admission counts a
+/// mapping's queued runs on a partial index that holds the queued runs alone.
+const SCHEMA_V13: &str = "
+ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 1;
+DROP INDEX IF EXISTS runs_by_status;
+CREATE INDEX runs_by_priority ON runs (status, priority);
+CREATE INDEX runs_queued_by_mapping ON runs (mapping_id) WHERE status = 'queued';
+";
+
 /// The request log, in a database of its own (`requests.db`): every request under the hook
 /// prefix (see `requests`). Keyed by its time-ordered id alone (no rowid, one index only for
 /// replays): each record is one append to one b-tree, since one is written for every request
@@ -252,6 +264,7 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             (10, SCHEMA_V10),
             (11, SCHEMA_V11),
             (12, SCHEMA_V12),
+            (13, SCHEMA_V13),
         ],
     )
 }

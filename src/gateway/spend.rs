@@ -113,6 +113,7 @@ mod tests {
             },
             prompt: "p".into(),
             created_at: created.into(),
+            priority: Default::default(),
         }
     }
 

@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::records::NewRun;
+use crate::config::lanes::Priority;
 use crate::hook::envelope::ContentSource;
 use crate::hook::{AdmittedRun, AgentAction, Channel, SessionMode, Thinking, WakeMode};
 
@@ -40,6 +41,13 @@ pub(super) struct StoredRun<'a> {
     /// Absent for `POST /hooks/agent` runs and runs written before mappings were recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     mapping_id: Option<Cow<'a, str>>,
+    /// Absent for `normal` runs and runs written before there were lanes.
+    #[serde(default, skip_serializing_if = "is_normal")]
+    priority: Priority,
+}
+
+fn is_normal(priority: &Priority) -> bool {
+    *priority == Priority::Normal
 }
 
 /// Writes the run as its borrowed [`StoredRun`].
@@ -85,6 +93,7 @@ impl<'a> From<&'a NewRun> for StoredRun<'a> {
             created_at: Cow::Borrowed(&run.created_at),
             session_mode: action.session_mode,
             mapping_id: mapping_id.as_deref().map(Cow::Borrowed),
+            priority: run.priority,
         }
     }
 }
@@ -114,12 +123,15 @@ impl From<StoredRun<'static>> for NewRun {
             allow_unsafe_external_content: false,
             mapping_id: run.mapping_id.map(Cow::into_owned),
         };
-        NewRun::admitted(
-            run.run_id.into_owned(),
-            admitted,
-            run.prompt.into_owned(),
-            run.created_at.into_owned(),
-        )
+        NewRun {
+            priority: run.priority,
+            ..NewRun::admitted(
+                run.run_id.into_owned(),
+                admitted,
+                run.prompt.into_owned(),
+                run.created_at.into_owned(),
+            )
+        }
     }
 }
 

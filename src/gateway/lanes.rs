@@ -1,0 +1,204 @@
+//! Lanes: a mapping's `runs` at work. Admission gives a run its mapping's priority and refuses
+//! it when `maxQueued` of the mapping's runs wait already ([`Runtime::enter_lane`]); the
+//! embedded runner holds a [`LaneSlots`] and starts no more than `maxConcurrent` of a mapping's
+//! runs at once. Which queued run starts next (priority, then age) is the queue's order
+//! (`runs::queued`). See docs/hooks.md, "Lanes", and docs/runtime.md, "Which run starts next".
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::types::{FromSql, FromSqlResult, ToSqlOutput, ValueRef};
+use rusqlite::{Connection, ToSql, params};
+
+use super::records::NewRun;
+use super::runtime::Runtime;
+use super::store::{Store, StoreError};
+use crate::config::HookSettings;
+use crate::config::lanes::Priority;
+
+/// The `Retry-After` of a request refused by a full lane. A queue drains as fast as its runs
+/// end, which nothing here knows ahead: a pause that keeps a sender from hammering the lane,
+/// not a promise that it has room by then.
+pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+impl ToSql for Priority {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.rank()))
+    }
+}
+
+impl FromSql for Priority {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        i64::column_result(value).map(Priority::from_rank)
+    }
+}
+
+/// A request refused because its mapping's lane holds `runs.maxQueued` waiting runs already.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("lane of mapping {mapping} full: {max_queued} runs queued (runs.maxQueued)")]
+pub struct LaneFull {
+    pub mapping: String,
+    pub max_queued: u32,
+}
+
+/// Why a run did not enter its lane.
+#[derive(Debug, thiserror::Error)]
+pub enum LaneError {
+    #[error(transparent)]
+    Full(#[from] LaneFull),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Runtime {
+    /// Puts an admitted run in the lane of the mapping that admitted it: gives it the lane's
+    /// priority, and refuses it ([`LaneFull`], logged here) when `runs.maxQueued` of the
+    /// mapping's runs are queued already. A run without a mapping, or of a mapping without
+    /// `runs`, passes as it is.
+    ///
+    /// Costs one read of at most `maxQueued` entries of an index of the queued runs (on a NATS
+    /// cluster, of this node's view). The count is read before the run is queued, not in its
+    /// transaction: requests of one mapping admitted at the same moment may each see room,
+    /// so the queue may pass `maxQueued` by as many as were admitted together.
+    pub async fn enter_lane(
+        &self,
+        hooks: &HookSettings,
+        run: &mut NewRun,
+    ) -> Result<(), LaneError> {
+        let Some(mapping) = run.admitted.mapping_id.as_deref() else {
+            return Ok(());
+        };
+        let Some(lane) = hooks.lane_for(mapping) else {
+            return Ok(());
+        };
+        run.priority = lane.priority;
+        let Some(max_queued) = lane.max_queued else {
+            return Ok(());
+        };
+        let owned = mapping.to_string();
+        let queued = self
+            .store
+            .read(move |conn| queued_of(conn, &owned, max_queued))
+            .await?;
+        if queued < max_queued.get() {
+            return Ok(());
+        }
+        let full = LaneFull {
+            mapping: mapping.to_string(),
+            max_queued: max_queued.get(),
+        };
+        tracing::info!(
+            mapping,
+            max_queued = full.max_queued,
+            "lane full: request refused"
+        );
+        Err(full.into())
+    }
+}
+
+/// How many runs of `mapping` are queued, counted up to `cap` (what admission needs to know):
+/// on `runs_queued_by_mapping`, which holds the queued runs alone.
+fn queued_of(conn: &Connection, mapping: &str, cap: NonZeroU32) -> rusqlite::Result<u32> {
+    conn.prepare_cached(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM runs INDEXED BY runs_queued_by_mapping
+          WHERE mapping_id = ?1 AND status = 'queued' LIMIT ?2)",
+    )?
+    .query_row(params![mapping, cap.get()], |row| row.get(0))
+}
+
+impl Store {
+    /// Queued runs by the mapping that admitted them, for mappings that have any: the
+    /// `hookgate_lane_queued` gauge. Costs a walk of the index of queued runs.
+    pub async fn queued_by_mapping(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT mapping_id, COUNT(*) FROM runs INDEXED BY runs_queued_by_mapping
+                  WHERE mapping_id IS NOT NULL AND status = 'queued' GROUP BY mapping_id",
+            )?;
+            let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            rows.collect()
+        })
+        .await
+    }
+}
+
+/// The runs in progress of each mapping in this process: what `maxConcurrent` is held to by
+/// the embedded runner. Cheap to clone (one shared map).
+#[derive(Debug, Clone, Default)]
+pub struct LaneSlots {
+    running: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+impl LaneSlots {
+    /// The mappings whose lanes are full now under `hooks` (the current settings, so that a
+    /// reloaded `maxConcurrent` applies at once): the queue offers none of their runs.
+    pub fn full(&self, hooks: Option<&HookSettings>) -> Vec<String> {
+        let Some(hooks) = hooks else {
+            return Vec::new();
+        };
+        self.lock()
+            .iter()
+            .filter(|(mapping, running)| limit(hooks, mapping).is_some_and(|max| **running >= max))
+            .map(|(mapping, _)| mapping.clone())
+            .collect()
+    }
+
+    /// A place in the lane of `mapping` for one run, held until the [`LaneTicket`] is dropped;
+    /// `None` when its lane is full. A run without a mapping, or of a mapping without
+    /// `maxConcurrent`, always gets one (it counts, should a reload give the mapping a limit).
+    pub fn enter(&self, mapping: Option<&str>, hooks: Option<&HookSettings>) -> Option<LaneTicket> {
+        let Some(mapping) = mapping else {
+            return Some(LaneTicket {
+                slots: self.clone(),
+                mapping: None,
+            });
+        };
+        let max = hooks.and_then(|hooks| limit(hooks, mapping));
+        let mut running = self.lock();
+        let count = running.entry(mapping.to_string()).or_default();
+        if max.is_some_and(|max| *count >= max) {
+            return None;
+        }
+        *count += 1;
+        Some(LaneTicket {
+            slots: self.clone(),
+            mapping: Some(mapping.to_string()),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, u32>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// `maxConcurrent` of `mapping` under `hooks`, if it has one.
+fn limit(hooks: &HookSettings, mapping: &str) -> Option<u32> {
+    hooks
+        .lane_for(mapping)
+        .and_then(|lane| lane.max_concurrent)
+        .map(NonZeroU32::get)
+}
+
+/// One run's place in its mapping's lane; dropping it frees the place.
+#[derive(Debug)]
+pub struct LaneTicket {
+    slots: LaneSlots,
+    mapping: Option<String>,
+}
+
+impl Drop for LaneTicket {
+    fn drop(&mut self) {
+        let Some(mapping) = &self.mapping else {
+            return;
+        };
+        let mut running = self.slots.lock();
+        if let Some(count) = running.get_mut(mapping) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                running.remove(mapping);
+            }
+        }
+    }
+}
