@@ -7,6 +7,7 @@
 use uuid::Uuid;
 
 use crate::config::HookSettings;
+use crate::gateway::lanes::LaneError;
 use crate::gateway::runtime_clock::{now_ms, now_rfc3339};
 use crate::gateway::{
     EventKind, EventOutcome, IdempotencyClaim, NewEvent, NewRun, RunQueued, Runtime, StoreError,
@@ -85,6 +86,15 @@ pub enum AdmitError {
     Store(#[from] StoreError),
 }
 
+impl From<LaneError> for AdmitError {
+    fn from(error: LaneError) -> Self {
+        match error {
+            LaneError::Full(full) => AdmitError::Limited(full.into()),
+            LaneError::Store(store) => AdmitError::Store(store),
+        }
+    }
+}
+
 /// Admission stopped, with what was committed before it did (a batch commits in order).
 #[derive(Debug)]
 pub struct Stopped {
@@ -116,7 +126,7 @@ pub async fn admit(
             Admitted::Wake(wake) => commit_wake(runtime, hooks, &wake, intake)
                 .await
                 .map(|outcome| committed.woke(wake.mode, outcome)),
-            Admitted::Agent(admission) => queue(runtime, *admission)
+            Admitted::Agent(admission) => queue(runtime, hooks, *admission)
                 .await
                 .map(|run| committed.runs.push(run)),
         };
@@ -192,8 +202,13 @@ async fn commit_wake(
     Ok(runtime.submit_wake(event, wake.mode).await?)
 }
 
-/// Queues an admitted run.
-async fn queue(runtime: &Runtime, admission: AgentAdmission) -> Result<QueuedRun, AdmitError> {
+/// Queues an admitted run, in its mapping's lane.
+async fn queue(
+    runtime: &Runtime,
+    hooks: &HookSettings,
+    mut admission: AgentAdmission,
+) -> Result<QueuedRun, AdmitError> {
+    runtime.enter_lane(hooks, &mut admission.run).await?;
     let queued = runtime
         .submit_run(
             admission.run,

@@ -17,6 +17,7 @@ use super::runtime::Runtime;
 use super::store::{Store, StoreError};
 use crate::config::HookSettings;
 use crate::config::lanes::Priority;
+use crate::hook::LimitReached;
 
 /// The `Retry-After` of a request refused by a full lane. A queue drains as fast as its runs
 /// end, which nothing here knows ahead: a pause that keeps a sender from hammering the lane,
@@ -37,10 +38,22 @@ impl FromSql for Priority {
 
 /// A request refused because its mapping's lane holds `runs.maxQueued` waiting runs already.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("lane of mapping {mapping} full: {max_queued} runs queued (runs.maxQueued)")]
+#[error("mapping {mapping}: runs.maxQueued ({max_queued}) reached")]
 pub struct LaneFull {
     pub mapping: String,
     pub max_queued: u32,
+}
+
+/// The client is told the queue is full, the request log which lane, and to retry after
+/// [`RETRY_AFTER`].
+impl From<LaneFull> for LimitReached {
+    fn from(full: LaneFull) -> Self {
+        LimitReached {
+            message: "run queue full; retry later",
+            reason: full.to_string(),
+            retry_after: RETRY_AFTER,
+        }
+    }
 }
 
 /// Why a run did not enter its lane.
@@ -54,7 +67,7 @@ pub enum LaneError {
 
 impl Runtime {
     /// Puts an admitted run in the lane of the mapping that admitted it: gives it the lane's
-    /// priority, and refuses it ([`LaneFull`], logged here) when `runs.maxQueued` of the
+    /// priority, and refuses it ([`LaneFull`], counted by mapping) when `runs.maxQueued` of the
     /// mapping's runs are queued already. A run without a mapping, or of a mapping without
     /// `runs`, passes as it is.
     ///
@@ -85,16 +98,12 @@ impl Runtime {
         if queued < max_queued.get() {
             return Ok(());
         }
-        let full = LaneFull {
+        self.metrics.count_lane_refusal(mapping);
+        Err(LaneFull {
             mapping: mapping.to_string(),
             max_queued: max_queued.get(),
-        };
-        tracing::info!(
-            mapping,
-            max_queued = full.max_queued,
-            "lane full: request refused"
-        );
-        Err(full.into())
+        }
+        .into())
     }
 }
 

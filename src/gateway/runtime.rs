@@ -28,6 +28,8 @@ pub struct Runtime {
     /// The store: the embedded file, or on a NATS cluster this node's view of the stream.
     pub(super) store: Store,
     workers: Mutex<Vec<Worker>>,
+    /// What the runtime counts at admission (a lane's refusals).
+    pub(super) metrics: Metrics,
 }
 
 enum Backend {
@@ -59,7 +61,7 @@ impl Runtime {
         metrics: Metrics,
     ) -> Runtime {
         let mode = config.current().runtime.mode.clone();
-        let ctx = Context::new(store.clone(), config, metrics);
+        let ctx = Context::new(store.clone(), config, metrics.clone());
         let (backend, workers) = match (cluster, mode) {
             (Some(cluster), _) => {
                 let workers = super::nats::start_workers(&ctx, &cluster);
@@ -78,6 +80,7 @@ impl Runtime {
             backend,
             store,
             workers: Mutex::new(workers),
+            metrics,
         }
     }
 

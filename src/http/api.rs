@@ -313,6 +313,16 @@ pub async fn metrics(
         }
         app.metrics.queue_depth.set(waiting);
     }
+    if let Ok(by_mapping) = app.store.queued_by_mapping().await {
+        // A mapping whose queue drained drops out of the query: start from an empty family.
+        app.metrics.lane_queued.clear();
+        for (mapping, queued) in by_mapping {
+            app.metrics
+                .lane_queued
+                .get_or_create(&crate::metrics::MappingLabels { mapping })
+                .set(queued);
+        }
+    }
     app.metrics.process.sample();
     Ok((
         [(

@@ -97,6 +97,10 @@ pub struct Metrics {
     pub deliveries: Family<DeliveryLabels, Counter>,
     pub request_log: Family<RequestLogLabels, Counter>,
     pub model_tokens: Family<TokenLabels, Counter>,
+    /// Requests a full lane refused, by mapping.
+    pub lane_refusals: Family<MappingLabels, Counter>,
+    /// Queued runs by the mapping that admitted them, set at each scrape.
+    pub lane_queued: Family<MappingLabels, Gauge>,
     /// CPU, memory and file descriptors, read at each scrape.
     pub process: ProcessMetrics,
 }
@@ -143,6 +147,8 @@ impl Metrics {
             deliveries,
             request_log: Family::default(),
             model_tokens: Family::default(),
+            lane_refusals: Family::default(),
+            lane_queued: Family::default(),
             process: ProcessMetrics::default(),
         }
     }
@@ -207,6 +213,16 @@ impl Metrics {
              that ran it",
             self.model_tokens.clone(),
         );
+        registry.register(
+            "hookgate_lane_refusals",
+            "Hook requests answered 429 because their mapping's lane held runs.maxQueued waiting runs, by mapping",
+            self.lane_refusals.clone(),
+        );
+        registry.register(
+            "hookgate_lane_queued",
+            "Queued runs (not started) by the mapping that admitted them",
+            self.lane_queued.clone(),
+        );
     }
 }
 
@@ -247,6 +263,15 @@ impl Metrics {
         };
         self.hook_requests
             .get_or_create(&HookLabels { hook, outcome })
+            .inc();
+    }
+
+    /// Counts one request a full lane of `mapping` refused.
+    pub fn count_lane_refusal(&self, mapping: &str) {
+        self.lane_refusals
+            .get_or_create(&MappingLabels {
+                mapping: mapping.to_string(),
+            })
             .inc();
     }
 
