@@ -24,6 +24,7 @@ mod failures;
 mod files;
 mod hostile;
 mod js;
+mod lanes;
 mod limits;
 mod mapped;
 mod metrics;

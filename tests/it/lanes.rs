@@ -1,0 +1,346 @@
+//! Lanes (docs/hooks.md, "Lanes"): a mapping's `runs.maxConcurrent` bounds its runs at once,
+//! `runs.maxQueued` refuses a request with 429 and stores nothing, and `runs.priority` decides
+//! which queued run starts next. The model provider is a real HTTP server on loopback that holds
+//! each answer until the test lets it go, so that what runs at once is what the test says.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use crate::fake::chat_reply;
+use crate::harness::*;
+
+/// A chat-completions provider that answers a call only once the test let one go
+/// ([`GatedProvider::release`]), and counts the calls in progress.
+#[derive(Clone)]
+struct GatedProvider {
+    base: String,
+    gate: Arc<Semaphore>,
+    /// Each call's last message, in the order the calls came.
+    prompts: Arc<Mutex<Vec<String>>>,
+    in_flight: Arc<AtomicUsize>,
+    max_in_flight: Arc<AtomicUsize>,
+}
+
+impl GatedProvider {
+    async fn start() -> GatedProvider {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let provider = GatedProvider {
+            base: format!("http://{}", listener.local_addr().unwrap()),
+            gate: Arc::new(Semaphore::new(0)),
+            prompts: Arc::default(),
+            in_flight: Arc::default(),
+            max_in_flight: Arc::default(),
+        };
+        let state = provider.clone();
+        let app = Router::new().fallback(move |body: Bytes| {
+            let state = state.clone();
+            async move { state.answer(body).await }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        provider
+    }
+
+    async fn answer(&self, body: Bytes) -> axum::Json<Value> {
+        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let prompt = body["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .map(|m| m["content"].to_string())
+            .unwrap_or_default();
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        self.prompts.lock().unwrap().push(prompt);
+        self.gate.acquire().await.unwrap().forget();
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        axum::Json(chat_reply("ok"))
+    }
+
+    /// Lets `n` calls answer, those waiting first.
+    fn release(&self, n: usize) {
+        self.gate.add_permits(n);
+    }
+
+    fn prompts(&self) -> Vec<String> {
+        self.prompts.lock().unwrap().clone()
+    }
+
+    fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    fn max_in_flight(&self) -> usize {
+        self.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the provider has been called `n` times; the prompts so far.
+    async fn called(&self, n: usize) -> Vec<String> {
+        eventually_within(
+            &format!("{n} provider calls"),
+            Duration::from_secs(15),
+            Duration::from_millis(20),
+            async || {
+                let prompts = self.prompts();
+                (prompts.len() >= n)
+                    .then(|| prompts.clone())
+                    .ok_or_else(|| format!("{prompts:?}"))
+            },
+        )
+        .await
+    }
+}
+
+/// An agent mapping of hook name `name` whose runs say `<name> <n>` and neither deliver nor
+/// ask for a heartbeat (a heartbeat turn would be one more provider call), with `runs`.
+fn mapping(name: &str, runs: Value) -> Value {
+    json!({
+        "id": name,
+        "match": {"path": name},
+        "action": "agent",
+        "messageTemplate": format!("{name} {{{{n}}}}"),
+        "deliver": false,
+        "wakeMode": "next-heartbeat",
+        "runs": runs,
+    })
+}
+
+fn config(provider: &GatedProvider, max_concurrent: u32, mappings: Value) -> Value {
+    let mut config = base_config();
+    let defaults = json!({
+        "provider": {"baseUrl": provider.base, "apiKey": "sk-test"},
+        "model": "default-model",
+        "maxConcurrent": max_concurrent,
+    });
+    set(&mut config, "agents.defaults", defaults);
+    set(&mut config, "hooks.mappings", mappings);
+    config
+}
+
+/// Sends `{"n": n}` to `/hooks/<name>`; the answer's status and body.
+async fn send(server: &Hookgate, name: &str, n: usize) -> (u16, Value) {
+    server
+        .hook_json(&format!("/hooks/{name}"), &json!({"n": n}))
+        .await
+}
+
+async fn accepted(server: &Hookgate, name: &str, n: usize) -> String {
+    let (status, body) = send(server, name, n).await;
+    assert_eq!(status, 200, "{body}");
+    body["runId"].as_str().unwrap().to_string()
+}
+
+async fn runs(server: &Hookgate) -> Vec<Value> {
+    let (status, body) = server.api_json("/api/runs?limit=100").await;
+    assert_eq!(status, 200, "{body}");
+    body["runs"].as_array().unwrap().clone()
+}
+
+/// Waits until every run `server` knows has ended.
+async fn all_finished(server: &Hookgate, count: usize) {
+    eventually_within(
+        "every run to finish",
+        Duration::from_secs(15),
+        Duration::from_millis(50),
+        async || {
+            let runs = runs(server).await;
+            let ended = runs.iter().filter(|r| r["status"] == "ok").count();
+            (runs.len() == count && ended == count)
+                .then_some(())
+                .ok_or_else(|| format!("{ended} of {} ended", runs.len()))
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_holds_its_mapping_to_max_concurrent_and_not_the_others() {
+    let provider = GatedProvider::start().await;
+    let mappings = json!([
+        mapping("bulk", json!({"maxConcurrent": 2})),
+        mapping("chat", json!({})),
+    ]);
+    let (server, _dir) = Hookgate::start(&config(&provider, 8, mappings));
+    for n in 0..5 {
+        accepted(&server, "bulk", n).await;
+    }
+    provider.called(2).await;
+    // A run of another mapping, queued after the three bulk runs still waiting, starts: the
+    // runner looked past them, and left them because their lane was full.
+    accepted(&server, "chat", 0).await;
+    let prompts = provider.called(3).await;
+    assert!(prompts[2].contains("chat 0"), "{prompts:?}");
+    assert_eq!(
+        prompts.iter().filter(|p| p.contains("bulk")).count(),
+        2,
+        "{prompts:?}"
+    );
+    assert_eq!(provider.in_flight(), 3);
+    provider.release(6);
+    all_finished(&server, 6).await;
+    assert_eq!(
+        provider.max_in_flight(),
+        3,
+        "two bulk runs and the chat run"
+    );
+    assert_eq!(provider.prompts().len(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_queued_a_request_is_refused_with_429_and_nothing_is_stored() {
+    let provider = GatedProvider::start().await;
+    let mappings = json!([mapping(
+        "gmail",
+        json!({"maxConcurrent": 1, "maxQueued": 2})
+    )]);
+    let (server, _dir) = Hookgate::start(&config(&provider, 4, mappings));
+    accepted(&server, "gmail", 0).await;
+    provider.called(1).await;
+    accepted(&server, "gmail", 1).await;
+    accepted(&server, "gmail", 2).await;
+
+    let refused = server
+        .hook("/hooks/gmail")
+        .json(&json!({"n": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "5");
+    let (_, body) = json_of(refused).await;
+    assert_eq!(
+        body,
+        json!({"ok": false, "error": "too many runs queued; retry"})
+    );
+    assert_eq!(
+        runs(&server).await.len(),
+        3,
+        "the refused request stored a run"
+    );
+
+    // The request log is written behind the answer.
+    let record = eventually_within(
+        "the refusal's record",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        async || {
+            let (_, page) = server.api_json("/api/requests?status=4xx").await;
+            let record = page["requests"][0].clone();
+            (!record.is_null())
+                .then_some(record)
+                .ok_or_else(|| page.to_string())
+        },
+    )
+    .await;
+    assert_eq!(record["mappingId"], "gmail", "{record}");
+    assert_eq!(
+        record["reason"], "lane of mapping gmail full: 2 runs queued (runs.maxQueued)",
+        "{record}"
+    );
+    let metrics = server.metrics().await;
+    assert!(
+        metrics.contains("hookgate_lane_refusals_total{mapping=\"gmail\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("hookgate_lane_queued{mapping=\"gmail\"} 2"),
+        "{metrics}"
+    );
+
+    // As the queue drains, the lane takes requests again.
+    provider.release(3);
+    all_finished(&server, 3).await;
+    accepted(&server, "gmail", 4).await;
+    provider.release(1);
+    all_finished(&server, 4).await;
+    assert_eq!(provider.max_in_flight(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_high_priority_run_starts_before_a_queued_low_priority_burst() {
+    let provider = GatedProvider::start().await;
+    let mappings = json!([
+        mapping("gmail", json!({"priority": "low"})),
+        mapping("chat", json!({"priority": "high"})),
+    ]);
+    let (server, _dir) = Hookgate::start(&config(&provider, 1, mappings));
+    accepted(&server, "gmail", 0).await;
+    provider.called(1).await;
+    for n in 1..=5 {
+        accepted(&server, "gmail", n).await;
+    }
+    accepted(&server, "chat", 0).await;
+    // The one run already started ends; the next one the provider sees is the chat's.
+    provider.release(1);
+    let prompts = provider.called(2).await;
+    assert!(prompts[1].contains("chat 0"), "{prompts:?}");
+    provider.release(6);
+    all_finished(&server, 7).await;
+    let order: Vec<String> = provider.prompts();
+    // The low burst then runs oldest first.
+    for (i, n) in (2..7).zip(1..=5) {
+        assert!(order[i].contains(&format!("gmail {n}")), "{order:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_of_runs_takes_effect_for_queued_runs() {
+    let provider = GatedProvider::start().await;
+    let narrow = config(
+        &provider,
+        8,
+        json!([mapping("bulk", json!({"maxConcurrent": 1, "maxQueued": 2}))]),
+    );
+    let (server, dir) = Hookgate::start(&narrow);
+    for n in 0..3 {
+        accepted(&server, "bulk", n).await;
+    }
+    provider.called(1).await;
+    assert_eq!(send(&server, "bulk", 3).await.0, 429);
+
+    let wide = config(
+        &provider,
+        8,
+        json!([mapping("bulk", json!({"maxConcurrent": 3, "maxQueued": 3}))]),
+    );
+    dir.write(&wide);
+    eventually("the reload", async || {
+        server.api_json("/api/config").await.1["generation"] == 1
+    })
+    .await;
+    // The two queued runs start without waiting for the first.
+    provider.called(3).await;
+    assert_eq!(provider.in_flight(), 3);
+    provider.release(3);
+    all_finished(&server, 3).await;
+}
+
+#[test]
+fn check_names_a_bad_lane_key_without_its_value() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([
+            {"match": {"path": "a"}, "runs": {"maxConcurrent": 0}},
+            {"match": {"path": "b"}, "runs": {"maxConcurrent": 3, "maxQueued": 2}},
+            {"match": {"path": "c"}, "runs": {"priority": "urgent-ish"}},
+            {"match": {"path": "d"}, "action": "wake", "textTemplate": "t", "runs": {"maxQueued": 9}},
+        ]),
+    );
+    let (status, output, _dir) = check(&config);
+    assert!(!status.success(), "{output}");
+    for expected in [
+        "hooks.mappings[0].runs.maxConcurrent: must be at least 1",
+        "hooks.mappings[1].runs.maxQueued: must be at least maxConcurrent",
+        "hooks.mappings[2].runs.priority: must be high, normal or low",
+        "hooks.mappings[3].runs: applies to agent mappings only",
+    ] {
+        assert!(output.contains(expected), "{expected} not in {output}");
+    }
+    assert!(!output.contains("urgent-ish"), "{output}");
+}
