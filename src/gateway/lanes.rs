@@ -144,14 +144,7 @@ impl LaneSlots {
     /// The mappings whose lanes are full now under `hooks` (the current settings, so that a
     /// reloaded `maxConcurrent` applies at once): the queue offers none of their runs.
     pub fn full(&self, hooks: Option<&HookSettings>) -> Vec<String> {
-        let Some(hooks) = hooks else {
-            return Vec::new();
-        };
-        self.lock()
-            .iter()
-            .filter(|(mapping, running)| limit(hooks, mapping).is_some_and(|max| **running >= max))
-            .map(|(mapping, _)| mapping.clone())
-            .collect()
+        full_lanes(hooks, self.lock().iter().map(|(m, n)| (m.as_str(), *n)))
     }
 
     /// A place in the lane of `mapping` for one run, held until the [`LaneTicket`] is dropped;
@@ -180,6 +173,48 @@ impl LaneSlots {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, u32>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// The mappings among `running` (mapping, runs in progress) whose lanes are full under `hooks`.
+pub(crate) fn full_lanes<'a>(
+    hooks: Option<&HookSettings>,
+    running: impl Iterator<Item = (&'a str, u32)>,
+) -> Vec<String> {
+    let Some(hooks) = hooks else {
+        return Vec::new();
+    };
+    running
+        .filter(|(mapping, count)| limit(hooks, mapping).is_some_and(|max| *count >= max))
+        .map(|(mapping, _)| mapping.to_string())
+        .collect()
+}
+
+/// Runs in progress by the mapping that admitted them, as the store shows them: on a NATS
+/// cluster, this node's view of every node's runs. Costs a read of the running runs (at most
+/// the cluster's slots) on `runs_by_priority`.
+pub(crate) fn running_by_mapping(conn: &Connection) -> rusqlite::Result<Vec<(String, u32)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT mapping_id, COUNT(*) FROM runs
+          WHERE status = 'running' AND mapping_id IS NOT NULL GROUP BY mapping_id",
+    )?;
+    let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    rows.collect()
+}
+
+/// Whether a queued run of a higher priority than `priority` could start now: its session key
+/// has no run in progress and its mapping is not among `busy.lanes`. Costs a walk of the queued
+/// runs of higher priorities on `runs_by_priority`, to the first that could.
+pub(crate) fn higher_waiting(
+    conn: &Connection,
+    priority: Priority,
+    busy: &super::runs::Busy,
+) -> rusqlite::Result<bool> {
+    conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'queued' AND priority < ?1
+            AND session_key NOT IN (SELECT session_key FROM runs WHERE status = 'running')
+            AND (mapping_id IS NULL OR mapping_id NOT IN (SELECT value FROM json_each(?2))))",
+    )?
+    .query_row(params![priority, busy.lanes_json()], |row| row.get(0))
 }
 
 /// `maxConcurrent` of `mapping` under `hooks`, if it has one.

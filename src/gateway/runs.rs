@@ -135,7 +135,7 @@ pub struct Busy {
 
 impl Busy {
     /// The full lanes as the JSON list the queue's statements read with `json_each`.
-    fn lanes_json(&self) -> String {
+    pub(crate) fn lanes_json(&self) -> String {
         // A list of strings: always serialises.
         serde_json::to_string(&self.lanes).unwrap_or_else(|_| "[]".into())
     }

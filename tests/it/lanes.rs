@@ -14,6 +14,7 @@ use tokio::sync::Semaphore;
 
 use crate::fake::chat_reply;
 use crate::harness::*;
+use crate::runtime::Backend;
 
 /// A chat-completions provider that answers a call only once the test let one go
 /// ([`GatedProvider::release`]), and counts the calls in progress.
@@ -157,14 +158,49 @@ async fn all_finished(server: &Hookgate, count: usize) {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lane_holds_its_mapping_to_max_concurrent_and_not_the_others() {
+/// Generates each lane test on the embedded store and on a NATS JetStream node of its own.
+macro_rules! on_both_stores {
+    ($($test:ident),+ $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Backend::Embedded).await
+                }
+            )+
+        }
+        mod nats {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Backend::Nats).await
+                }
+            )+
+        }
+    };
+}
+
+on_both_stores!(
+    a_lane_holds_its_mapping_to_max_concurrent_and_not_the_others,
+    past_max_queued_a_request_is_refused_with_429_and_nothing_is_stored,
+    a_high_priority_run_starts_before_a_queued_low_priority_burst,
+);
+
+/// Waits until `server` shows `count` runs: on NATS, until its view applied them.
+async fn shown(server: &Hookgate, count: usize) {
+    eventually(&format!("{count} runs shown"), async || {
+        runs(server).await.len() == count
+    })
+    .await
+}
+
+async fn a_lane_holds_its_mapping_to_max_concurrent_and_not_the_others(backend: Backend) {
     let provider = GatedProvider::start().await;
     let mappings = json!([
         mapping("bulk", json!({"maxConcurrent": 2})),
         mapping("chat", json!({})),
     ]);
-    let (server, _dir) = Hookgate::start(&config(&provider, 8, mappings));
+    let (server, _kept) = backend.start(&config(&provider, 8, mappings));
     for n in 0..5 {
         accepted(&server, "bulk", n).await;
     }
@@ -190,18 +226,19 @@ async fn a_lane_holds_its_mapping_to_max_concurrent_and_not_the_others() {
     assert_eq!(provider.prompts().len(), 6);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn past_max_queued_a_request_is_refused_with_429_and_nothing_is_stored() {
+async fn past_max_queued_a_request_is_refused_with_429_and_nothing_is_stored(backend: Backend) {
     let provider = GatedProvider::start().await;
     let mappings = json!([mapping(
         "gmail",
         json!({"maxConcurrent": 1, "maxQueued": 2})
     )]);
-    let (server, _dir) = Hookgate::start(&config(&provider, 4, mappings));
+    let (server, _kept) = backend.start(&config(&provider, 4, mappings));
     accepted(&server, "gmail", 0).await;
     provider.called(1).await;
     accepted(&server, "gmail", 1).await;
     accepted(&server, "gmail", 2).await;
+    // Admission counts the queue this node shows (on NATS, its view of the stream).
+    shown(&server, 3).await;
 
     let refused = server
         .hook("/hooks/gmail")
@@ -260,20 +297,21 @@ async fn past_max_queued_a_request_is_refused_with_429_and_nothing_is_stored() {
     assert_eq!(provider.max_in_flight(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_high_priority_run_starts_before_a_queued_low_priority_burst() {
+async fn a_high_priority_run_starts_before_a_queued_low_priority_burst(backend: Backend) {
     let provider = GatedProvider::start().await;
     let mappings = json!([
         mapping("gmail", json!({"priority": "low"})),
         mapping("chat", json!({"priority": "high"})),
     ]);
-    let (server, _dir) = Hookgate::start(&config(&provider, 1, mappings));
+    let (server, _kept) = backend.start(&config(&provider, 1, mappings));
     accepted(&server, "gmail", 0).await;
     provider.called(1).await;
     for n in 1..=5 {
         accepted(&server, "gmail", n).await;
     }
     accepted(&server, "chat", 0).await;
+    // On NATS a node knows of a waiting higher-priority run from its view.
+    shown(&server, 7).await;
     // The one run already started ends; the next one the provider sees is the chat's.
     provider.release(1);
     let prompts = provider.called(2).await;
@@ -281,9 +319,14 @@ async fn a_high_priority_run_starts_before_a_queued_low_priority_burst() {
     provider.release(6);
     all_finished(&server, 7).await;
     let order: Vec<String> = provider.prompts();
-    // The low burst then runs oldest first.
+    // The low burst then runs, oldest first in one process (on a cluster, in the order the
+    // consumer offers them again).
     for (i, n) in (2..7).zip(1..=5) {
-        assert!(order[i].contains(&format!("gmail {n}")), "{order:?}");
+        let expected = format!("gmail {n}");
+        match backend {
+            Backend::Embedded => assert!(order[i].contains(&expected), "{order:?}"),
+            Backend::Nats => assert!(order.iter().any(|p| p.contains(&expected)), "{order:?}"),
+        }
     }
 }
 

@@ -17,6 +17,7 @@ mod consumers;
 mod dispatch;
 mod fact;
 mod intake;
+mod lanes;
 mod projection;
 mod run;
 mod work;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{Message, kv};
 
+use super::lanes;
 use super::work::{RETRY, VIEW_WAIT, done, later, position, with_progress};
 use super::{Cluster, ClusterError, Consumer, Fact};
 use crate::gateway::agent::{self, Conclusion};
@@ -72,8 +73,9 @@ pub(super) async fn run(ctx: Context, cluster: Cluster, message: Message) {
 
 /// What to do with a run that was offered.
 enum Prepared<'a> {
-    /// Run it: its session is this run's now, and its start is on the stream.
-    Run(SessionLock<'a>),
+    /// Run it: its session (and a slot of its mapping's lane) is this run's now, and its start
+    /// is on the stream.
+    Run(Held<'a>),
     /// It is finished already.
     Done,
     /// Not now: offered again after the delay.
@@ -111,11 +113,20 @@ async fn prepare<'a>(
         Ok(Some(_)) => return Prepared::Done,
         Ok(None) | Err(_) => return Prepared::Later(RETRY),
     }
-    let lock = SessionLock::new(cluster, &work.admitted.session_key, &work.run_id, delivered);
-    if !lock.take().await {
-        // Its session has a run in progress elsewhere: offered again, later each time.
-        let delay = Duration::from_millis(250 * u64::try_from(delivered).unwrap_or(1));
-        return Prepared::Later(delay.min(Duration::from_secs(5)));
+    if lanes::steps_aside(ctx, work, delivered).await {
+        return Prepared::Later(lanes::STEP_ASIDE);
+    }
+    // Its session or its lane has runs in progress elsewhere: offered again, later each time.
+    let busy = Duration::from_millis(250 * u64::try_from(delivered).unwrap_or(1));
+    let busy = Prepared::Later(busy.min(Duration::from_secs(5)));
+    let Ok(lane) = lanes::take_slot(cluster, &ctx.config.current(), work, delivered).await else {
+        return busy;
+    };
+    let session = SessionLock::new(cluster, &work.admitted.session_key, &work.run_id, delivered);
+    let lock = Held { session, lane };
+    if !lock.session.take().await {
+        lock.release().await;
+        return busy;
     }
     let started = Fact::Started {
         run_id: work.run_id.clone(),
@@ -249,11 +260,35 @@ fn cut(text: &mut String, keep: usize) {
     text.push_str(NOTE);
 }
 
+/// What a run holds while it runs: its session key's lock, and a slot of its mapping's lane
+/// when the lane has a `maxConcurrent`.
+struct Held<'a> {
+    session: SessionLock<'a>,
+    lane: Option<SessionLock<'a>>,
+}
+
+impl Held<'_> {
+    async fn refresh(&self) {
+        self.session.refresh().await;
+        if let Some(lane) = &self.lane {
+            lane.refresh().await;
+        }
+    }
+
+    async fn release(&self) {
+        self.session.release().await;
+        if let Some(lane) = &self.lane {
+            lane.release().await;
+        }
+    }
+}
+
 /// A session key's run in progress, for the whole cluster: a key in the locks bucket whose
 /// value names the run and the offer that holds it. When the holder dies, its run is offered
 /// again after the ack wait, and that offer takes the lock over; the lock itself expires only
 /// after twice the ack wait unless refreshed, so no other run of the session gets in between.
-struct SessionLock<'a> {
+/// A lane's slot is the same kind of lock on a key of its own ([`SessionLock::keyed`]).
+pub(super) struct SessionLock<'a> {
     cluster: &'a Cluster,
     key: String,
     run_id: &'a str,
@@ -264,9 +299,15 @@ struct SessionLock<'a> {
 
 impl<'a> SessionLock<'a> {
     fn new(cluster: &'a Cluster, session_key: &str, run_id: &'a str, offer: i64) -> Self {
+        Self::keyed(cluster, super::intake::key_of(session_key), run_id, offer)
+    }
+
+    /// The lock of the bucket key `key` (one a session key's hash never is) for `run_id`'s
+    /// `offer`th offer.
+    pub(super) fn keyed(cluster: &'a Cluster, key: String, run_id: &'a str, offer: i64) -> Self {
         SessionLock {
             cluster,
-            key: super::intake::key_of(session_key),
+            key,
             run_id,
             holder: format!("{run_id} {offer}"),
             revision: Mutex::new(None),
@@ -282,7 +323,7 @@ impl<'a> SessionLock<'a> {
     }
 
     /// Whether the session is now this run's.
-    async fn take(&self) -> bool {
+    pub(super) async fn take(&self) -> bool {
         let bucket = &self.cluster.buckets.locks;
         let value = || self.holder.clone().into();
         if let Ok(revision) = bucket.create(&self.key, value()).await {
@@ -311,7 +352,7 @@ impl<'a> SessionLock<'a> {
     }
 
     /// Keeps the lock from expiring; only while it is still ours.
-    async fn refresh(&self) {
+    pub(super) async fn refresh(&self) {
         let Some(revision) = self.revision() else {
             return;
         };
@@ -333,7 +374,7 @@ impl<'a> SessionLock<'a> {
         }
     }
 
-    async fn release(&self) {
+    pub(super) async fn release(&self) {
         if let Some(revision) = self.revision() {
             let bucket = &self.cluster.buckets.locks;
             let _ = bucket
