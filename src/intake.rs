@@ -208,7 +208,8 @@ async fn queue(
     hooks: &HookSettings,
     mut admission: AgentAdmission,
 ) -> Result<QueuedRun, AdmitError> {
-    runtime.enter_lane(hooks, &mut admission.run).await?;
+    let claim = admission.claim.as_ref();
+    runtime.enter_lane(hooks, &mut admission.run, claim).await?;
     let queued = runtime
         .submit_run(
             admission.run,
