@@ -150,6 +150,9 @@ impl Busy {
 /// `want` of them: one indexed read of `limit` rows ([`oldest_queued`]). Only when those hold
 /// fewer (a backlog of busy keys in front) is the queue walked key by key ([`queued_heads`]),
 /// so one busy key with a long backlog never hides the runs of others, nor leaves slots idle.
+/// The queued runs of a full lane are left out, but read past: a read costs as many more rows
+/// as the full lanes have queued ahead of the first it returns (about 11 ms for 17,000 of them
+/// among 100,000 queued, against 0.5 ms with no lane full), which their `maxQueued` bounds.
 pub fn queued(
     conn: &Connection,
     limit: u32,
