@@ -22,7 +22,7 @@ use crate::runtime::Backend;
 struct GatedProvider {
     base: String,
     gate: Arc<Semaphore>,
-    /// Each call's last message, in the order the calls came.
+    /// Each call's hook message ([`message_of`]), in the order the calls came.
     prompts: Arc<Mutex<Vec<String>>>,
     in_flight: Arc<AtomicUsize>,
     max_in_flight: Arc<AtomicUsize>,
@@ -52,7 +52,8 @@ impl GatedProvider {
         let prompt = body["messages"]
             .as_array()
             .and_then(|m| m.last())
-            .map(|m| m["content"].to_string())
+            .and_then(|m| m["content"].as_str())
+            .map(message_of)
             .unwrap_or_default();
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);
@@ -94,6 +95,16 @@ impl GatedProvider {
         )
         .await
     }
+}
+
+/// The hook's message inside a prompt's untrusted-content envelope (the prompt itself when it
+/// has none), so that a failure shows what ran, not the envelope.
+fn message_of(prompt: &str) -> String {
+    prompt
+        .split_once("\n---\n")
+        .and_then(|(_, rest)| rest.split_once("\n<<<END"))
+        .map_or(prompt, |(message, _)| message)
+        .to_string()
 }
 
 /// An agent mapping of hook name `name` whose runs say `<name> <n>` and neither deliver nor
@@ -209,7 +220,7 @@ async fn a_lane_holds_its_mapping_to_max_concurrent_and_not_the_others(backend: 
     // runner looked past them, and left them because their lane was full.
     accepted(&server, "chat", 0).await;
     let prompts = provider.called(3).await;
-    assert!(prompts[2].contains("chat 0"), "{prompts:?}");
+    assert_eq!(prompts[2], "chat 0", "{prompts:?}");
     assert_eq!(
         prompts.iter().filter(|p| p.contains("bulk")).count(),
         2,
@@ -336,7 +347,7 @@ async fn a_high_priority_run_starts_before_a_queued_low_priority_burst(backend: 
     // The one run already started ends; the next one the provider sees is the chat's.
     provider.release(1);
     let prompts = provider.called(2).await;
-    assert!(prompts[1].contains("chat 0"), "{prompts:?}");
+    assert_eq!(prompts[1], "chat 0", "{prompts:?}");
     provider.release(6);
     all_finished(&server, 7).await;
     let order: Vec<String> = provider.prompts();
@@ -345,10 +356,53 @@ async fn a_high_priority_run_starts_before_a_queued_low_priority_burst(backend: 
     for (i, n) in (2..7).zip(1..=5) {
         let expected = format!("gmail {n}");
         match backend {
-            Backend::Embedded => assert!(order[i].contains(&expected), "{order:?}"),
-            Backend::Nats => assert!(order.iter().any(|p| p.contains(&expected)), "{order:?}"),
+            Backend::Embedded => assert_eq!(order[i], expected, "{order:?}"),
+            Backend::Nats => assert!(order.contains(&expected), "{order:?}"),
         }
     }
+}
+
+/// Two nodes on one NATS server share a lane: its `maxConcurrent` bounds the runs of both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_hold_a_lane_together() {
+    let provider = GatedProvider::start().await;
+    let nats = crate::nats::NatsServer::start();
+    let mut config = config(
+        &provider,
+        8,
+        json!([
+            mapping("bulk", json!({"maxConcurrent": 2})),
+            mapping("chat", json!({})),
+        ]),
+    );
+    set(
+        &mut config,
+        "gateway.store",
+        json!({"kind": "nats", "url": nats.url()}),
+    );
+    let (first, _first_dir) = Hookgate::start(&config);
+    let (second, _second_dir) = Hookgate::start(&config);
+    for n in 0..6 {
+        let node = if n % 2 == 0 { &first } else { &second };
+        accepted(node, "bulk", n).await;
+    }
+    provider.called(2).await;
+    // Every bulk run was offered before this one, which starts on whichever node takes it.
+    accepted(&second, "chat", 0).await;
+    let prompts = provider.called(3).await;
+    assert_eq!(prompts[2], "chat 0", "{prompts:?}");
+    assert_eq!(
+        prompts.iter().filter(|p| p.contains("bulk")).count(),
+        2,
+        "{prompts:?}"
+    );
+    provider.release(7);
+    all_finished(&first, 7).await;
+    assert_eq!(
+        provider.max_in_flight(),
+        3,
+        "two bulk runs and the chat run"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
