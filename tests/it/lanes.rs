@@ -219,13 +219,7 @@ async fn a_lane_holds_its_mapping_to_max_concurrent_and_not_the_others(backend: 
     // A run of another mapping, queued after the three bulk runs still waiting, starts: the
     // runner looked past them, and left them because their lane was full.
     accepted(&server, "chat", 0).await;
-    let prompts = provider.called(3).await;
-    assert_eq!(prompts[2], "chat 0", "{prompts:?}");
-    assert_eq!(
-        prompts.iter().filter(|p| p.contains("bulk")).count(),
-        2,
-        "{prompts:?}"
-    );
+    chat_started_beside_two_bulk_runs(&provider).await;
     assert_eq!(provider.in_flight(), 3);
     provider.release(6);
     all_finished(&server, 6).await;
@@ -362,6 +356,15 @@ async fn a_high_priority_run_starts_before_a_queued_low_priority_burst(backend: 
     }
 }
 
+/// Waits for the third provider call, which must be the chat run's, with the two bulk runs
+/// that started before it still held: no third bulk run started, though it was queued first.
+async fn chat_started_beside_two_bulk_runs(provider: &GatedProvider) {
+    let prompts = provider.called(3).await;
+    assert_eq!(prompts[2], "chat 0", "{prompts:?}");
+    let bulk = prompts.iter().filter(|p| p.starts_with("bulk")).count();
+    assert_eq!(bulk, 2, "{prompts:?}");
+}
+
 /// Two nodes on one NATS server share a lane: its `maxConcurrent` bounds the runs of both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_hold_a_lane_together() {
@@ -389,13 +392,7 @@ async fn two_nodes_hold_a_lane_together() {
     provider.called(2).await;
     // Every bulk run was offered before this one, which starts on whichever node takes it.
     accepted(&second, "chat", 0).await;
-    let prompts = provider.called(3).await;
-    assert_eq!(prompts[2], "chat 0", "{prompts:?}");
-    assert_eq!(
-        prompts.iter().filter(|p| p.contains("bulk")).count(),
-        2,
-        "{prompts:?}"
-    );
+    chat_started_beside_two_bulk_runs(&provider).await;
     provider.release(7);
     all_finished(&first, 7).await;
     assert_eq!(
