@@ -151,7 +151,7 @@ async fn give_up(
     delivered: i64,
 ) {
     let error = format!(
-        "given up after {delivered} offers (its session key stayed busy, or no node could record it)"
+        "given up after {delivered} offers (its session key or its mapping's lane stayed busy, or no node could record it)"
     );
     let outcome = RunOutcome {
         status: RunStatus::Error,
