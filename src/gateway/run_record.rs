@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::provider::Usage;
 use super::records::{DeliveryRecord, NewRun, RunStatus, new_run_columns};
 use super::store::{Store, StoreError};
+use crate::config::lanes::Priority;
 use crate::hook::envelope::ContentSource;
 use crate::hook::{Channel, Thinking, WakeMode};
 
@@ -187,6 +188,8 @@ struct ApiRun<'a> {
     source: ContentSource,
     /// The mapping that admitted the run, or null for `POST {prefix}/agent`.
     mapping_id: Option<&'a str>,
+    /// Its mapping's `runs.priority` when admitted: which queued run starts first.
+    priority: Priority,
     created_at: &'a str,
     reply: Option<&'a str>,
     summary: Option<&'a str>,
@@ -222,6 +225,7 @@ impl<'a> ApiRun<'a> {
             wake_mode: action.wake_mode,
             source: run.admitted.source,
             mapping_id: run.admitted.mapping_id.as_deref(),
+            priority: run.priority,
             created_at: &run.created_at,
             reply: record.reply.as_deref(),
             summary: record.summary.as_deref(),

@@ -342,6 +342,15 @@ async fn a_high_priority_run_starts_before_a_queued_low_priority_burst(backend: 
     provider.release(1);
     let prompts = provider.called(2).await;
     assert_eq!(prompts[1], "chat 0", "{prompts:?}");
+    let shown: Vec<Value> = runs(&server).await;
+    let priority_of = |hook: &str| {
+        let run = shown.iter().find(|r| r["mappingId"] == hook).unwrap();
+        run["priority"].clone()
+    };
+    assert_eq!(
+        (priority_of("chat"), priority_of("gmail")),
+        (json!("high"), json!("low"))
+    );
     provider.release(6);
     all_finished(&server, 7).await;
     let order: Vec<String> = provider.prompts();
