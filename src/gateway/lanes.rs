@@ -2,7 +2,7 @@
 //! it when `maxQueued` of the mapping's runs wait already ([`Runtime::enter_lane`]); the
 //! embedded runner holds a [`LaneSlots`] and starts no more than `maxConcurrent` of a mapping's
 //! runs at once. Which queued run starts next (priority, then age) is the queue's order
-//! (`runs::queued`). See docs/hooks.md, "Lanes", and docs/runtime.md, "Which run starts next".
+//! (`queue::queued`). See docs/hooks.md, "Lanes", and docs/runtime.md, "Which run starts next".
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -236,7 +236,7 @@ pub(crate) fn running_by_mapping(conn: &Connection) -> rusqlite::Result<Vec<(Str
 pub(crate) fn higher_waiting(
     conn: &Connection,
     priority: Priority,
-    busy: &super::runs::Busy,
+    busy: &super::queue::Busy,
 ) -> rusqlite::Result<bool> {
     conn.prepare_cached(
         "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'queued' AND priority < ?1

@@ -16,6 +16,7 @@ pub mod lanes;
 pub mod nats;
 mod outbox;
 mod provider;
+mod queue;
 mod records;
 mod relay;
 pub mod requests;

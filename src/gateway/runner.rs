@@ -13,10 +13,9 @@ use super::context::Context;
 use super::lanes::{LaneSlots, LaneTicket};
 use super::outbox::OutboxItem;
 use super::records::NewRun;
-use super::runs;
 use super::signals::Signals;
 use super::store::StoreError;
-use super::usage;
+use super::{queue, runs, usage};
 use crate::slots::Slots;
 
 /// Queued runs are looked for at least this often, besides whenever a run is queued.
@@ -70,17 +69,17 @@ async fn start_queued(
     };
     let settings = ctx.config.current();
     let hooks = settings.hooks.as_ref();
-    let skip = runs::Busy {
+    let skip = queue::Busy {
         sessions: lock(busy).clone(),
         lanes: lanes.full(hooks),
     };
     let want = 1 + slots.free();
     let queued = ctx
         .store
-        .read(move |conn| runs::queued(conn, 256, &skip, want))
+        .read(move |conn| queue::queued(conn, 256, &skip, want))
         .await?;
     let mut pass = Pass::Done;
-    for runs::Startable {
+    for queue::Startable {
         run_id,
         session_key,
         mapping_id,

@@ -88,7 +88,7 @@ CREATE TABLE deliveries (
 CREATE INDEX deliveries_by_age ON deliveries (first_at_ms);
 ";
 
-/// The runner's queue: queued runs by session key, in arrival order (see `runs::queued`).
+/// The runner's queue: queued runs by session key, in arrival order (see `queue::queued`).
 const SCHEMA_V4: &str = "
 CREATE INDEX runs_queue ON runs (status, session_key);
 ";
@@ -165,7 +165,7 @@ CREATE INDEX runs_finished_by_agent ON runs (target_agent, finished_at)
 
 /// Each run's priority as its mapping's lane gave it at admission (0 `high`, 1 `normal`, 2
 /// `low`), and the indexes of the lanes: the runner reads the queue in priority order, then
-/// arrival order (`runs::queued`), on `runs_by_priority`, whose leading status serves what
+/// arrival order (`queue::queued`), on `runs_by_priority`, whose leading status serves what
 /// `runs_by_status` did (so it replaces it, costing no more writes); admission counts a
 /// mapping's queued runs on a partial index that holds the queued runs alone.
 const SCHEMA_V13: &str = "

@@ -13,8 +13,8 @@ use crate::config::Settings;
 use crate::config::lanes::Priority;
 use crate::gateway::context::Context;
 use crate::gateway::lanes::{full_lanes, higher_waiting, running_by_mapping};
+use crate::gateway::queue::Busy;
 use crate::gateway::records::NewRun;
-use crate::gateway::runs::Busy;
 
 /// How long a run steps aside for a higher-priority one.
 pub(super) const STEP_ASIDE: Duration = Duration::from_millis(250);
