@@ -275,3 +275,45 @@ impl Drop for LaneTicket {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::Settings;
+
+    fn settings(max_concurrent: u32) -> Settings {
+        let file = json!({
+            "hooks": {"enabled": true, "token": "hook-token-0123456789", "mappings": [
+                {"id": "bulk", "match": {"path": "bulk"}, "runs": {"maxConcurrent": max_concurrent}},
+            ]},
+        });
+        Settings::build(
+            serde_json::from_value(file).unwrap(),
+            std::path::Path::new("."),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_lane_gives_out_max_concurrent_places_and_takes_them_back() {
+        let slots = LaneSlots::default();
+        let two = settings(2);
+        let hooks = two.hooks.as_ref();
+        let first = slots.enter(Some("bulk"), hooks).unwrap();
+        let second = slots.enter(Some("bulk"), hooks).unwrap();
+        assert!(slots.enter(Some("bulk"), hooks).is_none());
+        assert_eq!(slots.full(hooks), ["bulk"]);
+        // Runs without a mapping, or of a mapping without a limit, always get a place.
+        assert!(slots.enter(None, hooks).is_some());
+        assert!(slots.enter(Some("other"), hooks).is_some());
+        drop(first);
+        assert!(slots.full(hooks).is_empty());
+        // A reload to a lower limit holds new runs back until enough have ended.
+        let one = settings(1);
+        assert_eq!(slots.full(one.hooks.as_ref()), ["bulk"]);
+        drop(second);
+        assert!(slots.enter(Some("bulk"), one.hooks.as_ref()).is_some());
+    }
+}
