@@ -66,6 +66,18 @@ crate::hook::wire::wire_names!(Repeat {
     Redelivery => "redelivery",
 });
 
+/// How a request ended when its status alone does not say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestOutcome {
+    /// Mappings matched its path, and none's conditions held (docs/hooks.md#conditions):
+    /// answered 204, it made nothing.
+    Filtered,
+}
+
+crate::hook::wire::wire_names!(RequestOutcome {
+    Filtered => "filtered",
+});
+
 /// A provider signature, as the log keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SignatureTrace {
@@ -112,6 +124,8 @@ pub struct RequestRecord {
     pub replay_of: Option<String>,
     /// Set when the request repeated an earlier one: its `runIds` are the earlier request's.
     pub repeat: Option<Repeat>,
+    /// Set when the status alone does not say how the request ended (`filtered`).
+    pub outcome: Option<RequestOutcome>,
     /// Whether headers and body were kept (`GET /api/requests/{id}` shows them).
     pub captured: bool,
     #[serde(skip)]
@@ -187,9 +201,9 @@ pub struct RequestFilter {
 const COLUMNS: &str = "id, at, at_ms, client, method, target, hook, mapping_id, status, error,
     duration_us, transform_outcome, transform_us, transform_failure, signature_scheme,
     signature_verified, run_ids, event_outcome, suppressed, replay_of, captured, request_id,
-    reason, repeat";
+    reason, repeat, outcome";
 /// Where the capture's columns start after [`COLUMNS`] (which `from_row` reads by position).
-const CAPTURE_AT: usize = 24;
+const CAPTURE_AT: usize = 25;
 
 impl RequestRecord {
     /// Writes records in one statement each; called by the writer with a batch.
@@ -199,9 +213,9 @@ impl RequestRecord {
                 mapping_id, status, error, duration_us, transform_outcome, transform_us,
                 transform_failure, signature_scheme, signature_verified, run_ids, event_outcome,
                 suppressed, replay_of, captured, headers, body, capture_note, request_id, query,
-                reason, repeat)
+                reason, repeat, outcome)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
+                ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)",
         )?;
         for r in records {
             let transform = r.transform.as_ref();
@@ -242,6 +256,7 @@ impl RequestRecord {
                 capture.and_then(|c| c.query.as_deref()),
                 r.reason,
                 r.repeat.map(Repeat::as_str),
+                r.outcome.map(RequestOutcome::as_str),
             ])?;
         }
         Ok(())
@@ -359,6 +374,10 @@ impl RequestRecord {
             None => None,
             Some(text) => Some(Repeat::from_wire(&text).ok_or_else(|| corrupt(23, &text))?),
         };
+        let outcome = match row.get::<_, Option<String>>(24)? {
+            None => None,
+            Some(text) => Some(RequestOutcome::from_wire(&text).ok_or_else(|| corrupt(24, &text))?),
+        };
         Ok(RequestRecord {
             id: row.get(0)?,
             at: row.get(1)?,
@@ -372,6 +391,7 @@ impl RequestRecord {
             error: row.get(9)?,
             reason: row.get(22)?,
             repeat,
+            outcome,
             duration_ms: millis(row.get(10)?),
             transform,
             signature,

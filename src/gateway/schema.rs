@@ -222,6 +222,11 @@ const REQUEST_LOG_V3: &str = "
 ALTER TABLE requests ADD COLUMN repeat TEXT;
 ";
 
+/// How a request ended when its status alone does not say (`filtered`).
+const REQUEST_LOG_V4: &str = "
+ALTER TABLE requests ADD COLUMN outcome TEXT;
+";
+
 /// Brings the request log's schema up to date.
 pub(super) fn migrate_request_log(conn: &Connection) -> rusqlite::Result<()> {
     apply(
@@ -230,6 +235,7 @@ pub(super) fn migrate_request_log(conn: &Connection) -> rusqlite::Result<()> {
             (1, REQUEST_LOG_V1),
             (2, REQUEST_LOG_V2),
             (3, REQUEST_LOG_V3),
+            (4, REQUEST_LOG_V4),
         ],
     )
 }
