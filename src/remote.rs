@@ -406,7 +406,8 @@ fn shortened(value: &Value, max: usize) -> String {
 }
 
 /// What a request became, in a few words, as the console says it: a refusal with its reason
-/// (cut to [`ERROR_COLUMN_CHARS`]), a repeat with the work that answered it.
+/// (cut to [`ERROR_COLUMN_CHARS`]), a filtered request with why, a repeat with the work that
+/// answered it.
 fn became(record: &Value) -> String {
     if let Some(error) = record["error"].as_str() {
         let error = match record["transform"]["failure"].as_str() {
@@ -419,6 +420,16 @@ fn became(record: &Value) -> String {
                 shortened(&record["reason"], ERROR_COLUMN_CHARS)
             ),
             None => error,
+        };
+    }
+    if let Some(outcome) = record["outcome"].as_str() {
+        // `filtered`: what it made is nothing; why is the reason.
+        return match record["reason"].as_str() {
+            Some(_) => format!(
+                "{outcome}: {}",
+                shortened(&record["reason"], ERROR_COLUMN_CHARS)
+            ),
+            None => outcome.to_string(),
         };
     }
     let runs = record["runIds"].as_array().map_or(0, Vec::len);

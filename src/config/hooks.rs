@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use super::conditions::conditions;
 use super::lanes::Lane;
 use super::model::{HooksConfig, ModelEntryConfig, SignatureConfig};
 use super::secret::secret;
@@ -379,6 +380,7 @@ fn mappings(
                 continue;
             }
         };
+        mapping.conditions = conditions(i, config.match_rule.as_ref(), problems);
         check_id(i, &mapping, &mut ids, &hooks.presets, problems);
         check_session_mode(i, &mapping, defaults.sessions, problems);
         if let (Some(_), Some(own)) = (&mapping.transform, &config.transform) {

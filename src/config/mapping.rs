@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::model::MappingConfig;
 use crate::hook::payload::timeout_seconds;
 use crate::hook::{Channel, SessionMode, Thinking, WakeMode};
-use crate::mapping::{ActionKind, Mapping, ThinkingField, TransformSpec};
+use crate::mapping::{ActionKind, Conditions, Mapping, ThinkingField, TransformSpec};
 
 /// Builds the mapping at position `index` (0-based) of `hooks.mappings` from its entry in the file.
 pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> {
@@ -45,6 +45,8 @@ pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> 
         id: trimmed(&config.id).unwrap_or_else(|| format!("mapping-{}", index + 1)),
         match_path: rule.path.as_deref().map(strip_slashes),
         match_source: rule.source.clone(),
+        // Built with their keys by `conditions`, which reports each problem where it is.
+        conditions: Conditions::default(),
         kind,
         wake_mode: config
             .wake_mode
@@ -105,6 +107,7 @@ mod tests {
     use super::mapping as mapping_of;
     use super::*;
     use crate::hook::{Named, WakeRequest};
+    use crate::mapping::conditions::{PayloadCondition, PayloadTest};
     use crate::mapping::template::TemplateContext;
     use crate::mapping::*;
 
@@ -164,14 +167,64 @@ mod tests {
         assert!(mapping(0, json!({})).matches("x", &json!([])));
     }
 
+    /// Requests with no headers.
+    struct NoHeaders;
+
+    impl HeaderValues for NoHeaders {
+        fn has(&self, _: &str, _: &str) -> bool {
+            false
+        }
+    }
+
+    fn found<'a>(list: &'a [Mapping], name: &str, payload: Value) -> Selection<'a> {
+        find(list, name, &NoHeaders, &payload)
+    }
+
     #[test]
     fn first_match_wins() {
         let list = vec![
             mapping(0, json!({"id": "a", "match": {"path": "x"}})),
             mapping(1, json!({"id": "b"})),
         ];
-        assert_eq!(find(&list, "x", &json!({})).unwrap().id, "a");
-        assert_eq!(find(&list, "y", &json!({})).unwrap().id, "b");
+        assert!(matches!(found(&list, "x", json!({})), Selection::Matched(m) if m.id == "a"));
+        assert!(matches!(found(&list, "y", json!({})), Selection::Matched(m) if m.id == "b"));
+    }
+
+    #[test]
+    fn a_mapping_whose_conditions_fail_lets_later_ones_try() {
+        let mut list = vec![
+            mapping(0, json!({"id": "a", "match": {"path": "x"}})),
+            mapping(1, json!({"id": "b", "match": {"path": "x"}})),
+        ];
+        let opened = |pointer: &str| {
+            let test = PayloadTest::AnyOf(vec![json!("opened")]);
+            Conditions::new(vec![], vec![PayloadCondition::new(pointer, test).unwrap()])
+        };
+        list[0].conditions = opened("/action");
+        list[1].conditions = opened("/state");
+        let selected = |payload| match found(&list, "x", payload) {
+            Selection::Matched(m) => m.id.clone(),
+            Selection::Filtered(tried) => tried
+                .iter()
+                .map(|(m, unmet)| format!("{}: {unmet}", m.id))
+                .collect::<Vec<_>>()
+                .join(", "),
+            Selection::Unmatched => "none".into(),
+        };
+        assert_eq!(
+            selected(json!({"action": "opened", "state": "opened"})),
+            "a"
+        );
+        assert_eq!(
+            selected(json!({"action": "closed", "state": "opened"})),
+            "b"
+        );
+        assert_eq!(selected(json!({})), "a: payload /action, b: payload /state");
+        assert!(matches!(found(&list, "y", json!({})), Selection::Unmatched));
+        assert!(
+            !list[1].is_shadowed_by(&list[0]),
+            "conditions shadow nothing"
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 mod capture;
 mod channels;
+mod conditions;
 mod confine;
 mod connections;
 mod delivery_warnings;

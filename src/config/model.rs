@@ -237,11 +237,17 @@ pub struct SignatureConfig {
     /// signature as its only way in.
     pub accept_token: Option<bool>,
 }
+/// `match` of a mapping: which requests it applies to.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct MatchConfig {
     pub path: Option<String>,
     pub source: Option<String>,
+    /// Header name → a value or a list of values; every header must carry one of its values.
+    pub headers: Option<super::conditions::HeadersConfig>,
+    /// JSON pointer → a value, a list of values, or `{ exists: true | false }`; every one must
+    /// hold.
+    pub payload: Option<super::conditions::PayloadConfig>,
 }
 
 /// `transform` of a mapping.

@@ -1,4 +1,5 @@
-//! Mapped hooks, `POST {prefix}/<name>` (docs/hooks.md): the first matching mapping's action, from
+//! Mapped hooks, `POST {prefix}/<name>` (docs/hooks.md): the first mapping whose path, source and
+//! conditions match (when only the conditions fail, the request is `filtered`); its action, from
 //! its templates and, when it has one, its transform; for a `forEach` mapping, one action per
 //! element of a payload list (the gmail preset's `messages`).
 
@@ -10,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use super::AppState;
+use super::filtered;
 use super::reply::{HookError, MappingFailure, Refusal};
 use super::request::HookRequest;
 use super::submit;
@@ -18,7 +20,7 @@ use crate::config::HookSettings;
 use crate::gateway::requests::TransformVerdict;
 use crate::gateway::runtime_clock::now_rfc3339;
 use crate::hook::credentials::CredentialHeaders;
-use crate::mapping::{self, FanOut, Mapping, TemplateContext};
+use crate::mapping::{self, FanOut, Mapping, Selection, TemplateContext};
 use crate::metrics::{FailureLabels, MappingLabels};
 use crate::transform::{CallOutcome, Reply, TransformFailure, TransformInput};
 
@@ -29,8 +31,15 @@ pub(super) async fn mapped(
     request: &HookRequest<'_>,
     trace: &Trace,
 ) -> Result<Response, HookError> {
-    let mapping =
-        mapping::find(&hooks.mappings, request.name, request.payload).ok_or(HookError::NotFound)?;
+    let headers = &request.parts.headers;
+    let mapping = match mapping::find(&hooks.mappings, request.name, headers, request.payload) {
+        Selection::Matched(mapping) => mapping,
+        Selection::Filtered(considered) => {
+            let refusal = |mapping: &Mapping| admits(request, mapping);
+            return filtered::answer(request, &considered, refusal, trace);
+        }
+        Selection::Unmatched => return Err(HookError::NotFound),
+    };
     trace.mapping(&mapping.id);
     admits(request, mapping)?;
     let payloads: Vec<Cow<'_, Value>> = match mapping.for_each.as_deref() {

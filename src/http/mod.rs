@@ -9,6 +9,7 @@ mod auth;
 mod body;
 mod console;
 mod credential;
+mod filtered;
 mod health;
 mod hooks;
 mod mapped;

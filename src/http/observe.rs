@@ -12,6 +12,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use super::AppState;
+use super::filtered::Filtered;
 use super::hooks::HookLabel;
 use super::request_id::{RequestId, X_REQUEST_ID};
 
@@ -71,7 +72,10 @@ pub async fn observe(State(app): State<AppState>, mut request: Request, next: Ne
     }
     app.metrics.observe_request(route, status, elapsed);
     if let Some(label) = hook {
-        app.metrics.count_hook(label.hook, status);
+        match response.extensions().get::<Filtered>() {
+            Some(_) => app.metrics.count_filtered(label.hook),
+            None => app.metrics.count_hook(label.hook, status),
+        }
     }
     response
 }

@@ -20,8 +20,8 @@ use crate::client::ClientKey;
 use crate::config::HookSettings;
 use crate::gateway::EventOutcome;
 use crate::gateway::requests::{
-    Repeat, RequestRecord, SignatureTrace, TransformTrace, TransformVerdict, recorded_method,
-    recorded_path,
+    Repeat, RequestOutcome, RequestRecord, SignatureTrace, TransformTrace, TransformVerdict,
+    recorded_method, recorded_path,
 };
 use crate::gateway::runtime_clock::now_ms;
 use crate::hook::capture::CaptureJob;
@@ -172,6 +172,14 @@ impl Trace {
         let mut draft = self.draft();
         draft.record.error = Some(err.client_message().into_owned());
         draft.record.reason = err.reason();
+    }
+
+    /// Mappings matched the request's path and none's conditions held: `reason` names each
+    /// with the condition it found unmet.
+    pub fn filtered(&self, reason: String) {
+        let mut draft = self.draft();
+        draft.record.outcome = Some(RequestOutcome::Filtered);
+        draft.record.reason = Some(reason);
     }
 
     pub fn hook(&self, name: &str) {

@@ -2,6 +2,7 @@
 //! optionally its transform, make of the payload. Pure: no HTTP, no wasmtime.
 
 mod action;
+pub mod conditions;
 mod js_text;
 mod merge;
 pub mod template;
@@ -12,6 +13,7 @@ use crate::hook::policy::KeyOrigin;
 use crate::hook::signature::SignatureRule;
 use crate::hook::{AgentAction, Channel, SessionMode, Thinking, WakeMode};
 pub use action::{FinishedAction, MappedAction, TransformAction};
+pub use conditions::{Conditions, HeaderValues, Unmet};
 pub use merge::{Overrides, non_blank};
 pub use template::TemplateContext;
 use template::{render, render_optional};
@@ -29,6 +31,8 @@ pub struct Mapping {
     pub id: String,
     pub(crate) match_path: Option<String>,
     pub(crate) match_source: Option<String>,
+    /// `match.headers` and `match.payload`: all must hold for the mapping to apply.
+    pub(crate) conditions: Conditions,
     pub kind: ActionKind,
     pub(crate) wake_mode: WakeMode,
     pub(crate) name: Option<String>,
@@ -106,7 +110,8 @@ impl Mapping {
     }
 
     /// `match.path` equals the name and `match.source` equals the payload's string `source`
-    /// field, each only when given; a mapping with neither matches every name.
+    /// field, each only when given; a mapping with neither matches every name. Its conditions
+    /// are not looked at: [`find`] checks them of the mappings this admits.
     pub fn matches(&self, name: &str, payload: &Value) -> bool {
         let path_ok = self.match_path.as_deref().is_none_or(|p| p == name);
         let source_ok = self
@@ -131,11 +136,12 @@ impl Mapping {
     }
 
     /// Whether this mapping can never be reached because an earlier one matches every request it
-    /// would (the first match is final).
+    /// would (the first match is final). An earlier mapping with conditions lets through what
+    /// they do not hold for, so it shadows nothing.
     pub fn is_shadowed_by(&self, earlier: &Mapping) -> bool {
         let path = earlier.match_path.is_none() || earlier.match_path == self.match_path;
         let source = earlier.match_source.is_none() || earlier.match_source == self.match_source;
-        path && source
+        path && source && earlier.conditions.is_empty()
     }
 
     /// Every field of the mapping rendered against one request.
@@ -251,9 +257,39 @@ pub fn signature_for<'a>(
         .find_map(|m| m.signature.as_ref().map(|rule| (m, rule)))
 }
 
-/// The first mapping, in order, that matches; the first match is final.
-pub fn find<'a>(mappings: &'a [Mapping], name: &str, payload: &Value) -> Option<&'a Mapping> {
-    mappings.iter().find(|m| m.matches(name, payload))
+/// Which mapping, if any, serves a request.
+#[derive(Debug)]
+pub enum Selection<'a> {
+    /// The first mapping whose path and source match and whose conditions all hold.
+    Matched(&'a Mapping),
+    /// Mappings whose path and source match, none of whose conditions all held: each, in
+    /// order, with the first condition it found unmet. The request is filtered.
+    Filtered(Vec<(&'a Mapping, Unmet<'a>)>),
+    /// No mapping's path and source match.
+    Unmatched,
+}
+
+/// The first mapping, in order, whose path and source match the request and whose conditions
+/// hold; the first match is final. Allocates only for a filtered request, to name what each
+/// mapping it was tried against found unmet.
+pub fn find<'a>(
+    mappings: &'a [Mapping],
+    name: &str,
+    headers: &impl HeaderValues,
+    payload: &Value,
+) -> Selection<'a> {
+    let mut considered = Vec::new();
+    for mapping in mappings.iter().filter(|m| m.matches(name, payload)) {
+        match mapping.conditions.check(headers, payload) {
+            Ok(()) => return Selection::Matched(mapping),
+            Err(unmet) => considered.push((mapping, unmet)),
+        }
+    }
+    if considered.is_empty() {
+        Selection::Unmatched
+    } else {
+        Selection::Filtered(considered)
+    }
 }
 
 /// The built-in mappings of the named presets (only `gmail` exists).
@@ -262,6 +298,7 @@ pub fn preset(name: &str) -> Option<Mapping> {
         id: "gmail".into(),
         match_path: Some("gmail".into()),
         match_source: None,
+        conditions: Conditions::default(),
         kind: ActionKind::Agent,
         wake_mode: WakeMode::Now,
         name: Some("Gmail".into()),

@@ -275,6 +275,18 @@ impl Metrics {
             .inc();
     }
 
+    /// Records one hook request that mappings matched by path and none by its conditions
+    /// (docs/hooks.md#conditions): answered 204, counted apart from the 204s of transforms
+    /// that skipped.
+    pub fn count_filtered(&self, hook: String) {
+        self.hook_requests
+            .get_or_create(&HookLabels {
+                hook,
+                outcome: "filtered",
+            })
+            .inc();
+    }
+
     /// The registry in the text exposition format.
     pub fn encode(&self) -> String {
         let mut text = String::new();

@@ -83,6 +83,7 @@ const REPEATS = {
 function became(record) {
   if (record.transform && record.transform.outcome === "failed") return transformWords(record);
   if (record.error) return record.reason ? `${record.error}: ${record.reason}` : record.error;
+  if (record.outcome) return record.reason ? `${record.outcome}: ${record.reason}` : record.outcome;
   if (record.repeat) {
     const runs = record.runIds.length ? `, ${record.runIds.map((id) => `run ${id}`).join(", ")}` : "";
     return `repeat (${record.repeat})${runs}`;
@@ -179,6 +180,7 @@ async function openRequest(id) {
     list.append(item);
   }
   if (record.eventOutcome) list.append(el("li", `a wake, ${record.eventOutcome}`));
+  if (record.outcome === "filtered") list.append(el("li", `filtered, nothing made: ${record.reason}`));
   if (record.repeat) list.append(el("li", REPEATS[record.repeat] ?? `a repeat (${record.repeat})`));
   for (const replay of record.replays) {
     const item = el("li");
