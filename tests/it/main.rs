@@ -22,6 +22,7 @@ mod example;
 mod failover;
 mod failures;
 mod files;
+mod filters;
 mod hostile;
 mod js;
 mod lanes;

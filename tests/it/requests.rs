@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::harness::*;
 
 /// The request log's records, newest first, once at least `count` are there.
-async fn recorded(server: &Hookgate, query: &str, count: usize) -> Vec<Value> {
+pub(crate) async fn recorded(server: &Hookgate, query: &str, count: usize) -> Vec<Value> {
     let mut records = Vec::new();
     eventually(&format!("{count} records for ?{query}"), async || {
         let (status, body) = json_of(
@@ -458,7 +458,7 @@ async fn every_api_error_is_json() {
 }
 
 /// Runs `hookgate <args>` against `server` with the gateway token in the environment.
-fn cli(server: &Hookgate, args: &[&str]) -> (bool, String, String) {
+pub(crate) fn cli(server: &Hookgate, args: &[&str]) -> (bool, String, String) {
     let out = std::process::Command::new(binary())
         .args(args)
         .args(["--url", &server.base])
