@@ -107,6 +107,17 @@ impl std::fmt::Debug for SignatureRule {
     }
 }
 
+impl SignatureRule {
+    /// Whether `other` checks a signature exactly as this rule does (scheme and its settings,
+    /// secrets, tolerance): a request this rule verified is then one `other` would have
+    /// verified too. Whether the hook token opens either is no part of it.
+    pub fn checks_as(&self, other: &SignatureRule) -> bool {
+        self.scheme == other.scheme
+            && self.secrets == other.secrets
+            && self.tolerance == other.tolerance
+    }
+}
+
 /// Why a signature was refused. Deliberately vague towards the client (they all become 401);
 /// precise in the log, and never containing an expected value or a secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -99,13 +99,17 @@ pub(super) async fn mapped(
     submit::mapped(app, hooks, request, mapping, actions, trace).await
 }
 
-/// Whether the way `request` was admitted opens `mapping`. A signature admits its own mapping
-/// only: a payload steering the request (by `source`) to another mapping of the same name
-/// needs the hook token. The hook token opens every mapping but those whose signature refuses
-/// it (`signature.acceptToken: false`).
+/// Whether the way `request` was admitted opens `mapping`. A signature admits its own mapping,
+/// and another of the same name only when that one checks signatures exactly as its own does
+/// (the conditions of several mappings of one provider sharing its secret): a payload steering
+/// the request (by `source` or by conditions) to any other mapping needs the hook token. The
+/// hook token opens every mapping but those whose signature refuses it
+/// (`signature.acceptToken: false`).
 fn admits(request: &HookRequest<'_>, mapping: &Mapping) -> Result<(), HookError> {
     match request.signed {
-        Some(signed) if !std::ptr::eq(signed.mapping, mapping) => {
+        Some(signed)
+            if !std::ptr::eq(signed.mapping, mapping) && !same_check(signed.mapping, mapping) =>
+        {
             tracing::info!(signed = %signed.mapping.id, matched = %mapping.id, "signed request matched another mapping");
             Err(HookError::Unauthorized(Refusal::SignedForAnother {
                 signed: signed.mapping.id.clone(),
@@ -123,6 +127,14 @@ fn admits(request: &HookRequest<'_>, mapping: &Mapping) -> Result<(), HookError>
             )))
         }
         _ => Ok(()),
+    }
+}
+
+/// Whether `mapping` checks signatures as `signed`, whose signature admitted the request, does.
+fn same_check(signed: &Mapping, mapping: &Mapping) -> bool {
+    match (&signed.signature, &mapping.signature) {
+        (Some(verified), Some(own)) => verified.checks_as(own),
+        _ => false,
     }
 }
 

@@ -75,7 +75,7 @@ pub enum Refusal {
     WrongToken,
     #[error("signature refused: {0}")]
     Signature(SignatureError),
-    /// A signature admits its own mapping only.
+    /// A signature admits its own mapping, and those that check signatures as it does, only.
     #[error("signed for mapping {signed}, but the payload matched mapping {matched}")]
     SignedForAnother { signed: String, matched: String },
     #[error("mapping {0} accepts its signature only, not the hook token")]

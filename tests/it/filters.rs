@@ -47,6 +47,21 @@ async fn deliver(server: &Hookgate, event: &str, fixture: &str) -> reqwest::Resp
         .unwrap()
 }
 
+/// `body` as GitHub delivers event `event`, signed with `secret`.
+fn signed(server: &Hookgate, secret: &str, event: &str, body: &[u8]) -> reqwest::RequestBuilder {
+    let mut request = client()
+        .post(server.url("/hooks/github"))
+        .body(body.to_vec());
+    for (name, value) in sign("github", secret, body, 0, "delivery") {
+        let value = match name.as_str() {
+            "x-github-event" => event.to_string(),
+            _ => value,
+        };
+        request = request.header(name, value);
+    }
+    request
+}
+
 /// A `204` with nothing in it.
 async fn assert_filtered(response: reqwest::Response, what: &str) {
     assert_eq!(response.status(), 204, "{what}");
@@ -261,20 +276,7 @@ async fn a_signed_delivery_is_verified_first_and_its_redelivery_filtered_again()
     mapping["signature"] = json!({"scheme": "github", "secret": "gh-secret"});
     let (server, _dir) = Hookgate::start(&with_mappings(json!([mapping])));
     let star = github("star-created");
-    let post = |secret: &str, event: &str, body: &[u8]| {
-        let mut request = client()
-            .post(server.url("/hooks/github"))
-            .body(body.to_vec());
-        for (name, value) in sign("github", secret, body, 0, "delivery-1") {
-            let value = if name == "x-github-event" {
-                event.to_string()
-            } else {
-                value
-            };
-            request = request.header(name, value);
-        }
-        request.send()
-    };
+    let post = |secret: &str, event: &str, body: &[u8]| signed(&server, secret, event, body).send();
     let unsigned = client()
         .post(server.url("/hooks/github"))
         .header("x-github-event", "star");
@@ -306,6 +308,51 @@ async fn a_signed_delivery_is_verified_first_and_its_redelivery_filtered_again()
         post("gh-secret", "issues", &opened).await.unwrap().status(),
         200
     );
+    assert_eq!(runs(&server).await.len(), 1);
+}
+
+/// Several mappings of one provider may share its secret and split its events by condition:
+/// the signature that verified a delivery admits each of them, and no mapping that checks
+/// signatures otherwise.
+#[tokio::test]
+async fn mappings_that_share_a_secret_split_a_signed_providers_events() {
+    let with_secret = |mut mapping: Value, secret: &str| {
+        mapping["signature"] = json!({"scheme": "github", "secret": secret});
+        mapping
+    };
+    let prs = json!({
+        "id": "github-prs",
+        "match": {"path": "github", "headers": {"x-github-event": "pull_request"}},
+        "messageTemplate": "PR #{{number}} {{action}}",
+        "deliver": false,
+    });
+    let stars = json!({
+        "id": "github-stars",
+        "match": {"path": "github", "headers": {"x-github-event": "star"}},
+        "action": "wake",
+        "textTemplate": "starred",
+    });
+    let mut issues = issues_opened();
+    issues["match"]["headers"] = json!({"X-GitHub-Event": "issues"});
+    let (server, _dir) = Hookgate::start(&with_mappings(json!([
+        with_secret(issues, "gh-secret"),
+        with_secret(prs, "gh-secret"),
+        with_secret(stars, "another-secret"),
+    ])));
+    let post = |event: &str, body: &[u8]| signed(&server, "gh-secret", event, body).send();
+    let pr = post("pull_request", &github("pull-request-opened"))
+        .await
+        .unwrap();
+    assert_eq!(pr.status(), 200);
+    let star = post("star", &github("star-created")).await.unwrap();
+    assert_eq!(star.status(), 401, "a mapping with another secret");
+    let records = recorded(&server, "hook=github", 2).await;
+    assert_eq!(records[1]["mappingId"], "github-prs");
+    assert_eq!(
+        records[0]["reason"],
+        "signed for mapping github-issues, but the payload matched mapping github-stars"
+    );
+    assert!(server.wake_texts().await.is_empty());
     assert_eq!(runs(&server).await.len(), 1);
 }
 
