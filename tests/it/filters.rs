@@ -311,6 +311,51 @@ async fn a_signed_delivery_is_verified_first_and_its_redelivery_filtered_again()
     assert_eq!(runs(&server).await.len(), 1);
 }
 
+/// A `204` tells a sender no more than a `401` would: a request the mappings it matched would
+/// refuse (here the hook token on a mapping that takes its signature only) gets their refusal.
+#[tokio::test]
+async fn a_request_its_mappings_would_refuse_is_refused_not_filtered() {
+    let mut mapping = issues_opened();
+    mapping["signature"] = json!({"scheme": "github", "secret": "gh-secret", "acceptToken": false});
+    let (server, _dir) = Hookgate::start(&with_mappings(json!([mapping])));
+    assert_eq!(deliver(&server, "star", "star-created").await.status(), 401);
+    assert_eq!(
+        deliver(&server, "issues", "issues-opened").await.status(),
+        401
+    );
+    let records = recorded(&server, "hook=github", 2).await;
+    assert_eq!(
+        records[1]["reason"],
+        "mapping github-issues accepts its signature only, not the hook token"
+    );
+    assert_eq!(records[1]["outcome"], Value::Null);
+}
+
+/// The example of docs/hooks.md#conditions works as it says.
+#[tokio::test]
+async fn the_documented_example_wakes_triage_for_opened_issues_only() {
+    let doc = include_str!("../../docs/hooks.md");
+    let block = doc
+        .split("```json5\n")
+        .find(|block| block.starts_with("{ id: \"github-triage\""))
+        .and_then(|block| block.split("```").next())
+        .expect("the conditions example in docs/hooks.md");
+    let mapping: Value = json5::from_str(block).unwrap();
+    let mut config = with_mappings(json!([mapping]));
+    set(
+        &mut config,
+        "agents.list",
+        json!([{"id": "main"}, {"id": "triage"}]),
+    );
+    let (server, _dir) = Hookgate::start(&config);
+    let (status, run) = json_of(deliver(&server, "issues", "issues-opened").await).await;
+    assert_eq!(status, 200, "{run}");
+    let run = server.run_of(&run).await;
+    assert_eq!(run["agentId"], "triage", "{run}");
+    assert_filtered(deliver(&server, "issues", "issues-edited").await, "an edit").await;
+    assert_filtered(deliver(&server, "push", "push").await, "a push").await;
+}
+
 /// Several mappings of one provider may share its secret and split its events by condition:
 /// the signature that verified a delivery admits each of them, and no mapping that checks
 /// signatures otherwise.
@@ -354,6 +399,35 @@ async fn mappings_that_share_a_secret_split_a_signed_providers_events() {
     );
     assert!(server.wake_texts().await.is_empty());
     assert_eq!(runs(&server).await.len(), 1);
+}
+
+/// On NATS JetStream as on the embedded store: a filtered signed delivery makes nothing in the
+/// cluster, and its redelivery to another node gets the same `204` from the shared record.
+#[tokio::test]
+async fn a_cluster_filters_alike_and_shares_the_filtered_answer() {
+    let nats = crate::nats::NatsServer::start();
+    let provider = crate::fake::Fake::provider("triaged").await;
+    let mut config = crate::cluster::node_config_at(&nats.url(), &provider);
+    let mut mapping = issues_opened();
+    mapping["signature"] = json!({"scheme": "github", "secret": "gh-secret"});
+    set(&mut config, "hooks.mappings", json!([mapping]));
+    let (a, _dir_a) = Hookgate::start(&config);
+    let (b, _dir_b) = Hookgate::start(&config);
+    let star = github("star-created");
+    let on =
+        |node: &Hookgate, event: &str, body: &[u8]| signed(node, "gh-secret", event, body).send();
+    assert_filtered(on(&a, "star", &star).await.unwrap(), "a star on a").await;
+    assert_filtered(on(&b, "star", &star).await.unwrap(), "its redelivery to b").await;
+    let redelivered = recorded(&b, "hook=github", 1).await;
+    assert_eq!(redelivered[0]["repeat"], "redelivery");
+    let opened = on(&b, "issues", &github("issues-opened")).await.unwrap();
+    let (status, opened) = json_of(opened).await;
+    assert_eq!(status, 200, "{opened}");
+    eventually("a's view shows the one run", async || {
+        runs(&a).await.len() == 1
+    })
+    .await;
+    assert_eq!(runs(&a).await[0]["runId"], opened["runId"]);
 }
 
 /// Conditions change with a reload; the requests filtered before it took no idempotency key,
