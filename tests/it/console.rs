@@ -360,6 +360,42 @@ async fn the_console_shows_a_runs_error_and_runs_it_again_once_confirmed() {
     .await;
 }
 
+/// A request no mapping's conditions let in is listed as filtered, with why
+/// (docs/hooks.md#conditions).
+#[tokio::test]
+async fn the_console_says_why_a_request_was_filtered() {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"id": "deploys", "match": {"path": "ci", "payload": {"/kind": "deploy"}},
+                "action": "wake", "textTemplate": "deploy"}]),
+    );
+    let (server, _dir) = Hookgate::start(&config);
+    let filtered = server
+        .hook("/hooks/ci")
+        .json(&json!({"kind": "test"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(filtered.status(), 204);
+    let id = request_id(&filtered);
+
+    let browser = Browser::start().await;
+    browser.go(&server.url("/console")).await;
+    browser.type_into("#token", GATEWAY_TOKEN).await;
+    browser.click("#login button[type=submit]").await;
+    let row = format!("#requests-table tr[data-id=\"{id}\"]");
+    let why = "no mapping's conditions held: deploys (payload /kind)";
+    browser
+        .wait_for_text(&row, &format!("filtered: {why}"))
+        .await;
+    browser.click(&format!("{row} button")).await;
+    browser
+        .wait_for_text("#request-became", &format!("filtered, nothing made: {why}"))
+        .await;
+}
+
 #[tokio::test]
 async fn the_console_page_is_static_and_locked_down() {
     let (server, _dir) = Hookgate::start(&base_config());
