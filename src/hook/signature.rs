@@ -475,6 +475,26 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_rule_checks_as_another_with_the_same_scheme_secrets_and_tolerance() {
+        let github = rule(Scheme::Github, &["a", "b"]);
+        let token_refused = SignatureRule {
+            token_accepted: false,
+            ..github.clone()
+        };
+        assert!(
+            github.checks_as(&token_refused),
+            "the token is no part of it"
+        );
+        assert!(!github.checks_as(&rule(Scheme::Github, &["a"])));
+        assert!(!github.checks_as(&rule(Scheme::Shopify, &["a", "b"])));
+        let stricter = SignatureRule {
+            tolerance: Duration::from_secs(1),
+            ..github.clone()
+        };
+        assert!(!github.checks_as(&stricter));
+    }
+
     fn headers(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let pairs: Vec<(String, String)> = pairs
             .iter()
