@@ -458,6 +458,21 @@ async fn conditions_change_live_and_a_filtered_request_takes_no_idempotency_key(
         again["runId"], runs[0]["runId"],
         "the key names the run it made"
     );
+
+    // A bad condition refuses the whole reload, naming its key; the conditions in force stay.
+    mapping["match"]["payload"]["/action"] = json!([]);
+    mapping["match"]["headers"] = json!({"x-github-event": "push"});
+    set(&mut config, "hooks.mappings", json!([mapping]));
+    dir.write(&config);
+    let key = "hooks.mappings[0].match.payload./action: must list at least one value";
+    eventually("the refused reload", async || {
+        let (_, status) = server.api_json("/api/config").await;
+        status["lastError"].to_string().contains(key)
+    })
+    .await;
+    let (status, other) = json_of(deliver(&server, "issues", "issues-edited").await).await;
+    assert_eq!(status, 200, "{other}");
+    assert_ne!(other["runId"], again["runId"], "a new edit, a new run");
 }
 
 #[test]
