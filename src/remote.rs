@@ -42,6 +42,9 @@ pub enum RequestsCommand {
         /// Only this status class: 2xx, 4xx or 5xx.
         #[arg(long)]
         status: Option<String>,
+        /// Only requests that ended so: filtered (no mapping's conditions held).
+        #[arg(long)]
+        outcome: Option<String>,
         /// Only requests at or after this RFC 3339 time.
         #[arg(long)]
         since: Option<String>,
@@ -129,6 +132,7 @@ pub fn requests(command: RequestsCommand) -> ExitCode {
             hook,
             mapping,
             status,
+            outcome,
             since,
             until,
             before,
@@ -138,6 +142,7 @@ pub fn requests(command: RequestsCommand) -> ExitCode {
                 ("hook", hook),
                 ("mapping", mapping),
                 ("status", status),
+                ("outcome", outcome),
                 ("since", since),
                 ("until", until),
                 ("before", before),

@@ -191,6 +191,7 @@ pub struct RequestFilter {
     pub request_id: Option<String>,
     /// 2 for 2xx, 4 for 4xx, 5 for 5xx.
     pub status_class: Option<u16>,
+    pub outcome: Option<RequestOutcome>,
     pub since_ms: Option<i64>,
     pub until_ms: Option<i64>,
     /// Only requests older than this id (the previous page's cursor).
@@ -281,6 +282,9 @@ impl RequestRecord {
         }
         if let Some(class) = filter.status_class {
             condition("status / 100 =", i64::from(class).into());
+        }
+        if let Some(outcome) = filter.outcome {
+            condition("outcome =", outcome.as_str().to_string().into());
         }
         // A UUIDv7 begins with its milliseconds: a time bound is an id bound, which the
         // primary key answers without a scan.

@@ -13,7 +13,7 @@ use super::AppState;
 use super::api::{limit, time_ms};
 use super::api_error::{ApiError, ApiPath, ApiQuery};
 use super::hooks;
-use crate::gateway::requests::{RequestFilter, RequestRecord, capture_json};
+use crate::gateway::requests::{RequestFilter, RequestOutcome, RequestRecord, capture_json};
 use crate::hook::credentials::CredentialHeaders;
 
 /// The filters of `GET /api/requests`. A parameter of another name is refused, so that a typo
@@ -27,13 +27,15 @@ pub struct RequestsQuery {
     request_id: Option<String>,
     /// `2xx`, `4xx` or `5xx`.
     status: Option<String>,
+    /// `filtered`.
+    outcome: Option<String>,
     since: Option<String>,
     until: Option<String>,
     before: Option<String>,
     limit: Option<String>,
 }
 
-/// `GET /api/requests?hook=&mapping=&requestId=&status=4xx&since=&until=&before=&limit=`: recorded requests,
+/// `GET /api/requests?hook=&mapping=&requestId=&status=4xx&outcome=&since=&until=&before=&limit=`: recorded requests,
 /// newest first, and `next`, the `before` of the next page (null on the last).
 pub async fn requests(
     State(app): State<AppState>,
@@ -51,11 +53,19 @@ pub async fn requests(
             ));
         }
     };
+    let outcome = match query.outcome.as_deref() {
+        None => None,
+        Some(text) => Some(
+            RequestOutcome::from_wire(text)
+                .ok_or_else(|| ApiError::Invalid("outcome must be filtered".into()))?,
+        ),
+    };
     let filter = RequestFilter {
         hook: query.hook,
         mapping_id: query.mapping,
         request_id: query.request_id,
         status_class,
+        outcome,
         since_ms: query.since.map(|t| time_ms(&t, "since")).transpose()?,
         until_ms: query.until.map(|t| time_ms(&t, "until")).transpose()?,
         before: query.before,

@@ -124,9 +124,14 @@ async fn the_github_example_wakes_the_agent_for_opened_issues_only() {
     ] {
         assert!(metrics.contains(line), "{line} in {metrics}");
     }
-    let (ok, out, err) = cli(&server, &["requests", "list", "--hook", "github"]);
+    let filtered = recorded(&server, "outcome=filtered", 3).await;
+    assert_eq!(filtered.len(), 3, "{filtered:?}");
+    let (status, refused) = server.api_json("/api/requests?outcome=skipped").await;
+    assert_eq!(status, 400, "{refused}");
+    let (ok, out, err) = cli(&server, &["requests", "list", "--outcome", "filtered"]);
     assert!(ok, "{err}");
     let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "a heading and the 3 filtered: {out}");
     assert!(
         lines[1].contains(
             "filtered: no mapping's conditions held: github-issues (header x-github-event)"
