@@ -270,8 +270,8 @@ pub enum Selection<'a> {
 }
 
 /// The first mapping, in order, whose path and source match the request and whose conditions
-/// hold; the first match is final. Allocates only for a filtered request, to name what each
-/// mapping it was tried against found unmet.
+/// hold; the first match is final. Allocates only once a mapping's conditions fail, to name
+/// what each mapping tried found unmet should none apply.
 pub fn find<'a>(
     mappings: &'a [Mapping],
     name: &str,
