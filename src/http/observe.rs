@@ -14,7 +14,9 @@ use axum::response::Response;
 use super::AppState;
 use super::filtered::Filtered;
 use super::hooks::HookLabel;
+use super::reply::{HookError, Refused};
 use super::request_id::{RequestId, X_REQUEST_ID};
+use crate::metrics::HookOutcome;
 
 /// Names the request, times it, counts hook outcomes under the labels the hook dispatcher
 /// decided, and writes the access log line.
@@ -72,10 +74,22 @@ pub async fn observe(State(app): State<AppState>, mut request: Request, next: Ne
     }
     app.metrics.observe_request(route, status, elapsed);
     if let Some(label) = hook {
-        match response.extensions().get::<Filtered>() {
-            Some(_) => app.metrics.count_filtered(label.hook),
-            None => app.metrics.count_hook(label.hook, status),
-        }
+        app.metrics.count_hook(label.hook, hook_outcome(&response));
     }
     response
+}
+
+/// How a hook request ended: what its answer's extensions say (filtered, refused by a limit),
+/// else what its status does.
+fn hook_outcome(response: &Response) -> HookOutcome {
+    let extensions = response.extensions();
+    if extensions.get::<Filtered>().is_some() {
+        return HookOutcome::Filtered;
+    }
+    if let Some(Refused(refusal)) = extensions.get::<Refused>() {
+        if matches!(**refusal, HookError::LimitReached(_)) {
+            return HookOutcome::Limited;
+        }
+    }
+    HookOutcome::of_status(response.status().as_u16())
 }

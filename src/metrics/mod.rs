@@ -26,6 +26,54 @@ pub struct HookLabels {
     pub outcome: &'static str,
 }
 
+/// How a hook request ended, as `hookgate_hook_requests_total` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookOutcome {
+    /// 200: accepted and committed.
+    Accepted,
+    /// 204: a transform skipped it.
+    Skipped,
+    /// 204: mappings matched its path, none its conditions (docs/hooks.md#conditions).
+    Filtered,
+    /// 401, or 429 after repeated authentication failures.
+    Unauthorized,
+    /// 429: a mapping's lane or a budget refused the run.
+    Limited,
+    /// Another 4xx.
+    Rejected,
+    /// 5xx.
+    Failed,
+    Other,
+}
+
+impl HookOutcome {
+    /// The outcome of an answer with `status` and no more said about it: a 204 is a transform's
+    /// skip and a 429 a lockout unless the caller knows otherwise.
+    pub fn of_status(status: u16) -> HookOutcome {
+        match status {
+            200 => HookOutcome::Accepted,
+            204 => HookOutcome::Skipped,
+            401 | 429 => HookOutcome::Unauthorized,
+            400..=499 => HookOutcome::Rejected,
+            500..=599 => HookOutcome::Failed,
+            _ => HookOutcome::Other,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookOutcome::Accepted => "accepted",
+            HookOutcome::Skipped => "skipped",
+            HookOutcome::Filtered => "filtered",
+            HookOutcome::Unauthorized => "unauthorized",
+            HookOutcome::Limited => "limited",
+            HookOutcome::Rejected => "rejected",
+            HookOutcome::Failed => "failed",
+            HookOutcome::Other => "other",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MappingLabels {
     pub mapping: String,
@@ -252,17 +300,12 @@ impl Metrics {
     }
 
     /// Records one hook request's outcome.
-    pub fn count_hook(&self, hook: String, status: u16) {
-        let outcome = match status {
-            200 => "accepted",
-            204 => "skipped",
-            401 | 429 => "unauthorized",
-            400..=499 => "rejected",
-            500..=599 => "failed",
-            _ => "other",
-        };
+    pub fn count_hook(&self, hook: String, outcome: HookOutcome) {
         self.hook_requests
-            .get_or_create(&HookLabels { hook, outcome })
+            .get_or_create(&HookLabels {
+                hook,
+                outcome: outcome.as_str(),
+            })
             .inc();
     }
 
@@ -271,18 +314,6 @@ impl Metrics {
         self.lane_refusals
             .get_or_create(&MappingLabels {
                 mapping: mapping.to_string(),
-            })
-            .inc();
-    }
-
-    /// Records one hook request that mappings matched by path and none by its conditions
-    /// (docs/hooks.md#conditions): answered 204, counted apart from the 204s of transforms
-    /// that skipped.
-    pub fn count_filtered(&self, hook: String) {
-        self.hook_requests
-            .get_or_create(&HookLabels {
-                hook,
-                outcome: "filtered",
             })
             .inc();
     }

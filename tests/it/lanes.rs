@@ -313,6 +313,12 @@ async fn past_max_queued_a_request_is_refused_with_429_and_nothing_is_stored(bac
         metrics.contains("hookgate_lane_queued{mapping=\"gmail\"} 2"),
         "{metrics}"
     );
+    assert!(
+        metrics.contains(&format!(
+            "hookgate_hook_requests_total{{hook=\"gmail\",outcome=\"limited\"}} {refusals}"
+        )),
+        "a refusal by a limit is not counted as unauthorized: {metrics}"
+    );
 
     // As the queue drains, the lane takes requests again.
     provider.release(3);
