@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use super::budget::Budgets;
 use super::conditions::conditions;
 use super::lanes::Lane;
-use super::model::{HooksConfig, ModelEntryConfig, SignatureConfig};
+use super::model::{AgentEntryConfig, HooksConfig, ModelEntryConfig, SignatureConfig};
 use super::secret::secret;
 use super::signature::signature_rule;
 use super::{ConfigError, capture, confine, limits, seconds};
@@ -61,6 +62,8 @@ pub struct HookSettings {
     pub credentials: CredentialHeaders,
     /// The lanes of mappings that set `runs`, by mapping id.
     pub lanes: HashMap<String, Lane>,
+    /// The budgets of mappings (by id) and of agents (`agents.list[i].budget`).
+    pub budgets: Budgets,
 }
 
 impl HookSettings {
@@ -138,6 +141,7 @@ pub(super) fn hook_settings(
     hooks: HooksConfig,
     models: &BTreeMap<String, ModelEntryConfig>,
     agents: &AgentDirectory,
+    agent_list: &[AgentEntryConfig],
     gateway_token: Option<&str>,
     config_dir: &Path,
     problems: &mut Vec<ConfigError>,
@@ -162,7 +166,8 @@ pub(super) fn hook_settings(
         capture: &capture,
         config_dir,
     };
-    let built = mappings(&hooks, &defaults, problems);
+    let mut built = mappings(&hooks, &defaults, problems);
+    built.budgets.add_agents(agent_list, problems);
     check_session_prefixes(hooks.enabled, &sessions, &built.mappings, problems);
     let policy = HookPolicy {
         agents: agents.clone(),
@@ -190,6 +195,7 @@ pub(super) fn hook_settings(
         mapping_capture: built.capture,
         credentials,
         lanes: built.lanes,
+        budgets: built.budgets,
     })
 }
 
@@ -359,6 +365,7 @@ struct BuiltMappings {
     limits: HashMap<String, TransformLimits>,
     capture: HashMap<String, CapturePolicy>,
     lanes: HashMap<String, Lane>,
+    budgets: Budgets,
 }
 
 /// Builds `hooks.mappings` in order, then appends each preset's mappings.
@@ -400,6 +407,9 @@ fn mappings(
             .and_then(|runs| super::lanes::lane(i, &mapping, runs, problems))
         {
             built.lanes.insert(mapping.id.clone(), lane);
+        }
+        if let Some(own) = &config.budget {
+            built.budgets.add_mapping(i, &mapping, own, problems);
         }
         if let Some(signature) = &config.signature {
             mapping.signature = mapping_signature(i, &mapping, signature, defaults, problems);

@@ -1,6 +1,7 @@
 //! Configuration: the JSON5 file, `${ENV}` and `{ "file": ... }` secrets, validation into
 //! [`Settings`], and live reload that swaps a whole new `Settings` in at once.
 
+pub mod budget;
 mod capture;
 mod channels;
 mod conditions;
@@ -72,6 +73,7 @@ fn load_with_digest(path: &Path) -> Result<(Settings, Digest), Vec<ConfigError>>
             settings.notices = document.notices;
             let warnings = delivery_warnings::delivery_notices(&settings);
             settings.notices.extend(warnings);
+            settings.notices.extend(budget::budget_notices(&settings));
             Ok((settings, digest))
         }
         Ok(_) => Err(problems),

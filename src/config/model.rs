@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+pub use super::budget::BudgetConfig;
 pub use super::channels::ChannelsConfig;
 pub use super::secret::{SecretFile, SecretValue};
 
@@ -214,6 +215,8 @@ pub struct MappingConfig {
     pub capture: Option<CaptureConfig>,
     /// The mapping's lane: its runs at once, waiting, and their priority.
     pub runs: Option<super::lanes::RunsConfig>,
+    /// Runs an hour and tokens a day this mapping's runs may take (agent mappings only).
+    pub budget: Option<BudgetConfig>,
 }
 
 /// `signature` of a mapping.
@@ -361,4 +364,6 @@ pub struct AgentEntryConfig {
     pub name: Option<String>,
     pub model: Option<ModelConfig>,
     pub provider: Option<ProviderConfig>,
+    /// Runs an hour and tokens a day this agent's runs may take, whatever started them.
+    pub budget: Option<BudgetConfig>,
 }

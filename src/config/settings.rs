@@ -83,6 +83,7 @@ impl Settings {
             file.hooks,
             &file.agents.defaults.models,
             &agents,
+            &file.agents.list,
             gateway_token.as_deref(),
             config_dir,
             &mut problems,
