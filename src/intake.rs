@@ -202,7 +202,7 @@ async fn commit_wake(
     Ok(runtime.submit_wake(event, wake.mode).await?)
 }
 
-/// Queues an admitted run, in its mapping's lane.
+/// Queues an admitted run, in its mapping's lane and within its budgets.
 async fn queue(
     runtime: &Runtime,
     hooks: &HookSettings,
@@ -210,13 +210,14 @@ async fn queue(
 ) -> Result<QueuedRun, AdmitError> {
     let claim = admission.claim.as_ref();
     runtime.enter_lane(hooks, &mut admission.run, claim).await?;
-    let queued = runtime
-        .submit_run(
-            admission.run,
-            admission.claim,
-            admission.idempotency_key.as_deref(),
-        )
-        .await?;
+    let queued = crate::gateway::budget::queue(
+        runtime,
+        &hooks.budgets,
+        admission.run,
+        admission.claim,
+        admission.idempotency_key.as_deref(),
+    )
+    .await??;
     Ok(match queued {
         RunQueued::New { run_id } => QueuedRun {
             run_id,

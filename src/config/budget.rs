@@ -55,8 +55,9 @@ pub struct Budget {
 pub struct Budgets {
     pub mappings: HashMap<String, Budget>,
     pub agents: HashMap<String, Budget>,
-    /// The keys of every `tokensPerDay` set, for the forward-mode notice.
-    pub token_keys: Vec<String>,
+    /// Every budget with the key it was read at, for the checks that need the rest of the
+    /// configuration (forward mode).
+    pub declared: Vec<(String, Budget)>,
 }
 
 impl Budgets {
@@ -149,9 +150,7 @@ impl Budgets {
         problems: &mut Vec<ConfigError>,
     ) -> Option<Budget> {
         let budget = budget(config, &key, problems)?;
-        if budget.tokens_per_day.is_some() {
-            self.token_keys.push(format!("{key}.tokensPerDay"));
-        }
+        self.declared.push((key, budget));
         Some(budget)
     }
 }
@@ -164,15 +163,37 @@ pub(super) fn budget_notices(settings: &Settings) -> Vec<ConfigNotice> {
     };
     hooks
         .budgets
-        .token_keys
+        .declared
         .iter()
-        .map(|key| ConfigNotice {
-            key: key.clone(),
+        .filter(|(_, budget)| budget.tokens_per_day.is_some())
+        .map(|(key, _)| ConfigNotice {
+            key: format!("{key}.tokensPerDay"),
             message: "does not apply in forward mode: the upstream runs the model and this \
                       gateway never learns the tokens a run used (runsPerHour applies)"
                 .into(),
         })
         .collect()
+}
+
+/// Forward mode relays a run as it is accepted and has no runner to start a held one later: a
+/// budget there refuses (`onExceeded: refuse`).
+pub(super) fn forward_problems(
+    mode: &GatewayMode,
+    hooks: Option<&super::HookSettings>,
+    problems: &mut Vec<ConfigError>,
+) {
+    let (GatewayMode::Forward(_), Some(hooks)) = (mode, hooks) else {
+        return;
+    };
+    for (key, budget) in &hooks.budgets.declared {
+        if budget.on_exceeded == OnExceeded::Hold {
+            problems.push(ConfigError::invalid(
+                format!("{key}.onExceeded"),
+                "must be refuse in forward mode (gateway.mode: forward relays each run at once \
+                 and holds none); hold is the default",
+            ));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -88,6 +88,7 @@ impl Settings {
             config_dir,
             &mut problems,
         );
+        super::budget::forward_problems(&runtime.mode, hooks.as_ref(), &mut problems);
         let bind = file.gateway.bind.unwrap_or_else(|| "127.0.0.1".into());
         if bind.parse::<std::net::IpAddr>().is_err() {
             // What `serve` would fail on, said by `check` too.

@@ -43,6 +43,8 @@ pub enum WorkerName {
     Delivery,
     /// On a NATS cluster: asks for the periodic heartbeats.
     HeartbeatClock,
+    /// On a NATS cluster: releases held runs as their budgets make room.
+    Release,
 }
 
 impl WorkerName {
@@ -56,6 +58,7 @@ impl WorkerName {
             WorkerName::Projection => "projection",
             WorkerName::Delivery => "delivery",
             WorkerName::HeartbeatClock => "heartbeat-clock",
+            WorkerName::Release => "release",
         }
     }
 }

@@ -5,6 +5,7 @@
 //! `delivery`; the records they store are typed in `records`.
 
 mod agent;
+pub mod budget;
 mod clock;
 mod context;
 pub mod deliveries;

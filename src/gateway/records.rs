@@ -34,6 +34,11 @@ pub enum RunStatus {
     Forwarded,
     /// Forward mode: the upstream refused it; `POST /api/runs/{id}/retry` sends it again.
     ForwardFailed,
+    /// Over a budget: stored, not started until the budget's window has room or the operator
+    /// releases it (`POST /api/runs/{id}/release`).
+    Held,
+    /// A held run the operator cancelled (`POST /api/runs/{id}/cancel`): it never runs.
+    Cancelled,
 }
 
 crate::hook::wire::wire_names!(RunStatus {
@@ -45,10 +50,13 @@ crate::hook::wire::wire_names!(RunStatus {
     Forwarding => "forwarding",
     Forwarded => "forwarded",
     ForwardFailed => "forward_failed",
+    Held => "held",
+    Cancelled => "cancelled",
 });
 
 impl RunStatus {
-    /// Whether the runner still has to take or finish it.
+    /// Whether the runner still has to take or finish it. Neither a held run (the runner never
+    /// takes one; a release makes it queued first) nor a cancelled one (it never runs) is.
     pub fn is_pending(self) -> bool {
         matches!(self, RunStatus::Queued | RunStatus::Running)
     }

@@ -6,6 +6,7 @@ use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
+use super::budget::HeldBy;
 use super::provider::Usage;
 use super::records::{DeliveryRecord, NewRun, RunStatus, new_run_columns};
 use super::store::{Store, StoreError};
@@ -36,6 +37,8 @@ pub struct RunRecord {
     pub attempts: u32,
     /// The tokens the answering model used, when its provider reported them.
     pub usage: Option<Usage>,
+    /// The budget that held the run (kept once it is released or cancelled).
+    pub held_by: Option<HeldBy>,
 }
 
 /// The columns of a [`RunRecord`], in the order `from_row` reads them: the run's, then its state.
@@ -44,14 +47,15 @@ macro_rules! run_columns {
         concat!(
             new_run_columns!(),
             ", status, reply, summary, error, started_at, finished_at, delivery,
-            upstream_run_id, answered_by, attempts, input_tokens, output_tokens"
+            upstream_run_id, answered_by, attempts, input_tokens, output_tokens,
+            held_by"
         )
     };
 }
 /// Where the state's columns start, after the run's.
 const STATE_AT: usize = 19;
 /// Where a listing's cursor (the row's `rowid`) comes after the columns of `run_columns!`.
-const CURSOR_AT: usize = STATE_AT + 12;
+const CURSOR_AT: usize = STATE_AT + 13;
 
 impl RunRecord {
     fn select(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunRecord>> {
@@ -79,6 +83,9 @@ impl RunRecord {
             answered_by: row.get(state(8))?,
             attempts: row.get(state(9))?,
             usage: usage(row, state(10))?,
+            held_by: row
+                .get::<_, Option<String>>(state(12))?
+                .and_then(|text| HeldBy::from_column(&text)),
         })
     }
 
@@ -203,6 +210,8 @@ struct ApiRun<'a> {
     /// The tokens the answering model used; null when no model answered, its provider reported
     /// none, or the run was forwarded (the upstream ran the model).
     usage: Option<Usage>,
+    /// The budget that held the run, or null.
+    held_by: Option<&'a HeldBy>,
 }
 
 impl<'a> ApiRun<'a> {
@@ -237,6 +246,7 @@ impl<'a> ApiRun<'a> {
             upstream_run_id: record.upstream_run_id.as_deref(),
             attempts: record.attempts,
             usage: record.usage,
+            held_by: record.held_by.as_ref(),
         }
     }
 }

@@ -37,6 +37,9 @@ pub async fn run(ctx: Context, signals: Arc<Signals>) {
     let lanes = LaneSlots::default();
     loop {
         slots.resize(ctx.config.current().runtime.max_concurrent);
+        if let Err(err) = super::budget::release_due(&ctx, &signals).await {
+            tracing::error!(%err, "runner cannot release held runs");
+        }
         match start_queued(&ctx, &signals, &slots, &busy, &lanes).await {
             // A lane filled up while its runs were being started: read the queue again at
             // once, without that lane, for the slots still free.

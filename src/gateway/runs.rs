@@ -70,19 +70,10 @@ pub fn queue_run(
     claim: Option<&IdempotencyClaim>,
 ) -> rusqlite::Result<RunQueued> {
     if let Some(claim) = claim {
-        let window_ms = i64::try_from(claim.window.as_millis()).unwrap_or(i64::MAX);
-        let earlier: Option<(String, i64)> = conn
-            .query_row(
-                "SELECT run_id, first_at_ms FROM idempotency WHERE fingerprint = ?1",
-                params![claim.fingerprint],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()?;
-        if let Some((run_id, first_at_ms)) = earlier {
-            if claim.now_ms.saturating_sub(first_at_ms) < window_ms {
-                return Ok(RunQueued::Replayed { run_id });
-            }
+        if let Some(run_id) = repeat_of(conn, claim)? {
+            return Ok(RunQueued::Replayed { run_id });
         }
+        let window_ms = i64::try_from(claim.window.as_millis()).unwrap_or(i64::MAX);
         conn.prepare_cached(
             "INSERT OR REPLACE INTO idempotency (fingerprint, run_id, first_at_ms)
              VALUES (?1, ?2, ?3)",
@@ -95,6 +86,21 @@ pub fn queue_run(
     Ok(RunQueued::New {
         run_id: run.run_id.clone(),
     })
+}
+
+/// The run of the request `claim` repeats: the first with its fingerprint, when that was within
+/// the claim's window.
+pub fn repeat_of(conn: &Connection, claim: &IdempotencyClaim) -> rusqlite::Result<Option<String>> {
+    let window_ms = i64::try_from(claim.window.as_millis()).unwrap_or(i64::MAX);
+    let earlier: Option<(String, i64)> = conn
+        .prepare_cached("SELECT run_id, first_at_ms FROM idempotency WHERE fingerprint = ?1")?
+        .query_row(params![claim.fingerprint], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .optional()?;
+    Ok(earlier
+        .filter(|(_, first_at_ms)| claim.now_ms.saturating_sub(*first_at_ms) < window_ms)
+        .map(|(run_id, _)| run_id))
 }
 
 /// Runs left `running` by a process that died go back to `queued` (at-least-once).

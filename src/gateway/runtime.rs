@@ -5,6 +5,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::budget::{HeldBy, held};
 use super::clock::{now_ms, now_rfc3339};
 use super::context::{Context, Worker, WorkerName};
 use super::deliveries::{self, Claim, RecordedAnswer};
@@ -92,7 +93,17 @@ impl Runtime {
         }
     }
 
-    fn signals(&self) -> Option<&Signals> {
+    /// The store: the embedded file, or on a NATS cluster this node's view of the stream.
+    pub(super) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub(super) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The signals of the embedded and forward backends' workers; `None` on a NATS cluster.
+    pub(super) fn signals(&self) -> Option<&Signals> {
         match &self.backend {
             Backend::Embedded(embedded) => Some(embedded.signals()),
             Backend::Forward(forward) => Some(forward.signals()),
@@ -191,6 +202,29 @@ impl Runtime {
             Backend::Forward(forward) => forward.submit_run(run, claim, idempotency_key).await,
             Backend::Nats(cluster) => Ok(cluster.submit_run(run, claim).await?),
         }
+    }
+
+    /// Stores a run `held` by the budget `by` (unless `claim` finds it a repeat): the runner
+    /// never starts it until it is released ([`super::budget::release`]). On a NATS cluster it
+    /// is a fact of its own, which the runner consumer does not read.
+    pub(super) async fn hold_run(
+        &self,
+        run: NewRun,
+        claim: Option<IdempotencyClaim>,
+        by: HeldBy,
+    ) -> Result<RunQueued, StoreError> {
+        if let Backend::Nats(cluster) = &self.backend {
+            return Ok(cluster.hold_run(run, claim, by).await?);
+        }
+        self.store
+            .write(move |conn| {
+                let queued = runs::queue_run(conn, &run, claim.as_ref())?;
+                if let RunQueued::New { run_id } = &queued {
+                    held::hold(conn, run_id, &by)?;
+                }
+                Ok(queued)
+            })
+            .await
     }
 
     /// Recovers what failed of a run, once the operator mended the cause ([`Retry`]): its turn

@@ -175,6 +175,17 @@ CREATE INDEX runs_by_priority ON runs (status, priority);
 CREATE INDEX runs_queued_by_mapping ON runs (mapping_id) WHERE status = 'queued';
 ";
 
+/// Budgets (`gateway::budget`): which budget held a run, and when a held run was released (it
+/// counts against its budgets from then, not from when it was accepted); the runs of a mapping
+/// and of an agent by age, which a budget's rolling window counts.
+const SCHEMA_V14: &str = "
+ALTER TABLE runs ADD COLUMN held_by TEXT;
+ALTER TABLE runs ADD COLUMN released_at TEXT;
+CREATE INDEX runs_by_mapping_age ON runs (mapping_id, created_at) WHERE mapping_id IS NOT NULL;
+CREATE INDEX runs_by_agent_age ON runs (target_agent, created_at);
+CREATE INDEX runs_released ON runs (released_at) WHERE released_at IS NOT NULL;
+";
+
 /// The request log, in a database of its own (`requests.db`): every request under the hook
 /// prefix (see `requests`). Keyed by its time-ordered id alone (no rowid, one index only for
 /// replays): each record is one append to one b-tree, since one is written for every request
@@ -271,6 +282,7 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             (11, SCHEMA_V11),
             (12, SCHEMA_V12),
             (13, SCHEMA_V13),
+            (14, SCHEMA_V14),
         ],
     )
 }

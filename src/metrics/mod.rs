@@ -119,6 +119,12 @@ pub struct TokenLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BudgetLabels {
+    /// `mapping` or `agent`: whose budget refused.
+    pub scope: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
     pub version: &'static str,
     pub commit: &'static str,
@@ -149,6 +155,7 @@ pub struct Metrics {
     pub lane_refusals: Family<MappingLabels, Counter>,
     /// Queued runs by the mapping that admitted them, set at each scrape.
     pub lane_queued: Family<MappingLabels, Gauge>,
+    pub budget_refusals: Family<BudgetLabels, Counter>,
     /// CPU, memory and file descriptors, read at each scrape.
     pub process: ProcessMetrics,
 }
@@ -197,6 +204,7 @@ impl Metrics {
             model_tokens: Family::default(),
             lane_refusals: Family::default(),
             lane_queued: Family::default(),
+            budget_refusals: Family::default(),
             process: ProcessMetrics::default(),
         }
     }
@@ -271,6 +279,12 @@ impl Metrics {
             "Queued runs (not started) by the mapping that admitted them",
             self.lane_queued.clone(),
         );
+        registry.register(
+            "hookgate_budget_refusals",
+            "Runs refused (429, nothing stored) by a spent budget with onExceeded: refuse, by \
+             whose budget it was: mapping or agent (held runs are hookgate_runs{status=\"held\"})",
+            self.budget_refusals.clone(),
+        );
     }
 }
 
@@ -315,6 +329,13 @@ impl Metrics {
             .get_or_create(&MappingLabels {
                 mapping: mapping.to_string(),
             })
+            .inc();
+    }
+
+    /// Counts a run refused by a spent budget of `scope` (`mapping` or `agent`).
+    pub fn budget_refused(&self, scope: &'static str) {
+        self.budget_refusals
+            .get_or_create(&BudgetLabels { scope })
             .inc();
     }
 

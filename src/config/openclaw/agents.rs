@@ -16,7 +16,7 @@ const AGENT_DEFAULTS: &[&str] = &[
 /// `agents.defaults.heartbeat` keys hookgate implements.
 const HEARTBEAT: &[&str] = &["every", "ackMaxChars"];
 /// Keys of an agent entry hookgate implements.
-const AGENT_ENTRY: &[&str] = &["id", "default", "name", "model", "provider"];
+const AGENT_ENTRY: &[&str] = &["id", "default", "name", "model", "provider", "budget"];
 
 /// Adopts `agents` (see the module's documentation).
 pub(super) fn adopt(agents: &mut Map<String, Value>, notices: &mut Vec<ConfigNotice>) {
@@ -50,7 +50,7 @@ pub(super) fn adopt(agents: &mut Map<String, Value>, notices: &mut Vec<ConfigNot
             };
             let key = format!("agents.entries.{id}");
             keep_only(&mut entry, AGENT_ENTRY, &key, notices, |_| {
-                "hookgate's agents differ only in model and provider".into()
+                "hookgate's agents differ only in model, provider and budget".into()
             });
             entry.insert("id".into(), Value::String(id));
             list.push(Value::Object(entry));
@@ -62,7 +62,7 @@ pub(super) fn adopt(agents: &mut Map<String, Value>, notices: &mut Vec<ConfigNot
             if let Value::Object(entry) = entry {
                 let key = format!("agents.list[{i}]");
                 keep_only(entry, AGENT_ENTRY, &key, notices, |_| {
-                    "hookgate's agents differ only in model and provider".into()
+                    "hookgate's agents differ only in model, provider and budget".into()
                 });
             }
         }

@@ -10,6 +10,7 @@ use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
 use crate::config::runtime::Route;
+use crate::gateway::budget::{HeldBy, held};
 use crate::gateway::records::{
     DeliveryJob, DeliveryRecord, NewEvent, NewRun, RunOutcome, SummaryEvent,
 };
@@ -23,6 +24,18 @@ pub enum Fact {
     Wake { event: NewEvent },
     /// An accepted agent run; the runner consumer hands it to one node.
     Run { run: NewRun },
+    /// An accepted run a budget held (`gateway::budget`): stored `held`, on a subject the runner
+    /// consumer does not read.
+    #[serde(rename_all = "camelCase")]
+    Held { run: NewRun, held_by: HeldBy },
+    /// A held run released, by its budget's window or the operator: queued from `released_at`
+    /// on, and handed to the runner consumer like a new run (under `release-<run id>`, so that
+    /// nodes releasing it at once make one release).
+    #[serde(rename_all = "camelCase")]
+    Released { run: NewRun, released_at: String },
+    /// The operator cancelled a held run: it never runs.
+    #[serde(rename_all = "camelCase")]
+    Cancelled { run_id: String, at: String },
     /// A node began the run.
     #[serde(rename_all = "camelCase")]
     Started { run_id: String, started_at: String },
@@ -74,7 +87,9 @@ impl Fact {
     pub fn subject(&self) -> String {
         match self {
             Fact::Wake { .. } => "wake",
-            Fact::Run { .. } => "run",
+            Fact::Run { .. } | Fact::Released { .. } => "run",
+            Fact::Held { .. } => "held",
+            Fact::Cancelled { .. } => "cancelled",
             Fact::Started { .. } => "started",
             Fact::BeatRequested { .. } => "beat",
             Fact::Finished { .. } => "out.finished",
@@ -110,6 +125,18 @@ impl Fact {
                 if runs::status(conn, &run.run_id)?.is_none() {
                     run.insert(conn)?;
                 }
+            }
+            Fact::Held { run, held_by } => {
+                if runs::status(conn, &run.run_id)?.is_none() {
+                    run.insert(conn)?;
+                    held::hold(conn, &run.run_id, held_by)?;
+                }
+            }
+            Fact::Released { run, released_at } => {
+                held::mark_released(conn, &run.run_id, released_at)?;
+            }
+            Fact::Cancelled { run_id, at } => {
+                held::mark_cancelled(conn, run_id, at)?;
             }
             Fact::Started { run_id, started_at } => {
                 runs::claim(conn, run_id, started_at)?;

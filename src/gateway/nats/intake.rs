@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{Cluster, ClusterError, Fact};
+use crate::gateway::budget::HeldBy;
 use crate::gateway::clock::now_ms;
 use crate::gateway::deliveries::{Claim, RecordedAnswer, STALE_CLAIM};
 use crate::gateway::records::{NewEvent, NewRun};
@@ -82,8 +83,29 @@ impl Cluster {
     /// run's id is then the answer. The run is published under its run id as the message id.
     pub async fn submit_run(
         &self,
+        run: NewRun,
+        claim: Option<IdempotencyClaim>,
+    ) -> Result<RunQueued, ClusterError> {
+        self.submit(run, claim, |run| Fact::Run { run }).await
+    }
+
+    /// Publishes a run a budget held, as [`Cluster::submit_run`] publishes a run: the views
+    /// store it `held`, and the runner consumer never sees it until it is released.
+    pub async fn hold_run(
+        &self,
+        run: NewRun,
+        claim: Option<IdempotencyClaim>,
+        held_by: HeldBy,
+    ) -> Result<RunQueued, ClusterError> {
+        self.submit(run, claim, |run| Fact::Held { run, held_by })
+            .await
+    }
+
+    async fn submit(
+        &self,
         mut run: NewRun,
         claim: Option<IdempotencyClaim>,
+        fact: impl FnOnce(NewRun) -> Fact,
     ) -> Result<RunQueued, ClusterError> {
         let mut replayed = false;
         if let Some(claim) = &claim {
@@ -108,7 +130,7 @@ impl Cluster {
         // the first one landed; when the first node died between the bucket and the stream,
         // this is what stores the run that the bucket already promised.
         let run_id = run.run_id.clone();
-        self.publish(&Fact::Run { run }, &run_id).await?;
+        self.publish(&fact(run), &run_id).await?;
         Ok(if replayed {
             RunQueued::Replayed { run_id }
         } else {

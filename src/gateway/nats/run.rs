@@ -26,7 +26,9 @@ const HISTORY_CATCH_UP: Duration = Duration::from_secs(2);
 /// this one is still on it.
 pub(super) async fn run(ctx: Context, cluster: Cluster, message: Message) {
     let (sequence, delivered) = position(&message);
-    let Ok(Fact::Run { run }) = serde_json::from_slice::<Fact>(&message.payload) else {
+    let Ok(Fact::Run { run } | Fact::Released { run, .. }) =
+        serde_json::from_slice::<Fact>(&message.payload)
+    else {
         tracing::warn!(
             sequence,
             "the runner consumer got something other than a run"

@@ -50,6 +50,10 @@ pub fn start_workers(ctx: &Context, cluster: &Cluster) -> Vec<Worker> {
             WorkerName::HeartbeatClock,
             super::dispatch::clock(ctx.clone(), cluster.clone()),
         ),
+        Worker::spawn(
+            WorkerName::Release,
+            crate::gateway::budget::release_loop(ctx.clone(), cluster.clone()),
+        ),
     ]
 }
 

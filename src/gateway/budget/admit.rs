@@ -1,0 +1,88 @@
+//! A run's budgets at admission: the last step before it is queued (after its mapping's batch
+//! and lane). Within its budgets a run is queued as any other; past one it is held or refused.
+
+use super::{Exceeded, applying_to, judge};
+use crate::config::budget::{Budgets, OnExceeded};
+use crate::gateway::clock::now_ms;
+use crate::gateway::records::NewRun;
+use crate::gateway::runs::{self, IdempotencyClaim, RunQueued};
+use crate::gateway::{Runtime, StoreError};
+use crate::hook::LimitReached;
+
+/// Queues `run` as [`Runtime::submit_run`] does when its mapping's and its agent's budgets have
+/// room; past one that holds, stores it `held` (answered as queued, its id the run's); past one
+/// that refuses, stores nothing and answers the refusal, unless `claim` finds the request a
+/// repeat of one admitted before (then its run's id, as without a budget).
+///
+/// Costs nothing more for a run without budgets; otherwise one read of the store (its counts)
+/// before the commit. The counts are read, not locked: requests admitted at the same moment may
+/// each see the last free place, so a budget may be passed by the requests in flight together.
+pub async fn queue(
+    runtime: &Runtime,
+    budgets: &Budgets,
+    run: NewRun,
+    claim: Option<IdempotencyClaim>,
+    idempotency_key: Option<&str>,
+) -> Result<Result<RunQueued, LimitReached>, StoreError> {
+    if budgets.is_empty() {
+        return runtime
+            .submit_run(run, claim, idempotency_key)
+            .await
+            .map(Ok);
+    }
+    let exceeded = over_budget(runtime, budgets, &run).await?;
+    let Some(exceeded) = exceeded else {
+        return runtime
+            .submit_run(run, claim, idempotency_key)
+            .await
+            .map(Ok);
+    };
+    match exceeded.on_exceeded {
+        OnExceeded::Hold => {
+            tracing::info!(run_id = %run.run_id, budget = %exceeded.by, "run held: its budget is spent");
+            runtime.hold_run(run, claim, exceeded.by).await.map(Ok)
+        }
+        OnExceeded::Refuse => match repeat_of(runtime, claim).await? {
+            Some(run_id) => Ok(Ok(RunQueued::Replayed { run_id })),
+            None => {
+                runtime.metrics().budget_refused(exceeded.by.scope.as_str());
+                Ok(Err(exceeded.refusal()))
+            }
+        },
+    }
+}
+
+/// The budget of `run` that has no room now, if any.
+async fn over_budget(
+    runtime: &Runtime,
+    budgets: &Budgets,
+    run: &NewRun,
+) -> Result<Option<Exceeded>, StoreError> {
+    let applying = applying_to(budgets, run);
+    if applying.is_empty() {
+        return Ok(None);
+    }
+    runtime
+        .store()
+        .read(move |conn| judge(conn, &applying, now_ms()))
+        .await
+}
+
+/// The run an earlier request with the same idempotency claim queued, within its window: a
+/// repeat is answered as before, never refused. (On a NATS cluster the claims live in a bucket
+/// that is only written, at queueing: a repeat past a refusing budget is refused there.)
+async fn repeat_of(
+    runtime: &Runtime,
+    claim: Option<IdempotencyClaim>,
+) -> Result<Option<String>, StoreError> {
+    let Some(claim) = claim else {
+        return Ok(None);
+    };
+    if runtime.cluster().is_some() {
+        return Ok(None);
+    }
+    runtime
+        .store()
+        .read(move |conn| runs::repeat_of(conn, &claim))
+        .await
+}

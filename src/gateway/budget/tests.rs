@@ -1,0 +1,192 @@
+use std::num::NonZeroU32;
+
+use super::held::{hold, mark_cancelled, mark_released, release_due_in};
+use super::*;
+use crate::gateway::Store;
+use crate::gateway::clock::rfc3339;
+use crate::gateway::runs;
+
+const HOUR_MS: i64 = 3_600_000;
+const NOW_MS: i64 = 1_800_000_000_000;
+
+/// A run of agent `main` that mapping `mapping` admitted at `created_ms`, read from its wire form.
+fn run(run_id: &str, mapping: &str, created_ms: i64) -> NewRun {
+    serde_json::from_value(serde_json::json!({
+        "run_id": run_id, "hook_name": "Hook", "agent_id": null, "target_agent": "main",
+        "session_key": format!("hook:{run_id}"), "message": "m", "prompt": "p", "deliver": false,
+        "channel": "last", "to": null, "model": null, "timeout_seconds": null, "wake_mode": "now",
+        "source": "webhook", "created_at": rfc3339(created_ms), "mapping_id": mapping,
+    }))
+    .unwrap()
+}
+
+fn runs_per_hour(limit: u32, on_exceeded: OnExceeded) -> Budget {
+    Budget {
+        tokens_per_day: None,
+        runs_per_hour: NonZeroU32::new(limit),
+        on_exceeded,
+    }
+}
+
+fn mapping_budget(limit: u32, on_exceeded: OnExceeded) -> Budgets {
+    let mut budgets = Budgets::default();
+    budgets
+        .mappings
+        .insert("github".into(), runs_per_hour(limit, on_exceeded));
+    budgets
+}
+
+fn over(conn: &Connection, budgets: &Budgets, now_ms: i64) -> Option<Exceeded> {
+    let applying = applying(budgets, Some("github"), "main");
+    judge(conn, &applying, now_ms).unwrap()
+}
+
+#[test]
+fn the_held_by_column_reads_back_and_names_the_budget() {
+    let by = HeldBy {
+        scope: Scope::Mapping,
+        id: "git:hub".into(),
+        limit: Limit::RunsPerHour,
+    };
+    assert_eq!(by.to_column(), "mapping:runsPerHour:git:hub");
+    assert_eq!(HeldBy::from_column(&by.to_column()), Some(by.clone()));
+    assert_eq!(by.to_string(), "mapping git:hub runsPerHour");
+    assert_eq!(HeldBy::from_column("budget:x"), None);
+}
+
+#[tokio::test]
+async fn runs_count_while_they_are_in_the_window_and_held_runs_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), true).unwrap();
+    let budgets = mapping_budget(2, OnExceeded::Hold);
+    let verdicts = store
+        .write(move |conn| {
+            run("old", "github", NOW_MS - HOUR_MS - 1).insert(conn)?;
+            run("other", "gitlab", NOW_MS - 10).insert(conn)?;
+            run("a", "github", NOW_MS - HOUR_MS + 5_000).insert(conn)?;
+            let room = over(conn, &budgets, NOW_MS);
+            run("held", "github", NOW_MS - 1_000).insert(conn)?;
+            hold(conn, "held", &over_by())?;
+            let held_counts_nothing = over(conn, &budgets, NOW_MS);
+            run("b", "github", NOW_MS - 500).insert(conn)?;
+            let full = over(conn, &budgets, NOW_MS);
+            let later = over(conn, &budgets, NOW_MS + 5_000);
+            Ok((room, held_counts_nothing, full, later))
+        })
+        .await
+        .unwrap();
+    let (room, held_counts_nothing, full, later) = verdicts;
+    assert_eq!(room, None, "one run in the window, of two");
+    assert_eq!(held_counts_nothing, None);
+    let full = full.expect("two runs in the window: no room");
+    assert_eq!(full.by, over_by());
+    // The oldest counted run ("a") leaves the window in 5 s.
+    assert_eq!(full.retry_after, Duration::from_secs(5));
+    assert_eq!(
+        full.refusal().reason,
+        "budget exceeded: mapping github runsPerHour (2 runs per hour)"
+    );
+    assert_eq!(later, None, "once the oldest left the window");
+    store.close();
+}
+
+fn over_by() -> HeldBy {
+    HeldBy {
+        scope: Scope::Mapping,
+        id: "github".into(),
+        limit: Limit::RunsPerHour,
+    }
+}
+
+#[tokio::test]
+async fn the_release_step_starts_the_oldest_held_runs_the_window_has_room_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), true).unwrap();
+    let budgets = mapping_budget(2, OnExceeded::Hold);
+    let (first, second, counted) = store
+        .write(move |conn| {
+            run("a", "github", NOW_MS - HOUR_MS + 1_000).insert(conn)?;
+            run("b", "github", NOW_MS - 100).insert(conn)?;
+            for id in ["h1", "h2", "h3"] {
+                run(id, "github", NOW_MS - 50).insert(conn)?;
+                hold(conn, id, &over_by())?;
+            }
+            let first = release_due_in(conn, &budgets, NOW_MS)?;
+            // "a" has left the window: room for one, the oldest held.
+            let second = release_due_in(conn, &budgets, NOW_MS + 2_000)?;
+            // Released runs count from their release, not from their acceptance.
+            let counted = count::window(
+                conn,
+                Limit::RunsPerHour,
+                Scope::Mapping,
+                "github",
+                &rfc3339(NOW_MS),
+            )?;
+            Ok((first, second, counted))
+        })
+        .await
+        .unwrap();
+    assert!(first.is_empty(), "{first:?}");
+    assert_eq!(second, ["h1"]);
+    assert_eq!(counted.count, 1);
+    assert_eq!(counted.oldest_ms, Some(NOW_MS + 2_000));
+    let status = store.read(|conn| runs::status(conn, "h1")).await.unwrap();
+    assert_eq!(status, Some(crate::gateway::RunStatus::Queued));
+    store.close();
+}
+
+#[tokio::test]
+async fn a_cancelled_run_is_neither_released_nor_counted_and_only_held_runs_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), true).unwrap();
+    let outcome = store
+        .write(move |conn| {
+            run("h", "github", NOW_MS).insert(conn)?;
+            hold(conn, "h", &over_by())?;
+            let cancelled = mark_cancelled(conn, "h", &rfc3339(NOW_MS))?;
+            let released_after = mark_released(conn, "h", &rfc3339(NOW_MS))?;
+            run("q", "github", NOW_MS).insert(conn)?;
+            let queued_released = mark_released(conn, "q", &rfc3339(NOW_MS))?;
+            let released = release_due_in(conn, &Budgets::default(), NOW_MS)?;
+            let counted = count::window(
+                conn,
+                Limit::RunsPerHour,
+                Scope::Mapping,
+                "github",
+                &rfc3339(0),
+            )?;
+            Ok((
+                cancelled,
+                released_after,
+                queued_released,
+                released,
+                counted.count,
+            ))
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome, (true, false, false, Vec::<String>::new(), 1));
+    store.close();
+}
+
+#[tokio::test]
+async fn a_refusing_budget_wins_over_a_holding_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), true).unwrap();
+    let mut budgets = mapping_budget(1, OnExceeded::Hold);
+    budgets
+        .agents
+        .insert("main".into(), runs_per_hour(1, OnExceeded::Refuse));
+    let exceeded = store
+        .write(move |conn| {
+            run("a", "github", NOW_MS - 10).insert(conn)?;
+            Ok(over(conn, &budgets, NOW_MS))
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(exceeded.on_exceeded, OnExceeded::Refuse);
+    assert_eq!(exceeded.by.scope, Scope::Agent);
+    assert_eq!(exceeded.by.id, "main");
+    store.close();
+}
