@@ -71,7 +71,7 @@ enum Command {
     /// The request log of a running hookgate: list, show, replay.
     #[command(subcommand, after_help = remote::ENVIRONMENT)]
     Requests(remote::RequestsCommand),
-    /// The agent runs of a running hookgate: list, show, retry.
+    /// The agent runs of a running hookgate: list, show, retry, release or cancel a held one.
     #[command(subcommand, after_help = remote::ENVIRONMENT)]
     Runs(remote::RunsCommand),
     /// Print a completion script for a shell: `hookgate completions bash > /etc/bash_completion.d/hookgate`.

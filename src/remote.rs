@@ -81,7 +81,7 @@ pub enum RunsCommand {
         #[command(flatten)]
         remote: Remote,
         /// Only this status (queued, running, ok, error, timeout, forwarding, forwarded,
-        /// forward_failed).
+        /// forward_failed, held, cancelled).
         #[arg(long)]
         status: Option<String>,
         /// Only runs of this hook name.
@@ -122,6 +122,20 @@ pub enum RunsCommand {
         /// Since this RFC 3339 time instead.
         #[arg(long)]
         since: Option<String>,
+    },
+    /// Start a run a budget held, whatever its budget says.
+    #[command(after_help = ENVIRONMENT)]
+    Release {
+        id: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Cancel a run a budget held: it never runs.
+    #[command(after_help = ENVIRONMENT)]
+    Cancel {
+        id: String,
+        #[command(flatten)]
+        remote: Remote,
     },
 }
 
@@ -281,6 +295,8 @@ pub fn runs(command: RunsCommand) -> ExitCode {
                 );
             })
         }
+        RunsCommand::Release { id, remote } => held(&remote, &id, "release"),
+        RunsCommand::Cancel { id, remote } => held(&remote, &id, "cancel"),
     }
 }
 
@@ -293,6 +309,18 @@ fn tokens(usage: &Value) -> String {
         (Some(input), Some(output)) => format!("{input}/{output}"),
         _ => "-".into(),
     }
+}
+
+/// `runs release` and `runs cancel`: `action` is the API's path segment; prints the run's
+/// status now.
+fn held(remote: &Remote, id: &str, action: &str) -> ExitCode {
+    remote.call(
+        "POST",
+        &format!("/api/runs/{}/{action}", segment(id)),
+        |r| {
+            println!("{} {}", text(&r["runId"]), text(&r["status"]));
+        },
+    )
 }
 
 impl Remote {

@@ -3,6 +3,7 @@
 
 mod api;
 mod api_error;
+mod api_held;
 mod api_requests;
 mod api_spend;
 mod auth;
@@ -119,6 +120,8 @@ fn operator_api(state: AppState) -> Router<AppState> {
         .route("/runs", get(api::runs))
         .route("/runs/{run_id}", get(api::run))
         .route("/runs/{run_id}/retry", post(api::retry_run))
+        .route("/runs/{run_id}/release", post(api_held::release))
+        .route("/runs/{run_id}/cancel", post(api_held::cancel))
         .route("/sessions/main/events", get(api::main_session_events))
         .route(
             "/sessions/main/route",
