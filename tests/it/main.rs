@@ -6,6 +6,7 @@ mod nats;
 
 mod agent;
 mod api;
+mod budgets;
 mod cluster;
 mod config;
 mod connections;

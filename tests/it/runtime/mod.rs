@@ -38,6 +38,13 @@ pub(crate) struct Kept {
     _nats: Option<NatsServer>,
 }
 
+impl Kept {
+    /// The configuration directory: rewriting its file reloads the server.
+    pub(crate) fn dir(&self) -> &ConfigDir {
+        &self._dir
+    }
+}
+
 impl Backend {
     /// Starts hookgate with `config` on this store.
     pub(crate) fn start(self, config: &Value) -> (Hookgate, Kept) {
