@@ -176,13 +176,11 @@ CREATE INDEX runs_queued_by_mapping ON runs (mapping_id) WHERE status = 'queued'
 ";
 
 /// Budgets (`gateway::budget`): which budget held a run, and when a held run was released (it
-/// counts against its budgets from then, not from when it was accepted); the runs of a mapping
-/// and of an agent by age, which a budget's rolling window counts.
+/// counts against its budgets from then, not from when it was accepted). The few released runs
+/// are found by that time; the others by schema 12's indexes of a scope's runs by age.
 const SCHEMA_V14: &str = "
 ALTER TABLE runs ADD COLUMN held_by TEXT;
 ALTER TABLE runs ADD COLUMN released_at TEXT;
-CREATE INDEX runs_by_mapping_age ON runs (mapping_id, created_at) WHERE mapping_id IS NOT NULL;
-CREATE INDEX runs_by_agent_age ON runs (target_agent, created_at);
 CREATE INDEX runs_released ON runs (released_at) WHERE released_at IS NOT NULL;
 ";
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::fake::Fake;
+use crate::fake::{Answer, Fake, chat_reply};
 use crate::harness::*;
 use crate::runtime::{Backend, finished, with_provider};
 
@@ -169,6 +169,26 @@ pub(crate) async fn a_refusing_budget_answers_429_and_stores_nothing(backend: Ba
     );
 }
 
+/// `tokensPerDay` counts the tokens the provider reported for the runs of the last 24 hours:
+/// a run that used 1100 of 1000 leaves no room for the next.
+pub(crate) async fn tokens_per_day_holds_once_the_runs_used_them(backend: Backend) {
+    let provider = Fake::start(|_, _| {
+        let mut body = chat_reply("done");
+        body["usage"] = json!({"prompt_tokens": 600, "completion_tokens": 500});
+        Answer::Json(200, body)
+    })
+    .await;
+    let (server, _kept) = backend.start(&config(&provider, json!({"tokensPerDay": 1000})));
+    let first = accepted(&server, 1).await;
+    let run = finished(&server, &first).await;
+    assert_eq!(run["status"], "ok", "{run}");
+    let second = accepted(&server, 2).await;
+    let run = shown(&server, &second).await;
+    assert_eq!(run["status"], "held", "{run}");
+    assert_eq!(run["heldBy"], held_by("mapping", "github", "tokensPerDay"));
+    assert_eq!(provider.requests().len(), 1);
+}
+
 /// An agent's budget counts the runs of that agent whatever admitted them (`POST /hooks/agent`
 /// here); a held run the operator cancels never runs and cannot be released after.
 pub(crate) async fn an_agents_budget_holds_and_a_cancelled_run_never_runs(backend: Backend) {
@@ -249,6 +269,7 @@ on_every_store!(
     runs_per_hour_holds_until_the_operator_releases,
     a_refusing_budget_answers_429_and_stores_nothing,
     an_agents_budget_holds_and_a_cancelled_run_never_runs,
+    tokens_per_day_holds_once_the_runs_used_them,
     a_reload_that_makes_room_releases_held_runs,
 );
 

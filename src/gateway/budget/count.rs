@@ -1,9 +1,11 @@
 //! What a budget's window holds: the runs that entered the queue within it, and the tokens its
-//! runs used. Each is one read on an index of the runs by mapping or by agent and age.
+//! runs used (`spend::spend_since`, which sums them for the operator's spend view too). Each is
+//! a read on an index of the runs by mapping or by agent and time (schema 12).
 
 use rusqlite::{Connection, params};
 
 use super::{Limit, Scope};
+use crate::gateway::spend::{SpendScope, spend_since};
 
 /// How much a window holds, and when the oldest of it entered (milliseconds since the epoch):
 /// when that leaves the window, there may be room.
@@ -28,16 +30,14 @@ const AGENT_RUNS: &str = "SELECT COUNT(*), MIN(at) FROM (
        UNION ALL
        SELECT released_at FROM runs WHERE target_agent = ?1 AND released_at > ?2)";
 
-/// The tokens the runs of a mapping used, of those that finished after `?2` and used any.
-const MAPPING_TOKENS: &str =
-    "SELECT COALESCE(SUM(input_tokens + output_tokens), 0), MIN(finished_at)
-       FROM runs WHERE mapping_id = ?1 AND created_at > ?2 AND finished_at > ?2
-        AND input_tokens + output_tokens > 0";
+/// When the oldest run of a mapping that used tokens finished after `?2` finished: when the
+/// first of its tokens leaves the window (`spend_since` sums them).
+const MAPPING_TOKENS_OLDEST: &str = "SELECT MIN(finished_at) FROM runs
+       WHERE mapping_id = ?1 AND finished_at >= ?2 AND input_tokens + output_tokens > 0";
 
 /// The same for the runs of an agent.
-const AGENT_TOKENS: &str = "SELECT COALESCE(SUM(input_tokens + output_tokens), 0), MIN(finished_at)
-       FROM runs WHERE target_agent = ?1 AND created_at > ?2 AND finished_at > ?2
-        AND input_tokens + output_tokens > 0";
+const AGENT_TOKENS_OLDEST: &str = "SELECT MIN(finished_at) FROM runs
+       WHERE target_agent = ?1 AND finished_at >= ?2 AND input_tokens + output_tokens > 0";
 
 /// What the window of `limit` after `since` (RFC 3339, the store's form, which orders like the
 /// times) holds for `scope` `id`: for `runsPerHour` the runs that entered the queue, for
@@ -49,17 +49,31 @@ pub(super) fn window(
     id: &str,
     since: &str,
 ) -> rusqlite::Result<Window> {
-    let sql = match (limit, scope) {
-        (Limit::RunsPerHour, Scope::Mapping) => MAPPING_RUNS,
-        (Limit::RunsPerHour, Scope::Agent) => AGENT_RUNS,
-        (Limit::TokensPerDay, Scope::Mapping) => MAPPING_TOKENS,
-        (Limit::TokensPerDay, Scope::Agent) => AGENT_TOKENS,
+    let (count, oldest) = match limit {
+        Limit::RunsPerHour => {
+            let sql = match scope {
+                Scope::Mapping => MAPPING_RUNS,
+                Scope::Agent => AGENT_RUNS,
+            };
+            let (count, oldest): (i64, Option<String>) = conn
+                .prepare_cached(sql)?
+                .query_row(params![id, since], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            (count.unsigned_abs(), oldest)
+        }
+        Limit::TokensPerDay => {
+            let (spend_scope, sql) = match scope {
+                Scope::Mapping => (SpendScope::Mapping(id), MAPPING_TOKENS_OLDEST),
+                Scope::Agent => (SpendScope::Agent(id), AGENT_TOKENS_OLDEST),
+            };
+            let spend = spend_since(conn, spend_scope, since)?;
+            let oldest: Option<String> = conn
+                .prepare_cached(sql)?
+                .query_row(params![id, since], |row| row.get(0))?;
+            (spend.input_tokens + spend.output_tokens, oldest)
+        }
     };
-    let (count, oldest): (i64, Option<String>) = conn
-        .prepare_cached(sql)?
-        .query_row(params![id, since], |row| Ok((row.get(0)?, row.get(1)?)))?;
     Ok(Window {
-        count: u64::try_from(count).unwrap_or(0),
+        count,
         oldest_ms: oldest
             .and_then(|at| chrono::DateTime::parse_from_rfc3339(&at).ok())
             .map(|at| at.timestamp_millis()),
