@@ -470,3 +470,55 @@ async fn the_console_shows_each_mappings_spend_and_a_runs_tokens() {
         .wait_for_text("#run-fields", "1200 input, 34 output tokens")
         .await;
 }
+
+/// A held run shows the budget that held it, and its buttons release or cancel it.
+#[tokio::test]
+async fn the_console_releases_and_cancels_held_runs() {
+    let provider = crate::fake::Fake::provider("done").await;
+    let mut config = base_config();
+    set(
+        &mut config,
+        "agents.defaults",
+        json!({"provider": {"baseUrl": provider.base}, "model": "m", "heartbeat": {"every": "0"}}),
+    );
+    set(
+        &mut config,
+        "agents.list",
+        json!([{"id": "main", "default": true, "budget": {"runsPerHour": 1}}]),
+    );
+    let (server, _dir) = Hookgate::start(&config);
+    let body = json!({"message": "m", "deliver": false, "wakeMode": "next-heartbeat"});
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (_, queued) = server.hook_json("/hooks/agent", &body).await;
+        ids.push(queued["runId"].as_str().unwrap().to_string());
+    }
+
+    let browser = Browser::start().await;
+    browser.go(&server.url("/console")).await;
+    browser.type_into("#token", GATEWAY_TOKEN).await;
+    browser.click("#login button[type=submit]").await;
+    browser.click("nav button[data-view=runs]").await;
+    for (run_id, button, result) in [
+        (&ids[1], "#release", "Released: queued to run"),
+        (&ids[2], "#cancel-run", "Cancelled: it will never run"),
+    ] {
+        let row = format!("#runs-table tr[data-id=\"{run_id}\"]");
+        browser.wait_for_text(&row, "held").await;
+        browser.click(&format!("{row} button")).await;
+        browser
+            .wait_for_text("#held", "agent main runsPerHour")
+            .await;
+        browser.click(button).await;
+        browser.wait_for_text("#held-result", result).await;
+        browser.click("#run-close").await;
+    }
+    eventually("the released run to end ok", async || {
+        let (_, run) = server.api_json(&format!("/api/runs/{}", ids[1])).await;
+        run["status"] == "ok"
+    })
+    .await;
+    let (_, cancelled) = server.api_json(&format!("/api/runs/{}", ids[2])).await;
+    assert_eq!(cancelled["status"], "cancelled");
+    assert_eq!(provider.requests().len(), 2, "the cancelled run never ran");
+}

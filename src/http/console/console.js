@@ -265,6 +265,10 @@ async function openRun(id) {
   $("retry").textContent = RETRY_LABELS[run.retry] ?? "Retry what failed";
   $("retry-confirm").hidden = true;
   $("retry-result").textContent = run.retry === null ? "Nothing of this run failed." : "";
+  // Only a held run can be released or cancelled; its budget is named as the API names it.
+  $("held").hidden = run.status !== "held";
+  $("held-by").textContent = run.heldBy ? `${run.heldBy.scope} ${run.heldBy.id} ${run.heldBy.limit}` : "";
+  $("held-result").textContent = "";
   $("run-close").focus();
 }
 
@@ -287,6 +291,17 @@ async function loadSpend() {
     cell(row, spend.inputTokens ?? "not known here");
     cell(row, spend.outputTokens ?? "not known here");
     body.append(row);
+  }
+}
+
+// `action` is `release` (the run starts whatever its budget says) or `cancel` (it never runs).
+async function settleHeld(action) {
+  try {
+    const answer = await api(`/api/runs/${encodeURIComponent(state.openRun.runId)}/${action}`, { method: "POST" });
+    $("held").hidden = true;
+    $("held-result").textContent = answer.status === "cancelled" ? "Cancelled: it will never run." : "Released: queued to run.";
+  } catch (error) {
+    $("held-result").textContent = `Refused: ${error.message}`;
   }
 }
 
@@ -390,6 +405,8 @@ document.addEventListener("DOMContentLoaded", () => {
   $("replay-confirm").addEventListener("click", replay);
   $("retry").addEventListener("click", askRetry);
   $("retry-confirm").addEventListener("click", retry);
+  $("release").addEventListener("click", () => settleHeld("release"));
+  $("cancel-run").addEventListener("click", () => settleHeld("cancel"));
   $("request-close").addEventListener("click", () => show("requests"));
   $("run-close").addEventListener("click", () => show("runs"));
   if (token()) start();
