@@ -408,3 +408,31 @@ fn forward_mode_says_tokens_are_unknown_and_refuses_holding() {
         "{output}"
     );
 }
+
+/// In forward mode `runsPerHour` counts the runs relayed (whether the upstream took them yet or
+/// not) and refuses the one past it; nothing is stored or relayed for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_mode_refuses_runs_past_runs_per_hour() {
+    let upstream =
+        Fake::start(|_, _| Answer::Json(200, json!({"ok": true, "runId": "up-1"}))).await;
+    let mut config = base_config();
+    set(&mut config, "gateway.mode", json!("forward"));
+    set(
+        &mut config,
+        "gateway.forward",
+        json!({"url": upstream.base, "token": "upstream-token-1234567890"}),
+    );
+    let budget = json!({"runsPerHour": 1, "onExceeded": "refuse"});
+    let mapping = json!({"id": "github", "match": {"path": "github"}, "messageTemplate": "event {{n}}",
+        "budget": budget});
+    set(&mut config, "hooks.mappings", json!([mapping]));
+    let (server, _dir) = Hookgate::start(&config);
+    let first = accepted(&server, 1).await;
+    assert_eq!(github(&server, 2).await.status(), 429);
+    becomes(&server, &first, "forwarded").await;
+    assert_eq!(
+        upstream.requests().len(),
+        1,
+        "only the first run was relayed"
+    );
+}

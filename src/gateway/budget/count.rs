@@ -17,14 +17,14 @@ pub(super) struct Window {
 
 /// The runs of a mapping that entered the queue after `?2`: accepted then (never held),
 /// or released then. Held and cancelled runs have `held_by` set and no `released_at`.
-const MAPPING_RUNS: &str = "SELECT COUNT(*), MIN(at) FROM (
+pub(super) const MAPPING_RUNS: &str = "SELECT COUNT(*), MIN(at) FROM (
        SELECT created_at AS at FROM runs
         WHERE mapping_id = ?1 AND created_at > ?2 AND held_by IS NULL
        UNION ALL
        SELECT released_at FROM runs WHERE mapping_id = ?1 AND released_at > ?2)";
 
 /// The same for the runs of an agent.
-const AGENT_RUNS: &str = "SELECT COUNT(*), MIN(at) FROM (
+pub(super) const AGENT_RUNS: &str = "SELECT COUNT(*), MIN(at) FROM (
        SELECT created_at AS at FROM runs
         WHERE target_agent = ?1 AND created_at > ?2 AND held_by IS NULL
        UNION ALL
@@ -32,11 +32,11 @@ const AGENT_RUNS: &str = "SELECT COUNT(*), MIN(at) FROM (
 
 /// When the oldest run of a mapping that used tokens finished after `?2` finished: when the
 /// first of its tokens leaves the window (`spend_since` sums them).
-const MAPPING_TOKENS_OLDEST: &str = "SELECT MIN(finished_at) FROM runs
+pub(super) const MAPPING_TOKENS_OLDEST: &str = "SELECT MIN(finished_at) FROM runs
        WHERE mapping_id = ?1 AND finished_at >= ?2 AND input_tokens + output_tokens > 0";
 
 /// The same for the runs of an agent.
-const AGENT_TOKENS_OLDEST: &str = "SELECT MIN(finished_at) FROM runs
+pub(super) const AGENT_TOKENS_OLDEST: &str = "SELECT MIN(finished_at) FROM runs
        WHERE target_agent = ?1 AND finished_at >= ?2 AND input_tokens + output_tokens > 0";
 
 /// What the window of `limit` after `since` (RFC 3339, the store's form, which orders like the

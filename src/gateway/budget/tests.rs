@@ -190,3 +190,34 @@ async fn a_refusing_budget_wins_over_a_holding_one() {
     assert_eq!(exceeded.by.id, "main");
     store.close();
 }
+
+/// A window's count is searched for on indexes (schema 12's by scope and time, schema 14's of
+/// released runs), never a scan of every run kept: admission runs it for every budgeted run.
+#[test]
+fn a_windows_counts_are_read_from_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = Connection::open(dir.path().join("plan.db")).unwrap();
+    crate::gateway::schema::migrate(&conn).unwrap();
+    for sql in [
+        count::MAPPING_RUNS,
+        count::AGENT_RUNS,
+        count::MAPPING_TOKENS_OLDEST,
+        count::AGENT_TOKENS_OLDEST,
+    ] {
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map(["github", "2026-01-01T00:00:00.000Z"], |row| row.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let reads: Vec<&String> = plan.iter().filter(|s| s.contains(" runs ")).collect();
+        assert!(!reads.is_empty(), "{plan:?}");
+        assert!(
+            reads
+                .iter()
+                .all(|s| s.starts_with("SEARCH runs USING INDEX")),
+            "{sql}: {plan:?}"
+        );
+    }
+}
