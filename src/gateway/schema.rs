@@ -177,11 +177,15 @@ CREATE INDEX runs_queued_by_mapping ON runs (mapping_id) WHERE status = 'queued'
 
 /// Budgets (`gateway::budget`): which budget held a run, and when a held run was released (it
 /// counts against its budgets from then, not from when it was accepted). The few released runs
-/// are found by that time; the others by schema 12's indexes of a scope's runs by age.
+/// are found by their scope and that time (small indexes: only released runs are in them); the
+/// others by schema 12's indexes of a scope's runs by age.
 const SCHEMA_V14: &str = "
 ALTER TABLE runs ADD COLUMN held_by TEXT;
 ALTER TABLE runs ADD COLUMN released_at TEXT;
-CREATE INDEX runs_released ON runs (released_at) WHERE released_at IS NOT NULL;
+CREATE INDEX runs_released_by_mapping ON runs (mapping_id, released_at)
+ WHERE released_at IS NOT NULL;
+CREATE INDEX runs_released_by_agent ON runs (target_agent, released_at)
+ WHERE released_at IS NOT NULL;
 ";
 
 /// The request log, in a database of its own (`requests.db`): every request under the hook

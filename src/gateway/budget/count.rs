@@ -15,20 +15,27 @@ pub(super) struct Window {
     pub oldest_ms: Option<i64>,
 }
 
-/// The runs of a mapping that entered the queue after `?2`: accepted then (never held),
-/// or released then. Held and cancelled runs have `held_by` set and no `released_at`.
+/// The runs of a mapping that entered the queue after `?2`: accepted then (never held), or
+/// released then (held and cancelled runs have `held_by` set and no `released_at`). Each part
+/// stops at `?3` rows, oldest first, on its index: the answer is exact below the limit `?3` and
+/// at least `?3` past it, which is all a budget asks, so a read costs at most the limit, however
+/// many runs the window holds.
 pub(super) const MAPPING_RUNS: &str = "SELECT COUNT(*), MIN(at) FROM (
-       SELECT created_at AS at FROM runs
+       SELECT * FROM (SELECT created_at AS at FROM runs
         WHERE mapping_id = ?1 AND created_at > ?2 AND held_by IS NULL
+        ORDER BY created_at LIMIT ?3)
        UNION ALL
-       SELECT released_at FROM runs WHERE mapping_id = ?1 AND released_at > ?2)";
+       SELECT * FROM (SELECT released_at FROM runs WHERE mapping_id = ?1 AND released_at > ?2
+        ORDER BY released_at LIMIT ?3))";
 
 /// The same for the runs of an agent.
 pub(super) const AGENT_RUNS: &str = "SELECT COUNT(*), MIN(at) FROM (
-       SELECT created_at AS at FROM runs
+       SELECT * FROM (SELECT created_at AS at FROM runs
         WHERE target_agent = ?1 AND created_at > ?2 AND held_by IS NULL
+        ORDER BY created_at LIMIT ?3)
        UNION ALL
-       SELECT released_at FROM runs WHERE target_agent = ?1 AND released_at > ?2)";
+       SELECT * FROM (SELECT released_at FROM runs WHERE target_agent = ?1 AND released_at > ?2
+        ORDER BY released_at LIMIT ?3))";
 
 /// When the oldest run of a mapping that used tokens finished after `?2` finished: when the
 /// first of its tokens leaves the window (`spend_since` sums them).
@@ -41,13 +48,15 @@ pub(super) const AGENT_TOKENS_OLDEST: &str = "SELECT MIN(finished_at) FROM runs
 
 /// What the window of `limit` after `since` (RFC 3339, the store's form, which orders like the
 /// times) holds for `scope` `id`: for `runsPerHour` the runs that entered the queue, for
-/// `tokensPerDay` the input and output tokens of the runs that finished.
+/// `tokensPerDay` the input and output tokens of the runs that finished. Runs are counted up to
+/// `at_most` (the limit): past it the count says only that it is reached.
 pub(super) fn window(
     conn: &Connection,
     limit: Limit,
     scope: Scope,
     id: &str,
     since: &str,
+    at_most: u64,
 ) -> rusqlite::Result<Window> {
     let (count, oldest) = match limit {
         Limit::RunsPerHour => {
@@ -55,9 +64,10 @@ pub(super) fn window(
                 Scope::Mapping => MAPPING_RUNS,
                 Scope::Agent => AGENT_RUNS,
             };
-            let (count, oldest): (i64, Option<String>) = conn
-                .prepare_cached(sql)?
-                .query_row(params![id, since], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            let (count, oldest): (i64, Option<String>) = conn.prepare_cached(sql)?.query_row(
+                params![id, since, i64::try_from(at_most).unwrap_or(i64::MAX)],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )?;
             (count.unsigned_abs(), oldest)
         }
         Limit::TokensPerDay => {

@@ -196,7 +196,14 @@ fn exceeded_in(
     };
     if let Some(max) = budget.budget.runs_per_hour {
         let since = rfc3339(now_ms - super::clock::millis(RUNS_WINDOW));
-        let window = count::window(conn, Limit::RunsPerHour, budget.scope, &budget.id, &since)?;
+        let window = count::window(
+            conn,
+            Limit::RunsPerHour,
+            budget.scope,
+            &budget.id,
+            &since,
+            max.get().into(),
+        )?;
         if window.count >= u64::from(max.get()) {
             return Ok(Some(exceeded(
                 Limit::RunsPerHour,
@@ -208,7 +215,14 @@ fn exceeded_in(
     }
     if let Some(max) = budget.budget.tokens_per_day {
         let since = rfc3339(now_ms - super::clock::millis(TOKENS_WINDOW));
-        let window = count::window(conn, Limit::TokensPerDay, budget.scope, &budget.id, &since)?;
+        let window = count::window(
+            conn,
+            Limit::TokensPerDay,
+            budget.scope,
+            &budget.id,
+            &since,
+            max.get(),
+        )?;
         if window.count >= max.get() {
             return Ok(Some(exceeded(
                 Limit::TokensPerDay,
