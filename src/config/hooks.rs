@@ -414,6 +414,9 @@ fn mappings(
         if let Some(signature) = &config.signature {
             mapping.signature = mapping_signature(i, &mapping, signature, defaults, problems);
         }
+        if let Some(batch) = &config.batch {
+            mapping.batch = super::batch::batch_rule(i, &mapping, batch, problems);
+        }
         built.mappings.push(mapping);
     }
     built.mappings.extend(

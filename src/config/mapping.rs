@@ -81,6 +81,8 @@ pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> 
         signature: None,
         for_each,
         session_mode,
+        // Built with its key-named checks by `batch::batch_rule`.
+        batch: None,
     })
 }
 

@@ -1,6 +1,7 @@
 //! Configuration: the JSON5 file, `${ENV}` and `{ "file": ... }` secrets, validation into
 //! [`Settings`], and live reload that swaps a whole new `Settings` in at once.
 
+mod batch;
 pub mod budget;
 mod capture;
 mod channels;

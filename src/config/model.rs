@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+pub use super::batch::BatchConfig;
 pub use super::budget::BudgetConfig;
 pub use super::channels::ChannelsConfig;
 pub use super::secret::{SecretFile, SecretValue};
@@ -217,6 +218,8 @@ pub struct MappingConfig {
     pub runs: Option<super::lanes::RunsConfig>,
     /// Runs an hour and tokens a day this mapping's runs may take (agent mappings only).
     pub budget: Option<BudgetConfig>,
+    /// Gathers an agent mapping's requests into one run per window.
+    pub batch: Option<BatchConfig>,
 }
 
 /// `signature` of a mapping.

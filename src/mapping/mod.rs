@@ -2,6 +2,7 @@
 //! optionally its transform, make of the payload. Pure: no HTTP, no wasmtime.
 
 mod action;
+mod batch;
 pub mod conditions;
 mod js_text;
 mod merge;
@@ -13,6 +14,7 @@ use crate::hook::policy::KeyOrigin;
 use crate::hook::signature::SignatureRule;
 use crate::hook::{AgentAction, Channel, SessionMode, Thinking, WakeMode};
 pub use action::{FinishedAction, MappedAction, TransformAction};
+pub use batch::{BatchRule, batch_key};
 pub use conditions::{Conditions, HeaderValues, Unmet};
 pub use merge::{Overrides, non_blank};
 pub use template::TemplateContext;
@@ -58,6 +60,8 @@ pub struct Mapping {
     pub for_each: Option<String>,
     /// Whether the mapping's runs continue their session key's conversation.
     pub session_mode: SessionMode,
+    /// `batch`: its requests gathered into one run per window (docs/hooks.md "Batches").
+    pub batch: Option<BatchRule>,
 }
 
 /// A mapping's `thinking`: a level written out, read at load, or a template whose rendering is
@@ -320,6 +324,7 @@ pub fn preset(name: &str) -> Option<Mapping> {
         transform: None,
         is_email: true,
         signature: None,
+        batch: None,
     })
 }
 
