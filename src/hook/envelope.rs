@@ -83,8 +83,7 @@ pub fn wrap_prompt(
     source: ContentSource,
     content: &str,
 ) -> String {
-    let marker_id = hex::encode(rand::random::<[u8; 8]>());
-    wrap_prompt_with_marker(name, job_id, received, source, content, &marker_id)
+    wrap_prompt_with_marker(name, job_id, received, source, content, &marker_id())
 }
 
 /// Builds the prompt with a caller-chosen marker id (16 lower-case hex chars).
@@ -107,15 +106,30 @@ pub fn wrap_prompt_with_marker(
         "marker id must be 16 lower-case hex chars"
     );
     format!(
-        "Task: {} | Job ID: {} | Received: {}\n\n{SECURITY_NOTICE}\n\n\
-         <<<{START_NAME} id=\"{marker_id}\">>>\nSource: {}\n---\n{}\n\
-         <<<{END_NAME} id=\"{marker_id}\">>>",
+        "Task: {} | Job ID: {} | Received: {}\n\n{SECURITY_NOTICE}\n\n{}",
         sanitize_markers(name),
         sanitize_markers(job_id),
         sanitize_markers(received),
+        envelope(source, content, marker_id),
+    )
+}
+
+/// One untrusted `content` between a start and an end marker of id `marker_id` (16 lower-case
+/// hex chars, fresh per envelope), after its `Source:` line: exactly one start and one end
+/// marker, whatever `content` holds ([`sanitize_markers`]). Without the security notice, which
+/// goes once before the envelopes of a prompt.
+pub fn envelope(source: ContentSource, content: &str, marker_id: &str) -> String {
+    format!(
+        "<<<{START_NAME} id=\"{marker_id}\">>>\nSource: {}\n---\n{}\n\
+         <<<{END_NAME} id=\"{marker_id}\">>>",
         source.label(),
         sanitize_markers(content),
     )
+}
+
+/// A fresh marker id: 8 random bytes in lower-case hex, which no content can know in advance.
+pub fn marker_id() -> String {
+    hex::encode(rand::random::<[u8; 8]>())
 }
 
 /// Replaces every imitation of a start or end marker in `content` with `[[MARKER_SANITIZED]]` or

@@ -5,6 +5,7 @@
 //! can call directly.
 
 pub mod action;
+pub mod batch_prompt;
 pub mod capture;
 pub mod credentials;
 pub mod envelope;
