@@ -73,14 +73,7 @@ pub fn queue_run(
         if let Some(run_id) = repeat_of(conn, claim)? {
             return Ok(RunQueued::Replayed { run_id });
         }
-        let window_ms = i64::try_from(claim.window.as_millis()).unwrap_or(i64::MAX);
-        conn.prepare_cached(
-            "INSERT OR REPLACE INTO idempotency (fingerprint, run_id, first_at_ms)
-             VALUES (?1, ?2, ?3)",
-        )?
-        .execute(params![claim.fingerprint, run.run_id, claim.now_ms])?;
-        conn.prepare_cached("DELETE FROM idempotency WHERE first_at_ms < ?1")?
-            .execute(params![claim.now_ms.saturating_sub(window_ms)])?;
+        record_claim(conn, claim, &run.run_id)?;
     }
     run.insert(conn)?;
     Ok(RunQueued::New {
@@ -91,7 +84,6 @@ pub fn queue_run(
 /// The run of the request `claim` repeats: the first with its fingerprint, when that was within
 /// the claim's window.
 pub fn repeat_of(conn: &Connection, claim: &IdempotencyClaim) -> rusqlite::Result<Option<String>> {
-    let window_ms = i64::try_from(claim.window.as_millis()).unwrap_or(i64::MAX);
     let earlier: Option<(String, i64)> = conn
         .prepare_cached("SELECT run_id, first_at_ms FROM idempotency WHERE fingerprint = ?1")?
         .query_row(params![claim.fingerprint], |row| {
@@ -99,8 +91,28 @@ pub fn repeat_of(conn: &Connection, claim: &IdempotencyClaim) -> rusqlite::Resul
         })
         .optional()?;
     Ok(earlier
-        .filter(|(_, first_at_ms)| claim.now_ms.saturating_sub(*first_at_ms) < window_ms)
+        .filter(|(_, first_at_ms)| claim.now_ms.saturating_sub(*first_at_ms) < window_ms(claim))
         .map(|(run_id, _)| run_id))
+}
+
+/// Remembers `claim`'s fingerprint for `run_id`, and forgets those older than its window.
+pub fn record_claim(
+    conn: &Connection,
+    claim: &IdempotencyClaim,
+    run_id: &str,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO idempotency (fingerprint, run_id, first_at_ms)
+         VALUES (?1, ?2, ?3)",
+    )?
+    .execute(params![claim.fingerprint, run_id, claim.now_ms])?;
+    conn.prepare_cached("DELETE FROM idempotency WHERE first_at_ms < ?1")?
+        .execute(params![claim.now_ms.saturating_sub(window_ms(claim))])?;
+    Ok(())
+}
+
+fn window_ms(claim: &IdempotencyClaim) -> i64 {
+    i64::try_from(claim.window.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Runs left `running` by a process that died go back to `queued` (at-least-once).
