@@ -8,6 +8,8 @@ use uuid::Uuid;
 
 use crate::config::HookSettings;
 use crate::gateway::lanes::LaneError;
+use crate::gateway::batches::{BatchItem, Joined};
+use crate::gateway::budget;
 use crate::gateway::runtime_clock::{now_ms, now_rfc3339};
 use crate::gateway::{
     EventKind, EventOutcome, IdempotencyClaim, NewEvent, NewRun, RunQueued, Runtime, StoreError,
@@ -15,7 +17,7 @@ use crate::gateway::{
 use crate::hook::envelope::{ContentSource, wrap_prompt};
 use crate::hook::policy::KeyOrigin;
 use crate::hook::{AgentAction, LimitReached, Rejected, WakeMode, WakeRequest, idempotency};
-use crate::mapping::{FinishedAction, Mapping};
+use crate::mapping::{BatchRule, FinishedAction, Mapping};
 
 /// Where a request came in: what its actions' idempotency and events are made of.
 pub struct Intake<'a> {
@@ -41,11 +43,14 @@ pub enum Actions<'a> {
     },
 }
 
-/// A run admission queued: its id (the earlier run's when it repeats one) and whether it did.
+/// A run admission queued: its id (the earlier run's when it repeats one) and whether it did;
+/// for a batch mapping's request, the batch's run and the request's position in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueuedRun {
     pub run_id: String,
     pub repeated: bool,
+    /// The request's position in its batch, from 1; `None` when it is a run of its own.
+    pub batched: Option<u32>,
 }
 
 /// What admission committed, in the order of the request's actions.
@@ -202,15 +207,31 @@ async fn commit_wake(
     Ok(runtime.submit_wake(event, wake.mode).await?)
 }
 
-/// Queues an admitted run, in its mapping's lane and within its budgets.
+/// Queues an admitted run. A batch mapping's request joins its open batch; a new run (a batch
+/// it opens included) enters its mapping's lane and passes its budgets first.
 async fn queue(
     runtime: &Runtime,
     hooks: &HookSettings,
-    mut admission: AgentAdmission,
+    admission: AgentAdmission,
 ) -> Result<QueuedRun, AdmitError> {
+    // Batches first: joining an open batch adds no run, so no lane or budget applies to it.
+    let mut admission = match batch(runtime, admission, false).await? {
+        Ok(joined) => return Ok(joined),
+        Err(admission) => admission,
+    };
     let claim = admission.claim.as_ref();
     runtime.enter_lane(hooks, &mut admission.run, claim).await?;
-    let queued = crate::gateway::budget::queue(
+    // Within its budgets a request opens a batch; past one it is held or refused as the run of
+    // its own it then is.
+    if admission.batch.is_some()
+        && budget::has_room(runtime, &hooks.budgets, &admission.run).await?
+    {
+        admission = match batch(runtime, admission, true).await? {
+            Ok(opened) => return Ok(opened),
+            Err(admission) => admission,
+        };
+    }
+    let queued = budget::queue(
         runtime,
         &hooks.budgets,
         admission.run,
@@ -222,11 +243,44 @@ async fn queue(
         RunQueued::New { run_id } => QueuedRun {
             run_id,
             repeated: false,
+            batched: None,
         },
         RunQueued::Replayed { run_id } => QueuedRun {
             run_id,
             repeated: true,
+            batched: None,
         },
+    })
+}
+
+/// A batch mapping's request added to its open batch (with `open`, to a batch it opens when
+/// none is); the admission back when it is not a batch mapping's, or it found no batch to
+/// join (`gateway::batches`).
+async fn batch(
+    runtime: &Runtime,
+    admission: AgentAdmission,
+    open: bool,
+) -> Result<Result<QueuedRun, AgentAdmission>, StoreError> {
+    let Some(rule) = admission.batch else {
+        return Ok(Err(admission));
+    };
+    let item = BatchItem {
+        rule,
+        run: admission.run,
+        claim: admission.claim,
+    };
+    Ok(match runtime.join_batch(item, open).await? {
+        Joined::Added(added) => Ok(QueuedRun {
+            run_id: added.run_id,
+            repeated: added.repeated,
+            batched: added.position,
+        }),
+        Joined::NoneOpen(item) => Err(AgentAdmission {
+            run: item.run,
+            claim: item.claim,
+            batch: Some(item.rule),
+            ..admission
+        }),
     })
 }
 
@@ -252,6 +306,8 @@ struct AgentAdmission {
     pub claim: Option<IdempotencyClaim>,
     /// The key the client (or a signed delivery's id) gave, for relays upstream.
     pub idempotency_key: Option<String>,
+    /// Its mapping's `batch`, when the mapping gathers its requests into batches.
+    pub batch: Option<BatchRule>,
 }
 
 /// Admits an agent request. `keys` are the idempotency key candidates in order of precedence
@@ -301,10 +357,15 @@ fn admit_agent(
             &admitted.action.message,
         )
     };
+    let batch = match origin {
+        AgentOrigin::Mapped { mapping, .. } => mapping.batch,
+        AgentOrigin::Direct => None,
+    };
     Ok(AgentAdmission {
         run: NewRun::admitted(run_id, admitted, prompt, received),
         claim,
         idempotency_key: key.map(String::from),
+        batch,
     })
 }
 

@@ -45,6 +45,8 @@ pub enum WorkerName {
     HeartbeatClock,
     /// On a NATS cluster: releases held runs as their budgets make room.
     Release,
+    /// Closes batches whose window ended.
+    Batches,
 }
 
 impl WorkerName {
@@ -59,6 +61,7 @@ impl WorkerName {
             WorkerName::Delivery => "delivery",
             WorkerName::HeartbeatClock => "heartbeat-clock",
             WorkerName::Release => "release",
+            WorkerName::Batches => "batches",
         }
     }
 }

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use super::batches::{BatchItem, Joined};
+use super::clock::now_ms;
 use super::context::{Context, Worker, WorkerName};
 use super::outbox::{self, Lane};
 use super::records::{EventOutcome, NewEvent, NewRun};
@@ -10,7 +12,7 @@ use super::retry::{self, Retry};
 use super::runs::{IdempotencyClaim, RunQueued};
 use super::signals::Signals;
 use super::store::StoreError;
-use super::{heartbeat, retention, runner};
+use super::{batches, heartbeat, retention, runner};
 use crate::hook::WakeMode;
 
 pub struct Embedded {
@@ -36,6 +38,10 @@ impl Embedded {
                 heartbeat::run(ctx.clone(), Arc::clone(&signals)),
             ),
             Worker::spawn(WorkerName::Retention, retention::run(ctx.clone())),
+            Worker::spawn(
+                WorkerName::Batches,
+                batches::closer(ctx.clone(), Arc::clone(&signals)),
+            ),
         ];
         (Embedded { ctx, signals }, workers)
     }
@@ -70,6 +76,25 @@ impl Embedded {
         let queued = self.ctx.store.queue_run(run, claim).await?;
         self.signals.runs_queued.notify_one();
         Ok(queued)
+    }
+
+    /// Adds a batch mapping's request to its open batch, opening one with `open` (see
+    /// [`batches::join`]); answers once durable.
+    pub async fn join_batch(&self, item: BatchItem, open: bool) -> Result<Joined, StoreError> {
+        let joined = self
+            .ctx
+            .store
+            .write(move |conn| batches::join(conn, item, open, now_ms()))
+            .await?;
+        if let Joined::Added(added) = &joined {
+            if added.opened {
+                self.signals.batch_opened.notify_one();
+            }
+            if added.closed {
+                self.signals.runs_queued.notify_one();
+            }
+        }
+        Ok(joined)
     }
 
     /// Runs a failed turn again or resends a given-up reply ([`Retry`]); whether there was one.

@@ -6,6 +6,7 @@
 
 mod agent;
 pub mod budget;
+pub mod batches;
 mod clock;
 mod context;
 pub mod deliveries;

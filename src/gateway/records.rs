@@ -20,6 +20,9 @@ use crate::hook::{AdmittedRun, AgentAction, Channel, SessionMode, Thinking, Wake
 pub enum RunStatus {
     /// Accepted, waiting for the runner (or for its session key to be free).
     Queued,
+    /// A batch still gathering its requests; queued when it closes (docs/runtime.md
+    /// "Batches").
+    Batching,
     /// A runner has it.
     Running,
     /// The turn produced a reply.
@@ -43,6 +46,7 @@ pub enum RunStatus {
 
 crate::hook::wire::wire_names!(RunStatus {
     Queued => "queued",
+    Batching => "batching",
     Running => "running",
     Ok => "ok",
     Error => "error",
@@ -55,10 +59,14 @@ crate::hook::wire::wire_names!(RunStatus {
 });
 
 impl RunStatus {
-    /// Whether the runner still has to take or finish it. Neither a held run (the runner never
+    /// Whether the runner still has to take or finish it: queued, running, or a batch still
+    /// gathering (which the runner takes once it closes). Neither a held run (the runner never
     /// takes one; a release makes it queued first) nor a cancelled one (it never runs) is.
     pub fn is_pending(self) -> bool {
-        matches!(self, RunStatus::Queued | RunStatus::Running)
+        matches!(
+            self,
+            RunStatus::Queued | RunStatus::Running | RunStatus::Batching
+        )
     }
 }
 

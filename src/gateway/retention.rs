@@ -147,7 +147,7 @@ fn prune_events(conn: &Connection, after: i64, before: &str) -> rusqlite::Result
 fn prune_runs(conn: &Connection, after: i64, before: &str) -> rusqlite::Result<(i64, bool)> {
     walk(
         conn,
-        "SELECT rowid, created_at < ?2, status IN ('queued', 'running', 'forwarding')
+        "SELECT rowid, created_at < ?2, status IN ('queued', 'batching', 'running', 'forwarding')
          FROM runs WHERE rowid > ?1 ORDER BY rowid LIMIT ?3",
         "DELETE FROM runs WHERE rowid = ?1",
         (after, before, RUN_BATCH),

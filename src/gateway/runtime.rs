@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::budget::{HeldBy, held};
+use super::batches::{BatchItem, Joined};
 use super::clock::{now_ms, now_rfc3339};
 use super::context::{Context, Worker, WorkerName};
 use super::deliveries::{self, Claim, RecordedAnswer};
@@ -225,6 +226,17 @@ impl Runtime {
                 Ok(queued)
             })
             .await
+    }
+
+    /// Adds a batch mapping's request to the open batch of its mapping and session key, and
+    /// with `open` opens one when there is none (docs/runtime.md "Batches"); answers once
+    /// durable. Forward mode gathers nothing (the upstream runs the agent): the item comes
+    /// back, to be relayed as a run of its own.
+    pub async fn join_batch(&self, item: BatchItem, open: bool) -> Result<Joined, StoreError> {
+        match &self.backend {
+            Backend::Embedded(embedded) => embedded.join_batch(item, open).await,
+            Backend::Forward(_) | Backend::Nats(_) => Ok(Joined::NoneOpen(Box::new(item))),
+        }
     }
 
     /// Recovers what failed of a run, once the operator mended the cause ([`Retry`]): its turn

@@ -188,6 +188,37 @@ CREATE INDEX runs_released_by_agent ON runs (target_agent, released_at)
  WHERE released_at IS NOT NULL;
 ";
 
+/// Batches (`gateway::batches`): an open batch per mapping and session key at most, the
+/// requests each gathered, in order, with the idempotency fingerprint a retry finds its
+/// position by. A batch and its items go with its run when retention deletes it.
+const SCHEMA_V15: &str = "
+CREATE TABLE batches (
+    run_id       TEXT PRIMARY KEY,
+    mapping_id   TEXT NOT NULL,
+    batch_key    TEXT NOT NULL,
+    closes_at_ms INTEGER NOT NULL,
+    max_items    INTEGER NOT NULL,
+    items        INTEGER NOT NULL,
+    open         INTEGER NOT NULL DEFAULT 1,
+    allow_unsafe INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX batches_open ON batches (mapping_id, batch_key) WHERE open = 1;
+CREATE INDEX batches_closing ON batches (closes_at_ms) WHERE open = 1;
+CREATE TABLE batch_items (
+    run_id      TEXT NOT NULL,
+    position    INTEGER NOT NULL,
+    message     TEXT NOT NULL,
+    source      TEXT NOT NULL,
+    received    TEXT NOT NULL,
+    fingerprint TEXT,
+    PRIMARY KEY (run_id, position)
+) WITHOUT ROWID;
+CREATE TRIGGER batches_pruned AFTER DELETE ON runs BEGIN
+    DELETE FROM batch_items WHERE run_id = OLD.run_id;
+    DELETE FROM batches WHERE run_id = OLD.run_id;
+END;
+";
+
 /// The request log, in a database of its own (`requests.db`): every request under the hook
 /// prefix (see `requests`). Keyed by its time-ordered id alone (no rowid, one index only for
 /// replays): each record is one append to one b-tree, since one is written for every request
@@ -285,6 +316,7 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             (12, SCHEMA_V12),
             (13, SCHEMA_V13),
             (14, SCHEMA_V14),
+            (15, SCHEMA_V15),
         ],
     )
 }

@@ -39,6 +39,8 @@ pub struct Signals {
     pub runs_queued: Notify,
     /// The outbox has something new.
     pub outbox_ready: Notify,
+    /// A batch opened: the batch closer looks again when the next one ends.
+    pub batch_opened: Notify,
     pub heartbeat: HeartbeatTrigger,
     stopping: AtomicBool,
 }

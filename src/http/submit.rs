@@ -128,6 +128,10 @@ struct Answer<'a> {
     /// The first run's.
     #[serde(skip_serializing_if = "Option::is_none")]
     run_id: Option<&'a str>,
+    /// A batch mapping's: the first run's request's position in its batch, from 1
+    /// (docs/hooks.md "Batches").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    batched: Option<u32>,
     /// A batch's (several runs): every run's, in order, and how many.
     #[serde(skip_serializing_if = "Option::is_none")]
     run_ids: Option<Vec<&'a str>>,
@@ -155,6 +159,7 @@ impl<'a> Answer<'a> {
                 .filter(|_| runs.is_empty())
                 .map(|(mode, _)| mode),
             run_id: runs.first().map(|run| run.run_id.as_str()),
+            batched: runs.first().and_then(|run| run.batched),
             dispatched: batch.as_ref().map(Vec::len),
             run_ids: batch,
             event_outcome: committed.wake.map(|(_, outcome)| outcome),

@@ -14,13 +14,6 @@ pub struct BatchRule {
     pub max_items: u32,
 }
 
-impl BatchRule {
-    /// The window in whole milliseconds, as batches store their closing time.
-    pub fn window_ms(&self) -> i64 {
-        i64::try_from(self.window.as_millis()).unwrap_or(i64::MAX)
-    }
-}
-
 /// The batch a request joins: its mapping's id and the session key its runs share (empty when
 /// the key is generated per request, which would make every request a batch of its own: those
 /// gather per mapping, under the first request's key).

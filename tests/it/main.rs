@@ -7,6 +7,7 @@ mod nats;
 mod agent;
 mod api;
 mod budgets;
+mod batches;
 mod cluster;
 mod config;
 mod connections;

@@ -52,6 +52,19 @@ pub async fn queue(
     }
 }
 
+/// Whether `run` is within its mapping's and its agent's budgets now (see [`queue`] for what the
+/// count costs and how exact it is): a batch mapping's request opens a batch only then.
+pub async fn has_room(
+    runtime: &Runtime,
+    budgets: &Budgets,
+    run: &NewRun,
+) -> Result<bool, StoreError> {
+    if budgets.is_empty() {
+        return Ok(true);
+    }
+    Ok(over_budget(runtime, budgets, run).await?.is_none())
+}
+
 /// The budget of `run` that has no room now, if any.
 async fn over_budget(
     runtime: &Runtime,

@@ -22,7 +22,7 @@ use super::records::NewRun;
 use crate::config::budget::{Budget, Budgets, OnExceeded, RUNS_WINDOW, TOKENS_WINDOW};
 use crate::hook::LimitReached;
 
-pub use admit::queue;
+pub use admit::{has_room, queue};
 pub use held::{HeldError, Released, cancel, release};
 pub(crate) use held::{release_due, release_loop};
 

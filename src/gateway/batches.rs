@@ -1,0 +1,310 @@
+//! Batches (docs/runtime.md "Batches"): the requests of a batch mapping and session key that
+//! arrive within its window, gathered into one run. The run is stored when the batch opens,
+//! with status `batching`, and each request as an item of it (`batch_items`), before the
+//! request is answered; the batch closes when `maxItems` is reached (by the request that
+//! reaches it) or when its window ends (by [`closer`]), and closing queues the run with the
+//! prompt of every message ([`batch_prompt`]). Everything here runs in one write of the
+//! store, so a crash leaves a request either in its batch or unanswered.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::clock::{millis, now_ms};
+use super::context::Context;
+use super::records::NewRun;
+use super::runs::{self, IdempotencyClaim};
+use super::signals::Signals;
+use crate::hook::batch_prompt::{BatchMessage, batch_prompt, message_list};
+use crate::mapping::{BatchRule, batch_key};
+
+/// How long an idle closer sleeps when no batch is open and none was opened: a bound, not a
+/// schedule (an opened batch wakes it).
+const IDLE: Duration = Duration::from_secs(60);
+
+/// A request of a batch mapping, ready to join its batch.
+#[derive(Debug, Clone)]
+pub struct BatchItem {
+    /// Its mapping's: the batch it joins is of the mapping its run names (`mapping_id`).
+    pub rule: BatchRule,
+    /// The run it would open: the batch's run when no batch is open. Its message, source and
+    /// acceptance time are the item's.
+    pub run: NewRun,
+    /// Recognises a retry of the same request: it gets the position it got the first time.
+    pub claim: Option<IdempotencyClaim>,
+}
+
+impl BatchItem {
+    fn mapping_id(&self) -> &str {
+        self.run.admitted.mapping_id.as_deref().unwrap_or_default()
+    }
+
+    /// The session key the batch's run will have, or empty when every request would have
+    /// one of its own ([`batch_key`]).
+    fn key(&self) -> &str {
+        let admitted = &self.run.admitted;
+        batch_key(&admitted.session_key, admitted.session_key_chosen)
+    }
+
+    fn message(&self) -> BatchMessage {
+        BatchMessage {
+            received: self.run.created_at.clone(),
+            source: self.run.admitted.source,
+            message: self.run.admitted.action.message.clone(),
+        }
+    }
+}
+
+/// Where a request of a batch mapping went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Added {
+    /// The batch's run.
+    pub run_id: String,
+    /// The request's place in its batch, from 1; `None` for a retry of a request that was
+    /// queued as a run of its own (the mapping had no batch then).
+    pub position: Option<u32>,
+    /// A retry of an earlier request (same idempotency key): nothing was written.
+    pub repeated: bool,
+    /// This request opened the batch.
+    pub opened: bool,
+    /// This request filled the batch, which closed and queued its run.
+    pub closed: bool,
+}
+
+/// What [`join`] did with an item.
+#[derive(Debug)]
+pub enum Joined {
+    Added(Added),
+    /// No batch of its mapping and key is open, and it was not asked to open one: the item
+    /// comes back for the caller to open one with (after the checks an opening passes).
+    NoneOpen(Box<BatchItem>),
+}
+
+/// Adds `item` to the open batch of its mapping and key, at the next position; with `open`,
+/// opens one when there is none. The request that reaches `maxItems` closes the batch; a batch
+/// whose window has ended is closed here first, so that a late closer never lets it grow past
+/// its window. A retry (`item.claim` seen within its window) changes nothing and gets the
+/// position it got. Runs in one write of the store.
+pub fn join(
+    conn: &Connection,
+    item: BatchItem,
+    open: bool,
+    now_ms: i64,
+) -> rusqlite::Result<Joined> {
+    if let Some(claim) = &item.claim {
+        if let Some(run_id) = runs::earlier_claim(conn, claim)? {
+            let position = position_of(conn, &run_id, &claim.fingerprint)?;
+            return Ok(Joined::Added(Added {
+                run_id,
+                position,
+                repeated: true,
+                opened: false,
+                closed: false,
+            }));
+        }
+    }
+    let (run_id, position, max_items, opened) = match open_batch(conn, &item, now_ms)? {
+        Some((run_id, items, max_items)) => (run_id, items + 1, max_items, false),
+        None if open => {
+            open_new(conn, &item, now_ms)?;
+            (item.run.run_id.clone(), 1, item.rule.max_items, true)
+        }
+        None => return Ok(Joined::NoneOpen(Box::new(item))),
+    };
+    add_item(conn, &run_id, position, &item)?;
+    if let Some(claim) = &item.claim {
+        runs::record_claim(conn, claim, &run_id)?;
+    }
+    let closed = position >= max_items;
+    if closed {
+        close(conn, &run_id)?;
+    }
+    Ok(Joined::Added(Added {
+        run_id,
+        position: Some(position),
+        repeated: false,
+        opened,
+        closed,
+    }))
+}
+
+/// The open batch of `item`'s mapping and key: its run id, items and `maxItems`. One whose
+/// window ended by `now_ms` is closed instead, and then there is none.
+fn open_batch(
+    conn: &Connection,
+    item: &BatchItem,
+    now_ms: i64,
+) -> rusqlite::Result<Option<(String, u32, u32)>> {
+    let open: Option<(String, u32, u32, i64)> = conn
+        .prepare_cached(
+            "SELECT run_id, items, max_items, closes_at_ms FROM batches
+             WHERE mapping_id = ?1 AND batch_key = ?2 AND open = 1",
+        )?
+        .query_row(params![item.mapping_id(), item.key()], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })
+        .optional()?;
+    match open {
+        Some((run_id, _, _, closes_at_ms)) if closes_at_ms <= now_ms => {
+            close(conn, &run_id)?;
+            Ok(None)
+        }
+        other => Ok(other.map(|(run_id, items, max, _)| (run_id, items, max))),
+    }
+}
+
+/// Stores `item`'s run as a batch of its own, `batching` until it closes. The rule in force
+/// now stays the batch's: a reload applies to the batches opened after it.
+fn open_new(conn: &Connection, item: &BatchItem, now_ms: i64) -> rusqlite::Result<()> {
+    item.run.insert(conn)?;
+    conn.prepare_cached("UPDATE runs SET status = 'batching' WHERE run_id = ?1")?
+        .execute(params![item.run.run_id])?;
+    conn.prepare_cached(
+        "INSERT INTO batches (run_id, mapping_id, batch_key, closes_at_ms, max_items, items,
+             allow_unsafe)
+         VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6)",
+    )?
+    .execute(params![
+        item.run.run_id,
+        item.mapping_id(),
+        item.key(),
+        now_ms.saturating_add(millis(item.rule.window)),
+        item.rule.max_items,
+        item.run.admitted.allow_unsafe_external_content,
+    ])?;
+    Ok(())
+}
+
+fn add_item(
+    conn: &Connection,
+    run_id: &str,
+    position: u32,
+    item: &BatchItem,
+) -> rusqlite::Result<()> {
+    let message = item.message();
+    conn.prepare_cached(
+        "INSERT INTO batch_items (run_id, position, message, source, received, fingerprint)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        run_id,
+        position,
+        message.message,
+        message.source,
+        message.received,
+        item.claim.as_ref().map(|claim| &claim.fingerprint),
+    ])?;
+    conn.prepare_cached("UPDATE batches SET items = ?2 WHERE run_id = ?1")?
+        .execute(params![run_id, position])?;
+    Ok(())
+}
+
+/// The position of the item of batch `run_id` with this idempotency fingerprint.
+fn position_of(
+    conn: &Connection,
+    run_id: &str,
+    fingerprint: &str,
+) -> rusqlite::Result<Option<u32>> {
+    conn.prepare_cached("SELECT position FROM batch_items WHERE run_id = ?1 AND fingerprint = ?2")?
+        .query_row(params![run_id, fingerprint], |row| row.get(0))
+        .optional()
+}
+
+/// Closes batch `run_id`: its run gets the prompt of every item, oldest first, and is queued.
+/// Closing a batch that is closed already changes nothing.
+pub fn close(conn: &Connection, run_id: &str) -> rusqlite::Result<bool> {
+    let batch: Option<(String, bool)> = conn
+        .prepare_cached(
+            "SELECT runs.hook_name, batches.allow_unsafe FROM batches
+             JOIN runs ON runs.run_id = batches.run_id
+             WHERE batches.run_id = ?1 AND batches.open = 1",
+        )?
+        .query_row(params![run_id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    let Some((name, allow_unsafe)) = batch else {
+        return Ok(false);
+    };
+    let messages = items(conn, run_id)?;
+    conn.prepare_cached(
+        "UPDATE runs SET status = 'queued', prompt = ?2, message = ?3
+         WHERE run_id = ?1 AND status = 'batching'",
+    )?
+    .execute(params![
+        run_id,
+        batch_prompt(&name, run_id, &messages, allow_unsafe),
+        message_list(&messages),
+    ])?;
+    conn.prepare_cached("UPDATE batches SET open = 0 WHERE run_id = ?1")?
+        .execute(params![run_id])?;
+    Ok(true)
+}
+
+/// The messages of batch `run_id`, oldest first.
+pub fn items(conn: &Connection, run_id: &str) -> rusqlite::Result<Vec<BatchMessage>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT received, source, message FROM batch_items WHERE run_id = ?1 ORDER BY position",
+    )?;
+    let rows = stmt.query_map(params![run_id], |row| {
+        Ok(BatchMessage {
+            received: row.get(0)?,
+            source: row.get(1)?,
+            message: row.get(2)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// Closes every open batch whose window ended by `now_ms`; returns how many it closed.
+pub fn close_due(conn: &Connection, now_ms: i64) -> rusqlite::Result<usize> {
+    let due: Vec<String> = conn
+        .prepare_cached("SELECT run_id FROM batches WHERE open = 1 AND closes_at_ms <= ?1")?
+        .query_map(params![now_ms], |row| row.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut closed = 0;
+    for run_id in due {
+        closed += usize::from(close(conn, &run_id)?);
+    }
+    Ok(closed)
+}
+
+/// When the next open batch's window ends (ms since the epoch), if one is open.
+pub fn next_close(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached("SELECT MIN(closes_at_ms) FROM batches WHERE open = 1")?
+        .query_row([], |row| row.get(0))
+}
+
+/// The embedded closer: closes each batch when its window ends, waking at the earliest end
+/// (or when a batch opens), and queues its run. Batches left open by a stop are closed once
+/// their window has ended, by the next start.
+pub async fn closer(ctx: Context, signals: Arc<Signals>) {
+    loop {
+        let next = match ctx.store.read(next_close).await {
+            Ok(next) => next,
+            Err(err) => {
+                tracing::error!(%err, "batch closer cannot read open batches");
+                Some(now_ms().saturating_add(millis(Duration::from_secs(1))))
+            }
+        };
+        let now = now_ms();
+        if next.is_some_and(|at| at <= now) {
+            match ctx.store.write(move |conn| close_due(conn, now)).await {
+                Ok(0) => {}
+                Ok(closed) => {
+                    tracing::debug!(closed, "batches closed at the end of their window");
+                    signals.runs_queued.notify_one();
+                }
+                Err(err) => {
+                    tracing::error!(%err, "batch closer cannot close batches");
+                    // A pause before trying again, so that a failing store is not hammered.
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+            continue;
+        }
+        let wait = next.map_or(IDLE, |at| {
+            Duration::from_millis(u64::try_from(at - now).unwrap_or(0))
+        });
+        let _ = tokio::time::timeout(wait, signals.batch_opened.notified()).await;
+    }
+}
