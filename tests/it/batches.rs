@@ -261,3 +261,74 @@ fn check_names_each_bad_batch_key_without_its_value() {
         "{output}"
     );
 }
+
+/// The cost of a burst, batched and not (docs/runtime.md "Batches"): 100 requests at once to a
+/// provider that answers after a second and reports a usage of a token per 4 bytes of what it
+/// was sent. Prints runs, tokens and the wall time until every run finished; asserts only the
+/// runs. Ignored: it takes half a minute (`cargo test --test it -- --ignored batches::measure`).
+#[tokio::test]
+#[ignore]
+async fn measure_a_burst_batched_and_not() {
+    for batch in [Value::Null, json!({"window": "30s", "maxItems": 50})] {
+        let provider = Fake::start(|request, _| {
+            let sent = request.body.to_string().len() as u64;
+            let mut reply = crate::fake::chat_reply("done");
+            reply["usage"] = json!({"prompt_tokens": sent / 4, "completion_tokens": 1});
+            crate::fake::Answer::After(
+                Duration::from_secs(1),
+                Box::new(crate::fake::Answer::Json(200, reply)),
+            )
+        })
+        .await;
+        let mut config = config(&provider, batch.clone());
+        if batch.is_null() {
+            // Unbatched, each message its own session (as the gmail preset's): up to
+            // maxConcurrent (4) run at once.
+            let mapping = &mut config["hooks"]["mappings"][0];
+            mapping.as_object_mut().unwrap().remove("batch");
+            mapping["sessionKey"] = json!("hook:inbox:{{subject}}");
+            config["hooks"]["allowedSessionKeyPrefixes"] = json!(["hook:"]);
+            config["hooks"]["allowRequestSessionKey"] = json!(true);
+        }
+        let (server, _dir) = Hookgate::start(&config);
+        let started = std::time::Instant::now();
+        let server = &server;
+        let answers = futures_util::future::join_all(
+            (0..100).map(|n| async move { send(server, &format!("mail-{n}")).await }),
+        )
+        .await;
+        let runs: std::collections::BTreeSet<String> = answers
+            .iter()
+            .map(|a| a["runId"].as_str().unwrap().to_string())
+            .collect();
+        for run_id in &runs {
+            eventually_within(
+                "every run finished",
+                Duration::from_secs(120),
+                Duration::from_millis(50),
+                async || {
+                    let status = server.run_of(&json!({"runId": run_id})).await["status"].clone();
+                    (status == "ok")
+                        .then_some(())
+                        .ok_or_else(|| status.to_string())
+                },
+            )
+            .await;
+        }
+        let elapsed = started.elapsed();
+        let calls = provider.requests();
+        let input: u64 = calls
+            .iter()
+            .map(|r| r.body.to_string().len() as u64 / 4)
+            .sum();
+        assert_eq!(runs.len(), if batch.is_null() { 100 } else { 2 });
+        println!(
+            "batch {batch}: {} runs, {} model calls, {} input + {} output tokens, every run finished after {:.1} s",
+            runs.len(),
+            calls.len(),
+            input,
+            calls.len(),
+            elapsed.as_secs_f64()
+        );
+    }
+}
