@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
 
 use super::clock::{millis, now_ms};
 use super::context::Context;
@@ -36,18 +37,28 @@ pub struct BatchItem {
 }
 
 impl BatchItem {
-    fn mapping_id(&self) -> &str {
+    pub(crate) fn mapping_id(&self) -> &str {
         self.run.admitted.mapping_id.as_deref().unwrap_or_default()
     }
 
     /// The session key the batch's run will have, or empty when every request would have
     /// one of its own ([`batch_key`]).
-    fn key(&self) -> &str {
+    pub(crate) fn key(&self) -> &str {
         let admitted = &self.run.admitted;
         batch_key(&admitted.session_key, admitted.session_key_chosen)
     }
 
-    fn message(&self) -> BatchMessage {
+    /// The batch it opens, now.
+    pub(crate) fn opened(&self, now_ms: i64) -> Opened {
+        Opened {
+            batch_key: self.key().to_string(),
+            closes_at_ms: now_ms.saturating_add(millis(self.rule.window)),
+            max_items: self.rule.max_items,
+            allow_unsafe: self.run.admitted.allow_unsafe_external_content,
+        }
+    }
+
+    pub(crate) fn message(&self) -> BatchMessage {
         BatchMessage {
             received: self.run.created_at.clone(),
             source: self.run.admitted.source,
@@ -157,21 +168,42 @@ fn open_batch(
 /// Stores `item`'s run as a batch of its own, `batching` until it closes. The rule in force
 /// now stays the batch's: a reload applies to the batches opened after it.
 fn open_new(conn: &Connection, item: &BatchItem, now_ms: i64) -> rusqlite::Result<()> {
-    item.run.insert(conn)?;
+    insert_open(conn, &item.run, &item.opened(now_ms))
+}
+
+/// A batch as it opened: what a view stores of it besides its run (on a NATS cluster, the
+/// fact that opened it carries this).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Opened {
+    /// The session key its requests share, empty when each would have had its own.
+    pub batch_key: String,
+    pub closes_at_ms: i64,
+    pub max_items: u32,
+    /// The mapping's `allowUnsafeExternalContent`: the messages go in without envelopes.
+    pub allow_unsafe: bool,
+}
+
+/// Stores `run` as an open batch, `batching`; a batch stored already is left as it is.
+pub fn insert_open(conn: &Connection, run: &NewRun, opened: &Opened) -> rusqlite::Result<()> {
+    if runs::status(conn, &run.run_id)?.is_some() {
+        return Ok(());
+    }
+    run.insert(conn)?;
     conn.prepare_cached("UPDATE runs SET status = 'batching' WHERE run_id = ?1")?
-        .execute(params![item.run.run_id])?;
+        .execute(params![run.run_id])?;
     conn.prepare_cached(
         "INSERT INTO batches (run_id, mapping_id, batch_key, closes_at_ms, max_items, items,
              allow_unsafe)
          VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6)",
     )?
     .execute(params![
-        item.run.run_id,
-        item.mapping_id(),
-        item.key(),
-        now_ms.saturating_add(millis(item.rule.window)),
-        item.rule.max_items,
-        item.run.admitted.allow_unsafe_external_content,
+        run.run_id,
+        run.admitted.mapping_id.as_deref().unwrap_or_default(),
+        opened.batch_key,
+        opened.closes_at_ms,
+        opened.max_items,
+        opened.allow_unsafe,
     ])?;
     Ok(())
 }
@@ -182,9 +214,21 @@ fn add_item(
     position: u32,
     item: &BatchItem,
 ) -> rusqlite::Result<()> {
-    let message = item.message();
+    let fingerprint = item.claim.as_ref().map(|claim| claim.fingerprint.as_str());
+    insert_item(conn, run_id, position, &item.message(), fingerprint)
+}
+
+/// Stores `message` at `position` of batch `run_id`; one stored there already is kept.
+pub fn insert_item(
+    conn: &Connection,
+    run_id: &str,
+    position: u32,
+    message: &BatchMessage,
+    fingerprint: Option<&str>,
+) -> rusqlite::Result<()> {
     conn.prepare_cached(
-        "INSERT INTO batch_items (run_id, position, message, source, received, fingerprint)
+        "INSERT OR IGNORE INTO batch_items
+             (run_id, position, message, source, received, fingerprint)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?
     .execute(params![
@@ -193,9 +237,9 @@ fn add_item(
         message.message,
         message.source,
         message.received,
-        item.claim.as_ref().map(|claim| &claim.fingerprint),
+        fingerprint,
     ])?;
-    conn.prepare_cached("UPDATE batches SET items = ?2 WHERE run_id = ?1")?
+    conn.prepare_cached("UPDATE batches SET items = MAX(items, ?2) WHERE run_id = ?1")?
         .execute(params![run_id, position])?;
     Ok(())
 }
@@ -214,30 +258,40 @@ fn position_of(
 /// Closes batch `run_id`: its run gets the prompt of every item, oldest first, and is queued.
 /// Closing a batch that is closed already changes nothing.
 pub fn close(conn: &Connection, run_id: &str) -> rusqlite::Result<bool> {
-    let batch: Option<(String, bool)> = conn
-        .prepare_cached(
-            "SELECT runs.hook_name, batches.allow_unsafe FROM batches
-             JOIN runs ON runs.run_id = batches.run_id
-             WHERE batches.run_id = ?1 AND batches.open = 1",
-        )?
-        .query_row(params![run_id], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional()?;
-    let Some((name, allow_unsafe)) = batch else {
+    let Some(run) = closed_run(conn, run_id)? else {
         return Ok(false);
     };
+    queue_closed(conn, &run)?;
+    Ok(true)
+}
+
+/// The run of open batch `run_id` as it closes: with the prompt of every item stored so far,
+/// oldest first, and their messages numbered as its message. `None` when no such batch is open.
+pub fn closed_run(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<NewRun>> {
+    let allow_unsafe: Option<bool> = conn
+        .prepare_cached("SELECT allow_unsafe FROM batches WHERE run_id = ?1 AND open = 1")?
+        .query_row(params![run_id], |row| row.get(0))
+        .optional()?;
+    let (Some(allow_unsafe), Some(mut run)) = (allow_unsafe, NewRun::select(conn, run_id)?) else {
+        return Ok(None);
+    };
     let messages = items(conn, run_id)?;
+    run.prompt = batch_prompt(&run.action().name, run_id, &messages, allow_unsafe);
+    run.admitted.action.message = message_list(&messages);
+    Ok(Some(run))
+}
+
+/// Queues the closed batch `run` (from [`closed_run`]) with its prompt and message; a run no
+/// longer `batching` is left as it is.
+pub fn queue_closed(conn: &Connection, run: &NewRun) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "UPDATE runs SET status = 'queued', prompt = ?2, message = ?3
          WHERE run_id = ?1 AND status = 'batching'",
     )?
-    .execute(params![
-        run_id,
-        batch_prompt(&name, run_id, &messages, allow_unsafe),
-        message_list(&messages),
-    ])?;
+    .execute(params![run.run_id, run.prompt, run.action().message])?;
     conn.prepare_cached("UPDATE batches SET open = 0 WHERE run_id = ?1")?
-        .execute(params![run_id])?;
-    Ok(true)
+        .execute(params![run.run_id])?;
+    Ok(())
 }
 
 /// The messages of batch `run_id`, oldest first.

@@ -2,10 +2,13 @@
 //! untrusted-content envelope of its own, numbered, oldest first, after one task line and one
 //! security notice.
 
+use serde::{Deserialize, Serialize};
+
 use super::envelope::{ContentSource, SECURITY_NOTICE, envelope, marker_id, sanitize_markers};
 
 /// One request a batch gathered: its message, where it came from and when it was accepted.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct BatchMessage {
     /// RFC 3339, UTC.
     pub received: String,
