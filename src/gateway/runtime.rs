@@ -12,7 +12,7 @@ use super::context::{Context, Worker, WorkerName};
 use super::deliveries::{self, Claim, RecordedAnswer};
 use super::embedded::Embedded;
 use super::forward::Forward;
-use super::nats::{Cluster, Fact};
+use super::nats::{Batches, Cluster, Fact};
 use super::records::{EventOutcome, NewEvent, NewRun};
 use super::retry::Retry;
 use super::run_record::RunRecord;
@@ -230,12 +230,17 @@ impl Runtime {
 
     /// Adds a batch mapping's request to the open batch of its mapping and session key, and
     /// with `open` opens one when there is none (docs/runtime.md "Batches"); answers once
-    /// durable. Forward mode gathers nothing (the upstream runs the agent): the item comes
-    /// back, to be relayed as a run of its own.
+    /// durable (on a NATS cluster, once its item is on the stream). Forward mode gathers
+    /// nothing (the upstream runs the agent): the item comes back, to be relayed as a run of
+    /// its own.
     pub async fn join_batch(&self, item: BatchItem, open: bool) -> Result<Joined, StoreError> {
         match &self.backend {
             Backend::Embedded(embedded) => embedded.join_batch(item, open).await,
-            Backend::Forward(_) | Backend::Nats(_) => Ok(Joined::NoneOpen(Box::new(item))),
+            Backend::Forward(_) => Ok(Joined::NoneOpen(Box::new(item))),
+            Backend::Nats(cluster) => {
+                let view = &self.store;
+                Ok(Batches { cluster, view }.join(item, open).await?)
+            }
         }
     }
 

@@ -191,6 +191,11 @@ CREATE INDEX runs_released_by_agent ON runs (target_agent, released_at)
 /// Batches (`gateway::batches`): an open batch per mapping and session key at most, the
 /// requests each gathered, in order, with the idempotency fingerprint a retry finds its
 /// position by. A batch and its items go with its run when retention deletes it.
+/// Batches (`gateway::batches`): the open batch of each mapping and session key, the requests
+/// each gathered, in order, with the idempotency fingerprint a retry finds its position by. A
+/// batch and its items go with its run when retention deletes it. The embedded store has one
+/// open batch per key at most; a NATS view may briefly show two, the next one opened on
+/// another node before the last one's closing reached this view, so the index is not unique.
 const SCHEMA_V15: &str = "
 CREATE TABLE batches (
     run_id       TEXT PRIMARY KEY,
@@ -202,7 +207,7 @@ CREATE TABLE batches (
     open         INTEGER NOT NULL DEFAULT 1,
     allow_unsafe INTEGER NOT NULL
 );
-CREATE UNIQUE INDEX batches_open ON batches (mapping_id, batch_key) WHERE open = 1;
+CREATE INDEX batches_open ON batches (mapping_id, batch_key) WHERE open = 1;
 CREATE INDEX batches_closing ON batches (closes_at_ms) WHERE open = 1;
 CREATE TABLE batch_items (
     run_id      TEXT NOT NULL,

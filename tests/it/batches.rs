@@ -2,6 +2,7 @@
 //! run per window or per `maxItems`, each request stored before its answer, every message in
 //! its own envelope of the run's prompt, numbered, oldest first.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -91,6 +92,36 @@ async fn prompts(provider: &Fake, count: usize) -> Vec<String> {
     .await
 }
 
+/// The subjects each run's requests were answered with, in the order of their positions,
+/// after checking that each run's positions are 1, 2, ... once each.
+fn by_run(answers: Vec<(String, Value)>) -> BTreeMap<String, Vec<String>> {
+    let mut runs: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();
+    for (subject, answer) in answers {
+        let position = answer["batched"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{answer}"));
+        let run_id = answer["runId"].as_str().unwrap().to_string();
+        runs.entry(run_id).or_default().push((position, subject));
+    }
+    runs.into_iter()
+        .map(|(run_id, mut items)| {
+            items.sort();
+            let positions: Vec<u64> = items.iter().map(|(p, _)| *p).collect();
+            assert_eq!(positions, (1..=items.len() as u64).collect::<Vec<_>>());
+            (run_id, items.into_iter().map(|(_, s)| s).collect())
+        })
+        .collect()
+}
+
+/// Checks that the prompt of run `run_id` among `prompts` holds `subjects`, in order.
+fn assert_prompt(prompts: &[String], run_id: &str, subjects: &[String]) {
+    let prompt = prompts
+        .iter()
+        .find(|p| p.contains(&format!("Job ID: {run_id} |")))
+        .unwrap_or_else(|| panic!("no prompt of {run_id}"));
+    assert_eq!(messages_of(prompt), subjects);
+}
+
 #[tokio::test]
 async fn a_burst_of_100_becomes_two_runs_of_50_numbered_oldest_first() {
     let provider = Fake::provider("done").await;
@@ -106,26 +137,12 @@ async fn a_burst_of_100_becomes_two_runs_of_50_numbered_oldest_first() {
     .await;
     // Each run's positions are 1..=50, once each; the subject at each position is the message
     // its prompt numbers so.
-    let mut runs: std::collections::BTreeMap<String, Vec<(u64, String)>> = Default::default();
-    for (subject, answer) in answers {
-        let position = answer["batched"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("{answer}"));
-        let run_id = answer["runId"].as_str().unwrap().to_string();
-        runs.entry(run_id).or_default().push((position, subject));
-    }
+    let runs = by_run(answers);
     assert_eq!(runs.len(), 2, "{runs:?}");
     let prompts = prompts(&provider, 2).await;
-    for (run_id, mut items) in runs {
-        items.sort();
-        let positions: Vec<u64> = items.iter().map(|(p, _)| *p).collect();
-        assert_eq!(positions, (1..=50).collect::<Vec<_>>());
-        let subjects: Vec<String> = items.into_iter().map(|(_, s)| s).collect();
-        let prompt = prompts
-            .iter()
-            .find(|p| p.contains(&format!("Job ID: {run_id} |")))
-            .unwrap_or_else(|| panic!("no prompt of {run_id}"));
-        assert_eq!(messages_of(prompt), subjects);
+    for (run_id, subjects) in runs {
+        assert_eq!(subjects.len(), 50);
+        assert_prompt(&prompts, &run_id, &subjects);
         let run = server.run_of(&json!({"runId": run_id})).await;
         assert_eq!(run["sessionKey"], "hook:inbox");
         assert!(
@@ -331,4 +348,40 @@ async fn measure_a_burst_batched_and_not() {
             elapsed.as_secs_f64()
         );
     }
+}
+
+/// Two nodes on one NATS server share the batches: 25 requests spread over both, with
+/// `maxItems` 10, are three runs (10, 10, and 5 when the window ends), each request at a
+/// position of its own, each run's prompt with every one of its requests in position order,
+/// and each run started once in the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_share_their_batches_and_start_each_run_once() {
+    let nats = crate::nats::NatsServer::start();
+    let provider = Fake::provider("done").await;
+    let mut node = crate::cluster::node_config_at(&nats.url(), &provider);
+    node["hooks"]["mappings"] =
+        config(&provider, json!({"window": "2s", "maxItems": 10}))["hooks"]["mappings"].clone();
+    let (a, _dir_a) = Hookgate::start(&node);
+    let (b, _dir_b) = Hookgate::start(&node);
+    let nodes = [&a, &b];
+    let answers = futures_util::future::join_all((0..25).map(|n| async move {
+        let subject = format!("mail-{n}");
+        (subject.clone(), send(nodes[n % 2], &subject).await)
+    }))
+    .await;
+    let runs = by_run(answers);
+    let mut sizes: Vec<usize> = runs.values().map(Vec::len).collect();
+    sizes.sort();
+    assert_eq!(sizes, [5, 10, 10], "{runs:?}");
+    let prompts = prompts(&provider, 3).await;
+    for (run_id, subjects) in runs {
+        assert_prompt(&prompts, &run_id, &subjects);
+        for node in nodes {
+            eventually("the batch run ok on every node", async || {
+                node.run_of(&json!({"runId": run_id})).await["status"] == "ok"
+            })
+            .await;
+        }
+    }
+    assert_eq!(batch_prompts(&provider).len(), 3, "a batch ran twice");
 }

@@ -11,10 +11,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::runtime::Route;
 use crate::gateway::budget::{HeldBy, held};
+use crate::gateway::batches::{self, Opened};
+use crate::gateway::records::RunStatus;
 use crate::gateway::records::{
     DeliveryJob, DeliveryRecord, NewEvent, NewRun, RunOutcome, SummaryEvent,
 };
 use crate::gateway::runs;
+use crate::hook::batch_prompt::BatchMessage;
 
 /// One change, as published to `<stream>.<subject>`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -22,7 +25,8 @@ use crate::gateway::runs;
 pub enum Fact {
     /// A wake's system event for the main session.
     Wake { event: NewEvent },
-    /// An accepted agent run; the runner consumer hands it to one node.
+    /// An accepted agent run; the runner consumer hands it to one node. For a batch's run, its
+    /// closing: the run with the prompt of every item (docs/runtime.md "Batches").
     Run { run: NewRun },
     /// An accepted run a budget held (`gateway::budget`): stored `held`, on a subject the runner
     /// consumer does not read.
@@ -36,6 +40,15 @@ pub enum Fact {
     /// The operator cancelled a held run: it never runs.
     #[serde(rename_all = "camelCase")]
     Cancelled { run_id: String, at: String },
+    /// A batch opened with its run, `batching` until its `Run` fact closes it.
+    BatchOpened { run: NewRun, opened: Opened },
+    /// A request joined batch `run_id` at `position` (from 1).
+    #[serde(rename_all = "camelCase")]
+    BatchItem {
+        run_id: String,
+        position: u32,
+        message: BatchMessage,
+    },
     /// A node began the run.
     #[serde(rename_all = "camelCase")]
     Started { run_id: String, started_at: String },
@@ -90,6 +103,8 @@ impl Fact {
             Fact::Run { .. } | Fact::Released { .. } => "run",
             Fact::Held { .. } => "held",
             Fact::Cancelled { .. } => "cancelled",
+            Fact::BatchOpened { .. } => "batch.opened",
+            Fact::BatchItem { .. } => "batch.item",
             Fact::Started { .. } => "started",
             Fact::BeatRequested { .. } => "beat",
             Fact::Finished { .. } => "out.finished",
@@ -121,11 +136,11 @@ impl Fact {
                 // Every view applies the stream in one order, so every view coalesces alike.
                 event.append_wake(conn)?;
             }
-            Fact::Run { run } => {
-                if runs::status(conn, &run.run_id)?.is_none() {
-                    run.insert(conn)?;
-                }
-            }
+            Fact::Run { run } => match runs::status(conn, &run.run_id)? {
+                None => run.insert(conn)?,
+                Some(RunStatus::Batching) => batches::queue_closed(conn, run)?,
+                Some(_) => {}
+            },
             Fact::Held { run, held_by } => {
                 if runs::status(conn, &run.run_id)?.is_none() {
                     run.insert(conn)?;
@@ -138,6 +153,12 @@ impl Fact {
             Fact::Cancelled { run_id, at } => {
                 held::mark_cancelled(conn, run_id, at)?;
             }
+            Fact::BatchOpened { run, opened } => batches::insert_open(conn, run, opened)?,
+            Fact::BatchItem {
+                run_id,
+                position,
+                message,
+            } => batches::insert_item(conn, run_id, *position, message, None)?,
             Fact::Started { run_id, started_at } => {
                 runs::claim(conn, run_id, started_at)?;
             }

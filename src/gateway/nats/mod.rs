@@ -13,6 +13,7 @@
 //! delivery's id, a session key's run in progress, a chat message's send, is decided by an atomic
 //! create in a key-value bucket.
 
+mod batches;
 mod consumers;
 mod dispatch;
 mod fact;
@@ -30,6 +31,7 @@ use tokio::sync::watch;
 
 use crate::config::store::NatsSettings;
 
+pub use batches::Batches;
 use consumers::Consumer;
 pub(crate) use fact::Fact;
 
@@ -111,6 +113,9 @@ pub struct Buckets {
     pub locks: kv::Store,
     /// Delivery job → `sending` or `retry`, so that no chat message is sent twice.
     pub sends: kv::Store,
+    /// Mapping and session key → its batch, open or last closed (`batches`), for two days:
+    /// longer than the longest window.
+    pub batches: kv::Store,
 }
 
 /// A connection to the cluster's stream and buckets. Cheap to clone.
@@ -418,6 +423,7 @@ async fn ensure_buckets(
         // before the lock expires and lets another run of its session in first.
         locks: bucket(js, names, "locks", ack_wait.saturating_mul(2)).await?,
         sends: bucket(js, names, "sends", day).await?,
+        batches: bucket(js, names, "batches", day.saturating_mul(2)).await?,
     })
 }
 

@@ -54,6 +54,10 @@ pub fn start_workers(ctx: &Context, cluster: &Cluster) -> Vec<Worker> {
             WorkerName::Release,
             crate::gateway::budget::release_loop(ctx.clone(), cluster.clone()),
         ),
+        Worker::spawn(
+            WorkerName::Batches,
+            super::batches::closer(ctx.clone(), cluster.clone()),
+        ),
     ]
 }
 
