@@ -74,6 +74,20 @@ async fn send(server: &Hookgate, subject: &str) -> Value {
     answer
 }
 
+/// Sends `subject` with the idempotency key `key`.
+async fn send_keyed(server: &Hookgate, key: &str, subject: &str) -> Value {
+    let response = server
+        .hook("/hooks/inbox")
+        .header("idempotency-key", key)
+        .json(&json!({"subject": subject}))
+        .send()
+        .await
+        .unwrap();
+    let (status, answer) = json_of(response).await;
+    assert_eq!(status, 200, "{answer}");
+    answer
+}
+
 /// Waits until the provider has been asked `count` batch prompts, and returns them.
 async fn prompts(provider: &Fake, count: usize) -> Vec<String> {
     eventually_within(
@@ -189,18 +203,7 @@ async fn a_retried_request_keeps_its_run_and_position() {
     let provider = Fake::provider("done").await;
     let (server, _dir) =
         Hookgate::start(&config(&provider, json!({"window": "1h", "maxItems": 3})));
-    let keyed = async |key: &str, subject: &str| {
-        let response = server
-            .hook("/hooks/inbox")
-            .header("idempotency-key", key)
-            .json(&json!({"subject": subject}))
-            .send()
-            .await
-            .unwrap();
-        let (status, answer) = json_of(response).await;
-        assert_eq!(status, 200, "{answer}");
-        answer
-    };
+    let keyed = async |key: &str, subject: &str| send_keyed(&server, key, subject).await;
     let a = keyed("key-a", "a").await;
     let b = keyed("key-b", "b").await;
     let retried = keyed("key-b", "b").await;
@@ -384,4 +387,46 @@ async fn two_nodes_share_their_batches_and_start_each_run_once() {
         }
     }
     assert_eq!(batch_prompts(&provider).len(), 3, "a batch ran twice");
+}
+
+/// On a NATS cluster, a retry on the other node gets the first answer, and a node killed with
+/// its batch open loses none of it: the other node closes the batch when its window ends and
+/// runs it with every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_while_a_batch_is_open_loses_none_of_its_requests() {
+    let nats = crate::nats::NatsServer::start();
+    let provider = Fake::provider("done").await;
+    let mut node = crate::cluster::node_config_at(&nats.url(), &provider);
+    node["hooks"]["mappings"] =
+        config(&provider, json!({"window": "2s", "maxItems": 50}))["hooks"]["mappings"].clone();
+    let (a, _dir_a) = Hookgate::start(&node);
+    let (b, _dir_b) = Hookgate::start(&node);
+    let keyed = async |node: &Hookgate, subject: &str| {
+        (
+            subject.to_string(),
+            send_keyed(node, subject, subject).await,
+        )
+    };
+    let mut answers = Vec::new();
+    for (node, subject) in [(&a, "a-1"), (&b, "b-1"), (&a, "a-2")] {
+        answers.push(keyed(node, subject).await);
+    }
+    let (_, retried) = keyed(&b, "a-2").await;
+    assert_eq!(
+        (&retried["runId"], &retried["batched"]),
+        (&answers[2].1["runId"], &json!(3))
+    );
+    a.kill();
+    answers.push(keyed(&b, "b-2").await);
+    let runs = by_run(answers);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let prompts = prompts(&provider, 1).await;
+    for (run_id, subjects) in runs {
+        assert_eq!(subjects, ["a-1", "b-1", "a-2", "b-2"]);
+        assert_prompt(&prompts, &run_id, &subjects);
+        eventually("the batch run ok", async || {
+            b.run_of(&json!({"runId": run_id})).await["status"] == "ok"
+        })
+        .await;
+    }
 }
