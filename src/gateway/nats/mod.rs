@@ -490,7 +490,7 @@ pub async fn check(settings: &NatsSettings, run_timeout: Duration) -> Result<Str
     let last = cluster.last_sequence().await?;
     let consumers = Consumer::ALL.map(Consumer::durable_name).join(", ");
     Ok(format!(
-        "nats: stream {} (last sequence {}, {} replica(s)), buckets {}-{{idempotency,replay,locks,sends}}, consumers {consumers} (ack wait {} s)",
+        "nats: stream {} (last sequence {}, {} replica(s)), buckets {}-{{idempotency,replay,locks,sends,batches}}, consumers {consumers} (ack wait {} s)",
         settings.stream,
         last,
         settings.replicas,
