@@ -114,7 +114,7 @@ impl Batches<'_> {
             }
             let added = self.publish_item(&item, &taken, false).await?;
             if taken.closed {
-                self.publish_closed(&taken.run_id, taken.items).await?;
+                self.run_filled(&taken).await;
             }
             return Ok(Joined::Added(added));
         }
@@ -208,7 +208,7 @@ impl Batches<'_> {
             .await?;
         let added = self.publish_item(item, &entry, true).await?;
         if entry.closed {
-            self.publish_closed(&entry.run_id, 1).await?;
+            self.run_filled(&entry).await;
         }
         Ok(Some(added))
     }
@@ -248,6 +248,15 @@ impl Batches<'_> {
             opened,
             closed: entry.closed,
         })
+    }
+
+    /// Publishes the run of the batch this node's request filled. The request's item is on
+    /// the stream whatever happens here, so a failure is not the request's: the batch is
+    /// closed in the bucket, and a closer publishes its run once it is [`ORPHANED`].
+    async fn run_filled(&self, entry: &Entry) {
+        if let Err(err) = self.publish_closed(&entry.run_id, entry.items).await {
+            tracing::warn!(%err, run_id = %entry.run_id, "cannot publish a full batch's run; a closer will");
+        }
     }
 
     /// Marks the open batch `entry` at `revision` closed; publishes its run when this node
