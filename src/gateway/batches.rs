@@ -3,8 +3,9 @@
 //! with status `batching`, and each request as an item of it (`batch_items`), before the
 //! request is answered; the batch closes when `maxItems` is reached (by the request that
 //! reaches it) or when its window ends (by [`closer`]), and closing queues the run with the
-//! prompt of every message ([`batch_prompt`]). Everything here runs in one write of the
-//! store, so a crash leaves a request either in its batch or unanswered.
+//! prompt of every message ([`batch_prompt`]). The embedded store runs each of these steps
+//! in one write, so a crash leaves a request either in its batch or unanswered; a NATS view
+//! applies the same steps from the facts the nodes publish (`nats::batches`).
 
 use std::sync::Arc;
 use std::time::Duration;

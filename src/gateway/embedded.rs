@@ -90,10 +90,9 @@ impl Embedded {
             if added.opened {
                 self.signals.batch_opened.notify_one();
             }
-            if added.closed {
-                self.signals.runs_queued.notify_one();
-            }
         }
+        // Filled, or one past its window closed on the way: its run is queued.
+        self.signals.runs_queued.notify_one();
         Ok(joined)
     }
 
