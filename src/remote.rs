@@ -80,8 +80,8 @@ pub enum RunsCommand {
     List {
         #[command(flatten)]
         remote: Remote,
-        /// Only this status (queued, running, ok, error, timeout, forwarding, forwarded,
-        /// forward_failed, held, cancelled).
+        /// Only this status (queued, batching, running, ok, error, timeout, forwarding,
+        /// forwarded, forward_failed, held, cancelled).
         #[arg(long)]
         status: Option<String>,
         /// Only runs of this hook name.

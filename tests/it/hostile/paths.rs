@@ -558,6 +558,6 @@ pub fn api_unauthorized() -> Want {
 fn unknown_status() -> Want {
     Want::Error(
         400,
-        "status must be one of: queued, running, ok, error, timeout, forwarding, forwarded, forward_failed, held, cancelled".into(),
+        "status must be one of: queued, batching, running, ok, error, timeout, forwarding, forwarded, forward_failed, held, cancelled".into(),
     )
 }
