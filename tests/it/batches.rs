@@ -430,3 +430,42 @@ async fn a_node_killed_while_a_batch_is_open_loses_none_of_its_requests() {
         .await;
     }
 }
+
+/// `batch` reloads live: an open batch keeps the `maxItems` it opened with, the next one
+/// opens with the new value.
+#[tokio::test]
+async fn a_reload_applies_to_the_batches_opened_after_it() {
+    let provider = Fake::provider("done").await;
+    let dir = ConfigDir::new(&config(&provider, json!({"window": "1h", "maxItems": 3})));
+    let server = Hookgate::start_in(&dir);
+    let first = send(&server, "a").await;
+    send(&server, "b").await;
+    dir.write(&config(&provider, json!({"window": "1h", "maxItems": 2})));
+    eventually("the reload", async || {
+        let (_, status) = json_of(server.api("/api/config").send().await.unwrap()).await;
+        status["generation"] == 2
+    })
+    .await;
+    let third = send(&server, "c").await;
+    assert_eq!(
+        (&third["runId"], &third["batched"]),
+        (&first["runId"], &json!(3))
+    );
+    let fourth = send(&server, "d").await;
+    let fifth = send(&server, "e").await;
+    assert_eq!(
+        (&fifth["runId"], &fifth["batched"]),
+        (&fourth["runId"], &json!(2))
+    );
+    let prompts = prompts(&provider, 2).await;
+    assert_prompt(
+        &prompts,
+        first["runId"].as_str().unwrap(),
+        &["a", "b", "c"].map(String::from),
+    );
+    assert_prompt(
+        &prompts,
+        fourth["runId"].as_str().unwrap(),
+        &["d", "e"].map(String::from),
+    );
+}
