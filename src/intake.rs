@@ -7,9 +7,9 @@
 use uuid::Uuid;
 
 use crate::config::HookSettings;
-use crate::gateway::lanes::LaneError;
 use crate::gateway::batches::{BatchItem, Joined};
 use crate::gateway::budget;
+use crate::gateway::lanes::LaneError;
 use crate::gateway::runtime_clock::{now_ms, now_rfc3339};
 use crate::gateway::{
     EventKind, EventOutcome, IdempotencyClaim, NewEvent, NewRun, RunQueued, Runtime, StoreError,

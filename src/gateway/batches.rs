@@ -105,7 +105,7 @@ pub fn join(
     now_ms: i64,
 ) -> rusqlite::Result<Joined> {
     if let Some(claim) = &item.claim {
-        if let Some(run_id) = runs::earlier_claim(conn, claim)? {
+        if let Some(run_id) = runs::repeat_of(conn, claim)? {
             let position = position_of(conn, &run_id, &claim.fingerprint)?;
             return Ok(Joined::Added(Added {
                 run_id,

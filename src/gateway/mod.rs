@@ -5,8 +5,8 @@
 //! `delivery`; the records they store are typed in `records`.
 
 mod agent;
-pub mod budget;
 pub mod batches;
+pub mod budget;
 mod clock;
 mod context;
 pub mod deliveries;

@@ -5,8 +5,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::budget::{HeldBy, held};
 use super::batches::{BatchItem, Joined};
+use super::budget::{HeldBy, held};
 use super::clock::{now_ms, now_rfc3339};
 use super::context::{Context, Worker, WorkerName};
 use super::deliveries::{self, Claim, RecordedAnswer};

@@ -6,8 +6,8 @@ mod nats;
 
 mod agent;
 mod api;
-mod budgets;
 mod batches;
+mod budgets;
 mod cluster;
 mod config;
 mod connections;

@@ -10,8 +10,8 @@ use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
 use crate::config::runtime::Route;
-use crate::gateway::budget::{HeldBy, held};
 use crate::gateway::batches::{self, Opened};
+use crate::gateway::budget::{HeldBy, held};
 use crate::gateway::records::RunStatus;
 use crate::gateway::records::{
     DeliveryJob, DeliveryRecord, NewEvent, NewRun, RunOutcome, SummaryEvent,
