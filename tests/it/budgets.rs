@@ -244,28 +244,7 @@ pub(crate) async fn a_reload_that_makes_room_releases_held_runs(backend: Backend
     assert_eq!(shown(&server, &held[1]).await["status"], "held");
 }
 
-macro_rules! on_every_store {
-    ($($test:ident),+ $(,)?) => {
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(super::Backend::Embedded).await
-                }
-            )+
-        }
-        mod nats {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(super::Backend::Nats).await
-                }
-            )+
-        }
-    };
-}
-
-on_every_store!(
+on_both_stores!(
     runs_per_hour_holds_until_the_operator_releases,
     a_refusing_budget_answers_429_and_stores_nothing,
     an_agents_budget_holds_and_a_cancelled_run_never_runs,

@@ -19,8 +19,8 @@ use crate::runtime::Backend;
 /// A chat-completions provider that answers a call only once the test let one go
 /// ([`GatedProvider::release`]), and counts the calls in progress.
 #[derive(Clone)]
-struct GatedProvider {
-    base: String,
+pub(crate) struct GatedProvider {
+    pub(crate) base: String,
     gate: Arc<Semaphore>,
     /// Each call's hook message ([`message_of`]), in the order the calls came.
     prompts: Arc<Mutex<Vec<String>>>,
@@ -29,7 +29,7 @@ struct GatedProvider {
 }
 
 impl GatedProvider {
-    async fn start() -> GatedProvider {
+    pub(crate) async fn start() -> GatedProvider {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let provider = GatedProvider {
             base: format!("http://{}", listener.local_addr().unwrap()),
@@ -64,7 +64,7 @@ impl GatedProvider {
     }
 
     /// Lets `n` calls answer, those waiting first.
-    fn release(&self, n: usize) {
+    pub(crate) fn release(&self, n: usize) {
         self.gate.add_permits(n);
     }
 
@@ -72,7 +72,7 @@ impl GatedProvider {
         self.prompts.lock().unwrap().clone()
     }
 
-    fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::SeqCst)
     }
 
@@ -81,7 +81,7 @@ impl GatedProvider {
     }
 
     /// Waits until the provider has been called `n` times; the prompts so far.
-    async fn called(&self, n: usize) -> Vec<String> {
+    pub(crate) async fn called(&self, n: usize) -> Vec<String> {
         eventually_within(
             &format!("{n} provider calls"),
             Duration::from_secs(15),
@@ -146,14 +146,25 @@ async fn accepted(server: &Hookgate, name: &str, n: usize) -> String {
     body["runId"].as_str().unwrap().to_string()
 }
 
-async fn runs(server: &Hookgate) -> Vec<Value> {
+pub(crate) async fn runs(server: &Hookgate) -> Vec<Value> {
     let (status, body) = server.api_json("/api/runs?limit=100").await;
     assert_eq!(status, 200, "{body}");
     body["runs"].as_array().unwrap().clone()
 }
 
+/// Checks that `refused` is a lane's refusal: 429, `Retry-After`, and a terse message.
+pub(crate) async fn assert_queue_full(refused: reqwest::Response) {
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "5");
+    let (_, body) = json_of(refused).await;
+    assert_eq!(
+        body,
+        json!({"ok": false, "error": "run queue full; retry later"})
+    );
+}
+
 /// Waits until every run `server` knows has ended.
-async fn all_finished(server: &Hookgate, count: usize) {
+pub(crate) async fn all_finished(server: &Hookgate, count: usize) {
     eventually_within(
         "every run to finish",
         Duration::from_secs(15),
@@ -169,28 +180,6 @@ async fn all_finished(server: &Hookgate, count: usize) {
     .await
 }
 
-/// Generates each lane test on the embedded store and on a NATS JetStream node of its own.
-macro_rules! on_both_stores {
-    ($($test:ident),+ $(,)?) => {
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(super::Backend::Embedded).await
-                }
-            )+
-        }
-        mod nats {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(super::Backend::Nats).await
-                }
-            )+
-        }
-    };
-}
-
 on_both_stores!(
     a_lane_holds_its_mapping_to_max_concurrent_and_not_the_others,
     past_max_queued_a_request_is_refused_with_429_and_nothing_is_stored,
@@ -198,7 +187,7 @@ on_both_stores!(
 );
 
 /// Waits until `server` shows `count` runs: on NATS, until its view applied them.
-async fn shown(server: &Hookgate, count: usize) {
+pub(crate) async fn shown(server: &Hookgate, count: usize) {
     eventually(&format!("{count} runs shown"), async || {
         runs(server).await.len() == count
     })
@@ -258,13 +247,7 @@ async fn past_max_queued_a_request_is_refused_with_429_and_nothing_is_stored(bac
         .send()
         .await
         .unwrap();
-    assert_eq!(refused.status(), 429);
-    assert_eq!(refused.headers()["retry-after"], "5");
-    let (_, body) = json_of(refused).await;
-    assert_eq!(
-        body,
-        json!({"ok": false, "error": "run queue full; retry later"})
-    );
+    assert_queue_full(refused).await;
     assert_eq!(
         runs(&server).await.len(),
         3,

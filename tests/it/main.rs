@@ -1,9 +1,34 @@
 //! Integration tests: each starts the real `hookgate` binary on 127.0.0.1 and speaks HTTP to it.
 
+/// Generates each named test, an `async fn(Backend)` of the module it is used in, on the
+/// embedded store (`embedded::<test>`) and on a NATS JetStream node of its own
+/// (`nats::<test>`).
+macro_rules! on_both_stores {
+    ($($test:ident),+ $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Backend::Embedded).await
+                }
+            )+
+        }
+        mod nats {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Backend::Nats).await
+                }
+            )+
+        }
+    };
+}
+
 mod fake;
 mod harness;
 mod nats;
 
+mod admission;
 mod agent;
 mod api;
 mod batches;
