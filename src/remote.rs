@@ -182,27 +182,7 @@ pub fn requests(command: RequestsCommand) -> ExitCode {
         RequestsCommand::Show { id, remote } => {
             remote.call("GET", &format!("/api/requests/{}", segment(&id)), |r| {
                 print_fields(r);
-                // Indexing a `Value` (not its map) reads a missing key as null, never panics.
-                let capture = &r["capture"];
-                if capture.is_object() {
-                    println!("\ncaptured headers:");
-                    for pair in capture["headers"].as_array().into_iter().flatten() {
-                        println!("  {}: {}", text(&pair[0]), text(&pair[1]));
-                    }
-                    if let Some(query) = capture["query"].as_str() {
-                        println!("\ncaptured query: {}", printable(query, false));
-                    }
-                    match (&capture["body"], &capture["bodyBase64"], &capture["note"]) {
-                        (Value::String(body), _, _) => {
-                            println!("\ncaptured body:\n{}", printable(body, true))
-                        }
-                        (_, Value::String(body), _) => {
-                            println!("\ncaptured body (base64, not UTF-8):\n{body}")
-                        }
-                        (_, _, Value::String(note)) => println!("\n{}", printable(note, false)),
-                        _ => {}
-                    }
-                }
+                print_capture(&r["capture"]);
             })
         }
         RequestsCommand::Replay { id, remote } => remote.call(
@@ -218,6 +198,30 @@ pub fn requests(command: RequestsCommand) -> ExitCode {
                 );
             },
         ),
+    }
+}
+
+/// Prints a request record's `capture` (headers, query, body or the note saying why there is
+/// none), escaped for the terminal; nothing when the record has no capture.
+fn print_capture(capture: &Value) {
+    // Indexing a `Value` (not its map) reads a missing key as null, never panics.
+    if !capture.is_object() {
+        return;
+    }
+    println!("\ncaptured headers:");
+    for pair in capture["headers"].as_array().into_iter().flatten() {
+        println!("  {}: {}", text(&pair[0]), text(&pair[1]));
+    }
+    if let Some(query) = capture["query"].as_str() {
+        println!("\ncaptured query: {}", printable(query, false));
+    }
+    match (&capture["body"], &capture["bodyBase64"], &capture["note"]) {
+        (Value::String(body), _, _) => println!("\ncaptured body:\n{}", printable(body, true)),
+        (_, Value::String(body), _) => {
+            println!("\ncaptured body (base64, not UTF-8):\n{body}")
+        }
+        (_, _, Value::String(note)) => println!("\n{}", printable(note, false)),
+        _ => {}
     }
 }
 
