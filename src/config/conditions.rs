@@ -78,10 +78,10 @@ fn header(
     problems: &mut Vec<ConfigError>,
 ) -> Option<HeaderCondition> {
     let key = format!("{key}.headers.{name}");
-    if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+    let Ok(name) = axum::http::HeaderName::from_bytes(name.as_bytes()) else {
         problems.push(ConfigError::invalid(key, "must be a header name"));
         return None;
-    }
+    };
     let values = match values {
         HeaderValuesConfig::One(value) => std::slice::from_ref(value),
         HeaderValuesConfig::AnyOf(values) => values.as_slice(),
@@ -169,7 +169,7 @@ mod tests {
     struct NoHeaders;
 
     impl HeaderValues for NoHeaders {
-        fn has(&self, _: &str, _: &str) -> bool {
+        fn has_any(&self, _: &axum::http::HeaderName, _: &[String]) -> bool {
             false
         }
     }

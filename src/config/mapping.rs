@@ -173,7 +173,7 @@ mod tests {
     struct NoHeaders;
 
     impl HeaderValues for NoHeaders {
-        fn has(&self, _: &str, _: &str) -> bool {
+        fn has_any(&self, _: &axum::http::HeaderName, _: &[String]) -> bool {
             false
         }
     }

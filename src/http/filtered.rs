@@ -3,7 +3,7 @@
 //! mappings tried, counted under that outcome. It stores nothing: no event, no run, no
 //! transform call, no idempotency key taken.
 
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::reply::HookError;
@@ -11,12 +11,13 @@ use super::request::HookRequest;
 use super::trace::Trace;
 use crate::mapping::{HeaderValues, Mapping, Unmet};
 
-/// Conditions look a header up by its lower-case name, among every value the request carries.
+/// One lookup of the name, parsed at load, then every value the request carries under it
+/// compared with each wanted one; nothing is allocated.
 impl HeaderValues for HeaderMap {
-    fn has(&self, name: &str, value: &str) -> bool {
+    fn has_any(&self, name: &HeaderName, values: &[String]) -> bool {
         self.get_all(name)
             .iter()
-            .any(|v| v.as_bytes() == value.as_bytes())
+            .any(|v| values.iter().any(|w| v.as_bytes() == w.as_bytes()))
     }
 }
 

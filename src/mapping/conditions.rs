@@ -1,15 +1,19 @@
 //! A mapping's conditions on a request's headers and payload, `match.headers` and
 //! `match.payload` (docs/hooks.md#conditions): built once at load, checked per request after
-//! authentication and before any transform. Checking one allocates nothing.
+//! authentication and before any transform. Header names and JSON pointers are parsed at
+//! load, so that checking a request allocates nothing and re-parses nothing.
 
 use std::fmt;
 
+use axum::http::HeaderName;
 use serde_json::Value;
 
 /// What conditions need of a request's headers; the HTTP layer implements it over its header map.
 pub trait HeaderValues {
-    /// Whether some value of header `name` (lower-case) is exactly `value`, byte for byte.
-    fn has(&self, name: &str, value: &str) -> bool;
+    /// Whether some value of header `name` is exactly one of `values`, byte for byte. Expected
+    /// to look `name` up once, whatever the number of values, and to allocate nothing (the
+    /// header map's does both), as [`Conditions::check`] promises.
+    fn has_any(&self, name: &HeaderName, values: &[String]) -> bool;
 }
 
 /// Every condition of one mapping. None (the default) leaves the mapping's path and source to
@@ -23,8 +27,8 @@ pub struct Conditions {
 /// A header that must carry one of the values.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HeaderCondition {
-    /// Lower-case: names are compared without regard to case.
-    name: String,
+    /// Lower-case, as [`HeaderName`] always is: names are compared without regard to case.
+    name: HeaderName,
     /// Any of them; never empty.
     values: Vec<String>,
 }
@@ -32,8 +36,26 @@ pub struct HeaderCondition {
 /// A test of the payload at a JSON pointer (RFC 6901).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PayloadCondition {
-    pointer: String,
+    pointer: Pointer,
     test: PayloadTest,
+}
+
+/// A JSON pointer (RFC 6901) parsed once: its text, to name it, and its tokens unescaped, to
+/// walk a payload with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pointer {
+    text: String,
+    tokens: Vec<Token>,
+}
+
+/// One reference token of a [`Pointer`].
+#[derive(Debug, Clone, PartialEq)]
+struct Token {
+    /// The member name it selects in an object, `~1` and `~0` unescaped.
+    name: String,
+    /// The element it selects in an array, when it is an index as `serde_json` reads one:
+    /// decimal digits with no sign and no leading zero (`-` selects nothing).
+    index: Option<usize>,
 }
 
 /// What the payload must have at a pointer.
@@ -74,14 +96,17 @@ impl Conditions {
     }
 
     /// `Ok` when every condition holds, else the first that does not (headers before the
-    /// payload, each in the order given: the configuration's is by name). Costs one header
-    /// lookup or pointer walk per condition, up to the first unmet.
+    /// payload, each in the order given: the configuration's is by name). Allocates nothing;
+    /// up to the first unmet condition, reads for each header condition the header's values
+    /// (one lookup in `headers`), compared byte for byte with each listed value, and for each
+    /// payload condition the value at its pointer (one member lookup or array index per token),
+    /// compared whole with each listed value.
     pub fn check(&self, headers: &impl HeaderValues, payload: &Value) -> Result<(), Unmet<'_>> {
         if let Some(unmet) = self.headers.iter().find(|c| !c.holds(headers)) {
-            return Err(Unmet::Header(&unmet.name));
+            return Err(Unmet::Header(unmet.name.as_str()));
         }
         if let Some(unmet) = self.payload.iter().find(|c| !c.holds(payload)) {
-            return Err(Unmet::Payload(&unmet.pointer));
+            return Err(Unmet::Payload(unmet.pointer.as_str()));
         }
         Ok(())
     }
@@ -90,17 +115,12 @@ impl Conditions {
 impl HeaderCondition {
     /// Header `name` with one of `values`; `None` for no values (a condition no request meets
     /// is refused at load instead).
-    pub fn new(name: &str, values: Vec<String>) -> Option<HeaderCondition> {
-        (!values.is_empty()).then(|| HeaderCondition {
-            name: name.to_ascii_lowercase(),
-            values,
-        })
+    pub fn new(name: HeaderName, values: Vec<String>) -> Option<HeaderCondition> {
+        (!values.is_empty()).then_some(HeaderCondition { name, values })
     }
 
     fn holds(&self, headers: &impl HeaderValues) -> bool {
-        self.values
-            .iter()
-            .any(|value| headers.has(&self.name, value))
+        headers.has_any(&self.name, &self.values)
     }
 }
 
@@ -109,19 +129,62 @@ impl PayloadCondition {
     /// lists no value.
     pub fn new(pointer: &str, test: PayloadTest) -> Option<PayloadCondition> {
         let listed = !matches!(&test, PayloadTest::AnyOf(values) if values.is_empty());
-        (is_pointer(pointer) && listed).then(|| PayloadCondition {
-            pointer: pointer.to_string(),
-            test,
-        })
+        let pointer = Pointer::parse(pointer)?;
+        listed.then_some(PayloadCondition { pointer, test })
     }
 
     fn holds(&self, payload: &Value) -> bool {
-        let found = payload.pointer(&self.pointer);
+        let found = self.pointer.find(payload);
         match &self.test {
             PayloadTest::Exists(wanted) => found.is_some() == *wanted,
             PayloadTest::AnyOf(values) => found.is_some_and(|f| values.iter().any(|v| same(f, v))),
         }
     }
+}
+
+impl Pointer {
+    /// `text` parsed, `None` when it is not a pointer ([`is_pointer`]).
+    pub fn parse(text: &str) -> Option<Pointer> {
+        is_pointer(text).then(|| Pointer {
+            text: text.to_string(),
+            tokens: text.split('/').skip(1).map(Token::new).collect(),
+        })
+    }
+
+    /// The pointer as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The value `self` points at in `value`, as [`Value::pointer`] finds it, but with no
+    /// parsing or allocation: one member lookup (hashing its name) or array index per token.
+    pub fn find<'v>(&self, value: &'v Value) -> Option<&'v Value> {
+        self.tokens
+            .iter()
+            .try_fold(value, |target, token| match target {
+                Value::Object(members) => members.get(token.name.as_str()),
+                Value::Array(elements) => token.index.and_then(|i| elements.get(i)),
+                _ => None,
+            })
+    }
+}
+
+impl Token {
+    /// An escaped token of a valid pointer: `~1` before `~0`, as RFC 6901 orders it, so that
+    /// `~01` is the name `~1`.
+    fn new(escaped: &str) -> Token {
+        let name = escaped.replace("~1", "/").replace("~0", "~");
+        let index = index(&name);
+        Token { name, index }
+    }
+}
+
+/// The array index a token is, read as `serde_json` reads it in [`Value::pointer`].
+fn index(token: &str) -> Option<usize> {
+    if token.starts_with('+') || (token.starts_with('0') && token.len() != 1) {
+        return None;
+    }
+    token.parse().ok()
 }
 
 /// Whether `text` is a JSON pointer (RFC 6901): empty (the whole payload), or `/`-separated
@@ -169,12 +232,15 @@ mod tests {
     struct Pairs(&'static [(&'static str, &'static str)]);
 
     impl HeaderValues for Pairs {
-        fn has(&self, name: &str, value: &str) -> bool {
-            self.0.iter().any(|(n, v)| *n == name && *v == value)
+        fn has_any(&self, name: &HeaderName, values: &[String]) -> bool {
+            self.0
+                .iter()
+                .any(|(n, v)| *n == name.as_str() && values.iter().any(|w| w == v))
         }
     }
 
     fn header(name: &str, values: &[&str]) -> HeaderCondition {
+        let name = HeaderName::from_bytes(name.as_bytes()).unwrap();
         HeaderCondition::new(name, values.iter().map(|v| v.to_string()).collect()).unwrap()
     }
 
@@ -302,7 +368,49 @@ mod tests {
         }
         assert!(PayloadCondition::new("action", PayloadTest::Exists(true)).is_none());
         assert!(PayloadCondition::new("/a", PayloadTest::AnyOf(vec![])).is_none());
-        assert!(HeaderCondition::new("x", vec![]).is_none());
+        assert!(HeaderCondition::new(HeaderName::from_static("x"), vec![]).is_none());
+    }
+
+    /// The value `Value::pointer` finds, and the parsed pointer too.
+    fn at<'v>(text: &str, value: &'v Value) -> Option<&'v Value> {
+        let found = Pointer::parse(text).unwrap().find(value);
+        assert_eq!(found, value.pointer(text), "{text}");
+        found
+    }
+
+    #[test]
+    fn a_pointer_unescapes_tilde_one_then_tilde_zero() {
+        let body = json!({"a/b": 1, "m~n": 2, "~1": 3, "/": 4, "": {"": 5}, "c": {"d/e~f": 6}});
+        assert_eq!(at("/a~1b", &body), Some(&json!(1)));
+        assert_eq!(at("/m~0n", &body), Some(&json!(2)));
+        assert_eq!(at("/~01", &body), Some(&json!(3)), "~01 names ~1, not /");
+        assert_eq!(at("/~1", &body), Some(&json!(4)));
+        assert_eq!(at("//", &body), Some(&json!(5)));
+        assert_eq!(at("/c/d~1e~0f", &body), Some(&json!(6)));
+        assert_eq!(at("", &body), Some(&body));
+        assert_eq!(at("/a/b", &body), None);
+        assert_eq!(Pointer::parse("/~01").unwrap().as_str(), "/~01");
+    }
+
+    #[test]
+    fn a_pointer_indexes_arrays_as_serde_json_does() {
+        let body = json!({"list": [10, [20, 21], 12], "map": {"0": "zero", "01": "one"}});
+        assert_eq!(at("/list/0", &body), Some(&json!(10)));
+        assert_eq!(at("/list/1/1", &body), Some(&json!(21)));
+        assert_eq!(at("/list/2", &body), Some(&json!(12)));
+        for nothing in [
+            "/list/3", "/list/01", "/list/+1", "/list/-", "/list/-1", "/list/",
+        ] {
+            assert_eq!(at(nothing, &body), None);
+        }
+        assert_eq!(at("/list/99999999999999999999999", &body), None);
+        assert_eq!(
+            at("/map/0", &body),
+            Some(&json!("zero")),
+            "in an object, a name"
+        );
+        assert_eq!(at("/map/01", &body), Some(&json!("one")));
+        assert_eq!(at("/list/0/x", &body), None);
     }
 
     #[test]

@@ -274,8 +274,10 @@ pub enum Selection<'a> {
 }
 
 /// The first mapping, in order, whose path and source match the request and whose conditions
-/// hold; the first match is final. Allocates only once a mapping's conditions fail, to name
-/// what each mapping tried found unmet should none apply.
+/// hold; the first match is final. Reads, per mapping, the payload's `source` when it has a
+/// `match.source`, then [`Conditions::check`]s of those that match (which allocate nothing).
+/// Allocates only when a mapping's conditions fail: the list of those tried, growing as a
+/// `Vec` does, to name what each found unmet should none apply.
 pub fn find<'a>(
     mappings: &'a [Mapping],
     name: &str,
