@@ -143,11 +143,12 @@ fn prune_events(conn: &Connection, after: i64, before: &str) -> rusqlite::Result
 }
 
 /// Deletes the finished runs among the next [`RUN_BATCH`] past `after` created before `before`;
-/// returns the last rowid looked at and whether the walk is over.
+/// returns the last rowid looked at and whether the walk is over. A held run stays however old:
+/// it waits for its budget's window or the operator (docs/hooks.md, "Budgets").
 fn prune_runs(conn: &Connection, after: i64, before: &str) -> rusqlite::Result<(i64, bool)> {
     walk(
         conn,
-        "SELECT rowid, created_at < ?2, status IN ('queued', 'batching', 'running', 'forwarding')
+        "SELECT rowid, created_at < ?2, status IN ('queued', 'batching', 'held', 'running', 'forwarding')
          FROM runs WHERE rowid > ?1 ORDER BY rowid LIMIT ?3",
         "DELETE FROM runs WHERE rowid = ?1",
         (after, before, RUN_BATCH),
@@ -207,6 +208,9 @@ mod tests {
             "ok",
             "error",
             "queued",
+            "batching",
+            "held",
+            "cancelled",
             "running",
             "forwarding",
             "forward_failed",
@@ -249,7 +253,7 @@ mod tests {
         let kept = store
             .read(|conn| Ok((count(conn, "events")?, count(conn, "runs")?)))
             .await;
-        assert_eq!(kept.unwrap(), (2, 6), "0 keeps everything");
+        assert_eq!(kept.unwrap(), (2, 9), "0 keeps everything");
         let day = Some(Duration::from_secs(86_400));
         let month = Retention {
             events: day,
@@ -276,9 +280,15 @@ mod tests {
             left,
             (
                 1,
-                vec!["forwarding".into(), "queued".into(), "running".into()]
+                vec![
+                    "batching".into(),
+                    "forwarding".into(),
+                    "held".into(),
+                    "queued".into(),
+                    "running".into()
+                ]
             ),
-            "the pending event and the runs still to run or relay stay"
+            "the pending event and the runs still to run, held or relay stay"
         );
         store.close();
     }
