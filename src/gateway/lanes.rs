@@ -230,20 +230,28 @@ pub(crate) fn running_by_mapping(conn: &Connection) -> rusqlite::Result<Vec<(Str
     rows.collect()
 }
 
-/// Whether a queued run of a higher priority than `priority` could start now: its session key
-/// has no run in progress and its mapping is not among `busy.lanes`. Costs a walk of the queued
-/// runs of higher priorities on `runs_by_priority`, to the first that could.
+/// Whether a queued run of a higher priority than `priority`, of a session key other than
+/// `session_key`, could start now: no run of its key is in progress or queued before it (a
+/// key's runs start in arrival order, so a run of `session_key` never waits for a newer one of
+/// its own key), and its mapping is not among `busy.lanes`. Costs a walk of the queued runs of
+/// higher priorities on `runs_by_priority`, to the first that could, each with a look-up of an
+/// older run of its key on `runs_queue`.
 pub(crate) fn higher_waiting(
     conn: &Connection,
-    priority: Priority,
+    (priority, session_key): (Priority, &str),
     busy: &super::queue::Busy,
 ) -> rusqlite::Result<bool> {
     conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'queued' AND priority < ?1
+        "SELECT EXISTS (SELECT 1 FROM runs AS q WHERE status = 'queued' AND priority < ?1
+            AND session_key <> ?3
             AND session_key NOT IN (SELECT session_key FROM runs WHERE status = 'running')
-            AND (mapping_id IS NULL OR mapping_id NOT IN (SELECT value FROM json_each(?2))))",
+            AND (mapping_id IS NULL OR mapping_id NOT IN (SELECT value FROM json_each(?2)))
+            AND NOT EXISTS (SELECT 1 FROM runs WHERE status = 'queued'
+                              AND session_key = q.session_key AND rowid < q.rowid))",
     )?
-    .query_row(params![priority, busy.lanes_json()], |row| row.get(0))
+    .query_row(params![priority, busy.lanes_json(), session_key], |row| {
+        row.get(0)
+    })
 }
 
 /// `maxConcurrent` of `mapping` under `hooks`, if it has one.
@@ -294,6 +302,44 @@ mod tests {
             std::path::Path::new("."),
         )
         .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_run_steps_aside_only_for_a_higher_run_that_could_start_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), true).unwrap();
+        for (id, key, priority) in [
+            ("old", "hook:k", Priority::Low),
+            // Higher but of the same key: it starts after `old` whatever its priority.
+            ("same", "hook:k", Priority::High),
+            ("first", "hook:j", Priority::Low),
+            // Higher but behind an older run of its own key.
+            ("behind", "hook:j", Priority::High),
+        ] {
+            let mut new = crate::gateway::runs::tests::run(id);
+            new.admitted.session_key = key.into();
+            new.priority = priority;
+            store.queue_run(new, None).await.unwrap();
+        }
+        let waiting = |key: &'static str| {
+            store.read(move |conn| {
+                higher_waiting(
+                    conn,
+                    (Priority::Low, key),
+                    &super::super::queue::Busy::default(),
+                )
+            })
+        };
+        assert!(!waiting("hook:k").await.unwrap());
+        let mut new = crate::gateway::runs::tests::run("free");
+        new.admitted.session_key = "hook:m".into();
+        new.priority = Priority::Normal;
+        store.queue_run(new, None).await.unwrap();
+        assert!(
+            waiting("hook:k").await.unwrap(),
+            "a higher run first of its own idle key could start first"
+        );
+        store.close();
     }
 
     #[test]
