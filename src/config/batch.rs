@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::ConfigError;
-use crate::mapping::{ActionKind, BatchRule, Mapping};
+use crate::mapping::{BatchRule, Mapping};
 
 /// The longest window a batch may gather for: a day.
 const MAX_WINDOW: Duration = Duration::from_secs(86_400);
@@ -39,12 +39,7 @@ pub(super) fn batch_rule(
 ) -> Option<BatchRule> {
     let key = format!("hooks.mappings[{i}].batch");
     let before = problems.len();
-    if mapping.kind != ActionKind::Agent {
-        problems.push(ConfigError::invalid(
-            &key,
-            "gathers agent runs only: this mapping's action is wake",
-        ));
-    }
+    super::mapping::agent_only(&key, mapping, problems);
     if mapping.session_key_is_templated() {
         problems.push(ConfigError::invalid(
             &key,
@@ -117,7 +112,9 @@ mod tests {
         let wake = rule(json!({"action": "wake", "batch": {"window": "30s"}})).unwrap_err();
         assert_eq!(
             wake,
-            ["hooks.mappings[2].batch: gathers agent runs only: this mapping's action is wake"]
+            [
+                "hooks.mappings[2].batch: applies to agent mappings only: a wake mapping starts no run"
+            ]
         );
         let templated =
             rule(json!({"sessionKey": "hook:{{id}}", "batch": {"window": "30s"}})).unwrap_err();

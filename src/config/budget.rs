@@ -13,7 +13,7 @@ use super::model::AgentEntryConfig;
 use super::runtime::GatewayMode;
 use super::{ConfigError, ConfigNotice, Settings};
 use crate::hook::policy::normalize_agent_id;
-use crate::mapping::{ActionKind, Mapping};
+use crate::mapping::Mapping;
 
 /// The rolling window of `runsPerHour`.
 pub const RUNS_WINDOW: Duration = Duration::from_secs(3600);
@@ -119,11 +119,7 @@ impl Budgets {
         problems: &mut Vec<ConfigError>,
     ) {
         let key = format!("hooks.mappings[{i}].budget");
-        if mapping.kind == ActionKind::Wake {
-            problems.push(ConfigError::invalid(
-                key,
-                "a wake mapping starts no run: budgets apply to agent mappings (or set one on the agent)",
-            ));
+        if !super::mapping::agent_only(&key, mapping, problems) {
             return;
         }
         if let Some(budget) = self.read(config, key, problems) {

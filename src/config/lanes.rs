@@ -7,7 +7,7 @@ use std::num::NonZeroU32;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
-use crate::mapping::{ActionKind, Mapping};
+use crate::mapping::Mapping;
 
 /// `runs` of a mapping, as written.
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -98,12 +98,7 @@ pub(super) fn lane(
 ) -> Option<Lane> {
     let key = format!("hooks.mappings[{i}].runs");
     let before = problems.len();
-    if mapping.kind == ActionKind::Wake {
-        problems.push(ConfigError::invalid(
-            &key,
-            "applies to agent mappings only (a wake starts no run)",
-        ));
-    }
+    super::mapping::agent_only(&key, mapping, problems);
     let max_concurrent = match runs.max_concurrent {
         None => None,
         Some(n) => NonZeroU32::new(n).or_else(|| {
@@ -201,7 +196,9 @@ mod tests {
         );
         assert_eq!(
             problems(json!({"action": "wake", "runs": {"maxConcurrent": 1}})),
-            ["hooks.mappings[2].runs: applies to agent mappings only (a wake starts no run)"]
+            [
+                "hooks.mappings[2].runs: applies to agent mappings only: a wake mapping starts no run"
+            ]
         );
     }
 

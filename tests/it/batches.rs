@@ -270,7 +270,7 @@ fn check_names_each_bad_batch_key_without_its_value() {
     for expected in [
         "hooks.mappings[0].batch.window: must be a duration greater than 0",
         "hooks.mappings[0].batch.maxItems: must be a whole number from 1 to 1000",
-        "hooks.mappings[1].batch: gathers agent runs only",
+        "hooks.mappings[1].batch: applies to agent mappings only",
         "hooks.mappings[1].batch.window: must be a duration",
         "hooks.mappings[2].batch: needs a sessionKey that is the same for every request",
     ] {

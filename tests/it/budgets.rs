@@ -348,7 +348,7 @@ fn check_refuses_bad_budgets_naming_the_key() {
         "hooks.mappings[0].budget.runsPerHour: must be at least 1",
         "hooks.mappings[1].budget.onExceeded: must be hold or refuse",
         "hooks.mappings[1].budget: needs tokensPerDay or runsPerHour (or both)",
-        "hooks.mappings[2].budget: a wake mapping starts no run",
+        "hooks.mappings[2].budget: applies to agent mappings only",
         "agents.list[0].budget.tokensPerDay: must be at least 1",
     ] {
         assert!(output.contains(expected), "{expected} in {output}");
