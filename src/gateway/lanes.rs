@@ -255,7 +255,7 @@ pub(crate) fn higher_waiting(
 }
 
 /// `maxConcurrent` of `mapping` under `hooks`, if it has one.
-fn limit(hooks: &HookSettings, mapping: &str) -> Option<u32> {
+pub(crate) fn limit(hooks: &HookSettings, mapping: &str) -> Option<u32> {
     hooks
         .lane_for(mapping)
         .and_then(|lane| lane.max_concurrent)

@@ -12,7 +12,7 @@ use super::run::SessionLock;
 use crate::config::Settings;
 use crate::config::lanes::Priority;
 use crate::gateway::context::Context;
-use crate::gateway::lanes::{full_lanes, higher_waiting, running_by_mapping};
+use crate::gateway::lanes::{full_lanes, higher_waiting, limit, running_by_mapping};
 use crate::gateway::queue::Busy;
 use crate::gateway::records::NewRun;
 
@@ -65,16 +65,15 @@ pub(super) async fn take_slot<'a>(
     let Some(mapping) = work.admitted.mapping_id.as_deref() else {
         return Ok(None);
     };
-    let limit = settings
+    let Some(limit) = settings
         .hooks
         .as_ref()
-        .and_then(|hooks| hooks.lane_for(mapping))
-        .and_then(|lane| lane.max_concurrent);
-    let Some(limit) = limit else {
+        .and_then(|hooks| limit(hooks, mapping))
+    else {
         return Ok(None);
     };
     let lane = super::intake::key_of(mapping);
-    for i in 0..limit.get() {
+    for i in 0..limit {
         let slot = SessionLock::keyed(cluster, format!("lane.{lane}.{i}"), &work.run_id, offer);
         if slot.take().await {
             return Ok(Some(slot));
