@@ -26,7 +26,8 @@ pub const TOKENS_WINDOW: Duration = Duration::from_secs(86_400);
 pub struct BudgetConfig {
     /// Input and output tokens the runs may use in any 24 hours.
     pub tokens_per_day: Option<u64>,
-    /// Runs that may start in any hour.
+    /// Runs that may enter the queue in any hour: accepted, or released from hold, within it
+    /// (whether they have started yet or not).
     pub runs_per_hour: Option<u32>,
     /// `hold` (default): a run past the budget is stored and waits; `refuse`: it is answered
     /// 429 and nothing is stored.

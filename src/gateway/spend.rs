@@ -1,8 +1,11 @@
-//! What runs cost over a rolling window, per mapping or per agent: the one place that sums it,
-//! for budgets (a mapping's or an agent's `tokensPerDay`, `runsPerHour`) and for the operator's
-//! spend view (`GET /api/spend`). Read from the store (on NATS, the node's view, which holds
-//! the whole cluster's runs), each sum on an index of its own (schema 12), so its cost grows
-//! with the runs of the scope in the window, not with every run kept.
+//! What runs cost over a rolling window, per mapping or per agent, for the operator's spend
+//! view (`GET /api/spend`) and for budgets' `tokensPerDay`: the one place that sums tokens.
+//! Its run count is every run created in the window, whatever its status (held ones too): what
+//! the scope was asked for. `runsPerHour` counts differently (`budget::count`): the runs that
+//! entered the queue in the window, a held run from its release, since a budget limits the
+//! runs let through, not the requests. Read from the store (on NATS, the node's view, which
+//! holds the whole cluster's runs), each sum on an index of its own (schema 12), so its cost
+//! grows with the runs of the scope in the window, not with every run kept.
 
 use rusqlite::{Connection, params};
 use serde::Serialize;

@@ -1,6 +1,8 @@
-//! What a budget's window holds: the runs that entered the queue within it, and the tokens its
-//! runs used (`spend::spend_since`, which sums them for the operator's spend view too). Each is
-//! a read on an index of the runs by mapping or by agent and time (schema 12).
+//! What a budget's window holds: the runs that entered the queue within it (counted here, not
+//! by `spend::spend_since`, whose run count is every run created, held ones included: a held
+//! run enters the queue when released, and counts from then), and the tokens its runs used
+//! (`spend::spend_since`, which sums them for the operator's spend view too). Each is a read on
+//! an index of the runs by mapping or by agent and time (schema 12).
 
 use rusqlite::{Connection, params};
 
