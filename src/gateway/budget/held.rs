@@ -86,7 +86,7 @@ fn any_held(conn: &Connection) -> rusqlite::Result<bool> {
 }
 
 /// Whether `run`'s budgets (as `budgets` now says: a reload applies) have room at `now_ms`.
-fn has_room(
+fn room_now(
     conn: &Connection,
     budgets: &Budgets,
     run: &HeldRun,
@@ -106,7 +106,7 @@ pub(crate) fn release_due_in(
     let at = crate::gateway::clock::rfc3339(now_ms);
     let mut released = Vec::new();
     for run in oldest_held(conn, RELEASE_BATCH)? {
-        if has_room(conn, budgets, &run, now_ms)? && mark_released(conn, &run.run_id, &at)? {
+        if room_now(conn, budgets, &run, now_ms)? && mark_released(conn, &run.run_id, &at)? {
             released.push(run.run_id);
         }
     }
@@ -150,7 +150,7 @@ async fn release_due_on(ctx: &Context, cluster: &Cluster) -> Result<(), StoreErr
                 let default = Budgets::default();
                 let budgets = settings.hooks.as_ref().map_or(&default, |h| &h.budgets);
                 for run in oldest_held(conn, RELEASE_BATCH)? {
-                    if has_room(conn, budgets, &run, now_ms())? {
+                    if room_now(conn, budgets, &run, now_ms())? {
                         return NewRun::select(conn, &run.run_id);
                     }
                 }
@@ -197,15 +197,16 @@ pub enum HeldError {
     Store(#[from] StoreError),
 }
 
-/// What an operator's release or cancel did: the run's status now.
+/// A held run the operator settled, by a release or a cancel: the run's status now (`queued`,
+/// or further along, after a release; `cancelled` after a cancel).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Released(pub RunStatus);
+pub struct Settled(pub RunStatus);
 
 /// Starts the held run `run_id` whatever its budgets say (it counts against them from now).
 /// On a NATS cluster the run is published for the runner under `release-<run id>`: two nodes
 /// releasing it at once make one release. 409 material ([`HeldError::NotHeld`]) for a run that
 /// is not held, cancelled or released already included.
-pub async fn release(runtime: &Runtime, run_id: &str) -> Result<Released, HeldError> {
+pub async fn release(runtime: &Runtime, run_id: &str) -> Result<Settled, HeldError> {
     let at = now_rfc3339();
     if let Some(cluster) = runtime.cluster() {
         let run = held_run(runtime, run_id).await?;
@@ -236,7 +237,7 @@ pub async fn release(runtime: &Runtime, run_id: &str) -> Result<Released, HeldEr
 /// Cancels the held run `run_id`: status `cancelled`, it never runs. On a NATS cluster a fact
 /// every view applies in stream order, so that a release and a cancel racing on two nodes end
 /// alike everywhere, and the answer says which came first.
-pub async fn cancel(runtime: &Runtime, run_id: &str) -> Result<Released, HeldError> {
+pub async fn cancel(runtime: &Runtime, run_id: &str) -> Result<Settled, HeldError> {
     let at = now_rfc3339();
     if let Some(cluster) = runtime.cluster() {
         held_run(runtime, run_id).await?;
@@ -279,14 +280,14 @@ async fn settle(
     fact: &Fact,
     id: &str,
     run_id: &str,
-) -> Result<Released, HeldError> {
+) -> Result<Settled, HeldError> {
     let sequence = cluster.publish(fact, id).await.map_err(StoreError::from)?;
     cluster.wait_applied(sequence, APPLY_WAIT).await;
     let cancelling = matches!(fact, Fact::Cancelled { .. });
     let status = status_of(runtime, run_id).await?;
     // A release that came first may have been started, even finished, by now.
     if cancelling == (status == RunStatus::Cancelled) {
-        Ok(Released(status))
+        Ok(Settled(status))
     } else {
         Err(HeldError::NotHeld(status))
     }
@@ -298,9 +299,9 @@ async fn outcome(
     run_id: &str,
     done: bool,
     now: RunStatus,
-) -> Result<Released, HeldError> {
+) -> Result<Settled, HeldError> {
     if done {
-        return Ok(Released(now));
+        return Ok(Settled(now));
     }
     Err(HeldError::NotHeld(status_of(runtime, run_id).await?))
 }

@@ -23,7 +23,7 @@ use crate::config::budget::{Budget, Budgets, OnExceeded, RUNS_WINDOW, TOKENS_WIN
 use crate::hook::LimitReached;
 
 pub use admit::{has_room, queue};
-pub use held::{HeldError, Released, cancel, release};
+pub use held::{HeldError, Settled, cancel, release};
 pub(crate) use held::{release_due, release_loop};
 
 /// Whose budget it is.
