@@ -415,3 +415,37 @@ async fn forward_mode_refuses_runs_past_runs_per_hour() {
         "only the first run was relayed"
     );
 }
+
+/// docs/http-contract.md: `waitForCompletion` on a run its budget held answers at once with
+/// `completion: {status: "held"}`, instead of waiting for a run that waits for its window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_completion_on_a_held_run_answers_held_at_once() {
+    let provider = Fake::provider("done").await;
+    let mut config = config(&provider, json!({"runsPerHour": 1}));
+    set(
+        &mut config,
+        "agents.list",
+        json!([{"id": "main", "budget": {"runsPerHour": 1}}]),
+    );
+    let (server, _dir) = Hookgate::start(&config);
+    let agent = |wait: bool| {
+        server
+            .hook("/hooks/agent")
+            .json(&json!({"message": "m", "deliver": false, "waitForCompletion": wait}))
+            .send()
+    };
+    let (status, first) = json_of(agent(true).await.unwrap()).await;
+    assert_eq!(
+        (status, &first["completion"]["status"]),
+        (200, &json!("ok")),
+        "{first}"
+    );
+    let (status, second) = json_of(agent(true).await.unwrap()).await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["completion"], json!({"status": "held"}), "{second}");
+    let run_id = second["runId"].as_str().unwrap();
+    assert_eq!(
+        shown(&server, run_id).await["heldBy"],
+        held_by("agent", "main", "runsPerHour")
+    );
+}
