@@ -39,7 +39,7 @@ pub(super) fn batch_rule(
 ) -> Option<BatchRule> {
     let key = format!("hooks.mappings[{i}].batch");
     let before = problems.len();
-    super::mapping::agent_only(&key, mapping, problems);
+    super::run_settings::agent_only(&key, mapping, problems);
     if mapping.session_key_is_templated() {
         problems.push(ConfigError::invalid(
             &key,

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::model::AgentEntryConfig;
 use super::runtime::GatewayMode;
 use super::{ConfigError, ConfigNotice, Settings};
 use crate::hook::policy::normalize_agent_id;
@@ -120,7 +119,7 @@ impl Budgets {
         problems: &mut Vec<ConfigError>,
     ) {
         let key = format!("hooks.mappings[{i}].budget");
-        if !super::mapping::agent_only(&key, mapping, problems) {
+        if !super::run_settings::agent_only(&key, mapping, problems) {
             return;
         }
         if let Some(budget) = self.read(config, key, problems) {
@@ -128,15 +127,17 @@ impl Budgets {
         }
     }
 
-    /// Adds `agents.list[i].budget` of each agent that has one, by normalised agent id.
-    pub fn add_agents(&mut self, list: &[AgentEntryConfig], problems: &mut Vec<ConfigError>) {
-        for (i, agent) in list.iter().enumerate() {
-            let Some(config) = &agent.budget else {
-                continue;
-            };
-            if let Some(budget) = self.read(config, format!("agents.list[{i}].budget"), problems) {
-                self.agents.insert(normalize_agent_id(&agent.id), budget);
-            }
+    /// Adds the budget of agent `id` at `agents.list[index]`, by normalised agent id.
+    pub fn add_agent(
+        &mut self,
+        index: usize,
+        id: &str,
+        config: &BudgetConfig,
+        problems: &mut Vec<ConfigError>,
+    ) {
+        let key = format!("agents.list[{index}].budget");
+        if let Some(budget) = self.read(config, key, problems) {
+            self.agents.insert(normalize_agent_id(id), budget);
         }
     }
 

@@ -8,7 +8,6 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::ConfigError;
-use super::model::MatchConfig;
 use crate::mapping::conditions::{
     Conditions, HeaderCondition, PayloadCondition, PayloadTest, is_pointer,
 };
@@ -49,22 +48,18 @@ pub struct ExistsConfig {
 /// condition left out (the configuration is then refused whole).
 pub(super) fn conditions(
     index: usize,
-    rule: Option<&MatchConfig>,
+    headers: Option<&HeadersConfig>,
+    tests: Option<&PayloadConfig>,
     problems: &mut Vec<ConfigError>,
 ) -> Conditions {
-    let Some(rule) = rule else {
-        return Conditions::default();
-    };
     let key = format!("hooks.mappings[{index}].match");
-    let headers = rule
-        .headers
-        .iter()
+    let headers = headers
+        .into_iter()
         .flatten()
         .filter_map(|(name, values)| header(&key, name, values, problems))
         .collect();
-    let payload = rule
-        .payload
-        .iter()
+    let payload = tests
+        .into_iter()
         .flatten()
         .filter_map(|(pointer, test)| payload(&key, pointer, test, problems))
         .collect();
@@ -154,12 +149,14 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::config::model::MatchConfig;
     use crate::mapping::conditions::{HeaderValues, Unmet};
 
     fn built(rule: Value) -> (Conditions, Vec<ConfigError>) {
         let rule: MatchConfig = serde_json::from_value(rule).unwrap();
         let mut problems = Vec::new();
-        (conditions(2, Some(&rule), &mut problems), problems)
+        let (headers, payload) = (rule.headers.as_ref(), rule.payload.as_ref());
+        (conditions(2, headers, payload, &mut problems), problems)
     }
 
     fn problems(rule: Value) -> Vec<String> {

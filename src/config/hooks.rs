@@ -167,7 +167,11 @@ pub(super) fn hook_settings(
         config_dir,
     };
     let mut built = mappings(&hooks, &defaults, problems);
-    built.budgets.add_agents(agent_list, problems);
+    for (i, agent) in agent_list.iter().enumerate() {
+        if let Some(budget) = &agent.budget {
+            built.budgets.add_agent(i, &agent.id, budget, problems);
+        }
+    }
     check_session_prefixes(hooks.enabled, &sessions, &built.mappings, problems);
     let policy = HookPolicy {
         agents: agents.clone(),
@@ -387,7 +391,12 @@ fn mappings(
                 continue;
             }
         };
-        mapping.conditions = conditions(i, config.match_rule.as_ref(), problems);
+        let rule = config.match_rule.as_ref();
+        let (headers, payload) = (
+            rule.and_then(|r| r.headers.as_ref()),
+            rule.and_then(|r| r.payload.as_ref()),
+        );
+        mapping.conditions = conditions(i, headers, payload, problems);
         check_id(i, &mapping, &mut ids, &hooks.presets, problems);
         check_session_mode(i, &mapping, defaults.sessions, problems);
         if let (Some(_), Some(own)) = (&mapping.transform, &config.transform) {

@@ -98,7 +98,7 @@ pub(super) fn lane(
 ) -> Option<Lane> {
     let key = format!("hooks.mappings[{i}].runs");
     let before = problems.len();
-    super::mapping::agent_only(&key, mapping, problems);
+    super::run_settings::agent_only(&key, mapping, problems);
     let max_concurrent = match runs.max_concurrent {
         None => None,
         Some(n) => NonZeroU32::new(n).or_else(|| {

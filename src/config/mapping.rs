@@ -4,25 +4,10 @@
 
 use serde_json::Value;
 
-use super::ConfigError;
 use super::model::MappingConfig;
 use crate::hook::payload::timeout_seconds;
 use crate::hook::{Channel, SessionMode, Thinking, WakeMode};
 use crate::mapping::{ActionKind, Conditions, Mapping, ThinkingField, TransformSpec};
-
-/// Whether `mapping` is an agent mapping; when it is not (a wake starts no run), adds to
-/// `problems` that `key`, a run setting (`runs`, `batch`, `budget`), applies to agent mappings
-/// only. The one wording of that refusal for every such key.
-pub(super) fn agent_only(key: &str, mapping: &Mapping, problems: &mut Vec<ConfigError>) -> bool {
-    if mapping.kind == ActionKind::Agent {
-        return true;
-    }
-    problems.push(ConfigError::invalid(
-        key,
-        "applies to agent mappings only: a wake mapping starts no run",
-    ));
-    false
-}
 
 /// Builds the mapping at position `index` (0-based) of `hooks.mappings` from its entry in the file.
 pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> {

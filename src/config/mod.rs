@@ -17,6 +17,7 @@ mod mapping;
 pub mod model;
 mod openclaw;
 mod reload;
+mod run_settings;
 pub mod runtime;
 mod secret;
 mod settings;
