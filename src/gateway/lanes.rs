@@ -1,5 +1,5 @@
 //! Lanes: a mapping's `runs` at work. Admission gives a run its mapping's priority and refuses
-//! it when `maxQueued` of the mapping's runs wait already ([`Runtime::enter_lane`]); the
+//! it when `maxQueued` of the mapping's runs wait already ([`enter`]); the
 //! embedded runner holds a [`LaneSlots`] and starts no more than `maxConcurrent` of a mapping's
 //! runs at once. Which queued run starts next (priority, then age) is the queue's order
 //! (`queue::queued`). See docs/hooks.md, "Lanes", and docs/runtime.md, "Which run starts next".
@@ -14,11 +14,11 @@ use rusqlite::{Connection, ToSql, params};
 
 use super::records::NewRun;
 use super::runs::IdempotencyClaim;
-use super::runtime::Runtime;
 use super::store::{Store, StoreError};
 use crate::config::HookSettings;
 use crate::config::lanes::Priority;
 use crate::hook::LimitReached;
+use crate::metrics::Metrics;
 
 /// The `Retry-After` of a request refused by a full lane. A queue drains as fast as its runs
 /// end, which nothing here knows ahead: a pause that keeps a sender from hammering the lane,
@@ -66,65 +66,63 @@ pub enum LaneError {
     Store(#[from] StoreError),
 }
 
-impl Runtime {
-    /// Puts an admitted run in the lane of the mapping that admitted it: gives it the lane's
-    /// priority, and refuses it ([`LaneFull`], counted by mapping) when `runs.maxQueued` of the
-    /// mapping's runs are queued already, unless `claim` finds it a repeat of a request the
-    /// embedded store took within the idempotency window (it is then answered with the first
-    /// run, and queues nothing). A run without a mapping, or of a mapping without `runs`,
-    /// passes as it is.
-    ///
-    /// Costs one read of at most `maxQueued` entries of an index of the queued runs (on a NATS
-    /// cluster, of this node's view), and of the idempotency key when the lane is full. The
-    /// count is read before the run is queued, not in its transaction: requests of one mapping
-    /// admitted at the same moment may each see room, so the queue may pass `maxQueued` by as
-    /// many as were admitted together.
-    pub async fn enter_lane(
-        &self,
-        hooks: &HookSettings,
-        run: &mut NewRun,
-        claim: Option<&IdempotencyClaim>,
-    ) -> Result<(), LaneError> {
-        let Some(mapping) = run.admitted.mapping_id.as_deref() else {
-            return Ok(());
-        };
-        let Some(lane) = hooks.lane_for(mapping) else {
-            return Ok(());
-        };
-        run.priority = lane.priority;
-        let Some(max_queued) = lane.max_queued else {
-            return Ok(());
-        };
-        let owned = mapping.to_string();
-        let earliest = claim.map(|claim| {
-            let window = i64::try_from(claim.window.as_millis()).unwrap_or(i64::MAX);
-            (
-                claim.fingerprint.clone(),
-                claim.now_ms.saturating_sub(window),
-            )
-        });
-        let room = self
-            .store
-            .read(move |conn| {
-                if queued_of(conn, &owned, max_queued)? < max_queued.get() {
-                    return Ok(true);
-                }
-                match earliest {
-                    Some((key, since)) => seen_since(conn, &key, since),
-                    None => Ok(false),
-                }
-            })
-            .await?;
-        if room {
-            return Ok(());
-        }
-        self.metrics.count_lane_refusal(mapping);
-        Err(LaneFull {
-            mapping: mapping.to_string(),
-            max_queued: max_queued.get(),
-        }
-        .into())
+/// Puts an admitted run in the lane of the mapping that admitted it: gives it the lane's
+/// priority, and refuses it ([`LaneFull`], counted by mapping) when `runs.maxQueued` of the
+/// mapping's runs are queued already, unless `claim` finds it a repeat of a request the
+/// embedded store took within the idempotency window (it is then answered with the first
+/// run, and queues nothing). A run without a mapping, or of a mapping without `runs`,
+/// passes as it is.
+///
+/// Costs one read of at most `maxQueued` entries of an index of the queued runs (on a NATS
+/// cluster, of this node's view), and of the idempotency key when the lane is full. The
+/// count is read before the run is queued, not in its transaction: requests of one mapping
+/// admitted at the same moment may each see room, so the queue may pass `maxQueued` by as
+/// many as were admitted together.
+pub async fn enter(
+    store: &Store,
+    metrics: &Metrics,
+    hooks: &HookSettings,
+    run: &mut NewRun,
+    claim: Option<&IdempotencyClaim>,
+) -> Result<(), LaneError> {
+    let Some(mapping) = run.admitted.mapping_id.as_deref() else {
+        return Ok(());
+    };
+    let Some(lane) = hooks.lane_for(mapping) else {
+        return Ok(());
+    };
+    run.priority = lane.priority;
+    let Some(max_queued) = lane.max_queued else {
+        return Ok(());
+    };
+    let owned = mapping.to_string();
+    let earliest = claim.map(|claim| {
+        let window = i64::try_from(claim.window.as_millis()).unwrap_or(i64::MAX);
+        (
+            claim.fingerprint.clone(),
+            claim.now_ms.saturating_sub(window),
+        )
+    });
+    let room = store
+        .read(move |conn| {
+            if queued_of(conn, &owned, max_queued)? < max_queued.get() {
+                return Ok(true);
+            }
+            match earliest {
+                Some((key, since)) => seen_since(conn, &key, since),
+                None => Ok(false),
+            }
+        })
+        .await?;
+    if room {
+        return Ok(());
     }
+    metrics.count_lane_refusal(mapping);
+    Err(LaneFull {
+        mapping: mapping.to_string(),
+        max_queued: max_queued.get(),
+    }
+    .into())
 }
 
 /// How many runs of `mapping` are queued, counted up to `cap` (what admission needs to know):

@@ -12,6 +12,7 @@ use super::context::{Context, Worker, WorkerName};
 use super::deliveries::{self, Claim, RecordedAnswer};
 use super::embedded::Embedded;
 use super::forward::Forward;
+use super::lanes::{self, LaneError};
 use super::nats::{Batches, Cluster, Fact};
 use super::records::{EventOutcome, NewEvent, NewRun};
 use super::retry::Retry;
@@ -19,8 +20,8 @@ use super::run_record::RunRecord;
 use super::runs::{self, IdempotencyClaim, RunQueued};
 use super::signals::Signals;
 use super::store::{Store, StoreError};
-use crate::config::LiveConfig;
 use crate::config::runtime::{GatewayMode, Route};
+use crate::config::{HookSettings, LiveConfig};
 use crate::hook::WakeMode;
 use crate::metrics::Metrics;
 
@@ -158,6 +159,17 @@ impl Runtime {
         for worker in self.lock_workers().iter() {
             worker.handle.abort();
         }
+    }
+
+    /// Puts an admitted run in its mapping's lane ([`lanes::enter`]): its priority, or a refusal
+    /// past `runs.maxQueued`.
+    pub async fn enter_lane(
+        &self,
+        hooks: &HookSettings,
+        run: &mut NewRun,
+        claim: Option<&IdempotencyClaim>,
+    ) -> Result<(), LaneError> {
+        lanes::enter(&self.store, &self.metrics, hooks, run, claim).await
     }
 
     /// Commits a wake; answers once durable.
