@@ -188,9 +188,6 @@ CREATE INDEX runs_released_by_agent ON runs (target_agent, released_at)
  WHERE released_at IS NOT NULL;
 ";
 
-/// Batches (`gateway::batches`): an open batch per mapping and session key at most, the
-/// requests each gathered, in order, with the idempotency fingerprint a retry finds its
-/// position by. A batch and its items go with its run when retention deletes it.
 /// Batches (`gateway::batches`): the open batch of each mapping and session key, the requests
 /// each gathered, in order, with the idempotency fingerprint a retry finds its position by. A
 /// batch and its items go with its run when retention deletes it. The embedded store has one
