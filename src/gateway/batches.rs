@@ -84,6 +84,15 @@ pub struct Added {
     pub closed: bool,
 }
 
+/// What [`join`] did in the store: where the item went, and whether a batch's run was queued
+/// on the way (the item filled its batch, or found one past its window and closed it), which is
+/// when the runner has a run to start.
+#[derive(Debug)]
+pub struct Join {
+    pub joined: Joined,
+    pub queued: bool,
+}
+
 /// What [`join`] did with an item.
 #[derive(Debug)]
 pub enum Joined {
@@ -98,31 +107,37 @@ pub enum Joined {
 /// whose window has ended is closed here first, so that a late closer never lets it grow past
 /// its window. A retry (`item.claim` seen within its window) changes nothing and gets the
 /// position it got. Runs in one write of the store.
-pub fn join(
-    conn: &Connection,
-    item: BatchItem,
-    open: bool,
-    now_ms: i64,
-) -> rusqlite::Result<Joined> {
+pub fn join(conn: &Connection, item: BatchItem, open: bool, now_ms: i64) -> rusqlite::Result<Join> {
     if let Some(claim) = &item.claim {
         if let Some(run_id) = runs::repeat_of(conn, claim)? {
             let position = position_of(conn, &run_id, &claim.fingerprint)?;
-            return Ok(Joined::Added(Added {
+            let joined = Joined::Added(Added {
                 run_id,
                 position,
                 repeated: true,
                 opened: false,
                 closed: false,
-            }));
+            });
+            return Ok(Join {
+                joined,
+                queued: false,
+            });
         }
     }
-    let (run_id, position, max_items, opened) = match open_batch(conn, &item, now_ms)? {
+    let (open_now, stale_closed) = open_batch(conn, &item, now_ms)?;
+    let (run_id, position, max_items, opened) = match open_now {
         Some((run_id, items, max_items)) => (run_id, items + 1, max_items, false),
         None if open => {
             open_new(conn, &item, now_ms)?;
             (item.run.run_id.clone(), 1, item.rule.max_items, true)
         }
-        None => return Ok(Joined::NoneOpen(Box::new(item))),
+        None => {
+            let joined = Joined::NoneOpen(Box::new(item));
+            return Ok(Join {
+                joined,
+                queued: stale_closed,
+            });
+        }
     };
     add_item(conn, &run_id, position, &item)?;
     if let Some(claim) = &item.claim {
@@ -132,22 +147,30 @@ pub fn join(
     if closed {
         close(conn, &run_id)?;
     }
-    Ok(Joined::Added(Added {
+    let joined = Joined::Added(Added {
         run_id,
         position: Some(position),
         repeated: false,
         opened,
         closed,
-    }))
+    });
+    Ok(Join {
+        joined,
+        queued: closed || stale_closed,
+    })
 }
 
+/// An open batch's run id, items and `maxItems`.
+type OpenBatch = (String, u32, u32);
+
 /// The open batch of `item`'s mapping and key: its run id, items and `maxItems`. One whose
-/// window ended by `now_ms` is closed instead, and then there is none.
+/// window ended by `now_ms` is closed instead, and then there is none; the flag says whether
+/// one was closed so.
 fn open_batch(
     conn: &Connection,
     item: &BatchItem,
     now_ms: i64,
-) -> rusqlite::Result<Option<(String, u32, u32)>> {
+) -> rusqlite::Result<(Option<OpenBatch>, bool)> {
     let open: Option<(String, u32, u32, i64)> = conn
         .prepare_cached(
             "SELECT run_id, items, max_items, closes_at_ms FROM batches
@@ -159,10 +182,12 @@ fn open_batch(
         .optional()?;
     match open {
         Some((run_id, _, _, closes_at_ms)) if closes_at_ms <= now_ms => {
-            close(conn, &run_id)?;
-            Ok(None)
+            Ok((None, close(conn, &run_id)?))
         }
-        other => Ok(other.map(|(run_id, items, max, _)| (run_id, items, max))),
+        other => Ok((
+            other.map(|(run_id, items, max, _)| (run_id, items, max)),
+            false,
+        )),
     }
 }
 

@@ -81,19 +81,22 @@ impl Embedded {
     /// Adds a batch mapping's request to its open batch, opening one with `open` (see
     /// [`batches::join`]); answers once durable.
     pub async fn join_batch(&self, item: BatchItem, open: bool) -> Result<Joined, StoreError> {
-        let joined = self
+        let join = self
             .ctx
             .store
             .write(move |conn| batches::join(conn, item, open, now_ms()))
             .await?;
-        if let Joined::Added(added) = &joined {
+        if let Joined::Added(added) = &join.joined {
             if added.opened {
                 self.signals.batch_opened.notify_one();
             }
         }
-        // Filled, or one past its window closed on the way: its run is queued.
-        self.signals.runs_queued.notify_one();
-        Ok(joined)
+        // Filled, or one past its window closed on the way: its run is queued. Otherwise the
+        // runner has nothing new to start, and waking it would cost a pass over the queue.
+        if join.queued {
+            self.signals.runs_queued.notify_one();
+        }
+        Ok(join.joined)
     }
 
     /// Runs a failed turn again or resends a given-up reply ([`Retry`]); whether there was one.
