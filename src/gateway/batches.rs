@@ -55,7 +55,6 @@ impl BatchItem {
             batch_key: self.key().to_string(),
             closes_at_ms: now_ms.saturating_add(millis(self.rule.window)),
             max_items: self.rule.max_items,
-            allow_unsafe: self.run.admitted.allow_unsafe_external_content,
         }
     }
 
@@ -64,6 +63,7 @@ impl BatchItem {
             received: self.run.created_at.clone(),
             source: self.run.admitted.source,
             message: self.run.admitted.action.message.clone(),
+            allow_unsafe: self.run.admitted.allow_unsafe_external_content,
         }
     }
 }
@@ -206,8 +206,6 @@ pub struct Opened {
     pub batch_key: String,
     pub closes_at_ms: i64,
     pub max_items: u32,
-    /// The mapping's `allowUnsafeExternalContent`: the messages go in without envelopes.
-    pub allow_unsafe: bool,
 }
 
 /// Stores `run` as an open batch, `batching`; a batch stored already is left as it is.
@@ -219,9 +217,8 @@ pub fn insert_open(conn: &Connection, run: &NewRun, opened: &Opened) -> rusqlite
     conn.prepare_cached("UPDATE runs SET status = 'batching' WHERE run_id = ?1")?
         .execute(params![run.run_id])?;
     conn.prepare_cached(
-        "INSERT INTO batches (run_id, mapping_id, batch_key, closes_at_ms, max_items, items,
-             allow_unsafe)
-         VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6)",
+        "INSERT INTO batches (run_id, mapping_id, batch_key, closes_at_ms, max_items, items)
+         VALUES (?1, ?2, ?3, ?4, ?5, 0)",
     )?
     .execute(params![
         run.run_id,
@@ -229,7 +226,6 @@ pub fn insert_open(conn: &Connection, run: &NewRun, opened: &Opened) -> rusqlite
         opened.batch_key,
         opened.closes_at_ms,
         opened.max_items,
-        opened.allow_unsafe,
     ])?;
     Ok(())
 }
@@ -254,8 +250,8 @@ pub fn insert_item(
 ) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT OR IGNORE INTO batch_items
-             (run_id, position, message, source, received, fingerprint)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+             (run_id, position, message, source, received, fingerprint, allow_unsafe)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?
     .execute(params![
         run_id,
@@ -264,6 +260,7 @@ pub fn insert_item(
         message.source,
         message.received,
         fingerprint,
+        message.allow_unsafe,
     ])?;
     conn.prepare_cached("UPDATE batches SET items = MAX(items, ?2) WHERE run_id = ?1")?
         .execute(params![run_id, position])?;
@@ -294,15 +291,15 @@ pub fn close(conn: &Connection, run_id: &str) -> rusqlite::Result<bool> {
 /// The run of open batch `run_id` as it closes: with the prompt of every item stored so far,
 /// oldest first, and their messages numbered as its message. `None` when no such batch is open.
 pub fn closed_run(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<NewRun>> {
-    let allow_unsafe: Option<bool> = conn
-        .prepare_cached("SELECT allow_unsafe FROM batches WHERE run_id = ?1 AND open = 1")?
+    let open: Option<bool> = conn
+        .prepare_cached("SELECT open FROM batches WHERE run_id = ?1 AND open = 1")?
         .query_row(params![run_id], |row| row.get(0))
         .optional()?;
-    let (Some(allow_unsafe), Some(mut run)) = (allow_unsafe, NewRun::select(conn, run_id)?) else {
+    let (Some(_), Some(mut run)) = (open, NewRun::select(conn, run_id)?) else {
         return Ok(None);
     };
     let messages = items(conn, run_id)?;
-    run.prompt = batch_prompt(&run.action().name, run_id, &messages, allow_unsafe);
+    run.prompt = batch_prompt(&run.action().name, run_id, &messages);
     run.admitted.action.message = message_list(&messages);
     Ok(Some(run))
 }
@@ -323,13 +320,15 @@ pub fn queue_closed(conn: &Connection, run: &NewRun) -> rusqlite::Result<()> {
 /// The messages of batch `run_id`, oldest first.
 pub fn items(conn: &Connection, run_id: &str) -> rusqlite::Result<Vec<BatchMessage>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT received, source, message FROM batch_items WHERE run_id = ?1 ORDER BY position",
+        "SELECT received, source, message, allow_unsafe FROM batch_items
+         WHERE run_id = ?1 ORDER BY position",
     )?;
     let rows = stmt.query_map(params![run_id], |row| {
         Ok(BatchMessage {
             received: row.get(0)?,
             source: row.get(1)?,
             message: row.get(2)?,
+            allow_unsafe: row.get(3)?,
         })
     })?;
     rows.collect()

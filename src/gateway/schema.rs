@@ -190,7 +190,9 @@ CREATE INDEX runs_released_by_agent ON runs (target_agent, released_at)
 
 /// Batches (`gateway::batches`): the open batch of each mapping and session key, the requests
 /// each gathered, in order, with the idempotency fingerprint a retry finds its position by. A
-/// batch and its items go with its run when retention deletes it. The embedded store has one
+/// batch and its items go with its run when retention deletes it. Each item keeps its own
+/// `allowUnsafeExternalContent` (a per-request override must not unwrap other senders'
+/// messages). The embedded store has one
 /// open batch per key at most; a NATS view may briefly show two, the next one opened on
 /// another node before the last one's closing reached this view, so the index is not unique.
 const SCHEMA_V15: &str = "
@@ -201,8 +203,7 @@ CREATE TABLE batches (
     closes_at_ms INTEGER NOT NULL,
     max_items    INTEGER NOT NULL,
     items        INTEGER NOT NULL,
-    open         INTEGER NOT NULL DEFAULT 1,
-    allow_unsafe INTEGER NOT NULL
+    open         INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX batches_open ON batches (mapping_id, batch_key) WHERE open = 1;
 CREATE INDEX batches_closing ON batches (closes_at_ms) WHERE open = 1;
@@ -213,6 +214,7 @@ CREATE TABLE batch_items (
     source      TEXT NOT NULL,
     received    TEXT NOT NULL,
     fingerprint TEXT,
+    allow_unsafe INTEGER NOT NULL,
     PRIMARY KEY (run_id, position)
 ) WITHOUT ROWID;
 CREATE TRIGGER batches_pruned AFTER DELETE ON runs BEGIN

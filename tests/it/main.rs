@@ -31,6 +31,7 @@ mod nats;
 mod admission;
 mod agent;
 mod api;
+mod batch_cluster;
 mod batches;
 mod budgets;
 mod cluster;
