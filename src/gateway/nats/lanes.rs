@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use super::Cluster;
-use super::run::SessionLock;
+use super::session_lock::SessionLock;
 use crate::config::Settings;
 use crate::config::lanes::Priority;
 use crate::gateway::context::Context;

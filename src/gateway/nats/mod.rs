@@ -21,6 +21,7 @@ mod intake;
 mod lanes;
 mod projection;
 mod run;
+mod session_lock;
 mod work;
 mod workers;
 
