@@ -76,6 +76,9 @@ fn load_with_digest(path: &Path) -> Result<(Settings, Digest), Vec<ConfigError>>
             let warnings = delivery_warnings::delivery_notices(&settings);
             settings.notices.extend(warnings);
             settings.notices.extend(budget::budget_notices(&settings));
+            settings
+                .notices
+                .extend(run_settings::forward_notices(&settings));
             Ok((settings, digest))
         }
         Ok(_) => Err(problems),

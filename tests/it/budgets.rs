@@ -379,6 +379,15 @@ fn forward_mode_says_tokens_are_unknown_and_refuses_holding() {
         output.contains("hooks.mappings[0].budget.tokensPerDay: does not apply in forward mode"),
         "{output}"
     );
+    // Lanes and batches shape nothing where each run is relayed at once: check says so too.
+    config["hooks"]["mappings"][0]["runs"] = json!({"maxConcurrent": 1});
+    config["hooks"]["mappings"][0]["batch"] = json!({"window": "30s"});
+    let (status, output, _dir) = check(&config);
+    assert!(status.success(), "{output}");
+    for key in ["runs", "batch"] {
+        let notice = format!("hooks.mappings[0].{key}: does not apply in forward mode");
+        assert!(output.contains(&notice), "{notice} in {output}");
+    }
     config["hooks"]["mappings"][0]["budget"]["onExceeded"] = json!("hold");
     let (status, output, _dir) = check(&config);
     assert!(!status.success(), "{output}");
