@@ -182,7 +182,17 @@ pub fn is_cut(recorded: &str) -> bool {
     recorded.len() > MAX_RECORDED_PATH
 }
 
-/// Which requests a listing returns, newest first.
+/// The order of a listing of the request log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ListOrder {
+    /// The newest first: what the operator looks at.
+    #[default]
+    NewestFirst,
+    /// The oldest first: the order requests arrived in, which a bulk operation keeps.
+    OldestFirst,
+}
+
+/// Which requests a listing returns, and in which order.
 #[derive(Debug, Clone, Default)]
 pub struct RequestFilter {
     pub hook: Option<String>,
@@ -194,8 +204,9 @@ pub struct RequestFilter {
     pub outcome: Option<RequestOutcome>,
     pub since_ms: Option<i64>,
     pub until_ms: Option<i64>,
-    /// Only requests older than this id (the previous page's cursor).
-    pub before: Option<String>,
+    /// Only requests past this id in the listing's order (the previous page's last id).
+    pub cursor: Option<String>,
+    pub order: ListOrder,
     pub limit: u32,
 }
 
@@ -263,7 +274,7 @@ impl RequestRecord {
         Ok(())
     }
 
-    /// A page of requests, newest first.
+    /// A page of requests, in the filter's order.
     fn select(conn: &Connection, filter: &RequestFilter) -> rusqlite::Result<Vec<RequestRecord>> {
         let mut sql = format!("SELECT {COLUMNS} FROM requests WHERE 1 = 1");
         let mut values: Vec<SqlValue> = Vec::new();
@@ -294,11 +305,15 @@ impl RequestRecord {
         if let Some(until) = filter.until_ms {
             condition("id <", first_id_at(until).into());
         }
-        if let Some(before) = &filter.before {
-            condition("id <", before.clone().into());
+        let (past, order) = match filter.order {
+            ListOrder::NewestFirst => ("id <", "DESC"),
+            ListOrder::OldestFirst => ("id >", "ASC"),
+        };
+        if let Some(cursor) = &filter.cursor {
+            condition(past, cursor.clone().into());
         }
         values.push(i64::from(filter.limit).into());
-        sql.push_str(&format!(" ORDER BY id DESC LIMIT ?{}", values.len()));
+        sql.push_str(&format!(" ORDER BY id {order} LIMIT ?{}", values.len()));
         let mut stmt = conn.prepare_cached(&sql)?;
         let rows = stmt.query_map(params_from_iter(values), Self::from_row)?;
         rows.collect()
@@ -444,7 +459,7 @@ impl RequestLogStore {
             .await
     }
 
-    /// A page of the log, newest first.
+    /// A page of the log, in the filter's order.
     pub async fn page(&self, filter: RequestFilter) -> Result<Vec<RequestRecord>, StoreError> {
         self.db
             .read(move |conn| RequestRecord::select(conn, &filter))

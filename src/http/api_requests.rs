@@ -6,34 +6,15 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 use super::AppState;
-use super::api::{limit, time_ms};
 use super::api_error::{ApiError, ApiPath, ApiQuery};
 use super::hooks;
-use crate::gateway::requests::{RequestFilter, RequestOutcome, RequestRecord, capture_json};
+use super::request_query::RequestsQuery;
+use crate::gateway::requests::{RequestRecord, capture_json};
 use crate::hook::credentials::CredentialHeaders;
-
-/// The filters of `GET /api/requests`. A parameter of another name is refused, so that a typo
-/// cannot widen the listing silently.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RequestsQuery {
-    hook: Option<String>,
-    mapping: Option<String>,
-    #[serde(rename = "requestId")]
-    request_id: Option<String>,
-    /// `2xx`, `4xx` or `5xx`.
-    status: Option<String>,
-    /// `filtered`.
-    outcome: Option<String>,
-    since: Option<String>,
-    until: Option<String>,
-    before: Option<String>,
-    limit: Option<String>,
-}
 
 /// `GET /api/requests?hook=&mapping=&requestId=&status=4xx&outcome=&since=&until=&before=&limit=`: recorded requests,
 /// newest first, and `next`, the `before` of the next page (null on the last).
@@ -41,36 +22,7 @@ pub async fn requests(
     State(app): State<AppState>,
     ApiQuery(query): ApiQuery<RequestsQuery>,
 ) -> Result<Response, ApiError> {
-    let status_class = match query.status.as_deref() {
-        None => None,
-        Some("2xx") => Some(2),
-        Some("3xx") => Some(3),
-        Some("4xx") => Some(4),
-        Some("5xx") => Some(5),
-        Some(_) => {
-            return Err(ApiError::Invalid(
-                "status must be 2xx, 3xx, 4xx or 5xx".into(),
-            ));
-        }
-    };
-    let outcome = match query.outcome.as_deref() {
-        None => None,
-        Some(text) => Some(
-            RequestOutcome::from_wire(text)
-                .ok_or_else(|| ApiError::Invalid("outcome must be filtered".into()))?,
-        ),
-    };
-    let filter = RequestFilter {
-        hook: query.hook,
-        mapping_id: query.mapping,
-        request_id: query.request_id,
-        status_class,
-        outcome,
-        since_ms: query.since.map(|t| time_ms(&t, "since")).transpose()?,
-        until_ms: query.until.map(|t| time_ms(&t, "until")).transpose()?,
-        before: query.before,
-        limit: limit(query.limit.as_deref())?,
-    };
+    let filter = query.filter()?;
     let full = filter.limit as usize;
     let page = app.request_log.page(filter).await?;
     let next = (page.len() == full)

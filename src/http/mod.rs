@@ -19,6 +19,7 @@ mod operator;
 mod reply;
 mod request;
 mod request_id;
+mod request_query;
 mod serve;
 mod signed;
 mod submit;
