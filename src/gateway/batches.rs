@@ -230,6 +230,18 @@ pub fn insert_open(conn: &Connection, run: &NewRun, opened: &Opened) -> rusqlite
     Ok(())
 }
 
+/// Forgets open batch `run_id` and its run when no item of it is stored; one with an item is
+/// left as it is.
+pub fn discard(conn: &Connection, run_id: &str) -> rusqlite::Result<()> {
+    // The trigger `batches_pruned` takes the batch's row with its run's.
+    conn.prepare_cached(
+        "DELETE FROM runs WHERE run_id = ?1 AND status = 'batching'
+           AND NOT EXISTS (SELECT 1 FROM batch_items WHERE run_id = ?1)",
+    )?
+    .execute(params![run_id])?;
+    Ok(())
+}
+
 fn add_item(
     conn: &Connection,
     run_id: &str,

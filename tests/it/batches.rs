@@ -11,7 +11,7 @@ use crate::fake::Fake;
 use crate::harness::*;
 
 /// A configuration whose `inbox` mapping batches with `batch`, its runs sent to `provider`.
-fn config(provider: &Fake, batch: Value) -> Value {
+pub(crate) fn config(provider: &Fake, batch: Value) -> Value {
     let mut config = base_config();
     config["agents"] =
         json!({"defaults": {"provider": {"baseUrl": provider.base}, "model": "test-model"}});
@@ -29,7 +29,7 @@ fn config(provider: &Fake, batch: Value) -> Value {
 }
 
 /// The prompts of the batch runs the provider was asked, in the order it was.
-fn batch_prompts(provider: &Fake) -> Vec<String> {
+pub(crate) fn batch_prompts(provider: &Fake) -> Vec<String> {
     provider
         .requests()
         .iter()
@@ -42,7 +42,7 @@ fn batch_prompts(provider: &Fake) -> Vec<String> {
 
 /// The messages of a batch prompt, in the order it numbers them, after checking that message
 /// `i` is numbered `i` and is in an envelope of its own.
-fn messages_of(prompt: &str) -> Vec<String> {
+pub(crate) fn messages_of(prompt: &str) -> Vec<String> {
     let count = prompt.matches("\nMessage ").count();
     assert!(
         prompt.contains(&format!("| Batch: {count} messages, oldest first")),
@@ -66,7 +66,7 @@ fn messages_of(prompt: &str) -> Vec<String> {
         .collect()
 }
 
-async fn send(server: &Hookgate, subject: &str) -> Value {
+pub(crate) async fn send(server: &Hookgate, subject: &str) -> Value {
     let (status, answer) = server
         .hook_json("/hooks/inbox", &json!({"subject": subject}))
         .await;
@@ -75,7 +75,7 @@ async fn send(server: &Hookgate, subject: &str) -> Value {
 }
 
 /// Sends `subject` with the idempotency key `key`.
-async fn send_keyed(server: &Hookgate, key: &str, subject: &str) -> Value {
+pub(crate) async fn send_keyed(server: &Hookgate, key: &str, subject: &str) -> Value {
     let response = server
         .hook("/hooks/inbox")
         .header("idempotency-key", key)
@@ -89,7 +89,7 @@ async fn send_keyed(server: &Hookgate, key: &str, subject: &str) -> Value {
 }
 
 /// Waits until the provider has been asked `count` batch prompts, and returns them.
-async fn prompts(provider: &Fake, count: usize) -> Vec<String> {
+pub(crate) async fn prompts(provider: &Fake, count: usize) -> Vec<String> {
     eventually_within(
         "the batch runs",
         Duration::from_secs(30),
@@ -108,7 +108,7 @@ async fn prompts(provider: &Fake, count: usize) -> Vec<String> {
 
 /// The subjects each run's requests were answered with, in the order of their positions,
 /// after checking that each run's positions are 1, 2, ... once each.
-fn by_run(answers: Vec<(String, Value)>) -> BTreeMap<String, Vec<String>> {
+pub(crate) fn by_run(answers: Vec<(String, Value)>) -> BTreeMap<String, Vec<String>> {
     let mut runs: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();
     for (subject, answer) in answers {
         let position = answer["batched"]
@@ -128,7 +128,7 @@ fn by_run(answers: Vec<(String, Value)>) -> BTreeMap<String, Vec<String>> {
 }
 
 /// Checks that the prompt of run `run_id` among `prompts` holds `subjects`, in order.
-fn assert_prompt(prompts: &[String], run_id: &str, subjects: &[String]) {
+pub(crate) fn assert_prompt(prompts: &[String], run_id: &str, subjects: &[String]) {
     let prompt = prompts
         .iter()
         .find(|p| p.contains(&format!("Job ID: {run_id} |")))

@@ -32,6 +32,7 @@ mod admission;
 mod agent;
 mod api;
 mod batch_cluster;
+mod batch_failures;
 mod batches;
 mod budgets;
 mod cluster;

@@ -12,6 +12,7 @@ use async_nats::jetstream::kv;
 use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
 
+use super::batch_claims::{ItemClaim, ItemClaims};
 use super::intake::key_of;
 use super::{Cluster, ClusterError, Fact};
 use crate::gateway::batches::{self, Added, BatchItem, Joined};
@@ -74,11 +75,33 @@ pub struct Batches<'a> {
 
 impl Batches<'_> {
     /// Adds a batch mapping's request to its open batch for the whole cluster, with `open`
-    /// opening one when there is none; answers once the item is on the stream.
+    /// opening one when there is none; answers once the item is on the stream. Its idempotency
+    /// key, if any, is claimed first (`batch_claims`): a retry gets the first request's place.
     pub async fn join(&self, item: BatchItem, open: bool) -> Result<Joined, ClusterError> {
-        if let Some(repeat) = self.batch_repeat(&item).await? {
-            return Ok(Joined::Added(repeat));
+        let claims = ItemClaims {
+            cluster: self.cluster,
+        };
+        let claim = item.claim.clone();
+        let revision = match &claim {
+            None => None,
+            Some(claim) => match claims.claim(claim).await? {
+                ItemClaim::Repeat(added) => return Ok(Joined::Added(added)),
+                ItemClaim::Claimed(revision) => Some(revision),
+            },
+        };
+        let joined = self.take_position(item, open).await;
+        if let (Some(claim), Some(revision)) = (&claim, revision) {
+            match &joined {
+                Ok(Joined::Added(added)) => claims.confirm(claim, revision, added).await,
+                _ => claims.release(claim, revision).await,
+            }
         }
+        joined
+    }
+
+    /// Takes the next position of the open batch (opening one with `open`) and publishes the
+    /// item there.
+    async fn take_position(&self, mut item: BatchItem, open: bool) -> Result<Joined, ClusterError> {
         let key = key_of(&format!("{}\n{}", item.mapping_id(), item.key()));
         for _ in 0..ATTEMPTS {
             let found = self.batch_entry(&key).await?;
@@ -93,7 +116,13 @@ impl Batches<'_> {
                 _ if !open => return Ok(Joined::NoneOpen(Box::new(item))),
                 found => match self.open_entry(&key, &item, found.map(|f| f.1)).await? {
                     Some(added) => return Ok(Joined::Added(added)),
-                    None => continue,
+                    None => {
+                        // Another node's batch took the key: the batch announced for this run
+                        // will never have an item, and the request looks again as a new run.
+                        self.discard(&item.run.run_id).await;
+                        item.run.run_id = uuid::Uuid::now_v7().to_string();
+                        continue;
+                    }
                 },
             };
             let taken = Entry {
@@ -121,35 +150,6 @@ impl Batches<'_> {
         Err(bucket_error("too many concurrent updates of one batch"))
     }
 
-    /// A retry of a request that joined a batch: its run and position, from the idempotency
-    /// bucket (`<run id>#<position>`).
-    async fn batch_repeat(&self, item: &BatchItem) -> Result<Option<Added>, ClusterError> {
-        let Some(claim) = &item.claim else {
-            return Ok(None);
-        };
-        let first = self
-            .cluster
-            .buckets
-            .idempotency
-            .get(key_of(&claim.fingerprint))
-            .await;
-        let Some(first) = first.map_err(|e| ClusterError::new("idempotency bucket", e))? else {
-            return Ok(None);
-        };
-        let first = String::from_utf8_lossy(&first);
-        let (run_id, position) = match first.split_once('#') {
-            Some((run_id, position)) => (run_id, position.parse().ok()),
-            None => (first.as_ref(), None),
-        };
-        Ok(Some(Added {
-            run_id: run_id.to_string(),
-            position,
-            repeated: true,
-            opened: false,
-            closed: false,
-        }))
-    }
-
     /// The bucket's entry `key` and its revision; `None` when there is none or it was deleted.
     async fn batch_entry(&self, key: &str) -> Result<Option<(Entry, u64)>, ClusterError> {
         let entry = self
@@ -168,7 +168,9 @@ impl Batches<'_> {
     }
 
     /// Opens a batch of `item`'s run in place of the closed entry at `revision` (or none);
-    /// `None` when another node changed the entry first.
+    /// `None` when another node changed the entry first. The batch is announced to the views
+    /// before the bucket names it, so that every item a joiner publishes has its batch in every
+    /// view; an announced batch that the bucket never named gets no item, and is discarded.
     async fn open_entry(
         &self,
         key: &str,
@@ -183,6 +185,13 @@ impl Batches<'_> {
             items: 1,
             closed: opened.max_items <= 1,
         };
+        let fact = Fact::BatchOpened {
+            run: item.run.clone(),
+            opened,
+        };
+        self.cluster
+            .publish(&fact, &format!("batch-{}", entry.run_id))
+            .await?;
         let bucket = &self.cluster.buckets.batches;
         let written = match revision {
             Some(revision) => match bucket.update(key, entry.value(), revision).await {
@@ -199,13 +208,6 @@ impl Batches<'_> {
         if !written {
             return Ok(None);
         }
-        let fact = Fact::BatchOpened {
-            run: item.run.clone(),
-            opened,
-        };
-        self.cluster
-            .publish(&fact, &format!("batch-{}", entry.run_id))
-            .await?;
         let added = self.publish_item(item, &entry, true).await?;
         if entry.closed {
             self.run_filled(&entry).await;
@@ -213,7 +215,23 @@ impl Batches<'_> {
         Ok(Some(added))
     }
 
-    /// Publishes `item` at the last position `entry` took, and its idempotency claim.
+    /// Discards the batch of run `run_id`, announced and given no item: the views forget its
+    /// run. Best effort: a batch left announced is discarded by the closer once
+    /// [`ORPHANED`].
+    async fn discard(&self, run_id: &str) {
+        let fact = Fact::BatchDiscarded {
+            run_id: run_id.to_string(),
+        };
+        if let Err(err) = self
+            .cluster
+            .publish(&fact, &format!("discard-{run_id}"))
+            .await
+        {
+            tracing::warn!(%err, %run_id, "cannot discard an empty batch; its closer will");
+        }
+    }
+
+    /// Publishes `item` at the last position `entry` took.
     async fn publish_item(
         &self,
         item: &BatchItem,
@@ -228,19 +246,6 @@ impl Batches<'_> {
         };
         let id = format!("batch-{}-{position}", entry.run_id);
         self.cluster.publish(&fact, &id).await?;
-        if let Some(claim) = &item.claim {
-            let value = format!("{}#{position}", entry.run_id);
-            let claimed = self
-                .cluster
-                .buckets
-                .idempotency
-                .create(key_of(&claim.fingerprint), value.into())
-                .await;
-            if let Err(err) = claimed {
-                // The item is stored; a retry then gets a position of its own.
-                tracing::warn!(%err, "cannot record a batch item's idempotency key");
-            }
-        }
         Ok(Added {
             run_id: entry.run_id.clone(),
             position: Some(position),
@@ -286,20 +291,27 @@ impl Batches<'_> {
 
     /// Publishes the run of closed batch `run_id` with the prompt of its `items` items, once
     /// this node's view shows them (or [`ITEMS_WAIT`] passed: an item whose node died before
-    /// publishing it was never answered). The stream keeps one run per run id.
+    /// publishing it was never answered). The stream keeps one run per run id. A batch with no
+    /// item is discarded instead.
     async fn publish_closed(&self, run_id: &str, items: u32) -> Result<(), ClusterError> {
         let view = self.view;
         let deadline = tokio::time::Instant::now() + ITEMS_WAIT;
-        loop {
+        let stored = loop {
             let id = run_id.to_string();
             let stored = view
                 .read(move |conn| items_stored(conn, &id))
                 .await
                 .map_err(|e| ClusterError::new("cannot read the view", e))?;
             if stored >= items || tokio::time::Instant::now() >= deadline {
-                break;
+                break stored;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        if stored == 0 {
+            // No item reached the stream (an opener that died, or lost its key to another
+            // node's batch): there is nothing to run, and no request was answered with it.
+            self.discard(run_id).await;
+            return Ok(());
         }
         let id = run_id.to_string();
         let run = view

@@ -42,6 +42,10 @@ pub enum Fact {
     Cancelled { run_id: String, at: String },
     /// A batch opened with its run, `batching` until its `Run` fact closes it.
     BatchOpened { run: NewRun, opened: Opened },
+    /// Batch `run_id` was announced and no request joined it (its opener lost the batch's key
+    /// to another node, or died first): its run is forgotten.
+    #[serde(rename_all = "camelCase")]
+    BatchDiscarded { run_id: String },
     /// A request joined batch `run_id` at `position` (from 1).
     #[serde(rename_all = "camelCase")]
     BatchItem {
@@ -105,6 +109,7 @@ impl Fact {
             Fact::Cancelled { .. } => "cancelled",
             Fact::BatchOpened { .. } => "batch.opened",
             Fact::BatchItem { .. } => "batch.item",
+            Fact::BatchDiscarded { .. } => "batch.discarded",
             Fact::Started { .. } => "started",
             Fact::BeatRequested { .. } => "beat",
             Fact::Finished { .. } => "out.finished",
@@ -154,6 +159,7 @@ impl Fact {
                 held::mark_cancelled(conn, run_id, at)?;
             }
             Fact::BatchOpened { run, opened } => batches::insert_open(conn, run, opened)?,
+            Fact::BatchDiscarded { run_id } => batches::discard(conn, run_id)?,
             Fact::BatchItem {
                 run_id,
                 position,

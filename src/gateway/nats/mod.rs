@@ -13,6 +13,7 @@
 //! delivery's id, a session key's run in progress, a chat message's send, is decided by an atomic
 //! create in a key-value bucket.
 
+mod batch_claims;
 mod batches;
 mod consumers;
 mod dispatch;
