@@ -422,7 +422,7 @@ async fn a_reload_of_runs_takes_effect_for_queued_runs() {
     );
     dir.write(&wide);
     eventually("the reload", async || {
-        server.api_json("/api/config").await.1["generation"] == 1
+        server.api_json("/api/config").await.1["generation"] == 2
     })
     .await;
     // The two queued runs start without waiting for the first.
