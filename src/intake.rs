@@ -131,7 +131,9 @@ pub async fn admit(
             Admitted::Wake(wake) => commit_wake(runtime, hooks, &wake, intake)
                 .await
                 .map(|outcome| committed.woke(wake.mode, outcome)),
-            Admitted::Agent(admission) => queue(runtime, hooks, *admission)
+            // Boxed: queueing a run (a batch, a lane, budgets) is a future many times the
+            // size of a wake's commit, and unboxed every wake would carry and move it.
+            Admitted::Agent(admission) => Box::pin(queue(runtime, hooks, *admission))
                 .await
                 .map(|run| committed.runs.push(run)),
         };
