@@ -13,12 +13,10 @@ use rusqlite::types::{FromSql, FromSqlResult, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, ToSql, params};
 
 use super::records::NewRun;
-use super::runs::IdempotencyClaim;
 use super::store::{Store, StoreError};
 use crate::config::HookSettings;
 use crate::config::lanes::Priority;
 use crate::hook::LimitReached;
-use crate::metrics::Metrics;
 
 /// The `Retry-After` of a request refused by a full lane. A queue drains as fast as its runs
 /// end, which nothing here knows ahead: a pause that keeps a sender from hammering the lane,
@@ -67,24 +65,15 @@ pub enum LaneError {
 }
 
 /// Puts an admitted run in the lane of the mapping that admitted it: gives it the lane's
-/// priority, and refuses it ([`LaneFull`], counted by mapping) when `runs.maxQueued` of the
-/// mapping's runs are queued already, unless `claim` finds it a repeat of a request the
-/// embedded store took within the idempotency window (it is then answered with the first
-/// run, and queues nothing). A run without a mapping, or of a mapping without `runs`,
-/// passes as it is.
+/// priority, and refuses it ([`LaneFull`]) when `runs.maxQueued` of the mapping's runs are
+/// queued already. A run without a mapping, or of a mapping without `runs`, passes as it is.
+/// The caller lets a repeat of an earlier request through a full lane (it queues nothing).
 ///
 /// Costs one read of at most `maxQueued` entries of an index of the queued runs (on a NATS
-/// cluster, of this node's view), and of the idempotency key when the lane is full. The
-/// count is read before the run is queued, not in its transaction: requests of one mapping
-/// admitted at the same moment may each see room, so the queue may pass `maxQueued` by as
-/// many as were admitted together.
-pub async fn enter(
-    store: &Store,
-    metrics: &Metrics,
-    hooks: &HookSettings,
-    run: &mut NewRun,
-    claim: Option<&IdempotencyClaim>,
-) -> Result<(), LaneError> {
+/// cluster, of this node's view). The count is read before the run is queued, not in its
+/// transaction: requests of one mapping admitted at the same moment may each see room, so the
+/// queue may pass `maxQueued` by as many as were admitted together.
+pub async fn enter(store: &Store, hooks: &HookSettings, run: &mut NewRun) -> Result<(), LaneError> {
     let Some(mapping) = run.admitted.mapping_id.as_deref() else {
         return Ok(());
     };
@@ -96,28 +85,12 @@ pub async fn enter(
         return Ok(());
     };
     let owned = mapping.to_string();
-    let earliest = claim.map(|claim| {
-        let window = i64::try_from(claim.window.as_millis()).unwrap_or(i64::MAX);
-        (
-            claim.fingerprint.clone(),
-            claim.now_ms.saturating_sub(window),
-        )
-    });
-    let room = store
-        .read(move |conn| {
-            if queued_of(conn, &owned, max_queued)? < max_queued.get() {
-                return Ok(true);
-            }
-            match earliest {
-                Some((key, since)) => seen_since(conn, &key, since),
-                None => Ok(false),
-            }
-        })
+    let queued = store
+        .read(move |conn| queued_of(conn, &owned, max_queued))
         .await?;
-    if room {
+    if queued < max_queued.get() {
         return Ok(());
     }
-    metrics.count_lane_refusal(mapping);
     Err(LaneFull {
         mapping: mapping.to_string(),
         max_queued: max_queued.get(),
@@ -133,15 +106,6 @@ fn queued_of(conn: &Connection, mapping: &str, cap: NonZeroU32) -> rusqlite::Res
           WHERE mapping_id = ?1 AND status = 'queued' LIMIT ?2)",
     )?
     .query_row(params![mapping, cap.get()], |row| row.get(0))
-}
-
-/// Whether the idempotency key `fingerprint` was first seen after `since_ms`: a repeat, which
-/// `runs::queue_run` answers with the first run and stores nothing for.
-fn seen_since(conn: &Connection, fingerprint: &str, since_ms: i64) -> rusqlite::Result<bool> {
-    conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM idempotency WHERE fingerprint = ?1 AND first_at_ms > ?2)",
-    )?
-    .query_row(params![fingerprint, since_ms], |row| row.get(0))
 }
 
 impl Store {

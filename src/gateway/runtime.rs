@@ -162,14 +162,43 @@ impl Runtime {
     }
 
     /// Puts an admitted run in its mapping's lane ([`lanes::enter`]): its priority, or a refusal
-    /// past `runs.maxQueued`.
+    /// past `runs.maxQueued` (counted by mapping), unless `claim` finds the request a repeat of
+    /// one admitted before, which queues nothing and is answered with its first run.
     pub async fn enter_lane(
         &self,
         hooks: &HookSettings,
         run: &mut NewRun,
         claim: Option<&IdempotencyClaim>,
     ) -> Result<(), LaneError> {
-        lanes::enter(&self.store, &self.metrics, hooks, run, claim).await
+        match lanes::enter(&self.store, hooks, run).await {
+            Err(LaneError::Full(full)) => {
+                if self.repeat_of(claim).await?.is_some() {
+                    return Ok(());
+                }
+                self.metrics.count_lane_refusal(&full.mapping);
+                Err(full.into())
+            }
+            entered => entered,
+        }
+    }
+
+    /// The run that an earlier request with `claim`'s idempotency key was answered with, within
+    /// the key's window: a repeat is answered as before, never refused by a limit. Costs one
+    /// read of the store, or on a NATS cluster of its idempotency bucket; none without a claim.
+    pub async fn repeat_of(
+        &self,
+        claim: Option<&IdempotencyClaim>,
+    ) -> Result<Option<String>, StoreError> {
+        let Some(claim) = claim else {
+            return Ok(None);
+        };
+        if let Backend::Nats(cluster) = &self.backend {
+            return Ok(cluster.repeat_of(claim).await?);
+        }
+        let claim = claim.clone();
+        self.store
+            .read(move |conn| runs::repeat_of(conn, &claim))
+            .await
     }
 
     /// Commits a wake; answers once durable.

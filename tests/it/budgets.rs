@@ -128,7 +128,15 @@ pub(crate) async fn a_refusing_budget_answers_429_and_stores_nothing(backend: Ba
     let provider = Fake::provider("done").await;
     let budget = json!({"runsPerHour": 1, "onExceeded": "refuse"});
     let (server, _kept) = backend.start(&config(&provider, budget));
-    let first = accepted(&server, 1).await;
+    let keyed = || {
+        server
+            .hook("/hooks/github")
+            .header("idempotency-key", "event-1")
+            .json(&json!({"n": 1}))
+    };
+    let (status, reply) = json_of(keyed().send().await.unwrap()).await;
+    assert_eq!(status, 200, "{reply}");
+    let first = reply["runId"].as_str().unwrap().to_string();
     shown(&server, &first).await;
     let refused = github(&server, 2).await;
     assert_eq!(refused.status(), 429);
@@ -162,6 +170,9 @@ pub(crate) async fn a_refusing_budget_answers_429_and_stores_nothing(backend: Ba
         .map(|r| r["runId"].as_str().unwrap())
         .collect();
     assert_eq!(ids, [first.as_str()], "the refused request stored no run");
+    // A repeat of the request the budget took is answered with its run, not refused.
+    let (status, repeat) = json_of(keyed().send().await.unwrap()).await;
+    assert_eq!((status, &repeat["runId"]), (200, &json!(first)), "{repeat}");
     let metrics = server.metrics().await;
     assert!(
         metrics.contains("hookgate_budget_refusals_total{scope=\"mapping\"} 1"),

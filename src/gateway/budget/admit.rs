@@ -5,7 +5,7 @@ use super::{Exceeded, applying_to, judge};
 use crate::config::budget::{Budgets, OnExceeded};
 use crate::gateway::clock::now_ms;
 use crate::gateway::records::NewRun;
-use crate::gateway::runs::{self, IdempotencyClaim, RunQueued};
+use crate::gateway::runs::{IdempotencyClaim, RunQueued};
 use crate::gateway::{Runtime, StoreError};
 use crate::hook::LimitReached;
 
@@ -42,7 +42,7 @@ pub async fn queue(
             tracing::info!(run_id = %run.run_id, budget = %exceeded.by, "run held: its budget is spent");
             runtime.hold_run(run, claim, exceeded.by).await.map(Ok)
         }
-        OnExceeded::Refuse => match repeat_of(runtime, claim).await? {
+        OnExceeded::Refuse => match runtime.repeat_of(claim.as_ref()).await? {
             Some(run_id) => Ok(Ok(RunQueued::Replayed { run_id })),
             None => {
                 runtime.metrics().budget_refused(exceeded.by.scope.as_str());
@@ -78,24 +78,5 @@ async fn over_budget(
     runtime
         .store()
         .read(move |conn| judge(conn, &applying, now_ms()))
-        .await
-}
-
-/// The run an earlier request with the same idempotency claim queued, within its window: a
-/// repeat is answered as before, never refused. (On a NATS cluster the claims live in a bucket
-/// that is only written, at queueing: a repeat past a refusing budget is refused there.)
-async fn repeat_of(
-    runtime: &Runtime,
-    claim: Option<IdempotencyClaim>,
-) -> Result<Option<String>, StoreError> {
-    let Some(claim) = claim else {
-        return Ok(None);
-    };
-    if runtime.cluster().is_some() {
-        return Ok(None);
-    }
-    runtime
-        .store()
-        .read(move |conn| runs::repeat_of(conn, &claim))
         .await
 }

@@ -138,6 +138,29 @@ impl Cluster {
         })
     }
 
+    /// The run an earlier request with `claim`'s idempotency key was answered with, from the
+    /// idempotency bucket (whose entries live as long as the key's window): a run's id, a batch
+    /// item's `<run id>#<position>`, or a batch item's claim still pending (its run is not known
+    /// yet, but the request is a repeat all the same, and the batch answers it).
+    pub async fn repeat_of(
+        &self,
+        claim: &IdempotencyClaim,
+    ) -> Result<Option<String>, ClusterError> {
+        let first = self
+            .buckets
+            .idempotency
+            .get(key_of(&claim.fingerprint))
+            .await
+            .map_err(|e| ClusterError::new("idempotency bucket", e))?;
+        Ok(first.map(|first| {
+            let first = String::from_utf8_lossy(&first);
+            let run_id = first
+                .split_once('#')
+                .map_or(first.as_ref(), |(run_id, _)| run_id);
+            run_id.to_string()
+        }))
+    }
+
     /// Claims a signed delivery id for the whole cluster.
     pub async fn claim_delivery(&self, key: &str) -> Result<Claim, ClusterError> {
         let key = key_of(key);
