@@ -29,8 +29,11 @@ async fn one_batch_run(window: &str) -> (NatsServer, Fake, Hookgate, ConfigDir) 
     let batch = json!({"window": window, "maxItems": 10});
     let (a, dir) = Hookgate::start(&node(&nats, &provider, batch));
     let first = send(&a, "first").await;
+    let run_id = first["runId"].as_str().unwrap().to_string();
     eventually("the first batch run ok", async || {
-        a.run_of(&first).await["status"] == "ok"
+        run(&a, &run_id)
+            .await
+            .is_some_and(|run| run["status"] == "ok")
     })
     .await;
     (nats, provider, a, dir)
