@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use axum::http::HeaderName;
+use http::HeaderName;
 use serde_json::Value;
 
 /// What conditions need of a request's headers; the HTTP layer implements it over its header map.
