@@ -2,6 +2,7 @@
 //! them, never taken by the runner. The release step starts the oldest of them as their budgets'
 //! windows make room; the operator releases one whatever its budget, or cancels it.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -16,8 +17,8 @@ use crate::gateway::runs;
 use crate::gateway::signals::Signals;
 use crate::gateway::{Runtime, StoreError};
 
-/// Held runs looked at by one release step, oldest first.
-const RELEASE_BATCH: u32 = 256;
+/// Held runs read at once by the release step, oldest first.
+pub(super) const RELEASE_BATCH: u32 = 256;
 /// How long the operator's release or cancel waits for this node's view to apply it.
 const APPLY_WAIT: Duration = Duration::from_secs(10);
 
@@ -54,24 +55,26 @@ fn if_held(conn: &Connection, update: &str, run_id: &str, at: &str) -> rusqlite:
     Ok(conn.prepare_cached(update)?.execute(params![run_id, at])? == 1)
 }
 
-/// A held run, as much of it as its budgets need.
+/// A held run, as much of it as its budgets need, and its place in the order of holding.
 struct HeldRun {
+    rowid: i64,
     run_id: String,
     mapping_id: Option<String>,
     agent: String,
 }
 
-/// The oldest held runs, at most `limit`, on the `runs_by_status` index.
-fn oldest_held(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<HeldRun>> {
+/// The oldest held runs after rowid `after`, at most `limit`, on the `runs_by_status` index.
+fn held_after(conn: &Connection, after: i64, limit: u32) -> rusqlite::Result<Vec<HeldRun>> {
     conn.prepare_cached(
-        "SELECT run_id, mapping_id, target_agent FROM runs WHERE status = 'held'
-         ORDER BY rowid LIMIT ?1",
+        "SELECT rowid, run_id, mapping_id, target_agent FROM runs
+         WHERE status = 'held' AND rowid > ?1 ORDER BY rowid LIMIT ?2",
     )?
-    .query_map(params![limit], |row| {
+    .query_map(params![after, limit], |row| {
         Ok(HeldRun {
-            run_id: row.get(0)?,
-            mapping_id: row.get(1)?,
-            agent: row.get(2)?,
+            rowid: row.get(0)?,
+            run_id: row.get(1)?,
+            mapping_id: row.get(2)?,
+            agent: row.get(3)?,
         })
     })?
     .collect()
@@ -96,6 +99,42 @@ fn room_now(
     Ok(judge(conn, &applying, now_ms)?.is_none())
 }
 
+/// Walks the held runs oldest first, handing `take` each whose budgets have room at `now_ms`
+/// (counted after what `take` released before it), until `take` answers false or none is left.
+///
+/// Every held run is looked at, a page of [`RELEASE_BATCH`] at a time, so that the runs of a
+/// budget with room are found however many runs of a spent one were held before them; the
+/// budgets of a mapping and agent found without room are not counted again in the same walk
+/// (releasing only takes room). Costs a walk of the held runs' index and one count per run
+/// taken, plus one per mapping and agent without room.
+fn walk_releasable(
+    conn: &Connection,
+    budgets: &Budgets,
+    now_ms: i64,
+    mut take: impl FnMut(HeldRun) -> rusqlite::Result<bool>,
+) -> rusqlite::Result<()> {
+    let mut spent: HashSet<(Option<String>, String)> = HashSet::new();
+    let mut after = 0;
+    loop {
+        let page = held_after(conn, after, RELEASE_BATCH)?;
+        let Some(last) = page.last() else {
+            return Ok(());
+        };
+        after = last.rowid;
+        for run in page {
+            let group = (run.mapping_id.clone(), run.agent.clone());
+            if spent.contains(&group) {
+                continue;
+            }
+            if !room_now(conn, budgets, &run, now_ms)? {
+                spent.insert(group);
+            } else if !take(run)? {
+                return Ok(());
+            }
+        }
+    }
+}
+
 /// Releases, oldest first, each held run whose budgets have room at `now_ms`; each one released
 /// counts against the runs after it. The ids released. In one transaction of the caller's.
 pub(crate) fn release_due_in(
@@ -105,12 +144,30 @@ pub(crate) fn release_due_in(
 ) -> rusqlite::Result<Vec<String>> {
     let at = crate::gateway::clock::rfc3339(now_ms);
     let mut released = Vec::new();
-    for run in oldest_held(conn, RELEASE_BATCH)? {
-        if room_now(conn, budgets, &run, now_ms)? && mark_released(conn, &run.run_id, &at)? {
+    walk_releasable(conn, budgets, now_ms, |run| {
+        if mark_released(conn, &run.run_id, &at)? {
             released.push(run.run_id);
         }
-    }
+        Ok(true)
+    })?;
     Ok(released)
+}
+
+/// The oldest held run whose budgets have room at `now_ms`.
+fn first_releasable(
+    conn: &Connection,
+    budgets: &Budgets,
+    now_ms: i64,
+) -> rusqlite::Result<Option<NewRun>> {
+    let mut first = None;
+    walk_releasable(conn, budgets, now_ms, |run| {
+        first = Some(run.run_id);
+        Ok(false)
+    })?;
+    match first {
+        Some(run_id) => NewRun::select(conn, &run_id),
+        None => Ok(None),
+    }
 }
 
 /// The embedded runner's release step: one indexed read when nothing is held; else one
@@ -149,12 +206,7 @@ async fn release_due_on(ctx: &Context, cluster: &Cluster) -> Result<(), StoreErr
             .read(move |conn| {
                 let default = Budgets::default();
                 let budgets = settings.hooks.as_ref().map_or(&default, |h| &h.budgets);
-                for run in oldest_held(conn, RELEASE_BATCH)? {
-                    if room_now(conn, budgets, &run, now_ms())? {
-                        return NewRun::select(conn, &run.run_id);
-                    }
-                }
-                Ok(None)
+                first_releasable(conn, budgets, now_ms())
             })
             .await?;
         let Some(run) = next else {

@@ -1,6 +1,6 @@
 use std::num::NonZeroU32;
 
-use super::held::{hold, mark_cancelled, mark_released, release_due_in};
+use super::held::{RELEASE_BATCH, hold, mark_cancelled, mark_released, release_due_in};
 use super::*;
 use crate::gateway::Store;
 use crate::gateway::clock::rfc3339;
@@ -133,6 +133,30 @@ async fn the_release_step_starts_the_oldest_held_runs_the_window_has_room_for() 
     assert_eq!(counted.oldest_ms, Some(NOW_MS + 2_000));
     let status = store.read(|conn| runs::status(conn, "h1")).await.unwrap();
     assert_eq!(status, Some(crate::gateway::RunStatus::Queued));
+    store.close();
+}
+
+#[tokio::test]
+async fn the_release_step_looks_past_the_held_runs_of_a_spent_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), true).unwrap();
+    let budgets = mapping_budget(1, OnExceeded::Hold);
+    let released = store
+        .write(move |conn| {
+            run("ran", "github", NOW_MS - 100).insert(conn)?;
+            // More held runs of the spent budget than one page of the release step reads.
+            for i in 0..(2 * RELEASE_BATCH + 1) {
+                let id = format!("held-{i}");
+                run(&id, "github", NOW_MS - 50).insert(conn)?;
+                hold(conn, &id, &over_by())?;
+            }
+            run("other", "gmail", NOW_MS - 10).insert(conn)?;
+            hold(conn, "other", &over_by())?;
+            release_due_in(conn, &budgets, NOW_MS)
+        })
+        .await
+        .unwrap();
+    assert_eq!(released, ["other"]);
     store.close();
 }
 
