@@ -176,6 +176,7 @@ impl Server {
             request_log,
             access_log: Default::default(),
             write_probe: Default::default(),
+            replays: Default::default(),
             config,
             store,
             runtime,

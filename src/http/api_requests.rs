@@ -81,7 +81,17 @@ pub async fn replay(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     let (original, _) = find(&app, &id).await?;
-    if let Some(refusal) = replay_refusal(&original) {
+    Ok(Json(replay_record(&app, &original).await?).into_response())
+}
+
+/// Replays `original`, a record as [`find`] returns it, the way `POST
+/// /api/requests/<id>/replay` does: refused as that endpoint refuses, else the new record
+/// (committed) and what the hook answered it. Reads the whole answer into memory.
+pub(super) async fn replay_record(
+    app: &AppState,
+    original: &RequestRecord,
+) -> Result<Replayed, ApiError> {
+    if let Some(refusal) = replay_refusal(original) {
         return Err(ApiError::Conflict(refusal));
     }
     let body = original
@@ -96,39 +106,41 @@ pub async fn replay(
         .unwrap_or_default();
     let query = original.capture.as_ref().and_then(|c| c.query.as_deref());
     let (response, new_id) =
-        hooks::replay(&app, &original, headers, query, Bytes::from(body)).await?;
+        hooks::replay(app, original, headers, query, Bytes::from(body)).await?;
     let status = response.status().as_u16();
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
         .await
         .unwrap_or_default();
     let answer = serde_json::from_slice::<Value>(&bytes)
         .unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&bytes).into_owned()));
-    Ok(Json(Replayed {
+    Ok(Replayed {
         ok: true,
         request_id: new_id,
-        replay_of: id,
+        replay_of: original.id.clone(),
         status,
         answer,
     })
-    .into_response())
 }
 
 /// The answer of `POST /api/requests/<id>/replay`: the replay's record and what the hook
 /// answered it (its JSON, or its body as text).
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct Replayed {
+pub(super) struct Replayed {
     ok: bool,
-    request_id: String,
+    pub request_id: String,
     replay_of: String,
-    status: u16,
+    pub status: u16,
     answer: Value,
 }
 
 /// Record `id` with the replays of it, and with every header that carries a credential under
 /// the configuration in force taken out of its capture: one kept by an older version, which
 /// stripped fewer, is neither shown nor replayed (docs/operations.md#the-request-log).
-async fn find(app: &AppState, id: &str) -> Result<(RequestRecord, Vec<String>), ApiError> {
+pub(super) async fn find(
+    app: &AppState,
+    id: &str,
+) -> Result<(RequestRecord, Vec<String>), ApiError> {
     let (mut record, replays) = app
         .request_log
         .find(id)
@@ -147,7 +159,7 @@ async fn find(app: &AppState, id: &str) -> Result<(RequestRecord, Vec<String>), 
 
 /// Why `record` cannot be replayed, as far as the log tells; `None` when it can (the mappings
 /// in force may still refuse it).
-fn replay_refusal(record: &RequestRecord) -> Option<String> {
+pub(super) fn replay_refusal(record: &RequestRecord) -> Option<String> {
     if let Err(refused) = hooks::replayable(record) {
         return Some(refused.to_string());
     }

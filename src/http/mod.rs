@@ -4,6 +4,7 @@
 mod api;
 mod api_error;
 mod api_held;
+mod api_replay;
 mod api_requests;
 mod api_spend;
 mod auth;
@@ -86,6 +87,8 @@ pub struct AppParts {
     pub access_log: std::sync::atomic::AtomicBool,
     /// The store's last write probe, which `/readyz` shares for a second.
     pub write_probe: health::WriteProbe,
+    /// Bulk replays, held in memory (docs/operations.md#replaying-in-bulk).
+    pub replays: api_replay::ReplayJobs,
 }
 
 /// Every route of the server. Hooks live under a configurable, reloadable prefix, so their
@@ -118,6 +121,11 @@ fn operator_api(state: AppState) -> Router<AppState> {
         .route("/requests", get(api_requests::requests))
         .route("/requests/{id}", get(api_requests::request))
         .route("/requests/{id}/replay", post(api_requests::replay))
+        .route("/requests/replay", post(api_replay::start))
+        .route(
+            "/requests/replays/{id}",
+            get(api_replay::progress).delete(api_replay::cancel),
+        )
         .route("/runs", get(api::runs))
         .route("/runs/{run_id}", get(api::run))
         .route("/runs/{run_id}/retry", post(api::retry_run))

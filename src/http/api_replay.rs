@@ -1,0 +1,191 @@
+//! Bulk replay through the operator API (docs/operations.md#replaying-in-bulk): a selection of
+//! the request log, as `GET /api/requests` filters it, replayed oldest first through the
+//! configuration in force, at a bounded rate, by a job the operator polls and may cancel.
+
+mod job;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+pub use job::ReplayJobs;
+
+use super::AppState;
+use super::api_error::{ApiError, ApiPath};
+use super::api_requests::{find, replay_refusal};
+use super::request_query::RequestsQuery;
+use crate::gateway::requests::{ListOrder, RequestRecord};
+use job::{Rate, ReplayJob};
+
+/// The most requests one bulk replay (or its dry run) takes: a selection matching more is
+/// refused, not cut, so that the operator narrows it knowingly.
+pub const MAX_SELECTED: usize = 10_000;
+
+/// How many records the selection reads from the log at a time.
+const PAGE: u32 = 1000;
+
+/// The body of `POST /api/requests/replay`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ReplayBody {
+    /// The keys of `GET /api/requests`' query; `limit` does not apply (every match is taken).
+    #[serde(default)]
+    filter: RequestsQuery,
+    /// Only count what would be replayed.
+    #[serde(default)]
+    dry_run: bool,
+    /// Replays per second.
+    rate: Option<u32>,
+}
+
+/// The requests a filter selects, split into those a replay can make and those it cannot.
+#[derive(Default)]
+struct Selection {
+    /// Record ids, oldest first.
+    replayable: Vec<String>,
+    /// How many cannot be replayed, by why.
+    refused: BTreeMap<String, usize>,
+}
+
+/// The answer of `POST /api/requests/replay`: what the filter selects, and the job replaying
+/// it (none for a dry run).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReplayPlan {
+    ok: bool,
+    dry_run: bool,
+    /// The job's id, for `GET /api/requests/replays/{id}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    /// Requests the filter matched.
+    matched: usize,
+    /// Of those, the ones that are (or would be) replayed.
+    replayable: usize,
+    /// The others, grouped by why they cannot be replayed.
+    not_replayable: Vec<NotReplayable>,
+    /// Replays per second.
+    rate: u32,
+}
+
+#[derive(Serialize)]
+struct NotReplayable {
+    reason: String,
+    count: usize,
+}
+
+/// `POST /api/requests/replay` with `{"filter": {...}, "dryRun": bool, "rate": n}`: selects the
+/// requests the filter matches (at most [`MAX_SELECTED`]), and with `dryRun` answers how many
+/// it would replay and why the others cannot be; otherwise starts a job replaying them, oldest
+/// first, and answers 202 with its id. 409 while another job runs. The selection reads each
+/// captured request's record once.
+pub async fn start(State(app): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let body: ReplayBody = serde_json::from_slice(&body)
+        .map_err(|err| ApiError::Invalid(format!("invalid replay request: {err}")))?;
+    let rate = Rate::parse(body.rate)?;
+    let selection = select(&app, body.filter).await?;
+    let matched = selection.replayable.len() + selection.refused.values().sum::<usize>();
+    let replayable = selection.replayable.len();
+    let not_replayable = selection
+        .refused
+        .into_iter()
+        .map(|(reason, count)| NotReplayable { reason, count })
+        .collect();
+    let mut plan = ReplayPlan {
+        ok: true,
+        dry_run: body.dry_run,
+        id: None,
+        matched,
+        replayable,
+        not_replayable,
+        rate: rate.get(),
+    };
+    if body.dry_run {
+        return Ok(Json(plan).into_response());
+    }
+    let job = app.replays.start(&app, selection.replayable, rate)?;
+    let location = format!("/api/requests/replays/{}", job.id);
+    plan.id = Some(job.id.clone());
+    let mut response = (StatusCode::ACCEPTED, Json(plan)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// `GET /api/requests/replays/{id}`: a job's progress, each request's replay as it is made.
+pub async fn progress(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(job(&app, &id)?.view()).into_response())
+}
+
+/// `DELETE /api/requests/replays/{id}`: stops a job before its next replay (the one in flight
+/// is finished) and answers its progress.
+pub async fn cancel(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    let job = job(&app, &id)?;
+    job.cancel();
+    Ok(Json(job.view()).into_response())
+}
+
+/// The job of id `id`; 404 when this node has none (it never had, forgot it, or restarted).
+fn job(app: &AppState, id: &str) -> Result<Arc<ReplayJob>, ApiError> {
+    app.replays.get(id).ok_or(ApiError::NotFound("replay job"))
+}
+
+/// The requests `query` selects, oldest first, read a page at a time; 400 past
+/// [`MAX_SELECTED`].
+async fn select(app: &AppState, query: RequestsQuery) -> Result<Selection, ApiError> {
+    let mut filter = query.filter()?;
+    filter.order = ListOrder::OldestFirst;
+    filter.limit = PAGE;
+    let mut selection = Selection::default();
+    let mut matched = 0;
+    loop {
+        let page = app.request_log.page(filter.clone()).await?;
+        matched += page.len();
+        if matched > MAX_SELECTED {
+            return Err(ApiError::Invalid(format!(
+                "the filter matches more than {MAX_SELECTED} requests: narrow it (since, until)"
+            )));
+        }
+        for record in &page {
+            match refusal(app, record).await? {
+                None => selection.replayable.push(record.id.clone()),
+                Some(reason) => *selection.refused.entry(reason).or_default() += 1,
+            }
+        }
+        match page.last() {
+            Some(last) if page.len() == PAGE as usize => filter.cursor = Some(last.id.clone()),
+            _ => return Ok(selection),
+        }
+    }
+}
+
+/// Why `record`, as a listing has it (without its capture), cannot be replayed: the reasons of
+/// `POST /api/requests/{id}/replay`, and one more, that it is itself a replay (its original is
+/// the request to replay: replaying both would send the same delivery twice).
+async fn refusal(app: &AppState, record: &RequestRecord) -> Result<Option<String>, ApiError> {
+    if record.replay_of.is_some() {
+        return Ok(Some("the request is itself a replay".into()));
+    }
+    if !record.captured {
+        // Nothing to read: the listing's record says all the single replay would.
+        return Ok(replay_refusal(record));
+    }
+    match find(app, &record.id).await {
+        Ok((record, _)) => Ok(replay_refusal(&record)),
+        // Gone since the listing (retention): nothing left to replay.
+        Err(ApiError::NotFound(_)) => Ok(Some("the request is no longer in the log".into())),
+        Err(err) => Err(err),
+    }
+}

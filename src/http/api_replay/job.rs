@@ -1,0 +1,267 @@
+//! Bulk replay jobs (docs/operations.md#replaying-in-bulk): a list of recorded requests replayed
+//! one after the other, oldest first, at a bounded rate, by a task of their own, with progress
+//! an operator polls. Held in this node's memory only: a restart forgets every job, and a job
+//! that was running stops where it was (the requests it replayed stay replayed, and linked to
+//! their originals in the log).
+
+use std::collections::VecDeque;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::super::AppState;
+use super::super::api_error::ApiError;
+use super::super::api_requests::{find, replay_record};
+
+/// How many jobs a node remembers, the running one included; older finished ones are forgotten.
+const KEPT: usize = 16;
+
+/// Replays per second when the operator names no rate.
+pub const DEFAULT_RATE: u32 = 10;
+
+/// The highest rate an operator may ask for: a bulk replay runs transforms and makes runs like
+/// live traffic does, and must leave room for it.
+pub const MAX_RATE: u32 = 100;
+
+/// Replays per second, 1 to [`MAX_RATE`].
+#[derive(Debug, Clone, Copy)]
+pub struct Rate(NonZeroU32);
+
+impl Rate {
+    /// The rate the operator asked for, [`DEFAULT_RATE`] when none; 400 outside 1 to
+    /// [`MAX_RATE`].
+    pub fn parse(rate: Option<u32>) -> Result<Rate, ApiError> {
+        rate.unwrap_or(DEFAULT_RATE)
+            .try_into()
+            .ok()
+            .filter(|rate: &NonZeroU32| rate.get() <= MAX_RATE)
+            .map(Rate)
+            .ok_or_else(|| {
+                ApiError::Invalid(format!("rate must be an integer from 1 to {MAX_RATE}"))
+            })
+    }
+
+    /// Replays per second.
+    pub fn get(self) -> u32 {
+        self.0.get()
+    }
+
+    /// The least time between the starts of two replays.
+    fn period(self) -> Duration {
+        Duration::from_secs(1) / self.0.get()
+    }
+}
+
+/// The jobs of this node, the newest last: at most one running at a time, so that two
+/// operators' replays never add up to more than one rate.
+#[derive(Default)]
+pub struct ReplayJobs {
+    jobs: Mutex<VecDeque<Arc<ReplayJob>>>,
+}
+
+impl ReplayJobs {
+    /// Starts replaying `originals` (record ids, in the order to replay them) in a task of its
+    /// own; 409 while another job runs.
+    pub(super) fn start(
+        &self,
+        app: &AppState,
+        originals: Vec<String>,
+        rate: Rate,
+    ) -> Result<Arc<ReplayJob>, ApiError> {
+        let job = {
+            let mut jobs = self.lock();
+            if let Some(running) = jobs.iter().find(|job| job.is_running()) {
+                return Err(ApiError::Conflict(format!(
+                    "replay job {} is still running: wait for it or cancel it",
+                    running.id
+                )));
+            }
+            let job = Arc::new(ReplayJob::new(originals, rate));
+            jobs.push_back(job.clone());
+            if jobs.len() > KEPT {
+                jobs.pop_front();
+            }
+            job
+        };
+        tokio::spawn(run(app.clone(), job.clone()));
+        Ok(job)
+    }
+
+    /// The job of id `id`, running or remembered.
+    pub(super) fn get(&self, id: &str) -> Option<Arc<ReplayJob>> {
+        self.lock().iter().find(|job| job.id == id).cloned()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Arc<ReplayJob>>> {
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One bulk replay.
+pub(super) struct ReplayJob {
+    pub id: String,
+    pub rate: Rate,
+    cancelled: AtomicBool,
+    /// Wakes the job's task from its wait for the next slot when it is cancelled.
+    wake: Notify,
+    progress: Mutex<Progress>,
+}
+
+/// Where a job is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum JobState {
+    Running,
+    /// Every request was replayed (successfully or not).
+    Finished,
+    /// Stopped by the operator before the end; the rest were not replayed.
+    Cancelled,
+}
+
+struct Progress {
+    state: JobState,
+    items: Vec<ReplayItem>,
+}
+
+/// One request of a job, and what its replay became (all null until it is replayed).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReplayItem {
+    /// The original request's record id.
+    original: String,
+    /// The replay's record id, which links to the original (`replayOf`).
+    request_id: Option<String>,
+    /// What the hook answered the replay.
+    status: Option<u16>,
+    /// Why the replay could not be made (the request had gone, say), when it could not.
+    error: Option<String>,
+    /// When the replay began, in milliseconds since the job began.
+    started_ms: Option<u64>,
+}
+
+impl ReplayItem {
+    fn replayed(&self) -> bool {
+        self.status.is_some() || self.error.is_some()
+    }
+
+    /// A replay that was not made, or that its hook did not answer with a 2xx.
+    fn failed(&self) -> bool {
+        self.error.is_some() || self.status.is_some_and(|s| !(200..300).contains(&s))
+    }
+}
+
+/// A job as `GET /api/requests/replays/{id}` shows it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct JobView {
+    ok: bool,
+    id: String,
+    state: JobState,
+    /// Replays per second.
+    rate: u32,
+    total: usize,
+    /// Replayed so far, failed ones included.
+    done: usize,
+    failed: usize,
+    items: Vec<ReplayItem>,
+}
+
+impl ReplayJob {
+    fn new(originals: Vec<String>, rate: Rate) -> ReplayJob {
+        let items = originals
+            .into_iter()
+            .map(|original| ReplayItem {
+                original,
+                request_id: None,
+                status: None,
+                error: None,
+                started_ms: None,
+            })
+            .collect();
+        ReplayJob {
+            id: uuid::Uuid::now_v7().to_string(),
+            rate,
+            cancelled: AtomicBool::new(false),
+            wake: Notify::new(),
+            progress: Mutex::new(Progress {
+                state: JobState::Running,
+                items,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Progress> {
+        self.progress.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn is_running(&self) -> bool {
+        self.lock().state == JobState::Running
+    }
+
+    /// Stops the job before its next replay; the one in flight, if any, is finished.
+    pub(super) fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// The job's progress now: copies every item, so it costs in proportion to the job's size.
+    pub(super) fn view(&self) -> JobView {
+        let progress = self.lock();
+        let items = progress.items.clone();
+        JobView {
+            ok: true,
+            id: self.id.clone(),
+            state: progress.state,
+            rate: self.rate.get(),
+            total: items.len(),
+            done: items.iter().filter(|i| i.replayed()).count(),
+            failed: items.iter().filter(|i| i.failed()).count(),
+            items,
+        }
+    }
+}
+
+/// Replays the job's requests in order, each starting at least a period after the one before.
+async fn run(app: AppState, job: Arc<ReplayJob>) {
+    let period = job.rate.period();
+    let begun = Instant::now();
+    let mut next = begun;
+    let total = job.lock().items.len();
+    for index in 0..total {
+        tokio::select! {
+            () = tokio::time::sleep_until(next) => {}
+            () = job.wake.notified() => {}
+        }
+        if job.cancelled.load(Ordering::Acquire) {
+            break;
+        }
+        let started = Instant::now();
+        next = started + period;
+        let original = job.lock().items[index].original.clone();
+        let replayed = match find(&app, &original).await {
+            Ok((record, _)) => replay_record(&app, &record).await,
+            Err(err) => Err(err),
+        };
+        let mut progress = job.lock();
+        let item = &mut progress.items[index];
+        item.started_ms = Some(u64::try_from((started - begun).as_millis()).unwrap_or(u64::MAX));
+        match replayed {
+            Ok(replayed) => {
+                item.request_id = Some(replayed.request_id);
+                item.status = Some(replayed.status);
+            }
+            Err(err) => item.error = Some(err.to_string()),
+        }
+    }
+    let mut progress = job.lock();
+    progress.state = if job.cancelled.load(Ordering::Acquire) {
+        JobState::Cancelled
+    } else {
+        JobState::Finished
+    };
+}
