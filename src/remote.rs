@@ -3,6 +3,9 @@
 //! over HTTP (`--url`, the gateway token from `HOOKGATE_GATEWAY_TOKEN`) and print a table for
 //! people, or the API's JSON with `--json`.
 
+mod filters;
+mod replay;
+
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
@@ -33,24 +36,8 @@ pub enum RequestsCommand {
     List {
         #[command(flatten)]
         remote: Remote,
-        /// Only this hook name.
-        #[arg(long)]
-        hook: Option<String>,
-        /// Only this mapping id.
-        #[arg(long)]
-        mapping: Option<String>,
-        /// Only this status class: 2xx, 4xx or 5xx.
-        #[arg(long)]
-        status: Option<String>,
-        /// Only requests that ended so: filtered (no mapping's conditions held).
-        #[arg(long)]
-        outcome: Option<String>,
-        /// Only requests at or after this RFC 3339 time.
-        #[arg(long)]
-        since: Option<String>,
-        /// Only requests before this RFC 3339 time.
-        #[arg(long)]
-        until: Option<String>,
+        #[command(flatten)]
+        filters: filters::RequestFilters,
         /// The cursor a previous page printed.
         #[arg(long)]
         before: Option<String>,
@@ -64,10 +51,16 @@ pub enum RequestsCommand {
         #[command(flatten)]
         remote: Remote,
     },
-    /// Send a captured request through its hook again, as the mappings are now.
+    /// Send a captured request through its hook again, as the mappings are now; or, given
+    /// filters instead of an id, every request they select, oldest first (counted first,
+    /// replayed once confirmed).
     #[command(after_help = ENVIRONMENT)]
     Replay {
-        id: String,
+        /// The request to replay; leave it out to replay by filters.
+        #[arg(conflicts_with_all = ["BulkReplay", "RequestFilters"])]
+        id: Option<String>,
+        #[command(flatten)]
+        bulk: replay::BulkReplay,
         #[command(flatten)]
         remote: Remote,
     },
@@ -143,25 +136,12 @@ pub fn requests(command: RequestsCommand) -> ExitCode {
     match command {
         RequestsCommand::List {
             remote,
-            hook,
-            mapping,
-            status,
-            outcome,
-            since,
-            until,
+            filters,
             before,
             limit,
         } => {
-            let query = query(&[
-                ("hook", hook),
-                ("mapping", mapping),
-                ("status", status),
-                ("outcome", outcome),
-                ("since", since),
-                ("until", until),
-                ("before", before),
-                ("limit", Some(limit.to_string())),
-            ]);
+            let paging = [("before", before), ("limit", Some(limit.to_string()))];
+            let query = query(&[&filters.pairs()[..], &paging].concat());
             remote.call("GET", &format!("/api/requests?{query}"), |page| {
                 print_table(
                     &["AT", "STATUS", "HOOK", "MAPPING", "BECAME", "ID"],
@@ -185,7 +165,16 @@ pub fn requests(command: RequestsCommand) -> ExitCode {
                 print_capture(&r["capture"]);
             })
         }
-        RequestsCommand::Replay { id, remote } => remote.call(
+        RequestsCommand::Replay {
+            id: None,
+            bulk,
+            remote,
+        } => replay::bulk(&remote, &bulk),
+        RequestsCommand::Replay {
+            id: Some(id),
+            remote,
+            ..
+        } => remote.call(
             "POST",
             &format!("/api/requests/{}/replay", segment(&id)),
             |r| {
@@ -349,17 +338,7 @@ impl Remote {
                         "POST" => client.post(&url),
                         _ => client.get(&url),
                     };
-                    let response = request
-                        .bearer_auth(token.trim())
-                        .send()
-                        .await
-                        .map_err(|e| format!("cannot reach {}: {e}", self.url))?;
-                    let status = response.status();
-                    let body: Value = response
-                        .json()
-                        .await
-                        .map_err(|e| format!("{url} answered {status} with no JSON: {e}"))?;
-                    Ok((status, body))
+                    exchange(request, token.trim(), &self.url).await
                 })
             });
         match answer {
@@ -384,6 +363,26 @@ impl Remote {
             }
         }
     }
+}
+
+/// Sends `request` to the hookgate at `base` with the gateway token; the answer's status and
+/// JSON, or why there is none.
+async fn exchange(
+    request: reqwest::RequestBuilder,
+    token: &str,
+    base: &str,
+) -> Result<(reqwest::StatusCode, Value), String> {
+    let response = request
+        .bearer_auth(token)
+        .send()
+        .await
+        .map_err(|e| format!("cannot reach {base}: {e}"))?;
+    let status = response.status();
+    let body: Value = response
+        .json()
+        .await
+        .map_err(|e| format!("{base} answered {status} with no JSON: {e}"))?;
+    Ok((status, body))
 }
 
 /// A query string of the parameters that are set.

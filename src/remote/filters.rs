@@ -1,0 +1,71 @@
+//! The filters of the request log as command-line flags: the same for `requests list` and a
+//! bulk `requests replay`, as the API's `GET /api/requests` and `POST /api/requests/replay`
+//! take the same filter.
+
+use clap::Args;
+
+/// Which recorded requests a command means.
+#[derive(Args)]
+pub struct RequestFilters {
+    /// Only this hook name.
+    #[arg(long)]
+    hook: Option<String>,
+    /// Only this mapping id.
+    #[arg(long)]
+    mapping: Option<String>,
+    /// Only this status class: 2xx, 4xx or 5xx.
+    #[arg(long)]
+    status: Option<String>,
+    /// Only requests that ended so: filtered (no mapping's conditions held).
+    #[arg(long)]
+    outcome: Option<String>,
+    /// Only requests at or after this time: RFC 3339, or a duration back from now (`1h`, `2d`).
+    #[arg(long, value_name = "TIME", value_parser = time_or_ago)]
+    since: Option<String>,
+    /// Only requests before this time: RFC 3339, or a duration back from now.
+    #[arg(long, value_name = "TIME", value_parser = time_or_ago)]
+    until: Option<String>,
+}
+
+impl RequestFilters {
+    /// The API's parameters, named as it names them; `None` for a flag not given.
+    pub fn pairs(&self) -> [(&'static str, Option<String>); 6] {
+        [
+            ("hook", self.hook.clone()),
+            ("mapping", self.mapping.clone()),
+            ("status", self.status.clone()),
+            ("outcome", self.outcome.clone()),
+            ("since", self.since.clone()),
+            ("until", self.until.clone()),
+        ]
+    }
+}
+
+/// A time flag as the RFC 3339 time the API takes: one given so is kept as it is, a duration
+/// is that long before now.
+fn time_or_ago(text: &str) -> Result<String, String> {
+    if chrono::DateTime::parse_from_rfc3339(text).is_ok() {
+        return Ok(text.to_string());
+    }
+    let ago = humantime::parse_duration(text)
+        .ok()
+        .and_then(|d| chrono::Duration::from_std(d).ok())
+        .ok_or("an RFC 3339 time, or a duration back from now such as 1h")?;
+    let at = chrono::Utc::now() - ago;
+    Ok(at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_time_is_kept_and_a_duration_counts_back_from_now() {
+        let at = "2026-01-02T03:04:05Z";
+        assert_eq!(time_or_ago(at).unwrap(), at);
+        let hour_ago = chrono::DateTime::parse_from_rfc3339(&time_or_ago("1h").unwrap()).unwrap();
+        let back = chrono::Utc::now().signed_duration_since(hour_ago);
+        assert!(back >= chrono::Duration::hours(1) && back < chrono::Duration::hours(2));
+        assert!(time_or_ago("an hour").is_err());
+    }
+}

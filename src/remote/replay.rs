@@ -1,0 +1,224 @@
+//! `hookgate requests replay --status 5xx --mapping github --since 1h`: a bulk replay from a
+//! terminal (docs/cli.md). Asks the API's dry run how many requests the filters select, replays
+//! them once the operator agrees (`--yes`, or `y` at a prompt on a terminal), follows the job to
+//! its end printing progress, and exits non-zero when any replay failed.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::{Map, Value, json};
+
+use super::filters::RequestFilters;
+use super::{Remote, exchange, segment, text};
+
+/// How often the job's progress is asked for.
+const POLL: Duration = Duration::from_millis(500);
+
+/// Which requests a bulk replay takes (the filters of `requests list`), and how.
+#[derive(Args)]
+pub struct BulkReplay {
+    #[command(flatten)]
+    filters: RequestFilters,
+    /// Replays per second (the server's default when not given, 10).
+    #[arg(long)]
+    rate: Option<u32>,
+    /// Replay without asking.
+    #[arg(long)]
+    yes: bool,
+}
+
+impl BulkReplay {
+    /// The API's `filter`: the flags that are set.
+    fn filter(&self) -> Map<String, Value> {
+        let pairs = self.filters.pairs().into_iter();
+        pairs
+            .filter_map(|(name, value)| Some((name.to_string(), Value::from(value?))))
+            .collect()
+    }
+}
+
+/// Runs a bulk replay against `remote`; see the module's doc.
+pub fn bulk(remote: &Remote, replay: &BulkReplay) -> ExitCode {
+    let filter = replay.filter();
+    if filter.is_empty() {
+        eprintln!("error: name a request id, or filters (--status, --mapping, --since, ...)");
+        return ExitCode::FAILURE;
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(remote, replay, filter)) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(
+    remote: &Remote,
+    replay: &BulkReplay,
+    filter: Map<String, Value>,
+) -> Result<ExitCode, String> {
+    let api = Api::new(remote)?;
+    let mut body = json!({"filter": filter, "dryRun": true, "rate": replay.rate});
+    let plan = api
+        .send(api.post("/api/requests/replay").json(&body))
+        .await?;
+    print_plan(&plan);
+    let count = plan["replayable"].as_u64().unwrap_or(0);
+    if count == 0 {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !replay.yes && !confirmed(count, &plan["rate"])? {
+        return Ok(ExitCode::FAILURE);
+    }
+    body["dryRun"] = Value::Bool(false);
+    let started = api
+        .send(api.post("/api/requests/replay").json(&body))
+        .await?;
+    let id = text(&started["id"]);
+    println!(
+        "replay job {id}: {count} requests at {}/s",
+        text(&started["rate"])
+    );
+    let path = format!("/api/requests/replays/{}", segment(&id));
+    let mut shown = 0;
+    let job = loop {
+        let job = api.send(api.get(&path)).await?;
+        let done = job["done"].as_u64().unwrap_or(0);
+        if done != shown && !remote.json {
+            println!("{done}/{count} replayed, {} failed", text(&job["failed"]));
+            shown = done;
+        }
+        if job["state"] != "running" {
+            break job;
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    Ok(summary(remote, &job))
+}
+
+/// The dry run's count, and why the others cannot be replayed.
+fn print_plan(plan: &Value) {
+    println!(
+        "{} requests match, {} can be replayed",
+        text(&plan["matched"]),
+        text(&plan["replayable"])
+    );
+    for group in plan["notReplayable"].as_array().into_iter().flatten() {
+        println!(
+            "  {} cannot: {}",
+            text(&group["count"]),
+            text(&group["reason"])
+        );
+    }
+}
+
+/// Whether the operator agrees to replay `count` requests: asked on a terminal only; without
+/// one, `--yes` is the only way to agree.
+fn confirmed(count: u64, rate: &Value) -> Result<bool, String> {
+    if !std::io::stdin().is_terminal() {
+        eprintln!("not replaying: pass --yes to replay without a terminal to confirm on");
+        return Ok(false);
+    }
+    print!("replay {count} requests at {}/s? [y/N] ", text(rate));
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| e.to_string())?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
+
+/// Prints the job's failures and its totals (or its JSON); failure when any replay failed or
+/// the job was cancelled.
+fn summary(remote: &Remote, job: &Value) -> ExitCode {
+    let failed = job["failed"].as_u64().unwrap_or(0);
+    let done = job["done"].as_u64().unwrap_or(0);
+    if remote.json {
+        println!("{}", serde_json::to_string_pretty(job).unwrap_or_default());
+    } else {
+        for item in job["items"].as_array().into_iter().flatten() {
+            let replayed = !(item["status"].is_null() && item["error"].is_null());
+            let ok = item["status"]
+                .as_u64()
+                .is_some_and(|s| (200..300).contains(&s));
+            if replayed && !ok {
+                println!(
+                    "failed: {} -> {} {} {}",
+                    text(&item["original"]),
+                    text(&item["requestId"]),
+                    text(&item["status"]),
+                    text(&item["error"])
+                );
+            }
+        }
+        let ended = if job["state"] == "cancelled" {
+            " (cancelled)"
+        } else {
+            ""
+        };
+        println!(
+            "replayed {done}: {} succeeded, {failed} failed{ended}",
+            done - failed
+        );
+    }
+    if failed > 0 || job["state"] != "finished" {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The operator API at `remote`, with the gateway token.
+struct Api {
+    client: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Api {
+    fn new(remote: &Remote) -> Result<Api, String> {
+        let token = std::env::var("HOOKGATE_GATEWAY_TOKEN").map_err(|_| {
+            "set HOOKGATE_GATEWAY_TOKEN to the gateway token (gateway.auth.token)".to_string()
+        })?;
+        Ok(Api {
+            client: reqwest::Client::new(),
+            base: remote.url.trim_end_matches('/').to_string(),
+            token: token.trim().to_string(),
+        })
+    }
+
+    fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.client.get(format!("{}{path}", self.base))
+    }
+
+    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.client.post(format!("{}{path}", self.base))
+    }
+
+    /// Sends `request`; its JSON on a 2xx, else the API's error as the message.
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, String> {
+        let (status, body) = exchange(request, &self.token, &self.base).await?;
+        if status.is_success() {
+            return Ok(body);
+        }
+        Err(format!(
+            "{} (HTTP {})",
+            text(&body["error"]),
+            status.as_u16()
+        ))
+    }
+}
