@@ -35,6 +35,7 @@ mod batch_cluster;
 mod batch_failures;
 mod batches;
 mod budgets;
+mod bulk_replay;
 mod cluster;
 mod config;
 mod connections;
