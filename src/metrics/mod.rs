@@ -107,6 +107,12 @@ pub struct RequestLogLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BulkReplayLabels {
+    /// `succeeded` (answered 2xx) or `failed`.
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TokenLabels {
     /// The run's agent: one the configuration knows, or the default agent.
     pub agent: String,
@@ -150,6 +156,8 @@ pub struct Metrics {
     pub relays: Family<RelayLabels, Counter>,
     pub deliveries: Family<DeliveryLabels, Counter>,
     pub request_log: Family<RequestLogLabels, Counter>,
+    /// Requests bulk replays replayed (docs/operations.md#replaying-in-bulk).
+    pub bulk_replays: Family<BulkReplayLabels, Counter>,
     pub model_tokens: Family<TokenLabels, Counter>,
     /// Requests a full lane refused, by mapping.
     pub lane_refusals: Family<MappingLabels, Counter>,
@@ -201,6 +209,7 @@ impl Metrics {
             relays: Family::default(),
             deliveries,
             request_log: Family::default(),
+            bulk_replays: Family::default(),
             model_tokens: Family::default(),
             lane_refusals: Family::default(),
             lane_queued: Family::default(),
@@ -261,6 +270,11 @@ impl Metrics {
             "Hook requests the request log recorded, counted without recording (suppressed: a \
              client's refusals over the flood threshold) or lost (dropped: its queue was full)",
             self.request_log.clone(),
+        );
+        registry.register(
+            "hookgate_bulk_replays",
+            "Requests bulk replays replayed, by outcome: succeeded (answered 2xx) or failed",
+            self.bulk_replays.clone(),
         );
         registry.register(
             "hookgate_model_tokens",

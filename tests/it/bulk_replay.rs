@@ -148,6 +148,11 @@ async fn failed_requests_are_replayed_in_order_once_fixed() {
         .collect();
     assert!(starts.windows(2).all(|w| w[1] - w[0] >= 250), "{starts:?}");
     assert_eq!(server.wake_texts().await, ["first", "second", "third"]);
+    let metrics = server.metrics().await;
+    assert!(
+        metrics.contains("hookgate_bulk_replays_total{outcome=\"succeeded\"} 3"),
+        "{metrics}"
+    );
 
     // Nothing fails now: a second bulk replay of the same filter finds its originals only, and
     // the replays themselves are not selected again.
@@ -204,6 +209,11 @@ async fn uncaptured_and_unauthenticated_requests_are_counted_not_replayed() {
     );
     assert_eq!(job["failed"], 1, "the transform still traps: {job}");
     assert_eq!(job["items"][0]["status"], 500, "{job}");
+    let metrics = server.metrics().await;
+    assert!(
+        metrics.contains("hookgate_bulk_replays_total{outcome=\"failed\"} 1"),
+        "{metrics}"
+    );
     assert_eq!(recorded(&server, "", 4).await.len(), 4, "one replay made");
 }
 

@@ -16,7 +16,8 @@ use tokio::time::Instant;
 
 use super::super::AppState;
 use super::super::api_error::ApiError;
-use super::super::api_requests::{find, replay_record};
+use super::super::api_requests::{Replayed, find, replay_record};
+use crate::metrics::BulkReplayLabels;
 
 /// How many jobs a node remembers, the running one included; older finished ones are forgotten.
 const KEPT: usize = 16;
@@ -232,12 +233,14 @@ async fn run(app: AppState, job: Arc<ReplayJob>) {
     let begun = Instant::now();
     let mut next = begun;
     let total = job.lock().items.len();
+    let mut state = JobState::Finished;
     for index in 0..total {
         tokio::select! {
             () = tokio::time::sleep_until(next) => {}
             () = job.wake.notified() => {}
         }
         if job.cancelled.load(Ordering::Acquire) {
+            state = JobState::Cancelled;
             break;
         }
         let started = Instant::now();
@@ -247,9 +250,26 @@ async fn run(app: AppState, job: Arc<ReplayJob>) {
             Ok((record, _)) => replay_record(&app, &record).await,
             Err(err) => Err(err),
         };
-        let mut progress = job.lock();
+        let failed = job.settle(index, started - begun, replayed);
+        let outcome = if failed { "failed" } else { "succeeded" };
+        let labels = BulkReplayLabels { outcome };
+        app.metrics.bulk_replays.get_or_create(&labels).inc();
+    }
+    job.lock().state = state;
+}
+
+impl ReplayJob {
+    /// Records what request `index`'s replay, begun `started` after the job, became; whether
+    /// it failed.
+    fn settle(
+        &self,
+        index: usize,
+        started: Duration,
+        replayed: Result<Replayed, ApiError>,
+    ) -> bool {
+        let mut progress = self.lock();
         let item = &mut progress.items[index];
-        item.started_ms = Some(u64::try_from((started - begun).as_millis()).unwrap_or(u64::MAX));
+        item.started_ms = Some(u64::try_from(started.as_millis()).unwrap_or(u64::MAX));
         match replayed {
             Ok(replayed) => {
                 item.request_id = Some(replayed.request_id);
@@ -257,11 +277,6 @@ async fn run(app: AppState, job: Arc<ReplayJob>) {
             }
             Err(err) => item.error = Some(err.to_string()),
         }
+        item.failed()
     }
-    let mut progress = job.lock();
-    progress.state = if job.cancelled.load(Ordering::Acquire) {
-        JobState::Cancelled
-    } else {
-        JobState::Finished
-    };
 }
