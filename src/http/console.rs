@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 const PAGE: &str = include_str!("console/index.html");
 const SCRIPT: &str = include_str!("console/console.js");
 const STYLE: &str = include_str!("console/console.css");
+const REPLAY_SCRIPT: &str = include_str!("console/replay.js");
 
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
      img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
@@ -23,6 +24,11 @@ pub async fn page() -> Response {
 /// `GET /console/console.js`.
 pub async fn script() -> Response {
     asset("text/javascript; charset=utf-8", SCRIPT)
+}
+
+/// `GET /console/replay.js`: bulk replay (docs/operations.md#replaying-in-bulk).
+pub async fn replay_script() -> Response {
+    asset("text/javascript; charset=utf-8", REPLAY_SCRIPT)
 }
 
 /// `GET /console/console.css`.

@@ -103,6 +103,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(api::metrics))
         .route("/console", get(console::page))
         .route("/console/console.js", get(console::script))
+        .route("/console/replay.js", get(console::replay_script))
         .route("/console/console.css", get(console::style))
         .nest("/api", operator_api(state.clone()))
         .fallback(move |State(app): State<AppState>, request: Request| {

@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use crate::console::Browser;
 use crate::harness::*;
 use crate::requests::{cli, recorded};
 
@@ -341,4 +342,60 @@ async fn the_cli_counts_then_replays_and_fails_when_a_replay_does() {
     let (ok, _, err) = cli(&server, &["requests", "replay", "--since", "an hour"]);
     assert!(!ok);
     assert!(err.contains("--since"), "{err}");
+}
+
+#[tokio::test]
+async fn the_console_replays_every_matching_request_once_confirmed() {
+    let (server, dir, config) = start_failing("wake");
+    for text in ["one", "two"] {
+        assert_eq!(alert(&server, text, None).await.1, 500);
+    }
+    let wake = server
+        .hook("/hooks/wake")
+        .json(&json!({"text": "not selected"}));
+    assert_eq!(wake.send().await.unwrap().status(), 200);
+    recorded(&server, "", 3).await;
+    fix_by_reload(&server, &dir, config, "wake").await;
+
+    let browser = Browser::start().await;
+    browser.go(&server.url("/console")).await;
+    browser.type_into("#token", GATEWAY_TOKEN).await;
+    browser.click("#login button[type=submit]").await;
+    browser.type_into("#filter-mapping", "alerts").await;
+    browser
+        .run("document.getElementById('filter-status').value = '5xx'")
+        .await;
+    browser.click("#request-filters button[type=submit]").await;
+
+    // The count first; nothing is replayed until the operator confirms it.
+    browser.click("#bulk-replay").await;
+    browser
+        .wait_for_text(
+            "#bulk-replay-status",
+            "2 requests match, 2 can be replayed.",
+        )
+        .await;
+    browser
+        .wait_for_text("#bulk-replay-confirm", "Confirm: replay 2 requests at 10/s")
+        .await;
+    assert_eq!(recorded(&server, "", 3).await.len(), 3, "no replay yet");
+    browser.click("#bulk-replay-confirm").await;
+    browser
+        .wait_for_text(
+            "#bulk-replay-status",
+            "Replay finished: 2 of 2 replayed, 2 succeeded, 0 failed.",
+        )
+        .await;
+    assert_eq!(server.wake_texts().await, ["not selected", "one", "two"]);
+
+    // The script is served under the console's policy, as its other files are.
+    let script = client()
+        .get(server.url("/console/replay.js"))
+        .send()
+        .await
+        .unwrap();
+    let policy = script.headers()["content-security-policy"]
+        .to_str()
+        .unwrap();
+    assert!(policy.contains("script-src 'self'"), "{policy}");
 }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::harness::*;
 
 /// A chromedriver process and one headless Chromium session; both end when dropped.
-struct Browser {
+pub(crate) struct Browser {
     driver: Child,
     session: String,
     base: String,
@@ -17,7 +17,7 @@ struct Browser {
 }
 
 impl Browser {
-    async fn start() -> Browser {
+    pub(crate) async fn start() -> Browser {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -86,12 +86,12 @@ impl Browser {
         self.command(reqwest::Method::POST, path, body).await
     }
 
-    async fn go(&self, url: &str) {
+    pub(crate) async fn go(&self, url: &str) {
         self.post("/url", json!({"url": url})).await;
     }
 
     /// Runs `script` in the page and returns its value.
-    async fn run(&self, script: &str) -> Value {
+    pub(crate) async fn run(&self, script: &str) -> Value {
         self.post("/execute/sync", json!({"script": script, "args": []}))
             .await
     }
@@ -115,12 +115,12 @@ impl Browser {
         found
     }
 
-    async fn click(&self, css: &str) {
+    pub(crate) async fn click(&self, css: &str) {
         let id = self.element(css).await;
         self.post(&format!("/element/{id}/click"), json!({})).await;
     }
 
-    async fn type_into(&self, css: &str, text: &str) {
+    pub(crate) async fn type_into(&self, css: &str, text: &str) {
         let id = self.element(css).await;
         self.post(&format!("/element/{id}/value"), json!({"text": text}))
             .await;
@@ -139,7 +139,7 @@ impl Browser {
     }
 
     /// Waits until the element `css` shows text containing `wanted`.
-    async fn wait_for_text(&self, css: &str, wanted: &str) -> String {
+    pub(crate) async fn wait_for_text(&self, css: &str, wanted: &str) -> String {
         eventually_within(
             &format!("{css} showing {wanted:?}"),
             Duration::from_secs(10),
