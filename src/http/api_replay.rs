@@ -20,7 +20,7 @@ use super::AppState;
 use super::api_error::{ApiError, ApiPath};
 use super::api_requests::{find, replay_refusal};
 use super::request_query::RequestsQuery;
-use crate::gateway::requests::{ListOrder, RequestRecord};
+use crate::gateway::requests::{ListOrder, RequestFilter, RequestRecord};
 use job::{Rate, ReplayJob};
 
 /// The most requests one bulk replay (or its dry run) takes: a selection matching more is
@@ -88,7 +88,11 @@ pub async fn start(State(app): State<AppState>, body: Bytes) -> Result<Response,
     let body: ReplayBody = serde_json::from_slice(&body)
         .map_err(|err| ApiError::Invalid(format!("invalid replay request: {err}")))?;
     let rate = Rate::parse(body.rate)?;
-    let selection = select(&app, body.filter).await?;
+    let filter = body.filter.filter()?;
+    if !body.dry_run {
+        app.replays.idle()?;
+    }
+    let selection = select(&app, filter).await?;
     let matched = selection.replayable.len() + selection.refused.values().sum::<usize>();
     let replayable = selection.replayable.len();
     let not_replayable = selection
@@ -142,12 +146,13 @@ fn job(app: &AppState, id: &str) -> Result<Arc<ReplayJob>, ApiError> {
     app.replays.get(id).ok_or(ApiError::NotFound("replay job"))
 }
 
-/// The requests `query` selects, oldest first, read a page at a time; 400 past
+/// The requests `filter` selects, oldest first, read a page at a time; 400 past
 /// [`MAX_SELECTED`].
-async fn select(app: &AppState, query: RequestsQuery) -> Result<Selection, ApiError> {
-    let mut filter = query.filter()?;
+async fn select(app: &AppState, mut filter: RequestFilter) -> Result<Selection, ApiError> {
     filter.order = ListOrder::OldestFirst;
     filter.limit = PAGE;
+    // A listing's paging does not page a selection: every match is taken.
+    filter.cursor = None;
     let mut selection = Selection::default();
     let mut matched = 0;
     loop {

@@ -76,12 +76,7 @@ impl ReplayJobs {
     ) -> Result<Arc<ReplayJob>, ApiError> {
         let job = {
             let mut jobs = self.lock();
-            if let Some(running) = jobs.iter().find(|job| job.is_running()) {
-                return Err(ApiError::Conflict(format!(
-                    "replay job {} is still running: wait for it or cancel it",
-                    running.id
-                )));
-            }
+            Self::refuse_while_running(&jobs)?;
             let job = Arc::new(ReplayJob::new(originals, rate));
             jobs.push_back(job.clone());
             if jobs.len() > KEPT {
@@ -91,6 +86,22 @@ impl ReplayJobs {
         };
         tokio::spawn(run(app.clone(), job.clone()));
         Ok(job)
+    }
+
+    /// 409 while a job runs: checked before a selection is read, so that a refused request
+    /// costs nothing, and again when the job starts.
+    pub(super) fn idle(&self) -> Result<(), ApiError> {
+        Self::refuse_while_running(&self.lock())
+    }
+
+    fn refuse_while_running(jobs: &VecDeque<Arc<ReplayJob>>) -> Result<(), ApiError> {
+        match jobs.iter().find(|job| job.is_running()) {
+            Some(running) => Err(ApiError::Conflict(format!(
+                "replay job {} is still running: wait for it or cancel it",
+                running.id
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// The job of id `id`, running or remembered.
@@ -278,5 +289,22 @@ impl ReplayJob {
             Err(err) => item.error = Some(err.to_string()),
         }
         item.failed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_is_one_to_the_maximum_and_ten_by_default() {
+        assert_eq!(Rate::parse(None).unwrap().get(), DEFAULT_RATE);
+        assert_eq!(Rate::parse(Some(MAX_RATE)).unwrap().get(), MAX_RATE);
+        assert!(Rate::parse(Some(0)).is_err());
+        assert!(Rate::parse(Some(MAX_RATE + 1)).is_err());
+        assert_eq!(
+            Rate::parse(Some(4)).unwrap().period(),
+            Duration::from_millis(250)
+        );
     }
 }
