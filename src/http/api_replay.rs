@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 pub use job::ReplayJobs;
 
 use super::AppState;
-use super::api_error::{ApiError, ApiPath};
+use super::api_error::{ApiError, ApiPath, ApiQuery};
 use super::api_requests::{find, replay_refusal};
 use super::request_query::RequestsQuery;
 use crate::gateway::requests::{ListOrder, RequestFilter, RequestRecord};
@@ -122,23 +122,34 @@ pub async fn start(State(app): State<AppState>, body: Bytes) -> Result<Response,
     Ok(response)
 }
 
-/// `GET /api/requests/replays/{id}`: a job's progress, each request's replay as it is made.
+/// The parameters of `GET /api/requests/replays/{id}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProgressQuery {
+    /// The counts only, without each request's replay.
+    #[serde(default)]
+    summary: bool,
+}
+
+/// `GET /api/requests/replays/{id}?summary=`: a job's progress, with each request's replay as
+/// it is made unless `summary=true`.
 pub async fn progress(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<ProgressQuery>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(job(&app, &id)?.view()).into_response())
+    Ok(Json(job(&app, &id)?.view(!query.summary)).into_response())
 }
 
 /// `DELETE /api/requests/replays/{id}`: stops a job before its next replay (the one in flight
-/// is finished) and answers its progress.
+/// is finished) and answers its progress, counts only.
 pub async fn cancel(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     let job = job(&app, &id)?;
     job.cancel();
-    Ok(Json(job.view()).into_response())
+    Ok(Json(job.view(false)).into_response())
 }
 
 /// The job of id `id`; 404 when this node has none (it never had, forgot it, or restarted).

@@ -94,18 +94,20 @@ async fn run(
     );
     let path = format!("/api/requests/replays/{}", segment(&id));
     let mut shown = 0;
-    let job = loop {
-        let job = api.send(api.get(&path)).await?;
+    loop {
+        // The counts while it runs; every request's replay once, at the end.
+        let job = api.send(api.get(&format!("{path}?summary=true"))).await?;
         let done = job["done"].as_u64().unwrap_or(0);
         if done != shown && !remote.json {
             println!("{done}/{count} replayed, {} failed", text(&job["failed"]));
             shown = done;
         }
         if job["state"] != "running" {
-            break job;
+            break;
         }
         tokio::time::sleep(POLL).await;
-    };
+    }
+    let job = api.send(api.get(&path)).await?;
     Ok(summary(remote, &job))
 }
 

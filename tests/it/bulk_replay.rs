@@ -279,6 +279,11 @@ async fn one_job_runs_at_a_time_and_can_be_cancelled() {
     let done = job["done"].as_u64().unwrap();
     assert!(done < 6, "cancelled before the end: {job}");
     assert!(job["items"][done as usize]["requestId"].is_null(), "{job}");
+    let (_, summary) = server.api_json(&format!("{path}?summary=true")).await;
+    assert_eq!(summary["done"], done, "{summary}");
+    assert!(summary.get("items").is_none(), "{summary}");
+    let (status, _) = server.api_json(&format!("{path}?summery=true")).await;
+    assert_eq!(status, 400, "a parameter it does not take");
 
     let (status, again) = bulk(&server, json!({"filter": filter(FAILED), "dryRun": true})).await;
     assert_eq!(status, 200, "{again}");

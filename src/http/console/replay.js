@@ -52,7 +52,7 @@ async function startBulkReplay() {
 
 async function followBulkReplay() {
   try {
-    const job = await api(`/api/requests/replays/${encodeURIComponent(bulk.job)}`);
+    const job = await api(`/api/requests/replays/${encodeURIComponent(bulk.job)}?summary=true`);
     if (job.state === "running") {
       bulkSay(`Replaying: ${job.done} of ${job.total} done, ${job.failed} failed.`);
       return;
