@@ -75,31 +75,37 @@ async fn run(
     let plan = api
         .send(api.post("/api/requests/replay").json(&body))
         .await?;
-    print_plan(&plan);
+    let say = Say { json: remote.json };
+    print_plan(say, &plan);
     let count = plan["replayable"].as_u64().unwrap_or(0);
-    if count == 0 {
-        return Ok(ExitCode::SUCCESS);
-    }
-    if !replay.yes && !confirmed(count, &plan["rate"])? {
-        return Ok(ExitCode::FAILURE);
+    if count == 0 || !(replay.yes || confirmed(say, count, &plan["rate"])?) {
+        say.json(&plan);
+        return Ok(if count == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
     }
     body["dryRun"] = Value::Bool(false);
     let started = api
         .send(api.post("/api/requests/replay").json(&body))
         .await?;
     let id = text(&started["id"]);
-    println!(
+    say.line(&format!(
         "replay job {id}: {count} requests at {}/s",
         text(&started["rate"])
-    );
+    ));
     let path = format!("/api/requests/replays/{}", segment(&id));
     let mut shown = 0;
     loop {
         // The counts while it runs; every request's replay once, at the end.
         let job = api.send(api.get(&format!("{path}?summary=true"))).await?;
         let done = job["done"].as_u64().unwrap_or(0);
-        if done != shown && !remote.json {
-            println!("{done}/{count} replayed, {} failed", text(&job["failed"]));
+        if done != shown {
+            say.line(&format!(
+                "{done}/{count} replayed, {} failed",
+                text(&job["failed"])
+            ));
             shown = done;
         }
         if job["state"] != "running" {
@@ -108,34 +114,68 @@ async fn run(
         tokio::time::sleep(POLL).await;
     }
     let job = api.send(api.get(&path)).await?;
-    Ok(summary(remote, &job))
+    Ok(summary(say, &job))
+}
+
+/// Where the command's words go: stdout for people, stderr with `--json`, whose stdout is the
+/// API's JSON alone (the final job's, or the dry run's when nothing was replayed).
+#[derive(Clone, Copy)]
+struct Say {
+    json: bool,
+}
+
+impl Say {
+    fn line(self, text: &str) {
+        if self.json {
+            eprintln!("{text}");
+        } else {
+            println!("{text}");
+        }
+    }
+
+    /// Prints `answer` as the command's output with `--json`; nothing otherwise.
+    fn json(self, answer: &Value) {
+        if self.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(answer).unwrap_or_default()
+            );
+        }
+    }
 }
 
 /// The dry run's count, and why the others cannot be replayed.
-fn print_plan(plan: &Value) {
-    println!(
+fn print_plan(say: Say, plan: &Value) {
+    say.line(&format!(
         "{} requests match, {} can be replayed",
         text(&plan["matched"]),
         text(&plan["replayable"])
-    );
+    ));
     for group in plan["notReplayable"].as_array().into_iter().flatten() {
-        println!(
-            "  {} cannot: {}",
-            text(&group["count"]),
-            text(&group["reason"])
-        );
+        let count = text(&group["count"]);
+        say.line(&format!("  {count} cannot: {}", text(&group["reason"])));
     }
 }
 
 /// Whether the operator agrees to replay `count` requests: asked on a terminal only; without
 /// one, `--yes` is the only way to agree.
-fn confirmed(count: u64, rate: &Value) -> Result<bool, String> {
+fn confirmed(say: Say, count: u64, rate: &Value) -> Result<bool, String> {
     if !std::io::stdin().is_terminal() {
         eprintln!("not replaying: pass --yes to replay without a terminal to confirm on");
         return Ok(false);
     }
-    print!("replay {count} requests at {}/s? [y/N] ", text(rate));
-    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    // The question goes where the words go: with --json, stdout is for the answer alone.
+    let question = format!("replay {count} requests at {}/s? [y/N] ", text(rate));
+    let written = if say.json {
+        let mut err = std::io::stderr();
+        err.write_all(question.as_bytes())
+            .and_then(|()| err.flush())
+    } else {
+        let mut out = std::io::stdout();
+        out.write_all(question.as_bytes())
+            .and_then(|()| out.flush())
+    };
+    written.map_err(|e| e.to_string())?;
     let mut answer = String::new();
     std::io::stdin()
         .lock()
@@ -144,39 +184,36 @@ fn confirmed(count: u64, rate: &Value) -> Result<bool, String> {
     Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
 }
 
-/// Prints the job's failures and its totals (or its JSON); failure when any replay failed or
-/// the job was cancelled.
-fn summary(remote: &Remote, job: &Value) -> ExitCode {
+/// Prints the job's failures and its totals, and with `--json` its JSON; failure when any
+/// replay failed or the job was cancelled.
+fn summary(say: Say, job: &Value) -> ExitCode {
     let failed = job["failed"].as_u64().unwrap_or(0);
     let done = job["done"].as_u64().unwrap_or(0);
-    if remote.json {
-        println!("{}", serde_json::to_string_pretty(job).unwrap_or_default());
-    } else {
-        for item in job["items"].as_array().into_iter().flatten() {
-            let replayed = !(item["status"].is_null() && item["error"].is_null());
-            let ok = item["status"]
-                .as_u64()
-                .is_some_and(|s| (200..300).contains(&s));
-            if replayed && !ok {
-                println!(
-                    "failed: {} -> {} {} {}",
-                    text(&item["original"]),
-                    text(&item["requestId"]),
-                    text(&item["status"]),
-                    text(&item["error"])
-                );
-            }
+    for item in job["items"].as_array().into_iter().flatten() {
+        let replayed = !(item["status"].is_null() && item["error"].is_null());
+        let ok = item["status"]
+            .as_u64()
+            .is_some_and(|s| (200..300).contains(&s));
+        if replayed && !ok {
+            say.line(&format!(
+                "failed: {} -> {} {} {}",
+                text(&item["original"]),
+                text(&item["requestId"]),
+                text(&item["status"]),
+                text(&item["error"])
+            ));
         }
-        let ended = if job["state"] == "cancelled" {
-            " (cancelled)"
-        } else {
-            ""
-        };
-        println!(
-            "replayed {done}: {} succeeded, {failed} failed{ended}",
-            done - failed
-        );
     }
+    let ended = if job["state"] == "cancelled" {
+        " (cancelled)"
+    } else {
+        ""
+    };
+    let succeeded = done - failed;
+    say.line(&format!(
+        "replayed {done}: {succeeded} succeeded, {failed} failed{ended}"
+    ));
+    say.json(job);
     if failed > 0 || job["state"] != "finished" {
         ExitCode::FAILURE
     } else {

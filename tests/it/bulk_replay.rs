@@ -344,6 +344,17 @@ async fn the_cli_counts_then_replays_and_fails_when_a_replay_does() {
     assert!(out.contains("replayed 2: 2 succeeded, 0 failed"), "{out}");
     assert_eq!(server.wake_texts().await, ["one", "two"]);
 
+    // With --json, stdout is the job's JSON alone; the words go to stderr.
+    let (ok, out, err) = cli(&server, &[&args[..], &["--yes", "--json"]].concat());
+    assert!(ok, "{out}{err}");
+    let job: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(
+        (&job["state"], &job["done"]),
+        (&json!("finished"), &json!(2))
+    );
+    assert_eq!(job["items"].as_array().unwrap().len(), 2, "{job}");
+    assert!(err.contains("replayed 2: 2 succeeded, 0 failed"), "{err}");
+
     let (ok, _, err) = cli(&server, &["requests", "replay", "--since", "an hour"]);
     assert!(!ok);
     assert!(err.contains("--since"), "{err}");
