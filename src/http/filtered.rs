@@ -7,8 +7,6 @@ use axum::http::{HeaderMap, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::reply::HookError;
-use super::request::HookRequest;
-use super::trace::Trace;
 use crate::mapping::{HeaderValues, Mapping, Unmet};
 
 /// One lookup of the name, parsed at load, then every value the request carries under it
@@ -34,25 +32,20 @@ impl IntoResponse for Filtered {
     }
 }
 
-/// Answers a request that `considered` (each mapping its path matched, with the condition it
-/// found unmet) all let through. `refusal` says whether the way the request was admitted
-/// opens a mapping: when it opens none of them it gets the first one's refusal, as it would
-/// had its conditions held, so that a `204` never tells a sender more than a `401` would.
-pub(super) fn answer(
-    request: &HookRequest<'_>,
+/// Why a request that `considered` (each mapping its path matched, with the condition it
+/// found unmet) all let through was filtered. `refusal` says whether the way the request was
+/// admitted opens a mapping: when it opens none of them it gets the first one's refusal, as it
+/// would had its conditions held, so that a `204` never tells a sender more than a `401` would.
+pub(super) fn reason_if_admitted(
     considered: &[(&Mapping, Unmet<'_>)],
     refusal: impl Fn(&Mapping) -> Result<(), HookError>,
-    trace: &Trace,
-) -> Result<Response, HookError> {
+) -> Result<String, HookError> {
     if let [(first, _), ..] = considered {
         if considered.iter().all(|(m, _)| refusal(m).is_err()) {
             refusal(first)?;
         }
     }
-    let reason = reason(considered);
-    tracing::info!(hook = request.name, %reason, "request filtered");
-    trace.filtered(reason);
-    Ok(Filtered.into_response())
+    Ok(reason(considered))
 }
 
 /// `no mapping's conditions held: a (header x-github-event), b (payload /action)`.

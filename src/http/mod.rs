@@ -11,6 +11,7 @@ mod auth;
 mod body;
 mod console;
 mod credential;
+mod evaluate;
 mod filtered;
 mod health;
 mod hooks;
