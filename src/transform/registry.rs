@@ -207,6 +207,31 @@ impl TransformRegistry {
         modules: &[String],
     ) -> Result<Arc<TransformSet>, Vec<LoadError>> {
         let _loading = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+        let previous = read(&self.current).clone();
+        let set = self.load(dir, modules, previous.as_deref())?;
+        *write(&self.current) = Some(Arc::clone(&set));
+        Ok(set)
+    }
+
+    /// Loads `modules` from `dir` as a set apart, which never becomes the set in force nor
+    /// shares anything with it (its instances and call counts are its own): a candidate
+    /// configuration's transforms, tried on recorded requests. Compiled code comes from the
+    /// cache, so an unchanged module costs a read and a digest, not a compilation.
+    pub fn load_candidate(
+        &self,
+        dir: &Path,
+        modules: &[String],
+    ) -> Result<Arc<TransformSet>, Vec<LoadError>> {
+        self.load(dir, modules, None)
+    }
+
+    /// Loads `modules` from `dir`, reusing the compiled code of `previous`'s unchanged ones.
+    fn load(
+        &self,
+        dir: &Path,
+        modules: &[String],
+        previous: Option<&TransformSet>,
+    ) -> Result<Arc<TransformSet>, Vec<LoadError>> {
         let handle = if modules.is_empty() {
             None
         } else {
@@ -221,14 +246,13 @@ impl TransformRegistry {
             })?;
             Some(handle)
         };
-        let previous = read(&self.current).clone();
         let mut loaded = HashMap::new();
         let mut errors = Vec::new();
         if let Some(handle) = &handle {
             // Compiles run side by side: a configuration naming several JavaScript modules
             // (seconds each) starts in the time of the slowest.
             let results = in_parallel(modules, |module| {
-                let reusable = previous.as_ref().and_then(|set| set.get(module));
+                let reusable = previous.and_then(|set| set.get(module));
                 self.load_one(handle, dir, module, reusable)
             });
             for (module, result) in modules.iter().zip(results) {
@@ -243,15 +267,13 @@ impl TransformRegistry {
         if !errors.is_empty() {
             return Err(errors);
         }
-        let set = Arc::new(TransformSet {
+        Ok(Arc::new(TransformSet {
             dir: handle,
             path: dir.to_path_buf(),
             modules: RwLock::new(loaded),
             refused: RwLock::new(HashMap::new()),
             examined: Mutex::new(HashMap::new()),
-        });
-        *write(&self.current) = Some(Arc::clone(&set));
-        Ok(set)
+        }))
     }
 
     /// Reloads every module of the set in force whose file changed. A module that no longer
