@@ -69,8 +69,22 @@ pub fn load(path: &Path) -> Result<Settings, Vec<ConfigError>> {
 
 fn load_with_digest(path: &Path) -> Result<(Settings, Digest), Vec<ConfigError>> {
     let (document, digest) = read_document(path)?;
+    Ok((settings_of(document, &config_dir(path))?, digest))
+}
+
+/// Parses and validates configuration `text` as [`load`] does a file's, with the process
+/// environment, relative paths resolved against `config_dir`: a candidate configuration,
+/// checked as `hookgate check` checks a file and never put in force. Its transforms are not
+/// loaded (see `server::candidate_transforms`).
+pub fn load_text(text: &str, config_dir: &Path) -> Result<Settings, Vec<ConfigError>> {
+    let document = parse_document(text, &|name| std::env::var(name).ok())?;
+    settings_of(document, config_dir)
+}
+
+/// The settings `document` describes, or every problem of it.
+fn settings_of(document: Document, config_dir: &Path) -> Result<Settings, Vec<ConfigError>> {
     let mut problems = document.problems;
-    match Settings::build(document.config, &config_dir(path)) {
+    match Settings::build(document.config, config_dir) {
         Ok(mut settings) if problems.is_empty() => {
             settings.notices = document.notices;
             let warnings = delivery_warnings::delivery_notices(&settings);
@@ -79,7 +93,7 @@ fn load_with_digest(path: &Path) -> Result<(Settings, Digest), Vec<ConfigError>>
             settings
                 .notices
                 .extend(run_settings::forward_notices(&settings));
-            Ok((settings, digest))
+            Ok(settings)
         }
         Ok(_) => Err(problems),
         Err(more) => {
