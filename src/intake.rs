@@ -16,7 +16,9 @@ use crate::gateway::{
 };
 use crate::hook::envelope::{ContentSource, wrap_prompt};
 use crate::hook::policy::KeyOrigin;
-use crate::hook::{AgentAction, LimitReached, Rejected, WakeMode, WakeRequest, idempotency};
+use crate::hook::{
+    AdmittedRun, AgentAction, LimitReached, Rejected, WakeMode, WakeRequest, idempotency,
+};
 use crate::mapping::{BatchRule, FinishedAction, Mapping};
 
 /// Where a request came in: what its actions' idempotency and events are made of.
@@ -142,6 +144,35 @@ pub async fn admit(
         }
     }
     Ok(committed)
+}
+
+/// What one action of a request would become, every policy applied.
+pub enum Preview {
+    /// A wake: its main-session event.
+    Wake(NewEvent),
+    /// An agent run, as admitted (boxed: it carries the whole action).
+    Agent(Box<AdmittedRun>),
+}
+
+/// What admitting `actions` would make, in order, every policy applied (the model allowlist,
+/// the agent and session-key policies, a wake's agent and key) and nothing stored: no run, no
+/// event, no idempotency key claimed. Lanes and budgets, which depend on what is queued when
+/// a request comes, are not applied. A session key made fresh is one [`admit`] would make
+/// anew. Costs what [`admit`] costs before its first commit.
+pub fn preview(
+    hooks: &HookSettings,
+    intake: &Intake<'_>,
+    actions: Actions<'_>,
+) -> Result<Vec<Preview>, Rejected> {
+    admit_all(hooks, intake, actions)?
+        .into_iter()
+        .map(|admitted| match admitted {
+            Admitted::Wake(wake) => {
+                admit_wake(hooks, &wake, intake.event_source.clone()).map(Preview::Wake)
+            }
+            Admitted::Agent(admission) => Ok(Preview::Agent(Box::new(admission.run.admitted))),
+        })
+        .collect()
 }
 
 /// An action that passed every policy but a wake's, which is checked as it is committed.
