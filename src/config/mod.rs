@@ -24,6 +24,7 @@ mod settings;
 mod signature;
 pub mod store;
 mod suggest;
+mod transforms;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -38,6 +39,7 @@ pub use load::{Digest, Document, file_digest, parse_document, read_document};
 pub use openclaw::ConfigNotice;
 pub use reload::watch;
 pub use settings::{MissingChannels, Settings};
+pub use transforms::{candidate_transforms, load_transforms};
 
 /// A problem with the configuration. Every message names the key it is about.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -75,7 +77,7 @@ fn load_with_digest(path: &Path) -> Result<(Settings, Digest), Vec<ConfigError>>
 /// Parses and validates configuration `text` as [`load`] does a file's, with the process
 /// environment, relative paths resolved against `config_dir`: a candidate configuration,
 /// checked as `hookgate check` checks a file and never put in force. Its transforms are not
-/// loaded (see `server::candidate_transforms`).
+/// loaded (see [`candidate_transforms`]).
 pub fn load_text(text: &str, config_dir: &Path) -> Result<Settings, Vec<ConfigError>> {
     let document = parse_document(text, &|name| std::env::var(name).ok())?;
     settings_of(document, config_dir)
