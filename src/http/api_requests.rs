@@ -169,7 +169,7 @@ pub(super) fn replay_refusal(record: &RequestRecord) -> Option<String> {
 
 /// Captured header pairs as a header map, without the length of a body that redaction may have
 /// changed.
-fn header_map(pairs: &[(String, String)]) -> HeaderMap {
+pub(super) fn header_map(pairs: &[(String, String)]) -> HeaderMap {
     pairs
         .iter()
         .filter(|(name, _)| name != header::CONTENT_LENGTH.as_str())

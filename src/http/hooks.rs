@@ -212,7 +212,7 @@ pub(super) async fn replay(
 
 /// The signature that admitted `original`, whose mapping must still be configured: a replay
 /// runs no other.
-fn replay_signature(
+pub(super) fn replay_signature(
     hooks: &HookSettings,
     original: &RequestRecord,
 ) -> Result<Option<ReplaySignature>, ReplayError> {
@@ -285,14 +285,14 @@ impl HookLabel {
 
 /// The hook a path names (what follows the prefix): leading `/`s stripped and one trailing `/`
 /// ignored, so `/hooks/wake/` is `/hooks/wake` (docs/http-contract.md, step 5).
-fn hook_name(rest: &str) -> &str {
+pub(super) fn hook_name(rest: &str) -> &str {
     let name = rest.trim_start_matches('/');
     name.strip_suffix('/').unwrap_or(name)
 }
 
 /// The part of `path` after `prefix` when `path` is the prefix or below it; case-sensitive and not
 /// percent-decoded, so `/hooks%2Fwake` is not `/hooks/wake`.
-fn under_prefix<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
+pub(super) fn under_prefix<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
     let rest = path.strip_prefix(prefix)?;
     (rest.is_empty() || rest.starts_with('/')).then_some(rest)
 }

@@ -11,6 +11,7 @@ mod auth;
 mod body;
 mod console;
 mod credential;
+mod dry_run;
 mod evaluate;
 mod filtered;
 mod health;
@@ -121,6 +122,7 @@ pub fn router(state: AppState) -> Router {
 fn operator_api(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/requests", get(api_requests::requests))
+        .route("/requests/dry-run", post(dry_run::dry_run))
         .route("/requests/{id}", get(api_requests::request))
         .route("/requests/{id}/replay", post(api_requests::replay))
         .route("/requests/replay", post(api_replay::start))

@@ -192,7 +192,8 @@ impl HookError {
         }
     }
 
-    fn status(&self) -> StatusCode {
+    /// The status the client is answered with.
+    pub(super) fn status(&self) -> StatusCode {
         match self {
             HookError::QueryToken | HookError::Invalid(_) | HookError::Json(_) => {
                 StatusCode::BAD_REQUEST

@@ -218,7 +218,7 @@ async fn completion(
 /// Where a request came in, for admission: its idempotency key candidates in order of
 /// precedence (the headers, the body's `idempotencyKey`, a signed delivery's id), its path and
 /// the source of its wakes' events.
-fn intake_of<'a>(request: &HookRequest<'a>) -> Intake<'a> {
+pub(super) fn intake_of<'a>(request: &HookRequest<'a>) -> Intake<'a> {
     let headers = &request.parts.headers;
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     Intake {

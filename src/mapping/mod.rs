@@ -27,6 +27,11 @@ pub enum ActionKind {
     Agent,
 }
 
+crate::hook::wire::wire_names!(ActionKind {
+    Wake => "wake",
+    Agent => "agent",
+});
+
 /// A mapping ready to match and render.
 #[derive(Debug, Clone)]
 pub struct Mapping {

@@ -1,0 +1,265 @@
+//! What a dry run reports of each recorded request: what it became then (its record, and the
+//! runs it made as the store still has them) and what it would become now, under the
+//! candidate configuration, and whether the two differ.
+
+use axum::http::StatusCode;
+use serde::Serialize;
+
+use crate::gateway::requests::{RequestOutcome, RequestRecord};
+use crate::gateway::{EventOutcome, RunRecord};
+use crate::intake::Preview;
+use crate::mapping::ActionKind;
+
+/// One action: as a request made it then, or as it would make it now.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ActionView {
+    kind: ActionKind,
+    /// A wake's event text; only now (the log keeps no event's text).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<String>,
+    /// An agent run's message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+    /// The agent that runs it, or whose main session gets the event (null for a wake then).
+    agent_id: Option<String>,
+    /// An agent run's session key; null now when admission would make a fresh one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_key: Option<String>,
+}
+
+impl ActionView {
+    /// An action as admission would make it now.
+    pub fn of_preview(preview: Preview) -> ActionView {
+        match preview {
+            Preview::Wake(event) => ActionView {
+                kind: ActionKind::Wake,
+                text: Some(event.text),
+                message: None,
+                agent_id: Some(event.agent),
+                session_key: None,
+            },
+            Preview::Agent(run) => ActionView {
+                kind: ActionKind::Agent,
+                text: None,
+                message: Some(run.action.message),
+                agent_id: Some(run.target_agent),
+                session_key: run.session_key_chosen.then_some(run.session_key),
+            },
+        }
+    }
+
+    /// A run as the store keeps it.
+    fn of_run(record: &RunRecord) -> ActionView {
+        let run = &record.run.admitted;
+        ActionView {
+            kind: ActionKind::Agent,
+            text: None,
+            message: Some(run.action.message.clone()),
+            agent_id: Some(run.target_agent.clone()),
+            session_key: Some(run.session_key.clone()),
+        }
+    }
+
+    /// Whether `now` would make what this action made: the same kind, and for a run the same
+    /// message and agent, and the same session key unless `now`'s would be fresh.
+    fn same_as(&self, now: &ActionView) -> bool {
+        self.kind == now.kind
+            && (self.kind == ActionKind::Wake
+                || (self.message == now.message
+                    && self.agent_id == now.agent_id
+                    && (now.session_key.is_none() || self.session_key == now.session_key)))
+    }
+}
+
+/// What a request became then, from its record.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Then {
+    status: u16,
+    mapping_id: Option<String>,
+    run_ids: Vec<String>,
+    event_outcome: Option<EventOutcome>,
+    error: Option<String>,
+    outcome: Option<RequestOutcome>,
+    /// Its runs that the store still has, in order, then its wake when it made one.
+    actions: Vec<ActionView>,
+}
+
+impl Then {
+    /// `record`'s outcome, with `runs`, the ones of its runs the store still has.
+    pub fn of(record: &RequestRecord, runs: &[RunRecord]) -> Then {
+        let mut actions: Vec<ActionView> = runs.iter().map(ActionView::of_run).collect();
+        if record.event_outcome.is_some() {
+            actions.push(ActionView {
+                kind: ActionKind::Wake,
+                text: None,
+                message: None,
+                agent_id: None,
+                session_key: None,
+            });
+        }
+        Then {
+            status: record.status,
+            mapping_id: record.mapping_id.clone(),
+            run_ids: record.run_ids.clone(),
+            event_outcome: record.event_outcome,
+            error: record.error.clone(),
+            outcome: record.outcome,
+            actions,
+        }
+    }
+
+    /// Whether the request succeeded: answered below 400.
+    pub fn succeeded(&self) -> bool {
+        self.status < 400
+    }
+}
+
+/// How a request would end now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ending {
+    /// Its actions would be admitted.
+    Actions,
+    /// Mappings matched its path, none's conditions held.
+    Filtered,
+    /// Its mapping matched with nothing to do.
+    Skipped,
+    /// Its transform would answer it itself.
+    Reply,
+    /// It would be refused: `error` says how.
+    Refused,
+}
+
+crate::hook::wire::wire_names!(Ending {
+    Actions => "actions",
+    Filtered => "filtered",
+    Skipped => "skipped",
+    Reply => "reply",
+    Refused => "refused",
+});
+
+/// What a request would become now, under the candidate configuration.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Now {
+    pub status: u16,
+    pub ending: Ending,
+    pub mapping_id: Option<String>,
+    pub actions: Vec<ActionView>,
+    /// The text the client would get when refused.
+    pub error: Option<String>,
+    /// Why, in the operator's words: a refusal's cause, the conditions a filtered request
+    /// failed.
+    pub reason: Option<String>,
+}
+
+impl Now {
+    /// A request that would admit no action, ended as `ending`.
+    pub fn unacted(
+        status: StatusCode,
+        ending: Ending,
+        mapping_id: Option<String>,
+        reason: Option<String>,
+    ) -> Now {
+        Now {
+            status: status.as_u16(),
+            ending,
+            mapping_id,
+            actions: Vec::new(),
+            error: None,
+            reason,
+        }
+    }
+
+    /// Whether the request would fail: answered 400 or above.
+    pub fn fails(&self) -> bool {
+        self.status >= 400
+    }
+
+    /// Whether the request would become other than it became: another status, mapping or
+    /// ending, other kinds or numbers of actions, or, where the store still has every run it
+    /// made, other messages, agents or session keys.
+    pub fn differs_from(&self, then: &Then) -> bool {
+        let filtered_then = then.outcome == Some(RequestOutcome::Filtered);
+        let count = |kind| self.actions.iter().filter(|a| a.kind == kind).count();
+        let actions_differ = then.run_ids.len() != count(ActionKind::Agent)
+            || then.event_outcome.is_some() != (count(ActionKind::Wake) > 0);
+        let known_then = then.actions.len() == self.actions.len();
+        let content_differs = known_then
+            && then
+                .actions
+                .iter()
+                .zip(&self.actions)
+                .any(|(then, now)| !then.same_as(now));
+        then.status != self.status
+            || then.mapping_id != self.mapping_id
+            || filtered_then != (self.ending == Ending::Filtered)
+            || actions_differ
+            || content_differs
+    }
+}
+
+/// Why a request was not tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Untried {
+    /// Its body was not kept: what it would become is not guessed at.
+    NotCaptured,
+    /// It was refused for its authentication, which a dry run does not try again.
+    Unauthenticated,
+    /// Its path was too long to be recorded whole.
+    PathCut,
+}
+
+crate::hook::wire::wire_names!(Untried {
+    NotCaptured => "notCaptured",
+    Unauthenticated => "unauthenticated",
+    PathCut => "pathCut",
+});
+
+/// One request of the dry run.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Trial {
+    pub id: String,
+    pub at: String,
+    pub hook: Option<String>,
+    pub then: Then,
+    /// Null when it was not tried (`untried` says why).
+    pub now: Option<Now>,
+    pub untried: Option<Untried>,
+    pub differs: bool,
+}
+
+/// How many requests the dry run took, and what it found.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Totals {
+    pub requests: usize,
+    pub captured: usize,
+    pub not_captured: usize,
+    pub differing: usize,
+    /// Requests that succeeded then and would fail now.
+    pub now_failing: usize,
+}
+
+impl Totals {
+    pub fn count(&mut self, trial: &Trial) {
+        self.requests += 1;
+        if trial.untried == Some(Untried::NotCaptured) {
+            self.not_captured += 1;
+        } else {
+            self.captured += 1;
+        }
+        if trial.differs {
+            self.differing += 1;
+        }
+        if trial
+            .now
+            .as_ref()
+            .is_some_and(|now| now.fails() && trial.then.succeeded())
+        {
+            self.now_failing += 1;
+        }
+    }
+}

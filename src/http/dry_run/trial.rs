@@ -1,0 +1,175 @@
+//! One recorded request tried on a candidate configuration: rebuilt from its capture, admitted
+//! as its original was (the operator's authority, like a replay; a signature's admission held
+//! to its mapping), and evaluated as the live path evaluates it, up to admission's policies.
+//! Nothing is stored, no transform call is counted in the metrics, no lockout is counted.
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use axum::http::request::Parts;
+use axum::http::{Method, Request, StatusCode, Uri};
+use bytes::Bytes;
+
+use super::report::{ActionView, Ending, Now};
+use crate::config::HookSettings;
+use crate::gateway::requests::{RequestRecord, TransformVerdict};
+use crate::hook::payload;
+use crate::intake::{self, Actions, Intake};
+use crate::mapping::Mapping;
+use crate::transform::{TransformEngine, TransformFailure};
+
+use super::super::body::parse_json;
+use super::super::evaluate::{Evaluation, Observer, evaluate};
+use super::super::hooks::{hook_name, replay_signature, under_prefix};
+use super::super::reply::HookError;
+use super::super::request::{HookRequest, Signed, mapping_by_id};
+use super::super::submit::intake_of;
+
+/// A captured request, as the hook endpoints would see it again.
+pub(super) struct Captured<'a> {
+    pub record: &'a RequestRecord,
+    pub parts: Parts,
+    pub body: Bytes,
+}
+
+impl<'a> Captured<'a> {
+    /// The request `record` captured: `headers`, `query` and `body` as kept.
+    pub fn new(
+        record: &'a RequestRecord,
+        headers: axum::http::HeaderMap,
+        query: Option<&str>,
+        body: Vec<u8>,
+    ) -> Option<Captured<'a>> {
+        let target = match query {
+            Some(query) => format!("{}?{query}", record.target),
+            None => record.target.clone(),
+        };
+        let uri: Uri = target.parse().ok()?;
+        let (mut parts, ()) = Request::new(()).into_parts();
+        parts.method = Method::POST;
+        parts.uri = uri;
+        parts.headers = headers;
+        Some(Captured {
+            record,
+            parts,
+            body: Bytes::from(body),
+        })
+    }
+}
+
+/// What `captured` would become under `hooks`, transforms called through `engine`.
+pub(super) async fn try_on(
+    engine: &TransformEngine,
+    hooks: &HookSettings,
+    captured: &Captured<'_>,
+) -> Now {
+    let noted = Noted::default();
+    // As a replay: one a signature admitted takes that mapping only, and none when it is gone.
+    let signed = match replay_signature(hooks, captured.record) {
+        Ok(signed) => signed.and_then(|s| mapping_by_id(hooks, &s.mapping_id)),
+        Err(gone) => {
+            let mut now = Now::unacted(StatusCode::CONFLICT, Ending::Refused, None, None);
+            now.error = Some(gone.to_string());
+            return now;
+        }
+    };
+    match outcome(engine, hooks, captured, signed, &noted).await {
+        Ok(now) => now,
+        Err(err) => {
+            let mut now = Now::unacted(err.status(), Ending::Refused, noted.take(), err.reason());
+            now.error = Some(err.client_message().into_owned());
+            now
+        }
+    }
+}
+
+async fn outcome(
+    engine: &TransformEngine,
+    hooks: &HookSettings,
+    captured: &Captured<'_>,
+    signed: Option<&Mapping>,
+    noted: &Noted,
+) -> Result<Now, HookError> {
+    let rest = under_prefix(captured.parts.uri.path(), &hooks.path).ok_or(HookError::NotFound)?;
+    let name = hook_name(rest);
+    let payload = parse_json(&captured.body)?;
+    let request = HookRequest {
+        name,
+        parts: &captured.parts,
+        body: &captured.body,
+        payload: &payload,
+        signed: signed.map(|mapping| Signed { mapping, key: None }),
+    };
+    let (mapping, actions) = match name {
+        "" => return Err(HookError::NotFound),
+        "wake" => {
+            let wake = payload::wake_request(&payload)?;
+            let intake = Intake {
+                keys: [None; 5],
+                path: "",
+                event_source: "hook:wake".into(),
+            };
+            (None, intake::preview(hooks, &intake, Actions::Wake(wake))?)
+        }
+        "agent" => {
+            let agent = payload::agent_request(&payload)?;
+            let actions = Actions::Agent(agent.action);
+            (None, intake::preview(hooks, &intake_of(&request), actions)?)
+        }
+        _ => {
+            let unacted =
+                |status, ending, reason| Ok(Now::unacted(status, ending, noted.take(), reason));
+            match evaluate(engine, hooks, &request, noted).await? {
+                Evaluation::Actions { mapping, actions } => {
+                    let actions = Actions::Mapped { mapping, actions };
+                    (
+                        Some(mapping),
+                        intake::preview(hooks, &intake_of(&request), actions)?,
+                    )
+                }
+                Evaluation::Filtered { reason } => {
+                    return unacted(StatusCode::NO_CONTENT, Ending::Filtered, Some(reason));
+                }
+                Evaluation::Skipped => {
+                    return unacted(StatusCode::NO_CONTENT, Ending::Skipped, None);
+                }
+                Evaluation::OwnReply(reply) => {
+                    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
+                    return unacted(status, Ending::Reply, None);
+                }
+            }
+        }
+    };
+    Ok(Now {
+        status: StatusCode::OK.as_u16(),
+        ending: Ending::Actions,
+        mapping_id: mapping.map(|m| m.id.clone()),
+        actions: actions.into_iter().map(ActionView::of_preview).collect(),
+        error: None,
+        reason: None,
+    })
+}
+
+/// What the evaluation's steps tell a dry run: the mapping that matched. Transform calls are
+/// neither traced nor counted in the metrics: they are trials.
+#[derive(Default)]
+struct Noted {
+    mapping: Mutex<Option<String>>,
+}
+
+impl Noted {
+    fn take(&self) -> Option<String> {
+        self.mapping
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+}
+
+impl Observer for Noted {
+    fn mapping(&self, mapping: &Mapping) {
+        *self.mapping.lock().unwrap_or_else(|p| p.into_inner()) = Some(mapping.id.clone());
+    }
+
+    fn transform(&self, _: &Mapping, _: Instant, _: Result<TransformVerdict, &TransformFailure>) {}
+}
