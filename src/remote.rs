@@ -3,6 +3,7 @@
 //! over HTTP (`--url`, the gateway token from `HOOKGATE_GATEWAY_TOKEN`) and print a table for
 //! people, or the API's JSON with `--json`.
 
+mod dry_run;
 mod filters;
 mod replay;
 
@@ -64,6 +65,10 @@ pub enum RequestsCommand {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Try a candidate configuration on recorded requests: which would become other than
+    /// they became. Exits 1 when a request that succeeded would now fail.
+    #[command(after_help = ENVIRONMENT)]
+    DryRun(dry_run::DryRunArgs),
 }
 
 #[derive(Subcommand)]
@@ -165,6 +170,7 @@ pub fn requests(command: RequestsCommand) -> ExitCode {
                 print_capture(&r["capture"]);
             })
         }
+        RequestsCommand::DryRun(args) => dry_run::run(args),
         RequestsCommand::Replay {
             id: None,
             bulk,

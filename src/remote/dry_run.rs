@@ -1,0 +1,235 @@
+//! `hookgate requests dry-run`: a candidate configuration tried on recorded requests
+//! (`POST /api/requests/dry-run`, docs/cli.md). Prints the requests that would become other
+//! than they became, and the totals; exits 1 when a request that succeeded would now fail, 2
+//! when the dry run could not be made.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::{Value, json};
+
+use super::{Remote, print_table, printable, shortened, text};
+
+/// Exit code of a dry run in which a request that succeeded would now fail.
+const WOULD_FAIL: u8 = 1;
+/// Exit code of a dry run that could not be made.
+const NOT_MADE: u8 = 2;
+
+/// The most request ids listed as not captured; the totals count them all.
+const LISTED_UNTRIED: usize = 20;
+
+#[derive(Args)]
+pub struct DryRunArgs {
+    #[command(flatten)]
+    remote: Remote,
+    /// The candidate configuration file (JSON5), read here and sent whole.
+    #[arg(long)]
+    config: PathBuf,
+    /// The candidate's transforms directory on the server, inside its transforms root
+    /// (replaces the candidate's hooks.transformsDir).
+    #[arg(long)]
+    transforms: Option<String>,
+    /// Only requests of this last span of time: 24h, 90m, 7d.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    since: Option<Duration>,
+    /// Only this mapping id.
+    #[arg(long)]
+    mapping: Option<String>,
+    /// Only this hook name.
+    #[arg(long)]
+    hook: Option<String>,
+    /// Only this status class: 2xx, 4xx or 5xx.
+    #[arg(long)]
+    status: Option<String>,
+}
+
+/// Runs `hookgate requests dry-run`.
+pub fn run(args: DryRunArgs) -> ExitCode {
+    let config = match std::fs::read_to_string(&args.config) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("error: cannot read {}: {e}", args.config.display());
+            return ExitCode::from(NOT_MADE);
+        }
+    };
+    let since = match args.since.map(since_time).transpose() {
+        Ok(since) => since,
+        Err(message) => {
+            eprintln!("error: --since: {message}");
+            return ExitCode::from(NOT_MADE);
+        }
+    };
+    let mut filter = serde_json::Map::new();
+    for (key, value) in [
+        ("since", since),
+        ("mapping", args.mapping),
+        ("hook", args.hook),
+        ("status", args.status),
+    ] {
+        if let Some(value) = value {
+            filter.insert(key.into(), Value::from(value));
+        }
+    }
+    let mut body = json!({"config": config, "filter": filter});
+    if let Some(dir) = args.transforms {
+        body["transformsDir"] = Value::from(dir);
+    }
+    let answer = match args.remote.post("/api/requests/dry-run", &body) {
+        Ok(answer) => answer,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(NOT_MADE);
+        }
+    };
+    if args.remote.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&answer).unwrap_or_default()
+        );
+    } else {
+        print_report(&answer);
+    }
+    if answer["totals"]["nowFailing"].as_u64().unwrap_or(0) > 0 {
+        ExitCode::from(WOULD_FAIL)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The RFC 3339 time `span` before now.
+fn since_time(span: Duration) -> Result<String, String> {
+    let span = chrono::Duration::from_std(span).map_err(|_| "too long a span".to_string())?;
+    let at = chrono::Utc::now()
+        .checked_sub_signed(span)
+        .ok_or_else(|| "too long a span".to_string())?;
+    Ok(at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+}
+
+fn print_report(answer: &Value) {
+    let requests = answer["requests"].as_array().map_or(&[][..], Vec::as_slice);
+    print_table(
+        &["ID", "AT", "MAPPING", "STATUS", "ACTION"],
+        requests.iter().filter(|r| r["differs"] == true).map(|r| {
+            let (then, now) = (&r["then"], &r["now"]);
+            vec![
+                text(&r["id"]),
+                text(&r["at"]),
+                format!(
+                    "{} -> {}",
+                    text(&then["mappingId"]),
+                    text(&now["mappingId"])
+                ),
+                format!("{} -> {}", text(&then["status"]), text(&now["status"])),
+                format!("{} -> {}", action_then(then), action_now(now)),
+            ]
+        }),
+    );
+    let untried: Vec<String> = requests
+        .iter()
+        .filter(|r| r["untried"] == "notCaptured")
+        .map(|r| text(&r["id"]))
+        .collect();
+    if !untried.is_empty() {
+        let listed = untried.len().min(LISTED_UNTRIED);
+        let more = untried.len() - listed;
+        let tail = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        println!(
+            "\nnot captured, not tried: {}{tail}",
+            untried[..listed].join(", ")
+        );
+    }
+    let totals = &answer["totals"];
+    println!(
+        "\n{} requests: {} captured, {} not captured; {} would differ, {} that succeeded would now fail",
+        text(&totals["requests"]),
+        text(&totals["captured"]),
+        text(&totals["notCaptured"]),
+        text(&totals["differing"]),
+        text(&totals["nowFailing"]),
+    );
+    if let Some(next) = answer["next"].as_str() {
+        println!("more requests matched: the dry run stopped at {next}");
+    }
+}
+
+/// What a request became then, in a few words.
+fn action_then(then: &Value) -> String {
+    if let Some(error) = then["error"].as_str() {
+        return printable(error, false);
+    }
+    if let Some(outcome) = then["outcome"].as_str() {
+        return outcome.to_string();
+    }
+    let runs = then["runIds"].as_array().map_or(0, Vec::len);
+    match (runs, then["eventOutcome"].as_str()) {
+        (0, Some(_)) => "wake".into(),
+        (0, None) => "nothing".into(),
+        (1, _) => "agent run".into(),
+        (n, _) => format!("{n} agent runs"),
+    }
+}
+
+/// What a request would become now, in a few words: its first action's kind and text.
+fn action_now(now: &Value) -> String {
+    match now["ending"].as_str() {
+        Some("refused") => text(&now["error"]),
+        Some("actions") => {
+            let actions = now["actions"].as_array().map_or(&[][..], Vec::as_slice);
+            let first = actions.first().unwrap_or(&Value::Null);
+            let what = if first["kind"] == "wake" {
+                &first["text"]
+            } else {
+                &first["message"]
+            };
+            let more = match actions.len() {
+                0 | 1 => String::new(),
+                n => format!(" (+{} more)", n - 1),
+            };
+            format!("{} {}{more}", text(&first["kind"]), shortened(what, 60))
+        }
+        _ => text(&now["ending"]),
+    }
+}
+
+impl Remote {
+    /// POSTs `body` as JSON to `path`; the answer's JSON when it succeeded, else the API's
+    /// error with every problem it lists, one per line.
+    fn post(&self, path: &str, body: &Value) -> Result<Value, String> {
+        let token = std::env::var("HOOKGATE_GATEWAY_TOKEN")
+            .map_err(|_| "set HOOKGATE_GATEWAY_TOKEN to the gateway token (gateway.auth.token)")?;
+        let url = format!("{}{path}", self.url.trim_end_matches('/'));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        let (status, answer) = runtime.block_on(async {
+            let response = reqwest::Client::new()
+                .post(&url)
+                .bearer_auth(token.trim())
+                .json(body)
+                .send()
+                .await
+                .map_err(|e| format!("cannot reach {}: {e}", self.url))?;
+            let status = response.status();
+            let answer: Value = response
+                .json()
+                .await
+                .map_err(|e| format!("{url} answered {status} with no JSON: {e}"))?;
+            Ok::<_, String>((status, answer))
+        })?;
+        if status.is_success() {
+            return Ok(answer);
+        }
+        let mut message = format!("{} (HTTP {})", text(&answer["error"]), status.as_u16());
+        for problem in answer["problems"].as_array().into_iter().flatten() {
+            message.push_str(&format!("\n  {}", text(problem)));
+        }
+        Err(message)
+    }
+}
