@@ -47,6 +47,7 @@ mod crash;
 mod credentials;
 mod day_two;
 mod disk_full;
+mod dry_run;
 mod durability;
 mod example;
 mod failover;

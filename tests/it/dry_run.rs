@@ -1,0 +1,358 @@
+//! docs/operations.md "Trying a change on recorded traffic": `POST /api/requests/dry-run` and
+//! `hookgate requests dry-run` over a request log filled with GitHub deliveries of many event
+//! types, through the real binary, with the example github transform changed to handle one
+//! more event type.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+/// GitHub deliveries of many event types: the event, and the payload (the examples' and
+/// octokit's, tests/it/fixtures/github). The example transform skips `star` and `ping`.
+const DELIVERIES: &[(&str, &str)] = &[
+    ("push", "examples/payloads/github-push.json"),
+    ("pull_request", "examples/payloads/github-pull-request.json"),
+    ("issues", "examples/payloads/github-issues.json"),
+    ("release", "examples/payloads/github-release.json"),
+    ("workflow_run", "examples/payloads/github-workflow-run.json"),
+    ("star", "tests/it/fixtures/github/star-created.json"),
+    ("issues", "tests/it/fixtures/github/issues-opened.json"),
+    ("issues", "tests/it/fixtures/github/issues-edited.json"),
+    (
+        "pull_request",
+        "tests/it/fixtures/github/pull-request-opened.json",
+    ),
+    ("push", "tests/it/fixtures/github/push.json"),
+    ("star", "tests/it/fixtures/github/star-created.json"),
+];
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The live configuration: the example github transform, every request captured up to 32 KiB.
+fn live_config() -> Value {
+    let mut config = base_config();
+    set(
+        &mut config,
+        "hooks.capture",
+        json!({"enabled": true, "maxBytes": 32768}),
+    );
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"id": "github", "match": {"path": "github"}, "transform": {"module": "github.wasm"}}]),
+    );
+    config
+}
+
+/// The example github transform with one more event type, `star`, built as a real component
+/// from the example's source (patched, not copied). Returns the directory holding
+/// `github_star.wasm`.
+fn github_with_star() -> &'static Path {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let source = std::fs::read_to_string(repo().join("transforms/github/src/lib.rs")).unwrap();
+        let skip = "        _ => return Decision::Skip,";
+        let star = "        \"star\" => format!(\"[{repo}] {} starred it\", text(p, \"/sender/login\")),\n";
+        assert!(source.contains(skip), "the example transform changed");
+        let wit = format!("path: {:?}", repo().join("wit").display().to_string());
+        let patched = source
+            .replacen(skip, &format!("{star}{skip}"), 1)
+            .replacen("path: \"../../wit\"", &wit, 1);
+        let root = wasm_target_dir().join("github-star");
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::write(root.join("src/lib.rs"), patched).unwrap();
+        std::fs::copy(repo().join("transforms/Cargo.lock"), root.join("Cargo.lock")).unwrap();
+        std::fs::write(
+            root.join("Cargo.toml"),
+            r#"[package]
+name = "github_star"
+version = "0.1.0"
+edition = "2024"
+publish = false
+
+[lib]
+crate-type = ["cdylib"]
+
+[dependencies]
+wit-bindgen = { version = "0.61", default-features = false, features = ["macros", "realloc"] }
+serde_json = "1"
+
+[workspace]
+
+[profile.release]
+opt-level = 3
+lto = true
+codegen-units = 1
+strip = true
+"#,
+        )
+        .unwrap();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--release", "--target", "wasm32-wasip2", "--manifest-path"])
+            .arg(root.join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", wasm_target_dir())
+            .status()
+            .expect("run cargo to build the changed transform");
+        assert!(status.success(), "building the changed github transform failed");
+        wasm_target_dir().join("wasm32-wasip2/release")
+    })
+}
+
+/// A server with the live configuration, the changed transform installed as
+/// `hooks/transforms/candidate/github.wasm`, and its log filled: every delivery (each with an
+/// idempotency key), then a wake too large to be captured. Returns the ids of the deliveries.
+async fn filled() -> (Hookgate, ConfigDir, Vec<String>) {
+    let dir = ConfigDir::new(&live_config());
+    install_transforms(&dir, &["github"]);
+    let candidate = dir.path().join("hooks/transforms/candidate");
+    std::fs::create_dir_all(&candidate).unwrap();
+    std::fs::copy(
+        github_with_star().join("github_star.wasm"),
+        candidate.join("github.wasm"),
+    )
+    .unwrap();
+    let server = Hookgate::start_in(&dir);
+    let mut ids = Vec::new();
+    for (i, (event, file)) in DELIVERIES.iter().enumerate() {
+        let body = std::fs::read(repo().join(file)).unwrap();
+        let response = server
+            .hook("/hooks/github")
+            .header("x-github-event", *event)
+            .header("content-type", "application/json")
+            .header("idempotency-key", format!("delivery-{i}"))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let expected = if *event == "star" { 204 } else { 200 };
+        assert_eq!(response.status(), expected, "{event} {file}");
+        ids.push(request_id(&response));
+    }
+    let big = json!({"text": "x".repeat(40_000)});
+    let (status, _) = server.hook_json("/hooks/wake", &big).await;
+    assert_eq!(status, 200);
+    logged(&server, DELIVERIES.len() + 1).await;
+    (server, dir, ids)
+}
+
+/// Waits until the request log holds `count` records.
+async fn logged(server: &Hookgate, count: usize) {
+    eventually(&format!("{count} records in the log"), async || {
+        let (_, page) = server.api_json("/api/requests?limit=1000").await;
+        page["requests"].as_array().map_or(0, Vec::len) == count
+    })
+    .await;
+}
+
+async fn dry_run(server: &Hookgate, body: &Value) -> (u16, Value) {
+    let response = client()
+        .post(server.url("/api/requests/dry-run"))
+        .bearer_auth(GATEWAY_TOKEN)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    json_of(response).await
+}
+
+/// The rows of the store and the request log that a request's work leaves: runs, hook events
+/// (not the runs' summaries, which the runtime adds as runs end), idempotency keys, records.
+fn footprint(dir: &ConfigDir) -> [i64; 4] {
+    let count = |file: &str, sql: &str| -> i64 {
+        let conn = rusqlite::Connection::open_with_flags(
+            dir.path().join("state").join(file),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap();
+        conn.query_row(sql, [], |row| row.get(0)).unwrap()
+    };
+    [
+        count("hookgate.db", "SELECT count(*) FROM runs"),
+        count(
+            "hookgate.db",
+            "SELECT count(*) FROM events WHERE run_id IS NULL",
+        ),
+        count("hookgate.db", "SELECT count(*) FROM idempotency"),
+        count("requests.db", "SELECT count(*) FROM requests"),
+    ]
+}
+
+fn ids_where(answer: &Value, test: impl Fn(&Value) -> bool) -> Vec<String> {
+    answer["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| test(r))
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_transform_handling_one_more_event_type_changes_exactly_those_requests() {
+    let (server, dir, ids) = filled().await;
+    let before = footprint(&dir);
+    let text = serde_json::to_string_pretty(&live_config()).unwrap();
+    let body = json!({"config": text, "transformsDir": "candidate", "filter": {"hook": "github"}});
+    let (status, answer) = dry_run(&server, &body).await;
+    assert_eq!(status, 200, "{answer}");
+    let stars: Vec<String> = DELIVERIES
+        .iter()
+        .zip(&ids)
+        .filter(|((event, _), _)| *event == "star")
+        .map(|(_, id)| id.clone())
+        .collect();
+    assert_eq!(
+        ids_where(&answer, |r| r["differs"] == true),
+        stars,
+        "{answer}"
+    );
+    assert_eq!(
+        answer["totals"],
+        json!({"requests": DELIVERIES.len(), "captured": DELIVERIES.len(), "notCaptured": 0,
+               "differing": 2, "nowFailing": 0})
+    );
+    let star = answer["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == stars[0])
+        .unwrap();
+    assert_eq!(star["then"]["status"], 204);
+    assert_eq!(star["now"]["status"], 200);
+    assert_eq!(star["now"]["ending"], "actions");
+    assert_eq!(star["now"]["mappingId"], "github");
+    assert_eq!(star["now"]["actions"][0]["kind"], "agent");
+    assert_eq!(star["now"]["actions"][0]["agentId"], "main");
+    let message = star["now"]["actions"][0]["message"].as_str().unwrap();
+    assert!(message.ends_with("starred it"), "{message}");
+    // The oldest first, and each unchanged request's runs as they were made.
+    assert_eq!(ids_where(&answer, |_| true), ids);
+    let push = &answer["requests"][0];
+    assert_eq!(
+        push["then"]["actions"][0]["message"],
+        push["now"]["actions"][0]["message"]
+    );
+    // Nothing of it stored: no run, no event, no idempotency key, no record (a request after
+    // it is the one new record: the log writes in order).
+    assert_eq!(footprint(&dir), before);
+    let (status, _) = server
+        .hook_json("/hooks/wake", &json!({"text": "after the dry run"}))
+        .await;
+    assert_eq!(status, 200);
+    logged(&server, DELIVERIES.len() + 2).await;
+    let after = footprint(&dir);
+    assert_eq!(after[3], before[3] + 1, "{before:?} {after:?}");
+    assert_eq!(after[..3], [before[0], before[1] + 1, before[2]]);
+}
+
+#[tokio::test]
+async fn a_request_not_captured_is_counted_and_listed_not_guessed() {
+    let (server, _dir, _) = filled().await;
+    let text = serde_json::to_string(&live_config()).unwrap();
+    let (status, answer) = dry_run(
+        &server,
+        &json!({"config": text, "filter": {"hook": "wake"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["totals"]["requests"], 1);
+    assert_eq!(answer["totals"]["notCaptured"], 1);
+    assert_eq!(answer["totals"]["differing"], 0);
+    let wake = &answer["requests"][0];
+    assert_eq!(wake["untried"], "notCaptured");
+    assert_eq!(wake["now"], Value::Null);
+    assert_eq!(wake["then"]["status"], 200);
+}
+
+#[tokio::test]
+async fn an_invalid_candidate_is_refused_naming_the_key_not_the_value() {
+    let dir = ConfigDir::new(&live_config());
+    install_transforms(&dir, &["github"]);
+    let server = Hookgate::start_in(&dir);
+    let mut config = live_config();
+    set(&mut config, "hooks.maxBodyBytes", json!("sekrit-value-77"));
+    let text = serde_json::to_string(&config).unwrap();
+    let (status, answer) = dry_run(&server, &json!({"config": text})).await;
+    assert_eq!(status, 400, "{answer}");
+    let problems = answer["problems"].to_string();
+    assert!(problems.contains("hooks.maxBodyBytes"), "{answer}");
+    assert!(!answer.to_string().contains("sekrit-value-77"), "{answer}");
+    // A candidate's transforms directory stays inside the transforms root, as the key's does.
+    let text = serde_json::to_string(&live_config()).unwrap();
+    let body = json!({"config": text, "transformsDir": "../../etc"});
+    let (status, answer) = dry_run(&server, &body).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer["problems"]
+            .to_string()
+            .contains("hooks.transformsDir"),
+        "{answer}"
+    );
+    // A filter key the listing does not take is refused too.
+    let (status, answer) =
+        dry_run(&server, &json!({"config": text, "filter": {"mappng": "x"}})).await;
+    assert_eq!(status, 400, "{answer}");
+}
+
+#[tokio::test]
+async fn the_cli_names_the_requests_a_broken_mapping_would_fail_and_exits_1() {
+    let (server, dir, ids) = filled().await;
+    let mut broken = live_config();
+    let mut mappings = live_config()["hooks"]["mappings"].clone();
+    mappings[0]["match"]["path"] = json!("gh");
+    set(&mut broken, "hooks.mappings", mappings);
+    let candidate = dir.path().join("candidate.json5");
+    std::fs::write(&candidate, serde_json::to_string_pretty(&broken).unwrap()).unwrap();
+    let filter = ["--since", "1h", "--mapping", "github"];
+    let (code, stdout) = cli_dry_run(&server, &candidate, &filter);
+
+    assert_eq!(code, Some(1), "{stdout}");
+    // Every delivery the mapping admitted (the skipped ones took it too) now finds no mapping.
+    for id in &ids {
+        assert!(stdout.contains(id.as_str()), "{id} missing from\n{stdout}");
+    }
+    assert!(stdout.contains("200 -> 404"), "{stdout}");
+    assert!(stdout.contains("github -> -"), "{stdout}");
+    // The skipped ones succeeded too (204).
+    assert!(
+        stdout.contains(&format!(
+            "{} that succeeded would now fail",
+            DELIVERIES.len()
+        )),
+        "{stdout}"
+    );
+    // The unchanged configuration: nothing differs, exit 0.
+    std::fs::write(&candidate, serde_json::to_string(&live_config()).unwrap()).unwrap();
+    let (code, stdout) = cli_dry_run(&server, &candidate, &["--hook", "github"]);
+
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(
+        stdout.contains("0 would differ, 0 that succeeded"),
+        "{stdout}"
+    );
+}
+
+/// `hookgate requests dry-run --config <candidate> <filter>` against `server`: its exit code,
+/// and its output (standard error after standard output).
+fn cli_dry_run(server: &Hookgate, candidate: &Path, filter: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(binary())
+        .args(["requests", "dry-run", "--config"])
+        .arg(candidate)
+        .args(filter)
+        .args(["--url", &server.url("")])
+        .env("HOOKGATE_GATEWAY_TOKEN", GATEWAY_TOKEN)
+        .output()
+        .unwrap();
+    let output = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), output)
+}
