@@ -69,7 +69,7 @@ impl Browser {
         browser
     }
 
-    async fn command(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
+    pub(crate) async fn command(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
         let url = format!("{}/session/{}{path}", self.base, self.session);
         let request = client().request(method.clone(), url);
         // chromedriver refuses a GET that carries a body.
@@ -82,7 +82,7 @@ impl Browser {
         answer["value"].clone()
     }
 
-    async fn post(&self, path: &str, body: Value) -> Value {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> Value {
         self.command(reqwest::Method::POST, path, body).await
     }
 
@@ -97,7 +97,7 @@ impl Browser {
     }
 
     /// The element `css` selects, once it exists.
-    async fn element(&self, css: &str) -> String {
+    pub(crate) async fn element(&self, css: &str) -> String {
         let mut found = String::new();
         eventually(&format!("{css} to appear"), async || {
             let value = self
@@ -126,7 +126,7 @@ impl Browser {
             .await;
     }
 
-    async fn text(&self, css: &str) -> String {
+    pub(crate) async fn text(&self, css: &str) -> String {
         let id = self.element(css).await;
         let value = self
             .command(

@@ -8,6 +8,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
+use crate::console::Browser;
 use crate::harness::*;
 
 /// GitHub deliveries of many event types: the event, and the payload (the examples' and
@@ -65,7 +66,11 @@ fn github_with_star() -> &'static Path {
             .replacen("path: \"../../wit\"", &wit, 1);
         let root = wasm_target_dir().join("github-star");
         std::fs::create_dir_all(root.join("src")).unwrap();
-        std::fs::write(root.join("src/lib.rs"), patched).unwrap();
+        // Written only when changed: an unchanged source is not built again.
+        let lib = root.join("src/lib.rs");
+        if std::fs::read_to_string(&lib).ok().as_deref() != Some(patched.as_str()) {
+            std::fs::write(&lib, patched).unwrap();
+        }
         std::fs::copy(repo().join("transforms/Cargo.lock"), root.join("Cargo.lock")).unwrap();
         std::fs::write(
             root.join("Cargo.toml"),
@@ -355,4 +360,54 @@ fn cli_dry_run(server: &Hookgate, candidate: &Path, filter: &[&str]) -> (Option<
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.code(), output)
+}
+
+#[tokio::test]
+async fn the_console_tries_a_pasted_candidate_and_shows_what_would_differ() {
+    let (server, _dir, ids) = filled().await;
+    let star = &ids[DELIVERIES.iter().position(|(e, _)| *e == "star").unwrap()];
+    let browser = Browser::start().await;
+    browser.go(&server.url("/console")).await;
+    browser.type_into("#token", GATEWAY_TOKEN).await;
+    browser.click("#login button[type=submit]").await;
+    browser.click("nav button[data-view=dryrun]").await;
+    let text =
+        serde_json::to_string(&serde_json::to_string_pretty(&live_config()).unwrap()).unwrap();
+    browser
+        .run(&format!(
+            "document.getElementById('dryrun-config').value = {text}; return true"
+        ))
+        .await;
+    browser.type_into("#dryrun-transforms", "candidate").await;
+    browser.type_into("#dryrun-hook", "github").await;
+    browser.click("#dryrun-form button[type=submit]").await;
+    let totals = browser
+        .wait_for_text("#dryrun-totals", "would differ")
+        .await;
+    assert!(
+        totals.contains(&format!(
+            "{} requests: {0} captured, 0 not captured; 2 would differ, 0 that succeeded",
+            DELIVERIES.len()
+        )),
+        "{totals}"
+    );
+    let table = browser.text("#dryrun-table tbody").await;
+    assert!(table.contains(star.as_str()), "{table}");
+    assert!(table.contains("204 → 200"), "{table}");
+    assert!(table.contains("starred it"), "{table}");
+    assert_eq!(table.lines().count(), 2, "{table}");
+    // An invalid candidate: its problems listed, by key.
+    browser
+        .run("document.getElementById('dryrun-config').value = '{hooks: {enabled: true, token: 5}}'; return true")
+        .await;
+    browser.click("#dryrun-form button[type=submit]").await;
+    browser
+        .wait_for_text(
+            "#dryrun-totals",
+            "Not tried: the candidate configuration is invalid",
+        )
+        .await;
+    browser
+        .wait_for_text("#dryrun-problems", "hooks.token")
+        .await;
 }

@@ -36,7 +36,9 @@ async function api(path, options = {}) {
     throw new Error("unauthorized");
   }
   if (!response.ok) {
-    throw new Error((body && body.error) || `HTTP ${response.status}`);
+    const error = new Error((body && body.error) || `HTTP ${response.status}`);
+    error.body = body;
+    throw error;
   }
   return body;
 }
@@ -100,7 +102,7 @@ function became(record) {
 function show(view) {
   state.view = view;
   state.paged = false;
-  for (const name of ["requests", "runs", "events", "system"]) {
+  for (const name of ["requests", "runs", "events", "system", "dryrun"]) {
     $(`${name}-view`).hidden = name !== view;
     const tab = document.querySelector(`nav button[data-view="${name}"]`);
     if (name === view) tab.setAttribute("aria-current", "page");
@@ -357,6 +359,66 @@ async function loadSystem() {
   }
 }
 
+// Dry run (docs/operations.md#trying-a-change-on-recorded-traffic)
+
+function dryRunBody() {
+  const filter = {};
+  for (const name of ["hook", "mapping", "status"]) {
+    const value = $(`dryrun-${name}`).value.trim();
+    if (value) filter[name] = value;
+  }
+  const span = Number($("dryrun-since").value);
+  if (span) filter.since = new Date(Date.now() - span * 1000).toISOString();
+  const body = { config: $("dryrun-config").value, filter };
+  const dir = $("dryrun-transforms").value.trim();
+  if (dir) body.transformsDir = dir;
+  return body;
+}
+
+function thenWords(then) {
+  if (then.error) return then.error;
+  if (then.outcome) return then.outcome;
+  if (then.runIds.length) return then.runIds.length === 1 ? "agent run" : `${then.runIds.length} agent runs`;
+  return then.eventOutcome ? "wake" : "nothing";
+}
+
+function nowWords(now) {
+  if (now.ending === "refused") return now.reason ? `${now.error}: ${now.reason}` : now.error;
+  if (now.ending !== "actions") return now.ending;
+  return now.actions.map((a) => `${a.kind}: ${a.kind === "wake" ? a.text : a.message}`).join("; ");
+}
+
+async function dryRun(event) {
+  event.preventDefault();
+  const body = $("dryrun-table").tBodies[0];
+  body.replaceChildren();
+  $("dryrun-problems").replaceChildren();
+  $("dryrun-untried").textContent = "";
+  $("dryrun-totals").textContent = "Trying the candidate…";
+  let answer;
+  try {
+    answer = await api("/api/requests/dry-run", { method: "POST", body: JSON.stringify(dryRunBody()) });
+  } catch (error) {
+    $("dryrun-totals").textContent = `Not tried: ${error.message}`;
+    for (const problem of (error.body && error.body.problems) || []) $("dryrun-problems").append(el("li", problem));
+    return;
+  }
+  for (const trial of answer.requests.filter((r) => r.differs)) {
+    const row = el("tr");
+    cell(row, trial.id);
+    cell(row, trial.at);
+    cell(row, `${trial.then.mappingId ?? "-"} → ${trial.now.mappingId ?? "-"}`);
+    cell(row, `${trial.then.status} → ${trial.now.status}`, `status-${String(trial.now.status)[0]}`);
+    cell(row, `${thenWords(trial.then)} → ${nowWords(trial.now)}`);
+    body.append(row);
+  }
+  const untried = answer.requests.filter((r) => r.untried === "notCaptured").map((r) => r.id);
+  if (untried.length) $("dryrun-untried").textContent = `Not captured, not tried: ${untried.join(", ")}`;
+  const t = answer.totals;
+  const more = answer.next ? ` More matched: the dry run stopped at ${answer.next}.` : "";
+  $("dryrun-totals").textContent = `${t.requests} requests: ${t.captured} captured, ${t.notCaptured} not captured; ${t.differing} would differ, ${t.nowFailing} that succeeded would now fail.${more}`;
+}
+
 // Session
 
 function login(event) {
@@ -409,6 +471,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("cancel-run").addEventListener("click", () => settleHeld("cancel"));
   $("request-close").addEventListener("click", () => show("requests"));
   $("run-close").addEventListener("click", () => show("runs"));
+  $("dryrun-form").addEventListener("submit", dryRun);
   if (token()) start();
   else $("token").focus();
 });
