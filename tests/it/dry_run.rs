@@ -243,6 +243,23 @@ async fn a_transform_handling_one_more_event_type_changes_exactly_those_requests
         push["then"]["actions"][0]["message"],
         push["now"]["actions"][0]["message"]
     );
+    // The command line reports the same two, and exits 0: nothing that succeeded would fail.
+    let candidate = dir.path().join("candidate.json5");
+    std::fs::write(&candidate, &text).unwrap();
+    let filter = ["--transforms", "candidate", "--hook", "github"];
+    let (code, output) = cli_dry_run(&server, &candidate, &filter);
+    println!("{output}");
+    assert_eq!(code, Some(0), "{output}");
+    for id in &stars {
+        let row = output.lines().find(|line| line.starts_with(id.as_str()));
+        let row = row.unwrap_or_else(|| panic!("{id} missing from\n{output}"));
+        assert!(row.contains("204 -> 200"), "{row}");
+        assert!(row.contains("nothing -> agent ["), "{row}");
+    }
+    assert!(
+        output.contains("2 would differ, 0 that succeeded"),
+        "{output}"
+    );
     // Nothing of it stored: no run, no event, no idempotency key, no record (a request after
     // it is the one new record: the log writes in order).
     assert_eq!(footprint(&dir), before);
