@@ -428,3 +428,88 @@ async fn the_console_tries_a_pasted_candidate_and_shows_what_would_differ() {
         .wait_for_text("#dryrun-problems", "hooks.token")
         .await;
 }
+
+/// Agents `main` and `ops`; a mapping a GitHub signature admits (`partner`) and one the token
+/// does (`internal`), on one path, told apart by the payload's `source`.
+fn policy_config(allowed_agents: Value, mappings: Value) -> Value {
+    let mut config = base_config();
+    set(&mut config, "hooks.capture", json!({"enabled": true}));
+    set(
+        &mut config,
+        "agents.list",
+        json!([{"id": "main", "default": true}, {"id": "ops"}]),
+    );
+    set(&mut config, "hooks.allowedAgentIds", allowed_agents);
+    set(&mut config, "hooks.mappings", mappings);
+    config
+}
+
+fn partner() -> Value {
+    json!({"id": "partner", "match": {"path": "events", "source": "partner"}, "messageTemplate": "partner", "signature": {"scheme": "github", "secret": "partner-secret"}})
+}
+
+fn internal(source: &str) -> Value {
+    json!({"id": "internal", "match": {"path": "events", "source": source}, "messageTemplate": "internal"})
+}
+
+#[tokio::test]
+async fn policies_direct_endpoints_and_a_signatures_admission_are_tried_too() {
+    let live = policy_config(json!(["*"]), json!([partner(), internal("internal")]));
+    let (server, _dir) = Hookgate::start(&live);
+    let (status, _) = server
+        .hook_json("/hooks/agent", &json!({"message": "m", "agentId": "ops"}))
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = server.hook_json("/hooks/wake", &json!({"text": "w"})).await;
+    assert_eq!(status, 200);
+    let body = br#"{"source":"partner"}"#;
+    let at = chrono::Utc::now().timestamp();
+    let mut signed = client()
+        .post(server.url("/hooks/events"))
+        .body(body.to_vec());
+    for (name, value) in crate::signatures::sign("github", "partner-secret", body, at, "d-1") {
+        signed = signed.header(name, value);
+    }
+    assert_eq!(signed.send().await.unwrap().status(), 200);
+    logged(&server, 3).await;
+
+    // Only `main` allowed, and the token's mapping now matching the partner's payload first.
+    let candidate = policy_config(json!(["main"]), json!([internal("partner"), partner()]));
+    let body = json!({"config": serde_json::to_string(&candidate).unwrap()});
+    let (status, answer) = dry_run(&server, &body).await;
+    assert_eq!(status, 200, "{answer}");
+    let [agent, wake, signed] = [0, 1, 2].map(|i| answer["requests"][i]["now"].clone());
+    assert_eq!(agent["status"], 400, "{answer}");
+    assert_eq!(
+        agent["error"],
+        "agentId is not allowed by hooks.allowedAgentIds"
+    );
+    assert_eq!(wake["status"], 200, "{answer}");
+    assert_eq!(
+        wake["actions"],
+        json!([{"kind": "wake", "text": "w", "agentId": "main"}])
+    );
+    assert_eq!(answer["requests"][1]["differs"], false);
+    // Admitted by the partner's signature, it may take the partner's mapping only.
+    assert_eq!(signed["status"], 401, "{answer}");
+    assert_eq!(signed["mappingId"], "internal");
+    let reason = signed["reason"].as_str().unwrap();
+    assert!(reason.contains("signed for mapping partner"), "{reason}");
+    assert_eq!(answer["totals"]["nowFailing"], 2, "{answer}");
+
+    // Without the partner's mapping, the signed request has nothing it may take.
+    let candidate = policy_config(json!(["*"]), json!([internal("internal")]));
+    let body =
+        json!({"config": serde_json::to_string(&candidate).unwrap(), "filter": {"hook": "events"}});
+    let (status, answer) = dry_run(&server, &body).await;
+    assert_eq!(status, 200, "{answer}");
+    let now = &answer["requests"][0]["now"];
+    assert_eq!(now["status"], 409, "{answer}");
+    assert!(
+        now["error"]
+            .as_str()
+            .unwrap()
+            .contains("no longer configured"),
+        "{answer}"
+    );
+}
