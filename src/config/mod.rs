@@ -74,13 +74,16 @@ fn load_with_digest(path: &Path) -> Result<(Settings, Digest), Vec<ConfigError>>
     Ok((settings_of(document, &config_dir(path))?, digest))
 }
 
-/// Parses and validates configuration `text` as [`load`] does a file's, with the process
-/// environment, relative paths resolved against `config_dir`: a candidate configuration,
-/// checked as `hookgate check` checks a file and never put in force. Its transforms are not
-/// loaded (see [`candidate_transforms`]).
-pub fn load_text(text: &str, config_dir: &Path) -> Result<Settings, Vec<ConfigError>> {
-    let document = parse_document(text, &|name| std::env::var(name).ok())?;
-    settings_of(document, config_dir)
+/// Parses and validates configuration `text` as [`load`] does a file's, `${NAME}` read from
+/// `env`, relative paths resolved against `config_dir`: a candidate configuration, checked as
+/// `hookgate check` checks a file and never put in force. Its transforms are not loaded (see
+/// [`candidate_transforms`]).
+pub fn load_text(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    config_dir: &Path,
+) -> Result<Settings, Vec<ConfigError>> {
+    settings_of(parse_document(text, env)?, config_dir)
 }
 
 /// The settings `document` describes, or every problem of it.

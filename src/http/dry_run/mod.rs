@@ -9,7 +9,7 @@ mod report;
 mod trial;
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::Json;
 use axum::extract::State;
@@ -60,7 +60,7 @@ pub async fn dry_run(State(app): State<AppState>, body: Bytes) -> Result<Respons
     filter.order = ListOrder::OldestFirst;
     filter.limit = PAGE;
     let candidate = candidate(&app, body.config, body.transforms_dir).await?;
-    let hooks = candidate.hooks.as_ref().ok_or_else(|| {
+    let hooks = candidate.settings.hooks.as_ref().ok_or_else(|| {
         DryRunError::Candidate(vec![ConfigError::invalid(
             "hooks.enabled",
             "must be true for a dry run: a candidate without hooks answers nothing",
@@ -79,7 +79,10 @@ pub async fn dry_run(State(app): State<AppState>, body: Bytes) -> Result<Respons
             if trials.len() == MAX_REQUESTS {
                 break;
             }
-            let trial = try_record(&app, hooks, record).await?;
+            let mut trial = try_record(&app, hooks, record).await?;
+            if let Some(now) = &mut trial.now {
+                now.redact(&candidate.env_values);
+            }
             totals.count(&trial);
             trials.push(trial);
         }
@@ -111,24 +114,46 @@ struct DryRun {
     next: Option<String>,
 }
 
-/// The candidate `text`, validated, with its transforms loaded apart from those in force. Runs
-/// on a blocking thread: loading may compile components.
+/// A candidate configuration, validated, with its transforms loaded apart from those in force,
+/// and the values its `${NAME}` references took from the server's environment.
+struct Candidate {
+    settings: Settings,
+    /// Never shown: a trial's text that carries one shows `[redacted]` in its place.
+    env_values: Vec<String>,
+}
+
+/// The candidate `text`, validated, with its transforms loaded. Runs on a blocking thread:
+/// loading may compile components.
 async fn candidate(
     app: &AppState,
     text: String,
     transforms_dir: Option<String>,
-) -> Result<Arc<Settings>, DryRunError> {
+) -> Result<Candidate, DryRunError> {
     let config_dir = config::config_dir(app.config.path());
     let registry = Arc::clone(&app.transforms);
     let loaded = tokio::task::spawn_blocking(move || {
         let text = with_transforms_dir(&text, transforms_dir.as_deref());
-        let settings = config::load_text(&text, &config_dir)?;
+        let taken = Mutex::new(Vec::new());
+        let env = |name: &str| {
+            let value = std::env::var(name).ok()?;
+            lock(&taken).push(value.clone());
+            Some(value)
+        };
+        let settings = config::load_text(&text, &env, &config_dir)?;
         config::candidate_transforms(&registry, &settings)?;
-        Ok::<_, Vec<ConfigError>>(settings)
+        let env_values = std::mem::take(&mut *lock(&taken));
+        Ok::<_, Vec<ConfigError>>(Candidate {
+            settings,
+            env_values,
+        })
     })
     .await
     .map_err(|e| ApiError::Internal(Box::new(e)))?;
-    Ok(Arc::new(loaded.map_err(DryRunError::Candidate)?))
+    loaded.map_err(DryRunError::Candidate)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// `text` with its `hooks.transformsDir` replaced by `dir`; `text` itself when there is no
