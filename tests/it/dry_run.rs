@@ -513,3 +513,34 @@ async fn policies_direct_endpoints_and_a_signatures_admission_are_tried_too() {
         "{answer}"
     );
 }
+
+#[tokio::test]
+async fn the_servers_environment_never_shows_and_a_refused_request_is_not_retried() {
+    let secret = "from-the-environment-5d2e";
+    let dir = ConfigDir::new(&policy_config(json!(["*"]), json!([internal("internal")])));
+    let server = Hookgate::try_start_in(&dir, &[("DRY_RUN_SECRET", secret)]).unwrap();
+    let body = json!({"source": "internal"});
+    let (status, _) = server.hook_json("/hooks/events", &body).await;
+    assert_eq!(status, 200);
+    let refused = client()
+        .post(server.url("/hooks/events"))
+        .bearer_auth("wrong");
+    assert_eq!(refused.json(&body).send().await.unwrap().status(), 401);
+    logged(&server, 2).await;
+    let mut leaky = internal("internal");
+    leaky["messageTemplate"] = json!("leak ${DRY_RUN_SECRET}");
+    let candidate = policy_config(json!(["*"]), json!([leaky]));
+    let body = json!({"config": serde_json::to_string(&candidate).unwrap()});
+    let (status, answer) = dry_run(&server, &body).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(!answer.to_string().contains(secret), "{answer}");
+    let [admitted, refused] = [0, 1].map(|i| answer["requests"][i].clone());
+    assert_eq!(admitted["now"]["actions"][0]["message"], "leak [redacted]");
+    assert_eq!(admitted["differs"], true, "another message");
+    assert_eq!(refused["then"]["status"], 401);
+    assert_eq!(refused["untried"], "unauthenticated");
+    assert_eq!(refused["now"], Value::Null);
+    let totals =
+        json!({"requests": 2, "captured": 1, "notCaptured": 1, "differing": 1, "nowFailing": 0});
+    assert_eq!(answer["totals"], totals);
+}

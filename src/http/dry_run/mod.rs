@@ -202,10 +202,16 @@ async fn try_record(
     };
     let untried = untried.or(now.is_none().then_some(Untried::NotCaptured));
     let differs = now.as_ref().is_some_and(|now| now.differs_from(&then));
+    let captured = match untried {
+        None => true,
+        Some(Untried::NotCaptured) => false,
+        Some(_) => record.captured,
+    };
     Ok(Trial {
         id: record.id,
         at: record.at,
         hook: record.hook,
+        captured,
         then,
         now,
         untried,

@@ -261,6 +261,8 @@ pub(super) struct Trial {
     pub id: String,
     pub at: String,
     pub hook: Option<String>,
+    /// Whether its body was kept (a request refused for its authentication never has it).
+    pub captured: bool,
     pub then: Then,
     /// Null when it was not tried (`untried` says why).
     pub now: Option<Now>,
@@ -283,10 +285,10 @@ pub(super) struct Totals {
 impl Totals {
     pub fn count(&mut self, trial: &Trial) {
         self.requests += 1;
-        if trial.untried == Some(Untried::NotCaptured) {
-            self.not_captured += 1;
-        } else {
+        if trial.captured {
             self.captured += 1;
+        } else {
+            self.not_captured += 1;
         }
         if trial.differs {
             self.differing += 1;
