@@ -544,3 +544,42 @@ async fn the_servers_environment_never_shows_and_a_refused_request_is_not_retrie
         json!({"requests": 2, "captured": 1, "notCaptured": 1, "differing": 1, "nowFailing": 0});
     assert_eq!(answer["totals"], totals);
 }
+
+/// A `forEach` mapping: one run per element of `items`, its message from `template`.
+fn for_each_config(template: &str) -> Value {
+    let mut config = base_config();
+    set(&mut config, "hooks.capture", json!({"enabled": true}));
+    let mapping = json!({"id": "list", "match": {"path": "list"}, "forEach": "items", "messageTemplate": template});
+    set(&mut config, "hooks.mappings", json!([mapping]));
+    config
+}
+
+#[tokio::test]
+async fn a_for_each_request_is_several_actions_compared_with_the_runs_it_made() {
+    let (server, _dir) = Hookgate::start(&for_each_config("item {{items[0].name}}"));
+    let items = json!({"items": [{"name": "a"}, {"name": "b"}]});
+    let (status, reply) = server.hook_json("/hooks/list", &items).await;
+    assert_eq!(status, 200, "{reply}");
+    logged(&server, 1).await;
+    let try_template = async |template: &str| {
+        let config = serde_json::to_string(&for_each_config(template)).unwrap();
+        let (status, answer) = dry_run(&server, &json!({"config": config})).await;
+        assert_eq!(status, 200, "{answer}");
+        answer["requests"][0].clone()
+    };
+    let same = try_template("item {{items[0].name}}").await;
+    assert_eq!(same["differs"], false, "{same}");
+    let messages = |actions: &Value| -> Vec<String> {
+        let actions = actions.as_array().unwrap();
+        actions
+            .iter()
+            .map(|a| a["message"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(messages(&same["then"]["actions"]), ["item a", "item b"]);
+    assert_eq!(messages(&same["now"]["actions"]), ["item a", "item b"]);
+    let changed = try_template("thing {{items[0].name}}").await;
+    assert_eq!(changed["differs"], true, "{changed}");
+    assert_eq!(changed["now"]["status"], 200);
+    assert_eq!(messages(&changed["now"]["actions"]), ["thing a", "thing b"]);
+}
