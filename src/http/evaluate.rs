@@ -44,7 +44,8 @@ pub(super) enum Evaluation<'m> {
 pub(super) trait Observer {
     /// The mapping that matched.
     fn mapping(&self, mapping: &Mapping);
-    /// A transform call of `mapping` ended, started at `started`.
+    /// A transform call of `mapping` ended, started at `started`. A failure is the observer's
+    /// to log: the live path's is an error, a trial's is what it reports.
     fn transform(
         &self,
         mapping: &Mapping,
@@ -218,7 +219,6 @@ impl Call<'_> {
             }
             Err(failure) => {
                 observer.transform(mapping, started, Err(&failure));
-                tracing::error!(mapping = %mapping.id, %module, cause = failure.cause(), %failure, "transform failed");
                 Err(match failure {
                     TransformFailure::Busy(_) => HookError::TransformsBusy,
                     failure => HookError::MappingFailed(failure.into()),

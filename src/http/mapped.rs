@@ -75,6 +75,8 @@ impl Observer for Live<'_> {
         match outcome {
             Ok(verdict) => self.trace.transform(verdict, started, None),
             Err(failure) => {
+                let module = mapping.transform.as_ref().map(|t| t.module.as_str());
+                tracing::error!(mapping = %mapping.id, module, cause = failure.cause(), %failure, "transform failed");
                 self.trace
                     .transform(TransformVerdict::Failed, started, Some(failure.cause()));
                 self.metrics
