@@ -88,7 +88,12 @@ pub async fn dry_run(State(app): State<AppState>, body: Bytes) -> Result<Respons
         }
         let last = trials.last().map(|t: &Trial| t.id.clone());
         if trials.len() == MAX_REQUESTS {
-            break last;
+            // `next` only when one more matched.
+            let mut rest = filter.clone();
+            rest.cursor = last.clone();
+            rest.limit = 1;
+            let more = app.request_log.page(rest).await.map_err(ApiError::from)?;
+            break last.filter(|_| !more.is_empty());
         }
         if !full {
             break None;
