@@ -276,6 +276,12 @@ impl Metrics {
             "Requests bulk replays replayed, by outcome: succeeded (answered 2xx) or failed",
             self.bulk_replays.clone(),
         );
+        self.register_admission(registry);
+    }
+
+    /// Registers the metrics of what agent runs cost and what admission refused for it:
+    /// tokens, lanes and budgets.
+    fn register_admission(&self, registry: &mut Registry) {
         registry.register(
             "hookgate_model_tokens",
             "Tokens agent runs used as their providers reported them, by agent, mapping, model \
