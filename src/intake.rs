@@ -10,6 +10,7 @@ use crate::config::HookSettings;
 use crate::gateway::batches::{BatchItem, Joined};
 use crate::gateway::budget;
 use crate::gateway::lanes::LaneError;
+use crate::gateway::requests::RequestOutcome;
 use crate::gateway::runtime_clock::{now_ms, now_rfc3339};
 use crate::gateway::{
     EventKind, EventOutcome, IdempotencyClaim, NewEvent, NewRun, RunQueued, Runtime, StoreError,
@@ -53,6 +54,8 @@ pub struct QueuedRun {
     pub repeated: bool,
     /// The request's position in its batch, from 1; `None` when it is a run of its own.
     pub batched: Option<u32>,
+    /// A budget that holds was spent: the run is stored `held`.
+    pub held: bool,
 }
 
 /// What admission committed, in the order of the request's actions.
@@ -69,6 +72,18 @@ impl Committed {
     /// and no wake), since a batch with one new run made work of its own.
     pub fn repeated(&self) -> bool {
         self.wake.is_none() && !self.runs.is_empty() && self.runs.iter().all(|run| run.repeated)
+    }
+
+    /// How the request ended when its status alone does not say: `held` when a budget held any
+    /// of its runs, else `batched` when any went into a batch (the answer carries `batched`).
+    pub fn outcome(&self) -> Option<RequestOutcome> {
+        if self.runs.iter().any(|run| run.held) {
+            Some(RequestOutcome::Held)
+        } else if self.runs.iter().any(|run| run.batched.is_some()) {
+            Some(RequestOutcome::Batched)
+        } else {
+            None
+        }
     }
 
     fn woke(&mut self, mode: WakeMode, outcome: EventOutcome) {
@@ -272,17 +287,15 @@ async fn queue(
         admission.idempotency_key.as_deref(),
     )
     .await??;
-    Ok(match queued {
-        RunQueued::New { run_id } => QueuedRun {
-            run_id,
-            repeated: false,
-            batched: None,
-        },
-        RunQueued::Replayed { run_id } => QueuedRun {
-            run_id,
-            repeated: true,
-            batched: None,
-        },
+    let (run_id, repeated) = match queued.run {
+        RunQueued::New { run_id } => (run_id, false),
+        RunQueued::Replayed { run_id } => (run_id, true),
+    };
+    Ok(QueuedRun {
+        run_id,
+        repeated,
+        batched: None,
+        held: queued.held,
     })
 }
 
@@ -307,6 +320,7 @@ async fn batch(
             run_id: added.run_id,
             repeated: added.repeated,
             batched: added.position,
+            held: false,
         }),
         Joined::NoneOpen(item) => Err(AgentAdmission {
             run: item.run,

@@ -16,7 +16,7 @@ use super::records::NewRun;
 use super::store::{Store, StoreError};
 use crate::config::HookSettings;
 use crate::config::lanes::Priority;
-use crate::hook::LimitReached;
+use crate::hook::{LimitKind, LimitReached};
 
 /// The `Retry-After` of a request refused by a full lane. A queue drains as fast as its runs
 /// end, which nothing here knows ahead: a pause that keeps a sender from hammering the lane,
@@ -48,6 +48,7 @@ pub struct LaneFull {
 impl From<LaneFull> for LimitReached {
     fn from(full: LaneFull) -> Self {
         LimitReached {
+            kind: LimitKind::Lane,
             message: "run queue full; retry later",
             reason: full.to_string(),
             retry_after: RETRY_AFTER,

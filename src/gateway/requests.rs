@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::records::EventOutcome;
 use super::schema::migrate_request_log;
 use super::store::{Database, DatabaseFile, StoreError, Synchronous};
+use crate::hook::LimitKind;
 use crate::hook::capture::Captured;
 
 /// What a mapping's transform made of a request.
@@ -66,17 +67,39 @@ crate::hook::wire::wire_names!(Repeat {
     Redelivery => "redelivery",
 });
 
-/// How a request ended when its status alone does not say.
+/// How a request ended when its status alone does not say: set once, by the step of the hook
+/// path that decided it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestOutcome {
     /// Mappings matched its path, and none's conditions held (docs/hooks.md#conditions):
     /// answered 204, it made nothing.
     Filtered,
+    /// Its run went into a batch, one it joined or opened: the answer carries `batched`.
+    Batched,
+    /// Refused with 429: its mapping's lane was full (`runs.maxQueued`).
+    Limited,
+    /// Refused with 429: a budget whose `onExceeded` is `refuse` was spent.
+    Refused,
+    /// Accepted, and its run held by a spent budget whose `onExceeded` is `hold`.
+    Held,
 }
 
-crate::hook::wire::wire_names!(RequestOutcome {
+crate::hook::wire::wire_names!(RequestOutcome, expected = "outcome must be one of " {
     Filtered => "filtered",
+    Batched => "batched",
+    Limited => "limited",
+    Refused => "refused",
+    Held => "held",
 });
+
+impl From<LimitKind> for RequestOutcome {
+    fn from(kind: LimitKind) -> Self {
+        match kind {
+            LimitKind::Lane => RequestOutcome::Limited,
+            LimitKind::Budget => RequestOutcome::Refused,
+        }
+    }
+}
 
 /// A provider signature, as the log keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -124,7 +147,8 @@ pub struct RequestRecord {
     pub replay_of: Option<String>,
     /// Set when the request repeated an earlier one: its `runIds` are the earlier request's.
     pub repeat: Option<Repeat>,
-    /// Set when the status alone does not say how the request ended (`filtered`).
+    /// Set when the status alone does not say how the request ended (`filtered`, `batched`,
+    /// `limited`, `refused`, `held`).
     pub outcome: Option<RequestOutcome>,
     /// Whether headers and body were kept (`GET /api/requests/{id}` shows them).
     pub captured: bool,

@@ -39,6 +39,8 @@ impl Rejected {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{reason}")]
 pub struct LimitReached {
+    /// Which kind of limit it is.
+    pub kind: LimitKind,
     /// What the client is told, e.g. `run queue full; retry later`.
     pub message: &'static str,
     /// The limit in full, e.g. `mapping github: runs.maxQueued (20) reached`.
@@ -46,4 +48,13 @@ pub struct LimitReached {
     /// When the limit may let a run through again; the answer's `Retry-After`, rounded up to
     /// whole seconds.
     pub retry_after: std::time::Duration,
+}
+
+/// Which of hookgate's limits refused a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKind {
+    /// A mapping's lane holds `runs.maxQueued` waiting runs.
+    Lane,
+    /// A budget whose `onExceeded` is `refuse` is spent.
+    Budget,
 }

@@ -284,6 +284,7 @@ mod tests {
     #[tokio::test]
     async fn a_reached_limit_is_a_json_429_that_keeps_its_reason_from_the_client() {
         let refused = HookError::LimitReached(LimitReached {
+            kind: crate::hook::LimitKind::Lane,
             message: "run queue full; retry later",
             reason: "mapping github: runs.maxQueued (2) reached".into(),
             retry_after: Duration::from_millis(1500),

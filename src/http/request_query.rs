@@ -21,7 +21,7 @@ pub struct RequestsQuery {
     request_id: Option<String>,
     /// `2xx`, `3xx`, `4xx` or `5xx`.
     status: Option<String>,
-    /// `filtered`.
+    /// One of [`RequestOutcome`]'s wire names.
     outcome: Option<String>,
     /// RFC 3339.
     since: Option<String>,
@@ -70,7 +70,7 @@ fn outcome(outcome: Option<&str>) -> Result<Option<RequestOutcome>, ApiError> {
     outcome
         .map(|text| {
             RequestOutcome::from_wire(text)
-                .ok_or_else(|| ApiError::Invalid("outcome must be filtered".into()))
+                .ok_or_else(|| ApiError::Invalid(RequestOutcome::EXPECTED.into()))
         })
         .transpose()
 }

@@ -112,6 +112,9 @@ fn record(trace: &Trace, committed: &Committed) {
     for run in &committed.runs {
         trace.run(&run.run_id);
     }
+    if let Some(outcome) = committed.outcome() {
+        trace.outcome(outcome);
+    }
     if let Some((_, outcome)) = committed.wake {
         trace.event(outcome);
     }

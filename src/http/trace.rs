@@ -172,6 +172,14 @@ impl Trace {
         let mut draft = self.draft();
         draft.record.error = Some(err.client_message().into_owned());
         draft.record.reason = err.reason();
+        if let HookError::LimitReached(limit) = err {
+            draft.record.outcome = Some(limit.kind.into());
+        }
+    }
+
+    /// How the request ended when its status alone does not say, as admission decided it.
+    pub fn outcome(&self, outcome: RequestOutcome) {
+        self.draft().record.outcome = Some(outcome);
     }
 
     /// Mappings matched the request's path and none's conditions held: `reason` names each

@@ -9,6 +9,14 @@ use crate::gateway::runs::{IdempotencyClaim, RunQueued};
 use crate::gateway::{Runtime, StoreError};
 use crate::hook::LimitReached;
 
+/// A run [`queue`] stored, and whether a budget held it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queued {
+    pub run: RunQueued,
+    /// A budget that holds was spent: the run waits for the operator or the budget's window.
+    pub held: bool,
+}
+
 /// Queues `run` as [`Runtime::submit_run`] does when its mapping's and its agent's budgets have
 /// room; past one that holds, stores it `held` (answered as queued, its id the run's); past one
 /// that refuses, stores nothing and answers the refusal, unless `claim` finds the request a
@@ -23,27 +31,28 @@ pub async fn queue(
     run: NewRun,
     claim: Option<IdempotencyClaim>,
     idempotency_key: Option<&str>,
-) -> Result<Result<RunQueued, LimitReached>, StoreError> {
-    if budgets.is_empty() {
-        return runtime
-            .submit_run(run, claim, idempotency_key)
-            .await
-            .map(Ok);
-    }
-    let exceeded = over_budget(runtime, budgets, &run).await?;
+) -> Result<Result<Queued, LimitReached>, StoreError> {
+    let exceeded = match budgets.is_empty() {
+        true => None,
+        false => over_budget(runtime, budgets, &run).await?,
+    };
     let Some(exceeded) = exceeded else {
-        return runtime
-            .submit_run(run, claim, idempotency_key)
-            .await
-            .map(Ok);
+        let run = runtime.submit_run(run, claim, idempotency_key).await?;
+        return Ok(Ok(Queued { run, held: false }));
     };
     match exceeded.on_exceeded {
         OnExceeded::Hold => {
             tracing::info!(run_id = %run.run_id, budget = %exceeded.by, "run held: its budget is spent");
-            runtime.hold_run(run, claim, exceeded.by).await.map(Ok)
+            let run = runtime.hold_run(run, claim, exceeded.by).await?;
+            // A repeat is answered with the earlier run, which this budget did not hold now.
+            let held = matches!(run, RunQueued::New { .. });
+            Ok(Ok(Queued { run, held }))
         }
         OnExceeded::Refuse => match runtime.repeat_of(claim.as_ref()).await? {
-            Some(run_id) => Ok(Ok(RunQueued::Replayed { run_id })),
+            Some(run_id) => Ok(Ok(Queued {
+                run: RunQueued::Replayed { run_id },
+                held: false,
+            })),
             None => {
                 runtime.metrics().budget_refused(exceeded.by.scope.as_str());
                 Ok(Err(exceeded.refusal()))

@@ -20,9 +20,9 @@ use serde::Serialize;
 use super::clock::rfc3339;
 use super::records::NewRun;
 use crate::config::budget::{Budget, Budgets, OnExceeded, RUNS_WINDOW, TOKENS_WINDOW};
-use crate::hook::LimitReached;
+use crate::hook::{LimitKind, LimitReached};
 
-pub use admit::{has_room, queue};
+pub use admit::{Queued, has_room, queue};
 pub use held::{HeldError, Settled, cancel, release};
 pub(crate) use held::{release_due, release_loop};
 
@@ -147,6 +147,7 @@ impl Exceeded {
             Limit::TokensPerDay => "tokens per day",
         };
         LimitReached {
+            kind: LimitKind::Budget,
             message: "budget exceeded; retry later",
             reason: format!("budget exceeded: {} ({} {per})", self.by, self.limit),
             retry_after: self.retry_after,
