@@ -3,12 +3,15 @@
 //! read by the operator API. Ids are UUIDv7, so their text order is their time order: the
 //! newest-first listing and its cursor need no index of their own.
 
+mod search;
+
 use std::path::Path;
 
-use rusqlite::types::Value as SqlValue;
-use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 use serde_json::Value;
+
+pub use search::{BodyMatch, ErrorText, HeaderMatch};
 
 use super::records::EventOutcome;
 use super::schema::migrate_request_log;
@@ -226,6 +229,12 @@ pub struct RequestFilter {
     /// 2 for 2xx, 4 for 4xx, 5 for 5xx.
     pub status_class: Option<u16>,
     pub outcome: Option<RequestOutcome>,
+    /// A captured header's value.
+    pub header: Option<HeaderMatch>,
+    /// A captured JSON body's value at a pointer.
+    pub body: Option<BodyMatch>,
+    /// Text in the error or the reason.
+    pub error: Option<ErrorText>,
     pub since_ms: Option<i64>,
     pub until_ms: Option<i64>,
     /// Only requests past this id in the listing's order (the previous page's last id).
@@ -296,51 +305,6 @@ impl RequestRecord {
             ])?;
         }
         Ok(())
-    }
-
-    /// A page of requests, in the filter's order.
-    fn select(conn: &Connection, filter: &RequestFilter) -> rusqlite::Result<Vec<RequestRecord>> {
-        let mut sql = format!("SELECT {COLUMNS} FROM requests WHERE 1 = 1");
-        let mut values: Vec<SqlValue> = Vec::new();
-        let mut condition = |clause: &str, value: SqlValue| {
-            values.push(value);
-            sql.push_str(&format!(" AND {clause} ?{}", values.len()));
-        };
-        if let Some(hook) = &filter.hook {
-            condition("hook =", hook.clone().into());
-        }
-        if let Some(mapping) = &filter.mapping_id {
-            condition("mapping_id =", mapping.clone().into());
-        }
-        if let Some(id) = &filter.request_id {
-            condition("request_id =", id.clone().into());
-        }
-        if let Some(class) = filter.status_class {
-            condition("status / 100 =", i64::from(class).into());
-        }
-        if let Some(outcome) = filter.outcome {
-            condition("outcome =", outcome.as_str().to_string().into());
-        }
-        // A UUIDv7 begins with its milliseconds: a time bound is an id bound, which the
-        // primary key answers without a scan.
-        if let Some(since) = filter.since_ms {
-            condition("id >=", first_id_at(since).into());
-        }
-        if let Some(until) = filter.until_ms {
-            condition("id <", first_id_at(until).into());
-        }
-        let (past, order) = match filter.order {
-            ListOrder::NewestFirst => ("id <", "DESC"),
-            ListOrder::OldestFirst => ("id >", "ASC"),
-        };
-        if let Some(cursor) = &filter.cursor {
-            condition(past, cursor.clone().into());
-        }
-        values.push(i64::from(filter.limit).into());
-        sql.push_str(&format!(" ORDER BY id {order} LIMIT ?{}", values.len()));
-        let mut stmt = conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(params_from_iter(values), Self::from_row)?;
-        rows.collect()
     }
 
     /// One request with what was captured of it, and the ids of the requests that replayed it.
@@ -486,7 +450,7 @@ impl RequestLogStore {
     /// A page of the log, in the filter's order.
     pub async fn page(&self, filter: RequestFilter) -> Result<Vec<RequestRecord>, StoreError> {
         self.db
-            .read(move |conn| RequestRecord::select(conn, &filter))
+            .read(move |conn| search::select(conn, &filter))
             .await
     }
 

@@ -16,8 +16,9 @@ use super::request_query::RequestsQuery;
 use crate::gateway::requests::{RequestRecord, capture_json};
 use crate::hook::credentials::CredentialHeaders;
 
-/// `GET /api/requests?hook=&mapping=&requestId=&status=4xx&outcome=&since=&until=&before=&limit=`: recorded requests,
-/// newest first, and `next`, the `before` of the next page (null on the last).
+/// `GET /api/requests?hook=&mapping=&requestId=&status=4xx&outcome=&header=&body=&error=&since=&until=&before=&limit=`:
+/// recorded requests, newest first, and `next`, the `before` of the next page (null on the
+/// last). With `body`, a page costs a JSON parse of each captured body it scans.
 pub async fn requests(
     State(app): State<AppState>,
     ApiQuery(query): ApiQuery<RequestsQuery>,

@@ -3,11 +3,13 @@
 //! selection of the log (a listing, and the operations over many requests) reads it here, so
 //! that one filter means the same requests everywhere.
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 use super::api::{limit, time_ms};
 use super::api_error::ApiError;
-use crate::gateway::requests::{ListOrder, RequestFilter, RequestOutcome};
+use crate::gateway::requests::{
+    BodyMatch, ErrorText, HeaderMatch, ListOrder, RequestFilter, RequestOutcome,
+};
 
 /// The filters of a selection of the request log, as `GET /api/requests` takes them in its
 /// query. A parameter of another name is refused, so that a typo cannot widen the selection
@@ -23,12 +25,20 @@ pub struct RequestsQuery {
     status: Option<String>,
     /// One of [`RequestOutcome`]'s wire names.
     outcome: Option<String>,
+    /// `name:value`: a captured header's value.
+    header: Option<String>,
+    /// `/pointer:value`: a captured JSON body's value at an RFC 6901 pointer.
+    body: Option<String>,
+    /// Text in the error or the reason, ASCII letters in any case.
+    error: Option<String>,
     /// RFC 3339.
     since: Option<String>,
     /// RFC 3339.
     until: Option<String>,
     /// The previous page's `next`.
     before: Option<String>,
+    /// A string in a query; a number or a string in a JSON body.
+    #[serde(default, deserialize_with = "number_or_text")]
     limit: Option<String>,
 }
 
@@ -38,7 +48,14 @@ impl RequestsQuery {
     pub fn filter(self) -> Result<RequestFilter, ApiError> {
         Ok(RequestFilter {
             status_class: status_class(self.status.as_deref())?,
-            outcome: outcome(self.outcome.as_deref())?,
+            outcome: parsed(
+                self.outcome,
+                RequestOutcome::from_wire,
+                RequestOutcome::EXPECTED,
+            )?,
+            header: parsed(self.header, HeaderMatch::parse, HEADER_EXPECTED)?,
+            body: parsed(self.body, BodyMatch::parse, BODY_EXPECTED)?,
+            error: parsed(self.error, ErrorText::new, ERROR_EXPECTED)?,
             since_ms: self.since.map(|t| time_ms(&t, "since")).transpose()?,
             until_ms: self.until.map(|t| time_ms(&t, "until")).transpose()?,
             limit: limit(self.limit.as_deref())?,
@@ -65,12 +82,65 @@ fn status_class(status: Option<&str>) -> Result<Option<u16>, ApiError> {
     }
 }
 
-/// `outcome`: one of [`RequestOutcome`]'s wire names.
-fn outcome(outcome: Option<&str>) -> Result<Option<RequestOutcome>, ApiError> {
-    outcome
-        .map(|text| {
-            RequestOutcome::from_wire(text)
-                .ok_or_else(|| ApiError::Invalid(RequestOutcome::EXPECTED.into()))
-        })
+const HEADER_EXPECTED: &str =
+    "header must be a header name, a colon and a value: x-github-event:issues";
+const BODY_EXPECTED: &str =
+    "body must be a JSON pointer (RFC 6901), a colon and a value: /action:opened";
+const ERROR_EXPECTED: &str = "error must be some text";
+
+/// A parameter read by `parse`; the 400 `expected` (which names the parameter, never echoes
+/// its value) when it names nothing.
+fn parsed<T>(
+    text: Option<String>,
+    parse: impl FnOnce(&str) -> Option<T>,
+    expected: &str,
+) -> Result<Option<T>, ApiError> {
+    text.map(|text| parse(&text).ok_or_else(|| ApiError::Invalid(expected.into())))
         .transpose()
+}
+
+/// `limit` as a query string has it (text) or a JSON body may (a number, or text).
+fn number_or_text<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum NumberOrText {
+        Number(u64),
+        Text(String),
+    }
+    Ok(
+        Option::<NumberOrText>::deserialize(deserializer)?.map(|limit| match limit {
+            NumberOrText::Number(n) => n.to_string(),
+            NumberOrText::Text(text) => text,
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_json_selection_takes_its_limit_as_a_number_or_text() {
+        for body in [r#"{"limit": 7, "header": "x-a:b"}"#, r#"{"limit": "7"}"#] {
+            let query: RequestsQuery = serde_json::from_str(body).unwrap();
+            assert_eq!(query.filter().unwrap().limit, 7);
+        }
+        assert!(serde_json::from_str::<RequestsQuery>(r#"{"limt": 7}"#).is_err());
+    }
+
+    #[test]
+    fn a_bad_search_filter_is_refused_naming_its_parameter() {
+        for (body, name) in [
+            (r#"{"header": "no colon"}"#, "header"),
+            (r#"{"body": "action:opened"}"#, "body"),
+            (r#"{"error": ""}"#, "error"),
+            (r#"{"outcome": "lost"}"#, "outcome"),
+        ] {
+            let query: RequestsQuery = serde_json::from_str(body).unwrap();
+            match query.filter() {
+                Err(ApiError::Invalid(message)) => assert!(message.starts_with(name), "{message}"),
+                other => panic!("{body}: {other:?}"),
+            }
+        }
+    }
 }

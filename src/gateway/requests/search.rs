@@ -1,0 +1,257 @@
+//! Searching the request log (docs/operations.md#the-request-log): the filters on what a request
+//! carried ([`HeaderMatch`], [`BodyMatch`]) and on why it failed ([`ErrorText`]), each parsed
+//! once at the edge, and the query that answers a [`RequestFilter`] a page at a time.
+//!
+//! Every filter but the body's is a SQL condition on the log's one b-tree, read in id order
+//! from the cursor on: a page costs the rows scanned until it is full. The body's is evaluated
+//! here, on the captured rows the other conditions let through, since an RFC 6901 pointer
+//! cannot be written as a SQLite JSON path exactly (a token of digits is an index in an array
+//! and a member name in an object): a page with it costs, besides, one JSON parse per captured
+//! body scanned.
+
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, params_from_iter};
+use serde_json::Value;
+
+use super::{CAPTURE_AT, COLUMNS, ListOrder, RequestFilter, RequestRecord, first_id_at};
+use crate::mapping::conditions::Pointer;
+
+/// `header=name:value`: a captured header of that name (any case) with exactly that value
+/// (the space around it, which HTTP never makes part of a value, left out). A request whose
+/// headers were not captured has none to match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderMatch {
+    /// Lower-case, as the log keeps names.
+    name: String,
+    value: String,
+}
+
+impl HeaderMatch {
+    /// `name:value` parsed; `None` without a colon or with a name that is no header name.
+    pub fn parse(text: &str) -> Option<HeaderMatch> {
+        let (name, value) = text.split_once(':')?;
+        let name = axum::http::HeaderName::from_bytes(name.as_bytes()).ok()?;
+        Some(HeaderMatch {
+            name: name.as_str().to_string(),
+            value: value.trim_matches([' ', '\t']).to_string(),
+        })
+    }
+}
+
+/// `body=/pointer:value`: a captured JSON body whose value at the pointer (RFC 6901, up to the
+/// first colon) is `value`: a string's text, any other value's JSON text (`42`, `true`,
+/// `null`, `["a"]`). A body not captured, cut, or not JSON has no value to match.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BodyMatch {
+    pointer: Pointer,
+    value: String,
+}
+
+impl BodyMatch {
+    /// `pointer:value` parsed; `None` without a colon or with a pointer that is not one.
+    pub fn parse(text: &str) -> Option<BodyMatch> {
+        let (pointer, value) = text.split_once(':')?;
+        Some(BodyMatch {
+            pointer: Pointer::parse(pointer)?,
+            value: value.to_string(),
+        })
+    }
+
+    /// Whether `body` is JSON with the value at the pointer. Costs a parse of the whole body.
+    pub fn matches(&self, body: &[u8]) -> bool {
+        let Ok(json) = serde_json::from_slice::<Value>(body) else {
+            return false;
+        };
+        match self.pointer.find(&json) {
+            Some(Value::String(text)) => *text == self.value,
+            Some(other) => serde_json::to_string(other).is_ok_and(|text| text == self.value),
+            None => false,
+        }
+    }
+}
+
+/// `error=text`: requests whose `error` or `reason` contains the text, ASCII letters in any
+/// case (SQLite's `LIKE`); other characters compare exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorText(String);
+
+impl ErrorText {
+    /// The text to look for; `None` when empty (it would match every failure and no success,
+    /// which `status` says better).
+    pub fn new(text: &str) -> Option<ErrorText> {
+        (!text.is_empty()).then(|| ErrorText(text.to_string()))
+    }
+
+    /// The `LIKE` pattern: the text anywhere, its own `%`, `_` and `\` taken literally.
+    fn pattern(&self) -> String {
+        let mut pattern = String::with_capacity(self.0.len() + 2);
+        pattern.push('%');
+        for c in self.0.chars() {
+            if matches!(c, '%' | '_' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        pattern.push('%');
+        pattern
+    }
+}
+
+/// A page of requests, in the filter's order: the rows the SQL conditions select, from the
+/// cursor on, and of those, with a body filter, the ones whose body matches, until the page is
+/// full or the log ends.
+pub(super) fn select(
+    conn: &Connection,
+    filter: &RequestFilter,
+) -> rusqlite::Result<Vec<RequestRecord>> {
+    let (conditions, mut values) = conditions(filter);
+    let order = match filter.order {
+        ListOrder::NewestFirst => "DESC",
+        ListOrder::OldestFirst => "ASC",
+    };
+    let Some(body) = &filter.body else {
+        values.push(i64::from(filter.limit).into());
+        let sql = format!(
+            "SELECT {COLUMNS} FROM requests WHERE {conditions} ORDER BY id {order} LIMIT ?"
+        );
+        let mut stmt = conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params_from_iter(values), RequestRecord::from_row)?;
+        return rows.collect();
+    };
+    let sql = format!(
+        "SELECT {COLUMNS}, body FROM requests WHERE {conditions} AND captured = 1
+         AND body IS NOT NULL ORDER BY id {order}"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query(params_from_iter(values))?;
+    let mut page = Vec::new();
+    while page.len() < filter.limit as usize {
+        let Some(row) = rows.next()? else { break };
+        // Only a matching row is read into a record: the body is looked at in place.
+        if body.matches(row.get_ref(CAPTURE_AT)?.as_blob()?) {
+            page.push(RequestRecord::from_row(row)?);
+        }
+    }
+    Ok(page)
+}
+
+/// SQL conditions joined by `AND`, with their values in the order of their `?`.
+struct Where {
+    sql: String,
+    values: Vec<SqlValue>,
+}
+
+impl Where {
+    fn and<const N: usize>(&mut self, clause: &str, values: [SqlValue; N]) {
+        self.sql.push_str(" AND ");
+        self.sql.push_str(clause);
+        self.values.extend(values);
+    }
+}
+
+/// The SQL conditions of `filter` but its body's, and their values in order.
+fn conditions(filter: &RequestFilter) -> (String, Vec<SqlValue>) {
+    let mut w = Where {
+        sql: String::from("1 = 1"),
+        values: Vec::new(),
+    };
+    if let Some(hook) = &filter.hook {
+        w.and("hook = ?", [hook.clone().into()]);
+    }
+    if let Some(mapping) = &filter.mapping_id {
+        w.and("mapping_id = ?", [mapping.clone().into()]);
+    }
+    if let Some(id) = &filter.request_id {
+        w.and("request_id = ?", [id.clone().into()]);
+    }
+    if let Some(class) = filter.status_class {
+        w.and("status / 100 = ?", [i64::from(class).into()]);
+    }
+    if let Some(outcome) = filter.outcome {
+        w.and("outcome = ?", [outcome.as_str().to_string().into()]);
+    }
+    // A UUIDv7 begins with its milliseconds: a time bound is an id bound, which the primary
+    // key answers without a scan.
+    if let Some(since) = filter.since_ms {
+        w.and("id >= ?", [first_id_at(since).into()]);
+    }
+    if let Some(until) = filter.until_ms {
+        w.and("id < ?", [first_id_at(until).into()]);
+    }
+    if let Some(cursor) = &filter.cursor {
+        let past = match filter.order {
+            ListOrder::NewestFirst => "id < ?",
+            ListOrder::OldestFirst => "id > ?",
+        };
+        w.and(past, [cursor.clone().into()]);
+    }
+    if let Some(error) = &filter.error {
+        let pattern = SqlValue::from(error.pattern());
+        w.and(
+            "(error LIKE ? ESCAPE '\\' OR reason LIKE ? ESCAPE '\\')",
+            [pattern.clone(), pattern],
+        );
+    }
+    if let Some(header) = &filter.header {
+        // The capture keeps headers as `[[name, value], ...]`, names lower-case.
+        w.and(
+            "captured = 1 AND EXISTS (SELECT 1 FROM json_each(headers) AS h
+               WHERE h.value ->> 0 = ? AND h.value ->> 1 = ?)",
+            [header.name.clone().into(), header.value.clone().into()],
+        );
+    }
+    (w.sql, w.values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_filter_is_a_header_name_a_colon_and_a_value() {
+        let found = HeaderMatch::parse("X-GitHub-Event: issues").unwrap();
+        assert_eq!(found.name, "x-github-event");
+        assert_eq!(found.value, "issues");
+        assert_eq!(HeaderMatch::parse("x-github-event").as_ref(), None);
+        assert_eq!(HeaderMatch::parse("bad name:x").as_ref(), None);
+        assert_eq!(HeaderMatch::parse(":x").as_ref(), None);
+    }
+
+    #[test]
+    fn a_body_filter_compares_strings_by_text_and_the_rest_by_json_text() {
+        let body = br#"{"action":"opened","number":42,"draft":false,"a/b":{"0":"x"},
+            "labels":[{"name":"bug"}],"merged_by":null}"#;
+        let matches = |filter: &str| BodyMatch::parse(filter).unwrap().matches(body);
+        assert!(matches("/action:opened"));
+        assert!(!matches("/action:\"opened\""));
+        assert!(matches("/number:42"));
+        assert!(matches("/draft:false"));
+        assert!(matches("/merged_by:null"));
+        assert!(matches("/a~1b/0:x"));
+        assert!(matches("/labels/0/name:bug"));
+        assert!(matches("/action:opened") && !matches("/action:closed"));
+        assert!(matches("/labels/0:{\"name\":\"bug\"}"));
+        assert!(!matches("/missing:"));
+        assert!(
+            !BodyMatch::parse("/action:opened")
+                .unwrap()
+                .matches(b"not json")
+        );
+    }
+
+    #[test]
+    fn a_bad_pointer_or_no_value_is_no_body_filter() {
+        assert_eq!(BodyMatch::parse("action:opened"), None);
+        assert_eq!(BodyMatch::parse("/a~2:x"), None);
+        assert_eq!(BodyMatch::parse("/action"), None);
+    }
+
+    #[test]
+    fn an_error_text_is_taken_literally_in_its_pattern() {
+        assert_eq!(
+            ErrorText::new("50%_\\x").unwrap().pattern(),
+            "%50\\%\\_\\\\x%"
+        );
+        assert_eq!(ErrorText::new(""), None);
+    }
+}
