@@ -14,6 +14,8 @@ use hookgate::gateway::Retry;
 use serde::Deserialize;
 use serde_json::Value;
 
+
+
 /// What every one of these commands reads from the environment, for their `--help`.
 pub const ENVIRONMENT: &str = "Environment:
   HOOKGATE_GATEWAY_TOKEN  the gateway token (gateway.auth.token); required
@@ -465,13 +467,14 @@ fn became(record: &Value) -> String {
         };
     }
     if let Some(outcome) = record["outcome"].as_str() {
-        // `filtered`: what it made is nothing; why is the reason.
-        return match record["reason"].as_str() {
-            Some(_) => format!(
+        // `filtered`: what it made is nothing; why is the reason. `batched`, `held`: its run.
+        return match (record["reason"].as_str(), record["runIds"][0].as_str()) {
+            (Some(_), _) => format!(
                 "{outcome}: {}",
                 shortened(&record["reason"], ERROR_COLUMN_CHARS)
             ),
-            None => outcome.to_string(),
+            (None, Some(run)) => format!("{outcome}, run {run}"),
+            (None, None) => outcome.to_string(),
         };
     }
     let runs = record["runIds"].as_array().map_or(0, Vec::len);

@@ -16,9 +16,20 @@ pub struct RequestFilters {
     /// Only this status class: 2xx, 4xx or 5xx.
     #[arg(long)]
     status: Option<String>,
-    /// Only requests that ended so: filtered (no mapping's conditions held).
+    /// Only requests that ended so: filtered (no mapping's conditions held), batched,
+    /// limited (a full lane), refused or held (a budget).
     #[arg(long)]
     outcome: Option<String>,
+    /// Only captured requests with this header value: NAME:VALUE (x-github-event:issues).
+    #[arg(long)]
+    header: Option<String>,
+    /// Only captured JSON bodies with this value at a JSON pointer: POINTER:VALUE
+    /// (/action:opened).
+    #[arg(long)]
+    body: Option<String>,
+    /// Only requests whose error or reason contains this text (ASCII case ignored).
+    #[arg(long)]
+    error: Option<String>,
     /// Only requests at or after this time: RFC 3339, or a duration back from now (`1h`, `2d`).
     #[arg(long, value_name = "TIME", value_parser = time_or_ago)]
     since: Option<String>,
@@ -29,12 +40,15 @@ pub struct RequestFilters {
 
 impl RequestFilters {
     /// The API's parameters, named as it names them; `None` for a flag not given.
-    pub fn pairs(&self) -> [(&'static str, Option<String>); 6] {
+    pub fn pairs(&self) -> [(&'static str, Option<String>); 9] {
         [
             ("hook", self.hook.clone()),
             ("mapping", self.mapping.clone()),
             ("status", self.status.clone()),
             ("outcome", self.outcome.clone()),
+            ("header", self.header.clone()),
+            ("body", self.body.clone()),
+            ("error", self.error.clone()),
             ("since", self.since.clone()),
             ("until", self.until.clone()),
         ]
