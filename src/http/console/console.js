@@ -135,7 +135,7 @@ async function refresh() {
 
 function requestQuery() {
   const query = new URLSearchParams({ limit: "50" });
-  for (const name of ["hook", "mapping", "status"]) {
+  for (const name of ["hook", "mapping", "status", "outcome", "header", "body", "error"]) {
     const value = $(`filter-${name}`).value.trim();
     if (value) query.set(name, value);
   }
