@@ -11,7 +11,7 @@ use crate::harness::*;
 use crate::requests::{cli, recorded};
 use crate::signatures::sign;
 
-fn github(name: &str) -> Vec<u8> {
+pub(crate) fn github(name: &str) -> Vec<u8> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/fixtures/github");
     std::fs::read(dir.join(format!("{name}.json"))).unwrap()
 }
@@ -36,7 +36,7 @@ fn with_mappings(mappings: Value) -> Value {
     config
 }
 
-async fn deliver(server: &Hookgate, event: &str, fixture: &str) -> reqwest::Response {
+pub(crate) async fn deliver(server: &Hookgate, event: &str, fixture: &str) -> reqwest::Response {
     server
         .hook("/hooks/github")
         .header("x-github-event", event)

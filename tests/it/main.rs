@@ -66,6 +66,7 @@ mod parity;
 mod pipeline;
 mod reload;
 mod request_log_size;
+mod request_search;
 mod requests;
 mod retention;
 mod runtime;
