@@ -156,6 +156,11 @@ impl Pointer {
         &self.text
     }
 
+    /// Its reference tokens, unescaped, each with the array index it also is, if any.
+    pub fn tokens(&self) -> impl Iterator<Item = (&str, Option<usize>)> {
+        self.tokens.iter().map(|t| (t.name.as_str(), t.index))
+    }
+
     /// The value `self` points at in `value`, as [`Value::pointer`] finds it, but with no
     /// parsing or allocation: one member lookup (hashing its name) or array index per token.
     pub fn find<'v>(&self, value: &'v Value) -> Option<&'v Value> {

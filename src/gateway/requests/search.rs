@@ -1,13 +1,14 @@
-//! Searching the request log (docs/operations.md#the-request-log): the filters on what a request
-//! carried ([`HeaderMatch`], [`BodyMatch`]) and on why it failed ([`ErrorText`]), each parsed
-//! once at the edge, and the query that answers a [`RequestFilter`] a page at a time.
+//! Searching the request log (docs/operations.md#searching-the-request-log): the filters on
+//! what a request carried ([`HeaderMatch`], [`BodyMatch`]) and on why it failed ([`ErrorText`]),
+//! each parsed once at the edge, and the query that answers a [`RequestFilter`] a page at a time.
 //!
-//! Every filter but the body's is a SQL condition on the log's one b-tree, read in id order
-//! from the cursor on: a page costs the rows scanned until it is full. The body's is evaluated
-//! here, on the captured rows the other conditions let through, since an RFC 6901 pointer
-//! cannot be written as a SQLite JSON path exactly (a token of digits is an index in an array
-//! and a member name in an object): a page with it costs, besides, one JSON parse per captured
-//! body scanned.
+//! Every filter is a SQL condition on the log's one b-tree, read in id order from the cursor on:
+//! a page costs the rows scanned until it is full. The body's condition is a sieve, not the
+//! answer: an RFC 6901 pointer cannot be written as one SQLite JSON path (a token of digits is
+//! an index in an array and a member name in an object, so it is tried both ways), nor a
+//! number's JSON text compared as SQLite keeps it, so SQLite's JSON parser lets through every
+//! body that may match, and [`BodyMatch::matches`] decides on each (one more parse, of the
+//! few it let through).
 
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, params_from_iter};
@@ -70,6 +71,76 @@ impl BodyMatch {
     }
 }
 
+/// The most tokens of digits (an index in an array, a member name in an object) that a body
+/// filter's SQL condition spells out both ways: `2^n` paths.
+const MAX_EITHER_WAY: usize = 3;
+
+impl BodyMatch {
+    /// The SQLite JSON paths the pointer may select: a token of digits both as an index and as
+    /// a member name (RFC 6901 means the one the value has). `None` when a member name cannot
+    /// be spelt in a path (a `"` or a `\` in it) or more than [`MAX_EITHER_WAY`] tokens are
+    /// digits.
+    fn paths(&self) -> Option<Vec<String>> {
+        let mut paths = vec![String::from("$")];
+        let mut either_way = 0;
+        for (name, index) in self.pointer.tokens() {
+            if name.contains(['"', '\\']) {
+                return None;
+            }
+            let member = format!(".\"{name}\"");
+            paths = match index {
+                None => paths.into_iter().map(|path| path + &member).collect(),
+                Some(i) => {
+                    either_way += 1;
+                    if either_way > MAX_EITHER_WAY {
+                        return None;
+                    }
+                    let both = |path: String| [format!("{path}[{i}]"), path + &member];
+                    paths.into_iter().flat_map(both).collect()
+                }
+            };
+        }
+        Some(paths)
+    }
+
+    /// A SQL condition that every body this matches meets, and few others: SQLite's JSON
+    /// parser (C, and no tree built) sifts the bodies, and [`BodyMatch::matches`] decides on
+    /// the few it lets through. At a path, a string of the text, or else a value of the text's
+    /// JSON type (a number equal to it; `true`, `false`, `null`; any object or array).
+    /// `None` when [`BodyMatch::paths`] is.
+    fn condition(&self) -> Option<(String, Vec<SqlValue>)> {
+        const EXTRACT: &str = "json_extract(CAST(body AS TEXT), ?) = ?";
+        const TYPE: &str = "json_type(CAST(body AS TEXT), ?) = ?";
+        let typed: Option<(&str, SqlValue)> = match serde_json::from_str::<Value>(&self.value) {
+            Ok(Value::Number(n)) => Some((
+                EXTRACT,
+                n.as_i64()
+                    .map_or_else(|| n.as_f64().unwrap_or(f64::NAN).into(), SqlValue::from),
+            )),
+            Ok(Value::Bool(b)) => Some((TYPE, b.to_string().into())),
+            Ok(Value::Null) => Some((TYPE, "null".to_string().into())),
+            Ok(Value::Object(_)) => Some((TYPE, "object".to_string().into())),
+            Ok(Value::Array(_)) => Some((TYPE, "array".to_string().into())),
+            Ok(Value::String(_)) | Err(_) => None,
+        };
+        let mut tests = Vec::new();
+        let mut values = Vec::new();
+        for path in self.paths()? {
+            tests.push(EXTRACT);
+            values.extend([path.clone().into(), self.value.clone().into()]);
+            if let Some((test, value)) = &typed {
+                tests.push(test);
+                values.extend([path.into(), value.clone()]);
+            }
+        }
+        let sql = format!(
+            "CASE WHEN json_valid(CAST(body AS TEXT)) THEN ({}) END",
+            tests.join(" OR ")
+        );
+        Some((sql, values))
+    }
+}
+
 /// `error=text`: requests whose `error` or `reason` contains the text, ASCII letters in any
 /// case (SQLite's `LIKE`); other characters compare exactly.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,9 +189,16 @@ pub(super) fn select(
         let rows = stmt.query_map(params_from_iter(values), RequestRecord::from_row)?;
         return rows.collect();
     };
+    let sifted = match body.condition() {
+        Some((sql, sift)) => {
+            values.extend(sift);
+            sql
+        }
+        None => "1 = 1".to_string(),
+    };
     let sql = format!(
         "SELECT {COLUMNS}, body FROM requests WHERE {conditions} AND captured = 1
-         AND body IS NOT NULL ORDER BY id {order}"
+         AND body IS NOT NULL AND {sifted} ORDER BY id {order}"
     );
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut rows = stmt.query(params_from_iter(values))?;
@@ -244,6 +322,87 @@ mod tests {
         assert_eq!(BodyMatch::parse("action:opened"), None);
         assert_eq!(BodyMatch::parse("/a~2:x"), None);
         assert_eq!(BodyMatch::parse("/action"), None);
+    }
+
+    /// Whether the SQL condition of `filter` holds for `body`, in SQLite.
+    fn sifted(filter: &BodyMatch, body: &str) -> bool {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute("CREATE TABLE requests (body BLOB)", [])
+            .unwrap();
+        conn.execute("INSERT INTO requests VALUES (?1)", [body.as_bytes()])
+            .unwrap();
+        let (condition, values) = filter.condition().unwrap();
+        let sql = format!("SELECT count(*) FROM requests WHERE {condition}");
+        let count: i64 = conn
+            .query_row(&sql, params_from_iter(values), |row| row.get(0))
+            .unwrap();
+        count == 1
+    }
+
+    #[test]
+    fn the_sql_sieve_lets_through_every_body_that_matches() {
+        let bodies = [
+            r#"{"action":"opened","number":42,"big":9007199254740993,"ratio":1.0,"draft":false,
+               "labels":[{"name":"bug"}],"0":{"1":"key"},"merged_by":null,"text":"42",
+               "a/b":{"~c":"x"}}"#,
+            r#"[{"name":"first"},"second"]"#,
+            "not json",
+            r#"{"action":"opened""#,
+        ];
+        let filters = [
+            "/action:opened",
+            "/action:closed",
+            "/number:42",
+            "/number:42.0",
+            "/big:9007199254740993",
+            "/big:9007199254740992",
+            "/ratio:1.0",
+            "/ratio:1",
+            "/draft:false",
+            "/draft:0",
+            "/labels/0/name:bug",
+            "/labels/0:{\"name\":\"bug\"}",
+            "/labels:[]",
+            "/0/1:key",
+            "/merged_by:null",
+            "/text:42",
+            "/a~1b/~0c:x",
+            "/0/name:first",
+            "/1:second",
+            "/missing:",
+        ];
+        let mut matched = 0;
+        for body in bodies {
+            for filter in filters {
+                let filter_match = BodyMatch::parse(filter).unwrap();
+                let matches = filter_match.matches(body.as_bytes());
+                let through = sifted(&filter_match, body);
+                assert!(
+                    through || !matches,
+                    "{filter} on {body}: matches, not let through"
+                );
+                matched += usize::from(matches);
+            }
+        }
+        assert_eq!(matched, 13);
+        let sieved = |filter: &str, body: &str| sifted(&BodyMatch::parse(filter).unwrap(), body);
+        assert!(
+            !sieved("/action:closed", bodies[0]),
+            "a string of other text"
+        );
+        assert!(!sieved("/number:43", bodies[0]), "another number");
+        assert!(!sieved("/action:opened", bodies[2]), "not JSON");
+    }
+
+    #[test]
+    fn a_pointer_a_path_cannot_spell_is_decided_in_rust_alone() {
+        let quoted = BodyMatch::parse("/a\"b:x").unwrap();
+        assert_eq!(quoted.condition(), None);
+        assert!(quoted.matches(br#"{"a\"b":"x"}"#));
+        let deep = BodyMatch::parse("/0/1/2/3:x").unwrap();
+        assert_eq!(deep.condition(), None);
+        let three = BodyMatch::parse("/0/1/2:x").unwrap();
+        assert_eq!(three.paths().unwrap().len(), 8);
     }
 
     #[test]
