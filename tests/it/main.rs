@@ -67,6 +67,7 @@ mod pipeline;
 mod reload;
 mod request_log_size;
 mod request_search;
+mod request_search_scale;
 mod requests;
 mod retention;
 mod runtime;
