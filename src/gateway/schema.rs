@@ -275,6 +275,16 @@ const REQUEST_LOG_V4: &str = "
 ALTER TABLE requests ADD COLUMN outcome TEXT;
 ";
 
+/// The requests whose `outcome` is set (`filtered`, `batched`, `limited`, `refused`, `held`), by
+/// outcome and then id: a search by outcome reads a page of its own requests, not the log up to
+/// them. Measured on a log of a million records (docs/operations.md#searching-the-request-log):
+/// a rare outcome's first page in 2 ms instead of a scan of the whole log (0.3 to 0.5 s). Partial,
+/// so most records (those without an outcome) write no entry. `IF NOT EXISTS`: an operator may
+/// have made it by hand, as the measurement did.
+const REQUEST_LOG_V5: &str = "
+CREATE INDEX IF NOT EXISTS requests_by_outcome ON requests (outcome, id) WHERE outcome IS NOT NULL;
+";
+
 /// Brings the request log's schema up to date.
 pub(super) fn migrate_request_log(conn: &Connection) -> rusqlite::Result<()> {
     apply(
@@ -284,6 +294,7 @@ pub(super) fn migrate_request_log(conn: &Connection) -> rusqlite::Result<()> {
             (2, REQUEST_LOG_V2),
             (3, REQUEST_LOG_V3),
             (4, REQUEST_LOG_V4),
+            (5, REQUEST_LOG_V5),
         ],
     )
 }

@@ -9,7 +9,8 @@
 //! ```
 //!
 //! `HOOKGATE_SEARCH_RECORDS` sets how many records (1,000,000); `HOOKGATE_SEARCH_STATE` names a
-//! state directory to fill once and search again on later runs.
+//! state directory to fill once and search again on later runs; with `HOOKGATE_SEARCH_WRITES`
+//! set, the writes are timed with the index of outcomes and without it, 200,000 records each.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -178,6 +179,29 @@ async fn fill(state: &Path, count: usize) -> f64 {
     count as f64 / writing.as_secs_f64()
 }
 
+/// The records per second [`fill`] writes into a new log in `dir` of `count` records, with
+/// the request log's index of outcomes and without it (dropped before the fill), the best of
+/// two rounds each.
+async fn write_rates(dir: &Path, count: usize) -> (f64, f64) {
+    let (mut with, mut without) = (0f64, 0f64);
+    for round in 0..2 {
+        for indexed in [true, false] {
+            let state = dir.join(format!("writes-{round}-{indexed}"));
+            std::fs::create_dir_all(&state).unwrap();
+            RequestLogStore::open(&state).unwrap().close();
+            if !indexed {
+                let conn = rusqlite::Connection::open(state.join("requests.db")).unwrap();
+                conn.execute("DROP INDEX requests_by_outcome", []).unwrap();
+            }
+            let rate = fill(&state, count).await;
+            let best = if indexed { &mut with } else { &mut without };
+            *best = best.max(rate);
+            std::fs::remove_dir_all(&state).unwrap();
+        }
+    }
+    (with, without)
+}
+
 /// The median of three timings of `GET /api/requests?{query}`, and the page's size.
 async fn first_page(server: &Hookgate, query: &str) -> (Duration, usize) {
     let mut times = Vec::new();
@@ -211,6 +235,10 @@ async fn request_search_scale() {
         let rate = fill(&state, count).await;
         println!("filled {count} records: {rate:.0} records/s into the log");
     }
+    if std::env::var("HOOKGATE_SEARCH_WRITES").is_ok() {
+        let (with, without) = write_rates(dir.path(), 200_000).await;
+        println!("writes: {with:.0} records/s with the outcome index, {without:.0} without");
+    }
     let size = std::fs::metadata(state.join("requests.db")).unwrap().len();
     println!("requests.db: {} MB", size / 1_000_000);
     set(&mut config, "gateway.stateDir", json!(state));
@@ -222,6 +250,7 @@ async fn request_search_scale() {
         "status=5xx",
         "outcome=filtered",
         "outcome=held",
+        "outcome=refused",
         "error=timeout",
         "error=no%20such%20text",
         "header=x-github-event:issues",
