@@ -301,6 +301,23 @@ async fn outcomes_are_recorded_where_admission_decides_them_and_searched() {
         "{out}"
     );
     assert!(!out.contains(&refused), "{out}");
+
+    let browser = console(&server).await;
+    browser
+        .run("document.getElementById('filter-outcome').value = 'held'")
+        .await;
+    browser.click("#request-filters button[type=submit]").await;
+    let wanted = json!([held]);
+    eventually("the list to show the held request alone", async || {
+        listed(&browser).await == wanted
+    })
+    .await;
+    browser
+        .wait_for_text(
+            &format!("#requests-table tr[data-id=\"{held}\"]"),
+            &format!("held, run {held_run}"),
+        )
+        .await;
     provider.release(16);
 }
 
@@ -334,14 +351,27 @@ async fn the_cli_searches_with_the_apis_filters() {
     assert!(err.contains("body must be a JSON pointer"), "{err}");
 }
 
-#[tokio::test]
-async fn the_console_filters_its_request_list() {
-    let (server, _dir) = Hookgate::start(&github_config());
-    let log = fill(&server).await;
+/// The console, logged in with the gateway token.
+async fn console(server: &Hookgate) -> Browser {
     let browser = Browser::start().await;
     browser.go(&server.url("/console")).await;
     browser.type_into("#token", GATEWAY_TOKEN).await;
     browser.click("#login button[type=submit]").await;
+    browser
+}
+
+/// The ids of the rows the console's request list shows, in order.
+async fn listed(browser: &Browser) -> Value {
+    let script = "return [...document.querySelectorAll('#requests-table tbody tr')]\
+                  .map((row) => row.dataset.id)";
+    browser.run(script).await
+}
+
+#[tokio::test]
+async fn the_console_filters_its_request_list() {
+    let (server, _dir) = Hookgate::start(&github_config());
+    let log = fill(&server).await;
+    let browser = console(&server).await;
     let row = |id: &str| format!("#requests-table tr[data-id=\"{id}\"]");
     browser.wait_for_text(&row(&log.push), "wake").await;
 
@@ -350,14 +380,9 @@ async fn the_console_filters_its_request_list() {
         .await;
     browser.type_into("#filter-body", "/action:opened").await;
     browser.click("#request-filters button[type=submit]").await;
-    let listed = async || {
-        let script = "return [...document.querySelectorAll('#requests-table tbody tr')]\
-                      .map((row) => row.dataset.id)";
-        browser.run(script).await
-    };
     let wanted = json!([log.issue_opened]);
     eventually("the list to show the opened issue alone", async || {
-        listed().await == wanted
+        listed(&browser).await == wanted
     })
     .await;
 

@@ -85,7 +85,8 @@ const REPEATS = {
 function became(record) {
   if (record.transform && record.transform.outcome === "failed") return transformWords(record);
   if (record.error) return record.reason ? `${record.error}: ${record.reason}` : record.error;
-  if (record.outcome) return record.reason ? `${record.outcome}: ${record.reason}` : record.outcome;
+  if (record.outcome && record.reason) return `${record.outcome}: ${record.reason}`;
+  if (record.outcome) return record.runIds.length ? `${record.outcome}, run ${record.runIds[0]}` : record.outcome;
   if (record.repeat) {
     const runs = record.runIds.length ? `, ${record.runIds.map((id) => `run ${id}`).join(", ")}` : "";
     return `repeat (${record.repeat})${runs}`;
