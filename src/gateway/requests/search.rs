@@ -405,6 +405,65 @@ mod tests {
         assert_eq!(three.paths().unwrap().len(), 8);
     }
 
+    /// A captured record `n` of hook `hook`, with `body`, made `n` milliseconds into 2026.
+    fn captured(n: i64, hook: &str, body: &str) -> RequestRecord {
+        let at_ms = 1_767_225_600_000 + n;
+        let id = format!("{}-{n:04}", first_id_at(at_ms));
+        RequestRecord {
+            request_id: id.clone(),
+            id,
+            at_ms,
+            hook: Some(hook.into()),
+            status: 200,
+            captured: true,
+            capture: Some(crate::hook::capture::Captured {
+                headers: vec![("x-github-event".into(), hook.into())],
+                query: None,
+                body: Some(body.as_bytes().to_vec()),
+                note: None,
+            }),
+            ..RequestRecord::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_search_pages_in_either_order_past_its_cursor() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = super::super::RequestLogStore::open(dir.path()).unwrap();
+        let bodies = [
+            r#"{"action":"opened"}"#,
+            r#"{"action":"closed"}"#,
+            r#"{"action":"opened"}"#,
+            "not json",
+            r#"{"action":"opened"}"#,
+            r#"{"action":"opened"}"#,
+        ];
+        let records = bodies.iter().enumerate();
+        let records = records.map(|(n, body)| captured(n as i64, ["a", "b"][n % 2], body));
+        store.insert(records.collect()).await.unwrap();
+        let page = async |order, cursor: Option<&RequestRecord>, hook: Option<&str>| {
+            let filter = RequestFilter {
+                body: BodyMatch::parse("/action:opened"),
+                hook: hook.map(String::from),
+                cursor: cursor.map(|r| r.id.clone()),
+                order,
+                limit: 2,
+                ..RequestFilter::default()
+            };
+            let found = store.page(filter).await.unwrap();
+            found.into_iter().map(|r| r.at_ms % 10).collect::<Vec<_>>()
+        };
+        let cursor_at = |n: i64| captured(n, "", "");
+        assert_eq!(page(ListOrder::OldestFirst, None, None).await, [0, 2]);
+        let past = Some(&cursor_at(2));
+        assert_eq!(page(ListOrder::OldestFirst, past, None).await, [4, 5]);
+        assert_eq!(page(ListOrder::NewestFirst, None, None).await, [5, 4]);
+        let past = Some(&cursor_at(4));
+        assert_eq!(page(ListOrder::NewestFirst, past, None).await, [2, 0]);
+        assert_eq!(page(ListOrder::NewestFirst, None, Some("a")).await, [4, 2]);
+        store.close();
+    }
+
     #[test]
     fn an_error_text_is_taken_literally_in_its_pattern() {
         assert_eq!(
