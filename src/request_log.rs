@@ -17,6 +17,10 @@
 //! oldest records are pruned while it is over the bound (`outcome="pruned"`), so no traffic,
 //! accepted or refused, grows it past what the operator configured.
 //!
+//! On a NATS store each batch written is also published to the cluster's request stream, and
+//! every node's records are indexed from it into this log (`cluster`,
+//! docs/cluster.md#the-request-log-in-a-cluster).
+//!
 //! Refusals (4xx) are what a flood is made of, so they are bounded: past
 //! [`REFUSALS_PER_CLIENT`] from one client, or [`REFUSALS_IN_ALL`] from everyone, in one
 //! [`WINDOW`], a refusal is counted instead of recorded, and the client's next record says how
@@ -34,9 +38,14 @@ use tokio::sync::{mpsc, oneshot};
 use crate::client::ClientKey;
 use crate::config::LiveConfig;
 use crate::gateway::StoreError;
+use crate::gateway::nats::RequestStream;
 use crate::gateway::requests::{RequestFilter, RequestLogStore, RequestRecord};
 use crate::hook::capture::CaptureJob;
 use crate::metrics::{Metrics, RequestLogLabels};
+
+mod cluster;
+
+pub use cluster::open_stream;
 
 /// Refusals recorded per client in a window; more are counted only.
 pub const REFUSALS_PER_CLIENT: u32 = 30;
@@ -81,6 +90,14 @@ enum Outcome {
     Dropped,
     /// Recorded, then pruned to keep the log within its size bound.
     Pruned,
+    /// Recorded, and published to the cluster's request stream.
+    Published,
+    /// Recorded in this node's log only: the stream was out of reach for too long, or the
+    /// record is larger than any message.
+    Unpublished,
+    /// Another node's record (or one of this node's own it no longer had), indexed from the
+    /// cluster's request stream.
+    Indexed,
 }
 
 impl Outcome {
@@ -90,23 +107,42 @@ impl Outcome {
             Outcome::Suppressed => "suppressed",
             Outcome::Dropped => "dropped",
             Outcome::Pruned => "pruned",
+            Outcome::Published => "published",
+            Outcome::Unpublished => "unpublished",
+            Outcome::Indexed => "indexed",
         }
     }
 }
 
 impl RequestLog {
     /// Starts the writer and the pruning (`gateway.retention.requests`) tasks on the current
-    /// tokio runtime, over the log's own `store`.
-    pub fn start(store: RequestLogStore, config: LiveConfig, metrics: Metrics) -> RequestLog {
+    /// tokio runtime, over the log's own `store`; on a NATS store (`shared`), also the tasks
+    /// that publish what the writer wrote to the cluster's request stream and index every
+    /// node's records from it.
+    pub fn start(
+        store: RequestLogStore,
+        config: LiveConfig,
+        metrics: Metrics,
+        shared: Option<RequestStream>,
+    ) -> RequestLog {
         let (queue, entries) = mpsc::channel(QUEUE);
         let queued_bytes = Arc::new(AtomicUsize::new(0));
-        tokio::spawn(write_loop(
-            store.clone(),
-            entries,
-            Arc::clone(&queued_bytes),
-            metrics.clone(),
-            config.clone(),
-        ));
+        let publisher = shared.map(|stream| {
+            tokio::spawn(cluster::index_loop(
+                stream.clone(),
+                store.clone(),
+                config.clone(),
+                metrics.clone(),
+            ));
+            cluster::Publisher::start(stream, config.clone(), metrics.clone())
+        });
+        let writer = Writer {
+            store: store.clone(),
+            queued_bytes: Arc::clone(&queued_bytes),
+            metrics: metrics.clone(),
+            publisher,
+        };
+        tokio::spawn(write_loop(writer, entries, config.clone()));
         tokio::spawn(prune_loop(store.clone(), config, metrics.clone()));
         RequestLog {
             store,
@@ -268,14 +304,18 @@ fn count(metrics: &Metrics, outcome: Outcome, n: u64) {
         .inc_by(n);
 }
 
-/// Writes what the log is handed, a batch at a time, until every handle is gone.
-async fn write_loop(
+/// What the writer writes to, counts in and hands its batches to.
+struct Writer {
     store: RequestLogStore,
-    mut entries: mpsc::Receiver<Entry>,
+    /// Bytes of the captures queued.
     queued_bytes: Arc<AtomicUsize>,
     metrics: Metrics,
-    config: LiveConfig,
-) {
+    /// On a NATS store, where each batch written goes next.
+    publisher: Option<cluster::Publisher>,
+}
+
+/// Writes what the log is handed, a batch at a time, until every handle is gone.
+async fn write_loop(writer: Writer, mut entries: mpsc::Receiver<Entry>, config: LiveConfig) {
     let mut batch = Vec::with_capacity(BATCH);
     while let Some(first) = entries.recv().await {
         // Dropped at the end of this turn, whatever became of the batch: its flushes are
@@ -284,9 +324,9 @@ async fn write_loop(
         gather(&mut entries, first, &mut batch, &mut waiters.0).await;
         if !batch.is_empty() {
             let pending = std::mem::take(&mut batch);
-            if write_batch(&store, pending, &queued_bytes, &metrics).await {
+            if write_batch(&writer, pending).await {
                 let max_bytes = config.current().runtime.retention.requests_max_bytes;
-                bound_size(&store, max_bytes, &metrics).await;
+                bound_size(&writer.store, max_bytes, &writer.metrics).await;
             }
         }
     }
@@ -342,15 +382,16 @@ async fn gather(
 }
 
 /// Applies the captures of `pending`, gives their bytes back to the queue's budget and writes
-/// the records as one operation, counting them recorded or dropped. False when applying the
-/// captures failed (its thread panicked): the records are lost, counted dropped, and the log
-/// says so, once for the batch.
-async fn write_batch(
-    store: &RequestLogStore,
-    pending: Vec<Pending>,
-    queued_bytes: &AtomicUsize,
-    metrics: &Metrics,
-) -> bool {
+/// the records as one operation, counting them recorded or dropped, then hands them to the
+/// publisher, if any. False when applying the captures failed (its thread panicked): the
+/// records are lost, counted dropped, and the log says so, once for the batch.
+async fn write_batch(writer: &Writer, pending: Vec<Pending>) -> bool {
+    let Writer {
+        store,
+        queued_bytes,
+        metrics,
+        publisher,
+    } = writer;
     let count_of = pending.len() as u64;
     let bytes: usize = pending
         .iter()
@@ -371,7 +412,14 @@ async fn write_batch(
             return false;
         }
     };
-    match store.insert(records).await {
+    let records: Arc<[RequestRecord]> = records.into();
+    let inserted = store.insert(Arc::clone(&records)).await;
+    // Published even when this node's file refused them (a full disk): the cluster's other
+    // nodes still have them.
+    if let Some(publisher) = publisher {
+        publisher.offer(records);
+    }
+    match inserted {
         Ok(()) => count(metrics, Outcome::Recorded, count_of),
         Err(err) => {
             count(metrics, Outcome::Dropped, count_of);

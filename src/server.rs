@@ -122,7 +122,15 @@ impl Server {
         ));
         let log_store = RequestLogStore::open(&settings.state_dir)
             .map_err(|e| anyhow::anyhow!("cannot open the request log: {e}"))?;
-        let request_log = RequestLog::start(log_store, config.clone(), metrics.clone());
+        let shared = match runtime.cluster() {
+            Some(cluster) => Some(
+                crate::request_log::open_stream(cluster, &config)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("gateway.store: {e}"))?,
+            ),
+            None => None,
+        };
+        let request_log = RequestLog::start(log_store, config.clone(), metrics.clone(), shared);
         let state = AppState::new(AppParts {
             request_log,
             access_log: Default::default(),

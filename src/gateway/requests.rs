@@ -6,9 +6,10 @@
 mod search;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use search::{BodyMatch, ErrorText, HeaderMatch};
@@ -18,6 +19,8 @@ use super::schema::migrate_request_log;
 use super::store::{Database, DatabaseFile, StoreError, Synchronous};
 use crate::hook::LimitKind;
 use crate::hook::capture::Captured;
+
+mod indexed;
 
 /// What a mapping's transform made of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +49,7 @@ crate::hook::wire::wire_names!(TransformVerdict {
 });
 
 /// A transform call, as the log keeps it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TransformTrace {
     pub outcome: TransformVerdict,
@@ -105,15 +108,16 @@ impl From<LimitKind> for RequestOutcome {
 }
 
 /// A provider signature, as the log keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SignatureTrace {
     pub scheme: String,
     pub verified: bool,
 }
 
 /// One request, as recorded. The request log fills it in as the request goes; the store writes
-/// it as it is.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+/// it as it is. Read back from its serde form, it lacks `at_ms` and `capture`, which that form
+/// skips (a cluster's nodes send them beside it, `src/gateway/nats/request_log.rs`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RequestRecord {
     /// A UUIDv7: the request's `X-Request-Id`, unless the client chose that.
@@ -440,8 +444,9 @@ impl RequestLogStore {
         Ok(RequestLogStore { db })
     }
 
-    /// Writes a batch of records as one operation of the writer, however many they are.
-    pub async fn insert(&self, records: Vec<RequestRecord>) -> Result<(), StoreError> {
+    /// Writes a batch of records as one operation of the writer, however many they are; a
+    /// record whose id is there already is left as it is.
+    pub async fn insert(&self, records: Arc<[RequestRecord]>) -> Result<(), StoreError> {
         self.db
             .write(move |conn| RequestRecord::insert_all(conn, &records))
             .await

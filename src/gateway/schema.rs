@@ -285,6 +285,15 @@ const REQUEST_LOG_V5: &str = "
 CREATE INDEX IF NOT EXISTS requests_by_outcome ON requests (outcome, id) WHERE outcome IS NOT NULL;
 ";
 
+/// On a NATS store, the last message of the cluster's request stream that this node's log
+/// indexed (docs/cluster.md#the-request-log-in-a-cluster): where it resumes at its next start.
+const REQUEST_LOG_V6: &str = "
+CREATE TABLE indexed_streams (
+    stream   TEXT PRIMARY KEY,
+    sequence INTEGER NOT NULL
+) WITHOUT ROWID;
+";
+
 /// Brings the request log's schema up to date.
 pub(super) fn migrate_request_log(conn: &Connection) -> rusqlite::Result<()> {
     apply(
@@ -295,6 +304,7 @@ pub(super) fn migrate_request_log(conn: &Connection) -> rusqlite::Result<()> {
             (3, REQUEST_LOG_V3),
             (4, REQUEST_LOG_V4),
             (5, REQUEST_LOG_V5),
+            (6, REQUEST_LOG_V6),
         ],
     )
 }

@@ -7,6 +7,7 @@
 //! document could not be redacted, nor replayed).
 
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::credentials::CredentialHeaders;
@@ -40,16 +41,43 @@ impl Default for CapturePolicy {
     }
 }
 
-/// A request's headers, query and body as the request log keeps them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A request's headers, query and body as the request log keeps them. Its serde form (the body
+/// in base64) is how a cluster's nodes hand captures to each other (docs/cluster.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Captured {
     /// Names lower-case, credentials removed, redacted values replaced.
     pub headers: Vec<(String, String)>,
     /// The query string as received, a `token` parameter's value replaced.
     pub query: Option<String>,
     /// `None` when the body was not kept; `note` says why.
+    #[serde(with = "base64_body")]
     pub body: Option<Vec<u8>>,
     pub note: Option<String>,
+}
+
+/// A captured body as base64 text: a body is any bytes, and JSON has no bytes of its own.
+mod base64_body {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(
+        body: &Option<Vec<u8>>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match body {
+            Some(bytes) => serializer.serialize_str(&STANDARD.encode(bytes)),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Vec<u8>>, D::Error> {
+        let text = Option::<String>::deserialize(deserializer)?;
+        text.map(|text| STANDARD.decode(text).map_err(serde::de::Error::custom))
+            .transpose()
+    }
 }
 
 /// What a capture is made from: the request as received and the policy that applies. Taking it

@@ -101,8 +101,9 @@ pub struct RelayLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLogLabels {
-    /// `recorded`, `suppressed` (a refusal flood, counted only) or `dropped` (the log's queue
-    /// was full).
+    /// `recorded`, `suppressed` (a refusal flood, counted only), `dropped` (the log's queue
+    /// was full), `pruned`; on a NATS store also `published`, `unpublished` (kept by this node
+    /// only) and `indexed` (another node's, from the cluster's request stream).
     pub outcome: &'static str,
 }
 
@@ -268,7 +269,9 @@ impl Metrics {
         registry.register(
             "hookgate_request_log_records",
             "Hook requests the request log recorded, counted without recording (suppressed: a \
-             client's refusals over the flood threshold) or lost (dropped: its queue was full)",
+             client's refusals over the flood threshold) or lost (dropped: its queue was full); \
+             on a NATS store, published to the cluster or not (unpublished), and indexed from \
+             other nodes",
             self.request_log.clone(),
         );
         registry.register(

@@ -21,6 +21,7 @@ mod fact;
 mod intake;
 mod lanes;
 mod projection;
+mod request_log;
 mod run;
 mod session_lock;
 mod work;
@@ -36,6 +37,7 @@ use crate::config::store::NatsSettings;
 pub use batches::Batches;
 use consumers::Consumer;
 pub(crate) use fact::Fact;
+pub use request_log::{RequestStream, StreamLimits, decode_records};
 
 /// Added to the run timeout to make the ack wait: a node that stops acknowledging a run's
 /// message for this long past the longest a run may take is taken to be gone.
@@ -275,7 +277,17 @@ impl Cluster {
     /// same id, which the stream drops if the first one did land (within its duplicate window).
     pub async fn publish(&self, fact: &Fact, msg_id: &str) -> Result<u64, ClusterError> {
         let subject = self.names.subject(&fact.subject());
-        let payload = fact.to_bytes();
+        self.publish_payload(subject, fact.to_bytes(), msg_id).await
+    }
+
+    /// Publishes `payload` to `subject` (of any stream) under `msg_id`, as [`Cluster::publish`]
+    /// publishes a fact: sent again with the same id until acknowledged, for up to 5 s.
+    async fn publish_payload(
+        &self,
+        subject: String,
+        payload: bytes::Bytes,
+        msg_id: &str,
+    ) -> Result<u64, ClusterError> {
         // Headers and the subject take a little room of their own.
         let limit = self.max_payload().saturating_sub(1024);
         if payload.len() > limit {

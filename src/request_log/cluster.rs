@@ -1,0 +1,241 @@
+//! The request log on a NATS store (docs/cluster.md#the-request-log-in-a-cluster): the writer
+//! hands each batch it wrote to the [`Publisher`], which publishes it to the cluster's request
+//! stream behind the writer, and [`index_loop`] indexes every node's records from that stream
+//! into this node's log.
+//!
+//! While NATS is unreachable the batches wait in memory, in order, up to [`BACKLOG_RECORDS`]
+//! records and [`BACKLOG_BYTES`] captured bytes, and are published once it is back; past
+//! either bound, or when the process ends first, a batch stays in this node's log only (counted
+//! `unpublished`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+
+use super::{Outcome, bound_size, count};
+use crate::config::LiveConfig;
+use crate::gateway::RequestLogStore;
+use crate::gateway::nats::{Cluster, ClusterError, RequestStream, StreamLimits, decode_records};
+use crate::gateway::requests::RequestRecord;
+use crate::metrics::Metrics;
+
+/// Records waiting to be published, at most.
+const BACKLOG_RECORDS: usize = 65_536;
+/// Captured bytes waiting to be published, at most.
+const BACKLOG_BYTES: usize = 64 * 1024 * 1024;
+/// The pause before a failed publish or a stopped index is tried again.
+const RETRY: Duration = Duration::from_secs(1);
+/// Messages the index writes in one operation, at most.
+const INDEX_BATCH: usize = 64;
+
+/// A written batch, with what it holds against the backlog's bounds.
+struct Written {
+    records: Arc<[RequestRecord]>,
+    bytes: usize,
+}
+
+/// Hands written batches to the task that publishes them; never waits.
+pub(super) struct Publisher {
+    queue: mpsc::UnboundedSender<Written>,
+    /// Records and captured bytes waiting.
+    backlog: Arc<(AtomicUsize, AtomicUsize)>,
+    metrics: Metrics,
+}
+
+impl Publisher {
+    /// Starts the task that publishes to `stream`, keeping its limits those of `config`.
+    pub(super) fn start(stream: RequestStream, config: LiveConfig, metrics: Metrics) -> Publisher {
+        let (queue, batches) = mpsc::unbounded_channel();
+        let backlog = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
+        tokio::spawn(publish_loop(
+            stream,
+            batches,
+            Arc::clone(&backlog),
+            config,
+            metrics.clone(),
+        ));
+        Publisher {
+            queue,
+            backlog,
+            metrics,
+        }
+    }
+
+    /// Queues `records`, just written to this node's log, for publishing; counts them
+    /// `unpublished` when the backlog is full.
+    pub(super) fn offer(&self, records: Arc<[RequestRecord]>) {
+        let bytes = records.iter().map(capture_bytes).sum();
+        let (waiting, waiting_bytes) = &*self.backlog;
+        let before = waiting.fetch_add(records.len(), Ordering::Relaxed);
+        let before_bytes = waiting_bytes.fetch_add(bytes, Ordering::Relaxed);
+        let full = before + records.len() > BACKLOG_RECORDS || before_bytes + bytes > BACKLOG_BYTES;
+        let n = records.len();
+        if full || self.queue.send(Written { records, bytes }).is_err() {
+            waiting.fetch_sub(n, Ordering::Relaxed);
+            waiting_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            count(&self.metrics, Outcome::Unpublished, n as u64);
+        }
+    }
+}
+
+fn capture_bytes(record: &RequestRecord) -> usize {
+    record.capture.as_ref().map_or(0, |capture| {
+        capture.body.as_ref().map_or(0, Vec::len)
+            + capture
+                .headers
+                .iter()
+                .map(|(n, v)| n.len() + v.len())
+                .sum::<usize>()
+    })
+}
+
+/// Opens the cluster's request stream, created or given the limits of
+/// `gateway.retention.requests*` (the publisher sets them again after a reload).
+pub async fn open_stream(
+    cluster: &Cluster,
+    config: &LiveConfig,
+) -> Result<RequestStream, ClusterError> {
+    RequestStream::open(cluster, limits(config)).await
+}
+
+/// The operator's bounds on the log, as the stream's limits.
+fn limits(config: &LiveConfig) -> StreamLimits {
+    let retention = config.current().runtime.retention;
+    StreamLimits {
+        max_age: retention.requests,
+        max_bytes: retention.requests_max_bytes,
+    }
+}
+
+/// Publishes each batch in turn, trying one that fails again until it is published, and
+/// sets the stream's limits again when a reload changed the retention.
+async fn publish_loop(
+    stream: RequestStream,
+    mut batches: mpsc::UnboundedReceiver<Written>,
+    backlog: Arc<(AtomicUsize, AtomicUsize)>,
+    config: LiveConfig,
+    metrics: Metrics,
+) {
+    let mut limits_set = limits(&config);
+    while let Some(Written { records, bytes }) = batches.recv().await {
+        let mut failing = false;
+        loop {
+            let wanted = limits(&config);
+            if wanted != limits_set {
+                match stream.set_limits(wanted).await {
+                    Ok(()) => limits_set = wanted,
+                    Err(err) => tracing::warn!(%err, "cannot set the request stream's limits"),
+                }
+            }
+            match stream.publish(&records).await {
+                Ok(unsendable) => {
+                    let sent = records.len() as u64 - unsendable.0;
+                    count(&metrics, Outcome::Published, sent);
+                    count(&metrics, Outcome::Unpublished, unsendable.0);
+                    break;
+                }
+                Err(err) => {
+                    // Once per outage, not once per attempt.
+                    if !failing {
+                        tracing::warn!(%err, "cannot publish request records; trying again");
+                        failing = true;
+                    }
+                    tokio::time::sleep(RETRY).await;
+                }
+            }
+        }
+        backlog.0.fetch_sub(records.len(), Ordering::Relaxed);
+        backlog.1.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+/// Indexes the stream's records into `store`, from the sequence after the last it indexed,
+/// until the process ends; records new to the log are counted `indexed`, and the log is kept
+/// within `requestsMaxBytes` as after the writer's batches.
+pub(super) async fn index_loop(
+    stream: RequestStream,
+    store: RequestLogStore,
+    config: LiveConfig,
+    metrics: Metrics,
+) {
+    loop {
+        if let Err(err) = follow(&stream, &store, &config, &metrics).await {
+            tracing::warn!(%err, "the request log stopped indexing the cluster's records; resuming");
+            tokio::time::sleep(RETRY).await;
+        }
+    }
+}
+
+/// Why indexing stopped.
+#[derive(Debug, thiserror::Error)]
+enum IndexError {
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error("request log: {0}")]
+    Store(#[from] crate::gateway::StoreError),
+    #[error("request stream read: {0}")]
+    Read(String),
+}
+
+/// Follows the stream until the connection is made again (then `Ok`, to be called again).
+async fn follow(
+    stream: &RequestStream,
+    store: &RequestLogStore,
+    config: &LiveConfig,
+    metrics: &Metrics,
+) -> Result<(), IndexError> {
+    let mut after = store.indexed(stream.name()).await?;
+    if after > stream.last_sequence().await? {
+        // The stream was deleted and made again since: its sequences start over.
+        after = 0;
+    }
+    let mut messages = stream.follow(after).await?;
+    let reconnection = stream.reconnection();
+    tokio::pin!(reconnection);
+    loop {
+        let first = tokio::select! {
+            first = messages.next() => first,
+            () = &mut reconnection => return Ok(()),
+        };
+        let Some(first) = first else {
+            return Ok(());
+        };
+        let mut records = Vec::new();
+        let mut last = after;
+        let mut next = Some(first);
+        let mut taken = 0;
+        while let Some(message) = next.take() {
+            let message = message.map_err(|e| IndexError::Read(e.to_string()))?;
+            let info = message
+                .info()
+                .map_err(|e| IndexError::Read(e.to_string()))?;
+            last = info.stream_sequence;
+            match decode_records(&message.payload) {
+                Ok(decoded) => records.extend(decoded),
+                Err(err) => {
+                    tracing::warn!(sequence = last, %err, "skipping a request stream message that is not records")
+                }
+            }
+            taken += 1;
+            if taken < INDEX_BATCH {
+                // Whatever has already arrived joins this write; nothing waits for more.
+                next = tokio::time::timeout(Duration::ZERO, messages.next())
+                    .await
+                    .ok()
+                    .flatten();
+            }
+        }
+        let new = store
+            .index(records, stream.name().to_string(), last)
+            .await?;
+        after = last;
+        count(metrics, Outcome::Indexed, new);
+        if new > 0 {
+            let max_bytes = config.current().runtime.retention.requests_max_bytes;
+            bound_size(store, max_bytes, metrics).await;
+        }
+    }
+}
