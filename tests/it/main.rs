@@ -65,6 +65,7 @@ mod openclaw_config;
 mod parity;
 mod pipeline;
 mod reload;
+mod request_log_cluster;
 mod request_log_size;
 mod request_search;
 mod request_search_scale;
