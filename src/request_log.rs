@@ -74,6 +74,8 @@ pub struct RequestLog {
     /// Bytes of the captures queued.
     queued_bytes: Arc<AtomicUsize>,
     metrics: Metrics,
+    /// On a NATS store, the records written and not yet published.
+    unpublished: Option<Arc<cluster::Backlog>>,
 }
 
 enum Entry {
@@ -136,6 +138,7 @@ impl RequestLog {
             ));
             cluster::Publisher::start(stream, config.clone(), metrics.clone())
         });
+        let unpublished = publisher.as_ref().map(cluster::Publisher::backlog);
         let writer = Writer {
             store: store.clone(),
             queued_bytes: Arc::clone(&queued_bytes),
@@ -150,6 +153,7 @@ impl RequestLog {
             flood: Mutex::new(Flood::new(Instant::now())),
             queued_bytes,
             metrics,
+            unpublished,
         }
     }
 
@@ -238,9 +242,12 @@ impl RequestLog {
     }
 
     /// Commits what is queued and closes the log's database (at shutdown, after the last
-    /// request).
+    /// request); on a NATS store, first waits up to 2 s for what was written to be published.
     pub async fn close(&self) {
         self.flush().await;
+        if let Some(backlog) = &self.unpublished {
+            backlog.drain(cluster::DRAIN, &self.metrics).await;
+        }
         let store = self.store.clone();
         let _ = tokio::task::spawn_blocking(move || store.close()).await;
     }

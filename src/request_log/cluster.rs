@@ -5,8 +5,8 @@
 //!
 //! While NATS is unreachable the batches wait in memory, in order, up to [`BACKLOG_RECORDS`]
 //! records and [`BACKLOG_BYTES`] captured bytes, and are published once it is back; past
-//! either bound, or when the process ends first, a batch stays in this node's log only (counted
-//! `unpublished`).
+//! either bound, or when they are still waiting [`DRAIN`] into the node's stop, they stay in
+//! this node's log only (counted `unpublished`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,6 +28,8 @@ const BACKLOG_RECORDS: usize = 65_536;
 const BACKLOG_BYTES: usize = 64 * 1024 * 1024;
 /// The pause before a failed publish or a stopped index is tried again.
 const RETRY: Duration = Duration::from_secs(1);
+/// How long a stopping node waits for its backlog to be published.
+pub(super) const DRAIN: Duration = Duration::from_secs(2);
 /// Messages the index writes in one operation, at most.
 const INDEX_BATCH: usize = 64;
 
@@ -40,16 +42,55 @@ struct Written {
 /// Hands written batches to the task that publishes them; never waits.
 pub(super) struct Publisher {
     queue: mpsc::UnboundedSender<Written>,
-    /// Records and captured bytes waiting.
-    backlog: Arc<(AtomicUsize, AtomicUsize)>,
+    backlog: Arc<Backlog>,
     metrics: Metrics,
+}
+
+/// What waits to be published; shared by the writer, the publishing task and the log's handle,
+/// which waits for it to drain at the node's stop.
+#[derive(Default)]
+pub(super) struct Backlog {
+    records: AtomicUsize,
+    bytes: AtomicUsize,
+    /// Told whenever a batch leaves the backlog.
+    left: tokio::sync::Notify,
+}
+
+impl Backlog {
+    /// Waits until nothing waits to be published, for at most `limit`; what still waits then
+    /// is counted `unpublished` (it stays in this node's log only).
+    pub(super) async fn drain(&self, limit: Duration, metrics: &Metrics) {
+        let empty = async {
+            loop {
+                let left = self.left.notified();
+                tokio::pin!(left);
+                left.as_mut().enable();
+                if self.records.load(Ordering::Relaxed) == 0 {
+                    return;
+                }
+                left.await;
+            }
+        };
+        if tokio::time::timeout(limit, empty).await.is_err() {
+            let waiting = self.records.load(Ordering::Relaxed) as u64;
+            tracing::warn!(waiting, "stopping with request records not yet published");
+            count(metrics, Outcome::Unpublished, waiting);
+        }
+    }
+
+    /// Takes `records` records and `bytes` bytes out of the backlog.
+    fn release(&self, records: usize, bytes: usize) {
+        self.records.fetch_sub(records, Ordering::Relaxed);
+        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        self.left.notify_waiters();
+    }
 }
 
 impl Publisher {
     /// Starts the task that publishes to `stream`, keeping its limits those of `config`.
     pub(super) fn start(stream: RequestStream, config: LiveConfig, metrics: Metrics) -> Publisher {
         let (queue, batches) = mpsc::unbounded_channel();
-        let backlog = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
+        let backlog = Arc::new(Backlog::default());
         tokio::spawn(publish_loop(
             stream,
             batches,
@@ -68,16 +109,19 @@ impl Publisher {
     /// `unpublished` when the backlog is full.
     pub(super) fn offer(&self, records: Arc<[RequestRecord]>) {
         let bytes = records.iter().map(capture_bytes).sum();
-        let (waiting, waiting_bytes) = &*self.backlog;
-        let before = waiting.fetch_add(records.len(), Ordering::Relaxed);
-        let before_bytes = waiting_bytes.fetch_add(bytes, Ordering::Relaxed);
-        let full = before + records.len() > BACKLOG_RECORDS || before_bytes + bytes > BACKLOG_BYTES;
         let n = records.len();
+        let before = self.backlog.records.fetch_add(n, Ordering::Relaxed);
+        let before_bytes = self.backlog.bytes.fetch_add(bytes, Ordering::Relaxed);
+        let full = before + n > BACKLOG_RECORDS || before_bytes + bytes > BACKLOG_BYTES;
         if full || self.queue.send(Written { records, bytes }).is_err() {
-            waiting.fetch_sub(n, Ordering::Relaxed);
-            waiting_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            self.backlog.release(n, bytes);
             count(&self.metrics, Outcome::Unpublished, n as u64);
         }
+    }
+
+    /// The backlog, for the log's handle to drain at the node's stop.
+    pub(super) fn backlog(&self) -> Arc<Backlog> {
+        Arc::clone(&self.backlog)
     }
 }
 
@@ -115,7 +159,7 @@ fn limits(config: &LiveConfig) -> StreamLimits {
 async fn publish_loop(
     stream: RequestStream,
     mut batches: mpsc::UnboundedReceiver<Written>,
-    backlog: Arc<(AtomicUsize, AtomicUsize)>,
+    backlog: Arc<Backlog>,
     config: LiveConfig,
     metrics: Metrics,
 ) {
@@ -147,8 +191,7 @@ async fn publish_loop(
                 }
             }
         }
-        backlog.0.fetch_sub(records.len(), Ordering::Relaxed);
-        backlog.1.fetch_sub(bytes, Ordering::Relaxed);
+        backlog.release(records.len(), bytes);
     }
 }
 
@@ -237,5 +280,45 @@ async fn follow(
             let max_bytes = config.current().runtime.retention.requests_max_bytes;
             bound_size(store, max_bytes, metrics).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unpublished(metrics: &Metrics) -> u64 {
+        metrics
+            .request_log
+            .get_or_create(&crate::metrics::RequestLogLabels {
+                outcome: Outcome::Unpublished.as_str(),
+            })
+            .get()
+    }
+
+    #[tokio::test]
+    async fn a_stop_waits_for_the_backlog_to_be_published() {
+        let backlog = Arc::new(Backlog::default());
+        backlog.records.store(3, Ordering::Relaxed);
+        let publisher = Arc::clone(&backlog);
+        tokio::spawn(async move {
+            tokio::task::yield_now().await;
+            publisher.release(2, 0);
+            tokio::task::yield_now().await;
+            publisher.release(1, 0);
+        });
+        let metrics = Metrics::default();
+        backlog.drain(Duration::from_secs(3600), &metrics).await;
+        assert_eq!(backlog.records.load(Ordering::Relaxed), 0);
+        assert_eq!(unpublished(&metrics), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_is_still_waiting_at_the_limit_is_counted_unpublished() {
+        let backlog = Backlog::default();
+        backlog.records.store(5, Ordering::Relaxed);
+        let metrics = Metrics::default();
+        backlog.drain(DRAIN, &metrics).await;
+        assert_eq!(unpublished(&metrics), 5);
     }
 }
