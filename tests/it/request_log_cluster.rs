@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::cluster::node_config_at;
+use crate::console::Browser;
 use crate::fake::Fake;
 use crate::harness::*;
 use crate::nats::NatsServer;
@@ -196,4 +197,27 @@ async fn records_made_while_nats_is_away_are_published_once_it_is_back() {
     nats.start_again();
     let published = listed(&b, "status=5xx", 1).await;
     assert_eq!(ids(&published), [failed.as_str()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_s_console_lists_what_the_other_received() {
+    let nats = NatsServer::start();
+    let provider = Fake::provider("done").await;
+    let config = config(&nats, &provider);
+    let (a, _dir_a) = Hookgate::start(&config);
+    let (b, _dir_b) = Hookgate::start(&config);
+    let id = deliver(&a, "labeled").await;
+    listed(&b, "hook=github", 1).await;
+
+    let browser = Browser::start().await;
+    browser.go(&b.url("/console")).await;
+    browser.type_into("#token", GATEWAY_TOKEN).await;
+    browser.click("#login button[type=submit]").await;
+    let row = format!("#requests-table tr[data-id=\"{id}\"]");
+    browser.wait_for_text(&row, "github").await;
+    browser.click(&format!("{row} button")).await;
+    browser.wait_for_text("#request-became", "queued").await;
+    browser
+        .wait_for_text("#request-body", "body-of-labeled")
+        .await;
 }
