@@ -12,13 +12,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use super::{Outcome, bound_size, count};
 use crate::config::LiveConfig;
 use crate::gateway::RequestLogStore;
-use crate::gateway::nats::{Cluster, ClusterError, RequestStream, StreamLimits, decode_records};
+use crate::gateway::nats::{Cluster, ClusterError, Read, RequestStream, StreamLimits};
 use crate::gateway::requests::RequestRecord;
 use crate::metrics::Metrics;
 
@@ -174,7 +173,7 @@ async fn publish_loop(
                     Err(err) => tracing::warn!(%err, "cannot set the request stream's limits"),
                 }
             }
-            match stream.publish(&records).await {
+            match stream.publish(Arc::clone(&records)).await {
                 Ok(unsendable) => {
                     let sent = records.len() as u64 - unsendable.0;
                     count(&metrics, Outcome::Published, sent);
@@ -219,8 +218,6 @@ enum IndexError {
     Cluster(#[from] ClusterError),
     #[error("request log: {0}")]
     Store(#[from] crate::gateway::StoreError),
-    #[error("request stream read: {0}")]
-    Read(String),
 }
 
 /// Follows the stream until the connection is made again (then `Ok`, to be called again).
@@ -235,46 +232,21 @@ async fn follow(
         // The stream was deleted and made again since: its sequences start over.
         after = 0;
     }
-    let mut messages = stream.follow(after).await?;
+    let mut follower = stream.follow(after).await?;
     let reconnection = stream.reconnection();
     tokio::pin!(reconnection);
     loop {
-        let first = tokio::select! {
-            first = messages.next() => first,
+        let read = tokio::select! {
+            read = follower.next(INDEX_BATCH) => read,
             () = &mut reconnection => return Ok(()),
         };
-        let Some(first) = first else {
+        let Some(read) = read else {
             return Ok(());
         };
-        let mut records = Vec::new();
-        let mut last = after;
-        let mut next = Some(first);
-        let mut taken = 0;
-        while let Some(message) = next.take() {
-            let message = message.map_err(|e| IndexError::Read(e.to_string()))?;
-            let info = message
-                .info()
-                .map_err(|e| IndexError::Read(e.to_string()))?;
-            last = info.stream_sequence;
-            match decode_records(&message.payload) {
-                Ok(decoded) => records.extend(decoded),
-                Err(err) => {
-                    tracing::warn!(sequence = last, %err, "skipping a request stream message that is not records")
-                }
-            }
-            taken += 1;
-            if taken < INDEX_BATCH {
-                // Whatever has already arrived joins this write; nothing waits for more.
-                next = tokio::time::timeout(Duration::ZERO, messages.next())
-                    .await
-                    .ok()
-                    .flatten();
-            }
-        }
+        let Read { records, last } = read?;
         let new = store
             .index(records, stream.name().to_string(), last)
             .await?;
-        after = last;
         count(metrics, Outcome::Indexed, new);
         if new > 0 {
             let max_bytes = config.current().runtime.retention.requests_max_bytes;
@@ -282,7 +254,6 @@ async fn follow(
         }
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,7 +37,7 @@ use crate::config::store::NatsSettings;
 pub use batches::Batches;
 use consumers::Consumer;
 pub(crate) use fact::Fact;
-pub use request_log::{RequestStream, StreamLimits, decode_records};
+pub use request_log::{Follower, Read, RequestStream, StreamLimits};
 
 /// Added to the run timeout to make the ack wait: a node that stops acknowledging a run's
 /// message for this long past the longest a run may take is taken to be gone.

@@ -8,10 +8,12 @@
 //! with `atMs` and its `capture` beside it; its message id is its first record's id, so a
 //! publish retried after a lost acknowledgement is stored once.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{self, DeliverPolicy};
 use async_nats::jetstream::stream;
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::{Cluster, ClusterError};
@@ -105,11 +107,13 @@ impl RequestStream {
 
     /// Publishes `records` in as few messages as the servers' `max_payload` allows, each once
     /// acknowledged (up to 5 s each, retries included). Returns the records no message could
-    /// carry. Costs a JSON encoding of each record and its capture, off the request path.
-    pub async fn publish(&self, records: &[RequestRecord]) -> Result<Unsendable, ClusterError> {
+    /// carry. Costs a JSON encoding of each record and its capture, on a blocking thread.
+    pub async fn publish(&self, records: Arc<[RequestRecord]>) -> Result<Unsendable, ClusterError> {
         // Headers and the subject take a little room of their own.
         let limit = self.cluster.max_payload().saturating_sub(1024);
-        let (messages, unsendable) = encode(records, limit);
+        let (messages, unsendable) = tokio::task::spawn_blocking(move || encode(&records, limit))
+            .await
+            .map_err(|e| ClusterError::new("cannot encode request records", e))?;
         for (msg_id, payload) in messages {
             self.cluster
                 .publish_payload(self.subject.clone(), payload.into(), &msg_id)
@@ -128,9 +132,10 @@ impl RequestStream {
         Ok(info.state.last_sequence)
     }
 
-    /// The stream's messages after sequence `after`, in order, through an ordered consumer of
-    /// this node's own (recreated by the client when it falls behind).
-    pub async fn follow(&self, after: u64) -> Result<consumer::pull::Ordered, ClusterError> {
+    /// Follows the stream from the message after sequence `after` (from its first when 0),
+    /// through an ordered consumer of this node's own (made again by the client when it
+    /// misses a message).
+    pub async fn follow(&self, after: u64) -> Result<Follower, ClusterError> {
         let deliver_policy = match after {
             0 => DeliverPolicy::All,
             after => DeliverPolicy::ByStartSequence {
@@ -146,10 +151,11 @@ impl RequestStream {
             })
             .await
             .map_err(|e| ClusterError::new("cannot follow the request stream", e))?;
-        ordered
+        let messages = ordered
             .messages()
             .await
-            .map_err(|e| ClusterError::new("cannot follow the request stream", e))
+            .map_err(|e| ClusterError::new("cannot follow the request stream", e))?;
+        Ok(Follower { messages })
     }
 
     /// Resolves on the next reconnection to the servers (see [`Cluster::reconnection`]).
@@ -166,8 +172,68 @@ impl RequestStream {
     }
 }
 
+/// A node's reading of the stream, in order.
+pub struct Follower {
+    messages: consumer::pull::Ordered,
+}
+
+/// Messages read in one go: their records, and the sequence of the last.
+pub struct Read {
+    pub records: Vec<RequestRecord>,
+    pub last: u64,
+}
+
+impl Follower {
+    /// Waits for the next message, then takes those that have already arrived behind it, up
+    /// to `max` in all, and decodes them off the async threads (a message may hold a MiB of
+    /// captures). A message that holds no records is logged and skipped. `None` when the
+    /// consumer ended.
+    pub async fn next(&mut self, max: usize) -> Option<Result<Read, ClusterError>> {
+        let mut payloads = Vec::new();
+        let mut next = Some(self.messages.next().await?);
+        while let Some(message) = next.take() {
+            let read = message
+                .map_err(|e| ClusterError::new("request stream read", e))
+                .and_then(|message| {
+                    let info = message
+                        .info()
+                        .map_err(|e| ClusterError::new("request stream read", e))?;
+                    Ok((info.stream_sequence, message.payload.clone()))
+                });
+            match read {
+                Ok(payload) => payloads.push(payload),
+                Err(err) => return Some(Err(err)),
+            }
+            if payloads.len() < max {
+                // Whatever has already arrived joins this read; nothing waits for more.
+                next = tokio::time::timeout(Duration::ZERO, self.messages.next())
+                    .await
+                    .ok()
+                    .flatten();
+            }
+        }
+        let decoded = tokio::task::spawn_blocking(move || decode_all(&payloads)).await;
+        Some(decoded.map_err(|e| ClusterError::new("request stream read", e)))
+    }
+}
+
+/// The records of `payloads`, each with its stream sequence, and the last sequence.
+fn decode_all(payloads: &[(u64, bytes::Bytes)]) -> Read {
+    let mut records = Vec::new();
+    for (sequence, payload) in payloads {
+        match decode_records(payload) {
+            Ok(decoded) => records.extend(decoded),
+            Err(err) => {
+                tracing::warn!(sequence, %err, "skipping a request stream message that is not records")
+            }
+        }
+    }
+    let last = payloads.last().map_or(0, |(sequence, _)| *sequence);
+    Read { records, last }
+}
+
 /// The records of one message of the stream, with their `at_ms` and captures.
-pub fn decode_records(payload: &[u8]) -> Result<Vec<RequestRecord>, serde_json::Error> {
+fn decode_records(payload: &[u8]) -> Result<Vec<RequestRecord>, serde_json::Error> {
     let carried: Vec<Carried<RequestRecord, Captured>> = serde_json::from_slice(payload)?;
     Ok(carried
         .into_iter()
