@@ -222,7 +222,16 @@ fn decode_all(payloads: &[(u64, bytes::Bytes)]) -> Read {
     let mut records = Vec::new();
     for (sequence, payload) in payloads {
         match decode_records(payload) {
-            Ok(decoded) => records.extend(decoded),
+            Ok((decoded, 0)) => records.extend(decoded),
+            Ok((decoded, unreadable)) => {
+                // Written by a newer node, with a value this version does not know.
+                tracing::warn!(
+                    sequence,
+                    unreadable,
+                    "skipping request records this version cannot read"
+                );
+                records.extend(decoded);
+            }
             Err(err) => {
                 tracing::warn!(sequence, %err, "skipping a request stream message that is not records")
             }
@@ -232,23 +241,36 @@ fn decode_all(payloads: &[(u64, bytes::Bytes)]) -> Read {
     Read { records, last }
 }
 
-/// The records of one message of the stream, with their `at_ms` and captures.
-fn decode_records(payload: &[u8]) -> Result<Vec<RequestRecord>, serde_json::Error> {
-    let carried: Vec<Carried<RequestRecord, Captured>> = serde_json::from_slice(payload)?;
-    Ok(carried
+/// An element of a message: a record this version reads, or one it does not (a newer node's,
+/// with a value this version does not know), which is skipped alone, not with its message.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Element {
+    Record(Box<Carried<RequestRecord, Captured>>),
+    Unreadable(serde::de::IgnoredAny),
+}
+
+/// The records of one message of the stream, with their `at_ms` and captures, and how many of
+/// its elements were not records this version reads.
+fn decode_records(payload: &[u8]) -> Result<(Vec<RequestRecord>, usize), serde_json::Error> {
+    let elements: Vec<Element> = serde_json::from_slice(payload)?;
+    let mut unreadable = 0;
+    let records = elements
         .into_iter()
-        .map(
-            |Carried {
-                 mut record,
-                 at_ms,
-                 capture,
-             }| {
-                record.at_ms = at_ms;
-                record.capture = capture;
-                record
-            },
-        )
-        .collect())
+        .filter_map(|element| match element {
+            Element::Record(carried) => {
+                let mut record = carried.record;
+                record.at_ms = carried.at_ms;
+                record.capture = carried.capture;
+                Some(record)
+            }
+            Element::Unreadable(_) => {
+                unreadable += 1;
+                None
+            }
+        })
+        .collect();
+    Ok((records, unreadable))
 }
 
 /// `records` as messages of at most `limit` bytes each, with their message ids: JSON arrays of
@@ -348,7 +370,7 @@ mod tests {
         assert_eq!(unsendable, Unsendable(0));
         assert_eq!(messages.len(), 1);
         assert_eq!(messages[0].0, "a", "the first record's id is the message's");
-        assert_eq!(decode_records(&messages[0].1).unwrap(), records);
+        assert_eq!(decode_records(&messages[0].1).unwrap(), (records, 0));
     }
 
     #[test]
@@ -364,7 +386,7 @@ mod tests {
         assert!(messages.iter().all(|(_, m)| m.len() <= 1000));
         let decoded: Vec<RequestRecord> = messages
             .iter()
-            .flat_map(|(_, m)| decode_records(m).unwrap())
+            .flat_map(|(_, m)| decode_records(m).unwrap().0)
             .collect();
         let ids: Vec<&str> = decoded.iter().map(|r| r.id.as_str()).collect();
         assert_eq!(ids, ["a", "b", "c", "d"]);
@@ -372,5 +394,18 @@ mod tests {
         assert!(!decoded[2].captured && decoded[2].capture.is_none());
         let (_, unsendable) = encode(&records, 50);
         assert_eq!(unsendable, Unsendable(4), "no record fits in 50 bytes");
+    }
+
+    #[test]
+    fn a_record_this_version_cannot_read_is_skipped_alone() {
+        let (messages, _) = encode(&[record("a", 0), record("b", 0)], 1 << 20);
+        let text = String::from_utf8(messages[0].1.clone()).unwrap();
+        let from_a_newer_node =
+            text.replacen("\"outcome\":null", "\"outcome\":\"from-the-future\"", 1);
+        assert_ne!(text, from_a_newer_node);
+        let (records, unreadable) = decode_records(from_a_newer_node.as_bytes()).unwrap();
+        assert_eq!(unreadable, 1);
+        let ids: Vec<&str> = records.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["b"]);
     }
 }
