@@ -94,8 +94,9 @@ enum Outcome {
     Pruned,
     /// Recorded, and published to the cluster's request stream.
     Published,
-    /// Recorded in this node's log only: the stream was out of reach for too long, or the
-    /// record is larger than any message.
+    /// Recorded in this node's log only: the stream was out of reach for too long (the
+    /// backlog was full, or still waiting when the node stopped), or the record is larger than
+    /// any message.
     Unpublished,
     /// Another node's record (or one of this node's own it no longer had), indexed from the
     /// cluster's request stream.
