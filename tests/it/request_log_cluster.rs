@@ -221,3 +221,61 @@ async fn one_node_s_console_lists_what_the_other_received() {
         .wait_for_text("#request-body", "body-of-labeled")
         .await;
 }
+
+/// The request stream's `max_age`, `max_bytes` and subjects, as the server has them.
+async fn stream_limits(nats: &NatsServer) -> (Duration, i64, Vec<String>) {
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    let mut stream = js.get_stream("HOOKGATE-requests").await.unwrap();
+    let config = stream.info().await.unwrap().config.clone();
+    (config.max_age, config.max_bytes, config.subjects)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_stream_is_bounded_by_the_retention_and_follows_a_reload() {
+    let nats = NatsServer::start();
+    let provider = Fake::provider("done").await;
+    let mut config = config(&nats, &provider);
+    set(
+        &mut config,
+        "gateway.retention",
+        json!({"requests": "2d", "requestsMaxBytes": 64 * 1024 * 1024}),
+    );
+    let dir = ConfigDir::new(&config);
+    let node = Hookgate::start_in(&dir);
+    let day = Duration::from_secs(86_400);
+    assert_eq!(
+        stream_limits(&nats).await,
+        (
+            2 * day,
+            64 * 1024 * 1024,
+            vec!["HOOKGATE-requests.records".into()]
+        )
+    );
+
+    set(
+        &mut config,
+        "gateway.retention",
+        json!({"requests": "1d", "requestsMaxBytes": 0}),
+    );
+    dir.write(&config);
+    eventually("the reloaded configuration", async || {
+        node.api_json("/api/config").await.1["generation"].as_u64() == Some(2)
+    })
+    .await;
+    // Set with the next batch published.
+    deliver(&node, "after-the-reload").await;
+    eventually_within(
+        "the reloaded limits on the stream",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        async || {
+            let (max_age, max_bytes, _) = stream_limits(&nats).await;
+            if (max_age, max_bytes) == (day, -1) {
+                Ok(())
+            } else {
+                Err(format!("max_age {max_age:?}, max_bytes {max_bytes}"))
+            }
+        },
+    )
+    .await;
+}
