@@ -279,3 +279,20 @@ async fn the_request_stream_is_bounded_by_the_retention_and_follows_a_reload() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_node_prunes_the_records_it_indexed() {
+    let nats = NatsServer::start();
+    let provider = Fake::provider("done").await;
+    let mut config = config(&nats, &provider);
+    set(&mut config, "gateway.retention.requests", json!("5s"));
+    let (a, _dir_a) = Hookgate::start(&config);
+    let (b, _dir_b) = Hookgate::start(&config);
+    let old = deliver(&a, "old").await;
+    assert_eq!(ids(&listed(&b, "hook=github", 1).await), [old.as_str()]);
+    listed(&b, "hook=github", 0).await;
+    listed(&a, "hook=github", 0).await;
+    // Pruned for good: what follows is indexed, the pruned record is not again.
+    let new = deliver(&a, "new").await;
+    assert_eq!(ids(&listed(&b, "hook=github", 1).await), [new.as_str()]);
+}
