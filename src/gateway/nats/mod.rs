@@ -277,16 +277,20 @@ impl Cluster {
     /// same id, which the stream drops if the first one did land (within its duplicate window).
     pub async fn publish(&self, fact: &Fact, msg_id: &str) -> Result<u64, ClusterError> {
         let subject = self.names.subject(&fact.subject());
-        self.publish_payload(subject, fact.to_bytes(), msg_id).await
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id);
+        self.publish_payload(subject, fact.to_bytes(), headers)
+            .await
     }
 
-    /// Publishes `payload` to `subject` (of any stream) under `msg_id`, as [`Cluster::publish`]
-    /// publishes a fact: sent again with the same id until acknowledged, for up to 5 s.
+    /// Publishes `payload` to `subject` (of any stream) with `headers` (a `Nats-Msg-Id` among
+    /// them), as [`Cluster::publish`] publishes a fact: sent again alike until acknowledged,
+    /// for up to 5 s.
     async fn publish_payload(
         &self,
         subject: String,
         payload: bytes::Bytes,
-        msg_id: &str,
+        headers: async_nats::HeaderMap,
     ) -> Result<u64, ClusterError> {
         // Headers and the subject take a little room of their own.
         let limit = self.max_payload().saturating_sub(1024);
@@ -299,12 +303,10 @@ impl Cluster {
         let deadline = tokio::time::Instant::now() + PUBLISH_DEADLINE;
         let mut last_error = Unacknowledged::Late;
         while tokio::time::Instant::now() < deadline {
-            let mut headers = async_nats::HeaderMap::new();
-            headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id);
             let attempt = async {
                 let ack = self
                     .js
-                    .publish_with_headers(subject.clone(), headers, payload.clone())
+                    .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
                     .await?;
                 ack.await
             };

@@ -23,6 +23,10 @@ use crate::hook::capture::Captured;
 /// How long the stream remembers a message id: a publish retried within it is stored once.
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
+/// The header naming the process that published a message: it skips its own messages when
+/// it indexes the stream, since its writer wrote their records already.
+const PUBLISHER: &str = "Hookgate-Publisher";
+
 /// The operator's bounds on the request log (`gateway.retention.requests`,
 /// `.requestsMaxBytes`), which the stream takes as its `max_age` and `max_bytes`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -39,6 +43,9 @@ pub struct RequestStream {
     cluster: Cluster,
     name: String,
     subject: String,
+    /// This process, in the [`PUBLISHER`] header (a restarted node is another publisher, and
+    /// indexes what it published before, which its file may have lost).
+    publisher: String,
 }
 
 /// A record as a message carries it: the record's own serde form, with what that form skips.
@@ -64,6 +71,7 @@ impl RequestStream {
             cluster: cluster.clone(),
             subject: format!("{name}.records"),
             name,
+            publisher: uuid::Uuid::new_v4().to_string(),
         };
         stream.set_limits(limits).await?;
         Ok(stream)
@@ -115,8 +123,11 @@ impl RequestStream {
             .await
             .map_err(|e| ClusterError::new("cannot encode request records", e))?;
         for (msg_id, payload) in messages {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id.as_str());
+            headers.insert(PUBLISHER, self.publisher.as_str());
             self.cluster
-                .publish_payload(self.subject.clone(), payload.into(), &msg_id)
+                .publish_payload(self.subject.clone(), payload.into(), headers)
                 .await?;
         }
         Ok(unsendable)
@@ -155,7 +166,10 @@ impl RequestStream {
             .messages()
             .await
             .map_err(|e| ClusterError::new("cannot follow the request stream", e))?;
-        Ok(Follower { messages })
+        Ok(Follower {
+            messages,
+            publisher: self.publisher.clone(),
+        })
     }
 
     /// Resolves on the next reconnection to the servers (see [`Cluster::reconnection`]).
@@ -175,6 +189,8 @@ impl RequestStream {
 /// A node's reading of the stream, in order.
 pub struct Follower {
     messages: consumer::pull::Ordered,
+    /// This process's messages, skipped.
+    publisher: String,
 }
 
 /// Messages read in one go: their records, and the sequence of the last.
@@ -186,10 +202,12 @@ pub struct Read {
 impl Follower {
     /// Waits for the next message, then takes those that have already arrived behind it, up
     /// to `max` in all, and decodes them off the async threads (a message may hold a MiB of
-    /// captures). A message that holds no records is logged and skipped. `None` when the
-    /// consumer ended.
+    /// captures). This process's own messages, and one that holds no records (logged), are
+    /// skipped. `None` when the consumer ended.
     pub async fn next(&mut self, max: usize) -> Option<Result<Read, ClusterError>> {
         let mut payloads = Vec::new();
+        let mut last = 0;
+        let mut taken = 0;
         let mut next = Some(self.messages.next().await?);
         while let Some(message) = next.take() {
             let read = message
@@ -198,13 +216,23 @@ impl Follower {
                     let info = message
                         .info()
                         .map_err(|e| ClusterError::new("request stream read", e))?;
-                    Ok((info.stream_sequence, message.payload.clone()))
+                    Ok((info.stream_sequence, message))
                 });
-            match read {
-                Ok(payload) => payloads.push(payload),
+            let (sequence, message) = match read {
+                Ok(read) => read,
                 Err(err) => return Some(Err(err)),
+            };
+            last = sequence;
+            taken += 1;
+            let own = message
+                .headers
+                .as_ref()
+                .and_then(|headers| headers.get(PUBLISHER))
+                .is_some_and(|publisher| publisher.as_str() == self.publisher);
+            if !own {
+                payloads.push((sequence, message.payload.clone()));
             }
-            if payloads.len() < max {
+            if taken < max {
                 // Whatever has already arrived joins this read; nothing waits for more.
                 next = tokio::time::timeout(Duration::ZERO, self.messages.next())
                     .await
@@ -213,12 +241,13 @@ impl Follower {
             }
         }
         let decoded = tokio::task::spawn_blocking(move || decode_all(&payloads)).await;
-        Some(decoded.map_err(|e| ClusterError::new("request stream read", e)))
+        let records = decoded.map_err(|e| ClusterError::new("request stream read", e));
+        Some(records.map(|records| Read { records, last }))
     }
 }
 
-/// The records of `payloads`, each with its stream sequence, and the last sequence.
-fn decode_all(payloads: &[(u64, bytes::Bytes)]) -> Read {
+/// The records of `payloads`, each with its stream sequence.
+fn decode_all(payloads: &[(u64, bytes::Bytes)]) -> Vec<RequestRecord> {
     let mut records = Vec::new();
     for (sequence, payload) in payloads {
         match decode_records(payload) {
@@ -237,8 +266,7 @@ fn decode_all(payloads: &[(u64, bytes::Bytes)]) -> Read {
             }
         }
     }
-    let last = payloads.last().map_or(0, |(sequence, _)| *sequence);
-    Read { records, last }
+    records
 }
 
 /// An element of a message: a record this version reads, or one it does not (a newer node's,
