@@ -172,7 +172,7 @@ async fn fill(state: &Path, count: usize) -> f64 {
             .collect();
         n += batch.len();
         let began = Instant::now();
-        store.insert(batch).await.unwrap();
+        store.insert(batch.into()).await.unwrap();
         writing += began.elapsed();
     }
     store.close();
