@@ -14,8 +14,6 @@ use hookgate::gateway::Retry;
 use serde::Deserialize;
 use serde_json::Value;
 
-
-
 /// What every one of these commands reads from the environment, for their `--help`.
 pub const ENVIRONMENT: &str = "Environment:
   HOOKGATE_GATEWAY_TOKEN  the gateway token (gateway.auth.token); required

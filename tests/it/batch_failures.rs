@@ -178,3 +178,32 @@ async fn retries_at_once_on_two_nodes_take_one_position() {
     messages.sort();
     assert_eq!(messages, subjects);
 }
+
+/// A retry of a batched request after a reload took the mapping's `batch` away is answered with
+/// the batch's run, and no run is made of it (its key's entry names a batch item, not a run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_the_batch_was_configured_away_gets_the_batchs_run() {
+    let nats = NatsServer::start();
+    let provider = Fake::provider("done").await;
+    let config = node(&nats, &provider, json!({"window": "1h", "maxItems": 10}));
+    let dir = ConfigDir::new(&config);
+    let a = Hookgate::start_in(&dir);
+    let first = send_keyed(&a, "mail-1", "mail-1").await;
+    assert_eq!(first["batched"], 1, "{first}");
+    let mut unbatched = config.clone();
+    unbatched["hooks"]["mappings"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("batch");
+    dir.write(&unbatched);
+    eventually("the reload", async || {
+        a.api_json("/api/config").await.1["generation"] == 2
+    })
+    .await;
+    let retried = send_keyed(&a, "mail-1", "mail-1").await;
+    assert_eq!(retried["runId"], first["runId"], "{retried}");
+    let (_, runs) = a.api_json("/api/runs").await;
+    let runs = runs["runs"].as_array().unwrap().clone();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["status"], "batching", "{runs:?}");
+}

@@ -9,6 +9,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::claims::ClaimValue;
 use super::{Cluster, ClusterError, Fact};
 use crate::gateway::budget::HeldBy;
 use crate::gateway::clock::now_ms;
@@ -113,16 +114,26 @@ impl Cluster {
             let bucket = &self.buckets.idempotency;
             match bucket.create(&key, run.run_id.clone().into()).await {
                 Ok(_) => {}
-                Err(err) if is_already_exists(&err) => {
-                    let first = bucket
-                        .get(&key)
-                        .await
-                        .map_err(|e| ClusterError::new("idempotency bucket", e))?;
-                    if let Some(first) = first {
-                        run.run_id = String::from_utf8_lossy(&first).into_owned();
+                Err(err) if is_already_exists(&err) => match self.settled_claim(&key).await? {
+                    Some((ClaimValue::Run(first), _)) => {
+                        run.run_id = first;
                         replayed = true;
                     }
-                }
+                    // A retry of a request that joined a batch (its mapping had one then): the
+                    // batch's run answers it, and nothing is published in its name.
+                    Some((ClaimValue::Item { run_id, .. }, _)) => {
+                        return Ok(RunQueued::Replayed { run_id });
+                    }
+                    // Left pending by a node that died admitting a batch item: the key is
+                    // this run's now, unless another request took it over first.
+                    Some((ClaimValue::Pending, revision)) => {
+                        let key_taken = bucket.update(&key, run.run_id.clone().into(), revision);
+                        key_taken
+                            .await
+                            .map_err(|e| ClusterError::new("idempotency bucket", e))?;
+                    }
+                    None => {}
+                },
                 Err(err) => return Err(ClusterError::new("idempotency bucket", err)),
             }
         }
@@ -139,26 +150,15 @@ impl Cluster {
     }
 
     /// The run an earlier request with `claim`'s idempotency key was answered with, from the
-    /// idempotency bucket (whose entries live as long as the key's window): a run's id, a batch
-    /// item's `<run id>#<position>`, or a batch item's claim still pending (its run is not known
-    /// yet, but the request is a repeat all the same, and the batch answers it).
+    /// idempotency bucket (whose entries live as long as the key's window): a run's, or a batch
+    /// item's batch's. A claim still pending is waited for; one that stays pending (its node
+    /// died) is no repeat.
     pub async fn repeat_of(
         &self,
         claim: &IdempotencyClaim,
     ) -> Result<Option<String>, ClusterError> {
-        let first = self
-            .buckets
-            .idempotency
-            .get(key_of(&claim.fingerprint))
-            .await
-            .map_err(|e| ClusterError::new("idempotency bucket", e))?;
-        Ok(first.map(|first| {
-            let first = String::from_utf8_lossy(&first);
-            let run_id = first
-                .split_once('#')
-                .map_or(first.as_ref(), |(run_id, _)| run_id);
-            run_id.to_string()
-        }))
+        let settled = self.settled_claim(&key_of(&claim.fingerprint)).await?;
+        Ok(settled.and_then(|(value, _)| value.run_id().map(str::to_string)))
     }
 
     /// Claims a signed delivery id for the whole cluster.

@@ -13,8 +13,8 @@
 //! delivery's id, a session key's run in progress, a chat message's send, is decided by an atomic
 //! create in a key-value bucket.
 
-mod batch_claims;
 mod batches;
+mod claims;
 mod consumers;
 mod dispatch;
 mod fact;
