@@ -279,8 +279,8 @@ impl Runtime {
             Backend::Embedded(embedded) => embedded.join_batch(item, open).await,
             Backend::Forward(_) => Ok(Joined::NoneOpen(Box::new(item))),
             Backend::Nats(cluster) => {
-                let view = &self.store;
-                Ok(Batches { cluster, view }.join(item, open).await?)
+                let (cluster, view) = (Cluster::clone(cluster), self.store.clone());
+                Ok(Batches::join_detached(cluster, view, item, open).await?)
             }
         }
     }

@@ -12,7 +12,7 @@ use async_nats::jetstream::kv;
 use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
 
-use super::batch_claims::{ItemClaim, ItemClaims};
+use super::claims::{ItemClaim, ItemClaims};
 use super::intake::key_of;
 use super::{Cluster, ClusterError, Fact};
 use crate::gateway::batches::{self, Added, BatchItem, Joined};
@@ -74,6 +74,26 @@ pub struct Batches<'a> {
 }
 
 impl Batches<'_> {
+    /// [`Batches::join`] in a task of its own: a request whose client goes away mid-join still
+    /// ends it, confirming or releasing its idempotency claim, which a retry waits on.
+    pub async fn join_detached(
+        cluster: Cluster,
+        view: Store,
+        item: BatchItem,
+        open: bool,
+    ) -> Result<Joined, ClusterError> {
+        let joining = tokio::spawn(async move {
+            let batches = Batches {
+                cluster: &cluster,
+                view: &view,
+            };
+            batches.join(item, open).await
+        });
+        joining
+            .await
+            .map_err(|err| ClusterError::new("batch join", err))?
+    }
+
     /// Adds a batch mapping's request to its open batch for the whole cluster, with `open`
     /// opening one when there is none; answers once the item is on the stream. Its idempotency
     /// key, if any, is claimed first (`batch_claims`): a retry gets the first request's place.
@@ -89,19 +109,25 @@ impl Batches<'_> {
                 ItemClaim::Claimed(revision) => Some(revision),
             },
         };
-        let joined = self.take_position(item, open).await;
+        let joined = self.take_position(item, open, revision).await;
         if let (Some(claim), Some(revision)) = (&claim, revision) {
-            match &joined {
-                Ok(Joined::Added(added)) => claims.confirm(claim, revision, added).await,
-                _ => claims.release(claim, revision).await,
+            // An item that was added confirmed its claim as soon as it was on the stream.
+            if !matches!(joined, Ok(Joined::Added(_))) {
+                claims.release(claim, revision).await;
             }
         }
         joined
     }
 
     /// Takes the next position of the open batch (opening one with `open`) and publishes the
-    /// item there.
-    async fn take_position(&self, mut item: BatchItem, open: bool) -> Result<Joined, ClusterError> {
+    /// item there, confirming its idempotency claim (`claimed`: the revision it holds) at
+    /// once.
+    async fn take_position(
+        &self,
+        mut item: BatchItem,
+        open: bool,
+        claimed: Option<u64>,
+    ) -> Result<Joined, ClusterError> {
         let key = key_of(&format!("{}\n{}", item.mapping_id(), item.key()));
         for _ in 0..ATTEMPTS {
             let found = self.batch_entry(&key).await?;
@@ -110,11 +136,16 @@ impl Batches<'_> {
                 Some((entry, revision)) if entry.takes_more(now) => (entry, revision),
                 Some((entry, revision)) if !entry.closed => {
                     // Past its window: closed here first, so that it takes no more.
-                    self.close_entry(&key, entry, revision).await?;
+                    if let Some(closed) = self.close_entry(&key, entry, revision).await? {
+                        self.publish_closed_later(closed);
+                    }
                     continue;
                 }
                 _ if !open => return Ok(Joined::NoneOpen(Box::new(item))),
-                found => match self.open_entry(&key, &item, found.map(|f| f.1)).await? {
+                found => match self
+                    .open_entry(&key, &item, found.map(|f| f.1), claimed)
+                    .await?
+                {
                     Some(added) => return Ok(Joined::Added(added)),
                     None => {
                         // Another node's batch took the key: the batch announced for this run
@@ -141,9 +172,9 @@ impl Batches<'_> {
                 Err(err) if conflict(&err) => continue,
                 Err(err) => return Err(bucket_error(err)),
             }
-            let added = self.publish_item(&item, &taken, false).await?;
+            let added = self.publish_item(&item, &taken, false, claimed).await?;
             if taken.closed {
-                self.run_filled(&taken).await;
+                self.publish_closed_later(taken);
             }
             return Ok(Joined::Added(added));
         }
@@ -176,6 +207,7 @@ impl Batches<'_> {
         key: &str,
         item: &BatchItem,
         revision: Option<u64>,
+        claimed: Option<u64>,
     ) -> Result<Option<Added>, ClusterError> {
         let opened = item.opened(now_ms());
         let entry = Entry {
@@ -208,9 +240,9 @@ impl Batches<'_> {
         if !written {
             return Ok(None);
         }
-        let added = self.publish_item(item, &entry, true).await?;
+        let added = self.publish_item(item, &entry, true, claimed).await?;
         if entry.closed {
-            self.run_filled(&entry).await;
+            self.publish_closed_later(entry);
         }
         Ok(Some(added))
     }
@@ -231,12 +263,14 @@ impl Batches<'_> {
         }
     }
 
-    /// Publishes `item` at the last position `entry` took.
+    /// Publishes `item` at the last position `entry` took, and confirms its idempotency claim
+    /// (`claimed`) at once: a retry is answered with the position from then on.
     async fn publish_item(
         &self,
         item: &BatchItem,
         entry: &Entry,
         opened: bool,
+        claimed: Option<u64>,
     ) -> Result<Added, ClusterError> {
         let position = entry.items;
         let fact = Fact::BatchItem {
@@ -246,32 +280,48 @@ impl Batches<'_> {
         };
         let id = format!("batch-{}-{position}", entry.run_id);
         self.cluster.publish(&fact, &id).await?;
-        Ok(Added {
+        let added = Added {
             run_id: entry.run_id.clone(),
             position: Some(position),
             repeated: false,
             opened,
             closed: entry.closed,
-        })
-    }
-
-    /// Publishes the run of the batch this node's request filled. The request's item is on
-    /// the stream whatever happens here, so a failure is not the request's: the batch is
-    /// closed in the bucket, and a closer publishes its run once it is [`ORPHANED`].
-    async fn run_filled(&self, entry: &Entry) {
-        if let Err(err) = self.publish_closed(&entry.run_id, entry.items).await {
-            tracing::warn!(%err, run_id = %entry.run_id, "cannot publish a full batch's run; a closer will");
+        };
+        if let (Some(claim), Some(revision)) = (&item.claim, claimed) {
+            let claims = ItemClaims {
+                cluster: self.cluster,
+            };
+            claims.confirm(claim, revision, &added).await;
         }
+        Ok(added)
     }
 
-    /// Marks the open batch `entry` at `revision` closed; publishes its run when this node
-    /// did. Another node's change first leaves it to that node.
+    /// Publishes the run of the batch `closed` that this node closed, in a task of its own: a
+    /// request that closed it is not kept waiting while this node's view catches up with its
+    /// items (up to [`ITEMS_WAIT`]), nor is its idempotency claim. A failure is logged: the
+    /// batch is closed in the bucket, and a closer publishes its run once it is [`ORPHANED`].
+    fn publish_closed_later(&self, closed: Entry) {
+        let (cluster, view) = (self.cluster.clone(), self.view.clone());
+        tokio::spawn(async move {
+            let batches = Batches {
+                cluster: &cluster,
+                view: &view,
+            };
+            if let Err(err) = batches.publish_closed(&closed.run_id, closed.items).await {
+                tracing::warn!(%err, run_id = %closed.run_id, "cannot publish a closed batch's run; a closer will");
+            }
+        });
+    }
+
+    /// Marks the open batch `entry` at `revision` closed; the closed entry when this node
+    /// did, whose run it is then this node's to publish. Another node's change first leaves it
+    /// to that node.
     async fn close_entry(
         &self,
         key: &str,
         entry: Entry,
         revision: u64,
-    ) -> Result<(), ClusterError> {
+    ) -> Result<Option<Entry>, ClusterError> {
         let closed = Entry {
             closed: true,
             ..entry
@@ -283,8 +333,8 @@ impl Batches<'_> {
             .update(key, closed.value(), revision)
             .await
         {
-            Ok(_) => self.publish_closed(&closed.run_id, closed.items).await,
-            Err(err) if conflict(&err) => Ok(()),
+            Ok(_) => Ok(Some(closed)),
+            Err(err) if conflict(&err) => Ok(None),
             Err(err) => Err(bucket_error(err)),
         }
     }
@@ -395,7 +445,10 @@ impl Batches<'_> {
         let key = key_of(&format!("{mapping_id}\n{batch_key}"));
         match self.batch_entry(&key).await? {
             Some((entry, revision)) if entry.run_id == run_id && !entry.closed => {
-                self.close_entry(&key, entry, revision).await
+                match self.close_entry(&key, entry, revision).await? {
+                    Some(closed) => self.publish_closed(&closed.run_id, closed.items).await,
+                    None => Ok(()),
+                }
             }
             Some((entry, _)) if entry.run_id == run_id && !orphaned => Ok(()),
             _ if orphaned => self.publish_closed(run_id, 0).await,
