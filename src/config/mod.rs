@@ -14,6 +14,7 @@ pub mod lanes;
 mod limits;
 mod load;
 mod mapping;
+mod mode_notices;
 pub mod model;
 mod openclaw;
 mod reload;
@@ -97,7 +98,7 @@ fn settings_of(document: Document, config_dir: &Path) -> Result<Settings, Vec<Co
             settings.notices.extend(budget::budget_notices(&settings));
             settings
                 .notices
-                .extend(run_settings::forward_notices(&settings));
+                .extend(mode_notices::forward_notices(&settings));
             Ok(settings)
         }
         Ok(_) => Err(problems),
