@@ -13,7 +13,7 @@ use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
 
 use super::claims::{ItemClaim, ItemClaims};
-use super::intake::key_of;
+use super::key_of;
 use super::{Cluster, ClusterError, Fact};
 use crate::gateway::batches::{self, Added, BatchItem, Joined};
 use crate::gateway::clock::now_ms;

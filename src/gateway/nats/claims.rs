@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::kv;
 
-use super::intake::key_of;
+use super::key_of;
 use super::{Cluster, ClusterError};
 use crate::gateway::batches::Added;
 use crate::gateway::runs::IdempotencyClaim;

@@ -7,10 +7,9 @@ use std::time::Duration;
 use async_nats::jetstream::kv;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::claims::ClaimValue;
-use super::{Cluster, ClusterError, Fact};
+use super::{Cluster, ClusterError, Fact, key_of};
 use crate::gateway::budget::HeldBy;
 use crate::gateway::clock::now_ms;
 use crate::gateway::deliveries::{Claim, RecordedAnswer, STALE_CLAIM};
@@ -36,11 +35,6 @@ enum ReplayEntry {
         content_type: Option<String>,
         body: String,
     },
-}
-
-/// A bucket key for any text: keys allow only a few characters, so they are digests.
-pub(super) fn key_of(text: &str) -> String {
-    hex::encode(Sha256::digest(text.as_bytes()))
 }
 
 fn is_already_exists(err: &kv::CreateError) -> bool {

@@ -72,7 +72,7 @@ pub(super) async fn take_slot<'a>(
     else {
         return Ok(None);
     };
-    let lane = super::intake::key_of(mapping);
+    let lane = super::key_of(mapping);
     for i in 0..limit {
         let slot = SessionLock::keyed(cluster, format!("lane.{lane}.{i}"), &work.run_id, offer);
         if slot.take().await {

@@ -516,6 +516,12 @@ pub async fn check(settings: &NatsSettings, run_timeout: Duration) -> Result<Str
 }
 
 pub use projection::{open_view, project};
+
+/// A bucket key for any text: keys allow only a few characters, so they are digests.
+fn key_of(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
 pub use workers::start_workers;
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ impl<'a> SessionLock<'a> {
         run_id: &'a str,
         offer: i64,
     ) -> Self {
-        Self::keyed(cluster, super::intake::key_of(session_key), run_id, offer)
+        Self::keyed(cluster, super::key_of(session_key), run_id, offer)
     }
 
     /// The lock of the bucket key `key` (one a session key's hash never is) for `run_id`'s
