@@ -42,6 +42,9 @@ struct ReplayBody {
     dry_run: bool,
     /// Replays per second.
     rate: Option<u32>,
+    /// Also replay the requests a replay of which was answered 2xx already.
+    #[serde(default)]
+    again: bool,
 }
 
 /// The requests a filter selects, split into those a replay can make and those it cannot.
@@ -79,11 +82,12 @@ struct NotReplayable {
     count: usize,
 }
 
-/// `POST /api/requests/replay` with `{"filter": {...}, "dryRun": bool, "rate": n}`: selects the
-/// requests the filter matches (at most [`MAX_SELECTED`]), and with `dryRun` answers how many
-/// it would replay and why the others cannot be; otherwise starts a job replaying them, oldest
-/// first, and answers 202 with its id. 409 while another job runs. The selection reads each
-/// captured request's record once.
+/// `POST /api/requests/replay` with `{"filter": {...}, "dryRun": bool, "rate": n, "again":
+/// bool}`: selects the requests the filter matches (at most [`MAX_SELECTED`]), and with
+/// `dryRun` answers how many it would replay and why the others cannot be; otherwise starts a
+/// job replaying them, oldest first, and answers 202 with its id. 409 while another job runs.
+/// The selection reads each captured request's record once, and the record of each of its
+/// replays unless `again`.
 pub async fn start(State(app): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let body: ReplayBody = serde_json::from_slice(&body)
         .map_err(|err| ApiError::Invalid(format!("invalid replay request: {err}")))?;
@@ -92,7 +96,7 @@ pub async fn start(State(app): State<AppState>, body: Bytes) -> Result<Response,
     if !body.dry_run {
         app.replays.idle()?;
     }
-    let selection = select(&app, filter).await?;
+    let selection = select(&app, filter, body.again).await?;
     let matched = selection.replayable.len() + selection.refused.values().sum::<usize>();
     let replayable = selection.replayable.len();
     let not_replayable = selection
@@ -159,7 +163,11 @@ fn job(app: &AppState, id: &str) -> Result<Arc<ReplayJob>, ApiError> {
 
 /// The requests `filter` selects, oldest first, read a page at a time; 400 past
 /// [`MAX_SELECTED`].
-async fn select(app: &AppState, mut filter: RequestFilter) -> Result<Selection, ApiError> {
+async fn select(
+    app: &AppState,
+    mut filter: RequestFilter,
+    again: bool,
+) -> Result<Selection, ApiError> {
     filter.order = ListOrder::OldestFirst;
     filter.limit = PAGE;
     // A listing's paging does not page a selection: every match is taken.
@@ -175,7 +183,7 @@ async fn select(app: &AppState, mut filter: RequestFilter) -> Result<Selection, 
             )));
         }
         for record in &page {
-            match refusal(app, record).await? {
+            match refusal(app, record, again).await? {
                 None => selection.replayable.push(record.id.clone()),
                 Some(reason) => *selection.refused.entry(reason).or_default() += 1,
             }
@@ -188,9 +196,15 @@ async fn select(app: &AppState, mut filter: RequestFilter) -> Result<Selection, 
 }
 
 /// Why `record`, as a listing has it (without its capture), cannot be replayed: the reasons of
-/// `POST /api/requests/{id}/replay`, and one more, that it is itself a replay (its original is
-/// the request to replay: replaying both would send the same delivery twice).
-async fn refusal(app: &AppState, record: &RequestRecord) -> Result<Option<String>, ApiError> {
+/// `POST /api/requests/{id}/replay`, and two more: that it is itself a replay (its original is
+/// the request to replay: replaying both would send the same delivery twice), and, unless
+/// `again`, that a replay of it was answered 2xx already (its record keeps its own status, so
+/// the filter that selected it once selects it again after a fix).
+async fn refusal(
+    app: &AppState,
+    record: &RequestRecord,
+    again: bool,
+) -> Result<Option<String>, ApiError> {
     if record.replay_of.is_some() {
         return Ok(Some("the request is itself a replay".into()));
     }
@@ -198,10 +212,30 @@ async fn refusal(app: &AppState, record: &RequestRecord) -> Result<Option<String
         // Nothing to read: the listing's record says all the single replay would.
         return Ok(replay_refusal(record));
     }
-    match find(app, &record.id).await {
-        Ok((record, _)) => Ok(replay_refusal(&record)),
+    let (record, replays) = match find(app, &record.id).await {
+        Ok(found) => found,
         // Gone since the listing (retention): nothing left to replay.
-        Err(ApiError::NotFound(_)) => Ok(Some("the request is no longer in the log".into())),
-        Err(err) => Err(err),
+        Err(ApiError::NotFound(_)) => {
+            return Ok(Some("the request is no longer in the log".into()));
+        }
+        Err(err) => return Err(err),
+    };
+    if let Some(refused) = replay_refusal(&record) {
+        return Ok(Some(refused));
     }
+    if !again && replayed_successfully(app, &replays).await? {
+        return Ok(Some("the request was already replayed successfully".into()));
+    }
+    Ok(None)
+}
+
+/// Whether one of `replays` (record ids) was answered 2xx; reads their records until one was.
+async fn replayed_successfully(app: &AppState, replays: &[String]) -> Result<bool, ApiError> {
+    for id in replays {
+        let found = app.request_log.find(id).await?;
+        if found.is_some_and(|(replay, _)| (200..300).contains(&replay.status)) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }

@@ -27,6 +27,9 @@ pub struct BulkReplay {
     /// Replay without asking.
     #[arg(long)]
     yes: bool,
+    /// Replay also the requests already replayed successfully (left out otherwise).
+    #[arg(long)]
+    again: bool,
 }
 
 impl BulkReplay {
@@ -71,7 +74,9 @@ async fn run(
     filter: Map<String, Value>,
 ) -> Result<ExitCode, String> {
     let api = Api::new(remote)?;
-    let mut body = json!({"filter": filter, "dryRun": true, "rate": replay.rate});
+    let mut body = json!({
+        "filter": filter, "dryRun": true, "rate": replay.rate, "again": replay.again,
+    });
     let plan = api
         .send(api.post("/api/requests/replay").json(&body))
         .await?;

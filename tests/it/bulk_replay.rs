@@ -83,9 +83,11 @@ async fn ended(server: &Hookgate, id: &str) -> Value {
     .await
 }
 
-/// Starts a bulk replay of `query` at `rate` and waits for it to end.
-async fn replay_all(server: &Hookgate, query: &str, rate: u32) -> Value {
-    let (status, plan) = bulk(server, json!({"filter": filter(query), "rate": rate})).await;
+/// Starts a bulk replay of `query` at `rate` (of what was replayed already too when `again`)
+/// and waits for it to end.
+async fn replay_all(server: &Hookgate, query: &str, rate: u32, again: bool) -> Value {
+    let body = json!({"filter": filter(query), "rate": rate, "again": again});
+    let (status, plan) = bulk(server, body).await;
     assert_eq!(status, 202, "{plan}");
     ended(server, plan["id"].as_str().unwrap()).await
 }
@@ -116,7 +118,7 @@ async fn failed_requests_are_replayed_in_order_once_fixed() {
     );
 
     fix_by_reload(&server, &dir, config, "wake").await;
-    let job = replay_all(&server, FAILED, 4).await;
+    let job = replay_all(&server, FAILED, 4, false).await;
     assert_eq!(job["state"], "finished", "{job}");
     assert_eq!((&job["total"], &job["done"]), (&json!(3), &json!(3)));
     assert_eq!(job["failed"], 0, "{job}");
@@ -155,11 +157,20 @@ async fn failed_requests_are_replayed_in_order_once_fixed() {
         "{metrics}"
     );
 
-    // Nothing fails now: a second bulk replay of the same filter finds its originals only, and
-    // the replays themselves are not selected again.
+    // The originals keep their 5xx: the same filter selects them again, but what was replayed
+    // successfully is not replayed again unless asked, and the replays themselves never are.
+    let (_, plan) = bulk(&server, json!({"filter": filter(FAILED), "dryRun": true})).await;
+    assert_eq!(
+        (&plan["matched"], &plan["replayable"]),
+        (&json!(3), &json!(0))
+    );
+    assert_eq!(
+        plan["notReplayable"],
+        json!([{"reason": "the request was already replayed successfully", "count": 3}])
+    );
     let (_, plan) = bulk(
         &server,
-        json!({"filter": {"mapping": "alerts"}, "dryRun": true}),
+        json!({"filter": {"mapping": "alerts"}, "dryRun": true, "again": true}),
     )
     .await;
     assert_eq!(
@@ -202,7 +213,7 @@ async fn uncaptured_and_unauthenticated_requests_are_counted_not_replayed() {
             {"reason": "the request's body was not captured, so it cannot be replayed", "count": 1},
         ])
     );
-    let job = replay_all(&server, "", 10).await;
+    let job = replay_all(&server, "", 10, false).await;
     assert_eq!(
         (&job["total"], &job["done"]),
         (&json!(1), &json!(1)),
@@ -226,8 +237,8 @@ async fn a_request_replayed_twice_through_its_idempotency_key_is_one_run() {
     recorded(&server, FAILED, 1).await;
     fix_by_reload(&server, &dir, config, "agent").await;
 
-    let first = replay_all(&server, FAILED, 10).await;
-    let second = replay_all(&server, FAILED, 10).await;
+    let first = replay_all(&server, FAILED, 10, false).await;
+    let second = replay_all(&server, FAILED, 10, true).await;
     let mut runs = Vec::new();
     for job in [&first, &second] {
         assert_eq!(job["items"][0]["original"], original.as_str(), "{job}");
@@ -344,8 +355,19 @@ async fn the_cli_counts_then_replays_and_fails_when_a_replay_does() {
     assert!(out.contains("replayed 2: 2 succeeded, 0 failed"), "{out}");
     assert_eq!(server.wake_texts().await, ["one", "two"]);
 
+    // Replayed successfully: left out, unless asked for again (the failed replays match too,
+    // and are replays).
+    let (ok, out, err) = cli(&server, &[&args[..], &["--yes"]].concat());
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("4 requests match, 0 can be replayed"), "{out}");
+    assert!(
+        out.contains("2 cannot: the request was already replayed successfully"),
+        "{out}"
+    );
+
     // With --json, stdout is the job's JSON alone; the words go to stderr.
-    let (ok, out, err) = cli(&server, &[&args[..], &["--yes", "--json"]].concat());
+    let again = ["--yes", "--json", "--again"];
+    let (ok, out, err) = cli(&server, &[&args[..], &again].concat());
     assert!(ok, "{out}{err}");
     let job: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert_eq!(
