@@ -190,7 +190,7 @@ fn confirmed(say: Say, count: u64, rate: &Value) -> Result<bool, String> {
 }
 
 /// Prints the job's failures and its totals, and with `--json` its JSON; failure when any
-/// replay failed or the job was cancelled.
+/// replay failed or the job did not finish (cancelled, or stopped by a failure).
 fn summary(say: Say, job: &Value) -> ExitCode {
     let failed = job["failed"].as_u64().unwrap_or(0);
     let done = job["done"].as_u64().unwrap_or(0);
@@ -209,10 +209,10 @@ fn summary(say: Say, job: &Value) -> ExitCode {
             ));
         }
     }
-    let ended = if job["state"] == "cancelled" {
-        " (cancelled)"
-    } else {
-        ""
+    let ended = match job["state"].as_str() {
+        Some("cancelled") => " (cancelled)".to_string(),
+        Some("failed") => format!(" (stopped: {})", text(&job["reason"])),
+        _ => String::new(),
     };
     let succeeded = done - failed;
     say.line(&format!(

@@ -5,6 +5,7 @@
 //! their originals in the log).
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -133,10 +134,15 @@ enum JobState {
     Finished,
     /// Stopped by the operator before the end; the rest were not replayed.
     Cancelled,
+    /// Stopped by a failure before the end, as the job's `reason` says; the rest were not
+    /// replayed.
+    Failed,
 }
 
 struct Progress {
     state: JobState,
+    /// Why a failed job stopped.
+    reason: Option<String>,
     items: Vec<ReplayItem>,
 }
 
@@ -174,6 +180,9 @@ pub(super) struct JobView {
     ok: bool,
     id: String,
     state: JobState,
+    /// Why the job failed, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
     /// Replays per second.
     rate: u32,
     total: usize,
@@ -203,6 +212,7 @@ impl ReplayJob {
             wake: Notify::new(),
             progress: Mutex::new(Progress {
                 state: JobState::Running,
+                reason: None,
                 items,
             }),
         }
@@ -232,6 +242,7 @@ impl ReplayJob {
             ok: true,
             id: self.id.clone(),
             state: progress.state,
+            reason: progress.reason.clone(),
             rate: self.rate.get(),
             total: all.len(),
             done: all.iter().filter(|i| i.replayed()).count(),
@@ -241,35 +252,85 @@ impl ReplayJob {
     }
 }
 
-/// Replays the job's requests in order, each starting at least a period after the one before.
+/// Replays the job's requests through the hook endpoints, counting each in the metrics.
 async fn run(app: AppState, job: Arc<ReplayJob>) {
+    let replay = |original: String| {
+        let app = app.clone();
+        async move {
+            let (record, _) = find(&app, &original).await?;
+            replay_record(&app, &record).await
+        }
+    };
+    let counted = |failed: bool| {
+        let outcome = if failed { "failed" } else { "succeeded" };
+        let labels = BulkReplayLabels { outcome };
+        app.metrics.bulk_replays.get_or_create(&labels).inc();
+    };
+    drive(job, replay, counted).await;
+}
+
+/// Replays the job's requests in order with `replay`, each starting at least a period after
+/// the one before, and tells `counted` whether each failed. The job ends however this does:
+/// a panic in `replay` (the hook endpoints' handlers run here without the server's panic
+/// layer) or the task's drop ends it failed, so that it never blocks the next job.
+async fn drive<R, F>(job: Arc<ReplayJob>, mut replay: R, mut counted: impl FnMut(bool))
+where
+    R: FnMut(String) -> F,
+    F: Future<Output = Result<Replayed, ApiError>>,
+{
+    let mut ending = Ending {
+        job: job.clone(),
+        state: None,
+    };
     let period = job.rate.period();
     let begun = Instant::now();
     let mut next = begun;
     let total = job.lock().items.len();
-    let mut state = JobState::Finished;
     for index in 0..total {
         tokio::select! {
             () = tokio::time::sleep_until(next) => {}
             () = job.wake.notified() => {}
         }
         if job.cancelled.load(Ordering::Acquire) {
-            state = JobState::Cancelled;
-            break;
+            ending.state = Some(JobState::Cancelled);
+            return;
         }
         let started = Instant::now();
         next = started + period;
         let original = job.lock().items[index].original.clone();
-        let replayed = match find(&app, &original).await {
-            Ok((record, _)) => replay_record(&app, &record).await,
-            Err(err) => Err(err),
-        };
-        let failed = job.settle(index, started - begun, replayed);
-        let outcome = if failed { "failed" } else { "succeeded" };
-        let labels = BulkReplayLabels { outcome };
-        app.metrics.bulk_replays.get_or_create(&labels).inc();
+        let replayed = replay(original).await;
+        counted(job.settle(index, started - begun, replayed));
     }
-    job.lock().state = state;
+    ending.state = Some(JobState::Finished);
+}
+
+/// Sets its job's end state when dropped: the one the job's task reached, or failed when the
+/// task unwound or was dropped before it reached one.
+struct Ending {
+    job: Arc<ReplayJob>,
+    state: Option<JobState>,
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        let mut progress = self.job.lock();
+        if let Some(state) = self.state {
+            progress.state = state;
+            return;
+        }
+        // Replays are made in order and settled once made: the first unsettled one was in flight.
+        let at = progress.items.iter().find(|item| !item.replayed());
+        let reason = match at {
+            Some(item) => format!(
+                "internal error while replaying request {}: the rest were not replayed",
+                item.original
+            ),
+            None => "internal error after the last replay".to_string(),
+        };
+        tracing::error!(job = %self.job.id, %reason, "bulk replay job stopped");
+        progress.state = JobState::Failed;
+        progress.reason = Some(reason);
+    }
 }
 
 impl ReplayJob {
@@ -298,6 +359,33 @@ impl ReplayJob {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn job(originals: &[&str]) -> Arc<ReplayJob> {
+        let originals = originals.iter().map(|o| o.to_string()).collect();
+        Arc::new(ReplayJob::new(
+            originals,
+            Rate::parse(Some(MAX_RATE)).unwrap(),
+        ))
+    }
+
+    async fn panics(_: String) -> Result<Replayed, ApiError> {
+        panic!("a replay's handler panicked")
+    }
+
+    #[tokio::test]
+    async fn a_job_whose_replay_panics_ends_failed_naming_the_request() {
+        let job = job(&["first", "second"]);
+        let task = tokio::spawn(drive(job.clone(), panics, |_| {}));
+        assert!(task.await.unwrap_err().is_panic());
+        let view = job.view(true);
+        assert_eq!(view.state, JobState::Failed);
+        let reason = view.reason.unwrap();
+        assert!(reason.contains("request first"), "{reason}");
+        assert_eq!(view.done, 0);
+        let jobs = ReplayJobs::default();
+        jobs.lock().push_back(job);
+        assert!(jobs.idle().is_ok(), "a new job may start");
+    }
 
     #[test]
     fn a_rate_is_one_to_the_maximum_and_ten_by_default() {

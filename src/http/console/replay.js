@@ -59,8 +59,9 @@ async function followBulkReplay() {
     }
     clearInterval(bulk.timer);
     $("bulk-replay-stop").hidden = true;
-    const ended = job.state === "cancelled" ? "Replay stopped" : "Replay finished";
-    bulkSay(`${ended}: ${job.done} of ${job.total} replayed, ${job.done - job.failed} succeeded, ${job.failed} failed.`);
+    const ended = {cancelled: "Replay stopped", failed: "Replay failed"}[job.state] || "Replay finished";
+    const why = job.reason ? ` ${job.reason}.` : "";
+    bulkSay(`${ended}: ${job.done} of ${job.total} replayed, ${job.done - job.failed} succeeded, ${job.failed} failed.${why}`);
   } catch (error) {
     clearInterval(bulk.timer);
     bulkSay(`Lost the replay's progress: ${error.message}`);
