@@ -145,8 +145,9 @@ pub async fn progress(
     Ok(Json(job(&app, &id)?.view(!query.summary)).into_response())
 }
 
-/// `DELETE /api/requests/replays/{id}`: stops a job before its next replay (the one in flight
-/// is finished) and answers its progress, counts only.
+/// `DELETE /api/requests/replays/{id}`: stops a job before its next replay and answers its
+/// progress, counts only. The replay in flight is finished first: until it is, the job (and
+/// this answer) says `running`, and only then `cancelled`.
 pub async fn cancel(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,

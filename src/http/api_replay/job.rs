@@ -272,7 +272,8 @@ async fn run(app: AppState, job: Arc<ReplayJob>) {
 /// Replays the job's requests in order with `replay`, each starting at least a period after
 /// the one before, and tells `counted` whether each failed. The job ends however this does:
 /// a panic in `replay` (the hook endpoints' handlers run here without the server's panic
-/// layer) or the task's drop ends it failed, so that it never blocks the next job.
+/// layer) or the task's drop ends it failed, so that it never blocks the next job. A full
+/// store ends it failed too: every later replay would fail the same way, at the job's rate.
 async fn drive<R, F>(job: Arc<ReplayJob>, mut replay: R, mut counted: impl FnMut(bool))
 where
     R: FnMut(String) -> F,
@@ -281,6 +282,7 @@ where
     let mut ending = Ending {
         job: job.clone(),
         state: None,
+        reason: None,
     };
     let period = job.rate.period();
     let begun = Instant::now();
@@ -299,16 +301,27 @@ where
         next = started + period;
         let original = job.lock().items[index].original.clone();
         let replayed = replay(original).await;
+        let full = matches!(replayed, Err(ApiError::StoreFull));
         counted(job.settle(index, started - begun, replayed));
+        if full {
+            ending.state = Some(JobState::Failed);
+            ending.reason = Some(STORE_FULL.into());
+            return;
+        }
     }
     ending.state = Some(JobState::Finished);
 }
+
+/// Why a job stops at a replay the store had no room to record.
+const STORE_FULL: &str = "the store is full: the job stopped at the first replay it could not record; replay the rest once it has room";
 
 /// Sets its job's end state when dropped: the one the job's task reached, or failed when the
 /// task unwound or was dropped before it reached one.
 struct Ending {
     job: Arc<ReplayJob>,
     state: Option<JobState>,
+    /// Why, for a failed state.
+    reason: Option<String>,
 }
 
 impl Drop for Ending {
@@ -316,6 +329,7 @@ impl Drop for Ending {
         let mut progress = self.job.lock();
         if let Some(state) = self.state {
             progress.state = state;
+            progress.reason = self.reason.take();
             return;
         }
         // Replays are made in order and settled once made: the first unsettled one was in flight.
@@ -385,6 +399,24 @@ mod tests {
         let jobs = ReplayJobs::default();
         jobs.lock().push_back(job);
         assert!(jobs.idle().is_ok(), "a new job may start");
+    }
+
+    #[tokio::test]
+    async fn a_full_store_stops_the_job_at_its_first_replay() {
+        let job = job(&["first", "second", "third"]);
+        let mut calls = 0;
+        let full = |_| {
+            calls += 1;
+            std::future::ready(Err(ApiError::StoreFull))
+        };
+        drive(job.clone(), full, |_| {}).await;
+        assert_eq!(calls, 1, "no replay after the store was full");
+        let view = job.view(true);
+        assert_eq!(view.state, JobState::Failed);
+        assert_eq!(view.reason.as_deref(), Some(STORE_FULL));
+        assert_eq!((view.done, view.failed), (1, 1));
+        let items = view.items.unwrap();
+        assert_eq!(items[0].error.as_deref(), Some("store full; retry"));
     }
 
     #[test]
