@@ -62,10 +62,13 @@ fn time_or_ago(text: &str) -> Result<String, String> {
         return Ok(text.to_string());
     }
     let ago = humantime::parse_duration(text)
+        .map_err(|_| "an RFC 3339 time, or a duration back from now such as 1h")?;
+    // A duration past the earliest time there is a date for (about 262,000 years back) names
+    // no time: refused, not a panic.
+    let at = chrono::Duration::from_std(ago)
         .ok()
-        .and_then(|d| chrono::Duration::from_std(d).ok())
-        .ok_or("an RFC 3339 time, or a duration back from now such as 1h")?;
-    let at = chrono::Utc::now() - ago;
+        .and_then(|ago| chrono::Utc::now().checked_sub_signed(ago))
+        .ok_or("further back than a date can be: give a shorter duration, or an RFC 3339 time")?;
     Ok(at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
 }
 
@@ -81,5 +84,6 @@ mod tests {
         let back = chrono::Utc::now().signed_duration_since(hour_ago);
         assert!(back >= chrono::Duration::hours(1) && back < chrono::Duration::hours(2));
         assert!(time_or_ago("an hour").is_err());
+        assert!(time_or_ago("300000y").is_err());
     }
 }

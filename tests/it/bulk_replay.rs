@@ -380,6 +380,13 @@ async fn the_cli_counts_then_replays_and_fails_when_a_replay_does() {
     let (ok, _, err) = cli(&server, &["requests", "replay", "--since", "an hour"]);
     assert!(!ok);
     assert!(err.contains("--since"), "{err}");
+    // Further back than a date can be: refused with the flag named, not a panic.
+    for command in ["replay", "list"] {
+        let (ok, _, err) = cli(&server, &["requests", command, "--since", "300000y"]);
+        assert!(!ok);
+        assert!(err.contains("--since") && err.contains("shorter"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
 }
 
 #[tokio::test]
