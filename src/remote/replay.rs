@@ -96,8 +96,10 @@ async fn run(
         .send(api.post("/api/requests/replay").json(&body))
         .await?;
     let id = text(&started["id"]);
+    // The job's own selection, made now: requests recorded or replayed since the count differ.
     say.line(&format!(
-        "replay job {id}: {count} requests at {}/s",
+        "replay job {id}: {} requests at {}/s",
+        text(&started["replayable"]),
         text(&started["rate"])
     ));
     let path = format!("/api/requests/replays/{}", segment(&id));
@@ -108,7 +110,8 @@ async fn run(
         let done = job["done"].as_u64().unwrap_or(0);
         if done != shown {
             say.line(&format!(
-                "{done}/{count} replayed, {} failed",
+                "{done}/{} replayed, {} failed",
+                text(&job["total"]),
                 text(&job["failed"])
             ));
             shown = done;
@@ -214,7 +217,8 @@ fn summary(say: Say, job: &Value) -> ExitCode {
         Some("failed") => format!(" (stopped: {})", text(&job["reason"])),
         _ => String::new(),
     };
-    let succeeded = done - failed;
+    // Failed ones are among those done; a server saying otherwise must not panic the command.
+    let succeeded = done.saturating_sub(failed);
     say.line(&format!(
         "replayed {done}: {succeeded} succeeded, {failed} failed{ended}"
     ));
