@@ -11,6 +11,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use hookgate::gateway::Retry;
+use reqwest::Method;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -326,29 +327,20 @@ impl Remote {
     /// Sends one API request; on success prints the answer with `print` (or as JSON), else the
     /// API's error. The exit code says which.
     fn call(&self, method: &str, path: &str, print: impl FnOnce(&Value)) -> ExitCode {
-        let Ok(token) = std::env::var("HOOKGATE_GATEWAY_TOKEN") else {
-            eprintln!(
-                "error: set HOOKGATE_GATEWAY_TOKEN to the gateway token (gateway.auth.token)"
-            );
-            return ExitCode::FAILURE;
+        let method = match method {
+            "POST" => Method::POST,
+            _ => Method::GET,
         };
-        let url = format!("{}{path}", self.url.trim_end_matches('/'));
         let answer = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| format!("cannot start the async runtime: {e}"))
             .and_then(|runtime| {
-                runtime.block_on(async {
-                    let client = reqwest::Client::new();
-                    let request = match method {
-                        "POST" => client.post(&url),
-                        _ => client.get(&url),
-                    };
-                    exchange(request, token.trim(), &self.url).await
-                })
+                let client = reqwest::Client::new();
+                runtime.block_on(self.exchange(&client, method, path, None))
             });
         match answer {
-            Ok((status, body)) if status.is_success() => {
+            Ok(body) => {
                 if self.json {
                     println!(
                         "{}",
@@ -359,36 +351,51 @@ impl Remote {
                 }
                 ExitCode::SUCCESS
             }
-            Ok((status, body)) => {
-                eprintln!("error: {} (HTTP {})", text(&body["error"]), status.as_u16());
-                ExitCode::FAILURE
-            }
             Err(message) => {
                 eprintln!("error: {message}");
                 ExitCode::FAILURE
             }
         }
     }
-}
 
-/// Sends `request` to the hookgate at `base` with the gateway token; the answer's status and
-/// JSON, or why there is none.
-async fn exchange(
-    request: reqwest::RequestBuilder,
-    token: &str,
-    base: &str,
-) -> Result<(reqwest::StatusCode, Value), String> {
-    let response = request
-        .bearer_auth(token)
-        .send()
-        .await
-        .map_err(|e| format!("cannot reach {base}: {e}"))?;
-    let status = response.status();
-    let body: Value = response
-        .json()
-        .await
-        .map_err(|e| format!("{base} answered {status} with no JSON: {e}"))?;
-    Ok((status, body))
+    /// Sends `method path` (with `body` as JSON) through `client` with the gateway token; the
+    /// answer's JSON on a 2xx, else the message to print: the API's error and the HTTP status,
+    /// or why there is no answer (no token, no connection, no JSON). Reads the token from the
+    /// environment each time.
+    async fn exchange(
+        &self,
+        client: &reqwest::Client,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, String> {
+        let token = std::env::var("HOOKGATE_GATEWAY_TOKEN").map_err(|_| {
+            "set HOOKGATE_GATEWAY_TOKEN to the gateway token (gateway.auth.token)".to_string()
+        })?;
+        let url = format!("{}{path}", self.url.trim_end_matches('/'));
+        let mut request = client.request(method, url).bearer_auth(token.trim());
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let base = &self.url;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| format!("cannot reach {base}: {e}"))?;
+        let status = response.status();
+        let answer: Value = response
+            .json()
+            .await
+            .map_err(|e| format!("{base} answered {status} with no JSON: {e}"))?;
+        if status.is_success() {
+            return Ok(answer);
+        }
+        Err(format!(
+            "{} (HTTP {})",
+            text(&answer["error"]),
+            status.as_u16()
+        ))
+    }
 }
 
 /// A query string of the parameters that are set.

@@ -11,10 +11,15 @@ use clap::Args;
 use serde_json::{Map, Value, json};
 
 use super::filters::RequestFilters;
-use super::{Remote, exchange, segment, text};
+use reqwest::Method;
+
+use super::{Remote, segment, text};
 
 /// How often the job's progress is asked for.
 const POLL: Duration = Duration::from_millis(500);
+
+/// The API's bulk replay endpoint.
+const REPLAY: &str = "/api/requests/replay";
 
 /// Which requests a bulk replay takes (the filters of `requests list`), and how.
 #[derive(Args)]
@@ -73,12 +78,12 @@ async fn run(
     replay: &BulkReplay,
     filter: Map<String, Value>,
 ) -> Result<ExitCode, String> {
-    let api = Api::new(remote)?;
+    let client = reqwest::Client::new();
     let mut body = json!({
         "filter": filter, "dryRun": true, "rate": replay.rate, "again": replay.again,
     });
-    let plan = api
-        .send(api.post("/api/requests/replay").json(&body))
+    let plan = remote
+        .exchange(&client, Method::POST, REPLAY, Some(&body))
         .await?;
     let say = Say { json: remote.json };
     print_plan(say, &plan);
@@ -92,8 +97,8 @@ async fn run(
         });
     }
     body["dryRun"] = Value::Bool(false);
-    let started = api
-        .send(api.post("/api/requests/replay").json(&body))
+    let started = remote
+        .exchange(&client, Method::POST, REPLAY, Some(&body))
         .await?;
     let id = text(&started["id"]);
     // The job's own selection, made now: requests recorded or replayed since the count differ.
@@ -106,7 +111,9 @@ async fn run(
     let mut shown = 0;
     loop {
         // The counts while it runs; every request's replay once, at the end.
-        let job = api.send(api.get(&format!("{path}?summary=true"))).await?;
+        let job = remote
+            .exchange(&client, Method::GET, &format!("{path}?summary=true"), None)
+            .await?;
         let done = job["done"].as_u64().unwrap_or(0);
         if done != shown {
             say.line(&format!(
@@ -121,7 +128,7 @@ async fn run(
         }
         tokio::time::sleep(POLL).await;
     }
-    let job = api.send(api.get(&path)).await?;
+    let job = remote.exchange(&client, Method::GET, &path, None).await?;
     Ok(summary(say, &job))
 }
 
@@ -227,46 +234,5 @@ fn summary(say: Say, job: &Value) -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
-    }
-}
-
-/// The operator API at `remote`, with the gateway token.
-struct Api {
-    client: reqwest::Client,
-    base: String,
-    token: String,
-}
-
-impl Api {
-    fn new(remote: &Remote) -> Result<Api, String> {
-        let token = std::env::var("HOOKGATE_GATEWAY_TOKEN").map_err(|_| {
-            "set HOOKGATE_GATEWAY_TOKEN to the gateway token (gateway.auth.token)".to_string()
-        })?;
-        Ok(Api {
-            client: reqwest::Client::new(),
-            base: remote.url.trim_end_matches('/').to_string(),
-            token: token.trim().to_string(),
-        })
-    }
-
-    fn get(&self, path: &str) -> reqwest::RequestBuilder {
-        self.client.get(format!("{}{path}", self.base))
-    }
-
-    fn post(&self, path: &str) -> reqwest::RequestBuilder {
-        self.client.post(format!("{}{path}", self.base))
-    }
-
-    /// Sends `request`; its JSON on a 2xx, else the API's error as the message.
-    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, String> {
-        let (status, body) = exchange(request, &self.token, &self.base).await?;
-        if status.is_success() {
-            return Ok(body);
-        }
-        Err(format!(
-            "{} (HTTP {})",
-            text(&body["error"]),
-            status.as_u16()
-        ))
     }
 }
