@@ -28,23 +28,51 @@ pub struct Document {
 /// How many shape problems one file reports before the rest are left for the next run.
 const MAX_SHAPE_PROBLEMS: usize = 100;
 
-/// Parses JSON5 `text`, substitutes `${NAME}` in every string from `env`, and deserialises the
-/// result, collecting every problem rather than stopping at the first: a key that does not fit
-/// is reported, left out, and the document deserialised again.
+/// Where the `${NAME}` references of a document take their values.
+#[derive(Clone, Copy)]
+pub enum EnvLookup<'a> {
+    /// From this lookup (the process environment, for the file in force), then, for a name it
+    /// lacks, from the document's own `env.vars`, as in the OpenClaw gateway.
+    Process(&'a dyn Fn(&str) -> Option<String>),
+    /// From the document's own `env.vars` only; any other name reads as `[env NAME]` and is
+    /// never missing. A candidate configuration sent to the API is read so: its answer may
+    /// show what its strings hold, and the server's environment is not its to read.
+    Sealed,
+}
+
+/// Parses JSON5 `text` as [`parse_document_with`] does, `${NAME}` read from `env`, then from
+/// the document's `env.vars`.
 ///
 /// `env` is a parameter rather than `std::env::var` so that loading stays a function of its inputs.
-/// `$${` is an escaped, literal `${`. Only a syntax error, or a problem that leaving keys out
-/// cannot mend (at the top level, or past [`MAX_SHAPE_PROBLEMS`]), ends the reading early.
 pub fn parse_document(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Document, Vec<ConfigError>> {
+    parse_document_with(text, EnvLookup::Process(env))
+}
+
+/// Parses JSON5 `text`, substitutes `${NAME}` in every string as `lookup` says, and
+/// deserialises the result, collecting every problem rather than stopping at the first: a key
+/// that does not fit is reported, left out, and the document deserialised again.
+///
+/// `$${` is an escaped, literal `${`. Only a syntax error, or a problem that leaving keys out
+/// cannot mend (at the top level, or past [`MAX_SHAPE_PROBLEMS`]), ends the reading early.
+pub fn parse_document_with(
+    text: &str,
+    lookup: EnvLookup<'_>,
 ) -> Result<Document, Vec<ConfigError>> {
     let mut value: Value = json5::from_str(text).map_err(|e| vec![syntax_error(e)])?;
     let mut problems = Vec::new();
     let (vars, mut notices) = env_section(&mut value);
     notices.extend(super::openclaw::adopt(&mut value, &mut problems));
-    // As in the OpenClaw gateway, `env.vars` serve the variables the environment lacks.
-    let env = |name: &str| env(name).or_else(|| vars.get(name).cloned());
+    let env = |name: &str| match lookup {
+        EnvLookup::Process(env) => env(name).or_else(|| vars.get(name).cloned()),
+        EnvLookup::Sealed => Some(
+            vars.get(name)
+                .cloned()
+                .unwrap_or_else(|| format!("[env {name}]")),
+        ),
+    };
     substitute_env(&mut value, &mut String::new(), &env, &mut problems);
     loop {
         match serde_path_to_error::deserialize::<_, FileConfig>(&value) {
@@ -404,6 +432,15 @@ mod tests {
             "hooks.path: refers to an environment variable that is not set"
         );
         assert_eq!(doc.config.hooks.path, None, "left out");
+    }
+
+    #[test]
+    fn a_sealed_document_reads_its_own_vars_and_never_the_environment() {
+        // `PATH` is set in every test's environment.
+        let text = "{ env: { vars: { OWN: 'own' } }, hooks: { path: '${OWN}-${PATH}' } }";
+        let doc = parse_document_with(text, EnvLookup::Sealed).unwrap();
+        assert!(doc.problems.is_empty(), "{:?}", doc.problems);
+        assert_eq!(doc.config.hooks.path.as_deref(), Some("own-[env PATH]"));
     }
 
     #[test]

@@ -36,7 +36,9 @@ use arc_swap::ArcSwap;
 pub use confine::{module_path, transforms_root};
 pub use connections::{ConnectionSettings, RECEIVE_GRACE};
 pub use hooks::{HookSettings, normalize_hooks_path};
-pub use load::{Digest, Document, file_digest, parse_document, read_document};
+pub use load::{
+    Digest, Document, EnvLookup, file_digest, parse_document, parse_document_with, read_document,
+};
 pub use openclaw::ConfigNotice;
 pub use reload::watch;
 pub use settings::{MissingChannels, Settings};
@@ -75,16 +77,16 @@ fn load_with_digest(path: &Path) -> Result<(Settings, Digest), Vec<ConfigError>>
     Ok((settings_of(document, &config_dir(path))?, digest))
 }
 
-/// Parses and validates configuration `text` as [`load`] does a file's, `${NAME}` read from
-/// `env`, relative paths resolved against `config_dir`: a candidate configuration, checked as
-/// `hookgate check` checks a file and never put in force. Its transforms are not loaded (see
+/// Parses and validates configuration `text` as [`load`] does a file's, `${NAME}` read as
+/// `env` says, relative paths resolved against `config_dir`: a candidate configuration, checked
+/// as `hookgate check` checks a file and never put in force. Its transforms are not loaded (see
 /// [`candidate_transforms`]).
 pub fn load_text(
     text: &str,
-    env: &dyn Fn(&str) -> Option<String>,
+    env: EnvLookup<'_>,
     config_dir: &Path,
 ) -> Result<Settings, Vec<ConfigError>> {
-    settings_of(parse_document(text, env)?, config_dir)
+    settings_of(parse_document_with(text, env)?, config_dir)
 }
 
 /// The settings `document` describes, or every problem of it.

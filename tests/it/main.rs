@@ -48,6 +48,7 @@ mod credentials;
 mod day_two;
 mod disk_full;
 mod dry_run;
+mod dry_run_env;
 mod durability;
 mod example;
 mod failover;

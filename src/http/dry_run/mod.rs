@@ -9,7 +9,7 @@ mod report;
 mod trial;
 
 use std::borrow::Cow;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
@@ -25,7 +25,7 @@ use super::AppState;
 use super::api_error::ApiError;
 use super::api_requests::{find, header_map};
 use super::request_query::RequestsQuery;
-use crate::config::{self, ConfigError, Settings};
+use crate::config::{self, ConfigError, EnvLookup, Settings};
 use crate::gateway::requests::{self, ListOrder, RequestRecord};
 
 /// The most requests one dry run tries; the answer's `next` continues past them.
@@ -60,7 +60,7 @@ pub async fn dry_run(State(app): State<AppState>, body: Bytes) -> Result<Respons
     filter.order = ListOrder::OldestFirst;
     filter.limit = PAGE;
     let candidate = candidate(&app, body.config, body.transforms_dir).await?;
-    let hooks = candidate.settings.hooks.as_ref().ok_or_else(|| {
+    let hooks = candidate.hooks.as_ref().ok_or_else(|| {
         DryRunError::Candidate(vec![ConfigError::invalid(
             "hooks.enabled",
             "must be true for a dry run: a candidate without hooks answers nothing",
@@ -79,10 +79,7 @@ pub async fn dry_run(State(app): State<AppState>, body: Bytes) -> Result<Respons
             if trials.len() == MAX_REQUESTS {
                 break;
             }
-            let mut trial = try_record(&app, hooks, record).await?;
-            if let Some(now) = &mut trial.now {
-                now.redact(&candidate.env_values);
-            }
+            let trial = try_record(&app, hooks, record).await?;
             totals.count(&trial);
             trials.push(trial);
         }
@@ -119,46 +116,27 @@ struct DryRun {
     next: Option<String>,
 }
 
-/// A candidate configuration, validated, with its transforms loaded apart from those in force,
-/// and the values its `${NAME}` references took from the server's environment.
-struct Candidate {
-    settings: Settings,
-    /// Never shown: a trial's text that carries one shows `[redacted]` in its place.
-    env_values: Vec<String>,
-}
-
-/// The candidate `text`, validated, with its transforms loaded. Runs on a blocking thread:
-/// loading may compile components.
+/// The candidate `text`, validated, with its transforms loaded apart from those in force. Its
+/// `${NAME}` references read its own `env.vars` and never the server's environment (any other
+/// name reads `[env NAME]`): a dry run checks no signature and sends nothing, so it needs no
+/// real secret, and its answer shows what the candidate's strings hold. Runs on a blocking
+/// thread: loading may compile components.
 async fn candidate(
     app: &AppState,
     text: String,
     transforms_dir: Option<String>,
-) -> Result<Candidate, DryRunError> {
+) -> Result<Settings, DryRunError> {
     let config_dir = config::config_dir(app.config.path());
     let registry = Arc::clone(&app.transforms);
     let loaded = tokio::task::spawn_blocking(move || {
         let text = with_transforms_dir(&text, transforms_dir.as_deref());
-        let taken = Mutex::new(Vec::new());
-        let env = |name: &str| {
-            let value = std::env::var(name).ok()?;
-            lock(&taken).push(value.clone());
-            Some(value)
-        };
-        let settings = config::load_text(&text, &env, &config_dir)?;
+        let settings = config::load_text(&text, EnvLookup::Sealed, &config_dir)?;
         config::candidate_transforms(&registry, &settings)?;
-        let env_values = std::mem::take(&mut *lock(&taken));
-        Ok::<_, Vec<ConfigError>>(Candidate {
-            settings,
-            env_values,
-        })
+        Ok::<_, Vec<ConfigError>>(settings)
     })
     .await
     .map_err(|e| ApiError::Internal(Box::new(e)))?;
     loaded.map_err(DryRunError::Candidate)
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// `text` with its `hooks.transformsDir` replaced by `dir`; `text` itself when there is no

@@ -7,13 +7,8 @@ use serde::Serialize;
 
 use crate::gateway::requests::{RequestOutcome, RequestRecord};
 use crate::gateway::{EventOutcome, RunRecord};
-use crate::hook::capture::REDACTED;
 use crate::intake::Preview;
 use crate::mapping::ActionKind;
-
-/// The shortest value of the server's environment that [`Now::redact`] takes out: shorter ones
-/// (`1`, `true`) would blot out ordinary text and tell little.
-pub(super) const REDACTED_FROM_CHARS: usize = 6;
 
 /// One action: as a request made it then, or as it would make it now.
 #[derive(Debug, Serialize)]
@@ -175,38 +170,6 @@ impl Now {
             error: None,
             reason,
         }
-    }
-
-    /// Replaces in every text of this outcome each of `secrets` (the values a candidate's
-    /// `${NAME}` references took from the server's environment) of at least
-    /// [`REDACTED_FROM_CHARS`] characters by `[redacted]`: a template that quotes one shows the
-    /// placeholder, so that a dry run cannot read the server's environment.
-    pub fn redact(&mut self, secrets: &[String]) {
-        let secrets: Vec<&str> = secrets
-            .iter()
-            .map(String::as_str)
-            .filter(|s| s.chars().count() >= REDACTED_FROM_CHARS)
-            .collect();
-        if secrets.is_empty() {
-            return;
-        }
-        let redact = |text: &mut Option<String>| {
-            if let Some(text) = text {
-                for secret in &secrets {
-                    if text.contains(secret) {
-                        *text = text.replace(secret, REDACTED);
-                    }
-                }
-            }
-        };
-        for action in &mut self.actions {
-            redact(&mut action.text);
-            redact(&mut action.message);
-            redact(&mut action.agent_id);
-            redact(&mut action.session_key);
-        }
-        redact(&mut self.error);
-        redact(&mut self.reason);
     }
 
     /// Whether the request would fail: answered 400 or above.
