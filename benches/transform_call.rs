@@ -6,7 +6,9 @@
 use std::path::Path;
 use std::time::Instant;
 
-use hookgate::transform::{CompileCache, TransformEngine, TransformInput, TransformLimits};
+use hookgate::transform::{
+    CompileCache, SlotShare, TransformEngine, TransformInput, TransformLimits,
+};
 
 mod support;
 use support::{build_transforms, percentiles};
@@ -47,7 +49,9 @@ fn main() {
         ..limits
     };
     let time_calls = |limits: &TransformLimits| {
-        let call = |input: TransformInput| runtime.block_on(engine.call(&loaded, input, limits));
+        let call = |input: TransformInput| {
+            runtime.block_on(engine.call(&loaded, input, limits, SlotShare::Mapping))
+        };
         // Warm up.
         for _ in 0..200 {
             call(input.clone()).unwrap();

@@ -13,7 +13,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use hookgate::config::{self, Settings};
 use hookgate::server::{self, Server, StartError};
-use hookgate::transform::{CompileCache, TransformEngine, TransformInput, TransformLimits};
+use hookgate::transform::{
+    CompileCache, SlotShare, TransformEngine, TransformInput, TransformLimits,
+};
 
 /// glibc's allocator cost a fifth of the request path's CPU under /hooks/wake (perf: malloc,
 /// free and their consolidation across the runtime's threads); mimalloc's per-thread heaps take
@@ -437,7 +439,12 @@ fn run_transform(module: &std::path::Path, input: TransformInput, args: &LimitAr
             for _ in 0..args.repeat.max(1) {
                 let started = std::time::Instant::now();
                 let outcome = runtime
-                    .block_on(engine.call_as_returned(&loaded, input.clone(), &limits))
+                    .block_on(engine.call_as_returned(
+                        &loaded,
+                        input.clone(),
+                        &limits,
+                        SlotShare::Mapping,
+                    ))
                     .map_err(|failure| format!("{} ({})", failure, failure.cause()))?;
                 took.push(started.elapsed());
                 last = Some(outcome);

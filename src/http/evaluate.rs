@@ -19,7 +19,9 @@ use crate::gateway::requests::TransformVerdict;
 use crate::gateway::runtime_clock::now_rfc3339;
 use crate::hook::credentials::CredentialHeaders;
 use crate::mapping::{self, FanOut, FinishedAction, Mapping, Selection, TemplateContext};
-use crate::transform::{CallOutcome, Reply, TransformEngine, TransformFailure, TransformInput};
+use crate::transform::{
+    CallOutcome, Reply, SlotShare, TransformEngine, TransformFailure, TransformInput,
+};
 
 /// What a mapped request becomes. A refusal (no mapping, a mapping its admission does not
 /// open, a failed transform, an action that does not finish) is the evaluation's error.
@@ -42,6 +44,8 @@ pub(super) enum Evaluation<'m> {
 /// Who learns of an evaluation's steps as they happen: the request log's trace and the
 /// metrics on the live path, the dry run's report on a trial.
 pub(super) trait Observer {
+    /// Whose share of the transform call slots the evaluation's calls take.
+    fn slot_share(&self) -> SlotShare;
     /// The mapping that matched.
     fn mapping(&self, mapping: &Mapping);
     /// A transform call of `mapping` ended, started at `started`. A failure is the observer's
@@ -203,7 +207,14 @@ impl Call<'_> {
             }));
         };
         let started = Instant::now();
-        let outcome = engine.call(&loaded, input, hooks.limits_for(mapping)).await;
+        let outcome = engine
+            .call(
+                &loaded,
+                input,
+                hooks.limits_for(mapping),
+                observer.slot_share(),
+            )
+            .await;
         match outcome {
             Ok(outcome) => {
                 tracing::debug!(mapping = %mapping.id, elapsed = ?started.elapsed(), "transform answered");

@@ -18,7 +18,7 @@ use crate::config::HookSettings;
 use crate::gateway::requests::TransformVerdict;
 use crate::mapping::Mapping;
 use crate::metrics::{FailureLabels, MappingLabels, Metrics};
-use crate::transform::{Reply, TransformFailure};
+use crate::transform::{Reply, SlotShare, TransformFailure};
 
 /// Serves a request whose name is neither `wake` nor `agent`.
 pub(super) async fn mapped(
@@ -55,6 +55,10 @@ struct Live<'a> {
 }
 
 impl Observer for Live<'_> {
+    fn slot_share(&self) -> SlotShare {
+        SlotShare::Mapping
+    }
+
     fn mapping(&self, mapping: &Mapping) {
         self.trace.mapping(&mapping.id);
     }

@@ -17,8 +17,19 @@ const WOULD_FAIL: u8 = 1;
 /// Exit code of a dry run that could not be made.
 const NOT_MADE: u8 = 2;
 
-/// The most request ids listed as not captured; the totals count them all.
+/// The most request ids listed for each reason they were not tried; the totals count them all.
 const LISTED_UNTRIED: usize = 20;
+
+/// Why a request was not tried, as the API says it and as the listing says it.
+const UNTRIED: [(&str, &str); 4] = [
+    ("notCaptured", "not captured"),
+    (
+        "busy",
+        "no transform call slot free in time (live requests held them)",
+    ),
+    ("unauthenticated", "refused for its authentication"),
+    ("pathCut", "its path too long to be recorded"),
+];
 
 #[derive(Args)]
 pub struct DryRunArgs {
@@ -126,12 +137,15 @@ fn print_report(answer: &Value) {
             ]
         }),
     );
-    let untried: Vec<String> = requests
-        .iter()
-        .filter(|r| r["untried"] == "notCaptured")
-        .map(|r| text(&r["id"]))
-        .collect();
-    if !untried.is_empty() {
+    for (reason, said) in UNTRIED {
+        let untried: Vec<String> = requests
+            .iter()
+            .filter(|r| r["untried"] == *reason)
+            .map(|r| text(&r["id"]))
+            .collect();
+        if untried.is_empty() {
+            continue;
+        }
         let listed = untried.len().min(LISTED_UNTRIED);
         let more = untried.len() - listed;
         let tail = if more > 0 {
@@ -140,13 +154,17 @@ fn print_report(answer: &Value) {
             String::new()
         };
         println!(
-            "\nnot captured, not tried: {}{tail}",
+            "\n{said}, not tried: {}{tail}",
             untried[..listed].join(", ")
         );
     }
     let totals = &answer["totals"];
+    let untried = match totals["untried"].as_u64() {
+        Some(0) | None => String::new(),
+        Some(n) => format!(" ({n} of them not tried)"),
+    };
     println!(
-        "\n{} requests: {} captured, {} not captured; {} would differ, {} that succeeded would now fail",
+        "\n{} requests: {} captured{untried}, {} not captured; {} would differ, {} that succeeded would now fail",
         text(&totals["requests"]),
         text(&totals["captured"]),
         text(&totals["notCaptured"]),

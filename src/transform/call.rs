@@ -9,6 +9,7 @@ use std::time::Duration;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings::types;
+use super::call_slots::SlotShare;
 use super::contract::Contract;
 use super::engine::TransformEngine;
 use super::guest_clock::{Budgeted, GuestClock};
@@ -102,8 +103,8 @@ impl TransformFailure {
 }
 
 impl TransformEngine {
-    /// Calls `transform` on `input` within `limits`, after waiting for a slot of its mapping's
-    /// fair share (`call_slots`) for at most [`slot_wait`]. The call is charged for its time
+    /// Calls `transform` on `input` within `limits`, after waiting for a slot of the fair share
+    /// `share` names (`call_slots`: its mapping's, or the dry runs') for at most [`slot_wait`]. The call is charged for its time
     /// less its waits for a turn (`guest_clock`); the guest yields to other tasks every epoch
     /// tick and is interrupted at the first tick past `limits.timeout`. A call past its limit
     /// while blocked in a host call is stopped too: its future, and with it the store, the
@@ -113,8 +114,9 @@ impl TransformEngine {
         transform: &LoadedTransform,
         input: TransformInput,
         limits: &TransformLimits,
+        share: SlotShare,
     ) -> Result<CallOutcome, TransformFailure> {
-        self.call_as_returned(transform, input, limits)
+        self.call_as_returned(transform, input, limits, share)
             .await
             .map(Returned::into_outcome)
     }
@@ -126,6 +128,7 @@ impl TransformEngine {
         transform: &LoadedTransform,
         input: TransformInput,
         limits: &TransformLimits,
+        share: SlotShare,
     ) -> Result<Returned, TransformFailure> {
         if input.export_name.is_some() && transform.pre.contract() == Contract::V0_1 {
             // A 0.1 component has one entry point and would silently run it.
@@ -134,7 +137,8 @@ impl TransformEngine {
             ));
         }
         let wait = slot_wait(limits.timeout);
-        let Ok(_slot) = tokio::time::timeout(wait, self.slots.acquire(&input.mapping_id)).await
+        let Ok(_slot) =
+            tokio::time::timeout(wait, self.slots.acquire(share, &input.mapping_id)).await
         else {
             return Err(TransformFailure::Busy(wait));
         };

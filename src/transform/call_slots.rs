@@ -6,11 +6,40 @@
 //! with the fewest calls in progress, not to whoever queued first, so a mapping with a long queue
 //! cannot keep the slots it frees. A single busy mapping is the only cost: it runs at most half
 //! the slots at once, which on a machine with fewer cores than slots loses nothing.
+//!
+//! A dry run's calls ([`SlotShare::Trials`]) are one lane of their own, whatever mapping they
+//! try: they never take a slot of a mapping's share from its live requests, and all of them
+//! together hold no more than one mapping may.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
+
+/// Whose share of the slots a call takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotShare {
+    /// Its mapping's: a live request's call (or `hookgate transform run`'s).
+    Mapping,
+    /// The dry runs': one lane for every trial's call, apart from every mapping's.
+    Trials,
+}
+
+/// A lane of the slots: a mapping's, or the dry runs'.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum LaneKey {
+    Mapping(Arc<str>),
+    Trials,
+}
+
+impl LaneKey {
+    fn of(share: SlotShare, mapping: &str) -> LaneKey {
+        match share {
+            SlotShare::Mapping => LaneKey::Mapping(Arc::from(mapping)),
+            SlotShare::Trials => LaneKey::Trials,
+        }
+    }
+}
 
 /// The slots. Cheap to clone.
 #[derive(Clone)]
@@ -22,9 +51,9 @@ struct State {
     free: usize,
     /// The most slots one mapping may hold.
     per_mapping: usize,
-    /// Mappings with calls in progress or waiting; a mapping with neither is removed, so the
-    /// map is bounded by the calls in flight.
-    lanes: HashMap<Arc<str>, Lane>,
+    /// Lanes with calls in progress or waiting; a lane with neither is removed, so the map is
+    /// bounded by the calls in flight.
+    lanes: HashMap<LaneKey, Lane>,
 }
 
 #[derive(Default)]
@@ -38,7 +67,7 @@ struct Lane {
 /// One slot, held for one call; given back (to the next waiter, or to the pool) when dropped.
 pub struct CallSlot {
     /// `None` once given back.
-    held: Option<(Arc<Mutex<State>>, Arc<str>)>,
+    held: Option<(Arc<Mutex<State>>, LaneKey)>,
 }
 
 impl CallSlots {
@@ -54,20 +83,22 @@ impl CallSlots {
         }
     }
 
-    /// Waits for a slot for a call of `mapping`. Cancel-safe: dropping the future gives up the
-    /// place in the queue, and a slot handed to it meanwhile goes back.
-    pub async fn acquire(&self, mapping: &str) -> CallSlot {
+    /// Waits for a slot for a call of `mapping`, in the lane `share` names. Cancel-safe:
+    /// dropping the future gives up the place in the queue, and a slot handed to it meanwhile
+    /// goes back.
+    pub async fn acquire(&self, share: SlotShare, mapping: &str) -> CallSlot {
+        let key = LaneKey::of(share, mapping);
         let waiting = {
             let mut state = lock(&self.state);
             let state = &mut *state;
             let free = state.free;
             let per_mapping = state.per_mapping;
-            let lane = state.lanes.entry(Arc::from(mapping)).or_default();
+            let lane = state.lanes.entry(key.clone()).or_default();
             if free > 0 && lane.in_use < per_mapping && lane.waiting.is_empty() {
                 lane.in_use += 1;
                 state.free -= 1;
                 return CallSlot {
-                    held: Some((Arc::clone(&self.state), Arc::from(mapping))),
+                    held: Some((Arc::clone(&self.state), key)),
                 };
             }
             if lane.waiting.len() >= 2 * per_mapping {
@@ -87,12 +118,12 @@ impl CallSlots {
 
 impl Drop for CallSlot {
     fn drop(&mut self) {
-        let Some((state, mapping)) = self.held.take() else {
+        let Some((state, key)) = self.held.take() else {
             return;
         };
         let mut guard = lock(&state);
         guard.free += 1;
-        if let Some(lane) = guard.lanes.get_mut(&mapping) {
+        if let Some(lane) = guard.lanes.get_mut(&key) {
             lane.in_use -= 1;
         }
         dispatch(&mut guard, &state);
@@ -110,14 +141,14 @@ fn dispatch(state: &mut State, shared: &Arc<Mutex<State>>) {
             .iter()
             .filter(|(_, lane)| !lane.waiting.is_empty() && lane.in_use < per_mapping)
             .min_by_key(|(_, lane)| lane.in_use)
-            .map(|(mapping, _)| Arc::clone(mapping));
-        let Some(mapping) = next else { break };
-        let lane = state.lanes.get_mut(&mapping).expect("just found");
+            .map(|(key, _)| key.clone());
+        let Some(key) = next else { break };
+        let lane = state.lanes.get_mut(&key).expect("just found");
         let waiter = lane.waiting.pop_front().expect("has waiters");
         lane.in_use += 1;
         state.free -= 1;
         let slot = CallSlot {
-            held: Some((Arc::clone(shared), Arc::clone(&mapping))),
+            held: Some((Arc::clone(shared), key)),
         };
         if let Err(mut unclaimed) = waiter.send(slot) {
             unclaimed.held = None;
@@ -144,7 +175,13 @@ mod tests {
         let mut lanes: Vec<_> = state
             .lanes
             .iter()
-            .map(|(m, l)| (m.to_string(), l.in_use, l.waiting.len()))
+            .map(|(key, l)| {
+                let name = match key {
+                    LaneKey::Mapping(mapping) => mapping.to_string(),
+                    LaneKey::Trials => "(trials)".into(),
+                };
+                (name, l.in_use, l.waiting.len())
+            })
             .collect();
         lanes.sort();
         (state.free, lanes)
@@ -153,24 +190,24 @@ mod tests {
     #[tokio::test]
     async fn one_mapping_holds_at_most_half_and_a_freed_slot_goes_to_the_poorer_mapping() {
         let slots = CallSlots::new(4);
-        let a1 = slots.acquire("a").await;
-        let _a2 = slots.acquire("a").await;
+        let a1 = slots.acquire(SlotShare::Mapping, "a").await;
+        let _a2 = slots.acquire(SlotShare::Mapping, "a").await;
         // "a" is at its half: its third call waits although two slots are free.
         let a3 = tokio::spawn({
             let slots = slots.clone();
-            async move { slots.acquire("a").await }
+            async move { slots.acquire(SlotShare::Mapping, "a").await }
         });
         tokio::task::yield_now().await;
-        let _b1 = slots.acquire("b").await;
-        let _b2 = slots.acquire("b").await;
+        let _b1 = slots.acquire(SlotShare::Mapping, "b").await;
+        let _b2 = slots.acquire(SlotShare::Mapping, "b").await;
         let b3 = tokio::spawn({
             let slots = slots.clone();
-            async move { slots.acquire("b").await }
+            async move { slots.acquire(SlotShare::Mapping, "b").await }
         });
         tokio::task::yield_now().await;
         let c1 = tokio::spawn({
             let slots = slots.clone();
-            async move { slots.acquire("c").await }
+            async move { slots.acquire(SlotShare::Mapping, "c").await }
         });
         tokio::task::yield_now().await;
         assert_eq!(
@@ -193,13 +230,38 @@ mod tests {
     #[tokio::test]
     async fn a_waiter_that_gives_up_leaves_no_slot_behind() {
         let slots = CallSlots::new(2);
-        let held = slots.acquire("a").await;
-        let gave_up =
-            tokio::time::timeout(std::time::Duration::from_millis(1), slots.acquire("a")).await;
+        let held = slots.acquire(SlotShare::Mapping, "a").await;
+        let gave_up = tokio::time::timeout(
+            std::time::Duration::from_millis(1),
+            slots.acquire(SlotShare::Mapping, "a"),
+        )
+        .await;
         assert!(gave_up.is_err());
         drop(held);
         assert_eq!(counts(&slots), (2, vec![]));
-        let _again = slots.acquire("a").await;
+        let _again = slots.acquire(SlotShare::Mapping, "a").await;
         assert_eq!(counts(&slots), (1, vec![("a".into(), 1, 0)]));
+    }
+
+    #[tokio::test]
+    async fn trials_take_a_lane_of_their_own_and_leave_a_mappings_share_to_it() {
+        let slots = CallSlots::new(4);
+        let _t1 = slots.acquire(SlotShare::Trials, "a").await;
+        let _t2 = slots.acquire(SlotShare::Trials, "b").await;
+        // The trials are at their half: a third waits although two slots are free...
+        let t3 = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.acquire(SlotShare::Trials, "a").await }
+        });
+        tokio::task::yield_now().await;
+        // ...and mapping "a" still has its whole share for its live calls.
+        let _a1 = slots.acquire(SlotShare::Mapping, "a").await;
+        let _a2 = slots.acquire(SlotShare::Mapping, "a").await;
+        assert_eq!(
+            counts(&slots),
+            (0, vec![("(trials)".into(), 2, 1), ("a".into(), 2, 0)])
+        );
+        assert!(!t3.is_finished());
+        t3.abort();
     }
 }

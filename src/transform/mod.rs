@@ -29,6 +29,7 @@ mod warm;
 
 pub use cache::CompileCache;
 pub use call::{CallOutcome, Reply, Returned, TransformFailure, TransformInput};
+pub use call_slots::SlotShare;
 pub use contract::Contract;
 pub use engine::TransformEngine;
 pub use limits::TransformLimits;

@@ -220,7 +220,7 @@ async fn a_transform_handling_one_more_event_type_changes_exactly_those_requests
     assert_eq!(
         answer["totals"],
         json!({"requests": DELIVERIES.len(), "captured": DELIVERIES.len(), "notCaptured": 0,
-               "differing": 2, "nowFailing": 0})
+               "differing": 2, "nowFailing": 0, "untried": 0})
     );
     let star = answer["requests"]
         .as_array()

@@ -49,6 +49,7 @@ mod day_two;
 mod disk_full;
 mod dry_run;
 mod dry_run_env;
+mod dry_run_live;
 mod durability;
 mod example;
 mod failover;

@@ -413,11 +413,12 @@ async function dryRun(event) {
     cell(row, `${thenWords(trial.then)} → ${nowWords(trial.now)}`);
     body.append(row);
   }
-  const untried = answer.requests.filter((r) => r.untried === "notCaptured").map((r) => r.id);
-  if (untried.length) $("dryrun-untried").textContent = `Not captured, not tried: ${untried.join(", ")}`;
+  const untried = answer.requests.filter((r) => r.untried).map((r) => `${r.id} (${r.untried})`);
+  if (untried.length) $("dryrun-untried").textContent = `Not tried: ${untried.join(", ")}`;
   const t = answer.totals;
   const more = answer.next ? ` More matched: the dry run stopped at ${answer.next}.` : "";
-  $("dryrun-totals").textContent = `${t.requests} requests: ${t.captured} captured, ${t.notCaptured} not captured; ${t.differing} would differ, ${t.nowFailing} that succeeded would now fail.${more}`;
+  const skipped = t.untried ? ` (${t.untried} of them not tried)` : "";
+  $("dryrun-totals").textContent = `${t.requests} requests: ${t.captured} captured${skipped}, ${t.notCaptured} not captured; ${t.differing} would differ, ${t.nowFailing} that succeeded would now fail.${more}`;
 }
 
 // Session

@@ -170,26 +170,21 @@ async fn try_record(
         runs.extend(app.store.run(run_id).await?);
     }
     let then = Then::of(&record, &runs);
-    let untried = if record.status == StatusCode::UNAUTHORIZED.as_u16() {
-        Some(Untried::Unauthenticated)
+    let now = if record.status == StatusCode::UNAUTHORIZED.as_u16() {
+        Err(Untried::Unauthenticated)
     } else if requests::is_cut(&record.target) {
-        Some(Untried::PathCut)
+        Err(Untried::PathCut)
     } else if !record.captured {
-        Some(Untried::NotCaptured)
+        Err(Untried::NotCaptured)
     } else {
-        None
+        now_of(app, hooks, &record).await?
     };
-    let now = match untried {
-        Some(_) => None,
-        None => now_of(app, hooks, &record).await?,
+    let (now, untried) = match now {
+        Ok(now) => (Some(now), None),
+        Err(untried) => (None, Some(untried)),
     };
-    let untried = untried.or(now.is_none().then_some(Untried::NotCaptured));
     let differs = now.as_ref().is_some_and(|now| now.differs_from(&then));
-    let captured = match untried {
-        None => true,
-        Some(Untried::NotCaptured) => false,
-        Some(_) => record.captured,
-    };
+    let captured = record.captured && untried != Some(Untried::NotCaptured);
     Ok(Trial {
         id: record.id,
         at: record.at,
@@ -202,26 +197,24 @@ async fn try_record(
     })
 }
 
-/// What `record` would become under `hooks`; `None` when its body was not kept.
+/// What `record` would become under `hooks`, or why it was not tried.
 async fn now_of(
     app: &AppState,
     hooks: &config::HookSettings,
     record: &RequestRecord,
-) -> Result<Option<report::Now>, ApiError> {
+) -> Result<Result<report::Now, Untried>, ApiError> {
     let (found, _) = find(app, &record.id).await?;
     let Some(capture) = found.capture else {
-        return Ok(None);
+        return Ok(Err(Untried::NotCaptured));
     };
     let Some(body) = capture.body else {
-        return Ok(None);
+        return Ok(Err(Untried::NotCaptured));
     };
     let headers = header_map(&capture.headers);
     let Some(captured) = Captured::new(record, headers, capture.query.as_deref(), body) else {
-        return Ok(None);
+        return Ok(Err(Untried::NotCaptured));
     };
-    Ok(Some(
-        trial::try_on(app.transforms.engine(), hooks, &captured).await,
-    ))
+    Ok(trial::try_on(app.transforms.engine(), hooks, &captured).await)
 }
 
 /// Why a dry run was refused.

@@ -209,12 +209,16 @@ pub(super) enum Untried {
     Unauthenticated,
     /// Its path was too long to be recorded whole.
     PathCut,
+    /// A transform call found no slot in time: live requests held them. It says nothing of
+    /// the candidate, and a later dry run may try it.
+    Busy,
 }
 
 crate::hook::wire::wire_names!(Untried {
     NotCaptured => "notCaptured",
     Unauthenticated => "unauthenticated",
     PathCut => "pathCut",
+    Busy => "busy",
 });
 
 /// One request of the dry run.
@@ -243,6 +247,8 @@ pub(super) struct Totals {
     pub differing: usize,
     /// Requests that succeeded then and would fail now.
     pub now_failing: usize,
+    /// Captured requests that were not tried all the same (each one's `untried` says why).
+    pub untried: usize,
 }
 
 impl Totals {
@@ -255,6 +261,9 @@ impl Totals {
         }
         if trial.differs {
             self.differing += 1;
+        }
+        if trial.captured && trial.untried.is_some() {
+            self.untried += 1;
         }
         if trial
             .now

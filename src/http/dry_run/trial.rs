@@ -10,13 +10,13 @@ use axum::http::request::Parts;
 use axum::http::{Method, Request, StatusCode, Uri};
 use bytes::Bytes;
 
-use super::report::{ActionView, Ending, Now};
+use super::report::{ActionView, Ending, Now, Untried};
 use crate::config::HookSettings;
 use crate::gateway::requests::{RequestRecord, TransformVerdict};
 use crate::hook::payload;
 use crate::intake::{self, Actions, Intake};
 use crate::mapping::Mapping;
-use crate::transform::{TransformEngine, TransformFailure};
+use crate::transform::{SlotShare, TransformEngine, TransformFailure};
 
 use super::super::body::parse_json;
 use super::super::evaluate::{Evaluation, Observer, evaluate};
@@ -57,12 +57,14 @@ impl<'a> Captured<'a> {
     }
 }
 
-/// What `captured` would become under `hooks`, transforms called through `engine`.
+/// What `captured` would become under `hooks`, transforms called through `engine`;
+/// [`Untried::Busy`] when a transform call found no slot in time, which says nothing of the
+/// candidate: live requests hold the slots.
 pub(super) async fn try_on(
     engine: &TransformEngine,
     hooks: &HookSettings,
     captured: &Captured<'_>,
-) -> Now {
+) -> Result<Now, Untried> {
     let noted = Noted::default();
     // As a replay: one a signature admitted takes that mapping only, and none when it is gone.
     let signed = match replay_signature(hooks, captured.record) {
@@ -70,17 +72,23 @@ pub(super) async fn try_on(
         Err(gone) => {
             let mut now = Now::unacted(StatusCode::CONFLICT, Ending::Refused, None, None);
             now.error = Some(gone.to_string());
-            return now;
+            return Ok(now);
         }
     };
     match outcome(engine, hooks, captured, signed, &noted).await {
-        Ok(now) => now,
-        Err(err) => {
-            let mut now = Now::unacted(err.status(), Ending::Refused, noted.take(), err.reason());
-            now.error = Some(err.client_message().into_owned());
-            now
-        }
+        Ok(now) => Ok(now),
+        Err(err) => refused(err, noted.take()),
     }
+}
+
+/// How a trial refused with `err` is reported, `mapping` the one that matched.
+fn refused(err: HookError, mapping: Option<String>) -> Result<Now, Untried> {
+    if matches!(err, HookError::TransformsBusy) {
+        return Err(Untried::Busy);
+    }
+    let mut now = Now::unacted(err.status(), Ending::Refused, mapping, err.reason());
+    now.error = Some(err.client_message().into_owned());
+    Ok(now)
 }
 
 async fn outcome(
@@ -167,9 +175,28 @@ impl Noted {
 }
 
 impl Observer for Noted {
+    /// Trials take the dry runs' share: live requests keep their mappings' whole share.
+    fn slot_share(&self) -> SlotShare {
+        SlotShare::Trials
+    }
+
     fn mapping(&self, mapping: &Mapping) {
         *self.mapping.lock().unwrap_or_else(|p| p.into_inner()) = Some(mapping.id.clone());
     }
 
     fn transform(&self, _: &Mapping, _: Instant, _: Result<TransformVerdict, &TransformFailure>) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_that_found_no_slot_is_untried_and_any_other_refusal_is_reported() {
+        let busy = refused(HookError::TransformsBusy, Some("github".into()));
+        assert_eq!(busy.err(), Some(Untried::Busy));
+        let now = refused(HookError::NotFound, None).unwrap();
+        assert!(now.fails());
+        assert_eq!(now.ending, Ending::Refused);
+    }
 }
