@@ -21,7 +21,7 @@ const NOT_MADE: u8 = 2;
 const LISTED_UNTRIED: usize = 20;
 
 /// Why a request was not tried, as the API says it and as the listing says it.
-const UNTRIED: [(&str, &str); 4] = [
+const UNTRIED: [(&str, &str); 5] = [
     ("notCaptured", "not captured"),
     (
         "busy",
@@ -29,6 +29,7 @@ const UNTRIED: [(&str, &str); 4] = [
     ),
     ("unauthenticated", "refused for its authentication"),
     ("pathCut", "its path too long to be recorded"),
+    ("gone", "pruned from the log during the dry run"),
 ];
 
 #[derive(Args)]

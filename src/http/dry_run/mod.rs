@@ -203,7 +203,12 @@ async fn now_of(
     hooks: &config::HookSettings,
     record: &RequestRecord,
 ) -> Result<Result<report::Now, Untried>, ApiError> {
-    let (found, _) = find(app, &record.id).await?;
+    let found = match find(app, &record.id).await {
+        Ok((found, _)) => found,
+        // Pruned since the page was read (retention): there is nothing left to try.
+        Err(ApiError::NotFound(_)) => return Ok(Err(Untried::Gone)),
+        Err(err) => return Err(err),
+    };
     let Some(capture) = found.capture else {
         return Ok(Err(Untried::NotCaptured));
     };

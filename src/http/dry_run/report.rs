@@ -212,6 +212,8 @@ pub(super) enum Untried {
     /// A transform call found no slot in time: live requests held them. It says nothing of
     /// the candidate, and a later dry run may try it.
     Busy,
+    /// It left the log (retention pruned it) while the dry run was under way.
+    Gone,
 }
 
 crate::hook::wire::wire_names!(Untried {
@@ -219,6 +221,7 @@ crate::hook::wire::wire_names!(Untried {
     Unauthenticated => "unauthenticated",
     PathCut => "pathCut",
     Busy => "busy",
+    Gone => "gone",
 });
 
 /// One request of the dry run.
