@@ -14,24 +14,21 @@
 //!
 //! Run: `cargo bench --bench wrk`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 mod support;
-use support::{build_transforms, serve_in_thread, start_hookgate, stop};
+use support::{
+    SERIAL, build_js, build_transforms, echo_router, example_payload, installed, selected,
+    serve_in_thread, start_hookgate, stop, wait_for_empty_queue,
+};
 
 const HOOK_TOKEN: &str = "bench-hook-token-0123";
 const GATEWAY_TOKEN: &str = "bench-gateway-token-0123";
 const CONNECTIONS: [usize; 2] = [32, 64];
-
-/// Marks where a body takes its request's own number. hookgate coalesces a wake that repeats the
-/// newest pending event of its session (nothing is written), so cases whose text would be the
-/// same every time number their requests: each wake is then a new event committed to disk before
-/// the answer, as in real traffic.
-const SERIAL: &str = "#SERIAL#";
 
 /// Which server a case is sent to.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -82,11 +79,7 @@ impl Case {
 }
 
 fn cases() -> Vec<Case> {
-    let push = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/payloads/github-push.json"),
-    )
-    .unwrap();
-    let push: Value = serde_json::from_str(&push).unwrap();
+    let push = example_payload("github-push.json");
     let deploy = json!({"service": "api", "version": format!("1.2.{SERIAL}")});
     let run = json!({"message": format!("benchmark run {SERIAL}"), "wakeMode": "next-heartbeat", "deliver": false});
     vec![
@@ -173,21 +166,6 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// The 15-line JavaScript transform of the JavaScript cases.
-const TITLE_MJS: &str = r#"// Reads payload.title and returns a wake, as a small hook transform does.
-export default function ({ payload, headers, path }) {
-  const title = typeof payload.title === 'string' ? payload.title.trim() : '';
-  if (!title) return null;
-  const from = headers['user-agent'] ?? 'someone';
-  const words = title.split(/\s+/).length;
-  return {
-    kind: 'wake',
-    text: `${path}: ${title} (${words} words, from ${from})`,
-    mode: 'next-heartbeat',
-  };
-}
-"#;
-
 fn config(provider: Option<&str>) -> Value {
     let transform = |module: &str, reuse: Option<u32>| {
         let mut t = json!({"module": module});
@@ -237,66 +215,6 @@ fn prepare_dir(provider: Option<&str>, wasm: &Path, js: &Path) -> tempfile::Temp
     dir
 }
 
-/// The JavaScript transform's component, built with the SDK unless an earlier run built it from
-/// the same source with the same SDK.
-fn build_js() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| root.join("target"), PathBuf::from)
-        .join("bench-js");
-    std::fs::create_dir_all(&out).unwrap();
-    let source = out.join("title.mjs");
-    let component = out.join("title.wasm");
-    let sdk = root.join("transforms/js-sdk");
-    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    let sdk_changed = [
-        "build.mjs",
-        "adapter.js",
-        "hookgate-js-runtime.wasm",
-        "package-lock.json",
-    ]
-    .iter()
-    .filter_map(|file| modified(&sdk.join(file)))
-    .max();
-    let unchanged = std::fs::read_to_string(&source).is_ok_and(|s| s == TITLE_MJS);
-    if unchanged && modified(&component).is_some_and(|built| Some(built) > sdk_changed) {
-        return component;
-    }
-    std::fs::write(&source, TITLE_MJS).unwrap();
-    if !sdk.join("node_modules").is_dir() {
-        run(Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund"])
-            .current_dir(&sdk));
-    }
-    run(Command::new("node")
-        .arg(sdk.join("build.mjs"))
-        .arg(&source)
-        .arg("-o")
-        .arg(&component));
-    component
-}
-
-fn run(command: &mut Command) {
-    let status = command
-        .status()
-        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
-    assert!(status.success(), "{command:?} failed");
-}
-
-/// wrk's path, installing Debian's package when it is missing and we are root.
-fn wrk() -> &'static str {
-    let found = || Command::new("wrk").arg("--version").output().is_ok();
-    if !found() {
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| o.stdout.starts_with(b"0"));
-        assert!(root, "wrk is missing: apt-get install wrk");
-        run(Command::new("apt-get").args(["install", "-y", "-qq", "wrk"]));
-    }
-    "wrk"
-}
-
 /// What one wrk run measured.
 struct Measured {
     rate: f64,
@@ -319,7 +237,7 @@ fn drive(url: &str, case: &Case, connections: usize, seconds: u64) -> Measured {
     }
     lua += &body_script(&case.body);
     std::fs::write(script.path(), lua).unwrap();
-    let output = Command::new(wrk())
+    let output = Command::new(installed("wrk", "wrk"))
         .args(["-t2", &format!("-c{connections}"), &format!("-d{seconds}s")])
         .args(["--latency", "-s"])
         .arg(script.path())
@@ -448,11 +366,7 @@ fn duration(text: &str) -> Duration {
 
 /// The bare axum server of the baseline: a JSON echo, on a runtime of two threads as hookgate's.
 fn start_baseline() -> String {
-    serve_in_thread(
-        axum::Router::new().fallback(|body: axum::body::Bytes| async move {
-            ([("content-type", "application/json")], body)
-        }),
-    )
+    serve_in_thread(echo_router())
 }
 
 /// The baseline's echo behind a thread hop: each request sends a reply channel to a thread that
@@ -491,34 +405,6 @@ fn start_slow_provider() -> String {
     }))
 }
 
-/// Waits (at most two minutes) until the server has no queued or running run, asking its
-/// operator API.
-fn wait_for_empty_queue(base: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    let busy = |status: &str| {
-        let url = format!("{base}/api/runs?status={status}&limit=1");
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let Ok(response) = reqwest::Client::new()
-                .get(&url)
-                .bearer_auth(GATEWAY_TOKEN)
-                .send()
-                .await
-            else {
-                return true;
-            };
-            let body: Value = response.json().await.unwrap_or(Value::Null);
-            body["runs"].as_array().is_none_or(|runs| !runs.is_empty())
-        })
-    };
-    while std::time::Instant::now() < deadline && (busy("queued") || busy("running")) {
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 fn env_seconds(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -540,13 +426,9 @@ fn machine() -> String {
 fn main() {
     let seconds = env_seconds("WRK_SECONDS", 10);
     let warmup = env_seconds("WRK_WARMUP", 3);
-    let only = std::env::var("WRK_CASE").ok();
     let cases: Vec<Case> = cases()
         .into_iter()
-        .filter(|c| {
-            only.as_deref()
-                .is_none_or(|o| o.split(',').any(|part| c.name.contains(part)))
-        })
+        .filter(|c| selected("WRK_CASE", c.name))
         .collect();
     let wasm = build_transforms();
     let js = build_js();
@@ -579,7 +461,7 @@ fn main() {
             if case.server == Server::Hookgate {
                 // The runs an earlier case queued are run in the background; a case measured
                 // while they drain would be charged for them.
-                wait_for_empty_queue(url);
+                wait_for_empty_queue(url, GATEWAY_TOKEN);
             }
             if warmup > 0 {
                 drive(url, case, connections, warmup);

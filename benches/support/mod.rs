@@ -59,9 +59,16 @@ pub fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
 /// `HOOKGATE_WRAPPER` (say `heaptrack` or `valgrind --tool=massif`) runs the server under that
 /// command; the returned child is then the wrapper's process.
 pub fn start_hookgate(dir: &Path) -> (Child, String, Duration) {
-    let started = Instant::now();
     let wrapper = std::env::var("HOOKGATE_WRAPPER").unwrap_or_default();
-    let mut command = wrapper.split_whitespace();
+    let wrapper: Vec<String> = wrapper.split_whitespace().map(String::from).collect();
+    start_hookgate_under(dir, &wrapper)
+}
+
+/// Starts hookgate under `wrapper` (a program and its arguments; none runs it directly);
+/// returns the child (the wrapper's process), its base URL and the time until `listening`.
+pub fn start_hookgate_under(dir: &Path, wrapper: &[String]) -> (Child, String, Duration) {
+    let started = Instant::now();
+    let mut command = wrapper.iter();
     let mut child = match command.next() {
         Some(program) => {
             let mut c = Command::new(program);
@@ -77,13 +84,33 @@ pub fn start_hookgate(dir: &Path) -> (Child, String, Duration) {
     .stderr(Stdio::null())
     .spawn()
     .unwrap();
-    // A wrapper may print lines of its own first.
-    let base = BufReader::new(child.stdout.take().unwrap())
+    let base = listening(&mut child);
+    (child, base, started.elapsed())
+}
+
+/// Reads `child`'s standard output (piped) up to its `listening on <base URL>` line; returns the
+/// base URL. Lines before it, a wrapper's own, are skipped.
+pub fn listening(child: &mut Child) -> String {
+    BufReader::new(child.stdout.take().expect("piped standard output"))
         .lines()
         .map_while(Result::ok)
         .find_map(|line| line.strip_prefix("listening on ").map(String::from))
-        .expect("listening line");
-    (child, base, started.elapsed())
+        .expect("listening line")
+}
+
+/// `program`'s name, installing Debian's `package` with apt-get when it is missing and we are
+/// root; panics naming the package otherwise.
+pub fn installed(program: &'static str, package: &str) -> &'static str {
+    let found = || Command::new(program).arg("--version").output().is_ok();
+    if !found() {
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| o.stdout.starts_with(b"0"));
+        assert!(root, "{program} is missing: apt-get install {package}");
+        run(Command::new("apt-get").args(["install", "-y", "-qq", package]));
+    }
+    program
 }
 
 pub fn stop(mut child: Child) {
@@ -207,4 +234,120 @@ pub fn serve_in_thread(app: axum::Router) -> String {
         });
     });
     rx.recv().unwrap()
+}
+
+/// Marks where a body takes its request's own number. hookgate coalesces a wake that repeats the
+/// newest pending event of its session (nothing is written), so cases whose text would be the
+/// same every time number their requests: each wake is then a new event committed to disk before
+/// the answer, as in real traffic.
+pub const SERIAL: &str = "#SERIAL#";
+
+/// The 15-line JavaScript transform of the JavaScript cases (wrk, instructions).
+pub const TITLE_MJS: &str = r#"// Reads payload.title and returns a wake, as a small hook transform does.
+export default function ({ payload, headers, path }) {
+  const title = typeof payload.title === 'string' ? payload.title.trim() : '';
+  if (!title) return null;
+  const from = headers['user-agent'] ?? 'someone';
+  const words = title.split(/\s+/).length;
+  return {
+    kind: 'wake',
+    text: `${path}: ${title} (${words} words, from ${from})`,
+    mode: 'next-heartbeat',
+  };
+}
+"#;
+
+/// The JavaScript transform's component, built with the SDK unless an earlier run built it from
+/// the same source with the same SDK.
+pub fn build_js() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), PathBuf::from)
+        .join("bench-js");
+    std::fs::create_dir_all(&out).unwrap();
+    let source = out.join("title.mjs");
+    let component = out.join("title.wasm");
+    let sdk = root.join("transforms/js-sdk");
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let sdk_changed = [
+        "build.mjs",
+        "adapter.js",
+        "hookgate-js-runtime.wasm",
+        "package-lock.json",
+    ]
+    .iter()
+    .filter_map(|file| modified(&sdk.join(file)))
+    .max();
+    let unchanged = std::fs::read_to_string(&source).is_ok_and(|s| s == TITLE_MJS);
+    if unchanged && modified(&component).is_some_and(|built| Some(built) > sdk_changed) {
+        return component;
+    }
+    std::fs::write(&source, TITLE_MJS).unwrap();
+    if !sdk.join("node_modules").is_dir() {
+        run(Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&sdk));
+    }
+    run(Command::new("node")
+        .arg(sdk.join("build.mjs"))
+        .arg(&source)
+        .arg("-o")
+        .arg(&component));
+    component
+}
+
+pub fn run(command: &mut Command) {
+    let status = command
+        .status()
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    assert!(status.success(), "{command:?} failed");
+}
+
+/// Waits (at most two minutes) until the server has no queued or running run, asking its
+/// operator API with `gateway_token`.
+pub fn wait_for_empty_queue(base: &str, gateway_token: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let busy = |status: &str| {
+        let url = format!("{base}/api/runs?status={status}&limit=1");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let Ok(response) = reqwest::Client::new()
+                .get(&url)
+                .bearer_auth(gateway_token)
+                .send()
+                .await
+            else {
+                return true;
+            };
+            let body: serde_json::Value = response.json().await.unwrap_or(serde_json::Value::Null);
+            body["runs"].as_array().is_none_or(|runs| !runs.is_empty())
+        })
+    };
+    while Instant::now() < deadline && (busy("queued") || busy("running")) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The bare axum server of the baselines: answers any request with its own body as JSON.
+pub fn echo_router() -> axum::Router {
+    axum::Router::new().fallback(|body: axum::body::Bytes| async move {
+        ([("content-type", "application/json")], body)
+    })
+}
+
+/// The example delivery `examples/payloads/<file>`, parsed.
+pub fn example_payload(file: &str) -> serde_json::Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/payloads")
+        .join(file);
+    serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+}
+
+/// Whether the case `name` runs: the environment `variable` is unset, or one of its
+/// comma-separated parts is in the name (`WRK_CASE=axum,wake`).
+pub fn selected(variable: &str, name: &str) -> bool {
+    std::env::var(variable).map_or(true, |only| only.split(',').any(|part| name.contains(part)))
 }
