@@ -1,0 +1,455 @@
+//! Instructions per request, counted with valgrind's callgrind: a figure that does not move with
+//! the machine's neighbours, unlike requests/s (docs/performance.md, "Instructions per request").
+//!
+//! Each case starts its server under `valgrind --tool=callgrind` (the bare axum echo too: this
+//! binary re-executed with `--echo`, so that the baseline is a process of its own, counted the
+//! same way), sends `INSTR_WARMUP` requests (default 100), waits for the runs they queued,
+//! zeroes the counters (`callgrind_control -z`), sends `INSTR_REQUESTS` (default 400) one after
+//! the other over one keep-alive connection, waits for the runs those queued, dumps the counters
+//! (`callgrind_control -d`) and divides the instructions of that dump by the requests. Every
+//! answer must be a 2xx. Each case's profile of the measured requests is kept as
+//! `<target>/instructions/<case>.callgrind.out`, for `callgrind_annotate`. `INSTR_CASE=wake`
+//! runs the cases whose name contains that text; `INSTR_CASE=echo,wake` those that contain
+//! either. valgrind is installed with apt-get when missing and the user may.
+//!
+//! Run: `cargo bench --bench instructions`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+mod support;
+use support::{
+    SERIAL, build_js, build_transforms, echo_router, example_payload, installed, listening,
+    selected, serve_in_thread, start_hookgate, start_hookgate_under, stop, wait_for_empty_queue,
+};
+
+const HOOK_TOKEN: &str = "bench-hook-token-0123";
+const GATEWAY_TOKEN: &str = "bench-gateway-token-0123";
+
+/// Which server a case is sent to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Server {
+    /// The bare axum JSON echo of the wrk bench.
+    Echo,
+    /// hookgate without a model provider: runs end at once.
+    Hookgate,
+}
+
+/// One kind of request.
+struct Case {
+    name: &'static str,
+    /// The name of the case's profile file, `<file>.callgrind.out`.
+    file: &'static str,
+    server: Server,
+    path: &'static str,
+    /// The request body; each [`SERIAL`] in it becomes a number no other request has.
+    body: String,
+    headers: Vec<(&'static str, &'static str)>,
+    /// The request queues an agent run, whose work is counted: the queue is left to drain
+    /// before the counters are zeroed and before they are dumped.
+    runs: bool,
+}
+
+fn case(name: &'static str, file: &'static str, path: &'static str, body: Value) -> Case {
+    Case {
+        name,
+        file,
+        server: Server::Hookgate,
+        path,
+        body: body.to_string(),
+        headers: Vec::new(),
+        runs: false,
+    }
+}
+
+/// The cases of issue 35's table, in its order.
+fn cases() -> Vec<Case> {
+    let issues = example_payload("github-issues.json");
+    let deploy = json!({"service": "api", "version": format!("1.2.{SERIAL}")});
+    let title = json!({"title": format!("a benchmark {SERIAL}"), "n": 1});
+    vec![
+        Case {
+            server: Server::Echo,
+            ..case(
+                "axum echo",
+                "echo",
+                "/",
+                json!({"text": format!("x {SERIAL}")}),
+            )
+        },
+        case(
+            "/hooks/wake",
+            "wake",
+            "/hooks/wake",
+            json!({"text": format!("benchmark event {SERIAL}"), "mode": "next-heartbeat"}),
+        ),
+        Case {
+            runs: true,
+            ..case(
+                "/hooks/agent",
+                "agent",
+                "/hooks/agent",
+                json!({"message": format!("benchmark run {SERIAL}"), "wakeMode": "next-heartbeat", "deliver": false}),
+            )
+        },
+        case("template → wake", "template-wake", "/hooks/deploy", deploy),
+        Case {
+            headers: vec![("x-github-event", "issues")],
+            runs: true,
+            ..case(
+                "template → agent (issues)",
+                "template-agent",
+                "/hooks/issues-run",
+                issues.clone(),
+            )
+        },
+        Case {
+            headers: vec![("x-github-event", "issues")],
+            runs: true,
+            ..case("github → agent, fresh", "github", "/hooks/github", issues)
+        },
+        case(
+            "js → wake, .mjs kept",
+            "js-kept",
+            "/hooks/title",
+            title.clone(),
+        ),
+        case(
+            "js → wake, .wasm fresh",
+            "js-fresh",
+            "/hooks/title-fresh",
+            title,
+        ),
+    ]
+}
+
+/// The ratios issue 35 names: (what, numerator, denominator, its target when it has one).
+const RATIOS: [(&str, &str, &str, Option<f64>); 6] = [
+    ("wake / echo", "/hooks/wake", "axum echo", Some(2.5)),
+    ("agent / wake", "/hooks/agent", "/hooks/wake", Some(1.8)),
+    (
+        "template wake / wake",
+        "template → wake",
+        "/hooks/wake",
+        None,
+    ),
+    (
+        "Rust transform / template agent",
+        "github → agent, fresh",
+        "template → agent (issues)",
+        Some(1.15),
+    ),
+    (
+        "JS kept / template wake",
+        "js → wake, .mjs kept",
+        "template → wake",
+        Some(1.6),
+    ),
+    (
+        "JS fresh / template wake",
+        "js → wake, .wasm fresh",
+        "template → wake",
+        Some(2.5),
+    ),
+];
+
+/// A configuration directory with the github and JavaScript transforms in place. A `.wasm`
+/// module gets a fresh instance per call; naming the JavaScript one `.mjs` keeps its instances
+/// (docs/transforms.md).
+fn prepare_dir(wasm: &Path, js: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("hooks/transforms");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::copy(wasm.join("github.wasm"), root.join("github.wasm")).unwrap();
+    std::fs::copy(js, root.join("title.wasm")).unwrap();
+    let config = json!({
+        "gateway": {"auth": {"token": GATEWAY_TOKEN}},
+        // Under callgrind a call runs some 50 times slower, and a transform's time limit is
+        // wall time: a minute keeps the limit out of the way without changing what it costs.
+        "hooks": {"enabled": true, "token": HOOK_TOKEN, "transformLimits": {"timeoutMs": 60_000},
+         "mappings": [
+            {"id": "deploy", "match": {"path": "deploy"}, "action": "wake", "wakeMode": "next-heartbeat",
+             "textTemplate": "Deployed {{service}} {{version}}"},
+            {"id": "issues-run", "match": {"path": "issues-run"}, "action": "agent", "name": "GitHub",
+             "wakeMode": "next-heartbeat",
+             "messageTemplate": "GitHub issue {{action}} in {{repository.full_name}}: #{{issue.number}} {{issue.title}} ({{issue.html_url}})"},
+            {"id": "github", "match": {"path": "github"}, "wakeMode": "next-heartbeat",
+             "transform": {"module": "github.wasm"}},
+            {"id": "title", "match": {"path": "title"}, "action": "wake", "textTemplate": "-",
+             "transform": {"module": "title.mjs"}},
+            {"id": "title-fresh", "match": {"path": "title-fresh"}, "action": "wake", "textTemplate": "-",
+             "transform": {"module": "title.wasm"}},
+        ]},
+        // No heartbeats: the benchmark measures intake.
+        "agents": {"defaults": {"heartbeat": {"every": "0"}}},
+    });
+    std::fs::write(dir.path().join("hookgate.json5"), config.to_string()).unwrap();
+    dir
+}
+
+/// One keep-alive HTTP/1.1 connection, written by hand so that every request of a case goes
+/// over the same one.
+struct Connection {
+    stream: BufReader<TcpStream>,
+    authority: String,
+}
+
+impl Connection {
+    fn open(base: &str) -> Connection {
+        let authority = base.strip_prefix("http://").expect("an http base URL");
+        let stream = TcpStream::connect(authority).expect("connect");
+        stream.set_nodelay(true).unwrap();
+        // Under valgrind a request takes milliseconds; a hung server fails the run instead.
+        stream
+            .set_read_timeout(Some(Duration::from_secs(120)))
+            .unwrap();
+        Connection {
+            stream: BufReader::new(stream),
+            authority: authority.to_string(),
+        }
+    }
+
+    /// Sends `case`'s request with `serial` in its body; panics unless the answer is a 2xx.
+    fn send(&mut self, case: &Case, serial: u64) {
+        let body = case.body.replace(SERIAL, &serial.to_string());
+        let mut request = format!(
+            "POST {} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+             authorization: Bearer {HOOK_TOKEN}\r\ncontent-length: {}\r\n",
+            case.path,
+            self.authority,
+            body.len()
+        );
+        for (name, value) in &case.headers {
+            request += &format!("{name}: {value}\r\n");
+        }
+        request += "\r\n";
+        request += &body;
+        self.stream
+            .get_mut()
+            .write_all(request.as_bytes())
+            .expect("send");
+        let (status, answer) = self.answer();
+        assert!(
+            (200..300).contains(&status),
+            "{}: answered {status}: {answer}",
+            case.name
+        );
+    }
+
+    /// Reads one answer, which must give its length (hyper does for the bodies both servers
+    /// send); returns its status and body.
+    fn answer(&mut self) -> (u16, String) {
+        let mut line = String::new();
+        self.stream.read_line(&mut line).expect("status line");
+        let status = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("status line: {line:?}"));
+        let mut length = None;
+        loop {
+            line.clear();
+            self.stream.read_line(&mut line).expect("header");
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse::<usize>().ok();
+            }
+        }
+        let mut body = vec![0; length.expect("content-length")];
+        self.stream.read_exact(&mut body).expect("body");
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+}
+
+/// Runs `callgrind_control <flag> <pid>`, which returns once the running callgrind has done it.
+fn callgrind_control(flag: &str, pid: u32) {
+    let output = Command::new("callgrind_control")
+        .args([flag, &pid.to_string()])
+        .output()
+        .expect("callgrind_control");
+    assert!(output.status.success(), "callgrind_control {flag} failed");
+}
+
+/// The instructions a callgrind dump counted: its `summary:` line, else its `totals:` line.
+fn dumped_instructions(dump: &Path) -> u64 {
+    let text =
+        std::fs::read_to_string(dump).unwrap_or_else(|e| panic!("reading {}: {e}", dump.display()));
+    let field = |prefix: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+    };
+    field("summary:")
+        .or_else(|| field("totals:"))
+        .unwrap_or_else(|| panic!("no summary in {}", dump.display()))
+}
+
+/// Starts `case`'s server under callgrind writing to `profile`; returns it and its base URL.
+fn start_under_callgrind(case: &Case, dir: &Path, profile: &Path) -> (Child, String) {
+    let wrapper = vec![
+        installed("valgrind", "valgrind").to_string(),
+        "--tool=callgrind".to_string(),
+        format!("--callgrind-out-file={}", profile.display()),
+    ];
+    match case.server {
+        Server::Hookgate => {
+            let (child, base, _) = start_hookgate_under(dir, &wrapper);
+            (child, base)
+        }
+        Server::Echo => {
+            let mut child = Command::new(&wrapper[0])
+                .args(&wrapper[1..])
+                .arg(std::env::current_exe().unwrap())
+                .arg("--echo")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("valgrind");
+            let base = listening(&mut child);
+            (child, base)
+        }
+    }
+}
+
+/// A server under callgrind, killed when dropped: a case that fails leaves none running.
+struct Running(Option<Child>);
+
+impl Running {
+    /// Stops the server as an operator would (`SIGTERM`) and waits for it.
+    fn stop(mut self) {
+        stop(self.0.take().unwrap());
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// How many requests, and the number of the next request's body.
+struct Plan {
+    warmup: u64,
+    requests: u64,
+    serial: u64,
+}
+
+/// Measures `case`; returns the instructions its server retired for `plan.requests` requests
+/// and keeps their profile as `<out>/<case.file>.callgrind.out`.
+fn measure(case: &Case, dir: &Path, out: &Path, plan: &mut Plan) -> u64 {
+    let profile = out.join(format!("{}.callgrind.out", case.file));
+    // callgrind numbers the dumps it is asked for: the first is `<file>.1`.
+    let dump = PathBuf::from(format!("{}.1", profile.display()));
+    let _ = std::fs::remove_file(&dump);
+    let (child, base) = start_under_callgrind(case, dir, &profile);
+    let server = Running(Some(child));
+    let pid = server.0.as_ref().unwrap().id();
+    let mut connection = Connection::open(&base);
+    let mut send = |count: u64, plan: &mut Plan| {
+        for _ in 0..count {
+            connection.send(case, plan.serial);
+            plan.serial += 1;
+        }
+        if case.runs {
+            wait_for_empty_queue(&base, GATEWAY_TOKEN);
+        }
+    };
+    send(plan.warmup, plan);
+    callgrind_control("-z", pid);
+    send(plan.requests, plan);
+    callgrind_control("-d", pid);
+    let instructions = dumped_instructions(&dump);
+    drop(connection);
+    server.stop();
+    // The file the server wrote at its exit counts its shutdown; the measured dump replaces it.
+    std::fs::rename(&dump, &profile).unwrap();
+    instructions
+}
+
+/// Where the profiles are kept: `instructions/` in the target directory.
+fn profile_dir() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), PathBuf::from)
+        .join("instructions");
+    std::fs::create_dir_all(&out).unwrap();
+    out
+}
+
+fn env_count(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The baseline's process: the echo, until it is stopped.
+fn serve_echo() -> ! {
+    println!("listening on {}", serve_in_thread(echo_router()));
+    loop {
+        std::thread::park();
+    }
+}
+
+fn main() {
+    if std::env::args().any(|arg| arg == "--echo") {
+        serve_echo();
+    }
+    let mut plan = Plan {
+        warmup: env_count("INSTR_WARMUP", 100),
+        requests: env_count("INSTR_REQUESTS", 400).max(1),
+        serial: 0,
+    };
+    let cases: Vec<Case> = cases()
+        .into_iter()
+        .filter(|c| selected("INSTR_CASE", c.name))
+        .collect();
+    let dir = prepare_dir(&build_transforms(), &build_js());
+    // Once natively first, so that the servers under callgrind find the transforms compiled.
+    let (warming, _, _) = start_hookgate(dir.path());
+    stop(warming);
+    let out = profile_dir();
+    println!(
+        "instructions per request under callgrind: {} warm-up, {} measured over one connection; \
+         profiles in {}",
+        plan.warmup,
+        plan.requests,
+        out.display()
+    );
+    let mut figures: Vec<(&str, f64)> = Vec::new();
+    for case in &cases {
+        let per_request = measure(case, dir.path(), &out, &mut plan) as f64 / plan.requests as f64;
+        println!(
+            "{:<28} {:>9.1}k  {}.callgrind.out",
+            case.name,
+            per_request / 1e3,
+            case.file
+        );
+        figures.push((case.name, per_request));
+    }
+    let figure = |name: &str| figures.iter().find(|(n, _)| *n == name).map(|(_, f)| *f);
+    for (what, of, to, target) in RATIOS {
+        let (Some(of), Some(to)) = (figure(of), figure(to)) else {
+            continue;
+        };
+        let ratio = of / to;
+        let verdict = target.map_or(String::new(), |t| {
+            let met = if ratio <= t { "met" } else { "NOT met" };
+            format!("  (target ≤ {t}: {met})")
+        });
+        println!("{what:<32} {ratio:>5.2}{verdict}");
+    }
+}
