@@ -43,6 +43,12 @@ pub struct RequestsQuery {
 }
 
 impl RequestsQuery {
+    /// Whether the query continues a newest-first listing (`before`): an operation that takes
+    /// requests oldest first refuses it, as the cursor would mean the other side of the log.
+    pub fn continues_a_listing(&self) -> bool {
+        self.before.is_some()
+    }
+
     /// The filter these parameters name, newest first; an invalid one answered 400 naming the
     /// parameter.
     pub fn filter(self) -> Result<RequestFilter, ApiError> {

@@ -292,6 +292,38 @@ async fn a_request_not_captured_is_counted_and_listed_not_guessed() {
     assert_eq!(wake["then"]["status"], 200);
 }
 
+/// A dry run continues past a request with `after`, oldest first; a listing's `before`, which
+/// would mean the other side of the log, is refused.
+#[tokio::test]
+async fn a_dry_run_continues_with_after_and_refuses_a_listings_before() {
+    let (server, _dir, ids) = filled().await;
+    let text = serde_json::to_string(&live_config()).unwrap();
+    let filter = json!({"hook": "github"});
+    let (status, all) = dry_run(&server, &json!({"config": text, "filter": filter})).await;
+    assert_eq!(status, 200, "{all}");
+    let (status, rest) = dry_run(
+        &server,
+        &json!({"config": text, "filter": filter, "after": ids[0]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{rest}");
+    let tried = |answer: &Value| ids_where(answer, |_| true);
+    assert_eq!(tried(&rest), tried(&all)[1..], "{rest}");
+    let (status, refused) = dry_run(
+        &server,
+        &json!({"config": text, "filter": {"hook": "github", "before": ids[3]}}),
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("continue one with after"),
+        "{refused}"
+    );
+}
+
 #[tokio::test]
 async fn an_invalid_candidate_is_refused_naming_the_key_not_the_value() {
     let dir = ConfigDir::new(&live_config());

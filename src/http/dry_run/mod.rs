@@ -42,9 +42,11 @@ struct DryRunBody {
     config: String,
     /// Replaces the candidate's `hooks.transformsDir` (confined as that key is).
     transforms_dir: Option<String>,
-    /// The keys of `GET /api/requests`.
+    /// The keys of `GET /api/requests`, but `before`.
     #[serde(default)]
     filter: RequestsQuery,
+    /// Continues a dry run that stopped at this request (its answer's `next`).
+    after: Option<String>,
 }
 
 /// Tries the candidate of the body on the selected requests; answers each request's then and
@@ -56,8 +58,15 @@ struct DryRunBody {
 pub async fn dry_run(State(app): State<AppState>, body: Bytes) -> Result<Response, DryRunError> {
     let body: DryRunBody = serde_json::from_slice(&body)
         .map_err(|e| ApiError::Invalid(format!("invalid dry-run body: {e}")))?;
+    if body.filter.continues_a_listing() {
+        return Err(ApiError::Invalid(
+            "filter.before: a dry run takes requests oldest first; continue one with after".into(),
+        )
+        .into());
+    }
     let mut filter = body.filter.filter()?;
     filter.order = ListOrder::OldestFirst;
+    filter.cursor = body.after;
     filter.limit = PAGE;
     let candidate = candidate(&app, body.config, body.transforms_dir).await?;
     let hooks = candidate.hooks.as_ref().ok_or_else(|| {
@@ -112,7 +121,7 @@ struct DryRun {
     ok: bool,
     totals: Totals,
     requests: Vec<Trial>,
-    /// When more requests matched than one dry run tries: the filter's `before` that continues.
+    /// When more requests matched than one dry run tries: the `after` that continues.
     next: Option<String>,
 }
 
