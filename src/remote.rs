@@ -331,15 +331,7 @@ impl Remote {
             "POST" => Method::POST,
             _ => Method::GET,
         };
-        let answer = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the async runtime: {e}"))
-            .and_then(|runtime| {
-                let client = reqwest::Client::new();
-                runtime.block_on(self.exchange(&client, method, path, None))
-            });
-        match answer {
+        match self.send(method, path, None) {
             Ok(body) => {
                 if self.json {
                     println!(
@@ -390,11 +382,21 @@ impl Remote {
         if status.is_success() {
             return Ok(answer);
         }
-        Err(format!(
-            "{} (HTTP {})",
-            text(&answer["error"]),
-            status.as_u16()
-        ))
+        let mut message = format!("{} (HTTP {})", text(&answer["error"]), status.as_u16());
+        for problem in answer["problems"].as_array().into_iter().flatten() {
+            message.push_str(&format!("\n  {}", text(problem)));
+        }
+        Err(message)
+    }
+
+    /// [`Remote::exchange`] on a runtime of its own, for a command that sends one request.
+    fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        let client = reqwest::Client::new();
+        runtime.block_on(self.exchange(&client, method, path, body))
     }
 }
 

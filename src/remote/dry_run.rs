@@ -5,11 +5,12 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Args;
+use reqwest::Method;
 use serde_json::{Value, json};
 
+use super::filters::RequestFilters;
 use super::{Remote, print_table, printable, shortened, text};
 
 /// Exit code of a dry run in which a request that succeeded would now fail.
@@ -43,18 +44,11 @@ pub struct DryRunArgs {
     /// (replaces the candidate's hooks.transformsDir).
     #[arg(long)]
     transforms: Option<String>,
-    /// Only requests of this last span of time: 24h, 90m, 7d.
-    #[arg(long, value_parser = humantime::parse_duration)]
-    since: Option<Duration>,
-    /// Only this mapping id.
+    #[command(flatten)]
+    filters: RequestFilters,
+    /// Continue a dry run that stopped at this request (the id it printed).
     #[arg(long)]
-    mapping: Option<String>,
-    /// Only this hook name.
-    #[arg(long)]
-    hook: Option<String>,
-    /// Only this status class: 2xx, 4xx or 5xx.
-    #[arg(long)]
-    status: Option<String>,
+    after: Option<String>,
 }
 
 /// Runs `hookgate requests dry-run`.
@@ -66,29 +60,17 @@ pub fn run(args: DryRunArgs) -> ExitCode {
             return ExitCode::from(NOT_MADE);
         }
     };
-    let since = match args.since.map(since_time).transpose() {
-        Ok(since) => since,
-        Err(message) => {
-            eprintln!("error: --since: {message}");
-            return ExitCode::from(NOT_MADE);
-        }
-    };
-    let mut filter = serde_json::Map::new();
-    for (key, value) in [
-        ("since", since),
-        ("mapping", args.mapping),
-        ("hook", args.hook),
-        ("status", args.status),
-    ] {
-        if let Some(value) = value {
-            filter.insert(key.into(), Value::from(value));
-        }
-    }
-    let mut body = json!({"config": config, "filter": filter});
+    let mut body = json!({"config": config, "filter": args.filters.json()});
     if let Some(dir) = args.transforms {
         body["transformsDir"] = Value::from(dir);
     }
-    let answer = match args.remote.post("/api/requests/dry-run", &body) {
+    if let Some(after) = args.after {
+        body["after"] = Value::from(after);
+    }
+    let answer = match args
+        .remote
+        .send(Method::POST, "/api/requests/dry-run", Some(&body))
+    {
         Ok(answer) => answer,
         Err(message) => {
             eprintln!("error: {message}");
@@ -108,15 +90,6 @@ pub fn run(args: DryRunArgs) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
-}
-
-/// The RFC 3339 time `span` before now.
-fn since_time(span: Duration) -> Result<String, String> {
-    let span = chrono::Duration::from_std(span).map_err(|_| "too long a span".to_string())?;
-    let at = chrono::Utc::now()
-        .checked_sub_signed(span)
-        .ok_or_else(|| "too long a span".to_string())?;
-    Ok(at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
 }
 
 fn print_report(answer: &Value) {
@@ -173,7 +146,9 @@ fn print_report(answer: &Value) {
         text(&totals["nowFailing"]),
     );
     if let Some(next) = answer["next"].as_str() {
-        println!("more requests matched: the dry run stopped at {next}");
+        println!(
+            "more requests matched: the dry run stopped at {next} (continue with --after {next})"
+        );
     }
 }
 
@@ -213,42 +188,5 @@ fn action_now(now: &Value) -> String {
             format!("{} {}{more}", text(&first["kind"]), shortened(what, 60))
         }
         _ => text(&now["ending"]),
-    }
-}
-
-impl Remote {
-    /// POSTs `body` as JSON to `path`; the answer's JSON when it succeeded, else the API's
-    /// error with every problem it lists, one per line.
-    fn post(&self, path: &str, body: &Value) -> Result<Value, String> {
-        let token = std::env::var("HOOKGATE_GATEWAY_TOKEN")
-            .map_err(|_| "set HOOKGATE_GATEWAY_TOKEN to the gateway token (gateway.auth.token)")?;
-        let url = format!("{}{path}", self.url.trim_end_matches('/'));
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-        let (status, answer) = runtime.block_on(async {
-            let response = reqwest::Client::new()
-                .post(&url)
-                .bearer_auth(token.trim())
-                .json(body)
-                .send()
-                .await
-                .map_err(|e| format!("cannot reach {}: {e}", self.url))?;
-            let status = response.status();
-            let answer: Value = response
-                .json()
-                .await
-                .map_err(|e| format!("{url} answered {status} with no JSON: {e}"))?;
-            Ok::<_, String>((status, answer))
-        })?;
-        if status.is_success() {
-            return Ok(answer);
-        }
-        let mut message = format!("{} (HTTP {})", text(&answer["error"]), status.as_u16());
-        for problem in answer["problems"].as_array().into_iter().flatten() {
-            message.push_str(&format!("\n  {}", text(problem)));
-        }
-        Err(message)
     }
 }

@@ -39,6 +39,14 @@ pub struct RequestFilters {
 }
 
 impl RequestFilters {
+    /// The API's `filter` object: the flags that are set, by their API names.
+    pub fn json(&self) -> serde_json::Map<String, serde_json::Value> {
+        let pairs = self.pairs().into_iter();
+        pairs
+            .filter_map(|(name, value)| Some((name.to_string(), value?.into())))
+            .collect()
+    }
+
     /// The API's parameters, named as it names them; `None` for a flag not given.
     pub fn pairs(&self) -> [(&'static str, Option<String>); 9] {
         [

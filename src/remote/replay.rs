@@ -40,10 +40,7 @@ pub struct BulkReplay {
 impl BulkReplay {
     /// The API's `filter`: the flags that are set.
     fn filter(&self) -> Map<String, Value> {
-        let pairs = self.filters.pairs().into_iter();
-        pairs
-            .filter_map(|(name, value)| Some((name.to_string(), Value::from(value?))))
-            .collect()
+        self.filters.json()
     }
 }
 
