@@ -194,7 +194,7 @@ async fn try_record(
     };
     let differs = now.as_ref().is_some_and(|now| now.differs_from(&then));
     let captured = record.captured && untried != Some(Untried::NotCaptured);
-    Ok(Trial {
+    let mut trial = Trial {
         id: record.id,
         at: record.at,
         hook: record.hook,
@@ -203,7 +203,9 @@ async fn try_record(
         now,
         untried,
         differs,
-    })
+    };
+    trial.cut_for_answer();
+    Ok(trial)
 }
 
 /// What `record` would become under `hooks`, or why it was not tried.

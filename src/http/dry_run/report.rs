@@ -26,6 +26,30 @@ pub(super) struct ActionView {
     /// An agent run's session key; null now when admission would make a fresh one.
     #[serde(skip_serializing_if = "Option::is_none")]
     session_key: Option<String>,
+    /// Set when the text or message shown was cut to [`SHOWN`] bytes (compared whole).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    truncated: bool,
+}
+
+/// The most bytes of an action's text or message an answer shows: 10,000 trials of forEach
+/// actions of 64 KiB messages would otherwise make an answer of gigabytes. Compared whole
+/// before they are cut.
+pub(super) const SHOWN: usize = 2048;
+
+impl ActionView {
+    /// Cuts the text and message to [`SHOWN`] bytes (on a character boundary) for the answer.
+    fn cut_for_answer(&mut self) {
+        for shown in [&mut self.text, &mut self.message].into_iter().flatten() {
+            if shown.len() > SHOWN {
+                let mut end = SHOWN;
+                while !shown.is_char_boundary(end) {
+                    end -= 1;
+                }
+                shown.truncate(end);
+                self.truncated = true;
+            }
+        }
+    }
 }
 
 impl ActionView {
@@ -38,6 +62,7 @@ impl ActionView {
                 message: None,
                 agent_id: Some(event.agent),
                 session_key: None,
+                truncated: false,
             },
             Preview::Agent(run) => ActionView {
                 kind: ActionKind::Agent,
@@ -45,6 +70,7 @@ impl ActionView {
                 message: Some(run.action.message),
                 agent_id: Some(run.target_agent),
                 session_key: run.session_key_chosen.then_some(run.session_key),
+                truncated: false,
             },
         }
     }
@@ -58,6 +84,7 @@ impl ActionView {
             message: Some(run.action.message.clone()),
             agent_id: Some(run.target_agent.clone()),
             session_key: Some(run.session_key.clone()),
+            truncated: false,
         }
     }
 
@@ -97,6 +124,7 @@ impl Then {
                 message: None,
                 agent_id: None,
                 session_key: None,
+                truncated: false,
             });
         }
         Then {
@@ -243,6 +271,17 @@ pub(super) struct Trial {
     pub differs: bool,
 }
 
+impl Trial {
+    /// Cuts what the answer shows of each action's text and message (see [`SHOWN`]), once
+    /// `differs` was decided on them whole.
+    pub fn cut_for_answer(&mut self) {
+        let now = self.now.iter_mut().flat_map(|now| now.actions.iter_mut());
+        for action in self.then.actions.iter_mut().chain(now) {
+            action.cut_for_answer();
+        }
+    }
+}
+
 /// How many requests the dry run took, and what it found.
 #[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -292,7 +331,20 @@ mod tests {
             message: Some(message.into()),
             agent_id: Some("main".into()),
             session_key: None,
+            truncated: false,
         }
+    }
+
+    #[test]
+    fn a_long_message_is_compared_whole_and_shown_cut() {
+        let mut long = agent(&"é".repeat(SHOWN));
+        long.cut_for_answer();
+        assert!(long.truncated);
+        assert!(long.message.as_ref().unwrap().len() <= SHOWN);
+        let mut short = agent("short");
+        short.cut_for_answer();
+        assert!(!short.truncated);
+        assert_eq!(short.message.as_deref(), Some("short"));
     }
 
     #[test]
