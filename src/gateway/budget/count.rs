@@ -17,27 +17,35 @@ pub(super) struct Window {
     pub oldest_ms: Option<i64>,
 }
 
-/// The runs of a mapping that entered the queue after `?2`: accepted then (never held), or
-/// released then (held and cancelled runs have `held_by` set and no `released_at`). Each part
-/// stops at `?3` rows, oldest first, on its index: the answer is exact below the limit `?3` and
-/// at least `?3` past it, which is all a budget asks, so a read costs at most the limit, however
-/// many runs the window holds.
-pub(super) const MAPPING_RUNS: &str = "SELECT COUNT(*), MIN(at) FROM (
+/// The count of the runs whose `$scope` column is `?1` that entered the queue after `?2`:
+/// accepted then (never held), or released then (held and cancelled runs have `held_by` set and
+/// no `released_at`). Each part stops at `?3` rows, oldest first, on its index: the answer is
+/// exact below the limit `?3` and at least `?3` past it, which is all a budget asks, so a read
+/// costs at most the limit, however many runs the window holds. A macro, so that each scope's
+/// statement is one literal built at compile time.
+macro_rules! runs_entered {
+    ($scope:literal) => {
+        concat!(
+            "SELECT COUNT(*), MIN(at) FROM (
        SELECT * FROM (SELECT created_at AS at FROM runs
-        WHERE mapping_id = ?1 AND created_at > ?2 AND held_by IS NULL
+        WHERE ",
+            $scope,
+            " = ?1 AND created_at > ?2 AND held_by IS NULL
         ORDER BY created_at LIMIT ?3)
        UNION ALL
-       SELECT * FROM (SELECT released_at FROM runs WHERE mapping_id = ?1 AND released_at > ?2
-        ORDER BY released_at LIMIT ?3))";
+       SELECT * FROM (SELECT released_at FROM runs WHERE ",
+            $scope,
+            " = ?1 AND released_at > ?2
+        ORDER BY released_at LIMIT ?3))"
+        )
+    };
+}
+
+/// The runs of a mapping that entered the queue in the window ([`runs_entered`]).
+pub(super) const MAPPING_RUNS: &str = runs_entered!("mapping_id");
 
 /// The same for the runs of an agent.
-pub(super) const AGENT_RUNS: &str = "SELECT COUNT(*), MIN(at) FROM (
-       SELECT * FROM (SELECT created_at AS at FROM runs
-        WHERE target_agent = ?1 AND created_at > ?2 AND held_by IS NULL
-        ORDER BY created_at LIMIT ?3)
-       UNION ALL
-       SELECT * FROM (SELECT released_at FROM runs WHERE target_agent = ?1 AND released_at > ?2
-        ORDER BY released_at LIMIT ?3))";
+pub(super) const AGENT_RUNS: &str = runs_entered!("target_agent");
 
 /// When the oldest run of a mapping that used tokens finished after `?2` finished: when the
 /// first of its tokens leaves the window (`spend_since` sums them).
