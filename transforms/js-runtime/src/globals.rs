@@ -5,6 +5,7 @@
 //! functions here, which do what JavaScript would do slowly or wrongly (WHATWG URL parsing with
 //! the `url` crate, UTF-8, randomness from WASI).
 
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::time::Instant;
 
@@ -64,16 +65,25 @@ fn utf8_decode(
     // the slice lives; no JavaScript runs before the slice is copied into the string below.
     let bytes = unsafe { bytes.as_bytes() }
         .ok_or_else(|| Exception::throw_type(&ctx, "TextDecoder.decode: the buffer is detached"))?;
-    let bytes = match bytes {
-        [0xEF, 0xBB, 0xBF, rest @ ..] if !ignore_bom => rest,
-        _ => bytes,
-    };
     if fatal {
-        std::str::from_utf8(bytes)
+        std::str::from_utf8(without_bom(bytes, ignore_bom))
             .map(str::to_owned)
             .map_err(|_| Exception::throw_type(&ctx, "The encoded data was not valid utf-8"))
     } else {
-        Ok(String::from_utf8_lossy(bytes).into_owned())
+        Ok(utf8_text(bytes, ignore_bom).into_owned())
+    }
+}
+
+/// UTF-8 to text as a non-fatal `TextDecoder` decodes it: invalid bytes as U+FFFD, and a leading
+/// byte-order mark dropped unless `ignore_bom`.
+pub fn utf8_text(bytes: &[u8], ignore_bom: bool) -> Cow<'_, str> {
+    String::from_utf8_lossy(without_bom(bytes, ignore_bom))
+}
+
+fn without_bom(bytes: &[u8], ignore_bom: bool) -> &[u8] {
+    match bytes {
+        [0xEF, 0xBB, 0xBF, rest @ ..] if !ignore_bom => rest,
+        _ => bytes,
     }
 }
 
