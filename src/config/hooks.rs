@@ -17,6 +17,7 @@ use super::{ConfigError, capture, confine, limits, seconds};
 use crate::hook::capture::CapturePolicy;
 use crate::hook::credentials::CredentialHeaders;
 use crate::hook::signature::SignatureRule;
+use crate::hook::token::TokenDigest;
 use crate::hook::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy, SessionMode};
 use crate::mapping::{ActionKind, Mapping};
 use crate::transform::{TransformLimits, TransformSet};
@@ -38,7 +39,7 @@ pub const KNOWN_PRESETS: &[&str] = &["gmail"];
 /// The webhook endpoint's settings, present only when hooks are enabled.
 #[derive(Debug)]
 pub struct HookSettings {
-    pub token: String,
+    pub token: TokenDigest,
     /// Normalised: a leading `/`, no trailing `/`, never `/` alone.
     pub path: String,
     pub max_body_bytes: u64,
@@ -184,7 +185,7 @@ pub(super) fn hook_settings(
     let credentials =
         CredentialHeaders::of(built.mappings.iter().filter_map(|m| m.signature.as_ref()));
     Some(HookSettings {
-        token: token?,
+        token: TokenDigest::of(&token?),
         path: path?,
         max_body_bytes,
         body_timeout,

@@ -15,6 +15,7 @@ use super::secret::secret;
 use super::{ConfigError, ConfigNotice};
 use crate::client::TrustedProxies;
 use crate::hook::policy::{AllowedAgents, normalize_agent_id};
+use crate::hook::token::TokenDigest;
 use crate::hook::{AgentDirectory, Channel};
 use crate::transform::TransformLimits;
 
@@ -26,7 +27,7 @@ pub struct Settings {
     pub bind: String,
     pub port: u16,
     /// Guards the operator API; `None` leaves the API closed to everyone.
-    pub gateway_token: Option<String>,
+    pub gateway_token: Option<TokenDigest>,
     /// Proxies whose forwarding header names the client, and which header that is.
     pub trusted_proxies: TrustedProxies,
     pub state_dir: PathBuf,
@@ -113,7 +114,7 @@ impl Settings {
             config_dir: config_dir.to_path_buf(),
             bind,
             port: file.gateway.port.unwrap_or(8787),
-            gateway_token,
+            gateway_token: gateway_token.as_deref().map(TokenDigest::of),
             trusted_proxies,
             state_dir,
             group_commit: file.gateway.group_commit.unwrap_or(true),

@@ -1,8 +1,8 @@
 //! The pure domain of a hook request: the action it asks for ([`action`], its enums' wire names
 //! written once in `wire`), payload normalising, the agent/session/model policies, the idempotency
-//! key, the safety envelope, provider signatures, which headers are credentials and what of a
-//! request the log captures. Nothing here does I/O, so every rule is a plain function that tests
-//! can call directly.
+//! key, the safety envelope, provider signatures, the configured tokens' comparison, which headers
+//! are credentials and what of a request the log captures. Nothing here does I/O, so every rule is
+//! a plain function that tests can call directly.
 
 pub mod action;
 pub mod batch_prompt;
@@ -13,6 +13,7 @@ pub mod idempotency;
 pub mod payload;
 pub mod policy;
 pub mod signature;
+pub mod token;
 pub(crate) mod wire;
 
 pub use action::{

@@ -1,5 +1,5 @@
-//! Hook authentication: where the token may come from, how it is compared, and the lockout of
-//! clients that keep presenting wrong ones (docs/http-contract.md, step 4).
+//! Hook authentication: where the token may come from (its comparison is `crate::hook::token`),
+//! and the lockout of clients that keep presenting wrong ones (docs/http-contract.md, step 4).
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -7,8 +7,6 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use crate::client::ClientKey;
 
@@ -38,17 +36,6 @@ pub fn presented_token(headers: &HeaderMap) -> Option<&str> {
                     .filter(|t| !t.is_empty())
             })
     })
-}
-
-/// Compares a presented token with the expected one in time that depends on neither their
-/// contents nor their lengths: both are hashed first, and the digests compared in constant time.
-pub fn token_matches(presented: Option<&str>, expected: &str) -> bool {
-    let Some(presented) = presented else {
-        return false;
-    };
-    let a = Sha256::digest(presented.as_bytes());
-    let b = Sha256::digest(expected.as_bytes());
-    a.ct_eq(&b).into()
 }
 
 /// Counts failed authentications per key (a client, or a client and a mapping) and locks out
@@ -276,13 +263,6 @@ mod tests {
             presented_token(&headers(&[("authorization", "Basic x")])),
             None
         );
-    }
-
-    #[test]
-    fn comparison() {
-        assert!(token_matches(Some("secret"), "secret"));
-        assert!(!token_matches(Some("secre"), "secret"));
-        assert!(!token_matches(None, "secret"));
     }
 
     fn ip(last: u8) -> ClientKey {

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::api_error::ApiError;
-use super::auth::{presented_bearer, token_matches};
+use super::auth::presented_bearer;
 use super::reply::{HookError, Refusal};
 
 /// Proof that the request carried the gateway token.
@@ -62,7 +62,7 @@ impl Operator {
                 .map_err(|retry_after| HookError::LockedOut { retry_after })?;
         }
         match &settings.gateway_token {
-            Some(expected) if token_matches(presented_bearer(&parts.headers), expected) => {
+            Some(expected) if expected.matches(presented_bearer(&parts.headers)) => {
                 if let Some(client) = &client {
                     app.api_limiter.clear(client);
                 }

@@ -12,7 +12,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use super::auth::{presented_token, token_matches};
+use super::auth::presented_token;
 use super::reply::{HookError, Refusal, json_error};
 use super::request::HookContext;
 use super::trace::Trace;
@@ -73,7 +73,7 @@ pub fn authenticate(
             return Err(HookError::LockedOut { retry_after });
         }
     }
-    if token_matches(token, &hooks.token) {
+    if hooks.token.matches(token) {
         if let Some(client) = client {
             app.limiter.clear(&client);
         }
