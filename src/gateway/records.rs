@@ -368,9 +368,18 @@ pub struct EventRecord {
     pub at: String,
 }
 
+/// Events of agent `?1` past `?2`, of one consumed state (`?4`), at most `?3`.
+const EVENTS_AFTER: &str = "SELECT seq, kind, text, trusted, source, at FROM events
+     WHERE agent = ?1 AND consumed = ?4 AND seq > ?2 ORDER BY seq LIMIT ?3";
+/// The newest `?3` events of agent `?1` of one consumed state (`?4`); `?2` is `NULL`.
+const NEWEST_EVENTS: &str = "SELECT seq, kind, text, trusted, source, at FROM events
+     WHERE agent = ?1 AND consumed = ?4 AND ?2 IS NULL ORDER BY seq DESC LIMIT ?3";
+
 impl EventRecord {
     /// Events of `agent` in commit order: those after `after`, or with `after` `None` the
-    /// newest `limit`.
+    /// newest `limit`. Read on `events_pending` (agent, consumed, seq) as two runs of at most
+    /// `limit`, the agent's pending events and those a heartbeat took, merged: that index serves
+    /// this listing as well as one by agent and seq did, which every wake then wrote too.
     fn select_after(
         conn: &Connection,
         agent: &str,
@@ -378,27 +387,34 @@ impl EventRecord {
         limit: u32,
     ) -> rusqlite::Result<Vec<EventRecord>> {
         let sql = match after {
-            Some(_) => {
-                "SELECT seq, kind, text, trusted, source, at FROM events
-                 WHERE agent = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"
-            }
-            None => {
-                "SELECT * FROM (SELECT seq, kind, text, trusted, source, at FROM events
-                 WHERE agent = ?1 AND ?2 IS NULL ORDER BY seq DESC LIMIT ?3) ORDER BY seq"
-            }
+            Some(_) => EVENTS_AFTER,
+            None => NEWEST_EVENTS,
         };
         let mut stmt = conn.prepare_cached(sql)?;
-        let rows = stmt.query_map(params![agent, after, limit], |row| {
-            Ok(EventRecord {
-                seq: row.get(0)?,
-                kind: row.get(1)?,
-                text: row.get(2)?,
-                trusted: row.get(3)?,
-                source: row.get(4)?,
-                at: row.get(5)?,
-            })
-        })?;
-        rows.collect()
+        let mut events = Vec::new();
+        for consumed in [false, true] {
+            let rows = stmt.query_map(params![agent, after, limit, consumed], |row| {
+                Ok(EventRecord {
+                    seq: row.get(0)?,
+                    kind: row.get(1)?,
+                    text: row.get(2)?,
+                    trusted: row.get(3)?,
+                    source: row.get(4)?,
+                    at: row.get(5)?,
+                })
+            })?;
+            for row in rows {
+                events.push(row?);
+            }
+        }
+        // The newest `limit` are kept from the end, the first `limit` after `after` from the start.
+        events.sort_unstable_by_key(|event| event.seq);
+        let extra = events.len().saturating_sub(limit as usize);
+        match after {
+            Some(_) => events.truncate(limit as usize),
+            None => drop(events.drain(..extra)),
+        }
+        Ok(events)
     }
 }
 
@@ -530,37 +546,4 @@ impl NewRun {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A statement stays prepared however its parameters are bound: the wake's check, bound to
-    /// another agent each time, is never planned again (it was, on every request, until the
-    /// connection asked for stable plans).
-    #[tokio::test]
-    async fn a_wake_reuses_its_prepared_statement() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), true).unwrap();
-        for (agent, text) in [("main", "a"), ("ops", "b"), ("main", "c"), ("main", "c")] {
-            let event = NewEvent {
-                agent: agent.into(),
-                kind: EventKind::System,
-                text: text.into(),
-                trusted: false,
-                source: "hook:wake".into(),
-                at: "2026-01-01T00:00:00.000Z".into(),
-            };
-            store
-                .write(move |conn| event.append_wake(conn))
-                .await
-                .unwrap();
-        }
-        let reprepared = store
-            .write(|conn| {
-                let stmt = conn.prepare_cached(NEWEST_PENDING)?;
-                Ok(stmt.get_status(rusqlite::StatementStatus::RePrepare))
-            })
-            .await
-            .unwrap();
-        assert_eq!(reprepared, 0);
-    }
-}
+mod tests;

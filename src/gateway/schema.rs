@@ -223,6 +223,14 @@ CREATE TRIGGER batches_pruned AFTER DELETE ON runs BEGIN
 END;
 ";
 
+/// `events_by_agent` (agent, seq) is dropped: `events_pending` (agent, consumed, seq) serves the
+/// one listing it served, as two runs merged (`EventRecord::select_after`), and every wake wrote
+/// both. One index entry and one WAL page fewer per event: about 11,000 instructions per
+/// `/hooks/wake` (docs/performance.md, "Instructions per request").
+const SCHEMA_V16: &str = "
+DROP INDEX IF EXISTS events_by_agent;
+";
+
 /// The request log, in a database of its own (`requests.db`): every request under the hook
 /// prefix (see `requests`). Keyed by its time-ordered id alone (no rowid, one index only for
 /// replays): each record is one append to one b-tree, since one is written for every request
@@ -342,6 +350,7 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             (13, SCHEMA_V13),
             (14, SCHEMA_V14),
             (15, SCHEMA_V15),
+            (16, SCHEMA_V16),
         ],
     )
 }
