@@ -30,7 +30,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::histogram::Histogram;
-use rusqlite::Connection;
+use rusqlite::{Connection, Statement};
 use tokio::sync::{mpsc, oneshot};
 
 use super::error::{CommitError, StoreError};
@@ -69,8 +69,8 @@ type Operation = Box<dyn FnOnce(Target<'_>) -> Applied + Send>;
 enum Target<'c> {
     /// Alone in its batch's transaction: no savepoint, since when it fails the writer rolls the
     /// whole transaction back instead of committing it. The sequential `/hooks/wake` measure
-    /// (one write per batch) spent about 5,000 instructions a request on the savepoint and its
-    /// release.
+    /// (one write per batch) spent about 7,000 instructions a request on the savepoint, its
+    /// release and the copies of the pages it wrote that SQLite keeps while one is open.
     Alone(&'c Connection),
     /// Beside other writes, in a savepoint of its own.
     Shared(&'c Connection),
@@ -221,6 +221,15 @@ fn write_loop(
     commit_time: Option<Histogram>,
     file: &'static str,
 ) {
+    let mut transactions = match Transactions::prepare(&conn) {
+        Ok(transactions) => transactions,
+        Err(err) => {
+            // Never on a connection its migrations just ran on; if it were, every write would
+            // be answered that the store is closed.
+            tracing::error!(%err, file, "store writer cannot prepare its transactions");
+            return;
+        }
+    };
     let mut batch = Vec::with_capacity(max_batch);
     let mut failures = FailureLog::new(file);
     let mut open = true;
@@ -242,7 +251,7 @@ fn write_loop(
         let started = Instant::now();
         let writes = batch.len();
         let changes = conn.total_changes();
-        match commit_batch(&conn, &mut batch) {
+        match commit_batch(&conn, &mut transactions, &mut batch) {
             // A commit that changed no row wrote nothing, which a full disk allows: only one
             // that did proves the failure over.
             Ok(()) if conn.total_changes() == changes => {}
@@ -255,6 +264,7 @@ fn write_loop(
     }
     // Dropping the receiver makes every later send fail at once.
     drop(queue);
+    drop(transactions);
     if let Err(err) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);") {
         tracing::warn!(%err, file, "store checkpoint at shutdown failed");
     }
@@ -277,14 +287,18 @@ struct Applied {
 /// not undo the others), then commits and only then answers the callers. A batch that fails is
 /// rolled back whole, and every one of its callers is answered with the failure, those whose
 /// write was never reached too.
-fn commit_batch(conn: &Connection, batch: &mut Vec<Write>) -> Result<(), CommitFailure> {
+fn commit_batch(
+    conn: &Connection,
+    transactions: &mut Transactions<'_>,
+    batch: &mut Vec<Write>,
+) -> Result<(), CommitFailure> {
     let mut answers: Vec<Answer> = Vec::with_capacity(batch.len());
     let mut writes = batch.drain(..);
-    let result = apply_all(conn, &mut writes, &mut answers);
+    let result = apply_all(conn, transactions, &mut writes, &mut answers);
     answers.extend(writes.map(|write| skip(write).answer));
     if result.is_err() && !conn.is_autocommit() {
         // Should this fail too, the next batch rolls back before it begins.
-        let _ = control(conn, Control::Rollback);
+        let _ = transactions.rollback.execute([]);
     }
     for answer in answers {
         answer(result.clone());
@@ -297,6 +311,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Write>) -> Result<(), CommitF
 /// with its own error.
 fn apply_all(
     conn: &Connection,
+    transactions: &mut Transactions<'_>,
     writes: &mut impl ExactSizeIterator<Item = Write>,
     answers: &mut Vec<Answer>,
 ) -> Result<(), CommitFailure> {
@@ -304,11 +319,11 @@ fn apply_all(
     // A transaction left open by a rollback that failed would fail every BEGIN from now on: end
     // it first, so that one failure cannot stop the writer for good.
     if !conn.is_autocommit() {
-        control(conn, Control::Rollback).map_err(failed)?;
+        transactions.rollback.execute([]).map_err(failed)?;
     }
     // IMMEDIATE takes the write lock up front, so a store that cannot be written fails here,
     // before any caller is told anything.
-    control(conn, Control::Begin).map_err(failed)?;
+    transactions.begin.execute([]).map_err(failed)?;
     let alone = writes.len() == 1;
     let mut undo = false;
     for write in writes {
@@ -338,10 +353,11 @@ fn apply_all(
     if undo {
         // Nothing of the batch is kept, which is what its caller is told by its own error.
         // Should the rollback fail, the next batch rolls back before it begins.
-        let _ = control(conn, Control::Rollback);
+        let _ = transactions.rollback.execute([]);
         return Ok(());
     }
-    control(conn, Control::Commit).map_err(failed)
+    transactions.commit.execute([]).map_err(failed)?;
+    Ok(())
 }
 
 /// Applies one write; returns how to answer its caller once the commit outcome is known.
@@ -380,25 +396,39 @@ fn in_savepoint<T>(
     Ok(result?)
 }
 
-/// The statements that open, mark and close the writer's transactions.
+/// The statements that open and close the writer's transactions, prepared once for its
+/// connection and held for its life: rusqlite's `Transaction` parses its own on every use, and
+/// taking them from the connection's statement cache cost a lookup (hashing the text) and a
+/// return for each, about 1,000 instructions a statement, two a commit.
+struct Transactions<'c> {
+    begin: Statement<'c>,
+    commit: Statement<'c>,
+    rollback: Statement<'c>,
+}
+
+impl<'c> Transactions<'c> {
+    fn prepare(conn: &'c Connection) -> rusqlite::Result<Transactions<'c>> {
+        Ok(Transactions {
+            begin: conn.prepare("BEGIN IMMEDIATE")?,
+            commit: conn.prepare("COMMIT")?,
+            rollback: conn.prepare("ROLLBACK")?,
+        })
+    }
+}
+
+/// The statements that mark a write's savepoint in a batch of several.
 #[derive(Debug, Clone, Copy)]
 enum Control {
-    Begin,
-    Commit,
-    Rollback,
     Savepoint,
     Release,
     Undo,
 }
 
-/// Runs a transaction-control statement, prepared once per connection like every other:
-/// rusqlite's `Transaction` and `Savepoint` parse theirs on every use, four statements per
-/// write, which perf put at a third of the writer thread's time under /hooks/wake.
+/// Runs a savepoint statement, prepared once per connection like every other: rusqlite's
+/// `Savepoint` parses its own on every use, which perf put at a third of the writer thread's
+/// time under /hooks/wake.
 fn control(conn: &Connection, control: Control) -> rusqlite::Result<()> {
     let sql = match control {
-        Control::Begin => "BEGIN IMMEDIATE",
-        Control::Commit => "COMMIT",
-        Control::Rollback => "ROLLBACK",
         Control::Savepoint => "SAVEPOINT write",
         Control::Release => "RELEASE write",
         Control::Undo => "ROLLBACK TO write",
