@@ -4,6 +4,7 @@
 //! the token-in-query refusal (step 2), the method (step 3, the router's), then each handler's
 //! extractors (step 4, authentication; step 6, the body) and the hook (step 7).
 
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Router;
@@ -14,7 +15,8 @@ use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::Bytes;
-use tower::ServiceExt;
+use tower::util::BoxCloneSyncService;
+use tower::{ServiceBuilder, ServiceExt};
 
 use super::AppState;
 use super::credential::{Authenticated, Credential};
@@ -27,12 +29,15 @@ use crate::config::{HookSettings, Settings};
 use crate::gateway::requests::{self, RequestRecord};
 use crate::hook::payload;
 
+/// The hook endpoints of [`routes`]: cloning them costs an allocation.
+pub(super) type HookRoutes = BoxCloneSyncService<Request, Response, Infallible>;
+
 /// The hook endpoints below the prefix, which [`dispatch`] has taken off: `/wake`, `/agent`, a
 /// mapping's `/{*name}`, and `/` for a path that names no hook (404 once authenticated). Every
 /// request they get is recorded ([`trace::record`]) and every refusal, 404 and 405 included,
 /// is a [`HookError`]. Building it costs a few allocations: done once for the server, and once
 /// per replay.
-pub(super) fn routes(app: AppState) -> Router {
+pub(super) fn routes(app: AppState) -> HookRoutes {
     let endpoints = Router::new()
         .route("/", post(unnamed))
         .route("/wake", post(wake))
@@ -43,11 +48,15 @@ pub(super) fn routes(app: AppState) -> Router {
         .layer(from_fn_with_state(app.clone(), signed::settle_deliveries))
         .with_state(app.clone());
     // Steps before the method's are layers around the router, not inside it: an answer from
-    // inside a route that does not take the method would carry its `Allow`.
-    Router::new()
-        .fallback_service(endpoints)
-        .layer(from_fn(refuse_token_in_query))
-        .layer(from_fn_with_state(app, trace::record))
+    // inside a route that does not take the method would carry its `Allow`. They wrap it as
+    // plain services: a router of their own, with the endpoints as its fallback, cost every
+    // request a second routing and a clone of its boxed route.
+    BoxCloneSyncService::new(
+        ServiceBuilder::new()
+            .layer(from_fn_with_state(app, trace::record))
+            .layer(from_fn(refuse_token_in_query))
+            .service(endpoints),
+    )
 }
 
 /// Serves every path the server's router does not know: under the prefix of the configuration
@@ -55,7 +64,7 @@ pub(super) fn routes(app: AppState) -> Router {
 /// stripped (docs/http-contract.md, step 5), so that `/hooks//wake/` is routed as `/wake`; 404
 /// elsewhere. The request keeps its URI as sent in its [`HookContext`]. Every request under the
 /// prefix is answered with its record's id as `X-Request-Id` and labelled for the metrics.
-pub(super) async fn dispatch(app: AppState, routes: Router, mut request: Request) -> Response {
+pub(super) async fn dispatch(app: AppState, routes: HookRoutes, mut request: Request) -> Response {
     let settings = app.config.current();
     let Some(hooks) = settings.hooks.as_ref() else {
         return HookError::NotFound.into_response();
@@ -98,7 +107,7 @@ fn routed_uri(name: &str) -> Option<Uri> {
     format!("/{name}").parse().ok()
 }
 
-async fn serve(routes: Router, request: Request) -> Response {
+async fn serve(routes: HookRoutes, request: Request) -> Response {
     match routes.oneshot(request).await {
         Ok(response) => response,
         Err(never) => match never {},
