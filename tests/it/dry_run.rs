@@ -58,7 +58,7 @@ fn github_with_star() -> &'static Path {
     BUILT.get_or_init(|| {
         let source = std::fs::read_to_string(repo().join("transforms/github/src/lib.rs")).unwrap();
         let skip = "        _ => return Decision::Skip,";
-        let star = "        \"star\" => format!(\"[{repo}] {} starred it\", text(p, \"/sender/login\")),\n";
+        let star = "        \"star\" => format!(\"[{repo}] {} starred it\", text(p, &[\"sender\", \"login\"])),\n";
         assert!(source.contains(skip), "the example transform changed");
         let wit = format!("path: {:?}", repo().join("wit").display().to_string());
         let patched = source

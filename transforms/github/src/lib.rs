@@ -75,9 +75,12 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-fn text<'a>(value: &'a Value, pointer: &str) -> &'a str {
-    value
-        .pointer(pointer)
+/// The string at `path` (object keys, outermost first), or `?`. Walks the keys rather than
+/// calling `Value::pointer`, which splits its argument and allocates an unescaped copy of every
+/// segment: on a fresh instance per request that was most of this transform's allocations.
+fn text<'a>(value: &'a Value, path: &[&str]) -> &'a str {
+    path.iter()
+        .try_fold(value, |value, key| value.get(key))
         .and_then(Value::as_str)
         .unwrap_or("?")
 }
@@ -88,49 +91,49 @@ fn first_line(s: &str) -> &str {
 
 /// Decides what a GitHub event means. Pure, so it is tested natively.
 pub fn describe(event: &str, p: &Value) -> Decision {
-    let repo = text(p, "/repository/full_name");
+    let repo = text(p, &["repository", "full_name"]);
     let message = match event {
         "push" => {
-            let branch = text(p, "/ref").trim_start_matches("refs/heads/");
+            let branch = text(p, &["ref"]).trim_start_matches("refs/heads/");
             let commits = p["commits"].as_array().map_or(0, Vec::len);
-            let head = first_line(text(p, "/head_commit/message"));
+            let head = first_line(text(p, &["head_commit", "message"]));
             format!(
                 "[{repo}] {} pushed {commits} commit{} to {branch}: {head}\n{}",
-                text(p, "/pusher/name"),
+                text(p, &["pusher", "name"]),
                 if commits == 1 { "" } else { "s" },
-                text(p, "/compare"),
+                text(p, &["compare"]),
             )
         }
         "pull_request" => format!(
             "[{repo}] Pull request #{} {} by {}: {}\n{}",
             p["number"],
-            merged_or(p, text(p, "/action")),
-            text(p, "/pull_request/user/login"),
-            text(p, "/pull_request/title"),
-            text(p, "/pull_request/html_url"),
+            merged_or(p, text(p, &["action"])),
+            text(p, &["pull_request", "user", "login"]),
+            text(p, &["pull_request", "title"]),
+            text(p, &["pull_request", "html_url"]),
         ),
         "issues" => format!(
             "[{repo}] Issue #{} {} by {}: {}\n{}",
             p["issue"]["number"],
-            text(p, "/action"),
-            text(p, "/sender/login"),
-            text(p, "/issue/title"),
-            text(p, "/issue/html_url"),
+            text(p, &["action"]),
+            text(p, &["sender", "login"]),
+            text(p, &["issue", "title"]),
+            text(p, &["issue", "html_url"]),
         ),
         "release" => format!(
             "[{repo}] Release {} {}: {}\n{}",
-            text(p, "/release/tag_name"),
-            text(p, "/action"),
-            text(p, "/release/name"),
-            text(p, "/release/html_url"),
+            text(p, &["release", "tag_name"]),
+            text(p, &["action"]),
+            text(p, &["release", "name"]),
+            text(p, &["release", "html_url"]),
         ),
-        "workflow_run" if text(p, "/action") == "completed" => format!(
+        "workflow_run" if text(p, &["action"]) == "completed" => format!(
             "[{repo}] Workflow \"{}\" {} on {} ({})\n{}",
-            text(p, "/workflow_run/name"),
-            text(p, "/workflow_run/conclusion"),
-            text(p, "/workflow_run/head_branch"),
-            first_line(text(p, "/workflow_run/head_commit/message")),
-            text(p, "/workflow_run/html_url"),
+            text(p, &["workflow_run", "name"]),
+            text(p, &["workflow_run", "conclusion"]),
+            text(p, &["workflow_run", "head_branch"]),
+            first_line(text(p, &["workflow_run", "head_commit", "message"])),
+            text(p, &["workflow_run", "html_url"]),
         ),
         _ => return Decision::Skip,
     };
