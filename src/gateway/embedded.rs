@@ -4,12 +4,13 @@
 use std::sync::Arc;
 
 use super::batches::{BatchItem, Joined};
-use super::clock::now_ms;
+use super::clock::{now_ms, now_rfc3339};
 use super::context::{Context, Worker, WorkerName};
 use super::outbox::{self, Lane};
 use super::records::{EventOutcome, NewEvent, NewRun};
 use super::retry::{self, Retry};
-use super::runs::{IdempotencyClaim, RunQueued};
+use super::runner::Places;
+use super::runs::{self, IdempotencyClaim, RunQueued};
 use super::signals::Signals;
 use super::store::StoreError;
 use super::{batches, heartbeat, retention, runner};
@@ -18,12 +19,14 @@ use crate::hook::WakeMode;
 pub struct Embedded {
     ctx: Context,
     signals: Arc<Signals>,
+    places: Places,
 }
 
 impl Embedded {
     /// Starts the runner, heartbeats and the delivery outbox.
     pub fn start(ctx: Context) -> (Embedded, Vec<Worker>) {
         let signals = Arc::new(Signals::default());
+        let places = Places::new(ctx.config.current().runtime.max_concurrent);
         let workers = vec![
             Worker::spawn(
                 WorkerName::Outbox,
@@ -31,7 +34,7 @@ impl Embedded {
             ),
             Worker::spawn(
                 WorkerName::Runner,
-                runner::run(ctx.clone(), Arc::clone(&signals)),
+                runner::run(ctx.clone(), Arc::clone(&signals), places.clone()),
             ),
             Worker::spawn(
                 WorkerName::Heartbeat,
@@ -43,7 +46,14 @@ impl Embedded {
                 batches::closer(ctx.clone(), Arc::clone(&signals)),
             ),
         ];
-        (Embedded { ctx, signals }, workers)
+        (
+            Embedded {
+                ctx,
+                signals,
+                places,
+            },
+            workers,
+        )
     }
 
     pub fn signals(&self) -> &Signals {
@@ -67,14 +77,37 @@ impl Embedded {
         Ok(outcome)
     }
 
-    /// Queues a run (unless `claim` finds it a repeat).
+    /// Queues a run (unless `claim` finds it a repeat). When the runner has a slot, the run's
+    /// session key and a place in its lane free, and nothing waits before it, the run is stored
+    /// `running` instead and started here: the runner would start it next anyway, and this
+    /// saves its read of the queue, the claim's commit and the read of the run it claimed
+    /// (about 100k instructions a run, profiled under /hooks/agent).
     pub async fn submit_run(
         &self,
         run: NewRun,
         claim: Option<IdempotencyClaim>,
     ) -> Result<RunQueued, StoreError> {
-        let queued = self.ctx.store.queue_run(run, claim).await?;
-        self.signals.runs_queued.notify_one();
+        let settings = self.ctx.config.current();
+        let Some(release) = self.places.reserve(&settings, &self.signals, &run) else {
+            let queued = self.ctx.store.queue_run(run, claim).await?;
+            self.signals.runs_queued.notify_one();
+            return Ok(queued);
+        };
+        let started_at = now_rfc3339();
+        let (queued, started, run) = self
+            .ctx
+            .store
+            .write(move |conn| {
+                let (queued, started) =
+                    runs::queue_or_start(conn, &run, claim.as_ref(), Some(&started_at))?;
+                Ok((queued, started, run))
+            })
+            .await?;
+        match started {
+            true => runner::spawn(&self.ctx, &self.signals, release, run.into_stored()),
+            // Queued (or a repeat): dropping the places has the runner look at the queue.
+            false => drop(release),
+        }
         Ok(queued)
     }
 

@@ -462,14 +462,25 @@ macro_rules! new_run_columns {
 pub(crate) use new_run_columns;
 
 impl NewRun {
+    /// Stores the run `queued`.
     pub(crate) fn insert(&self, conn: &Connection) -> rusqlite::Result<()> {
+        self.insert_as(conn, None)
+    }
+
+    /// Stores the run `queued`, or with `started_at` already `running` from then: what a claim
+    /// ([`super::runs::claim`]) of the queued run would have left.
+    pub(crate) fn insert_as(
+        &self,
+        conn: &Connection,
+        started_at: Option<&str>,
+    ) -> rusqlite::Result<()> {
         let (run, action) = (&self.admitted, &self.admitted.action);
         conn.prepare_cached(
             "INSERT INTO runs (run_id, status, hook_name, agent_id, target_agent, session_key,
                  message, prompt, deliver, channel, to_addr, model, thinking, timeout_seconds,
-                 wake_mode, source, created_at, session_mode, mapping_id, priority)
-             VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                     ?17, ?18, ?19)",
+                 wake_mode, source, created_at, session_mode, mapping_id, priority, started_at)
+             VALUES (?1, CASE WHEN ?20 IS NULL THEN 'queued' ELSE 'running' END, ?2, ?3, ?4, ?5,
+                     ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
         )?
         .execute(params![
             self.run_id,
@@ -493,8 +504,25 @@ impl NewRun {
             action.session_mode,
             run.mapping_id,
             self.priority,
+            started_at,
         ])?;
         Ok(())
+    }
+
+    /// The run as [`NewRun::select`] reads it back once stored: the channel resolved, the
+    /// timeout saturated, and what only admission uses dropped. A run started in its
+    /// admission's transaction runs from this, with no read of what was just written.
+    pub(crate) fn into_stored(mut self) -> NewRun {
+        let channel = self.channel();
+        let action = &mut self.admitted.action;
+        action.channel = Some(channel);
+        action.timeout_seconds = action
+            .timeout_seconds
+            .map(|t| t.min(i64::MAX.unsigned_abs()));
+        action.session_key = None;
+        self.admitted.session_key_chosen = false;
+        self.admitted.allow_unsafe_external_content = false;
+        self
     }
 
     /// The run with this id as it was accepted.

@@ -4,6 +4,7 @@
 //! as one turn ([`agent::turn`]) and records the outcome together with its summary or delivery.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use super::records::NewRun;
 use super::signals::Signals;
 use super::store::StoreError;
 use super::{queue, runs, usage};
+use crate::config::Settings;
 use crate::slots::Slots;
 
 /// Queued runs are looked for at least this often, besides whenever a run is queued.
@@ -24,23 +26,77 @@ const POLL: Duration = Duration::from_secs(1);
 /// Session keys with a run in progress.
 type BusySessions = Arc<Mutex<HashSet<String>>>;
 
+/// What runs in this process hold while they run: one of the runner's slots
+/// (`agents.defaults.maxConcurrent`), their session key, a place in their mapping's lane. Shared
+/// by the runner and admission, which starts a run itself when all three are free and nothing
+/// waits before it ([`Places::reserve`]). Cheap to clone.
+#[derive(Clone)]
+pub struct Places {
+    slots: Arc<Slots>,
+    busy: BusySessions,
+    lanes: LaneSlots,
+    /// Set once the runs a stop interrupted are queued again: they start before new ones.
+    resumed: Arc<AtomicBool>,
+}
+
+impl Places {
+    pub fn new(max_concurrent: usize) -> Places {
+        Places {
+            slots: Arc::new(Slots::new(max_concurrent)),
+            busy: Arc::default(),
+            lanes: LaneSlots::default(),
+            resumed: Arc::default(),
+        }
+    }
+
+    /// A slot, `run`'s session key and a place in its mapping's lane under `settings`, held
+    /// until the [`Release`] is dropped; `None` when one of them is taken, or before the runner
+    /// has queued the interrupted runs again. Costs three locks; no read of the store.
+    pub fn reserve(
+        &self,
+        settings: &Settings,
+        signals: &Arc<Signals>,
+        run: &NewRun,
+    ) -> Option<Release> {
+        if !self.resumed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.slots.resize(settings.runtime.max_concurrent);
+        let slot = self.slots.try_take()?;
+        let lane = self
+            .lanes
+            .enter(run.admitted.mapping_id.as_deref(), settings.hooks.as_ref())?;
+        let session_key = run.admitted.session_key.clone();
+        if !lock(&self.busy).insert(session_key.clone()) {
+            return None;
+        }
+        Some(Release {
+            busy: Arc::clone(&self.busy),
+            session_key,
+            signals: Arc::clone(signals),
+            slot: Some(slot),
+            lane: Some(lane),
+        })
+    }
+}
+
 /// Runs the runner until the process ends. The number of runs at once follows
 /// `agents.defaults.maxConcurrent` as it is reloaded: a lower limit takes effect as runs finish.
-pub async fn run(ctx: Context, signals: Arc<Signals>) {
+pub async fn run(ctx: Context, signals: Arc<Signals>, places: Places) {
     match ctx.store.write(runs::resume_interrupted).await {
         Ok(0) => {}
         Ok(resumed) => tracing::warn!(resumed, "runs interrupted by a stop are queued again"),
         Err(err) => tracing::error!(%err, "cannot resume interrupted runs"),
     }
-    let slots = Slots::new(ctx.config.current().runtime.max_concurrent);
-    let busy: BusySessions = Arc::default();
-    let lanes = LaneSlots::default();
+    places.resumed.store(true, Ordering::Release);
     loop {
-        slots.resize(ctx.config.current().runtime.max_concurrent);
+        places
+            .slots
+            .resize(ctx.config.current().runtime.max_concurrent);
         if let Err(err) = super::budget::release_due(&ctx, &signals).await {
             tracing::error!(%err, "runner cannot release held runs");
         }
-        match start_queued(&ctx, &signals, &slots, &busy, &lanes).await {
+        match start_queued(&ctx, &signals, &places).await {
             // A lane filled up while its runs were being started: read the queue again at
             // once, without that lane, for the slots still free.
             Ok(Pass::Again) => continue,
@@ -61,10 +117,11 @@ enum Pass {
 async fn start_queued(
     ctx: &Context,
     signals: &Arc<Signals>,
-    slots: &Slots,
-    busy: &BusySessions,
-    lanes: &LaneSlots,
+    places: &Places,
 ) -> Result<Pass, StoreError> {
+    let Places {
+        slots, busy, lanes, ..
+    } = places;
     // Without a free slot nothing can start, and reading the queue would only load the store:
     // a slot that frees up signals the runner again.
     let Some(mut slot) = slots.try_take() else {
@@ -111,11 +168,7 @@ async fn start_queued(
             slot: Some(slot),
             lane: Some(lane),
         };
-        let (ctx, signals) = (ctx.clone(), Arc::clone(signals));
-        tokio::spawn(async move {
-            execute(&ctx, &signals, run).await;
-            drop(release);
-        });
+        spawn(ctx, signals, release, run);
         slot = match slots.try_take() {
             Some(next) => next,
             None => return Ok(Pass::Done),
@@ -124,8 +177,18 @@ async fn start_queued(
     Ok(pass)
 }
 
-/// Frees a run's session key, slot and place in its lane when its task ends, even by a panic.
-struct Release {
+/// Runs `run`, stored `running`, in a task of its own, holding `release` until it ends.
+pub fn spawn(ctx: &Context, signals: &Arc<Signals>, release: Release, run: NewRun) {
+    let (ctx, signals) = (ctx.clone(), Arc::clone(signals));
+    tokio::spawn(async move {
+        execute(&ctx, &signals, run).await;
+        drop(release);
+    });
+}
+
+/// Frees a run's session key, slot and place in its lane when its task ends, even by a panic,
+/// and has the runner look at the queue.
+pub struct Release {
     busy: BusySessions,
     session_key: String,
     signals: Arc<Signals>,

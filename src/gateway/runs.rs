@@ -69,16 +69,42 @@ pub fn queue_run(
     run: &NewRun,
     claim: Option<&IdempotencyClaim>,
 ) -> rusqlite::Result<RunQueued> {
+    Ok(queue_or_start(conn, run, claim, None)?.0)
+}
+
+/// Queues `run` as [`queue_run`] does, or with `started_at` stores it `running` from then
+/// when nothing waits before it ([`waits`]): the claim of it made in the same transaction.
+/// Whether it was started comes with the answer.
+pub fn queue_or_start(
+    conn: &Connection,
+    run: &NewRun,
+    claim: Option<&IdempotencyClaim>,
+    started_at: Option<&str>,
+) -> rusqlite::Result<(RunQueued, bool)> {
     if let Some(claim) = claim {
         if let Some(run_id) = repeat_of(conn, claim)? {
-            return Ok(RunQueued::Replayed { run_id });
+            return Ok((RunQueued::Replayed { run_id }, false));
         }
         record_claim(conn, claim, &run.run_id)?;
     }
-    run.insert(conn)?;
-    Ok(RunQueued::New {
-        run_id: run.run_id.clone(),
-    })
+    let started_at = match started_at {
+        Some(at) if !waits(conn, &run.admitted.session_key)? => Some(at),
+        _ => None,
+    };
+    run.insert_as(conn, started_at)?;
+    let run_id = run.run_id.clone();
+    Ok((RunQueued::New { run_id }, started_at.is_some()))
+}
+
+/// Whether a run of `session_key` would wait if queued now: a run is queued (the runner
+/// starts queued runs first, in their own order), or one of its key is running.
+pub(super) const WAITS: &str = "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'queued')
+     OR EXISTS (SELECT 1 FROM runs WHERE status = 'running' AND session_key = ?1)";
+
+/// Costs two look-ups on the status indexes ([`WAITS`]).
+fn waits(conn: &Connection, session_key: &str) -> rusqlite::Result<bool> {
+    conn.prepare_cached(WAITS)?
+        .query_row(params![session_key], |row| row.get(0))
 }
 
 /// The run of the request `claim` repeats: the first with its fingerprint, when that was within
@@ -412,6 +438,76 @@ pub(super) mod tests {
             Some(i64::MAX.unsigned_abs())
         );
         store.close();
+    }
+
+    #[tokio::test]
+    async fn a_run_starts_in_its_admission_only_when_nothing_waits_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), true).unwrap();
+        let admit = |new: NewRun, claim: Option<IdempotencyClaim>| {
+            store.write(move |conn| queue_or_start(conn, &new, claim.as_ref(), Some("t")))
+        };
+        let (first, started) = admit(run("r1"), claim_at(0)).await.unwrap();
+        assert_eq!(
+            first,
+            RunQueued::New {
+                run_id: "r1".into()
+            }
+        );
+        assert!(started);
+        let stored = store.run("r1").await.unwrap().unwrap();
+        assert_eq!(stored.status, RunStatus::Running);
+        assert_eq!(stored.started_at.as_deref(), Some("t"));
+        // Its session key is running: the next run of it waits.
+        let (_, started) = admit(run("r2"), None).await.unwrap();
+        assert!(!started);
+        assert_eq!(
+            store.run("r2").await.unwrap().unwrap().status,
+            RunStatus::Queued
+        );
+        // A run is queued: a run of another key waits behind it.
+        let mut other = run("r3");
+        other.admitted.session_key = "hook:y".into();
+        assert!(!admit(other, None).await.unwrap().1);
+        // A repeat writes nothing and starts nothing.
+        let (repeat, started) = admit(run("r4"), claim_at(1)).await.unwrap();
+        assert_eq!(
+            repeat,
+            RunQueued::Replayed {
+                run_id: "r1".into()
+            }
+        );
+        assert!(!started && store.run("r4").await.unwrap().is_none());
+        store.close();
+    }
+
+    /// A run started in its admission runs from what it is stored as, as a claimed run would.
+    #[tokio::test]
+    async fn a_started_run_is_what_its_claim_would_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), true).unwrap();
+        let mut new = run("r");
+        new.admitted.action.channel = None;
+        new.admitted.action.session_key = Some("hook:x".into());
+        new.admitted.session_key_chosen = true;
+        new.admitted.allow_unsafe_external_content = true;
+        let stored = new.clone().into_stored();
+        store.queue_run(new, None).await.unwrap();
+        let claimed = store.write(|conn| claim(conn, "r", "t")).await.unwrap();
+        assert_eq!(format!("{:?}", claimed.unwrap()), format!("{stored:?}"));
+        store.close();
+    }
+
+    /// Whether a run would wait is two look-ups on indexes, not a scan of the runs.
+    #[test]
+    fn whether_a_run_waits_is_read_from_indexes() {
+        let plan = plan_of(WAITS, ["hook:x"]);
+        assert!(
+            plan.iter()
+                .filter(|step| step.contains(" runs "))
+                .all(|step| step.starts_with("SEARCH runs USING COVERING INDEX")),
+            "{plan:?}"
+        );
     }
 
     /// The steps of the query plan of `sql`, bound to `params`, on the schema of a new store.

@@ -82,6 +82,14 @@ impl Fake {
         Fake::start(move |_, _| Answer::Json(200, chat_reply(reply))).await
     }
 
+    /// A model provider that replies `reply` to every chat completion, each after `after`.
+    pub async fn slow_provider(after: Duration, reply: &'static str) -> Fake {
+        Fake::start(move |_, _| {
+            Answer::After(after, Box::new(Answer::Json(200, chat_reply(reply))))
+        })
+        .await
+    }
+
     /// Changes how later requests are answered.
     pub fn respond_with(
         &self,

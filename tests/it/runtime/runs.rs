@@ -221,3 +221,32 @@ pub(super) async fn a_session_key_with_a_backlog_does_not_hold_up_other_keys(bac
         last["finishedAt"]
     );
 }
+
+/// On the embedded store a run admitted while the runner has a slot, its session key and its
+/// lane free, and nothing queued, is started in its admission's transaction: it is `running`
+/// when its 200 is answered. A run of a busy session key is queued and starts after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_admitted_with_a_free_slot_is_running_when_answered() {
+    let provider = Fake::slow_provider(Duration::from_secs(2), "ok").await;
+    let mut config = with_provider(&provider);
+    set(&mut config, "hooks.allowRequestSessionKey", json!(true));
+    let (server, _dir) = Backend::Embedded.start(&config);
+    let quiet = |i: usize| json!({"message": format!("m {i}"), "sessionKey": "hook:one", "deliver": false, "wakeMode": "next-heartbeat"});
+    let first = agent(&server, quiet(0)).await;
+    let (_, run) = server.api_json(&format!("/api/runs/{first}")).await;
+    assert_eq!(run["status"], "running", "{run}");
+    assert!(run["startedAt"].is_string(), "{run}");
+    let second = agent(&server, quiet(1)).await;
+    let (_, run) = server.api_json(&format!("/api/runs/{second}")).await;
+    assert_eq!(run["status"], "queued", "{run}");
+    let first = finished(&server, &first).await;
+    let second = finished(&server, &second).await;
+    assert_eq!(
+        (&first["status"], &second["status"]),
+        (&json!("ok"), &json!("ok"))
+    );
+    assert!(
+        first["finishedAt"].as_str() <= second["startedAt"].as_str(),
+        "{first} {second}"
+    );
+}
