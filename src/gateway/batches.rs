@@ -383,7 +383,7 @@ pub async fn closer(ctx: Context, signals: Arc<Signals>) {
                 Ok(0) => {}
                 Ok(closed) => {
                     tracing::debug!(closed, "batches closed at the end of their window");
-                    signals.runs_queued.notify_one();
+                    signals.run_queued();
                 }
                 Err(err) => {
                     tracing::error!(%err, "batch closer cannot close batches");

@@ -90,7 +90,7 @@ impl Embedded {
         let settings = self.ctx.config.current();
         let Some(release) = self.places.reserve(&settings, &self.signals, &run) else {
             let queued = self.ctx.store.queue_run(run, claim).await?;
-            self.signals.runs_queued.notify_one();
+            self.signals.run_queued();
             return Ok(queued);
         };
         let started_at = now_rfc3339();
@@ -105,8 +105,11 @@ impl Embedded {
             .await?;
         match started {
             true => runner::spawn(&self.ctx, &self.signals, release, run.into_stored()),
-            // Queued (or a repeat): dropping the places has the runner look at the queue.
-            false => drop(release),
+            // Queued (or a repeat): the runner looks at the queue once the places are free.
+            false => {
+                drop(release);
+                self.signals.run_queued();
+            }
         }
         Ok(queued)
     }
@@ -127,7 +130,7 @@ impl Embedded {
         // Filled, or one past its window closed on the way: its run is queued. Otherwise the
         // runner has nothing new to start, and waking it would cost a pass over the queue.
         if join.queued {
-            self.signals.runs_queued.notify_one();
+            self.signals.run_queued();
         }
         Ok(join.joined)
     }
@@ -149,7 +152,7 @@ impl Embedded {
             })
             .await?;
         match what {
-            Retry::Run => self.signals.runs_queued.notify_one(),
+            Retry::Run => self.signals.run_queued(),
             Retry::Delivery | Retry::Relay => self.signals.outbox_ready.notify_one(),
         }
         Ok(retried)

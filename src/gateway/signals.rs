@@ -2,7 +2,7 @@
 //! outbox row ready, a heartbeat wanted, a stop begun. Signals carry no data; the store does.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -35,8 +35,11 @@ impl HeartbeatTrigger {
 /// The signals of one backend.
 #[derive(Default)]
 pub struct Signals {
-    /// A run was queued, or a session key became free.
+    /// A run was queued ([`Signals::run_queued`]), or a session key became free.
     pub runs_queued: Notify,
+    /// How many times a run was queued: a run started at admission, which saw none queued,
+    /// wakes the runner at its end only when this moved meanwhile.
+    queued: AtomicU64,
     /// The outbox has something new.
     pub outbox_ready: Notify,
     /// A batch opened: the batch closer looks again when the next one ends.
@@ -46,6 +49,18 @@ pub struct Signals {
 }
 
 impl Signals {
+    /// Tells the runner that a run was queued. Every path that queues a run says so here, after
+    /// its commit.
+    pub fn run_queued(&self) {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        self.runs_queued.notify_one();
+    }
+
+    /// How many times a run was queued so far.
+    pub fn queued_count(&self) -> u64 {
+        self.queued.load(Ordering::SeqCst)
+    }
+
     /// Marks the stop: workers finish what they hold and take nothing new.
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);

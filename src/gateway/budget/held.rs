@@ -189,7 +189,7 @@ pub(crate) async fn release_due(ctx: &Context, signals: &Signals) -> Result<(), 
             count = released.len(),
             "held runs released: their budgets have room"
         );
-        signals.runs_queued.notify_one();
+        signals.run_queued();
     }
     Ok(())
 }
@@ -281,7 +281,7 @@ pub async fn release(runtime: &Runtime, run_id: &str) -> Result<Settled, HeldErr
         .write(move |conn| mark_released(conn, &id, &at))
         .await?;
     if let Some(signals) = runtime.signals() {
-        signals.runs_queued.notify_one();
+        signals.run_queued();
     }
     outcome(runtime, run_id, done, RunStatus::Queued).await
 }
