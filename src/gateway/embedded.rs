@@ -10,7 +10,7 @@ use super::outbox::{self, Lane};
 use super::records::{EventOutcome, NewEvent, NewRun};
 use super::retry::{self, Retry};
 use super::runner::Places;
-use super::runs::{self, IdempotencyClaim, RunQueued};
+use super::runs::{self, IdempotencyClaim, RunQueued, Stored};
 use super::signals::Signals;
 use super::store::StoreError;
 use super::{batches, heartbeat, retention, runner};
@@ -88,26 +88,26 @@ impl Embedded {
         claim: Option<IdempotencyClaim>,
     ) -> Result<RunQueued, StoreError> {
         let settings = self.ctx.config.current();
-        let Some(release) = self.places.reserve(&settings, &self.signals, &run) else {
+        let Some(reservation) = self.places.reserve(&settings, &self.signals, &run) else {
             let queued = self.ctx.store.queue_run(run, claim).await?;
             self.signals.run_queued();
             return Ok(queued);
         };
         let started_at = now_rfc3339();
-        let (queued, started, run) = self
+        let (queued, stored, run) = self
             .ctx
             .store
             .write(move |conn| {
-                let (queued, started) =
+                let (queued, stored) =
                     runs::queue_or_start(conn, &run, claim.as_ref(), Some(&started_at))?;
-                Ok((queued, started, run))
+                Ok((queued, stored, run))
             })
             .await?;
-        match started {
-            true => runner::spawn(&self.ctx, &self.signals, release, run.into_stored()),
+        match stored {
+            Stored::Running => reservation.start(&self.ctx, &self.signals, run.into_stored()),
             // Queued (or a repeat): the runner looks at the queue once the places are free.
-            false => {
-                drop(release);
+            Stored::Waiting => {
+                drop(reservation);
                 self.signals.run_queued();
             }
         }

@@ -50,14 +50,15 @@ impl Places {
     }
 
     /// A slot, `run`'s session key and a place in its mapping's lane under `settings`, held
-    /// until the [`Release`] is dropped; `None` when one of them is taken, or before the runner
-    /// has queued the interrupted runs again. Costs three locks; no read of the store.
+    /// until the [`Reservation`] is dropped or its run ends; `None` when one of them is taken,
+    /// or before the runner has queued the interrupted runs again. Costs three locks; no read
+    /// of the store.
     pub fn reserve(
         &self,
         settings: &Settings,
         signals: &Arc<Signals>,
         run: &NewRun,
-    ) -> Option<Release> {
+    ) -> Option<Reservation> {
         if !self.resumed.load(Ordering::Acquire) {
             return None;
         }
@@ -70,14 +71,34 @@ impl Places {
         if !lock(&self.busy).insert(session_key.clone()) {
             return None;
         }
-        Some(Release {
-            busy: Arc::clone(&self.busy),
-            session_key,
-            quiet_since: Some(signals.queued_count()),
-            signals: Arc::clone(signals),
-            slot: Some(slot),
-            lane: Some(lane),
+        Some(Reservation {
+            queued_count: signals.queued_count(),
+            release: Release::new(&self.busy, session_key, signals, slot, lane),
         })
+    }
+}
+
+/// Places reserved at admission ([`Places::reserve`]) for a run not yet stored. Dropped
+/// unused (the run was queued, was a repeat, or its write failed) they are freed and the
+/// runner looks at the queue, which it may have passed over for want of the reserved slot.
+pub struct Reservation {
+    release: Release,
+    /// [`Signals::queued_count`] when the places were reserved.
+    queued_count: u64,
+}
+
+impl Reservation {
+    /// Runs `run`, which admission stored `running` after finding no run queued, holding these
+    /// places. At its end the runner is woken only if a run was queued since the reservation:
+    /// its look at the queue would find nothing (about 20k instructions a run, profiled under
+    /// /hooks/agent).
+    pub fn start(self, ctx: &Context, signals: &Arc<Signals>, run: NewRun) {
+        let Reservation {
+            mut release,
+            queued_count,
+        } = self;
+        release.quiet_since = Some(queued_count);
+        spawn(ctx, signals, release, run);
     }
 }
 
@@ -162,14 +183,7 @@ async fn start_queued(
             lock(busy).remove(&session_key);
             continue;
         };
-        let release = Release {
-            busy: Arc::clone(busy),
-            session_key,
-            quiet_since: None,
-            signals: Arc::clone(signals),
-            slot: Some(slot),
-            lane: Some(lane),
-        };
+        let release = Release::new(busy, session_key, signals, slot, lane);
         spawn(ctx, signals, release, run);
         slot = match slots.try_take() {
             Some(next) => next,
@@ -180,7 +194,7 @@ async fn start_queued(
 }
 
 /// Runs `run`, stored `running`, in a task of its own, holding `release` until it ends.
-pub fn spawn(ctx: &Context, signals: &Arc<Signals>, release: Release, run: NewRun) {
+fn spawn(ctx: &Context, signals: &Arc<Signals>, release: Release, run: NewRun) {
     let (ctx, signals) = (ctx.clone(), Arc::clone(signals));
     tokio::spawn(async move {
         execute(&ctx, &signals, run).await;
@@ -190,17 +204,34 @@ pub fn spawn(ctx: &Context, signals: &Arc<Signals>, release: Release, run: NewRu
 
 /// Frees a run's session key, slot and place in its lane when its task ends, even by a panic,
 /// and has the runner look at the queue.
-pub struct Release {
+struct Release {
     busy: BusySessions,
     session_key: String,
-    /// For places reserved at admission: [`Signals::queued_count`] then. A run started there
-    /// saw no run queued, so at its end the runner is woken only when one was queued since:
-    /// its look at the queue would find nothing (about 20k instructions a run, profiled under
-    /// /hooks/agent).
+    /// For a run started at admission ([`Reservation::start`]): [`Signals::queued_count`] when
+    /// its places were reserved. Otherwise `None`, and the runner is always woken.
     quiet_since: Option<u64>,
     signals: Arc<Signals>,
     slot: Option<tokio::sync::OwnedSemaphorePermit>,
     lane: Option<LaneTicket>,
+}
+
+impl Release {
+    fn new(
+        busy: &BusySessions,
+        session_key: String,
+        signals: &Arc<Signals>,
+        slot: tokio::sync::OwnedSemaphorePermit,
+        lane: LaneTicket,
+    ) -> Release {
+        Release {
+            busy: Arc::clone(busy),
+            session_key,
+            quiet_since: None,
+            signals: Arc::clone(signals),
+            slot: Some(slot),
+            lane: Some(lane),
+        }
+    }
 }
 
 impl Drop for Release {

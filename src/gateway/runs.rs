@@ -72,18 +72,26 @@ pub fn queue_run(
     Ok(queue_or_start(conn, run, claim, None)?.0)
 }
 
+/// How [`queue_or_start`] left a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// Stored `running`: its caller starts it.
+    Running,
+    /// Queued for the runner, or not stored at all (a repeat).
+    Waiting,
+}
+
 /// Queues `run` as [`queue_run`] does, or with `started_at` stores it `running` from then
 /// when nothing waits before it ([`waits`]): the claim of it made in the same transaction.
-/// Whether it was started comes with the answer.
 pub fn queue_or_start(
     conn: &Connection,
     run: &NewRun,
     claim: Option<&IdempotencyClaim>,
     started_at: Option<&str>,
-) -> rusqlite::Result<(RunQueued, bool)> {
+) -> rusqlite::Result<(RunQueued, Stored)> {
     if let Some(claim) = claim {
         if let Some(run_id) = repeat_of(conn, claim)? {
-            return Ok((RunQueued::Replayed { run_id }, false));
+            return Ok((RunQueued::Replayed { run_id }, Stored::Waiting));
         }
         record_claim(conn, claim, &run.run_id)?;
     }
@@ -93,7 +101,11 @@ pub fn queue_or_start(
     };
     run.insert_as(conn, started_at)?;
     let run_id = run.run_id.clone();
-    Ok((RunQueued::New { run_id }, started_at.is_some()))
+    let stored = match started_at {
+        Some(_) => Stored::Running,
+        None => Stored::Waiting,
+    };
+    Ok((RunQueued::New { run_id }, stored))
 }
 
 /// Whether a run of `session_key` would wait if queued now: a run is queued (the runner
@@ -454,13 +466,13 @@ pub(super) mod tests {
                 run_id: "r1".into()
             }
         );
-        assert!(started);
+        assert_eq!(started, Stored::Running);
         let stored = store.run("r1").await.unwrap().unwrap();
         assert_eq!(stored.status, RunStatus::Running);
         assert_eq!(stored.started_at.as_deref(), Some("t"));
         // Its session key is running: the next run of it waits.
         let (_, started) = admit(run("r2"), None).await.unwrap();
-        assert!(!started);
+        assert_eq!(started, Stored::Waiting);
         assert_eq!(
             store.run("r2").await.unwrap().unwrap().status,
             RunStatus::Queued
@@ -468,7 +480,7 @@ pub(super) mod tests {
         // A run is queued: a run of another key waits behind it.
         let mut other = run("r3");
         other.admitted.session_key = "hook:y".into();
-        assert!(!admit(other, None).await.unwrap().1);
+        assert_eq!(admit(other, None).await.unwrap().1, Stored::Waiting);
         // A repeat writes nothing and starts nothing.
         let (repeat, started) = admit(run("r4"), claim_at(1)).await.unwrap();
         assert_eq!(
@@ -477,7 +489,8 @@ pub(super) mod tests {
                 run_id: "r1".into()
             }
         );
-        assert!(!started && store.run("r4").await.unwrap().is_none());
+        assert_eq!(started, Stored::Waiting);
+        assert!(store.run("r4").await.unwrap().is_none());
         store.close();
     }
 
