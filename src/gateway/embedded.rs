@@ -93,25 +93,31 @@ impl Embedded {
             self.signals.run_queued();
             return Ok(queued);
         };
-        let started_at = now_rfc3339();
-        let (queued, stored, run) = self
-            .ctx
-            .store
-            .write(move |conn| {
-                let (queued, stored) =
-                    runs::queue_or_start(conn, &run, claim.as_ref(), Some(&started_at))?;
-                Ok((queued, stored, run))
-            })
-            .await?;
-        match stored {
-            Stored::Running => reservation.start(&self.ctx, &self.signals, run.into_stored()),
-            // Queued (or a repeat): the runner looks at the queue once the places are free.
-            Stored::Waiting => {
-                drop(reservation);
-                self.signals.run_queued();
+        // The write and the start go on in a task of their own: a client that goes away while
+        // the run is committed must not leave it stored `running` with nothing running it (and
+        // its session key closed to later runs until a restart).
+        let (ctx, signals) = (self.ctx.clone(), Arc::clone(&self.signals));
+        let admitted = tokio::spawn(async move {
+            let started_at = now_rfc3339();
+            let (queued, stored, run) = ctx
+                .store
+                .write(move |conn| {
+                    let (queued, stored) =
+                        runs::queue_or_start(conn, &run, claim.as_ref(), Some(&started_at))?;
+                    Ok((queued, stored, run))
+                })
+                .await?;
+            match stored {
+                Stored::Running => reservation.start(&ctx, &signals, run.into_stored()),
+                // Queued (or a repeat): the runner looks at the queue once the places are free.
+                Stored::Waiting => {
+                    drop(reservation);
+                    signals.run_queued();
+                }
             }
-        }
-        Ok(queued)
+            Ok(queued)
+        });
+        admitted.await.map_err(|_| StoreError::Closed)?
     }
 
     /// Adds a batch mapping's request to its open batch, opening one with `open` (see
@@ -156,5 +162,87 @@ impl Embedded {
             Retry::Delivery | Retry::Relay => self.signals.outbox_ready.notify_one(),
         }
         Ok(retried)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::Poll;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::config::LiveConfig;
+    use crate::gateway::records::RunStatus;
+    use crate::gateway::runs::tests::run;
+    use crate::gateway::store::Store;
+    use crate::metrics::Metrics;
+
+    /// Without a model provider a run ends as soon as it starts.
+    fn embedded(dir: &std::path::Path) -> (Embedded, Store) {
+        let path = dir.join("hookgate.json");
+        let config = r#"{"gateway": {"auth": {"token": "a-gateway-token-0123456789"}}}"#;
+        std::fs::write(&path, config).unwrap();
+        let config = LiveConfig::open(path, Arc::new(|_| Ok(()))).unwrap();
+        let store = Store::open(&dir.join("state"), true).unwrap();
+        let ctx = Context::new(store.clone(), config, Metrics::default());
+        (Embedded::start(ctx).0, store)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_started_at_admission_runs_when_its_client_goes_away() {
+        let dir = tempfile::tempdir().unwrap();
+        let (embedded, store) = embedded(dir.path());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // Admission starts runs once the runner has queued the runs a stop interrupted.
+        let settings = embedded.ctx.config.current();
+        while embedded
+            .places
+            .reserve(&settings, &embedded.signals, &run("probe"))
+            .is_none()
+        {
+            assert!(Instant::now() < deadline, "the runner never resumed");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Hold the writer in a write of its own, so that the run's commit waits for it.
+        let (entered, writer_held) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let gate = tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .write(move |_| {
+                        let _ = entered.send(());
+                        let _ = released.recv();
+                        Ok(())
+                    })
+                    .await
+            }
+        });
+        tokio::task::spawn_blocking(move || writer_held.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        // The request's admission is polled once, which hands the run to the writer, then
+        // dropped, as hyper drops a handler whose client went away.
+        {
+            let mut admission = pin!(embedded.submit_run(run("r1"), None));
+            std::future::poll_fn(|cx| {
+                assert!(admission.as_mut().poll(cx).is_pending());
+                Poll::Ready(())
+            })
+            .await;
+        }
+        release.send(()).unwrap();
+        gate.await.unwrap().unwrap();
+        loop {
+            let status = store.run("r1").await.unwrap().map(|record| record.status);
+            if status.is_some_and(|s| !matches!(s, RunStatus::Queued | RunStatus::Running)) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the run stayed {status:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }
