@@ -183,7 +183,7 @@ pub(crate) fn full_lanes<'a>(
 
 /// Runs in progress by the mapping that admitted them, as the store shows them: on a NATS
 /// cluster, this node's view of every node's runs. Costs a read of the running runs (at most
-/// the cluster's slots) on `runs_by_priority`.
+/// the cluster's slots) on `runs_queue`.
 pub(crate) fn running_by_mapping(conn: &Connection) -> rusqlite::Result<Vec<(String, u32)>> {
     let mut stmt = conn.prepare_cached(
         "SELECT mapping_id, COUNT(*) FROM runs
@@ -197,15 +197,16 @@ pub(crate) fn running_by_mapping(conn: &Connection) -> rusqlite::Result<Vec<(Str
 /// `session_key`, could start now: no run of its key is in progress or queued before it (a
 /// key's runs start in arrival order, so a run of `session_key` never waits for a newer one of
 /// its own key), and its mapping is not among `busy.lanes`. Costs a walk of the queued runs of
-/// higher priorities on `runs_by_priority`, to the first that could, each with a look-up of an
-/// older run of its key on `runs_queue`.
+/// higher priorities on `runs_queued_by_priority`, to the first that could, each with a look-up
+/// of an older run of its key on `runs_queue`.
 pub(crate) fn higher_waiting(
     conn: &Connection,
     (priority, session_key): (Priority, &str),
     busy: &super::queue::Busy,
 ) -> rusqlite::Result<bool> {
     conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM runs AS q WHERE status = 'queued' AND priority < ?1
+        "SELECT EXISTS (SELECT 1 FROM runs AS q INDEXED BY runs_queued_by_priority
+          WHERE status = 'queued' AND priority < ?1
             AND session_key <> ?3
             AND session_key NOT IN (SELECT session_key FROM runs WHERE status = 'running')
             AND (mapping_id IS NULL OR mapping_id NOT IN (SELECT value FROM json_each(?2)))

@@ -82,7 +82,8 @@ pub fn queued(
         .collect())
 }
 
-const OLDEST_QUEUED: &str = "SELECT run_id, session_key, mapping_id FROM runs AS q
+const OLDEST_QUEUED: &str = "SELECT run_id, session_key, mapping_id
+     FROM runs AS q INDEXED BY runs_queued_by_priority
      WHERE status = 'queued'
        AND session_key NOT IN (SELECT session_key FROM runs WHERE status = 'running')
        AND (mapping_id IS NULL OR mapping_id NOT IN (SELECT value FROM json_each(?2)))
@@ -92,8 +93,8 @@ const OLDEST_QUEUED: &str = "SELECT run_id, session_key, mapping_id FROM runs AS
 
 /// The first `limit` queued runs, highest priority first, then oldest, of keys with none
 /// running and no older run queued, outside the full lanes (`lanes`, a JSON list), on the
-/// `runs_by_priority` index (the running runs are few: at most the runner's slots; an older
-/// run of the same key is looked up on `runs_queue`).
+/// `runs_queued_by_priority` index, in its order (the running runs are few: at most the
+/// runner's slots; an older run of the same key is looked up on `runs_queue`).
 fn oldest_queued(conn: &Connection, limit: u32, lanes: &str) -> rusqlite::Result<Vec<Startable>> {
     let mut stmt = conn.prepare_cached(OLDEST_QUEUED)?;
     let rows = stmt.query_map(params![limit, lanes], Startable::from_row)?;
@@ -240,7 +241,7 @@ mod tests {
         assert!(
             oldest
                 .iter()
-                .any(|step| step.contains("SEARCH q USING INDEX runs_by_priority (status=?)")),
+                .any(|step| step.contains("SCAN q USING INDEX runs_queued_by_priority")),
             "{oldest:?}"
         );
         assert!(

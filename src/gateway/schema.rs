@@ -167,7 +167,8 @@ CREATE INDEX runs_finished_by_agent ON runs (target_agent, finished_at)
 /// `low`), and the indexes of the lanes: the runner reads the queue in priority order, then
 /// arrival order (`queue::queued`), on `runs_by_priority`, whose leading status serves what
 /// `runs_by_status` did (so it replaces it, costing no more writes); admission counts a
-/// mapping's queued runs on a partial index that holds the queued runs alone.
+/// mapping's queued runs on a partial index that holds the queued runs alone. (Schema 17
+/// replaces `runs_by_priority` with a partial index of the queued runs.)
 const SCHEMA_V13: &str = "
 ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 1;
 DROP INDEX IF EXISTS runs_by_status;
@@ -229,6 +230,17 @@ END;
 /// `/hooks/wake` (docs/performance.md, "Instructions per request").
 const SCHEMA_V16: &str = "
 DROP INDEX IF EXISTS events_by_agent;
+";
+
+/// `runs_by_priority` (status, priority) held every run, so starting a run at admission wrote
+/// an entry of it and finishing one moved that entry from `running` to its outcome, on a page
+/// of its own. Only the queue's reads need the priority (`queue::oldest_queued`,
+/// `lanes::higher_waiting`): a partial index of the queued runs alone serves them, and the reads
+/// by status alone find `runs_queue` (status, session_key). A run started at its admission
+/// writes no entry of it, and its end none either.
+const SCHEMA_V17: &str = "
+DROP INDEX IF EXISTS runs_by_priority;
+CREATE INDEX runs_queued_by_priority ON runs (priority) WHERE status = 'queued';
 ";
 
 /// The request log, in a database of its own (`requests.db`): every request under the hook
@@ -351,6 +363,7 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             (14, SCHEMA_V14),
             (15, SCHEMA_V15),
             (16, SCHEMA_V16),
+            (17, SCHEMA_V17),
         ],
     )
 }

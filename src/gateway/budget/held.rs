@@ -63,7 +63,7 @@ struct HeldRun {
     agent: String,
 }
 
-/// The oldest held runs after rowid `after`, at most `limit`, on the `runs_by_status` index.
+/// The oldest held runs after rowid `after`, at most `limit`, on the `runs_queue` index.
 fn held_after(conn: &Connection, after: i64, limit: u32) -> rusqlite::Result<Vec<HeldRun>> {
     conn.prepare_cached(
         "SELECT rowid, run_id, mapping_id, target_agent FROM runs
