@@ -5,7 +5,7 @@
 
 use wasmtime::Store;
 use wasmtime::component::types::ComponentItem;
-use wasmtime::component::{Component, ComponentExportIndex, Func, InstancePre, TypedFunc};
+use wasmtime::component::{Component, InstancePre};
 
 use super::bindings::{types, v0_1, v0_2};
 use super::host::HostState;
@@ -81,86 +81,45 @@ impl Contract {
     }
 }
 
-/// The name of 0.2's exported interface, as the bindings look it up (a component built against a
-/// later 0.2.x is found under it too).
-const HANDLER_0_2: &str = "hookgate:transform/handler@0.2.0";
-
-/// The `transform` function of either version, found under its export.
-const TRANSFORM: &str = "transform";
-
 /// A component checked against its contract and pre-instantiated.
 #[derive(Clone)]
-pub struct TransformPre {
-    contract: Contract,
-    pre: InstancePre<HostState>,
-    /// Where the component exports `transform`, whose type was checked once, here.
-    transform: ComponentExportIndex,
+pub enum TransformPre {
+    V0_1(v0_1::TransformPre<HostState>),
+    V0_2(v0_2::TransformPre<HostState>),
 }
 
 impl TransformPre {
     /// Checks that `pre`'s component implements `contract`'s world.
     pub fn new(contract: Contract, pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
-        // The generated bindings check every export's type against the world; their own
-        // instantiation would check `transform`'s type again on every instance (a walk of the
-        // request and outcome types, about 4k instructions per call), so only their check is
-        // used and instances are made from `pre` directly.
-        let parent = match contract {
-            Contract::V0_1 => {
-                v0_1::TransformPre::new(pre.clone())?;
-                None
-            }
-            Contract::V0_2 => {
-                v0_2::TransformPre::new(pre.clone())?;
-                Some(export_index(&pre, None, HANDLER_0_2)?)
-            }
-        };
-        let transform = export_index(&pre, parent.as_ref(), TRANSFORM)?;
-        Ok(TransformPre {
-            contract,
-            pre,
-            transform,
+        Ok(match contract {
+            Contract::V0_1 => TransformPre::V0_1(v0_1::TransformPre::new(pre)?),
+            Contract::V0_2 => TransformPre::V0_2(v0_2::TransformPre::new(pre)?),
         })
     }
 
     pub fn contract(&self) -> Contract {
-        self.contract
+        match self {
+            TransformPre::V0_1(_) => Contract::V0_1,
+            TransformPre::V0_2(_) => Contract::V0_2,
+        }
     }
 
     pub async fn instantiate_async(
         &self,
         store: &mut Store<HostState>,
     ) -> wasmtime::Result<TransformInstance> {
-        let instance = self.pre.instantiate_async(&mut *store).await?;
-        let transform = instance
-            .get_func(&mut *store, self.transform)
-            .ok_or_else(|| wasmtime::format_err!("no `{TRANSFORM}` function in the instance"))?;
-        Ok(TransformInstance {
-            contract: self.contract,
-            transform,
+        Ok(match self {
+            TransformPre::V0_1(pre) => TransformInstance::V0_1(pre.instantiate_async(store).await?),
+            TransformPre::V0_2(pre) => TransformInstance::V0_2(pre.instantiate_async(store).await?),
         })
     }
 }
 
-fn export_index(
-    pre: &InstancePre<HostState>,
-    parent: Option<&ComponentExportIndex>,
-    name: &str,
-) -> wasmtime::Result<ComponentExportIndex> {
-    pre.component()
-        .get_export_index(parent, name)
-        .ok_or_else(|| wasmtime::format_err!("no export `{name}` found"))
-}
-
 /// An instance of a transform, of either version.
-pub struct TransformInstance {
-    contract: Contract,
-    transform: Func,
+pub enum TransformInstance {
+    V0_1(v0_1::Transform),
+    V0_2(v0_2::Transform),
 }
-
-/// `transform`'s type in each version, as the bindings call it.
-type Transform0_1<'a> =
-    TypedFunc<(&'a v0_1::types::Request,), (Result<v0_1::types::Outcome, String>,)>;
-type Transform0_2<'a> = TypedFunc<(&'a types::Request,), (Result<types::Outcome, String>,)>;
 
 impl TransformInstance {
     /// Calls the component's `transform`; a 0.1 component gets the request without what 0.2
@@ -170,19 +129,16 @@ impl TransformInstance {
         store: &mut Store<HostState>,
         request: types::Request,
     ) -> wasmtime::Result<Result<types::Outcome, String>> {
-        match self.contract {
-            Contract::V0_1 => {
-                let request = v0_1::types::Request::from(request);
-                // SAFETY: `TransformPre::new` checked this export's type against 0.1's world.
-                let transform = unsafe { Transform0_1::new_unchecked(self.transform) };
-                let (outcome,) = transform.call_async(store, (&request,)).await?;
+        match self {
+            TransformInstance::V0_1(instance) => {
+                let outcome = instance.call_transform(store, &request.into()).await?;
                 Ok(outcome.map(Into::into))
             }
-            Contract::V0_2 => {
-                // SAFETY: `TransformPre::new` checked this export's type against 0.2's world.
-                let transform = unsafe { Transform0_2::new_unchecked(self.transform) };
-                let (outcome,) = transform.call_async(store, (&request,)).await?;
-                Ok(outcome)
+            TransformInstance::V0_2(instance) => {
+                instance
+                    .hookgate_transform_handler()
+                    .call_transform(store, &request)
+                    .await
             }
         }
     }
