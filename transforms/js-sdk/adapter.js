@@ -11,8 +11,8 @@
 //   an object -> its fields over the mapping's (`kind` may switch wake <-> agent)
 //   { kind: 'respond', status, contentType, body } -> this response (hookgate's own)
 // Field values OpenClaw would not use (a number as `message`, `deliver: 'no'`) are ignored as it
-// ignores them, and each is logged. Only the result's own properties are read, as an object
-// spread copies them: a payload can pollute Object.prototype through a transform's naive deep
+// ignores them, and each is logged. Only the result's own properties are read (enumerable or
+// not; an inherited one never): a payload can pollute Object.prototype through a transform's naive deep
 // merge (`{"__proto__": {"to": ...}}`), and on a kept instance that outlives the call, so an
 // inherited field would steer every later sender's action. Nothing here may throw out of `transform`: what the user's
 // function throws is returned as the call's error, with its message, and the result is built
@@ -22,15 +22,19 @@ import { log } from 'hookgate:transform/host@0.2.0';
 import * as userModule from 'user-module';
 
 const LEVELS = ['debug', 'info', 'warn', 'error'];
-// The result's fields the adapter reads (overridesOf, replyOf), as the keys of an object without
-// a prototype.
+// The result's fields the adapter reads (overridesOf, replyOf), as a list and as the keys of an
+// object without a prototype.
+const FIELD_NAMES = Object.freeze(['kind', 'text', 'message', 'mode', 'wakeMode', 'name', 'agentId',
+  'sessionKey', 'sessionMode', 'channel', 'to', 'model', 'thinking', 'deliver',
+  'allowUnsafeExternalContent', 'sessionKeySource', 'timeoutSeconds', 'status', 'contentType', 'body']);
 const FIELDS = Object.freeze(Object.assign(Object.create(null), Object.fromEntries(
-  ['kind', 'text', 'message', 'mode', 'wakeMode', 'name', 'agentId', 'sessionKey', 'sessionMode',
-    'channel', 'to', 'model', 'thinking', 'deliver', 'allowUnsafeExternalContent',
-    'sessionKeySource', 'timeoutSeconds', 'status', 'contentType', 'body'].map((field) => [field, true]),
+  FIELD_NAMES.map((field) => [field, true]),
 )));
 // Taken before any call runs: a transform's own code may replace the global during a call.
 const ownNames = Object.getOwnPropertyNames;
+const hasOwn = Object.hasOwn;
+const isArray = Array.isArray;
+const isView = ArrayBuffer.isView;
 const createObject = Object.create;
 
 /** The function to call: the named export, else the default export, else `transform`. */
@@ -129,18 +133,28 @@ function outcomeOf(result) {
 
 /**
  * The fields of `result` the adapter reads, from its own properties only (see the top of the
- * file), each read once and in the result's own order, as an object spread reads them. One
- * listing of the result's names, then a read of each field it has: testing and reading each of
- * the twenty fields by name cost more than half of what the adapter spent on a call.
+ * file), each read once, in the order of the result's own names. One listing of the result's
+ * names, then a read of each field it has: testing and reading each of the twenty fields by
+ * name cost more than half of what the adapter spent on a call. An array or a typed array may
+ * have millions of own names (its indices): for those the twenty are tested by name instead.
  */
 function ownFields(result) {
   const fields = createObject(null);
-  const names = ownNames(result);
+  const names = isArray(result) || isView(result) ? namedFieldsOf(result) : ownNames(result);
   for (let i = 0; i < names.length; i++) {
     const name = names[i];
     if (FIELDS[name] === true) fields[name] = result[name];
   }
   return fields;
+}
+
+/** The names of FIELD_NAMES that are own properties of `result`, in that list's order. */
+function namedFieldsOf(result) {
+  const names = [];
+  for (let i = 0; i < FIELD_NAMES.length; i++) {
+    if (hasOwn(result, FIELD_NAMES[i])) names[names.length] = FIELD_NAMES[i];
+  }
+  return names;
 }
 
 /**

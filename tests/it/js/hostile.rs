@@ -1,8 +1,9 @@
 //! A transform's own bugs (transforms/fixtures/js/hostile.mjs) reach no other sender and do not
 //! break the runtime: a payload that pollutes `Object.prototype` through a naive deep merge does
 //! not steer the next sender's action on the kept instance, a call that failed leaves nothing to
-//! the next one (docs/transforms.md#limits), and a rejection whose description rejects again is
-//! logged, not a crash of the runtime.
+//! the next one (docs/transforms.md#limits), a rejection whose description rejects again is
+//! logged, not a crash of the runtime, and a result with millions of elements is read for its
+//! fields alone.
 
 use serde_json::{Value, json};
 
@@ -116,4 +117,20 @@ async fn a_rejection_that_rejects_again_while_described_is_logged() {
     for crash in ["panicked", "transform failed"] {
         assert!(!log.contains(crash), "{crash}:\n{log}");
     }
+}
+
+/// A typed array of four million elements with fields of its own as the result: the adapter
+/// reads its fields by name rather than listing its own names (four million indices, more than
+/// the module's 64 MiB hold as strings).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_with_millions_of_elements_is_read_for_its_fields() {
+    let (server, _dir) = start(json!([hostile("array", json!({}))]), &["js-hostile"]);
+    let r = server
+        .hook("/hooks/array")
+        .json(&json!({"length": 4_000_000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(server.wake_texts().await, ["an array of 4000000"]);
 }
