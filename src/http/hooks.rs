@@ -1,22 +1,19 @@
 //! The hook endpoints: the request pipeline of docs/http-contract.md as a router. [`dispatch`]
 //! takes the configured prefix off (step 1; the prefix is reloadable, so it is checked per
-//! request, as `nest` would at a fixed one) and hands the rest to [`routes`]: the trace layer,
-//! the token-in-query refusal (step 2), the method (step 3, the router's), then each handler's
-//! extractors (step 4, authentication; step 6, the body) and the hook (step 7).
+//! request, as `nest` would at a fixed one) and [`serve`] runs the rest: the trace, the
+//! token-in-query refusal (step 2), then [`routes`]: the method (step 3, the router's), each
+//! handler's extractors (step 4, authentication; step 6, the body) and the hook (step 7).
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
-use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::Bytes;
-use tower::util::BoxCloneSyncService;
-use tower::{ServiceBuilder, ServiceExt};
+use tower::ServiceExt;
 
 use super::AppState;
 use super::credential::{Authenticated, Credential};
@@ -29,34 +26,23 @@ use crate::config::{HookSettings, Settings};
 use crate::gateway::requests::{self, RequestRecord};
 use crate::hook::payload;
 
-/// The hook endpoints of [`routes`]: cloning them costs an allocation.
-pub(super) type HookRoutes = BoxCloneSyncService<Request, Response, Infallible>;
+/// The hook endpoints of [`routes`]: cloning them costs a reference count's increment.
+pub(super) type HookRoutes = Router;
 
 /// The hook endpoints below the prefix, which [`dispatch`] has taken off: `/wake`, `/agent`, a
 /// mapping's `/{*name}`, and `/` for a path that names no hook (404 once authenticated). Every
-/// request they get is recorded ([`trace::record`]) and every refusal, 404 and 405 included,
-/// is a [`HookError`]. Building it costs a few allocations: done once for the server, and once
+/// refusal, 404 and 405 included, is a [`HookError`]. Requests reach them through [`serve`],
+/// which records each. Building it costs a few allocations: done once for the server, and once
 /// per replay.
 pub(super) fn routes(app: AppState) -> HookRoutes {
-    let endpoints = Router::new()
+    Router::new()
         .route("/", post(unnamed))
         .route("/wake", post(wake))
         .route("/agent", post(agent))
         .route("/{*name}", post(mapped))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
-        .layer(from_fn_with_state(app.clone(), signed::settle_deliveries))
-        .with_state(app.clone());
-    // Steps before the method's are layers around the router, not inside it: an answer from
-    // inside a route that does not take the method would carry its `Allow`. They wrap it as
-    // plain services: a router of their own, with the endpoints as its fallback, cost every
-    // request a second routing and a clone of its boxed route.
-    BoxCloneSyncService::new(
-        ServiceBuilder::new()
-            .layer(from_fn_with_state(app, trace::record))
-            .layer(from_fn(refuse_token_in_query))
-            .service(endpoints),
-    )
+        .with_state(app)
 }
 
 /// Serves every path the server's router does not know: under the prefix of the configuration
@@ -74,22 +60,23 @@ pub(super) async fn dispatch(app: AppState, routes: HookRoutes, mut request: Req
     };
     let label = HookLabel::of(hooks, name);
     let name = name.to_string();
-    if aim(&mut request, settings, name, None).is_none() {
+    let Some(context) = aim(&mut request, settings, name, None) else {
         return HookError::NotFound.into_response();
-    }
-    let mut response = serve(routes, request).await;
+    };
+    let mut response = serve(&app, routes, &context, request).await;
     response.extensions_mut().insert(label);
     response
 }
 
 /// Points `request` at hook `name`'s route, keeping its URI as sent, and what else the steps
-/// need, in its [`HookContext`]. `None` when the name makes no URI (it comes from one, so never).
+/// need, in its [`HookContext`], which it returns. `None` when the name makes no URI (it comes
+/// from one, so never).
 fn aim(
     request: &mut Request,
     settings: Arc<Settings>,
     name: String,
     replay: Option<Replay>,
-) -> Option<()> {
+) -> Option<HookContext> {
     let routed = routed_uri(&name)?;
     let uri = std::mem::replace(request.uri_mut(), routed);
     let context = ContextParts {
@@ -98,8 +85,9 @@ fn aim(
         name,
         replay,
     };
-    request.extensions_mut().insert(HookContext::new(context));
-    Some(())
+    let context = HookContext::new(context);
+    request.extensions_mut().insert(context.clone());
+    Some(context)
 }
 
 /// The URI [`routes`] matches for hook `name`: `/` and the name, not percent-decoded.
@@ -107,19 +95,32 @@ fn routed_uri(name: &str) -> Option<Uri> {
     format!("/{name}").parse().ok()
 }
 
-async fn serve(routes: HookRoutes, request: Request) -> Response {
-    match routes.oneshot(request).await {
-        Ok(response) => response,
-        Err(never) => match never {},
-    }
-}
-
-/// Step 2: a query parameter named `token` is refused whatever else is wrong with the request.
-async fn refuse_token_in_query(context: HookContext, request: Request, next: Next) -> Response {
-    if query_names_token(context.uri.query()) {
-        return HookError::QueryToken.into_response();
-    }
-    next.run(request).await
+/// Runs the steps of a request [`aim`]ed with `context`: its record ([`trace::record`]), step 2
+/// (a query parameter named `token` is refused whatever else is wrong with the request), the
+/// delivery slot of replay protection ([`signed::settle_deliveries`]), then [`routes`]. The
+/// steps before the method's stay outside the router: an answer from inside a route that does
+/// not take the method would carry its `Allow`.
+async fn serve(
+    app: &AppState,
+    routes: HookRoutes,
+    context: &HookContext,
+    request: Request,
+) -> Response {
+    // Plain calls, not `from_fn` layers: each of those cost every request a boxed clone of the
+    // service below it, a boxed future, moves of the futures and an extraction of its own.
+    trace::record(app, context, request, async |request| {
+        if query_names_token(context.uri.query()) {
+            return HookError::QueryToken.into_response();
+        }
+        signed::settle_deliveries(app, request, async |request| {
+            match routes.oneshot(request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            }
+        })
+        .await
+    })
+    .await
 }
 
 async fn method_not_allowed() -> HookError {
@@ -209,8 +210,8 @@ pub(super) async fn replay(
         of: original.id.clone(),
         signed,
     };
-    aim(&mut request, settings, name, Some(replay)).ok_or(ReplayError::Gone)?;
-    let response = serve(routes(app.clone()), request).await;
+    let context = aim(&mut request, settings, name, Some(replay)).ok_or(ReplayError::Gone)?;
+    let response = serve(app, routes(app.clone()), &context, request).await;
     let refused = response.extensions().get::<Refused>();
     if refused.is_some_and(|Refused(err)| matches!(**err, HookError::StoreFull)) {
         return Err(ReplayError::StoreFull);

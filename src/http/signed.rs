@@ -6,9 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
@@ -245,19 +244,22 @@ impl DeliverySlot {
     }
 }
 
-/// The hooks router's layer of replay protection: puts a [`DeliverySlot`] in the request, and
-/// once the handler has answered a request whose delivery it claimed, records that answer (or
-/// releases the claim on a server error; see [`settle`]).
-pub(super) async fn settle_deliveries(
-    State(app): State<AppState>,
+/// The hook endpoints' step of replay protection: puts a [`DeliverySlot`] in the request, and
+/// once `next` has answered a request whose delivery the handler claimed, records that answer
+/// (or releases the claim on a server error; see [`settle`]).
+pub(super) async fn settle_deliveries<Fut>(
+    app: &AppState,
     mut request: Request,
-    next: Next,
-) -> Response {
+    next: impl FnOnce(Request) -> Fut,
+) -> Response
+where
+    Fut: Future<Output = Response>,
+{
     let slot = DeliverySlot::default();
     request.extensions_mut().insert(slot.clone());
-    let response = next.run(request).await;
+    let response = next(request).await;
     match slot.take() {
-        Some(key) => settle(&app, key, response).await,
+        Some(key) => settle(app, key, response).await,
         None => response,
     }
 }

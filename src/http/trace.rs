@@ -8,10 +8,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use uuid::Uuid;
@@ -31,16 +30,21 @@ use super::reply::{HookError, Refused};
 use super::request::{HookContext, extension};
 use super::request_id::RequestId;
 
-/// The hooks router's outermost layer: begins the request's record and puts it in the request's
-/// extensions as a [`Trace`]; once the answer is known, notes a refusal (the answer's
-/// [`Refused`] extension), finishes the record and hands it to the request log. A replay's
-/// record is committed before its answer is returned, so that the answer's id finds it.
-pub(super) async fn record(
-    State(app): State<AppState>,
-    context: HookContext,
+/// The hook endpoints' outermost step: begins the request's record and puts it in the request's
+/// extensions as a [`Trace`], answers with what `next` makes of the request, and once the
+/// answer is known, notes a refusal (the answer's [`Refused`] extension), finishes the record
+/// and hands it to the request log. A replay's record is committed before its answer is
+/// returned, so that the answer's id finds it.
+pub(super) async fn record<F, Fut>(
+    app: &AppState,
+    context: &HookContext,
     mut request: Request,
-    next: Next,
-) -> Response {
+    next: F,
+) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let hooks = match context.hooks() {
         Ok(hooks) => hooks,
         Err(err) => return err.into_response(),
@@ -76,7 +80,7 @@ pub(super) async fn record(
         trace.replay_of(&replay.of);
     }
     request.extensions_mut().insert(trace.clone());
-    let response = next.run(request).await;
+    let response = next(request).await;
     if let Some(Refused(err)) = response.extensions().get::<Refused>() {
         trace.refused(err);
     }
