@@ -30,9 +30,33 @@ impl std::fmt::Display for ClientKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.0 {
             IpAddr::V6(v6) => write!(f, "{v6}/64"),
-            v4 => write!(f, "{v4}"),
+            IpAddr::V4(v4) => f.write_str(dotted(v4.octets(), &mut [0; 15])),
         }
     }
+}
+
+/// `octets` in dotted decimal, as `Ipv4Addr` writes them, into `text`. Written digit by digit:
+/// `Ipv4Addr`'s own `Display` formats each octet through the formatting machinery, which cost
+/// about 1.3k instructions for the client of every hook request's record.
+fn dotted(octets: [u8; 4], text: &mut [u8; 15]) -> &str {
+    let mut len = 0;
+    for (i, octet) in octets.into_iter().enumerate() {
+        if i > 0 {
+            text[len] = b'.';
+            len += 1;
+        }
+        if octet >= 100 {
+            text[len] = b'0' + octet / 100;
+            len += 1;
+        }
+        if octet >= 10 {
+            text[len] = b'0' + octet / 10 % 10;
+            len += 1;
+        }
+        text[len] = b'0' + octet % 10;
+        len += 1;
+    }
+    std::str::from_utf8(&text[..len]).expect("digits and dots are ASCII")
 }
 
 /// Which header a trusted proxy writes the client's address into.
@@ -165,6 +189,24 @@ mod tests {
 
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()
+    }
+
+    #[test]
+    fn a_key_is_written_as_its_address_is() {
+        for text in [
+            "0.0.0.0",
+            "255.255.255.255",
+            "10.0.100.9",
+            "1.20.3.199",
+            "192.168.1.10",
+        ] {
+            assert_eq!(key(text).unwrap().to_string(), text);
+        }
+        assert_eq!(
+            key("2001:db8:1:2:3:4:5:6").unwrap().to_string(),
+            "2001:db8:1:2::/64"
+        );
+        assert_eq!(key("::ffff:127.0.0.1").unwrap().to_string(), "127.0.0.1");
     }
 
     #[test]
