@@ -64,9 +64,10 @@ impl Store {
         Ok(Store { db })
     }
 
-    /// Runs `op` in the writer's next transaction, in a savepoint of its own, and answers once
-    /// that transaction has committed; a failed commit answers [`StoreError::Full`] or
-    /// [`StoreError::Commit`] and keeps nothing of `op` (the writer's module says how).
+    /// Runs `op` in the writer's next transaction and answers once that transaction has
+    /// committed; a failed `op` keeps nothing of itself and leaves the other writes of the
+    /// transaction alone; a failed commit answers [`StoreError::Full`] or [`StoreError::Commit`]
+    /// and keeps nothing of `op` (the writer's module says how).
     pub async fn write<T: Send + 'static>(
         &self,
         op: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,

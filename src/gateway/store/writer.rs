@@ -129,9 +129,9 @@ impl Database {
 
     /// Runs `op` in the writer's next transaction; its result is returned once that transaction
     /// has committed (and is an error if it did not: [`StoreError::Full`] when the file system
-    /// had no room for it, whether `op` or the commit found that out). `op` runs in a savepoint
-    /// of its own, so when it fails nothing it wrote is kept, and the other writes of the batch
-    /// are unaffected.
+    /// had no room for it, whether `op` or the commit found that out). When `op` fails nothing
+    /// it wrote is kept (its savepoint is rolled back, or the whole transaction when it was
+    /// alone in it), and the other writes of the batch are unaffected.
     pub(crate) async fn write<T: Send + 'static>(
         &self,
         op: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
@@ -252,10 +252,11 @@ fn write_loop(
         let writes = batch.len();
         let changes = conn.total_changes();
         match commit_batch(&conn, &mut transactions, &mut batch) {
+            Ok(Ended::RolledBack) => continue,
             // A commit that changed no row wrote nothing, which a full disk allows: only one
             // that did proves the failure over.
-            Ok(()) if conn.total_changes() == changes => {}
-            Ok(()) => failures.ended(),
+            Ok(Ended::Committed) if conn.total_changes() == changes => {}
+            Ok(Ended::Committed) => failures.ended(),
             Err(failure) => failures.failed(&failure, writes),
         }
         if let Some(histogram) = &commit_time {
@@ -291,7 +292,7 @@ fn commit_batch(
     conn: &Connection,
     transactions: &mut Transactions<'_>,
     batch: &mut Vec<Write>,
-) -> Result<(), CommitFailure> {
+) -> Result<Ended, CommitFailure> {
     let mut answers: Vec<Answer> = Vec::with_capacity(batch.len());
     let mut writes = batch.drain(..);
     let result = apply_all(conn, transactions, &mut writes, &mut answers);
@@ -300,10 +301,20 @@ fn commit_batch(
         // Should this fail too, the next batch rolls back before it begins.
         let _ = transactions.rollback.execute([]);
     }
+    let outcome = result.clone().map(|_| ());
     for answer in answers {
-        answer(result.clone());
+        answer(outcome.clone());
     }
     result
+}
+
+/// How a batch's transaction ended, when no commit failed.
+#[derive(Debug, Clone, Copy)]
+enum Ended {
+    Committed,
+    /// Its one write failed and was undone: its caller has its own error, and nothing was
+    /// written, so neither the commit time nor the end of a failure is recorded.
+    RolledBack,
 }
 
 /// Opens the batch's transaction, applies `writes` in it until one leaves no transaction to go
@@ -314,7 +325,7 @@ fn apply_all(
     transactions: &mut Transactions<'_>,
     writes: &mut impl ExactSizeIterator<Item = Write>,
     answers: &mut Vec<Answer>,
-) -> Result<(), CommitFailure> {
+) -> Result<Ended, CommitFailure> {
     let failed = CommitFailure::of;
     // A transaction left open by a rollback that failed would fail every BEGIN from now on: end
     // it first, so that one failure cannot stop the writer for good.
@@ -354,10 +365,10 @@ fn apply_all(
         // Nothing of the batch is kept, which is what its caller is told by its own error.
         // Should the rollback fail, the next batch rolls back before it begins.
         let _ = transactions.rollback.execute([]);
-        return Ok(());
+        return Ok(Ended::RolledBack);
     }
     transactions.commit.execute([]).map_err(failed)?;
-    Ok(())
+    Ok(Ended::Committed)
 }
 
 /// Applies one write; returns how to answer its caller once the commit outcome is known.
