@@ -1,13 +1,14 @@
 //! Transforms written in JavaScript and TypeScript, built with `transforms/js-sdk`, through real
 //! HTTP: the existing-style contract (an override, `null`, `undefined`, a throw), the two
 //! examples, and the time limit on a loop; the runtime itself in `runtime`; what a transform's
-//! own bugs must not do to other senders or to the runtime in `hostile`; a module over 64 MiB in
-//! `large_module`.
+//! own bugs must not do to other senders or to the runtime in `hostile`; the headers and body a
+//! transform receives in `received`; a module over 64 MiB in `large_module`.
 
 mod build;
 mod hostile;
 mod large_module;
 mod partial;
+mod received;
 mod runtime;
 
 use serde_json::{Value, json};
