@@ -205,25 +205,8 @@ mod tests {
             assert!(Instant::now() < deadline, "the runner never resumed");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        // Hold the writer in a write of its own, so that the run's commit waits for it.
-        let (entered, writer_held) = std::sync::mpsc::channel();
-        let (release, released) = std::sync::mpsc::channel::<()>();
-        let gate = tokio::spawn({
-            let store = store.clone();
-            async move {
-                store
-                    .write(move |_| {
-                        let _ = entered.send(());
-                        let _ = released.recv();
-                        Ok(())
-                    })
-                    .await
-            }
-        });
-        tokio::task::spawn_blocking(move || writer_held.recv())
-            .await
-            .unwrap()
-            .unwrap();
+        // Hold the writer, so that the run's commit waits for it.
+        let held = store.hold_writer().await;
         // The request's admission is polled once, which hands the run to the writer, then
         // dropped, as hyper drops a handler whose client went away.
         {
@@ -234,8 +217,7 @@ mod tests {
             })
             .await;
         }
-        release.send(()).unwrap();
-        gate.await.unwrap().unwrap();
+        held.let_go().await;
         loop {
             let status = store.run("r1").await.unwrap().map(|record| record.status);
             if status.is_some_and(|s| !matches!(s, RunStatus::Queued | RunStatus::Running)) {

@@ -14,6 +14,8 @@
 
 mod error;
 mod failure;
+#[cfg(test)]
+mod held;
 mod writer;
 
 use std::path::Path;

@@ -501,32 +501,15 @@ mod tests {
                 Ok(())
             })
         };
-        // Hold the writer in a write of its own while the three are queued, so that they are
-        // taken together, as one batch, when it lets go.
-        let (entered, writer_held) = std::sync::mpsc::channel();
-        let (release, released) = std::sync::mpsc::channel::<()>();
-        let gate = tokio::spawn({
-            let db = db.clone();
-            async move {
-                db.write(move |_| {
-                    let _ = entered.send(());
-                    let _ = released.recv();
-                    Ok(())
-                })
-                .await
-            }
-        });
-        tokio::task::spawn_blocking(move || writer_held.recv())
-            .await
-            .unwrap()
-            .unwrap();
+        // Hold the writer while the three are queued, so that they are taken together, as one
+        // batch, when it lets go.
+        let held = db.hold().await;
         let (a, b, c, ()) = tokio::join!(
             insert("a", false),
             insert("b", true),
             insert("c", false),
-            async { release.send(()).unwrap() }
+            held.let_go()
         );
-        gate.await.unwrap().unwrap();
         assert!(a.is_ok() && b.is_err() && c.is_ok());
         assert_eq!(texts(&db).await.unwrap(), ["a", "c"]);
     }
