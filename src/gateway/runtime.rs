@@ -35,6 +35,11 @@ pub struct Runtime {
     pub(super) metrics: Metrics,
 }
 
+/// Which backend a [`Runtime`] runs on. A method that calls into the cluster or the forward
+/// client boxes that call's future: a future is as large as its largest branch, and theirs
+/// (several kilobytes of NATS and HTTP client state) would otherwise be carried, and copied at
+/// each step up the handler's chain, by every request an embedded server answers. A box is one
+/// allocation beside a network round trip.
 enum Backend {
     Embedded(Embedded),
     Forward(Forward),
@@ -193,7 +198,7 @@ impl Runtime {
             return Ok(None);
         };
         if let Backend::Nats(cluster) = &self.backend {
-            return Ok(cluster.repeat_of(claim).await?);
+            return Ok(Box::pin(cluster.repeat_of(claim)).await?);
         }
         let claim = claim.clone();
         self.store
@@ -214,14 +219,14 @@ impl Runtime {
     ) -> Result<EventOutcome, StoreError> {
         match &self.backend {
             Backend::Embedded(embedded) => embedded.submit_wake(event, mode).await,
-            Backend::Forward(forward) => forward.submit_wake(event, mode).await,
+            Backend::Forward(forward) => Box::pin(forward.submit_wake(event, mode)).await,
             Backend::Nats(cluster) => {
                 let peek = event.clone();
                 let repeats = self
                     .store
                     .read(move |conn| peek.repeats_newest_pending(conn))
                     .await?;
-                cluster.submit_wake(event, mode).await?;
+                Box::pin(cluster.submit_wake(event, mode)).await?;
                 Ok(if repeats {
                     EventOutcome::Coalesced
                 } else {
@@ -241,8 +246,10 @@ impl Runtime {
     ) -> Result<RunQueued, StoreError> {
         match &self.backend {
             Backend::Embedded(embedded) => embedded.submit_run(run, claim).await,
-            Backend::Forward(forward) => forward.submit_run(run, claim, idempotency_key).await,
-            Backend::Nats(cluster) => Ok(cluster.submit_run(run, claim).await?),
+            Backend::Forward(forward) => {
+                Box::pin(forward.submit_run(run, claim, idempotency_key)).await
+            }
+            Backend::Nats(cluster) => Ok(Box::pin(cluster.submit_run(run, claim)).await?),
         }
     }
 
@@ -256,7 +263,7 @@ impl Runtime {
         by: HeldBy,
     ) -> Result<RunQueued, StoreError> {
         if let Backend::Nats(cluster) = &self.backend {
-            return Ok(cluster.hold_run(run, claim, by).await?);
+            return Ok(Box::pin(cluster.hold_run(run, claim, by)).await?);
         }
         self.store
             .write(move |conn| {
@@ -280,7 +287,7 @@ impl Runtime {
             Backend::Forward(_) => Ok(Joined::NoneOpen(Box::new(item))),
             Backend::Nats(cluster) => {
                 let (cluster, view) = (Cluster::clone(cluster), self.store.clone());
-                Ok(Batches::join_detached(cluster, view, item, open).await?)
+                Ok(Box::pin(Batches::join_detached(cluster, view, item, open)).await?)
             }
         }
     }
@@ -349,7 +356,7 @@ impl Runtime {
     /// cluster's replay bucket when there is one, else in the store.
     pub async fn claim_delivery(&self, key: &str) -> Result<Claim, StoreError> {
         if let Backend::Nats(cluster) = &self.backend {
-            return Ok(cluster.claim_delivery(key).await?);
+            return Ok(Box::pin(cluster.claim_delivery(key)).await?);
         }
         let key = key.to_string();
         self.store
@@ -364,7 +371,7 @@ impl Runtime {
         answer: RecordedAnswer,
     ) -> Result<(), StoreError> {
         if let Backend::Nats(cluster) = &self.backend {
-            return Ok(cluster.answer_delivery(&key, &answer).await?);
+            return Ok(Box::pin(cluster.answer_delivery(&key, &answer)).await?);
         }
         self.store
             .write(move |conn| deliveries::answer(conn, &key, &answer, now_ms()))
@@ -374,7 +381,7 @@ impl Runtime {
     /// Gives a claimed delivery up, so that a retry is processed.
     pub async fn release_delivery(&self, key: String) -> Result<(), StoreError> {
         if let Backend::Nats(cluster) = &self.backend {
-            return Ok(cluster.release_delivery(&key).await?);
+            return Ok(Box::pin(cluster.release_delivery(&key)).await?);
         }
         self.store
             .write(move |conn| deliveries::release(conn, &key))
