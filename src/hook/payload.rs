@@ -1,25 +1,30 @@
 //! Normalising the JSON bodies of `/wake` and `/agent` into [`WakeRequest`] and [`AgentRequest`],
 //! with the field rules and error texts of docs/http-contract.md, checked in their stated order.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::Rejected;
 use super::action::{
     AgentAction, AgentRequest, Channel, SessionMode, Thinking, WakeMode, WakeRequest,
 };
 
-/// The fields of a body; a body that is not an object (an array, say) has none.
-fn fields(payload: &Value) -> Option<&Map<String, Value>> {
-    payload.as_object()
-}
-
-fn field<'a>(payload: &'a Value, key: &str) -> Option<&'a Value> {
-    fields(payload).and_then(|map| map.get(key))
+/// The values of `keys` in a body, in their order; `None` for a key the body lacks, and for every
+/// key of a body that is not an object (an array, say). One pass over the body's fields, each
+/// compared with the keys: a field looked up by name hashes the name (SipHash, for serde_json's
+/// ordered map), which for an agent's dozen names cost several times this pass.
+fn pick<'a, const N: usize>(payload: &'a Value, keys: [&str; N]) -> [Option<&'a Value>; N] {
+    let mut found = [None; N];
+    for (name, value) in payload.as_object().into_iter().flatten() {
+        if let Some(at) = keys.iter().position(|key| key == name) {
+            found[at] = Some(value);
+        }
+    }
+    found
 }
 
 /// A string field, trimmed; `None` when absent, not a string or blank.
-pub fn non_blank<'a>(payload: &'a Value, key: &str) -> Option<&'a str> {
-    field(payload, key)
+fn non_blank(value: Option<&Value>) -> Option<&str> {
+    value
         .and_then(Value::as_str)
         .map(str::trim)
         .filter(|s| !s.is_empty())
@@ -27,10 +32,12 @@ pub fn non_blank<'a>(payload: &'a Value, key: &str) -> Option<&'a str> {
 
 /// `POST /wake`: `text` is required (trimmed, non-blank); `mode` defaults to `now`.
 pub fn wake_request(payload: &Value) -> Result<WakeRequest, Rejected> {
-    let text = non_blank(payload, "text").ok_or_else(|| Rejected::new("text required"))?;
-    let mode = WakeMode::from_json(field(payload, "mode"));
-    let agent_id = present_non_blank(payload, "agentId")?;
-    let session_key = present_non_blank(payload, "sessionKey")?;
+    let [text, mode, agent_id, session_key] =
+        pick(payload, ["text", "mode", "agentId", "sessionKey"]);
+    let text = non_blank(text).ok_or_else(|| Rejected::new("text required"))?;
+    let mode = WakeMode::from_json(mode);
+    let agent_id = present_non_blank(agent_id, "agentId")?;
+    let session_key = present_non_blank(session_key, "sessionKey")?;
     if session_key.is_some() && mode == WakeMode::NextHeartbeat {
         return Err(Rejected::new("sessionKey requires mode=now"));
     }
@@ -44,27 +51,58 @@ pub fn wake_request(payload: &Value) -> Result<WakeRequest, Rejected> {
 
 /// A field that may be absent but, when present, must be a non-blank string (trimmed): else
 /// `<key> must be a non-empty string`, as the OpenClaw gateway words it.
-fn present_non_blank(payload: &Value, key: &str) -> Result<Option<String>, Rejected> {
-    match field(payload, key) {
+fn present_non_blank(value: Option<&Value>, key: &str) -> Result<Option<String>, Rejected> {
+    match value {
         None => Ok(None),
-        Some(_) => non_blank(payload, key)
+        Some(_) => non_blank(value)
             .map(|value| Some(value.to_string()))
             .ok_or_else(|| Rejected::new(format!("{key} must be a non-empty string"))),
     }
 }
 
+/// The fields of an agent request, in the order [`agent_request`] names their values.
+const AGENT_FIELDS: [&str; 13] = [
+    "waitForCompletion",
+    "message",
+    "name",
+    "agentId",
+    "sessionKey",
+    "wakeMode",
+    "sessionMode",
+    "channel",
+    "model",
+    "deliver",
+    "to",
+    "thinking",
+    "timeoutSeconds",
+];
+
 /// `POST /agent`: every field rule of docs/http-contract.md up to, not including, the policies.
 pub fn agent_request(payload: &Value) -> Result<AgentRequest, Rejected> {
-    let wait_for_completion = match field(payload, "waitForCompletion") {
+    let [
+        wait,
+        message,
+        name,
+        agent_id,
+        session_key,
+        wake_mode,
+        session_mode,
+        channel_field,
+        model_field,
+        deliver,
+        to,
+        thinking_field,
+        timeout,
+    ] = pick(payload, AGENT_FIELDS);
+    let wait_for_completion = match wait {
         None => false,
         Some(Value::Bool(wait)) => *wait,
         Some(_) => return Err(Rejected::new("waitForCompletion must be boolean")),
     };
-    let message = non_blank(payload, "message").ok_or_else(|| Rejected::new("message required"))?;
-    let owned = |key| non_blank(payload, key).map(str::to_string);
-    let agent_id = present_non_blank(payload, "agentId")?;
-    let wake_mode = WakeMode::from_json(field(payload, "wakeMode"));
-    let session_mode = match field(payload, "sessionMode") {
+    let message = non_blank(message).ok_or_else(|| Rejected::new("message required"))?;
+    let owned = |value| non_blank(value).map(str::to_string);
+    let agent_id = present_non_blank(agent_id, "agentId")?;
+    let session_mode = match session_mode {
         None => SessionMode::Isolated,
         Some(mode) => mode
             .as_str()
@@ -73,22 +111,19 @@ pub fn agent_request(payload: &Value) -> Result<AgentRequest, Rejected> {
     };
     let action = AgentAction {
         message: message.to_string(),
-        name: owned("name").unwrap_or_else(|| "Hook".to_string()),
+        name: owned(name).unwrap_or_else(|| "Hook".to_string()),
         agent_id,
-        session_key: owned("sessionKey"),
-        wake_mode,
+        session_key: owned(session_key),
+        wake_mode: WakeMode::from_json(wake_mode),
         session_mode,
-        channel: channel(field(payload, "channel"))?,
-        model: model(
-            fields(payload).is_some_and(|m| m.contains_key("model")),
-            payload,
-        )?,
-        deliver: !matches!(field(payload, "deliver"), Some(Value::Bool(false))),
-        to: owned("to"),
-        thinking: thinking(owned("thinking")),
+        channel: channel(channel_field)?,
+        model: model(model_field)?,
+        deliver: !matches!(deliver, Some(Value::Bool(false))),
+        to: owned(to),
+        thinking: thinking(owned(thinking_field)),
         // As the OpenClaw gateway reads a request's own: 0 asks for nothing, so the default
         // applies (a mapping's 0 is the cap, docs/configuration.md#models-and-providers).
-        timeout_seconds: timeout_seconds(field(payload, "timeoutSeconds")).filter(|&t| t > 0),
+        timeout_seconds: timeout_seconds(timeout).filter(|&t| t > 0),
     };
     Ok(AgentRequest {
         action,
@@ -108,13 +143,15 @@ pub fn channel(value: Option<&Value>) -> Result<Option<Channel>, Rejected> {
         .transpose()
 }
 
-fn model(present: bool, payload: &Value) -> Result<Option<String>, Rejected> {
-    if !present {
-        return Ok(None);
-    }
-    non_blank(payload, "model")
-        .map(|m| Some(m.to_string()))
-        .ok_or_else(|| Rejected::new("model required"))
+/// Absent stays absent; present (`null` included), it must be a non-blank string.
+fn model(value: Option<&Value>) -> Result<Option<String>, Rejected> {
+    value
+        .map(|_| {
+            non_blank(value)
+                .map(str::to_string)
+                .ok_or_else(|| Rejected::new("model required"))
+        })
+        .transpose()
 }
 
 /// A finite number greater than zero, floored; anything else is absent.
