@@ -105,31 +105,79 @@ pub fn wrap_prompt_with_marker(
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
         "marker id must be 16 lower-case hex chars"
     );
-    format!(
-        "Task: {} | Job ID: {} | Received: {}\n\n{SECURITY_NOTICE}\n\n{}",
+    let (name, job_id, received) = (
         sanitize_markers(name),
         sanitize_markers(job_id),
         sanitize_markers(received),
-        envelope(source, content, marker_id),
-    )
+    );
+    let content = sanitize_markers(content);
+    // Pushed into one string of the final size: the prompt is built for every run, and
+    // formatting the envelope apart and then the whole copied the notice and the content twice.
+    let mut prompt = String::with_capacity(
+        PROMPT_FRAME + name.len() + job_id.len() + received.len() + content.len(),
+    );
+    for part in [
+        "Task: ",
+        &name,
+        " | Job ID: ",
+        &job_id,
+        " | Received: ",
+        &received,
+    ] {
+        prompt.push_str(part);
+    }
+    prompt.push_str("\n\n");
+    prompt.push_str(SECURITY_NOTICE);
+    prompt.push_str("\n\n");
+    push_envelope(&mut prompt, source, &content, marker_id);
+    prompt
 }
+
+/// The bytes of a prompt besides its fields: its labels, the notice and an envelope's frame.
+const PROMPT_FRAME: usize = 64 + SECURITY_NOTICE.len() + ENVELOPE_FRAME;
+
+/// The bytes of an envelope besides its content: two markers with their ids and the source line.
+const ENVELOPE_FRAME: usize = 64 + START_NAME.len() + END_NAME.len() + 2 * 16;
 
 /// One untrusted `content` between a start and an end marker of id `marker_id` (16 lower-case
 /// hex chars, fresh per envelope), after its `Source:` line: exactly one start and one end
 /// marker, whatever `content` holds ([`sanitize_markers`]). Without the security notice, which
 /// goes once before the envelopes of a prompt.
 pub fn envelope(source: ContentSource, content: &str, marker_id: &str) -> String {
-    format!(
-        "<<<{START_NAME} id=\"{marker_id}\">>>\nSource: {}\n---\n{}\n\
-         <<<{END_NAME} id=\"{marker_id}\">>>",
+    let content = sanitize_markers(content);
+    let mut out = String::with_capacity(ENVELOPE_FRAME + content.len());
+    push_envelope(&mut out, source, &content, marker_id);
+    out
+}
+
+/// Appends the envelope of `content`, already sanitised, to `out`.
+fn push_envelope(out: &mut String, source: ContentSource, content: &str, marker_id: &str) {
+    for part in [
+        "<<<",
+        START_NAME,
+        " id=\"",
+        marker_id,
+        "\">>>\nSource: ",
         source.label(),
-        sanitize_markers(content),
-    )
+        "\n---\n",
+        content,
+        "\n<<<",
+        END_NAME,
+        " id=\"",
+        marker_id,
+        "\">>>",
+    ] {
+        out.push_str(part);
+    }
 }
 
 /// A fresh marker id: 8 random bytes in lower-case hex, which no content can know in advance.
 pub fn marker_id() -> String {
-    hex::encode(rand::random::<[u8; 8]>())
+    let mut hex = [0u8; 16];
+    hex::encode_to_slice(rand::random::<[u8; 8]>(), &mut hex).expect("16 bytes hold 8 in hex");
+    std::str::from_utf8(&hex)
+        .expect("hex digits are ASCII")
+        .to_owned()
 }
 
 /// Replaces every imitation of a start or end marker in `content` with `[[MARKER_SANITIZED]]` or
