@@ -213,6 +213,11 @@ pub fn sanitize_markers(content: &str) -> Cow<'_, str> {
 /// as a role tag (`[System]`, `[System Message]`, `[Assistant]`, `[Internal]` become parenthesised,
 /// inner text kept) or as a line-leading `System:` speaker (becomes `System (untrusted):`).
 pub fn sanitize_summary_name(name: &str) -> String {
+    // Neither pattern matches without a `[` or a `:`, which most names lack; this check costs
+    // a scan of the name, the two searches several times that (a summary is written per run).
+    if !name.contains(['[', ':']) {
+        return name.to_owned();
+    }
     let name = ROLE_TAG.replace_all(name, "(${1})");
     SYSTEM_PREFIX
         .replace_all(&name, "${1}System (untrusted):")
