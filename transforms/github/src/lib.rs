@@ -84,7 +84,11 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
 /// skips the rest of the payload rather than building it, and borrows each string from the body
 /// unless it holds an escape: on a fresh instance per request, a `serde_json::Value` tree of the
 /// whole payload was most of this transform's allocations. What is missing or `null` reads as
-/// its default: `?` for text, and so for every text of an object.
+/// its default: `?` for text, and so for every text of an object; a text field of another type
+/// reads `?` too. A payload that breaks GitHub's published schema otherwise (a string where
+/// GitHub sends an object, `commits` that is not an array, a key given twice) fails the call, as
+/// a body that is not JSON does: hookgate answers 500 `hook mapping failed` and logs why
+/// (docs/transforms.md).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, bound(deserialize = "'de: 'a"))]
 pub struct Payload<'a> {
