@@ -391,6 +391,17 @@ mod tests {
     }
 
     #[test]
+    fn a_payload_outside_githubs_schema_does_not_parse() {
+        for body in [
+            r#"{"repository": "o/r"}"#,
+            r#"{"commits": 2}"#,
+            r#"{"action": "opened", "action": "closed"}"#,
+        ] {
+            assert!(serde_json::from_str::<Payload>(body).is_err(), "{body}");
+        }
+    }
+
+    #[test]
     fn text_without_escapes_is_borrowed_from_the_body() {
         let body = r#"{"action": "opened", "issue": {"title": "a \"quoted\" title"}}"#;
         let p: Payload = serde_json::from_str(body).unwrap();
