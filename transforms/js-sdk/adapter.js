@@ -92,13 +92,14 @@ function inputOf(req) {
  * `TextDecoder` decodes it (a byte-order mark dropped, as hookgate does), decoded by the runtime.
  */
 function parsePayload(text) {
-  if (text.trim() === '') return {};
+  let value;
   try {
-    const value = JSON.parse(text);
-    return typeof value === 'object' && value !== null ? value : {};
+    value = JSON.parse(text);
   } catch {
-    return null;
+    // A blank body does not parse: looked for only then, rather than trimming every body.
+    return text.trim() === '' ? {} : null;
   }
+  return typeof value === 'object' && value !== null ? value : {};
 }
 
 function contextOf(req) {
