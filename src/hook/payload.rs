@@ -8,18 +8,82 @@ use super::action::{
     AgentAction, AgentRequest, Channel, SessionMode, Thinking, WakeMode, WakeRequest,
 };
 
-/// The values of `keys` in a body, in their order; `None` for a key the body lacks, and for every
-/// key of a body that is not an object (an array, say). One pass over the body's fields, each
-/// compared with the keys: a field looked up by name hashes the name (SipHash, for serde_json's
-/// ordered map), which for an agent's dozen names cost several times this pass.
-fn pick<'a, const N: usize>(payload: &'a Value, keys: [&str; N]) -> [Option<&'a Value>; N] {
-    let mut found = [None; N];
+/// The fields a body's rules read, each a slot filled by [`read`]: a struct of `Option<&Value>`
+/// whose `slot` maps a field's name to its place.
+trait Fields<'a>: Default {
+    /// Where the value of the field `name` goes; `None` for a field the rules do not read.
+    fn slot(&mut self, name: &str) -> Option<&mut Option<&'a Value>>;
+}
+
+/// The fields `F` reads from a body, in one pass over its object; all absent for a body that is
+/// not an object (an array, say). A field looked up by name hashes the name (SipHash, for
+/// serde_json's ordered map), which for an agent's dozen names cost several times this pass.
+fn read<'a, F: Fields<'a>>(payload: &'a Value) -> F {
+    let mut fields = F::default();
     for (name, value) in payload.as_object().into_iter().flatten() {
-        if let Some(at) = keys.iter().position(|key| key == name) {
-            found[at] = Some(value);
+        if let Some(slot) = fields.slot(name) {
+            *slot = Some(value);
         }
     }
-    found
+    fields
+}
+
+#[derive(Default)]
+struct WakeFields<'a> {
+    text: Option<&'a Value>,
+    mode: Option<&'a Value>,
+    agent_id: Option<&'a Value>,
+    session_key: Option<&'a Value>,
+}
+
+impl<'a> Fields<'a> for WakeFields<'a> {
+    fn slot(&mut self, name: &str) -> Option<&mut Option<&'a Value>> {
+        Some(match name {
+            "text" => &mut self.text,
+            "mode" => &mut self.mode,
+            "agentId" => &mut self.agent_id,
+            "sessionKey" => &mut self.session_key,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Default)]
+struct AgentFields<'a> {
+    wait_for_completion: Option<&'a Value>,
+    message: Option<&'a Value>,
+    name: Option<&'a Value>,
+    agent_id: Option<&'a Value>,
+    session_key: Option<&'a Value>,
+    wake_mode: Option<&'a Value>,
+    session_mode: Option<&'a Value>,
+    channel: Option<&'a Value>,
+    model: Option<&'a Value>,
+    deliver: Option<&'a Value>,
+    to: Option<&'a Value>,
+    thinking: Option<&'a Value>,
+    timeout_seconds: Option<&'a Value>,
+}
+
+impl<'a> Fields<'a> for AgentFields<'a> {
+    fn slot(&mut self, name: &str) -> Option<&mut Option<&'a Value>> {
+        Some(match name {
+            "waitForCompletion" => &mut self.wait_for_completion,
+            "message" => &mut self.message,
+            "name" => &mut self.name,
+            "agentId" => &mut self.agent_id,
+            "sessionKey" => &mut self.session_key,
+            "wakeMode" => &mut self.wake_mode,
+            "sessionMode" => &mut self.session_mode,
+            "channel" => &mut self.channel,
+            "model" => &mut self.model,
+            "deliver" => &mut self.deliver,
+            "to" => &mut self.to,
+            "thinking" => &mut self.thinking,
+            "timeoutSeconds" => &mut self.timeout_seconds,
+            _ => return None,
+        })
+    }
 }
 
 /// A string field, trimmed; `None` when absent, not a string or blank.
@@ -32,12 +96,11 @@ fn non_blank(value: Option<&Value>) -> Option<&str> {
 
 /// `POST /wake`: `text` is required (trimmed, non-blank); `mode` defaults to `now`.
 pub fn wake_request(payload: &Value) -> Result<WakeRequest, Rejected> {
-    let [text, mode, agent_id, session_key] =
-        pick(payload, ["text", "mode", "agentId", "sessionKey"]);
-    let text = non_blank(text).ok_or_else(|| Rejected::new("text required"))?;
-    let mode = WakeMode::from_json(mode);
-    let agent_id = present_non_blank(agent_id, "agentId")?;
-    let session_key = present_non_blank(session_key, "sessionKey")?;
+    let fields: WakeFields = read(payload);
+    let text = non_blank(fields.text).ok_or_else(|| Rejected::new("text required"))?;
+    let mode = WakeMode::from_json(fields.mode);
+    let agent_id = present_non_blank(fields.agent_id, "agentId")?;
+    let session_key = present_non_blank(fields.session_key, "sessionKey")?;
     if session_key.is_some() && mode == WakeMode::NextHeartbeat {
         return Err(Rejected::new("sessionKey requires mode=now"));
     }
@@ -60,49 +123,18 @@ fn present_non_blank(value: Option<&Value>, key: &str) -> Result<Option<String>,
     }
 }
 
-/// The fields of an agent request, in the order [`agent_request`] names their values.
-const AGENT_FIELDS: [&str; 13] = [
-    "waitForCompletion",
-    "message",
-    "name",
-    "agentId",
-    "sessionKey",
-    "wakeMode",
-    "sessionMode",
-    "channel",
-    "model",
-    "deliver",
-    "to",
-    "thinking",
-    "timeoutSeconds",
-];
-
 /// `POST /agent`: every field rule of docs/http-contract.md up to, not including, the policies.
 pub fn agent_request(payload: &Value) -> Result<AgentRequest, Rejected> {
-    let [
-        wait,
-        message,
-        name,
-        agent_id,
-        session_key,
-        wake_mode,
-        session_mode,
-        channel_field,
-        model_field,
-        deliver,
-        to,
-        thinking_field,
-        timeout,
-    ] = pick(payload, AGENT_FIELDS);
-    let wait_for_completion = match wait {
+    let fields: AgentFields = read(payload);
+    let wait_for_completion = match fields.wait_for_completion {
         None => false,
         Some(Value::Bool(wait)) => *wait,
         Some(_) => return Err(Rejected::new("waitForCompletion must be boolean")),
     };
-    let message = non_blank(message).ok_or_else(|| Rejected::new("message required"))?;
+    let message = non_blank(fields.message).ok_or_else(|| Rejected::new("message required"))?;
     let owned = |value| non_blank(value).map(str::to_string);
-    let agent_id = present_non_blank(agent_id, "agentId")?;
-    let session_mode = match session_mode {
+    let agent_id = present_non_blank(fields.agent_id, "agentId")?;
+    let session_mode = match fields.session_mode {
         None => SessionMode::Isolated,
         Some(mode) => mode
             .as_str()
@@ -111,19 +143,19 @@ pub fn agent_request(payload: &Value) -> Result<AgentRequest, Rejected> {
     };
     let action = AgentAction {
         message: message.to_string(),
-        name: owned(name).unwrap_or_else(|| "Hook".to_string()),
+        name: owned(fields.name).unwrap_or_else(|| "Hook".to_string()),
         agent_id,
-        session_key: owned(session_key),
-        wake_mode: WakeMode::from_json(wake_mode),
+        session_key: owned(fields.session_key),
+        wake_mode: WakeMode::from_json(fields.wake_mode),
         session_mode,
-        channel: channel(channel_field)?,
-        model: model(model_field)?,
-        deliver: !matches!(deliver, Some(Value::Bool(false))),
-        to: owned(to),
-        thinking: thinking(owned(thinking_field)),
+        channel: channel(fields.channel)?,
+        model: model(fields.model)?,
+        deliver: !matches!(fields.deliver, Some(Value::Bool(false))),
+        to: owned(fields.to),
+        thinking: thinking(owned(fields.thinking)),
         // As the OpenClaw gateway reads a request's own: 0 asks for nothing, so the default
         // applies (a mapping's 0 is the cap, docs/configuration.md#models-and-providers).
-        timeout_seconds: timeout_seconds(timeout).filter(|&t| t > 0),
+        timeout_seconds: timeout_seconds(fields.timeout_seconds).filter(|&t| t > 0),
     };
     Ok(AgentRequest {
         action,
