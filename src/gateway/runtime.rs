@@ -35,11 +35,11 @@ pub struct Runtime {
     pub(super) metrics: Metrics,
 }
 
-/// Which backend a [`Runtime`] runs on. A method that calls into the cluster or the forward
-/// client boxes that call's future: a future is as large as its largest branch, and theirs
-/// (several kilobytes of NATS and HTTP client state) would otherwise be carried, and copied at
-/// each step up the handler's chain, by every request an embedded server answers. A box is one
-/// allocation beside a network round trip.
+/// Which backend a [`Runtime`] runs on. The methods a hook request calls (admission, wakes,
+/// runs, batches, deliveries) box their calls into the cluster or the forward client: a future
+/// is as large as its largest branch, and theirs (several kilobytes of NATS and HTTP client
+/// state) would otherwise be carried, and copied at each step up the handler's chain, by every
+/// request an embedded server answers. A box is one allocation beside a network round trip.
 enum Backend {
     Embedded(Embedded),
     Forward(Forward),
