@@ -34,8 +34,7 @@ impl Guest for GitHub {
         let Some(event) = header(&req.headers, "x-github-event") else {
             return Ok(bad_request("missing X-GitHub-Event header"));
         };
-        let payload: Payload =
-            serde_json::from_slice(&req.body).map_err(|e| format!("body is not JSON: {e}"))?;
+        let payload: Payload = serde_json::from_slice(&req.body).map_err(parse_error)?;
         Ok(match describe(event, &payload) {
             Decision::Skip => {
                 log(Level::Debug, &format!("skipping GitHub event {event}"));
@@ -63,6 +62,17 @@ impl Guest for GitHub {
 #[cfg(target_family = "wasm")]
 export!(GitHub);
 
+/// Why a body did not parse, as the failed call's reason: not JSON at all, or JSON that breaks
+/// GitHub's published schema ([`Payload`]).
+fn parse_error(error: serde_json::Error) -> String {
+    match error.classify() {
+        serde_json::error::Category::Data => {
+            format!("payload does not follow GitHub's schema: {error}")
+        }
+        _ => format!("body is not JSON: {error}"),
+    }
+}
+
 /// A 400 in hookgate's error shape.
 fn bad_request(error: &str) -> Outcome {
     let body = serde_json::json!({"ok": false, "error": error});
@@ -80,15 +90,17 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// The parts of a GitHub delivery that [`describe`] reads, of every event it handles. Parsing
-/// skips the rest of the payload rather than building it, and borrows each string from the body
-/// unless it holds an escape: on a fresh instance per request, a `serde_json::Value` tree of the
-/// whole payload was most of this transform's allocations. What is missing or `null` reads as
-/// its default: `?` for text, and so for every text of an object; a text field of another type
-/// reads `?` too. A payload that breaks GitHub's published schema otherwise (a string where
-/// GitHub sends an object, `commits` that is not an array, a key given twice) fails the call, as
-/// a body that is not JSON does: hookgate answers 500 `hook mapping failed` and logs why
-/// (docs/transforms.md).
+/// The parts of a GitHub delivery that [`describe`] reads, of every event it handles. Parsing skips
+/// the rest of the payload rather than building it, and borrows each string from the body unless it
+/// holds an escape: on a fresh instance per request, a `serde_json::Value` tree of the whole
+/// payload was most of this transform's allocations. What is missing or `null` reads as its
+/// default: `?` for text, and so for every text of an object; a text field of another type reads
+/// `?` too. A payload that breaks GitHub's published schema otherwise (a string where GitHub sends
+/// an object, `commits` that is not an array, a key given twice, a body that is JSON `null`, a
+/// string or a number, whatever the event) fails the call, as a body that is not JSON does:
+/// hookgate answers 500 `hook mapping failed` and logs why (docs/transforms.md). serde reads an
+/// array given for an object by position (`["o/r"]` for `repository` reads `o/r`); GitHub sends
+/// none.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, bound(deserialize = "'de: 'a"))]
 pub struct Payload<'a> {
@@ -397,8 +409,18 @@ mod tests {
             r#"{"commits": 2}"#,
             r#"{"action": "opened", "action": "closed"}"#,
         ] {
-            assert!(serde_json::from_str::<Payload>(body).is_err(), "{body}");
+            let error = serde_json::from_str::<Payload>(body).unwrap_err();
+            assert!(
+                parse_error(error).starts_with("payload does not follow GitHub's schema: "),
+                "{body}"
+            );
         }
+    }
+
+    #[test]
+    fn a_body_that_is_not_json_says_so() {
+        let error = serde_json::from_str::<Payload>("{\"action\": ").unwrap_err();
+        assert!(parse_error(error).starts_with("body is not JSON: "));
     }
 
     #[test]
