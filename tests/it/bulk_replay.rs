@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::console::Browser;
+use crate::browser::Browser;
 use crate::harness::*;
 use crate::requests::{cli, recorded};
 

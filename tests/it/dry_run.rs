@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::console::Browser;
+use crate::browser::Browser;
 use crate::harness::*;
 
 /// GitHub deliveries of many event types: the event, and the payload (the examples' and

@@ -6,6 +6,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 
 use serde_json::{Value, json};
 
+use crate::processes::dies_with_its_test;
+
 pub const HOOK_TOKEN: &str = "hook-token-0123456789";
 pub const GATEWAY_TOKEN: &str = "gateway-token-9876543210";
 
@@ -99,7 +101,7 @@ impl Hookgate {
     }
 
     fn spawn(dir: &ConfigDir, env: &[(&str, &str)], port: u16) -> Result<Hookgate, String> {
-        let mut child = Command::new(binary())
+        let mut child = dies_with_its_test(&mut Command::new(binary()))
             .args(["serve", "--config"])
             .arg(dir.config_file())
             .arg("--listen")

@@ -24,9 +24,11 @@ macro_rules! on_both_stores {
     };
 }
 
+mod browser;
 mod fake;
 mod harness;
 mod nats;
+mod processes;
 
 mod admission;
 mod agent;

@@ -5,6 +5,8 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
+use crate::processes::dies_with_its_test;
+
 /// A JetStream server; killed when dropped.
 pub struct NatsServer {
     pub port: u16,
@@ -133,7 +135,7 @@ fn binary() -> String {
 /// Spawns the server and waits until it is ready; returns it with the port it listens on.
 fn spawn(store: &Path, port: Option<u16>, extra: &[String]) -> (Child, u16) {
     let port_arg = port.map_or("-1".to_string(), |p| p.to_string());
-    let mut child = Command::new(binary())
+    let mut child = dies_with_its_test(&mut Command::new(binary()))
         .args(["-js", "-a", "127.0.0.1", "-p", &port_arg, "-sd"])
         .arg(store)
         .args(extra)

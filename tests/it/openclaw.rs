@@ -6,20 +6,22 @@
 //! answer (docs/configuration.md, forward mode).
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::harness::*;
+use crate::processes::{Group, kill_marked};
 use crate::runtime::free_port;
 
 const OPENCLAW_HOOK_TOKEN: &str = "openclaw-hook-token-0123456789abcdef";
 const OPENCLAW_GATEWAY_TOKEN: &str = "openclaw-gateway-token-0123456789ab";
 
-/// A running OpenClaw gateway on 127.0.0.1; stopped with SIGTERM when dropped.
+/// A running OpenClaw gateway on 127.0.0.1; stopped with SIGTERM when dropped, and whatever it
+/// started then killed.
 pub(crate) struct OpenClaw {
-    child: Child,
+    child: Group,
     port: u16,
     state: tempfile::TempDir,
 }
@@ -63,20 +65,21 @@ impl OpenClaw {
         std::fs::write(&config_path, config.to_string()).unwrap();
         let port = free_port();
         let log = std::fs::File::create(state.path().join("stdout.log")).unwrap();
-        let child = Command::new(node)
-            .arg(entry)
-            .args(["gateway", "run", "--port", &port.to_string()])
-            .env("OPENCLAW_STATE_DIR", state.path().join("state"))
-            .env("OPENCLAW_CONFIG_PATH", &config_path)
-            .env("OPENCLAW_SKIP_CHANNELS", "1")
-            .env("OPENCLAW_DISABLE_BONJOUR", "1")
-            .env("OPENCLAW_NO_AUTO_UPDATE", "1")
-            .env("OPENCLAW_SKIP_GMAIL_WATCHER", "1")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let child = Group::spawn(
+            Command::new(node)
+                .arg(entry)
+                .args(["gateway", "run", "--port", &port.to_string()])
+                .env("OPENCLAW_STATE_DIR", state.path().join("state"))
+                .env("OPENCLAW_CONFIG_PATH", &config_path)
+                .env("OPENCLAW_SKIP_CHANNELS", "1")
+                .env("OPENCLAW_DISABLE_BONJOUR", "1")
+                .env("OPENCLAW_NO_AUTO_UPDATE", "1")
+                .env("OPENCLAW_SKIP_GMAIL_WATCHER", "1")
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log),
+        )
+        .unwrap();
         OpenClaw { child, port, state }
     }
 
@@ -93,7 +96,7 @@ impl OpenClaw {
     pub(crate) async fn ready(&mut self) {
         let (limit, every) = (Duration::from_secs(150), Duration::from_millis(250));
         eventually_within("the OpenClaw gateway ready", limit, every, async || {
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Ok(Some(status)) = self.child.leader().try_wait() {
                 panic!("the OpenClaw gateway exited with {status}:\n{}", self.log());
             }
             let probe = client().get(format!("{}/readyz", self.url())).send().await;
@@ -108,20 +111,21 @@ impl OpenClaw {
 
 impl Drop for OpenClaw {
     fn drop(&mut self) {
-        // SIGTERM, not SIGKILL: the gateway stops its own children (one is in a process group
-        // of its own) only when it shuts down cleanly.
+        // SIGTERM first: the gateway stops its own children only when it shuts down cleanly.
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+            if let Ok(Some(_)) = self.child.leader().try_wait() {
+                break;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // Then whatever is left: one of its children leads a process group of its own, which
+        // the drop of `child` (its group) would miss; each carries this gateway's state path.
+        let state = self.state.path().join("state");
+        kill_marked("OPENCLAW_STATE_DIR", state.as_os_str());
     }
 }
 

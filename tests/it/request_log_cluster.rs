@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::browser::Browser;
 use crate::cluster::node_config_at;
-use crate::console::Browser;
 use crate::fake::Fake;
 use crate::harness::*;
 use crate::nats::NatsServer;

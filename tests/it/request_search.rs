@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use crate::console::Browser;
+use crate::browser::Browser;
 use crate::filters::{self, github};
 use crate::harness::*;
 use crate::lanes::GatedProvider;
