@@ -16,7 +16,7 @@ use crate::config::ReloadStatus;
 use crate::config::runtime::Route;
 use crate::gateway::{EventRecord, Retry, RetryError, RunFilter, RunRecord, RunStatus};
 use crate::hook::Channel;
-use crate::transform::TransformStatus;
+use crate::transform::{TransformFailure, TransformStatus};
 
 /// Items a listing returns when `limit` is not given.
 const DEFAULT_LIMIT: u32 = 100;
@@ -291,6 +291,28 @@ fn route_of(body: &Value) -> Result<Route, ApiError> {
     Ok(Route { channel, to })
 }
 
+/// Shows at 0 the series of what the configuration names that the alert rules read: each
+/// hook's failed requests, each transform's calls and failures. At each scrape, so that a
+/// reload's new mappings show at the next one; a series once shown stays, like a counted one.
+fn show_configured(app: &AppState) {
+    let settings = app.config.current();
+    let Some(hooks) = settings.hooks.as_ref() else {
+        return;
+    };
+    for hook in ["wake", "agent"] {
+        app.metrics.show_hook(hook);
+    }
+    for mapping in &hooks.mappings {
+        if let Some(path) = mapping.path() {
+            app.metrics.show_hook(path);
+        }
+        if mapping.transform.is_some() {
+            app.metrics
+                .show_transform(&mapping.id, &TransformFailure::CAUSES);
+        }
+    }
+}
+
 /// `GET /metrics`: the Prometheus text format; behind the gateway token unless
 /// `gateway.metrics.public`.
 pub async fn metrics(
@@ -301,18 +323,22 @@ pub async fn metrics(
         Operator::authorize(&request, &app)?;
     }
     if let Ok((by_status, waiting)) = app.store.gauges().await {
-        // Statuses with no runs left drop out of the query: start from an empty family.
-        app.metrics.runs.clear();
-        for (status, count) in by_status {
+        // Every status, 0 when the query has none: an alert on the change of one
+        // (contrib/prometheus-alerts.yml) then sees its first run too.
+        for status in RunStatus::ALL {
+            let count = by_status
+                .iter()
+                .find_map(|&(counted, count)| (counted == status).then_some(count));
             app.metrics
                 .runs
                 .get_or_create(&crate::metrics::StatusLabels {
                     status: status.as_str().to_string(),
                 })
-                .set(count);
+                .set(count.unwrap_or(0));
         }
         app.metrics.queue_depth.set(waiting);
     }
+    show_configured(&app);
     if let Ok(by_mapping) = app.store.queued_by_mapping().await {
         // A mapping whose queue drained drops out of the query: start from an empty family.
         app.metrics.lane_queued.clear();

@@ -143,6 +143,10 @@ pub struct StatusLabels {
     pub status: String,
 }
 
+/// The request log's outcomes every store counts, shown at 0 from the start; a NATS store's
+/// own (`published`, `unpublished`, `indexed`) show at their first.
+const REQUEST_LOG_OUTCOMES: [&str; 4] = ["recorded", "suppressed", "dropped", "pruned"];
+
 /// Every metric hookgate exports. Cheap to clone (each metric is a shared handle).
 #[derive(Clone)]
 pub struct Metrics {
@@ -191,10 +195,21 @@ impl Default for Metrics {
 impl Metrics {
     /// Every metric at its start, in an empty registry of its own.
     fn unregistered() -> Metrics {
+        // Shown at 0 from the start: an alert on their increase then sees the first one
+        // (a series that appears at 1 has no increase to show).
         let deliveries = Family::<DeliveryLabels, Counter>::default();
-        // Shown at 0 from the start: an alert on their increase then sees the first one.
         for outcome in ["sent", "failed", "uncertain"] {
             drop(deliveries.get_or_create(&DeliveryLabels { outcome }));
+        }
+        let request_log = Family::<RequestLogLabels, Counter>::default();
+        for outcome in REQUEST_LOG_OUTCOMES {
+            drop(request_log.get_or_create(&RequestLogLabels { outcome }));
+        }
+        let relays = Family::<RelayLabels, Counter>::default();
+        for kind in ["wake", "agent"] {
+            for outcome in ["forwarded", "retried", "failed"] {
+                drop(relays.get_or_create(&RelayLabels { kind, outcome }));
+            }
         }
         Metrics {
             registry: Default::default(),
@@ -207,9 +222,9 @@ impl Metrics {
             store_commit: latency_histogram(),
             runs: Family::default(),
             queue_depth: Gauge::default(),
-            relays: Family::default(),
+            relays,
             deliveries,
-            request_log: Family::default(),
+            request_log,
             bulk_replays: Family::default(),
             model_tokens: Family::default(),
             lane_refusals: Family::default(),
@@ -344,6 +359,29 @@ impl Metrics {
                 outcome: outcome.as_str(),
             })
             .inc();
+    }
+
+    /// Shows `hook`'s failed requests (0 until it has one), so that the alert on its failure
+    /// ratio counts its first failure too.
+    pub fn show_hook(&self, hook: &str) {
+        drop(self.hook_requests.get_or_create(&HookLabels {
+            hook: hook.to_string(),
+            outcome: HookOutcome::Failed.as_str(),
+        }));
+    }
+
+    /// Shows `mapping`'s transform calls and its failures of each of `causes` (0 until
+    /// counted), so that the alert on its failure ratio counts its first failure too.
+    pub fn show_transform(&self, mapping: &str, causes: &[&'static str]) {
+        drop(self.transform_duration.get_or_create(&MappingLabels {
+            mapping: mapping.to_string(),
+        }));
+        for &cause in causes {
+            drop(self.transform_failures.get_or_create(&FailureLabels {
+                mapping: mapping.to_string(),
+                cause,
+            }));
+        }
     }
 
     /// Counts one request a full lane of `mapping` refused.

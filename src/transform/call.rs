@@ -79,6 +79,12 @@ pub enum TransformFailure {
 }
 
 impl TransformFailure {
+    /// Every label [`Self::cause`] gives: `hookgate_transform_failures_total` shows each at 0
+    /// from the start for every mapping with a transform.
+    pub const CAUSES: [&str; 7] = [
+        "timeout", "busy", "memory", "output", "trap", "error", "invalid",
+    ];
+
     /// A short label for logs and metrics.
     pub fn cause(&self) -> &'static str {
         match self {

@@ -212,3 +212,87 @@ fn json_logs_are_one_object_per_line() {
         );
     }
 }
+
+/// Every series an alert rule reads (contrib/prometheus-alerts.yml) is exported by a fresh
+/// server, at 0: a series that appears only at its first event shows no increase then, so
+/// `increase()` and `delta()` over it stay 0 and an isolated drop, failure or refusal never
+/// fires its alert. Read from the rules themselves, so that a rule added later is checked too.
+#[tokio::test]
+async fn a_fresh_server_exports_every_series_the_alert_rules_read() {
+    let rules = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/prometheus-alerts.yml"),
+    )
+    .unwrap();
+    let watched = watched_series(&rules);
+    assert!(watched.len() >= 10, "{watched:?}");
+    // A mapping with a transform, for the series of each mapping's transform.
+    let (server, _dir) = start_with_trapping_alerts(base_config(), json!({}));
+    let text = scrape(&server).await;
+    let missing: Vec<_> = watched
+        .iter()
+        .filter(|(name, labels)| {
+            !text.lines().any(|line| {
+                let Some(rest) = line.strip_prefix(name.as_str()) else {
+                    return false;
+                };
+                (rest.starts_with('{') || rest.starts_with(' '))
+                    && labels
+                        .iter()
+                        .all(|(label, value)| rest.contains(&format!("{label}=\"{value}\"")))
+            })
+        })
+        .collect();
+    assert!(missing.is_empty(), "not exported: {missing:?}\n{text}");
+    for series in [
+        r#"hookgate_request_log_records_total{outcome="dropped"} 0"#,
+        r#"hookgate_runs{status="error"} 0"#,
+        r#"hookgate_forward_relays_total{kind="agent",outcome="failed"} 0"#,
+        r#"hookgate_hook_requests_total{hook="alerts",outcome="failed"} 0"#,
+        r#"hookgate_transform_failures_total{mapping="alerts",cause="trap"} 0"#,
+    ] {
+        assert!(has_line(&text, series), "{series} missing:\n{text}");
+    }
+}
+
+/// The hookgate series `rules` select, each as its metric and the label values it must have
+/// (`job` aside, which Prometheus adds): one per alternative of a `=~"a|b"` matcher.
+fn watched_series(rules: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let mut watched = Vec::new();
+    let mut rest = rules;
+    while let Some(at) = rest.find("hookgate_") {
+        rest = &rest[at..];
+        let end = rest
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+            .unwrap_or(rest.len());
+        let name = rest[..end].to_string();
+        rest = &rest[end..];
+        let mut fixed = Vec::new();
+        let mut alternatives = vec![None];
+        if let Some(selector) = rest.strip_prefix('{') {
+            let close = selector.find('}').unwrap();
+            for matcher in selector[..close].split(',') {
+                let (label, value) = matcher.split_once('=').unwrap();
+                let (label, value) = (label.trim(), value.trim_start_matches('~').trim());
+                let value = value.trim_matches('"');
+                match (label, matcher.contains("=~")) {
+                    ("job", _) => {}
+                    (_, false) => fixed.push((label.to_string(), value.to_string())),
+                    (_, true) => {
+                        alternatives = value
+                            .split('|')
+                            .map(|v| Some((label.to_string(), v.to_string())))
+                            .collect();
+                    }
+                }
+            }
+        }
+        for alternative in alternatives {
+            let mut labels = fixed.clone();
+            labels.extend(alternative);
+            watched.push((name.clone(), labels));
+        }
+    }
+    watched.sort();
+    watched.dedup();
+    watched
+}
