@@ -179,6 +179,7 @@ impl Server {
             self.listener,
             router(self.state.clone()),
             move || config.current(),
+            &self.state.metrics.connections_evicted,
             shutdown,
         )
         .await;

@@ -4,8 +4,9 @@
 //!
 //! `axum::serve` sets none of these bounds, so a client could hold unlimited sockets open by
 //! sending headers one byte at a time, or by never reading its answers. When every slot is held,
-//! a new connection takes the slot of the connection idle longest ([`idle`]), so that slow
-//! headers from many addresses cannot keep real senders out.
+//! a new connection takes the slot of the connection idle longest of those that may go
+//! ([`idle`]), so that slow headers or a flood of silent connections from many addresses
+//! cannot keep real senders out.
 
 mod idle;
 
@@ -22,6 +23,8 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinSet;
@@ -31,6 +34,7 @@ use self::idle::{Answer, Evicted, IdleConnections, Tenant, Watched};
 use super::write_deadline::WriteDeadline;
 use crate::client::ClientKey;
 use crate::config::Settings;
+use crate::metrics::EvictionLabels;
 use crate::slots::Slots;
 
 /// What a client over its connection cap is told before its connection is closed.
@@ -47,15 +51,17 @@ content-length: 60\r\n\r\n\
 /// closes the connections still open after that, and returns when the stop began.
 ///
 /// `settings` is asked for each accepted connection, so that reloaded bounds apply to the
-/// connections that follow (a lower `maxConnections` as connections end or give way).
+/// connections that follow (a lower `maxConnections` as connections end or give way). The
+/// connections that give way are counted in `evicted`.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     settings: impl Fn() -> Arc<Settings>,
+    evicted: &Family<EvictionLabels, Counter>,
     shutdown: impl Future<Output = ()>,
 ) -> Instant {
     let slots = Slots::new(settings().connections.max);
-    let idle = IdleConnections::default();
+    let idle = IdleConnections::new(evicted);
     let per_client = PerClient::default();
     let refusals = Arc::new(tokio::sync::Semaphore::new(REFUSALS_CLOSING));
     let graceful = GracefulShutdown::new();
@@ -111,10 +117,11 @@ pub async fn serve(
 }
 
 /// A slot for a connection just accepted. When every slot is held, the connections idle longest
-/// (for [`idle::MIN_IDLE`] at least) are evicted to free as many as it takes (more than one
-/// while a lowered `maxConnections` is retiring slots); when too few are, it waits for
-/// connections to end or to have been idle long enough, looking again each second at least, so
-/// that a reload raising `maxConnections` also lets it in.
+/// (of those that never completed a request, and those idle for [`idle::MIN_IDLE`] at least
+/// since their last answer) are evicted to free as many as it takes (more than one while a
+/// lowered `maxConnections` is retiring slots); when too few may go, it waits for connections
+/// to end or to have been idle long enough, looking again each second at least, so that a
+/// reload raising `maxConnections` also lets it in.
 async fn take_slot(
     slots: &Slots,
     idle: &IdleConnections,

@@ -132,6 +132,13 @@ pub struct BudgetLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvictionLabels {
+    /// `no_request` (the connection never completed a request) or `idle` (idle since its
+    /// last answer for 0.5 s at least).
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
     pub version: &'static str,
     pub commit: &'static str,
@@ -169,6 +176,9 @@ pub struct Metrics {
     /// Queued runs by the mapping that admitted them, set at each scrape.
     pub lane_queued: Family<MappingLabels, Gauge>,
     pub budget_refusals: Family<BudgetLabels, Counter>,
+    /// Connections closed to give their slot to a new one, by why they could go (the accept
+    /// loop shows each reason at 0 from its start).
+    pub connections_evicted: Family<EvictionLabels, Counter>,
     /// CPU, memory and file descriptors, read at each scrape.
     pub process: ProcessMetrics,
 }
@@ -230,6 +240,7 @@ impl Metrics {
             lane_refusals: Family::default(),
             lane_queued: Family::default(),
             budget_refusals: Family::default(),
+            connections_evicted: Family::default(),
             process: ProcessMetrics::default(),
         }
     }
@@ -295,6 +306,13 @@ impl Metrics {
             self.bulk_replays.clone(),
         );
         self.register_admission(registry);
+        registry.register(
+            "hookgate_connections_evicted",
+            "Connections closed, without an answer, to give their slot to a new one when every \
+             slot was held, by reason: no_request (it never completed a request; closed at \
+             once) or idle (idle for 0.5 s at least since its last answer)",
+            self.connections_evicted.clone(),
+        );
     }
 
     /// Registers the metrics of what agent runs cost and what admission refused for it:

@@ -6,7 +6,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -230,6 +230,82 @@ async fn slow_headers_from_many_addresses_give_way_to_a_real_sender() {
     assert_eq!(fates[11], SlowFate::Open, "{fates:?}");
     let (_, log) = server.terminate();
     assert!(log.contains("closed the connections idle longest"), "{log}");
+}
+
+/// The issue's connection flood: silent connections (never a byte sent) from four addresses,
+/// 127.0.0.2 to 127.0.0.5, one every [`FLOOD_INTERVAL`], [`FLOOD`] of them, each held open until
+/// the flood's task is dropped. `opened` counts them as they connect.
+async fn silent_flood(server: SocketAddr, opened: Arc<AtomicUsize>) -> Vec<TcpStream> {
+    let mut held = Vec::with_capacity(FLOOD);
+    let mut ticks = tokio::time::interval(FLOOD_INTERVAL);
+    for i in 0..FLOOD {
+        ticks.tick().await;
+        let socket = TcpSocket::new_v4().unwrap();
+        let from = [127, 0, 0, 2 + (i % 4) as u8];
+        socket.bind(SocketAddr::from((from, 0))).unwrap();
+        held.push(socket.connect(server).await.unwrap());
+        opened.fetch_add(1, Ordering::SeqCst);
+    }
+    held
+}
+
+/// About 200 connections a second for 5 s: a connection that never sends a byte lived 80 ms
+/// under it with `maxConnections: 16` (after the fix). Before it, evictions were capped at 32
+/// a second, so that the accept queue grew by 168 a second, a real sender's connection behind
+/// it; 1,000 connections stay within the listen backlog (1,024), so that the flood's own
+/// connects never wait.
+const FLOOD: usize = 1000;
+const FLOOD_INTERVAL: Duration = Duration::from_millis(5);
+
+#[tokio::test]
+async fn a_flood_of_silent_connections_gives_way_to_a_real_sender_at_once() {
+    let config = config_with(&[
+        ("gateway.maxConnections", json!(16)),
+        ("gateway.headerTimeoutSeconds", json!(60)),
+    ]);
+    let (server, _dir) = Hookgate::start(&config);
+    let opened = Arc::new(AtomicUsize::new(0));
+    let flood = tokio::spawn(silent_flood(addr(&server), Arc::clone(&opened)));
+    // 2 s in: every slot is held by the flood, and (without eviction at once) hundreds of its
+    // connections wait in the accept queue ahead of the real sender's.
+    eventually("the flood to be under way", async || {
+        opened.load(Ordering::SeqCst) >= 400
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let mut attempts = 0;
+    let answered = loop {
+        attempts += 1;
+        let request = server
+            .hook("/hooks/wake")
+            .json(&json!({"text": "beside the flood"}));
+        match tokio::time::timeout(PATIENCE, request.send()).await {
+            Ok(Ok(response)) => break response.status().as_u16(),
+            // Evicted before its head was read: a connection that sent nothing yet may go.
+            Ok(Err(_)) if !flood.is_finished() => continue,
+            outcome => panic!("the real wake failed after {attempts} attempts: {outcome:?}"),
+        }
+    };
+    let took = started.elapsed();
+    eprintln!("the real wake was answered {answered} in {took:?}, {attempts} attempt(s)");
+    assert!(
+        !flood.is_finished(),
+        "the real wake was answered only after the flood had ended ({took:?})"
+    );
+    assert_eq!(answered, 200);
+    drop(flood.await.unwrap());
+    let metrics = server.metrics().await;
+    let evicted: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"hookgate_connections_evicted_total{reason="no_request"} "#))
+        .unwrap_or_else(|| panic!("no eviction count:\n{metrics}"))
+        .parse()
+        .unwrap();
+    assert!(evicted >= 100, "{evicted} evictions counted:\n{metrics}");
+    assert!(
+        metrics.contains(r#"hookgate_connections_evicted_total{reason="idle"} "#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

@@ -1,10 +1,12 @@
-//! Which connection gives way when every connection slot is held: the one idle longest
-//! (docs/configuration.md, "Connections").
+//! Which connection gives way when every connection slot is held (docs/configuration.md,
+//! "Connections"): one that never completed a request, or one idle for [`MIN_IDLE`] since its
+//! last answer; of those, the one idle longest.
 //!
 //! A connection is idle while it holds no request: from its accept, or from the moment hyper has
 //! handed its last answer to the socket, until its next request head is complete. Those are the
-//! connections a slow-header flood holds, and closing one loses neither a request nor an answer.
-//! A connection reading a body, running a handler or writing an answer is never idle.
+//! connections a slow-header or connection flood holds, and closing one loses neither a request
+//! nor an answer. A connection reading a body, running a handler or writing an answer is never
+//! idle.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -15,29 +17,64 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use hyper::body::{Body, Frame, SizeHint};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
-/// How long a connection must have been idle before it may be evicted. A connection whose
-/// answer was just written may already hold its client's next request, unread, in the socket:
-/// closing it then makes the kernel reset the connection, which can drop the answer before the
-/// client has read it. A client that sends its next request at once is not evicted, while a
-/// slow-header flood's connections, idle from their accept, are after this long.
+use crate::metrics::EvictionLabels;
+
+/// How long a connection must have been idle since its last answer before it may be evicted.
+/// A connection whose answer was just written may already hold its client's next request,
+/// unread, in the socket: closing it then makes the kernel reset the connection, which can drop
+/// the answer before the client has read it. A client that sends its next request at once is
+/// not evicted. A connection that never completed a request has no answer to lose and gets no
+/// such grace: a flood of new connections then evicts one per connection it opens, instead of
+/// `maxConnections` per this long while real senders wait.
 pub(super) const MIN_IDLE: Duration = Duration::from_millis(500);
+
+/// Why a connection was evicted, as `hookgate_connections_evicted_total` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Eviction {
+    /// It never completed a request head: evicted at once.
+    NoRequest,
+    /// It was idle for [`MIN_IDLE`] at least since its last answer.
+    Idle,
+}
+
+impl Eviction {
+    /// Every reason, each shown at 0 from the start.
+    pub(super) const ALL: [Eviction; 2] = [Eviction::NoRequest, Eviction::Idle];
+
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Eviction::NoRequest => "no_request",
+            Eviction::Idle => "idle",
+        }
+    }
+}
 
 /// Evictions are logged at most this often, each line with the count since the previous one: a
 /// flood evicts a connection for every one it opens.
 const LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-/// The idle connections, in the order they became idle. Cheap to clone (a shared handle).
-#[derive(Clone, Default)]
-pub(super) struct IdleConnections(Arc<Mutex<Queue>>);
+/// The idle connections, in the order they became idle, and the count of evictions by reason.
+/// Cheap to clone (a shared handle).
+#[derive(Clone)]
+pub(super) struct IdleConnections {
+    queue: Arc<Mutex<Queue>>,
+    /// `hookgate_connections_evicted_total`, by [`Eviction`] in the order of [`Eviction::ALL`].
+    evicted: Arc<[Counter; 2]>,
+}
 
 #[derive(Default)]
 struct Queue {
-    /// Each idle connection's eviction signal and when it became idle, by the turn it drew
-    /// then: the first entry is the connection idle longest.
-    idle: BTreeMap<u64, (Instant, Arc<Notify>)>,
+    /// Each idle connection that never completed a request, by the turn it drew at its accept.
+    unanswered: BTreeMap<u64, Arc<Notify>>,
+    /// Each connection idle since its last answer, by the turn it drew then, with when that was.
+    answered: BTreeMap<u64, (Instant, Arc<Notify>)>,
+    /// Turns in the order connections became idle: the least in both maps is the connection
+    /// idle longest.
     next_turn: u64,
     /// Evictions not logged yet, and when the last line was written.
     unlogged: u64,
@@ -45,6 +82,22 @@ struct Queue {
 }
 
 impl IdleConnections {
+    /// No connection yet; evictions counted in `evicted`, whose series of every reason show
+    /// from now on at 0.
+    pub(super) fn new(evicted: &Family<EvictionLabels, Counter>) -> IdleConnections {
+        let counter = |reason: Eviction| {
+            evicted
+                .get_or_create(&EvictionLabels {
+                    reason: reason.as_str(),
+                })
+                .clone()
+        };
+        IdleConnections {
+            queue: Arc::default(),
+            evicted: Arc::new(Eviction::ALL.map(counter)),
+        }
+    }
+
     /// Registers a connection just accepted; it is idle until its first request head is complete.
     /// Costs an allocation and a lock.
     pub(super) fn admit(&self) -> Arc<Tenant> {
@@ -54,29 +107,25 @@ impl IdleConnections {
             answered: AtomicBool::new(false),
             eviction: Arc::new(Notify::new()),
         });
-        tenant.become_idle(&mut self.lock());
+        tenant.become_idle(&mut self.lock(), false);
         tenant
     }
 
-    /// Evicts up to `count` connections idle since [`MIN_IDLE`] before `now` at least, those
-    /// idle longest first, and returns how many it evicted (fewer when fewer are). Each is
-    /// signalled at once; its task closes it without an answer and gives back its slot. Logs at
-    /// most once per [`LOG_INTERVAL`], also when `count` is 0, so that the tail of a flood is
-    /// logged at the next connection after it.
+    /// Evicts up to `count` connections, the idle longest first, of those that never completed
+    /// a request and those idle since [`MIN_IDLE`] before `now` at least; returns how many it
+    /// evicted (fewer when fewer may go). Each is signalled at once; its task closes it without
+    /// an answer and gives back its slot. Logs at most once per [`LOG_INTERVAL`], also when
+    /// `count` is 0, so that the tail of a flood is logged at the next connection after it.
     pub(super) fn evict_oldest(&self, count: usize, now: Instant) -> usize {
         let mut evicted = 0;
         let report = {
             let mut queue = self.lock();
             while evicted < count {
-                let Some(entry) = queue.idle.first_entry() else {
+                let Some((reason, eviction)) = queue.take_oldest(now) else {
                     break;
                 };
-                let (since, _) = entry.get();
-                if now.saturating_duration_since(*since) < MIN_IDLE {
-                    break;
-                }
-                let (_, eviction) = entry.remove();
                 eviction.notify_one();
+                self.evicted[reason as usize].inc();
                 evicted += 1;
             }
             queue.due_report(evicted)
@@ -87,10 +136,14 @@ impl IdleConnections {
         evicted
     }
 
-    /// When the connection idle longest may be evicted; `None` when none is idle.
+    /// When the next connection may be evicted (in the past when one may be now); `None` when
+    /// none is idle.
     pub(super) fn next_eviction(&self) -> Option<Instant> {
         let queue = self.lock();
-        let (since, _) = queue.idle.first_key_value()?.1;
+        if !queue.unanswered.is_empty() {
+            return Some(Instant::now());
+        }
+        let (since, _) = queue.answered.first_key_value()?.1;
         Some(*since + MIN_IDLE)
     }
 
@@ -98,12 +151,14 @@ impl IdleConnections {
     /// connection still sending its first head would otherwise hold the stop until its deadline.
     /// Logs the evictions not logged yet.
     pub(super) fn evict_all(&self) {
-        let (idle, unlogged) = {
+        let (unanswered, answered, unlogged) = {
             let mut queue = self.lock();
             let unlogged = std::mem::take(&mut queue.unlogged);
-            (std::mem::take(&mut queue.idle), unlogged)
+            let unanswered = std::mem::take(&mut queue.unanswered);
+            (unanswered, std::mem::take(&mut queue.answered), unlogged)
         };
-        for (_, eviction) in idle.into_values() {
+        let answered = answered.into_values().map(|(_, eviction)| eviction);
+        for eviction in unanswered.into_values().chain(answered) {
             eviction.notify_one();
         }
         if unlogged > 0 {
@@ -113,7 +168,7 @@ impl IdleConnections {
 
     fn lock(&self) -> MutexGuard<'_, Queue> {
         // Plain bookkeeping: a panic elsewhere cannot leave it inconsistent.
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -126,6 +181,35 @@ fn log_evictions(closed: u64) {
 }
 
 impl Queue {
+    /// Takes out the connection idle longest of those that may be evicted at `now`, with why.
+    fn take_oldest(&mut self, now: Instant) -> Option<(Eviction, Arc<Notify>)> {
+        let unanswered = self.unanswered.first_key_value().map(|(turn, _)| *turn);
+        let answered = self
+            .answered
+            .first_key_value()
+            .filter(|(_, (since, _))| now.saturating_duration_since(*since) >= MIN_IDLE)
+            .map(|(turn, _)| *turn);
+        match (unanswered, answered) {
+            (Some(fresh), Some(idle)) if idle < fresh => self.take_answered(idle),
+            (Some(fresh), _) => {
+                let eviction = self.unanswered.remove(&fresh)?;
+                Some((Eviction::NoRequest, eviction))
+            }
+            (None, Some(idle)) => self.take_answered(idle),
+            (None, None) => None,
+        }
+    }
+
+    fn take_answered(&mut self, turn: u64) -> Option<(Eviction, Arc<Notify>)> {
+        let (_, eviction) = self.answered.remove(&turn)?;
+        Some((Eviction::Idle, eviction))
+    }
+
+    /// Takes connection `turn` out of the queue; false when it was not in it (evicted).
+    fn remove(&mut self, turn: u64) -> bool {
+        self.unanswered.remove(&turn).is_some() || self.answered.remove(&turn).is_some()
+    }
+
     /// Counts `evicted` more; the count to log, when a line is due.
     fn due_report(&mut self, evicted: usize) -> Option<u64> {
         self.unlogged += evicted as u64;
@@ -164,7 +248,7 @@ impl Tenant {
             // The previous answer is still being written and the next head, pipelined, is
             // already here: the connection was never idle in between.
             None => true,
-            Some(idle) if queue.idle.remove(&idle).is_some() => {
+            Some(idle) if queue.remove(idle) => {
                 *turn = None;
                 true
             }
@@ -181,18 +265,23 @@ impl Tenant {
     /// idle if an answer was among it.
     fn flushed(&self) {
         if self.answered.swap(false, Ordering::Relaxed) {
-            self.become_idle(&mut self.connections.lock());
+            self.become_idle(&mut self.connections.lock(), true);
         }
     }
 
-    fn become_idle(&self, queue: &mut Queue) {
+    /// Draws the connection's turn in the queue, among the connections that never completed a
+    /// request unless it has been `answered`.
+    fn become_idle(&self, queue: &mut Queue, answered: bool) {
         let mut turn = self.turn();
         if turn.is_none() {
             let next = queue.next_turn;
             queue.next_turn += 1;
-            queue
-                .idle
-                .insert(next, (Instant::now(), Arc::clone(&self.eviction)));
+            let eviction = Arc::clone(&self.eviction);
+            if answered {
+                queue.answered.insert(next, (Instant::now(), eviction));
+            } else {
+                queue.unanswered.insert(next, eviction);
+            }
             *turn = Some(next);
         }
     }
@@ -207,7 +296,7 @@ impl Drop for Tenant {
     fn drop(&mut self) {
         let mut queue = self.connections.lock();
         if let Some(idle) = *self.turn() {
-            queue.idle.remove(&idle);
+            queue.remove(idle);
         }
     }
 }
@@ -338,16 +427,42 @@ mod tests {
         Instant::now() + MIN_IDLE
     }
 
-    #[test]
-    fn a_connection_idle_for_less_than_the_minimum_stays() {
-        let connections = IdleConnections::default();
+    fn connections() -> IdleConnections {
+        IdleConnections::new(&Family::default())
+    }
+
+    /// A connection that has been answered, and is idle since.
+    fn answered(connections: &IdleConnections) -> Arc<Tenant> {
         let tenant = connections.admit();
+        assert!(tenant.begin_request());
+        tenant.answered.store(true, Ordering::Relaxed);
+        tenant.flushed();
+        tenant
+    }
+
+    #[test]
+    fn an_answered_connection_idle_for_less_than_the_minimum_stays() {
+        let connections = connections();
+        let tenant = answered(&connections);
         assert_eq!(connections.evict_oldest(1, Instant::now()), 0);
         assert!(!is_evicted(&tenant));
         let due = connections.next_eviction().unwrap();
         assert_eq!(connections.evict_oldest(1, due), 1);
         assert!(is_evicted(&tenant));
         assert_eq!(connections.next_eviction(), None);
+        assert_eq!(connections.evicted[Eviction::Idle as usize].get(), 1);
+    }
+
+    #[test]
+    fn a_connection_that_never_completed_a_request_goes_at_once() {
+        let connections = connections();
+        let kept = answered(&connections);
+        let fresh = connections.admit();
+        assert!(connections.next_eviction().unwrap() <= Instant::now());
+        assert_eq!(connections.evict_oldest(2, Instant::now()), 1);
+        assert!(is_evicted(&fresh) && !is_evicted(&kept));
+        let counts = connections.evicted.each_ref().map(Counter::get);
+        assert_eq!(counts, [1, 0], "counted as no_request");
     }
 
     fn is_evicted(tenant: &Tenant) -> bool {
@@ -361,7 +476,7 @@ mod tests {
 
     #[test]
     fn the_connection_idle_longest_goes_first_and_busy_ones_never() {
-        let connections = IdleConnections::default();
+        let connections = connections();
         let (first, second, third) = (
             connections.admit(),
             connections.admit(),
@@ -387,7 +502,7 @@ mod tests {
 
     #[test]
     fn an_answer_not_yet_written_keeps_its_connection() {
-        let connections = IdleConnections::default();
+        let connections = connections();
         let tenant = connections.admit();
         assert!(tenant.begin_request());
         drop(Answer::new(
@@ -407,8 +522,9 @@ mod tests {
 
     #[test]
     fn a_connection_that_ends_leaves_the_queue() {
-        let connections = IdleConnections::default();
+        let connections = connections();
         drop(connections.admit());
-        assert!(connections.lock().idle.is_empty());
+        let queue = connections.lock();
+        assert!(queue.unanswered.is_empty() && queue.answered.is_empty());
     }
 }
