@@ -64,7 +64,8 @@ pub struct TransformTrace {
 pub enum Repeat {
     /// Its idempotency key named a run made within the key's window: answered with that run.
     Idempotency,
-    /// A signed delivery already answered: answered again with the first answer.
+    /// A signed delivery already claimed: answered again with the first answer, or 409
+    /// `delivery in progress` while the first is still being processed.
     Redelivery,
 }
 

@@ -19,6 +19,7 @@ pub use job::ReplayJobs;
 use super::AppState;
 use super::api_error::{ApiError, ApiPath, ApiQuery};
 use super::api_requests::{find, replay_refusal};
+use super::hooks;
 use super::request_query::RequestsQuery;
 use crate::gateway::requests::{ListOrder, RequestFilter, RequestRecord};
 use job::{Rate, ReplayJob};
@@ -197,10 +198,12 @@ async fn select(
 }
 
 /// Why `record`, as a listing has it (without its capture), cannot be replayed: the reasons of
-/// `POST /api/requests/{id}/replay`, and two more: that it is itself a replay (its original is
-/// the request to replay: replaying both would send the same delivery twice), and, unless
-/// `again`, that a replay of it was answered 2xx already (its record keeps its own status, so
-/// the filter that selected it once selects it again after a fix).
+/// `POST /api/requests/{id}/replay` (among them that it repeated an earlier request, whose
+/// work answered it: a selection of both replays the original once), and two more: that it is
+/// itself a replay (its original is the request to replay: replaying both would send the same
+/// delivery twice), and, unless `again`, that a replay of it was answered 2xx already (its
+/// record keeps its own status, so the filter that selected it once selects it again after a
+/// fix). What the listing's record tells is asked before the capture is read.
 async fn refusal(
     app: &AppState,
     record: &RequestRecord,
@@ -208,6 +211,9 @@ async fn refusal(
 ) -> Result<Option<String>, ApiError> {
     if record.replay_of.is_some() {
         return Ok(Some("the request is itself a replay".into()));
+    }
+    if let Err(refused) = hooks::replayable(record) {
+        return Ok(Some(refused.to_string()));
     }
     if !record.captured {
         // Nothing to read: the listing's record says all the single replay would.

@@ -23,7 +23,7 @@ use super::request_id::RequestId;
 use super::trace::{self, Trace};
 use super::{mapped, signed, submit};
 use crate::config::{HookSettings, Settings};
-use crate::gateway::requests::{self, RequestRecord};
+use crate::gateway::requests::{self, Repeat, RequestRecord};
 use crate::hook::payload;
 
 /// The hook endpoints of [`routes`]: cloning them costs a reference count's increment.
@@ -247,15 +247,33 @@ pub(super) fn replay_signature(
 }
 
 /// Whether `original` may be replayed at all, before anything of it is read: not when it was
-/// refused for its authentication (a replay would admit what the sender was refused).
+/// refused for its authentication (a replay would admit what the sender was refused), nor when
+/// it was a repeat answered with an earlier request's work (a replay would run that request's
+/// delivery a second time: its original is the one to replay).
 pub(super) fn replayable(original: &RequestRecord) -> Result<(), ReplayError> {
     if original.status == StatusCode::UNAUTHORIZED.as_u16() {
         return Err(ReplayError::Unauthenticated);
+    }
+    if let Some(repeat) = repeat_of_record(original) {
+        return Err(ReplayError::Repeat(repeat));
     }
     if requests::is_cut(&original.target) {
         return Err(ReplayError::Cut);
     }
     Ok(())
+}
+
+/// How `record` repeated an earlier request, if it did: as its record says, or for a copy
+/// answered `409 delivery in progress` before such copies were marked, as its answer says (a
+/// verified signature, no transform: the claim comes before it; a transform's own 409 names
+/// its transform).
+fn repeat_of_record(record: &RequestRecord) -> Option<Repeat> {
+    let unmarked_copy = record.status == StatusCode::CONFLICT.as_u16()
+        && record.signature.as_ref().is_some_and(|s| s.verified)
+        && record.transform.is_none();
+    record
+        .repeat
+        .or(unmarked_copy.then_some(Repeat::Redelivery))
 }
 
 /// Why a recorded request cannot be replayed.
@@ -267,6 +285,11 @@ pub enum ReplayError {
     HooksOff,
     #[error("the request's path was too long to be recorded whole")]
     Cut,
+    #[error(
+        "the request repeated an earlier one ({}), and a replay would run that one's work again: replay the original request",
+        repeated(.0)
+    )]
+    Repeat(Repeat),
     #[error("the request's path is no longer under hooks.path")]
     Gone,
     #[error(
@@ -276,6 +299,14 @@ pub enum ReplayError {
     /// The replay was recorded, but what it became could not be: the store is full.
     #[error("store full; retry")]
     StoreFull,
+}
+
+/// How a repeat repeated its original, in the words of a replay's refusal.
+fn repeated(repeat: &Repeat) -> &'static str {
+    match repeat {
+        Repeat::Idempotency => "the same idempotency key",
+        Repeat::Redelivery => "the same signed delivery",
+    }
 }
 
 /// The metrics labels of a request under the hook prefix, as the dispatcher decided them: the
@@ -322,6 +353,32 @@ fn query_names_token(query: Option<&str>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::requests::{SignatureTrace, TransformTrace, TransformVerdict};
+
+    #[test]
+    fn a_409_copy_recorded_before_copies_were_marked_is_a_repeat_and_a_transform_409_not() {
+        let copy = RequestRecord {
+            status: 409,
+            signature: Some(SignatureTrace {
+                scheme: "github".into(),
+                verified: true,
+            }),
+            ..RequestRecord::default()
+        };
+        assert!(matches!(
+            replayable(&copy),
+            Err(ReplayError::Repeat(Repeat::Redelivery))
+        ));
+        let answered_by_transform = RequestRecord {
+            transform: Some(TransformTrace {
+                outcome: TransformVerdict::Respond,
+                duration_ms: 1.0,
+                failure: None,
+            }),
+            ..copy
+        };
+        assert!(replayable(&answered_by_transform).is_ok());
+    }
 
     #[test]
     fn prefix_matching_is_exact_and_segment_wise() {

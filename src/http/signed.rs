@@ -167,6 +167,9 @@ fn log_client(client: Option<ClientKey>, message: &str) {
     }
 }
 
+/// The error of a copy of a signed delivery that arrives while the first is processed.
+const DELIVERY_IN_PROGRESS: &str = "delivery in progress";
+
 /// Claims a signed delivery before it is processed. `Some(response)` when it must not be
 /// processed: a redelivery gets the first answer, and a copy arriving while the first is still
 /// in progress gets 409 (providers retry on it, and then get the first answer).
@@ -178,7 +181,13 @@ pub async fn claim(
     let claim = app.runtime.claim_delivery(key).await?;
     Ok(match claim {
         Claim::Claimed => None,
-        Claim::InProgress => Some(json_error(StatusCode::CONFLICT, "delivery in progress")),
+        Claim::InProgress => {
+            // A copy of the delivery, like a redelivery: a replay of it would run the delivery
+            // a second time (its first copy is the one to replay).
+            trace.repeat(Repeat::Redelivery);
+            trace.answered_error(DELIVERY_IN_PROGRESS);
+            Some(json_error(StatusCode::CONFLICT, DELIVERY_IN_PROGRESS))
+        }
         Claim::Answered(answer) => {
             tracing::info!("redelivery answered from the replay record");
             trace.repeat(Repeat::Redelivery);

@@ -181,6 +181,12 @@ impl Trace {
         }
     }
 
+    /// The request was answered with the error `text` without a [`HookError`] (a copy of a
+    /// signed delivery still in progress).
+    pub fn answered_error(&self, text: &str) {
+        self.draft().record.error = Some(text.to_string());
+    }
+
     /// How the request ended when its status alone does not say, as admission decided it.
     pub fn outcome(&self, outcome: RequestOutcome) {
         self.draft().record.outcome = Some(outcome);

@@ -12,7 +12,7 @@ const FAILED: &str = "status=5xx&mapping=alerts";
 
 /// A mapping `alerts` whose transform, `live.wasm`, traps, with its requests captured: the
 /// configuration (to fix by [`fix_by_reload`]) and the server.
-fn start_failing(action: &str) -> (Hookgate, ConfigDir, Value) {
+pub(crate) fn start_failing(action: &str) -> (Hookgate, ConfigDir, Value) {
     let extra = json!({
         "capture": {},
         "transform": {"module": "live.wasm", "config": {"mode": "trap", "action": action}},
@@ -24,7 +24,12 @@ fn start_failing(action: &str) -> (Hookgate, ConfigDir, Value) {
 }
 
 /// Points `alerts` at the passthrough transform by a reload, and waits until it is in force.
-async fn fix_by_reload(server: &Hookgate, dir: &ConfigDir, mut config: Value, action: &str) {
+pub(crate) async fn fix_by_reload(
+    server: &Hookgate,
+    dir: &ConfigDir,
+    mut config: Value,
+    action: &str,
+) {
     config["hooks"]["mappings"][0]["transform"] = json!({
         "module": "passthrough.wasm", "config": {"action": action, "field": "/alert"},
     });
@@ -37,7 +42,7 @@ async fn fix_by_reload(server: &Hookgate, dir: &ConfigDir, mut config: Value, ac
 }
 
 /// Sends an alert to `alerts`; returns the request's id and status.
-async fn alert(server: &Hookgate, text: &str, key: Option<&str>) -> (String, u16) {
+pub(crate) async fn alert(server: &Hookgate, text: &str, key: Option<&str>) -> (String, u16) {
     let mut request = server.hook("/hooks/alerts").json(&json!({"alert": text}));
     if let Some(key) = key {
         request = request.header("idempotency-key", key);
@@ -47,7 +52,7 @@ async fn alert(server: &Hookgate, text: &str, key: Option<&str>) -> (String, u16
 }
 
 /// `POST /api/requests/replay` with `body`.
-async fn bulk(server: &Hookgate, body: Value) -> (u16, Value) {
+pub(crate) async fn bulk(server: &Hookgate, body: Value) -> (u16, Value) {
     json_of(
         client()
             .post(server.url("/api/requests/replay"))
@@ -60,7 +65,7 @@ async fn bulk(server: &Hookgate, body: Value) -> (u16, Value) {
     .await
 }
 
-fn filter(query: &str) -> Value {
+pub(crate) fn filter(query: &str) -> Value {
     let pairs = form_urlencoded::parse(query.as_bytes()).into_owned();
     Value::Object(pairs.map(|(k, v)| (k, Value::from(v))).collect())
 }
@@ -85,7 +90,7 @@ async fn ended(server: &Hookgate, id: &str) -> Value {
 
 /// Starts a bulk replay of `query` at `rate` (of what was replayed already too when `again`)
 /// and waits for it to end.
-async fn replay_all(server: &Hookgate, query: &str, rate: u32, again: bool) -> Value {
+pub(crate) async fn replay_all(server: &Hookgate, query: &str, rate: u32, again: bool) -> Value {
     let body = json!({"filter": filter(query), "rate": rate, "again": again});
     let (status, plan) = bulk(server, body).await;
     assert_eq!(status, 202, "{plan}");

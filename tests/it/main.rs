@@ -69,6 +69,7 @@ mod openclaw_config;
 mod parity;
 mod pipeline;
 mod reload;
+mod replay_repeats;
 mod request_log_cluster;
 mod request_log_size;
 mod request_search;
