@@ -18,7 +18,8 @@ use crate::gateway::{
 use crate::hook::envelope::{ContentSource, wrap_prompt};
 use crate::hook::policy::KeyOrigin;
 use crate::hook::{
-    AdmittedRun, AgentAction, LimitReached, Rejected, WakeMode, WakeRequest, idempotency,
+    AdmittedRun, AgentAction, DEFAULT_NAME, LimitReached, Rejected, WakeMode, WakeRequest,
+    idempotency,
 };
 use crate::mapping::{BatchRule, FinishedAction, Mapping};
 
@@ -314,6 +315,7 @@ async fn batch(
         rule,
         run: admission.run,
         claim: admission.claim,
+        sender_name: admission.sender_name,
     };
     Ok(match runtime.join_batch(item, open).await? {
         Joined::Added(added) => Ok(QueuedRun {
@@ -326,6 +328,7 @@ async fn batch(
             run: item.run,
             claim: item.claim,
             batch: Some(item.rule),
+            sender_name: item.sender_name,
             ..admission
         }),
     })
@@ -355,6 +358,8 @@ struct AgentAdmission {
     pub idempotency_key: Option<String>,
     /// Its mapping's `batch`, when the mapping gathers its requests into batches.
     pub batch: Option<BatchRule>,
+    /// The name the sender chose, when it is not the operator's ([`task_line`]).
+    pub sender_name: Option<String>,
 }
 
 /// Admits an agent request. `keys` are the idempotency key candidates in order of precedence
@@ -393,17 +398,20 @@ fn admit_agent(
     // indexes instead of on a random page, which cost a page write per run under load.
     let run_id = Uuid::now_v7().to_string();
     let received = now_rfc3339();
+    let (task, sender_name) = task_line(origin, &admitted.action.name);
     let prompt = if admitted.allow_unsafe_external_content {
         admitted.action.message.clone()
     } else {
         wrap_prompt(
-            &admitted.action.name,
+            task,
             &run_id,
             &received,
             admitted.source,
+            sender_name,
             &admitted.action.message,
         )
     };
+    let sender_name = sender_name.map(str::to_string);
     let batch = match origin {
         AgentOrigin::Mapped { mapping, .. } => mapping.batch,
         AgentOrigin::Direct => None,
@@ -413,7 +421,22 @@ fn admit_agent(
         claim,
         idempotency_key: key.map(String::from),
         batch,
+        sender_name,
     })
+}
+
+/// What a run's prompt shows of its `name`: the task line's text, always the operator's, and
+/// the name the sender chose, which goes inside the envelope, when that is not the operator's.
+/// A mapping's fixed name is the operator's; a templated one, or one its transform set, is the
+/// sender's, and the task line then names the mapping by its id. A name in a request to
+/// `{prefix}/agent` is the sender's, and its task line reads `Hook`.
+fn task_line<'a>(origin: AgentOrigin<'a>, name: &'a str) -> (&'a str, Option<&'a str>) {
+    let task = match origin {
+        AgentOrigin::Direct => DEFAULT_NAME,
+        AgentOrigin::Mapped { mapping, .. } if mapping.fixed_name() == Some(name) => name,
+        AgentOrigin::Mapped { mapping, .. } => &mapping.id,
+    };
+    (task, (name != task).then_some(name))
 }
 
 /// A wake admitted: its durable, untrusted system event for the main session of its agent (the

@@ -1,6 +1,7 @@
 //! The safety envelope around untrusted content. The input is six NUL-separated fields: the source
 //! (`email`, else webhook), a seed for the marker id, the hook name, the job id, the received time
-//! and the content; every field but the source is caller data.
+//! and the content; every field but the source is caller data. The hook name goes both on the task
+//! line and, as a sender's name, inside the envelope.
 //!
 //! Whatever the input, the prompt holds exactly one real start marker and one real end marker,
 //! `<<<EXTERNAL_UNTRUSTED_CONTENT id="<id>">>>` before `<<<END_EXTERNAL_UNTRUSTED_CONTENT
@@ -32,9 +33,12 @@ fuzz_target!(|data: &[u8]| {
         ContentSource::Webhook
     };
     let id = marker_id(&seed);
-    let prompt = wrap_prompt_with_marker(&name, &job_id, &received, source, &content, &id);
+    let sender = Some(name.as_str());
+    let prompt = wrap_prompt_with_marker(&name, &job_id, &received, source, sender, &content, &id);
     assert_eq!(check_markers(&prompt), id);
-    check_markers(&wrap_prompt(&name, &job_id, &received, source, &content));
+    check_markers(&wrap_prompt(
+        &name, &job_id, &received, source, sender, &content,
+    ));
     let once = sanitize_markers(&content);
     assert!(
         matches!(sanitize_markers(&once), Cow::Borrowed(_)),

@@ -18,7 +18,7 @@ use super::context::Context;
 use super::records::NewRun;
 use super::runs::{self, IdempotencyClaim};
 use super::signals::Signals;
-use crate::hook::batch_prompt::{BatchMessage, batch_prompt, message_list};
+use crate::hook::batch_prompt::{BatchMessage, batch_prompt, batch_task, message_list};
 use crate::mapping::{BatchRule, batch_key};
 
 /// How long an idle closer sleeps when no batch is open and none was opened: a bound, not a
@@ -35,6 +35,9 @@ pub struct BatchItem {
     pub run: NewRun,
     /// Recognises a retry of the same request: it gets the position it got the first time.
     pub claim: Option<IdempotencyClaim>,
+    /// The name its sender chose, when it is not its mapping's own: it goes in the item's
+    /// envelope ([`BatchMessage::name`]).
+    pub sender_name: Option<String>,
 }
 
 impl BatchItem {
@@ -64,6 +67,7 @@ impl BatchItem {
             source: self.run.admitted.source,
             message: self.run.admitted.action.message.clone(),
             allow_unsafe: self.run.admitted.allow_unsafe_external_content,
+            name: self.sender_name.clone(),
         }
     }
 }
@@ -262,8 +266,8 @@ pub fn insert_item(
 ) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT OR IGNORE INTO batch_items
-             (run_id, position, message, source, received, fingerprint, allow_unsafe)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+             (run_id, position, message, source, received, fingerprint, allow_unsafe, name)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?
     .execute(params![
         run_id,
@@ -273,6 +277,7 @@ pub fn insert_item(
         message.received,
         fingerprint,
         message.allow_unsafe,
+        message.name,
     ])?;
     conn.prepare_cached("UPDATE batches SET items = MAX(items, ?2) WHERE run_id = ?1")?
         .execute(params![run_id, position])?;
@@ -311,7 +316,12 @@ pub fn closed_run(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<Ne
         return Ok(None);
     };
     let messages = items(conn, run_id)?;
-    run.prompt = batch_prompt(&run.action().name, run_id, &messages);
+    let task = batch_task(
+        &run.action().name,
+        run.admitted.mapping_id.as_deref(),
+        &messages,
+    );
+    run.prompt = batch_prompt(task, run_id, &messages);
     run.admitted.action.message = message_list(&messages);
     Ok(Some(run))
 }
@@ -332,7 +342,7 @@ pub fn queue_closed(conn: &Connection, run: &NewRun) -> rusqlite::Result<()> {
 /// The messages of batch `run_id`, oldest first.
 pub fn items(conn: &Connection, run_id: &str) -> rusqlite::Result<Vec<BatchMessage>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT received, source, message, allow_unsafe FROM batch_items
+        "SELECT received, source, message, allow_unsafe, name FROM batch_items
          WHERE run_id = ?1 ORDER BY position",
     )?;
     let rows = stmt.query_map(params![run_id], |row| {
@@ -341,6 +351,7 @@ pub fn items(conn: &Connection, run_id: &str) -> rusqlite::Result<Vec<BatchMessa
             source: row.get(1)?,
             message: row.get(2)?,
             allow_unsafe: row.get(3)?,
+            name: row.get(4)?,
         })
     })?;
     rows.collect()

@@ -243,6 +243,12 @@ DROP INDEX IF EXISTS runs_by_priority;
 CREATE INDEX runs_queued_by_priority ON runs (priority) WHERE status = 'queued';
 ";
 
+/// The name a batch item's sender chose, when it is not its mapping's own
+/// (`BatchMessage::name`): it goes inside the item's envelope, never on the batch's task line.
+const SCHEMA_V18: &str = "
+ALTER TABLE batch_items ADD COLUMN name TEXT;
+";
+
 /// The request log, in a database of its own (`requests.db`): every request under the hook
 /// prefix (see `requests`). Keyed by its time-ordered id alone (no rowid, one index only for
 /// replays): each record is one append to one b-tree, since one is written for every request
@@ -364,6 +370,7 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             (15, SCHEMA_V15),
             (16, SCHEMA_V16),
             (17, SCHEMA_V17),
+            (18, SCHEMA_V18),
         ],
     )
 }

@@ -156,6 +156,9 @@ pub struct WakeRequest {
     pub session_key: Option<String>,
 }
 
+/// The name of an agent run whose request or mapping gave none.
+pub const DEFAULT_NAME: &str = "Hook";
+
 /// An agent run's fields, typed once: what a request body (`payload`), a mapping's rendered
 /// templates and a transform's outcome (`crate::mapping`) make of a request, and what admission
 /// resolves and the stored run, a relay and the fingerprint read.
@@ -187,7 +190,7 @@ impl Default for AgentAction {
     fn default() -> Self {
         AgentAction {
             message: String::new(),
-            name: "Hook".to_string(),
+            name: DEFAULT_NAME.to_string(),
             agent_id: None,
             session_key: None,
             wake_mode: WakeMode::Now,

@@ -17,8 +17,8 @@ pub mod token;
 pub(crate) mod wire;
 
 pub use action::{
-    AdmittedRun, AgentAction, AgentRequest, Channel, Named, SessionMode, Thinking, WakeMode,
-    WakeRequest,
+    AdmittedRun, AgentAction, AgentRequest, Channel, DEFAULT_NAME, Named, SessionMode, Thinking,
+    WakeMode, WakeRequest,
 };
 pub use policy::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy};
 

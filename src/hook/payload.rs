@@ -143,7 +143,7 @@ pub fn agent_request(payload: &Value) -> Result<AgentRequest, Rejected> {
     };
     let action = AgentAction {
         message: message.to_string(),
-        name: owned(fields.name).unwrap_or_else(|| "Hook".to_string()),
+        name: owned(fields.name).unwrap_or_else(|| super::DEFAULT_NAME.to_string()),
         agent_id,
         session_key: owned(fields.session_key),
         wake_mode: WakeMode::from_json(fields.wake_mode),

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::hook::policy::KeyOrigin;
 use crate::hook::signature::SignatureRule;
-use crate::hook::{AgentAction, Channel, SessionMode, Thinking, WakeMode};
+use crate::hook::{AgentAction, Channel, DEFAULT_NAME, SessionMode, Thinking, WakeMode};
 pub use action::{FinishedAction, MappedAction, TransformAction};
 pub use batch::{BatchRule, batch_key};
 pub use conditions::{Conditions, HeaderValues, Unmet};
@@ -130,6 +130,17 @@ impl Mapping {
         path_ok && source_ok
     }
 
+    /// The name every run of this mapping has unless its transform sets another: its `name`
+    /// as written, trimmed, when it holds no `{{` (`Hook` when it is absent or blank); `None`
+    /// when it is a template, whose runs' names come from the request. Only a fixed name is the
+    /// operator's text, which a prompt may show outside the untrusted-content envelope.
+    pub fn fixed_name(&self) -> Option<&str> {
+        match self.name.as_deref().map(str::trim) {
+            None | Some("") => Some(DEFAULT_NAME),
+            Some(name) => (!name.contains("{{")).then_some(name),
+        }
+    }
+
     /// The mapping's `sessionKey` as written, template expressions and all.
     pub fn session_key_template(&self) -> Option<&str> {
         self.session_key.as_deref()
@@ -168,7 +179,7 @@ impl Mapping {
         };
         let agent = AgentAction {
             message: rendered(&self.message_template),
-            name: render_optional(self.name.as_deref(), ctx).unwrap_or_else(|| "Hook".into()),
+            name: render_optional(self.name.as_deref(), ctx).unwrap_or_else(|| DEFAULT_NAME.into()),
             agent_id: self.agent_id.clone(),
             session_key: render_optional(self.session_key.as_deref(), ctx),
             wake_mode: self.wake_mode,

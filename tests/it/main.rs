@@ -79,6 +79,7 @@ mod retention;
 mod runtime;
 mod scaffold;
 mod security;
+mod sender_names;
 mod signatures;
 mod transforms;
 mod usage;

@@ -141,11 +141,12 @@ async fn agent_mapping_queues_a_run_like_a_direct_one() {
     assert_eq!(run["thinking"], "low");
     assert_eq!(run["timeoutSeconds"], 60);
     assert_eq!(run["wakeMode"], "next-heartbeat");
+    // The name came from the payload: the task line names the mapping, the name is enveloped.
+    let prompt = run["prompt"].as_str().unwrap();
+    assert!(prompt.starts_with("Task: ci | Job ID: "), "{prompt}");
     assert!(
-        run["prompt"]
-            .as_str()
-            .unwrap()
-            .starts_with("Task: CI p1 | Job ID: ")
+        prompt.contains("\nSource: Webhook\nName: CI p1\n---\nBuild red\n<<<END_EXTERNAL"),
+        "{prompt}"
     );
 }
 
