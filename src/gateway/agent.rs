@@ -16,7 +16,9 @@ use super::runs::{self, PendingEvent};
 use super::store::Store;
 use crate::config::Settings;
 use crate::config::runtime::{AgentRuntime, MAX_RUN_SECONDS, Route};
-use crate::hook::envelope::sanitize_summary_name;
+use crate::hook::envelope::{
+    ContentSource, SECURITY_NOTICE, envelope, marker_id, sanitize_markers, sanitize_summary_name,
+};
 use crate::hook::{Channel, SessionMode, Thinking, WakeMode};
 
 /// Events one heartbeat takes at most; the rest wait for the next.
@@ -380,14 +382,23 @@ pub async fn heartbeat(http: &reqwest::Client, settings: &Settings, store: &Stor
     })
 }
 
-/// Each pending event as `System (untrusted): [<time>] <text>`, one per line.
+/// The security notice once, then each pending event as `System (untrusted): [<time>]` over
+/// its text in an untrusted-content envelope of its own (a fresh marker id each): a wake's text
+/// and a run's summary event come from senders' payloads, so none of it reaches the prompt
+/// outside an envelope, and a line break in it cannot start a line of its own.
 pub fn heartbeat_prompt(events: &[PendingEvent]) -> String {
-    let lines: Vec<String> = events
-        .iter()
-        .map(|e| format!("System (untrusted): [{}] {}", e.at, e.text))
-        .collect();
-    format!(
-        "{}\n\nIf nothing needs attention, reply HEARTBEAT_OK.",
-        lines.join("\n")
-    )
+    let mut prompt = String::from(SECURITY_NOTICE);
+    for event in events {
+        prompt.push_str("\n\nSystem (untrusted): [");
+        prompt.push_str(&sanitize_markers(&event.at));
+        prompt.push_str("]\n");
+        prompt.push_str(&envelope(
+            ContentSource::Webhook,
+            None,
+            &event.text,
+            &marker_id(),
+        ));
+    }
+    prompt.push_str("\n\nIf nothing needs attention, reply HEARTBEAT_OK.");
+    prompt
 }

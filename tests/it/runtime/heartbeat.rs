@@ -29,12 +29,16 @@ pub(super) async fn wake_now_runs_a_heartbeat_over_pending_events_and_delivers_i
         .as_str()
         .unwrap()
         .to_string();
-    let lines: Vec<&str> = prompt.lines().take(2).collect();
-    assert!(
-        lines[0].starts_with("System (untrusted): [") && lines[0].ends_with("] later one"),
+    // Each event in an envelope of its own, after the notice, oldest first.
+    assert!(prompt.starts_with("SECURITY NOTICE: "), "{prompt}");
+    let first = prompt.find("\n---\nlater one\n<<<END_EXTERNAL_UNTRUSTED_CONTENT id=");
+    let second = prompt.find("\n---\nDeploy done\n<<<END_EXTERNAL_UNTRUSTED_CONTENT id=");
+    assert!(first.is_some() && first < second, "{prompt}");
+    assert_eq!(
+        prompt.matches("System (untrusted): [").count(),
+        2,
         "{prompt}"
     );
-    assert!(lines[1].ends_with("] Deploy done"), "{prompt}");
     assert_eq!(
         chat.requests()[0].body,
         json!({"chat_id": "42", "text": "Deploy finished; nothing else."})
@@ -55,7 +59,7 @@ pub(super) async fn wake_now_runs_a_heartbeat_over_pending_events_and_delivers_i
         .unwrap()
         .to_string();
     assert!(
-        second.contains("] third") && !second.contains("Deploy done"),
+        second.contains("\n---\nthird\n") && !second.contains("Deploy done"),
         "{second}"
     );
 }
@@ -85,7 +89,7 @@ pub(super) async fn heartbeat_requests_close_together_make_one_heartbeat(backend
                     .to_string()
             })
             .collect();
-        (0..5).all(|i| seen.contains(&format!("] burst {i}")))
+        (0..5).all(|i| seen.contains(&format!("\n---\nburst {i}\n")))
     })
     .await;
     assert!(
