@@ -281,7 +281,7 @@ fn check(path: &std::path::Path) -> ExitCode {
             }
         }
     }
-    for notice in &settings.notices {
+    for notice in settings.notices.iter().chain(&settings.transform_notices()) {
         eprintln!("warning: {notice}");
     }
     match &settings.hooks {

@@ -49,11 +49,21 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Logs the notices, one warning each: at start and after a reload.
+    /// Logs the notices and the transform notices, one warning each: at start and after a
+    /// reload.
     pub fn log_notices(&self) {
-        for notice in &self.notices {
+        for notice in self.notices.iter().chain(&self.transform_notices()) {
             tracing::warn!(key = %notice.key, "{}", notice.message);
         }
+    }
+
+    /// What the transforms loaded with these settings call for (none before they are loaded):
+    /// each JavaScript component built by an older SDK, with the command that rebuilds it
+    /// ([`super::transforms::outdated_javascript`]).
+    pub fn transform_notices(&self) -> Vec<ConfigNotice> {
+        self.hooks
+            .as_ref()
+            .map_or_else(Vec::new, super::transforms::outdated_javascript)
     }
 
     /// What the transform engine is sized for at start: its call slots and the memory of its

@@ -4,8 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{ConfigError, HookSettings, Settings};
-use crate::transform::{Contract, LoadError, TransformRegistry, TransformSet};
+use super::{ConfigError, ConfigNotice, HookSettings, Settings};
+use crate::mapping::{JAVASCRIPT_EXTENSIONS, javascript_component};
+use crate::transform::{
+    Builder, Contract, JS_ADAPTER_REVISION, LoadError, TransformRegistry, TransformSet,
+};
 
 /// Loads the transforms of a candidate configuration, which is never put in force, into its
 /// hooks, apart from the set in force (see [`TransformRegistry::load_candidate`]); refuses it,
@@ -72,4 +75,58 @@ fn entry_points_exist(hooks: &HookSettings, set: &TransformSet) -> Result<(), Ve
     } else {
         Err(refused)
     }
+}
+
+/// A notice for each JavaScript component of `hooks` built by an older SDK
+/// ([`Builder::is_outdated`]), under the key of the first mapping naming it:
+/// the file, the revision it records, and the command that rebuilds it from its source (the
+/// module the mapping names, else one beside the component, else a placeholder for it).
+pub fn outdated_javascript(hooks: &HookSettings) -> Vec<ConfigNotice> {
+    let Some(set) = hooks.transforms.get() else {
+        return Vec::new();
+    };
+    hooks
+        .transform_modules()
+        .into_iter()
+        .filter_map(|(module, key)| {
+            let builder = set.get(&module)?.builder;
+            if !builder.is_outdated() {
+                return None;
+            }
+            let recorded = match builder {
+                Builder::JavaScript {
+                    adapter: Some(revision),
+                } => format!("adapter revision {revision}"),
+                _ => "no adapter revision".to_string(),
+            };
+            let component = hooks
+                .transforms_dir
+                .join(javascript_component(&module).unwrap_or_else(|| module.clone()));
+            // `transform build x.mjs` writes x.wasm beside it: in place, for a source found here.
+            let rebuild = match javascript_source(&hooks.transforms_dir, &module) {
+                Some(source) => format!("hookgate transform build {}", source.display()),
+                None => "hookgate transform build <its .mjs or .ts source>, and put the .wasm it writes in its place".into(),
+            };
+            Some(ConfigNotice {
+                key,
+                message: format!(
+                    "{} was built by an older hookgate JavaScript SDK ({recorded}; this hookgate's is {JS_ADAPTER_REVISION}) and keeps that SDK's adapter, without the fixes since; until it is rebuilt, each of its calls gets a fresh instance. Rebuild it: {rebuild}",
+                    component.display(),
+                ),
+            })
+        })
+        .collect()
+}
+
+/// The JavaScript or TypeScript source of `module` in `dir`: the module itself when it is one,
+/// else the first `<stem>.<extension>` beside the component that is a file.
+fn javascript_source(dir: &Path, module: &str) -> Option<PathBuf> {
+    if javascript_component(module).is_some() {
+        return Some(dir.join(module));
+    }
+    let stem = module.strip_suffix(".wasm")?;
+    JAVASCRIPT_EXTENSIONS
+        .iter()
+        .map(|extension| dir.join(format!("{stem}.{extension}")))
+        .find(|source| source.is_file())
 }

@@ -260,6 +260,14 @@ fn tail(text: &str, max: usize) -> String {
 mod tests {
     use super::*;
 
+    /// The SDK's build records the revision this hookgate compares with, in the section it reads.
+    #[test]
+    fn the_build_records_the_adapter_revision_hookgate_expects() {
+        use hookgate::transform::{JS_ADAPTER_REVISION, JS_SDK_SECTION};
+        assert!(BUILD.contains(&format!("const ADAPTER_REVISION = {JS_ADAPTER_REVISION};")));
+        assert!(BUILD.contains(&format!("const SDK_SECTION = '{JS_SDK_SECTION}';")));
+    }
+
     #[test]
     fn a_chain_says_the_io_error_once() {
         let err = io_error(Path::new("/x"))(io::Error::other("denied"));

@@ -150,7 +150,9 @@ impl TransformEngine {
         };
         let clock = GuestClock::new();
         let call = async {
-            if limits.reuse > 1 {
+            // An older SDK's adapter may leave something of one call for the next (it read
+            // fields a result inherits, from a prototype an earlier call polluted): no reuse.
+            if limits.reuse > 1 && !transform.builder.is_outdated() {
                 self.call_reused(transform, input, limits, &clock).await
             } else {
                 self.call_in_fresh_store(transform, input, limits, &clock)

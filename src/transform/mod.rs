@@ -4,7 +4,8 @@
 //! store from the same mapping's earlier calls when the mapping sets `transform.reuse` above 1,
 //! as a mapping naming a JavaScript or TypeScript module does unless it says otherwise
 //! ([`TransformLimits::reuse`]). A kept instance carries what earlier calls left in its memory,
-//! and is given up after a call that fails.
+//! and is given up after a call that fails. A JavaScript component built by an older SDK
+//! (`builder`) keeps no instance: each of its calls gets a fresh one.
 //!
 //! A transform sees only its request: no filesystem, network, environment, arguments or stdin.
 //! Each call is bounded in running time (epoch interruption, see `guest_clock`), memory (a store
@@ -12,6 +13,7 @@
 //! else.
 
 mod bindings;
+mod builder;
 mod cache;
 mod call;
 mod call_slots;
@@ -27,6 +29,7 @@ mod registry;
 mod shown;
 mod warm;
 
+pub use builder::{Builder, JS_ADAPTER_REVISION, JS_SDK_SECTION};
 pub use cache::CompileCache;
 pub use call::{CallOutcome, Reply, Returned, TransformFailure, TransformInput};
 pub use call_slots::SlotShare;

@@ -11,6 +11,7 @@ use cap_std::fs::{Dir, OpenOptionsExt as _};
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
+use super::builder::Builder;
 use super::cache::CompileCache;
 use super::contract::{Contract, TransformPre};
 use super::engine::TransformEngine;
@@ -37,6 +38,8 @@ pub struct LoadedTransform {
     pub module: String,
     pub(super) pre: TransformPre,
     digest: [u8; 32],
+    /// What built it: a JavaScript component of an older SDK keeps no instance between calls.
+    pub builder: Builder,
     /// Idle instances of mappings with `transform.reuse` above 1 (JavaScript modules' by
     /// default), by mapping and limits: never shared between mappings, and dropped with this
     /// module's version.
@@ -91,6 +94,9 @@ pub struct TransformStatus {
     pub failures: u64,
     /// The cause of the latest failed call.
     pub last_failure: Option<String>,
+    /// A JavaScript component built by an older SDK: each of its calls gets a fresh instance
+    /// until it is rebuilt (docs/transforms.md#javascript-components-built-by-an-older-sdk).
+    pub built_by_older_sdk: bool,
 }
 
 type FileStamp = (Option<std::time::SystemTime>, u64);
@@ -151,6 +157,7 @@ impl TransformSet {
                     .lock()
                     .unwrap_or_else(|poisoned| poisoned.into_inner())
                     .clone(),
+                built_by_older_sdk: t.builder.is_outdated(),
             })
             .collect();
         list.sort_by(|a, b| a.module.cmp(&b.module));
@@ -300,6 +307,9 @@ impl TransformRegistry {
                         .is_none_or(|old| old.digest != fresh.digest)
                     {
                         tracing::info!(%module, "transform replaced");
+                        if fresh.builder.is_outdated() {
+                            tracing::warn!(%module, "the new version was built by an older JavaScript SDK: each of its calls gets a fresh instance until it is rebuilt with `hookgate transform build`");
+                        }
                         loaded.insert(module, fresh);
                     }
                 }
@@ -347,6 +357,7 @@ impl TransformRegistry {
                 module: current.module.clone(),
                 pre: current.pre.clone(),
                 digest,
+                builder: current.builder,
                 warm: Default::default(),
                 stats: Arc::clone(&current.stats),
             }));
@@ -360,6 +371,7 @@ impl TransformRegistry {
             module: module.to_string(),
             pre,
             digest,
+            builder: Builder::of(&bytes, javascript_component(module).is_some()),
             warm: Default::default(),
             stats: Default::default(),
         }))
@@ -414,6 +426,7 @@ impl TransformEngine {
             module: module.clone(),
             pre,
             digest,
+            builder: Builder::of(&bytes, false),
             warm: Default::default(),
             stats: Default::default(),
         })

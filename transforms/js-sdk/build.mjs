@@ -35,6 +35,16 @@ const USER_CWD =
 /** The QuickJS runtime (a core module built from transforms/js-runtime), beside this file. */
 const RUNTIME = join(HERE, 'hookgate-js-runtime.wasm');
 
+/**
+ * The revision of this SDK's adapter and runtime, which a built component keeps for good: raise
+ * it with every change to adapter.js or the runtime that a component built before would miss.
+ * Recorded in the component's custom section `hookgate-js-sdk` as `{"adapter":<revision>}`;
+ * hookgate (src/transform/builder.rs, JS_ADAPTER_REVISION, the same number) names a JavaScript
+ * component of an earlier revision, or of none, and the command that rebuilds it.
+ */
+const ADAPTER_REVISION = 1;
+const SDK_SECTION = 'hookgate-js-sdk';
+
 /** How long a module's top level may run at build time: a loop there would hang the build. */
 const LOAD_TIMEOUT_MS = 60_000;
 
@@ -156,7 +166,26 @@ async function compile(bundlePath, work) {
   // What the module's top level printed.
   process.stderr.write(stderr);
   const adapter = await readFile(preview1AdapterReactorPath());
-  return componentNew(await readFile(initialised), [['wasi_snapshot_preview1', adapter]]);
+  return withRevision(await componentNew(await readFile(initialised), [['wasi_snapshot_preview1', adapter]]));
+}
+
+/** `n` as an unsigned LEB128, as WebAssembly writes sizes. */
+function leb128(n) {
+  const bytes = [];
+  do {
+    const low = n & 0x7f;
+    n >>>= 7;
+    bytes.push(n ? low | 0x80 : low);
+  } while (n);
+  return Buffer.from(bytes);
+}
+
+/** `component` with the custom section that records which adapter revision built it. */
+function withRevision(component) {
+  const name = Buffer.from(SDK_SECTION);
+  const content = Buffer.from(JSON.stringify({ adapter: ADAPTER_REVISION }));
+  const body = Buffer.concat([leb128(name.length), name, content]);
+  return Buffer.concat([Buffer.from(component), Buffer.from([0]), leb128(body.length), body]);
 }
 
 /** Writes aside and renames, so that a watcher never sees half a component. */

@@ -350,7 +350,7 @@ async function loadSystem() {
   body.replaceChildren();
   for (const transform of status.transforms) {
     const row = el("tr");
-    cell(row, transform.module);
+    cell(row, transform.builtByOlderSdk ? `${transform.module} (built by an older SDK: rebuild it)` : transform.module);
     cell(row, transform.calls);
     cell(row, transform.failures);
     cell(row, transform.lastFailure);

@@ -20,6 +20,7 @@ const MODULES: &[(&str, &str)] = &[
     ("fixtures/js/fetches.mjs", "js-fetches"),
     ("fixtures/js/globals.mjs", "js-globals"),
     ("fixtures/js/hostile.mjs", "js-hostile"),
+    ("fixtures/js/counter.mjs", "js-counter"),
 ];
 
 /// The directory holding `<name>.wasm` for every module of [`MODULES`], and a copy of its source
@@ -73,6 +74,36 @@ pub fn js_transforms() -> &'static Path {
             let extension = source.extension().unwrap().to_str().unwrap();
             std::fs::copy(&source, out.join(format!("{name}.{extension}"))).unwrap();
         }
+        out
+    })
+}
+
+/// The directory holding `js-counter-unrevised.wasm`: `fixtures/js/counter.mjs` built by the SDK
+/// as it was before builds recorded their adapter revision (`fixtures/js-sdk-unrevised`, whose
+/// README says where it comes from), beside the runtime and the packages of `js-sdk`; built
+/// once per test process, after [`js_transforms`] (which installs the packages).
+pub fn unrevised_js_transform() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = js_transforms().to_path_buf();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("transforms");
+        let sdk = out.join("sdk-unrevised");
+        std::fs::create_dir_all(&sdk).unwrap();
+        for file in ["build.mjs", "adapter.js"] {
+            let from = root.join("fixtures/js-sdk-unrevised").join(file);
+            std::fs::copy(from, sdk.join(file)).unwrap();
+        }
+        let runtime = "hookgate-js-runtime.wasm";
+        std::fs::copy(root.join("js-sdk").join(runtime), sdk.join(runtime)).unwrap();
+        let packages = sdk.join("node_modules");
+        if std::fs::symlink_metadata(&packages).is_err() {
+            std::os::unix::fs::symlink(root.join("js-sdk/node_modules"), &packages).unwrap();
+        }
+        run(Command::new("node")
+            .arg(sdk.join("build.mjs"))
+            .arg(root.join("fixtures/js/counter.mjs"))
+            .arg("-o")
+            .arg(out.join("js-counter-unrevised.wasm")));
         out
     })
 }

@@ -2,11 +2,13 @@
 //! HTTP: the existing-style contract (an override, `null`, `undefined`, a throw), the two
 //! examples, and the time limit on a loop; the runtime itself in `runtime`; what a transform's
 //! own bugs must not do to other senders or to the runtime in `hostile`; the headers and body a
-//! transform receives in `received`; a module over 64 MiB in `large_module`.
+//! transform receives in `received`; a module over 64 MiB in `large_module`; a component built by
+//! an older SDK in `outdated`.
 
 mod build;
 mod hostile;
 mod large_module;
+mod outdated;
 mod partial;
 mod received;
 mod runtime;
