@@ -88,12 +88,20 @@ const ANTHROPIC_MAX_TOKENS: u64 = 4096;
 /// (which counts cached tokens among them), or on the Messages API `usage.input_tokens` plus its
 /// `cache_creation_input_tokens` and `cache_read_input_tokens` (which it counts apart).
 /// `output_tokens` is `completion_tokens` or `output_tokens`, thinking included.
+/// Each count is at most [`MAX_TURN_TOKENS`]: a provider reporting more is counted that.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
 }
+
+/// The most tokens one turn is counted for, in each direction: a hundred million, far above
+/// any model's context window. A provider that reports more (a bug, or a hostile one) is
+/// counted this, with a warning in the log, so that the sums of a window's runs (budgets'
+/// `tokensPerDay`, `GET /api/spend`) stay far from `i64::MAX`, which SQLite's `SUM()` may not
+/// pass: it would take 92 billion such turns.
+pub const MAX_TURN_TOKENS: u64 = 100_000_000;
 
 /// A provider's answer to one turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -250,27 +258,47 @@ fn count(usage: &Value, name: &str) -> Option<u64> {
     usage.get(name).and_then(Value::as_u64)
 }
 
-/// `usage.prompt_tokens` and `usage.completion_tokens` of a chat-completions response; `None`
-/// unless both are there (an answer without usage is not one of zero tokens).
+/// `reported` tokens (of the usage field `name`), at most [`MAX_TURN_TOKENS`]; a count past it
+/// is logged, with the field and the count (a number: nothing of the prompt or reply).
+fn bounded(reported: u64, name: &str) -> u64 {
+    if reported > MAX_TURN_TOKENS {
+        tracing::warn!(
+            field = name,
+            reported,
+            counted = MAX_TURN_TOKENS,
+            "provider reported more tokens than a turn can use: counted as the bound"
+        );
+    }
+    reported.min(MAX_TURN_TOKENS)
+}
+
+/// `usage.prompt_tokens` and `usage.completion_tokens` of a chat-completions response, each
+/// [`bounded`]; `None` unless both are there (an answer without usage is not one of zero
+/// tokens).
 fn openai_usage(value: &Value) -> Option<Usage> {
     let usage = value.get("usage")?;
+    let input = count(usage, "prompt_tokens")?;
+    let output = count(usage, "completion_tokens")?;
     Some(Usage {
-        input_tokens: count(usage, "prompt_tokens")?,
-        output_tokens: count(usage, "completion_tokens")?,
+        input_tokens: bounded(input, "prompt_tokens"),
+        output_tokens: bounded(output, "completion_tokens"),
     })
 }
 
 /// `usage.input_tokens` (with the cache's input tokens, counted apart there) and
-/// `usage.output_tokens` of a Messages API response; `None` unless the two are there.
+/// `usage.output_tokens` of a Messages API response, each [`bounded`]; `None` unless the two
+/// are there.
 fn anthropic_usage(value: &Value) -> Option<Usage> {
     let usage = value.get("usage")?;
     let cached = ["cache_creation_input_tokens", "cache_read_input_tokens"]
         .iter()
         .filter_map(|name| count(usage, name))
         .fold(0u64, u64::saturating_add);
+    let input = count(usage, "input_tokens")?.saturating_add(cached);
+    let output = count(usage, "output_tokens")?;
     Some(Usage {
-        input_tokens: count(usage, "input_tokens")?.saturating_add(cached),
-        output_tokens: count(usage, "output_tokens")?,
+        input_tokens: bounded(input, "input_tokens"),
+        output_tokens: bounded(output, "output_tokens"),
     })
 }
 
@@ -367,6 +395,27 @@ mod tests {
         assert_eq!(anthropic_usage(&anthropic), usage(1110, 7));
         let plain = json!({"usage": {"input_tokens": 10, "output_tokens": 7}});
         assert_eq!(anthropic_usage(&plain), usage(10, 7));
+    }
+
+    #[test]
+    fn a_turns_usage_is_counted_at_most_the_bound() {
+        let absurd = 9_000_000_000_000_000_000u64;
+        let openai = json!({"usage": {"prompt_tokens": absurd, "completion_tokens": u64::MAX}});
+        let bound = Some(Usage {
+            input_tokens: MAX_TURN_TOKENS,
+            output_tokens: MAX_TURN_TOKENS,
+        });
+        assert_eq!(openai_usage(&openai), bound);
+        // Parts each within the bound whose sum is not, and a sum past u64::MAX.
+        let anthropic = json!({"usage": {"input_tokens": MAX_TURN_TOKENS,
+                                         "cache_read_input_tokens": u64::MAX,
+                                         "output_tokens": absurd}});
+        assert_eq!(anthropic_usage(&anthropic), bound);
+        let at_bound = json!({"usage": {"prompt_tokens": MAX_TURN_TOKENS, "completion_tokens": 1}});
+        assert_eq!(
+            openai_usage(&at_bound).unwrap().input_tokens,
+            MAX_TURN_TOKENS
+        );
     }
 
     #[test]

@@ -33,23 +33,28 @@ pub struct Spend {
     pub output_tokens: u64,
 }
 
-/// A mapping's runs and tokens since `?2`.
+/// A mapping's runs and tokens since `?2`. Tokens are summed by `TOTAL()`, in floating point,
+/// which never fails: `SUM()` of integers fails past `i64::MAX` ("integer overflow"), and a
+/// window of runs a provider reported absurd counts for made every read of it fail, admission
+/// of the scope's budgets included. A turn's counts are bounded where they are read
+/// (`provider::MAX_TURN_TOKENS`), and rows written before that bound still sum.
 const BY_MAPPING: &str = "SELECT
      (SELECT COUNT(*) FROM runs WHERE mapping_id = ?1 AND created_at >= ?2),
-     COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0)
+     TOTAL(input_tokens), TOTAL(output_tokens)
      FROM runs WHERE mapping_id = ?1 AND finished_at >= ?2";
 
 /// An agent's runs and tokens since `?2`.
 const BY_AGENT: &str = "SELECT
      (SELECT COUNT(*) FROM runs WHERE target_agent = ?1 AND created_at >= ?2),
-     COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0)
+     TOTAL(input_tokens), TOTAL(output_tokens)
      FROM runs WHERE target_agent = ?1 AND finished_at >= ?2";
 
 /// What `scope`'s runs cost since `since`: the runs created at or after it, and the tokens of
 /// the runs that finished at or after it (a run that reported no usage adds none). `since` is
 /// an RFC 3339 time as the store writes them (UTC, milliseconds, `Z`:
-/// `runtime_clock::rfc3339`), compared as text. Costs two index lookups and a step per run of
-/// the scope in the window.
+/// `runtime_clock::rfc3339`), compared as text. A sum saturates at `u64::MAX`, exact to 2^53
+/// tokens (it is summed in floating point), and never fails. Costs two index lookups and a step
+/// per run of the scope in the window.
 pub fn spend_since(
     conn: &Connection,
     scope: SpendScope<'_>,
@@ -61,11 +66,12 @@ pub fn spend_since(
     };
     conn.prepare_cached(sql)?
         .query_row(params![id, since], |row| {
-            let count = |i: usize| row.get::<_, i64>(i).map(|n| n.unsigned_abs());
+            // A float to u64 saturates (and a NaN, which TOTAL() never gives, is 0).
+            let tokens = |i: usize| row.get::<_, f64>(i).map(|n| n as u64);
             Ok(Spend {
-                runs: count(0)?,
-                input_tokens: count(1)?,
-                output_tokens: count(2)?,
+                runs: row.get::<_, i64>(0)?.unsigned_abs(),
+                input_tokens: tokens(1)?,
+                output_tokens: tokens(2)?,
             })
         })
 }
@@ -188,6 +194,24 @@ mod tests {
             later.unwrap(),
             expect(2, 100, 10),
             "the window's start is in it"
+        );
+    }
+
+    /// Runs whose stored counts sum past `i64::MAX` (written before a turn's counts were
+    /// bounded, or by a provider that reported them) sum without failing, saturated.
+    #[test]
+    fn sums_past_the_largest_integer_saturate() {
+        let (_dir, conn) = store();
+        for id in ["a", "b", "c"] {
+            runs::queue_run(&conn, &run(id, Some("github"), "main", DAY_AGO), None).unwrap();
+            let absurd = Some((9_000_000_000_000_000_000, u64::MAX));
+            finish(&conn, id, "2026-01-01T12:01:00.000Z", absurd);
+        }
+        let spend = spend_since(&conn, SpendScope::Agent("main"), DAY_AGO).unwrap();
+        assert_eq!(spend.runs, 3);
+        assert_eq!(
+            (spend.input_tokens, spend.output_tokens),
+            (u64::MAX, u64::MAX)
         );
     }
 

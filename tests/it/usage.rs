@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::day_two::cli;
 use crate::fake::{Answer, Fake, chat_reply};
 use crate::harness::*;
-use crate::runtime::{Backend, agent, finished};
+use crate::runtime::{Backend, agent, finished, with_provider};
 
 /// A chat-completions answer that reports `input` prompt and `output` completion tokens.
 fn openai_answer(reply: &str, input: u64, output: u64) -> Answer {
@@ -330,6 +330,53 @@ async fn a_clusters_spend_counts_every_nodes_runs_and_each_run_once() {
     assert_eq!(counted, 480, "each run once, on one node");
 }
 
+/// The most tokens a turn is counted for, in each direction (docs/runtime.md#what-runs-cost).
+const TURN_BOUND: u64 = 100_000_000;
+
+/// A provider that reports 9e18 prompt tokens a turn (two such turns sum past the largest
+/// integer SQLite sums) breaks neither the admission of its agent's runs, whose budget reads
+/// the agent's tokens, nor `GET /api/spend`: each turn counts at most the bound.
+async fn absurd_usage_is_counted_at_most_the_bound(backend: Backend) {
+    let absurd = 9_000_000_000_000_000_000;
+    let provider = Fake::start(move |_, _| openai_answer("done", absurd, 1)).await;
+    let mut config = with_provider(&provider);
+    set(&mut config, "agents.defaults.heartbeat.every", json!("0"));
+    let mapping = json!({"id": "github", "match": {"path": "github"}, "action": "agent",
+        "messageTemplate": "{{text}}", "deliver": false, "wakeMode": "next-heartbeat"});
+    set(&mut config, "hooks.mappings", json!([mapping]));
+    // Above one absurd count: before the bound, the second run ran and the third request's
+    // budget read overflowed (500).
+    let budget = json!({"tokensPerDay": 9_100_000_000_000_000_000u64});
+    set(
+        &mut config,
+        "agents.list",
+        json!([{"id": "main", "default": true, "budget": budget}]),
+    );
+    let (server, _kept) = backend.start(&config);
+    for _ in 0..3 {
+        let (status, reply) = server
+            .hook_json("/hooks/github", &json!({"text": "opened"}))
+            .await;
+        assert_eq!(status, 200, "admitted after absurd usage: {reply}");
+        let run = finished(&server, reply["runId"].as_str().unwrap()).await;
+        assert_eq!(run["status"], "ok", "{run}");
+        assert_eq!(
+            run["usage"],
+            json!({"inputTokens": TURN_BOUND, "outputTokens": 1})
+        );
+    }
+    let expected = json!({"mappingId": "github", "runs": 3, "inputTokens": 3 * TURN_BOUND,
+                          "outputTokens": 3});
+    let mut seen = Value::Null;
+    eventually("the spend to count the three runs", async || {
+        let (status, spend) = server.api_json("/api/spend").await;
+        assert_eq!(status, 200, "{spend}");
+        seen = spend["mappings"][0].clone();
+        seen == expected
+    })
+    .await;
+}
+
 /// Generates each named test once per store that runs agents.
 macro_rules! on_both_stores {
     ($($test:ident),+ $(,)?) => {
@@ -352,4 +399,5 @@ macro_rules! on_both_stores {
 on_both_stores!(
     usage_is_recorded_from_both_wire_formats_and_the_model_that_answered,
     tokens_are_measured_and_summed_per_mapping,
+    absurd_usage_is_counted_at_most_the_bound,
 );

@@ -89,7 +89,8 @@ pub(super) fn window(
             let oldest: Option<String> = conn
                 .prepare_cached(sql)?
                 .query_row(params![id, since], |row| row.get(0))?;
-            (spend.input_tokens + spend.output_tokens, oldest)
+            let tokens = spend.input_tokens.saturating_add(spend.output_tokens);
+            (tokens, oldest)
         }
     };
     Ok(Window {
