@@ -249,6 +249,15 @@ const SCHEMA_V18: &str = "
 ALTER TABLE batch_items ADD COLUMN name TEXT;
 ";
 
+/// Held runs (`gateway::budget::held`) in a partial index of their own, by mapping and agent
+/// (and so, within one, in the order they were held): a lane counts its held runs against
+/// `runs.maxQueued`, and the release step finds each mapping and agent with held runs and the
+/// oldest of them, with a seek each, never a walk of every held run (which stalled the writer
+/// once tens of thousands were held). Only held runs are in it: queueing a run writes no entry.
+const SCHEMA_V19: &str = "
+CREATE INDEX runs_held ON runs (mapping_id, target_agent) WHERE status = 'held';
+";
+
 /// The request log, in a database of its own (`requests.db`): every request under the hook
 /// prefix (see `requests`). Keyed by its time-ordered id alone (no rowid, one index only for
 /// replays): each record is one append to one b-tree, since one is written for every request
@@ -371,6 +380,7 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             (16, SCHEMA_V16),
             (17, SCHEMA_V17),
             (18, SCHEMA_V18),
+            (19, SCHEMA_V19),
         ],
     )
 }

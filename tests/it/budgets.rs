@@ -74,6 +74,24 @@ async fn becomes(server: &Hookgate, run_id: &str, status: &str) {
     .await;
 }
 
+/// Checks that `refused` answers `error` and nothing more; the record of the request it
+/// answered, once the request log shows it.
+async fn refusal_record(server: &Hookgate, refused: reqwest::Response, error: &str) -> Value {
+    let id = request_id(&refused);
+    assert_eq!(
+        json_of(refused).await.1,
+        json!({"ok": false, "error": error})
+    );
+    let mut record = Value::Null;
+    eventually("the refusal's record", async || {
+        let (status, found) = server.api_json(&format!("/api/requests/{id}")).await;
+        record = found;
+        status == 200
+    })
+    .await;
+    record
+}
+
 fn held_by(scope: &str, id: &str, limit: &str) -> Value {
     json!({"scope": scope, "id": id, "limit": limit})
 }
@@ -146,18 +164,7 @@ pub(crate) async fn a_refusing_budget_answers_429_and_stores_nothing(backend: Ba
         .parse()
         .unwrap();
     assert!((1..=3600).contains(&retry_after), "{retry_after}");
-    let id = request_id(&refused);
-    assert_eq!(
-        json_of(refused).await.1,
-        json!({"ok": false, "error": "budget exceeded; retry later"})
-    );
-    let mut record = Value::Null;
-    eventually("the refusal's record", async || {
-        let (status, found) = server.api_json(&format!("/api/requests/{id}")).await;
-        record = found;
-        status == 200
-    })
-    .await;
+    let record = refusal_record(&server, refused, "budget exceeded; retry later").await;
     assert_eq!(
         record["reason"], "budget exceeded: mapping github runsPerHour (1 runs per hour)",
         "{record}"
@@ -255,7 +262,46 @@ pub(crate) async fn a_reload_that_makes_room_releases_held_runs(backend: Backend
     assert_eq!(shown(&server, &held[1]).await["status"], "held");
 }
 
+/// Held runs wait in their mapping's lane: with `runs.maxQueued: 3` and a budget that holds,
+/// three runs are held and the next request is answered as a full lane answers (429,
+/// `Retry-After`, the lane in the request record), not held without end; a cancel makes room.
+pub(crate) async fn held_runs_count_against_the_lanes_max_queued(backend: Backend) {
+    let provider = Fake::provider("done").await;
+    let mut config = config(&provider, json!({"runsPerHour": 1}));
+    config["hooks"]["mappings"][0]["runs"] = json!({"maxQueued": 3});
+    let (server, _kept) = backend.start(&config);
+    let first = accepted(&server, 1).await;
+    assert_eq!(finished(&server, &first).await["status"], "ok");
+    let mut held = Vec::new();
+    for n in 2..=4 {
+        let id = accepted(&server, n).await;
+        // On NATS the lane is counted in the node's view: wait for it to show the run.
+        assert_eq!(shown(&server, &id).await["status"], "held");
+        held.push(id);
+    }
+    let refused = github(&server, 5).await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "5");
+    let record = refusal_record(&server, refused, "run queue full; retry later").await;
+    assert_eq!(
+        (&record["outcome"], &record["reason"]),
+        (
+            &json!("limited"),
+            &json!("mapping github: runs.maxQueued (3) reached")
+        ),
+        "{record}"
+    );
+    let (status, _) = operator(&server, &held[0], "cancel").await;
+    assert_eq!(status, 200);
+    eventually("a cancelled run to leave the lane", async || {
+        github(&server, 6).await.status() == 200
+    })
+    .await;
+    assert_eq!(provider.requests().len(), 1, "held runs did not run");
+}
+
 on_both_stores!(
+    held_runs_count_against_the_lanes_max_queued,
     runs_per_hour_holds_until_the_operator_releases,
     a_refusing_budget_answers_429_and_stores_nothing,
     an_agents_budget_holds_and_a_cancelled_run_never_runs,

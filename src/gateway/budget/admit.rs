@@ -6,7 +6,7 @@ use crate::config::budget::{Budgets, OnExceeded};
 use crate::gateway::clock::now_ms;
 use crate::gateway::records::NewRun;
 use crate::gateway::runs::{IdempotencyClaim, RunQueued};
-use crate::gateway::{Runtime, StoreError};
+use crate::gateway::{Runtime, StoreError, lanes};
 use crate::hook::LimitReached;
 
 /// A run [`queue`] stored, and whether a budget held it.
@@ -18,7 +18,8 @@ pub struct Queued {
 }
 
 /// Queues `run` as [`Runtime::submit_run`] does when its mapping's and its agent's budgets have
-/// room; past one that holds, stores it `held` (answered as queued, its id the run's); past one
+/// room; past one that holds, stores it `held` (answered as queued, its id the run's), unless
+/// its lane holds [`lanes::MAX_HELD`] already (then refused as a full lane refuses); past one
 /// that refuses, stores nothing and answers the refusal, unless `claim` finds the request a
 /// repeat of one admitted before (then its run's id, as without a budget).
 ///
@@ -42,22 +43,46 @@ pub async fn queue(
     };
     match exceeded.on_exceeded {
         OnExceeded::Hold => {
+            if let Some(full) = lanes::held_full(runtime.store(), &run).await? {
+                let metrics = runtime.metrics();
+                return refuse(runtime, claim, full.clone().into(), || {
+                    metrics.count_lane_refusal(full.mapping());
+                })
+                .await;
+            }
             tracing::info!(run_id = %run.run_id, budget = %exceeded.by, "run held: its budget is spent");
             let run = runtime.hold_run(run, claim, exceeded.by).await?;
             // A repeat is answered with the earlier run, which this budget did not hold now.
             let held = matches!(run, RunQueued::New { .. });
             Ok(Ok(Queued { run, held }))
         }
-        OnExceeded::Refuse => match runtime.repeat_of(claim.as_ref()).await? {
-            Some(run_id) => Ok(Ok(Queued {
-                run: RunQueued::Replayed { run_id },
-                held: false,
-            })),
-            None => {
-                runtime.metrics().budget_refused(exceeded.by.scope.as_str());
-                Ok(Err(exceeded.refusal()))
-            }
-        },
+        OnExceeded::Refuse => {
+            let scope = exceeded.by.scope.as_str();
+            refuse(runtime, claim, exceeded.refusal(), || {
+                runtime.metrics().budget_refused(scope);
+            })
+            .await
+        }
+    }
+}
+
+/// Refuses a run with `refusal` (`count` counts it), unless `claim` finds the request a repeat
+/// of one admitted before: then its run's id, as without a budget.
+async fn refuse(
+    runtime: &Runtime,
+    claim: Option<IdempotencyClaim>,
+    refusal: LimitReached,
+    count: impl FnOnce(),
+) -> Result<Result<Queued, LimitReached>, StoreError> {
+    match runtime.repeat_of(claim.as_ref()).await? {
+        Some(run_id) => Ok(Ok(Queued {
+            run: RunQueued::Replayed { run_id },
+            held: false,
+        })),
+        None => {
+            count();
+            Ok(Err(refusal))
+        }
     }
 }
 
