@@ -2,12 +2,15 @@
 //! them, never taken by the runner. The release step starts the oldest of them as their budgets'
 //! windows make room; the operator releases one whatever its budget, or cancels it.
 
-use std::collections::HashSet;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{HeldBy, applying, judge};
+use super::{HeldBy, Scope, applying, judge};
+use crate::config::Settings;
 use crate::config::budget::Budgets;
 use crate::gateway::clock::{now_ms, now_rfc3339};
 use crate::gateway::context::Context;
@@ -17,8 +20,8 @@ use crate::gateway::runs;
 use crate::gateway::signals::Signals;
 use crate::gateway::{Runtime, StoreError};
 
-/// Held runs read at once by the release step, oldest first.
-pub(super) const RELEASE_BATCH: u32 = 256;
+/// Held runs the embedded release step releases in one transaction at most.
+pub(super) const RELEASE_BATCH: usize = 256;
 /// How long the operator's release or cancel waits for this node's view to apply it.
 const APPLY_WAIT: Duration = Duration::from_secs(10);
 
@@ -55,88 +58,128 @@ fn if_held(conn: &Connection, update: &str, run_id: &str, at: &str) -> rusqlite:
     Ok(conn.prepare_cached(update)?.execute(params![run_id, at])? == 1)
 }
 
-/// A held run, as much of it as its budgets need, and its place in the order of holding.
-struct HeldRun {
-    rowid: i64,
-    run_id: String,
+/// The held runs of one mapping for one agent (no mapping: `POST {prefix}/agent`'s runs of
+/// it): the same budgets apply to each, so the oldest one's verdict is theirs.
+struct Group {
     mapping_id: Option<String>,
     agent: String,
 }
 
-/// The oldest held runs after rowid `after`, at most `limit`, on the `runs_queue` index.
-fn held_after(conn: &Connection, after: i64, limit: u32) -> rusqlite::Result<Vec<HeldRun>> {
-    conn.prepare_cached(
-        "SELECT rowid, run_id, mapping_id, target_agent FROM runs
-         WHERE status = 'held' AND rowid > ?1 ORDER BY rowid LIMIT ?2",
-    )?
-    .query_map(params![after, limit], |row| {
-        Ok(HeldRun {
-            rowid: row.get(0)?,
-            run_id: row.get(1)?,
-            mapping_id: row.get(2)?,
-            agent: row.get(3)?,
+/// The first agent after `?1` with held runs no mapping admitted.
+pub(super) const NEXT_DIRECT_GROUP: &str = "SELECT target_agent FROM runs INDEXED BY runs_held
+      WHERE status = 'held' AND mapping_id IS NULL AND target_agent > ?1
+      ORDER BY target_agent LIMIT 1";
+
+/// The first mapping and agent after (`?1`, `?2`) with held runs.
+pub(super) const NEXT_MAPPED_GROUP: &str = "SELECT mapping_id, target_agent
+      FROM runs INDEXED BY runs_held
+      WHERE status = 'held' AND (mapping_id, target_agent) > (?1, ?2)
+      ORDER BY mapping_id, target_agent LIMIT 1";
+
+/// The oldest run of mapping `?1` (NULL: none) and agent `?2` held after rowid `?3`.
+pub(super) const OLDEST_HELD: &str = "SELECT rowid, run_id FROM runs INDEXED BY runs_held
+      WHERE status = 'held' AND mapping_id IS ?1 AND target_agent = ?2 AND rowid > ?3
+      ORDER BY rowid LIMIT 1";
+
+/// Every group with a held run, on `runs_held`: one seek per group, never a step per held run.
+fn held_groups(conn: &Connection) -> rusqlite::Result<Vec<Group>> {
+    let mut groups = Vec::new();
+    // Agent ids are never empty, nor are mapping ids: '' is below every group.
+    let mut agent = String::new();
+    let mut direct = conn.prepare_cached(NEXT_DIRECT_GROUP)?;
+    while let Some(next) = direct.query_row([&agent], |row| row.get(0)).optional()? {
+        agent = next;
+        groups.push(Group {
+            mapping_id: None,
+            agent: agent.clone(),
+        });
+    }
+    let (mut mapping, mut agent) = (String::new(), String::new());
+    let mut mapped = conn.prepare_cached(NEXT_MAPPED_GROUP)?;
+    while let Some(next) = mapped
+        .query_row([&mapping, &agent], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?
+    {
+        (mapping, agent) = next;
+        groups.push(Group {
+            mapping_id: Some(mapping.clone()),
+            agent: agent.clone(),
+        });
+    }
+    Ok(groups)
+}
+
+/// The oldest held run of `group` held after rowid `after`: its rowid and id, on `runs_held`.
+fn oldest_held(
+    conn: &Connection,
+    group: &Group,
+    after: i64,
+) -> rusqlite::Result<Option<(i64, String)>> {
+    conn.prepare_cached(OLDEST_HELD)?
+        .query_row(params![group.mapping_id, group.agent, after], |row| {
+            Ok((row.get(0)?, row.get(1)?))
         })
-    })?
-    .collect()
+        .optional()
 }
 
 /// Whether any run is held: the release step's cheap look before it writes.
 fn any_held(conn: &Connection) -> rusqlite::Result<bool> {
-    conn.prepare_cached("SELECT 1 FROM runs WHERE status = 'held' LIMIT 1")?
+    conn.prepare_cached("SELECT 1 FROM runs INDEXED BY runs_held WHERE status = 'held' LIMIT 1")?
         .query_row([], |_| Ok(()))
         .optional()
         .map(|found| found.is_some())
 }
 
-/// Whether `run`'s budgets (as `budgets` now says: a reload applies) have room at `now_ms`.
-fn room_now(
-    conn: &Connection,
-    budgets: &Budgets,
-    run: &HeldRun,
-    now_ms: i64,
-) -> rusqlite::Result<bool> {
-    let applying = applying(budgets, run.mapping_id.as_deref(), &run.agent);
-    Ok(judge(conn, &applying, now_ms)?.is_none())
-}
-
-/// Walks the held runs oldest first, handing `take` each whose budgets have room at `now_ms`
-/// (counted after what `take` released before it), until `take` answers false or none is left.
+/// Hands `take` the held runs whose budgets (as `budgets` now says: a reload applies) have room
+/// at `now_ms`, oldest first, each counted after what `take` released before it, until `take`
+/// answers false or none is left.
 ///
-/// Every held run is looked at, a page of [`RELEASE_BATCH`] at a time, so that the runs of a
-/// budget with room are found however many runs of a spent one were held before them; the
-/// budgets of a mapping and agent found without room are not counted again in the same walk
-/// (releasing only takes room). Costs a walk of the held runs' index and one count per run
-/// taken, plus one per mapping and agent without room.
+/// Walks the groups' oldest runs in the order they were held: a group whose budgets have room
+/// gives its run and then its next one; a group with a budget found without room is done for
+/// this walk, and so is every other group of that budget (releasing only takes room), so a
+/// mapping with room is never kept waiting behind the runs a spent one holds. Costs a seek on
+/// `runs_held` and a count of its budgets per group, plus a seek and a count per run taken:
+/// nothing per run left held.
 fn walk_releasable(
     conn: &Connection,
     budgets: &Budgets,
     now_ms: i64,
-    mut take: impl FnMut(HeldRun) -> rusqlite::Result<bool>,
+    mut take: impl FnMut(String) -> rusqlite::Result<bool>,
 ) -> rusqlite::Result<()> {
-    let mut spent: HashSet<(Option<String>, String)> = HashSet::new();
-    let mut after = 0;
-    loop {
-        let page = held_after(conn, after, RELEASE_BATCH)?;
-        let Some(last) = page.last() else {
-            return Ok(());
-        };
-        after = last.rowid;
-        for run in page {
-            let group = (run.mapping_id.clone(), run.agent.clone());
-            if spent.contains(&group) {
-                continue;
-            }
-            if !room_now(conn, budgets, &run, now_ms)? {
-                spent.insert(group);
-            } else if !take(run)? {
-                return Ok(());
-            }
+    let groups = held_groups(conn)?;
+    let mut heads = BinaryHeap::new();
+    for (i, group) in groups.iter().enumerate() {
+        if let Some((rowid, run_id)) = oldest_held(conn, group, 0)? {
+            heads.push(Reverse((rowid, i, run_id)));
         }
     }
+    let mut spent: HashSet<(Scope, String)> = HashSet::new();
+    while let Some(Reverse((rowid, i, run_id))) = heads.pop() {
+        let group = &groups[i];
+        let applying = applying(budgets, group.mapping_id.as_deref(), &group.agent);
+        if applying
+            .iter()
+            .any(|budget| spent.contains(&(budget.scope, budget.id.clone())))
+        {
+            continue;
+        }
+        if let Some(exceeded) = judge(conn, &applying, now_ms)? {
+            spent.insert((exceeded.by.scope, exceeded.by.id));
+            continue;
+        }
+        if !take(run_id)? {
+            return Ok(());
+        }
+        if let Some((rowid, run_id)) = oldest_held(conn, group, rowid)? {
+            heads.push(Reverse((rowid, i, run_id)));
+        }
+    }
+    Ok(())
 }
 
-/// Releases, oldest first, each held run whose budgets have room at `now_ms`; each one released
-/// counts against the runs after it. The ids released. In one transaction of the caller's.
+/// Releases, oldest first, each held run whose budgets have room at `now_ms`, at most
+/// [`RELEASE_BATCH`]; each one released counts against the runs after it. The ids released. In
+/// one transaction of the caller's.
 pub(crate) fn release_due_in(
     conn: &Connection,
     budgets: &Budgets,
@@ -144,11 +187,11 @@ pub(crate) fn release_due_in(
 ) -> rusqlite::Result<Vec<String>> {
     let at = crate::gateway::clock::rfc3339(now_ms);
     let mut released = Vec::new();
-    walk_releasable(conn, budgets, now_ms, |run| {
-        if mark_released(conn, &run.run_id, &at)? {
-            released.push(run.run_id);
+    walk_releasable(conn, budgets, now_ms, |run_id| {
+        if mark_released(conn, &run_id, &at)? {
+            released.push(run_id);
         }
-        Ok(true)
+        Ok(released.len() < RELEASE_BATCH)
     })?;
     Ok(released)
 }
@@ -158,31 +201,35 @@ fn first_releasable(
     conn: &Connection,
     budgets: &Budgets,
     now_ms: i64,
-) -> rusqlite::Result<Option<NewRun>> {
+) -> rusqlite::Result<Option<String>> {
     let mut first = None;
-    walk_releasable(conn, budgets, now_ms, |run| {
-        first = Some(run.run_id);
+    walk_releasable(conn, budgets, now_ms, |run_id| {
+        first = Some(run_id);
         Ok(false)
     })?;
-    match first {
-        Some(run_id) => NewRun::select(conn, &run_id),
-        None => Ok(None),
-    }
+    Ok(first)
 }
 
-/// The embedded runner's release step: one indexed read when nothing is held; else one
-/// transaction releasing what the budgets have room for, and the runner told.
+/// The embedded runner's release step: one indexed read when nothing is held; else a read
+/// ([`walk_releasable`]) for a run the budgets have room for, and only when there is one a
+/// transaction releasing at most [`RELEASE_BATCH`], and the runner told (which comes back for
+/// the next batch at once). A spent budget's held runs never take the store's writer.
 pub(crate) async fn release_due(ctx: &Context, signals: &Signals) -> Result<(), StoreError> {
     if !ctx.store.read(any_held).await? {
         return Ok(());
     }
     let settings = ctx.config.current();
+    let looked = Arc::clone(&settings);
+    let due = ctx
+        .store
+        .read(move |conn| first_releasable(conn, budgets_of(&looked), now_ms()))
+        .await?;
+    if due.is_none() {
+        return Ok(());
+    }
     let released = ctx
         .store
-        .write(move |conn| {
-            let budgets = settings.hooks.as_ref().map(|h| &h.budgets);
-            release_due_in(conn, budgets.unwrap_or(&Budgets::default()), now_ms())
-        })
+        .write(move |conn| release_due_in(conn, budgets_of(&settings), now_ms()))
         .await?;
     if !released.is_empty() {
         tracing::info!(
@@ -203,11 +250,12 @@ async fn release_due_on(ctx: &Context, cluster: &Cluster) -> Result<(), StoreErr
         let settings = ctx.config.current();
         let next = ctx
             .store
-            .read(move |conn| {
-                let default = Budgets::default();
-                let budgets = settings.hooks.as_ref().map_or(&default, |h| &h.budgets);
-                first_releasable(conn, budgets, now_ms())
-            })
+            .read(
+                move |conn| match first_releasable(conn, budgets_of(&settings), now_ms())? {
+                    Some(run_id) => NewRun::select(conn, &run_id),
+                    None => Ok(None),
+                },
+            )
             .await?;
         let Some(run) = next else {
             return Ok(());
@@ -222,6 +270,15 @@ async fn release_due_on(ctx: &Context, cluster: &Cluster) -> Result<(), StoreErr
             return Ok(());
         }
     }
+}
+
+/// The budgets of `settings`; none without hooks.
+fn budgets_of(settings: &Settings) -> &Budgets {
+    static NONE: LazyLock<Budgets> = LazyLock::new(Budgets::default);
+    settings
+        .hooks
+        .as_ref()
+        .map_or(&NONE, |hooks| &hooks.budgets)
 }
 
 /// How often the cluster's release step looks at the held runs.

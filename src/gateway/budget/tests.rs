@@ -1,6 +1,9 @@
 use std::num::NonZeroU32;
 
-use super::held::{RELEASE_BATCH, hold, mark_cancelled, mark_released, release_due_in};
+use super::held::{
+    NEXT_DIRECT_GROUP, NEXT_MAPPED_GROUP, OLDEST_HELD, RELEASE_BATCH, hold, mark_cancelled,
+    mark_released, release_due_in,
+};
 use super::*;
 use crate::gateway::Store;
 use crate::gateway::clock::rfc3339;
@@ -158,6 +161,85 @@ async fn the_release_step_looks_past_the_held_runs_of_a_spent_budget() {
         .unwrap();
     assert_eq!(released, ["other"]);
     store.close();
+}
+
+/// Across mappings and agents (and `/hooks/agent`'s runs, of no mapping) the release step
+/// starts the oldest held runs first, skips every group of a spent budget, and releases at most
+/// a batch per transaction.
+#[tokio::test]
+async fn the_release_step_goes_oldest_first_across_groups_a_batch_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), true).unwrap();
+    let budgets = mapping_budget(1, OnExceeded::Hold);
+    let (first, second, third) = store
+        .write(move |conn| {
+            run("ran", "github", NOW_MS - 100).insert(conn)?;
+            let held = [
+                ("g1", Some("gmail"), "ops"),
+                ("spent", Some("github"), "main"),
+                ("direct", None, "main"),
+                ("g2", Some("gmail"), "main"),
+                ("g3", Some("gmail"), "ops"),
+            ];
+            for (id, mapping, agent) in held {
+                let mut new = run(id, "x", NOW_MS - 50);
+                new.admitted.mapping_id = mapping.map(String::from);
+                new.admitted.target_agent = agent.into();
+                new.insert(conn)?;
+                hold(conn, id, &over_by())?;
+            }
+            for i in 0..RELEASE_BATCH {
+                run(&format!("bulk-{i}"), "bulk", NOW_MS - 10).insert(conn)?;
+                hold(conn, &format!("bulk-{i}"), &over_by())?;
+            }
+            let first = release_due_in(conn, &budgets, NOW_MS)?;
+            let second = release_due_in(conn, &budgets, NOW_MS)?;
+            let third = release_due_in(conn, &budgets, NOW_MS)?;
+            Ok((first, second, third))
+        })
+        .await
+        .unwrap();
+    assert_eq!(first.len(), RELEASE_BATCH);
+    assert_eq!(
+        first[..4],
+        ["g1", "direct", "g2", "g3"],
+        "in the order held"
+    );
+    assert_eq!(second.len(), 4, "the rest of the bulk: {second:?}");
+    assert!(third.is_empty(), "github's budget is spent: {third:?}");
+    let status = store
+        .read(|conn| runs::status(conn, "spent"))
+        .await
+        .unwrap();
+    assert_eq!(status, Some(crate::gateway::RunStatus::Held));
+    store.close();
+}
+
+/// The release step's reads are seeks on the held runs' index, one row each, never a walk of
+/// the held runs nor a sort: its cost does not grow with the runs held.
+#[test]
+fn the_release_steps_reads_are_seeks_on_the_held_runs_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = Connection::open(dir.path().join("plan.db")).unwrap();
+    crate::gateway::schema::migrate(&conn).unwrap();
+    let plans: [(&str, &[&dyn rusqlite::ToSql]); 3] = [
+        (NEXT_DIRECT_GROUP, &[&"main"]),
+        (NEXT_MAPPED_GROUP, &[&"github", &"main"]),
+        (OLDEST_HELD, &[&"github", &"main", &0]),
+    ];
+    for (sql, params) in plans {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let plan: Vec<String> = stmt
+            .query_map(params, |row| row.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(plan.len(), 1, "{sql}: {plan:?}");
+        assert!(
+            plan[0].starts_with("SEARCH runs USING") && plan[0].contains("INDEX runs_held ("),
+            "{sql}: {plan:?}"
+        );
+    }
 }
 
 #[tokio::test]
