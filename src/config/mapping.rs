@@ -236,7 +236,7 @@ mod tests {
             json!({"name": " {{repo}} ", "sessionKey": "hook:{{id}}", "to": " ", "model": "{{missing}}"}),
         );
         let payload = json!({"repo": "hookgate", "id": 7});
-        let action = m.render(&ctx("gh", &payload));
+        let action = m.render(&ctx("gh", &payload)).unwrap();
         assert_eq!(action.agent.name, "hookgate");
         assert_eq!(action.agent.session_key.as_deref(), Some("hook:7"));
         assert_eq!(action.agent.to, None);
@@ -246,14 +246,22 @@ mod tests {
     #[test]
     fn wake_requires_text() {
         let m = mapping(0, json!({"action": "wake", "textTemplate": "{{nothing}}"}));
-        let err = m.render(&ctx("x", &json!({}))).finish().unwrap_err();
+        let err = m
+            .render(&ctx("x", &json!({})))
+            .unwrap()
+            .finish()
+            .unwrap_err();
         assert_eq!(err.0, "hook mapping requires text");
     }
 
     #[test]
     fn agent_requires_message() {
         let m = mapping(0, json!({"messageTemplate": "  "}));
-        let err = m.render(&ctx("x", &json!({}))).finish().unwrap_err();
+        let err = m
+            .render(&ctx("x", &json!({})))
+            .unwrap()
+            .finish()
+            .unwrap_err();
         assert_eq!(err.0, "hook mapping requires message");
     }
 
@@ -261,7 +269,7 @@ mod tests {
     fn gmail_preset_renders_exactly() {
         let gmail = preset("gmail").unwrap();
         let payload = json!({"messages": [{"id": "m1", "from": "a@b", "subject": "Hi", "snippet": "s", "body": "b"}]});
-        let action = gmail.render(&ctx("gmail", &payload));
+        let action = gmail.render(&ctx("gmail", &payload)).unwrap();
         assert_eq!(
             action.agent.message,
             "New email from a@b\nSubject: Hi\ns\nb"
@@ -281,6 +289,7 @@ mod tests {
         );
         let action = m
             .render(&ctx("x", &json!({})))
+            .unwrap()
             .overlay(TransformAction::Wake {
                 text: "t".into(),
                 mode: None,
@@ -310,6 +319,7 @@ mod tests {
         };
         let finished = m
             .render(&ctx("x", &json!({})))
+            .unwrap()
             .overlay(TransformAction::Agent(Box::new(agent)))
             .finish()
             .unwrap();
@@ -336,6 +346,7 @@ mod tests {
             };
             mapping(0, json!({}))
                 .render(&ctx("x", &json!({})))
+                .unwrap()
                 .overlay(TransformAction::Agent(Box::new(agent)))
                 .finish()
                 .unwrap_err()
@@ -348,7 +359,7 @@ mod tests {
     #[test]
     fn a_templated_thinking_is_read_after_rendering() {
         let m = mapping(0, json!({"messageTemplate": "m", "thinking": "{{level}}"}));
-        let level = |payload: Value| m.render(&ctx("x", &payload)).agent.thinking;
+        let level = |payload: Value| m.render(&ctx("x", &payload)).unwrap().agent.thinking;
         assert_eq!(level(json!({"level": "Extra High"})), Some(Thinking::Xhigh));
         assert_eq!(level(json!({"level": "big"})), None);
         assert_eq!(level(json!({})), None);

@@ -101,7 +101,10 @@ pub(super) async fn evaluate<'m>(
             query: &query,
             payload,
         };
-        let mut action = mapping.render(&ctx);
+        let mut action = mapping.render(&ctx).map_err(|too_large| {
+            tracing::info!(mapping = %mapping.id, limit = mapping::MAX_RENDERED_BYTES, "hook mapping templates render past the limit");
+            HookError::Invalid(too_large.to_string())
+        })?;
         if let Some(spec) = &mapping.transform {
             let body = match payload {
                 // An element of a `forEach` list reaches the transform as its own payload.

@@ -17,8 +17,8 @@ pub use action::{FinishedAction, MappedAction, TransformAction};
 pub use batch::{BatchRule, batch_key};
 pub use conditions::{Conditions, HeaderValues, Unmet};
 pub use merge::{Overrides, non_blank};
-pub use template::TemplateContext;
-use template::{render, render_optional};
+pub use template::{MAX_RENDERED_BYTES, TemplateContext, TooLarge};
+use template::{RenderBudget, render, render_optional};
 
 /// Whether a mapping produces a wake or an agent run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,13 +79,16 @@ pub(crate) enum ThinkingField {
 
 impl ThinkingField {
     /// The level for one request; a rendering that names none is no level (the default).
-    fn level(&self, ctx: &TemplateContext<'_>) -> Option<Thinking> {
-        match self {
+    fn level(
+        &self,
+        ctx: &TemplateContext<'_>,
+        budget: &mut RenderBudget,
+    ) -> Result<Option<Thinking>, TooLarge> {
+        Ok(match self {
             ThinkingField::Fixed(level) => Some(*level),
-            ThinkingField::Template(template) => {
-                render_optional(Some(template), ctx).and_then(|text| Thinking::parse(&text))
-            }
-        }
+            ThinkingField::Template(template) => render_optional(Some(template), ctx, budget)?
+                .and_then(|text| Thinking::parse(&text)),
+        })
     }
 }
 
@@ -164,41 +167,47 @@ impl Mapping {
         path && source && earlier.conditions.is_empty()
     }
 
-    /// Every field of the mapping rendered against one request.
-    pub fn render(&self, ctx: &TemplateContext<'_>) -> MappedAction {
+    /// Every field of the mapping rendered against one request; refused when they render to
+    /// more than [`MAX_RENDERED_BYTES`] together, before the bytes past it are allocated.
+    pub fn render(&self, ctx: &TemplateContext<'_>) -> Result<MappedAction, TooLarge> {
         let key_origin = if self.session_key_is_templated() {
             KeyOrigin::MappingTemplated
         } else {
             KeyOrigin::MappingStatic
         };
-        let rendered = |template: &Option<String>| {
-            template
-                .as_deref()
-                .map(|t| render(t, ctx))
-                .unwrap_or_default()
+        let budget = &mut RenderBudget::for_action();
+        let mut rendered = |template: &Option<String>| match template.as_deref() {
+            Some(template) => render(template, ctx, budget),
+            None => Ok(String::new()),
         };
+        let message = rendered(&self.message_template)?;
+        let text = rendered(&self.text_template)?;
+        let name = render_optional(self.name.as_deref(), ctx, budget)?;
         let agent = AgentAction {
-            message: rendered(&self.message_template),
-            name: render_optional(self.name.as_deref(), ctx).unwrap_or_else(|| DEFAULT_NAME.into()),
+            message,
+            name: name.unwrap_or_else(|| DEFAULT_NAME.into()),
             agent_id: self.agent_id.clone(),
-            session_key: render_optional(self.session_key.as_deref(), ctx),
+            session_key: render_optional(self.session_key.as_deref(), ctx, budget)?,
             wake_mode: self.wake_mode,
             deliver: self.deliver.unwrap_or(true),
             channel: self.channel,
-            to: render_optional(self.to.as_deref(), ctx),
-            model: render_optional(self.model.as_deref(), ctx),
-            thinking: self.thinking.as_ref().and_then(|t| t.level(ctx)),
+            to: render_optional(self.to.as_deref(), ctx, budget)?,
+            model: render_optional(self.model.as_deref(), ctx, budget)?,
+            thinking: match &self.thinking {
+                Some(thinking) => thinking.level(ctx, budget)?,
+                None => None,
+            },
             timeout_seconds: self.timeout_seconds,
             session_mode: self.session_mode,
         };
-        MappedAction {
+        Ok(MappedAction {
             kind: self.kind,
             key_origin,
-            text: rendered(&self.text_template),
+            text,
             agent,
             allow_unsafe_external_content: self.allow_unsafe_external_content,
             channel_refused: false,
-        }
+        })
     }
 }
 

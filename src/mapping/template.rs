@@ -1,6 +1,8 @@
 //! `{{ expr }}` templates over a hook request (docs/hooks.md): the roots `path`, `now`,
 //! `headers.<name>`, `query.<name>` and `payload.<path>`, any other root being a payload path.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use super::js_text;
@@ -22,42 +24,87 @@ pub struct TemplateContext<'a> {
 /// gateway must not reach object internals there, and must behave the same here.
 const FORBIDDEN_KEYS: &[&str] = &["__proto__", "prototype", "constructor"];
 
+/// The most bytes the templates of one action render to, all its fields together: 1 MiB, what a
+/// transform's outcome may carry by default (`hooks.transformLimits.outputBytes`). Without it
+/// a template of a few kilobytes repeating a large payload field renders to gigabytes.
+pub const MAX_RENDERED_BYTES: usize = 1024 * 1024;
+
+/// A rendering refused for passing [`MAX_RENDERED_BYTES`], found before the bytes past it are
+/// allocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("hook mapping templates render to more than {MAX_RENDERED_BYTES} bytes")]
+pub struct TooLarge;
+
+/// What is left of the bytes one action's templates may render to.
+#[derive(Debug)]
+pub struct RenderBudget {
+    left: usize,
+}
+
+impl RenderBudget {
+    /// [`MAX_RENDERED_BYTES`] for one action.
+    pub fn for_action() -> RenderBudget {
+        RenderBudget {
+            left: MAX_RENDERED_BYTES,
+        }
+    }
+
+    /// Appends `piece` to `out` when the budget has room for it.
+    fn push(&mut self, out: &mut String, piece: &str) -> Result<(), TooLarge> {
+        self.left = self.left.checked_sub(piece.len()).ok_or(TooLarge)?;
+        out.push_str(piece);
+        Ok(())
+    }
+}
+
 /// Renders `template`: each `{{ expr }}` is replaced by the value it names; a missing value or
 /// `null` renders as the empty string, strings as they are, numbers and booleans as text, objects
-/// and arrays as compact JSON. An unclosed `{{` is kept literally.
-pub fn render(template: &str, ctx: &TemplateContext<'_>) -> String {
-    let mut out = String::with_capacity(template.len());
+/// and arrays as compact JSON. An unclosed `{{` is kept literally. Fails, having allocated at
+/// most what `budget` has left and one value, when the result would not fit in `budget`.
+pub fn render(
+    template: &str,
+    ctx: &TemplateContext<'_>,
+    budget: &mut RenderBudget,
+) -> Result<String, TooLarge> {
+    let mut out = String::with_capacity(template.len().min(budget.left));
     let mut rest = template;
     while let Some(open) = rest.find("{{") {
         let Some(close) = rest[open + 2..].find("}}") else {
             break;
         };
-        out.push_str(&rest[..open]);
+        budget.push(&mut out, &rest[..open])?;
         let expr = rest[open + 2..open + 2 + close].trim();
-        out.push_str(&resolve(expr, ctx));
+        budget.push(&mut out, &resolve(expr, ctx))?;
         rest = &rest[open + 2 + close + 2..];
     }
-    out.push_str(rest);
-    out
+    budget.push(&mut out, rest)?;
+    Ok(out)
 }
 
 /// Renders and trims; `None` when the result is empty (for optional fields).
-pub fn render_optional(template: Option<&str>, ctx: &TemplateContext<'_>) -> Option<String> {
-    let rendered = render(template?, ctx);
+pub fn render_optional(
+    template: Option<&str>,
+    ctx: &TemplateContext<'_>,
+    budget: &mut RenderBudget,
+) -> Result<Option<String>, TooLarge> {
+    let Some(template) = template else {
+        return Ok(None);
+    };
+    let rendered = render(template, ctx, budget)?;
     let trimmed = rendered.trim();
-    (!trimmed.is_empty()).then(|| trimmed.to_string())
+    Ok((!trimmed.is_empty()).then(|| trimmed.to_string()))
 }
 
-fn resolve(expr: &str, ctx: &TemplateContext<'_>) -> String {
+fn resolve<'v>(expr: &str, ctx: &TemplateContext<'v>) -> Cow<'v, str> {
     let (root, rest) = match expr.find(['.', '[']) {
         Some(at) => (&expr[..at], &expr[at..]),
         None => (expr, ""),
     };
     match root {
-        "path" if rest.is_empty() => ctx.name.to_string(),
-        "now" if rest.is_empty() => ctx.now.to_string(),
-        "headers" => lookup_pairs(ctx.headers, rest, true),
-        "query" => lookup_pairs(ctx.query, rest, false),
+        "path" if rest.is_empty() => Cow::Borrowed(ctx.name),
+        "now" if rest.is_empty() => Cow::Borrowed(ctx.now),
+        "headers" => Cow::Owned(lookup_pairs(ctx.headers, rest, true)),
+        "query" => Cow::Owned(lookup_pairs(ctx.query, rest, false)),
         "payload" => text(walk(ctx.payload, rest)),
         _ => text(walk(ctx.payload, expr)),
     }
@@ -141,14 +188,15 @@ fn walk<'v>(root: &'v Value, path: &str) -> Option<&'v Value> {
     Some(node)
 }
 
-/// A value as the OpenClaw gateway's templates print it ([`js_text`]).
-fn text(value: Option<&Value>) -> String {
+/// A value as the OpenClaw gateway's templates print it ([`js_text`]); a string borrowed, not
+/// copied, since a template may name a large one many times.
+fn text(value: Option<&Value>) -> Cow<'_, str> {
     match value {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Number(n)) => js_text::number(n),
-        Some(Value::Bool(b)) => b.to_string(),
-        Some(other) => js_text::json(other),
+        None | Some(Value::Null) => Cow::Borrowed(""),
+        Some(Value::String(s)) => Cow::Borrowed(s),
+        Some(Value::Number(n)) => Cow::Owned(js_text::number(n)),
+        Some(Value::Bool(b)) => Cow::Borrowed(if *b { "true" } else { "false" }),
+        Some(other) => Cow::Owned(js_text::json(other)),
     }
 }
 
@@ -174,7 +222,7 @@ mod tests {
             query: &query,
             payload,
         };
-        render(template, &ctx)
+        render(template, &ctx, &mut RenderBudget::for_action()).unwrap()
     }
 
     #[test]
@@ -251,8 +299,36 @@ mod tests {
             query: &[],
             payload: &ctx_payload,
         };
-        assert_eq!(render_optional(Some("{{k}}"), &ctx).as_deref(), Some("v"));
-        assert_eq!(render_optional(Some("{{e}}"), &ctx), None);
-        assert_eq!(render_optional(None, &ctx), None);
+        let optional =
+            |template| render_optional(template, &ctx, &mut RenderBudget::for_action()).unwrap();
+        assert_eq!(optional(Some("{{k}}")).as_deref(), Some("v"));
+        assert_eq!(optional(Some("{{e}}")), None);
+        assert_eq!(optional(None), None);
+    }
+
+    #[test]
+    fn a_rendering_past_the_budget_fails_and_the_budget_spans_templates() {
+        let big = "x".repeat(64 * 1024);
+        let payload = json!({ "big": big });
+        let ctx = TemplateContext {
+            name: "n",
+            now: "t",
+            headers: &[],
+            query: &[],
+            payload: &payload,
+        };
+        let fits = "{{big}}".repeat(MAX_RENDERED_BYTES / big.len());
+        let mut budget = RenderBudget::for_action();
+        let rendered = render(&fits, &ctx, &mut budget).unwrap();
+        assert_eq!(rendered.len(), MAX_RENDERED_BYTES);
+        // The budget is spent: the next template of the same action gets nothing.
+        assert_eq!(render("a", &ctx, &mut budget), Err(TooLarge));
+        let over = "{{big}}".repeat(5000);
+        let mut budget = RenderBudget::for_action();
+        assert_eq!(render(&over, &ctx, &mut budget), Err(TooLarge));
+        assert_eq!(
+            TooLarge.to_string(),
+            "hook mapping templates render to more than 1048576 bytes"
+        );
     }
 }
