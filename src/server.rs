@@ -136,6 +136,7 @@ impl Server {
             access_log: Default::default(),
             write_probe: Default::default(),
             replays: Default::default(),
+            dry_runs: Default::default(),
             config,
             store,
             runtime,

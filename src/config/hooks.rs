@@ -19,7 +19,7 @@ use crate::hook::credentials::CredentialHeaders;
 use crate::hook::signature::SignatureRule;
 use crate::hook::token::TokenDigest;
 use crate::hook::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy, SessionMode};
-use crate::mapping::{ActionKind, Mapping};
+use crate::mapping::{ActionKind, Mapping, javascript_component};
 use crate::transform::{TransformLimits, TransformSet};
 
 /// Default `hooks.path`.
@@ -115,6 +115,38 @@ impl HookSettings {
         TransformLimits {
             memory_bytes: largest,
             ..self.transform_limits
+        }
+    }
+
+    /// The widest bounds this configuration grants a transform call: each bound the largest of
+    /// `hooks.transformLimits` and every mapping's own.
+    pub fn grantable_limits(&self) -> TransformLimits {
+        self.mapping_limits
+            .values()
+            .fold(self.transform_limits, |widest, own| widest.widest(*own))
+    }
+
+    /// Holds every transform call's bounds within `ceiling` (a candidate configuration's,
+    /// within what the configuration in force grants, [`HookSettings::grantable_limits`]); a
+    /// mapping naming a JavaScript module, within `ceiling` raised to what such a module gets
+    /// at least ([`TransformLimits::for_javascript`]), as the configuration in force would
+    /// grant it.
+    pub fn hold_limits_within(&mut self, ceiling: &TransformLimits) {
+        self.transform_limits = self.transform_limits.within(ceiling);
+        let javascript = ceiling.for_javascript();
+        for (id, limits) in &mut self.mapping_limits {
+            let names_javascript = self.mappings.iter().any(|m| {
+                m.id == *id
+                    && m.transform
+                        .as_ref()
+                        .is_some_and(|t| javascript_component(&t.module).is_some())
+            });
+            let held = if names_javascript {
+                &javascript
+            } else {
+                ceiling
+            };
+            *limits = limits.within(held);
         }
     }
 

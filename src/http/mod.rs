@@ -91,6 +91,8 @@ pub struct AppParts {
     pub write_probe: health::WriteProbe,
     /// Bulk replays, held in memory (docs/operations.md#replaying-in-bulk).
     pub replays: api_replay::ReplayJobs,
+    /// The one dry run that may run at a time.
+    pub dry_runs: dry_run::DryRunGate,
 }
 
 /// Every route of the server. Hooks live under a configurable, reloadable prefix, so their

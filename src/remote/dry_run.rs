@@ -145,10 +145,18 @@ fn print_report(answer: &Value) {
         text(&totals["differing"]),
         text(&totals["nowFailing"]),
     );
-    if let Some(next) = answer["next"].as_str() {
-        println!(
-            "more requests matched: the dry run stopped at {next} (continue with --after {next})"
-        );
+    let why = match answer["stopped"].as_str() {
+        Some("timeLimit") => "the dry run ran for its time limit",
+        _ => "more requests matched",
+    };
+    match answer["next"].as_str() {
+        Some(next) => {
+            println!("{why}: the dry run stopped at {next} (continue with --after {next})")
+        }
+        None if answer["stopped"] == "timeLimit" => {
+            println!("{why} before it tried a request")
+        }
+        None => {}
     }
 }
 

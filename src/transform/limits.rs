@@ -79,3 +79,51 @@ impl Default for TransformLimits {
         }
     }
 }
+
+impl TransformLimits {
+    /// Each bound the larger of the two: what either grants.
+    pub fn widest(self, other: TransformLimits) -> TransformLimits {
+        TransformLimits {
+            timeout: self.timeout.max(other.timeout),
+            memory_bytes: self.memory_bytes.max(other.memory_bytes),
+            output_bytes: self.output_bytes.max(other.output_bytes),
+            log_bytes: self.log_bytes.max(other.log_bytes),
+            max_concurrent: self.max_concurrent.max(other.max_concurrent),
+            reuse: self.reuse.max(other.reuse),
+        }
+    }
+
+    /// Each bound at most `ceiling`'s: these limits as far as `ceiling` grants them.
+    pub fn within(self, ceiling: &TransformLimits) -> TransformLimits {
+        TransformLimits {
+            timeout: self.timeout.min(ceiling.timeout),
+            memory_bytes: self.memory_bytes.min(ceiling.memory_bytes),
+            output_bytes: self.output_bytes.min(ceiling.output_bytes),
+            log_bytes: self.log_bytes.min(ceiling.log_bytes),
+            max_concurrent: self.max_concurrent.min(ceiling.max_concurrent),
+            reuse: self.reuse.min(ceiling.reuse),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn within_holds_each_bound_to_the_ceiling_and_widest_takes_the_larger() {
+        let ceiling = TransformLimits::default().for_javascript();
+        let asked = TransformLimits {
+            timeout: Duration::from_secs(60),
+            memory_bytes: 1 << 30,
+            output_bytes: 1,
+            ..TransformLimits::default()
+        };
+        let held = asked.within(&ceiling);
+        assert_eq!(held.timeout, Duration::from_secs(1));
+        assert_eq!(held.memory_bytes, 64 * 1024 * 1024);
+        assert_eq!(held.output_bytes, 1, "a smaller bound stays");
+        assert_eq!(asked.widest(ceiling).timeout, Duration::from_secs(60));
+        assert_eq!(asked.widest(ceiling).output_bytes, 1024 * 1024);
+    }
+}

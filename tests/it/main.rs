@@ -50,6 +50,7 @@ mod credentials;
 mod day_two;
 mod disk_full;
 mod dry_run;
+mod dry_run_bounds;
 mod dry_run_env;
 mod dry_run_live;
 mod dry_run_render;

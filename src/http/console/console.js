@@ -416,7 +416,8 @@ async function dryRun(event) {
   const untried = answer.requests.filter((r) => r.untried).map((r) => `${r.id} (${r.untried})`);
   if (untried.length) $("dryrun-untried").textContent = `Not tried: ${untried.join(", ")}`;
   const t = answer.totals;
-  const more = answer.next ? ` More matched: the dry run stopped at ${answer.next}.` : "";
+  const why = answer.stopped === "timeLimit" ? "The dry run ran for its time limit" : "More matched";
+  const more = answer.next ? ` ${why}: the dry run stopped at ${answer.next}.` : "";
   const skipped = t.untried ? ` (${t.untried} of them not tried)` : "";
   $("dryrun-totals").textContent = `${t.requests} requests: ${t.captured} captured${skipped}, ${t.notCaptured} not captured; ${t.differing} would differ, ${t.nowFailing} that succeeded would now fail.${more}`;
 }

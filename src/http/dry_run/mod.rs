@@ -1,32 +1,38 @@
 //! `POST /api/requests/dry-run` (docs/operations.md#trying-a-change-on-recorded-traffic): a
 //! candidate configuration, checked as `hookgate check` checks a file, tried on the recorded
-//! requests a filter selects, oldest first, at most [`MAX_REQUESTS`]. Each captured request
+//! requests a filter selects, oldest first, at most [`MAX_REQUESTS`] and for at most
+//! [`TIME_LIMIT`], one dry run at a time, off the async workers. Each captured request
 //! goes through the candidate's mappings, templates, transforms and policies as the live path
 //! would take it ([`super::evaluate`], [`crate::intake::preview`]), and nothing of it is
 //! stored: no event, no run, no delivery, no idempotency key, no lockout, no request record.
 
+mod gate;
 mod report;
 mod trial;
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use self::gate::DryRunGate;
+use self::gate::{Admitted, Busy, TIME_LIMIT};
 use self::report::{Then, Totals, Trial, Untried};
 use self::trial::Captured;
 use super::AppState;
 use super::api_error::ApiError;
 use super::api_requests::{find, header_map};
+use super::reply::json_error;
 use super::request_query::RequestsQuery;
-use crate::config::{self, ConfigError, EnvLookup, Settings};
-use crate::gateway::requests::{self, ListOrder, RequestRecord};
+use crate::config::{self, ConfigError, EnvLookup, HookSettings, Settings};
+use crate::gateway::requests::{self, ListOrder, RequestFilter, RequestRecord};
+use crate::transform::TransformLimits;
 
 /// The most requests one dry run tries; the answer's `next` continues past them.
 pub const MAX_REQUESTS: usize = 10_000;
@@ -47,17 +53,41 @@ struct DryRunBody {
     filter: RequestsQuery,
     /// Continues a dry run that stopped at this request (its answer's `next`).
     after: Option<String>,
+    /// Stops trying requests sooner than [`TIME_LIMIT`], in milliseconds.
+    time_limit_ms: Option<u64>,
+}
+
+impl DryRunBody {
+    /// How long this dry run may try requests: its `timeLimitMs`, at most [`TIME_LIMIT`].
+    fn time_limit(&self) -> Result<Duration, ApiError> {
+        let Some(ms) = self.time_limit_ms else {
+            return Ok(TIME_LIMIT);
+        };
+        let limit = Duration::from_millis(ms);
+        if ms == 0 || limit > TIME_LIMIT {
+            return Err(ApiError::Invalid(format!(
+                "timeLimitMs: must be 1 to {}",
+                TIME_LIMIT.as_millis()
+            )));
+        }
+        Ok(limit)
+    }
 }
 
 /// Tries the candidate of the body on the selected requests; answers each request's then and
 /// now, and the totals. 400 for a body, filter or candidate that is invalid, the candidate's
-/// problems listed as `hookgate check` lists them (keys named, values never shown). Costs one
-/// read of the log per captured request and, per request, what the live path costs before
-/// admission commits (transform calls included); transforms the candidate names are compiled
-/// (or found in the compile cache) once per dry run.
+/// problems listed as `hookgate check` lists them (keys named, values never shown); 429 with
+/// `Retry-After` while another dry run runs ([`gate`]). Its transform calls are held to the
+/// bounds the configuration in force grants ([`HookSettings::grantable_limits`]), and it
+/// stops trying requests at its time limit, its answer saying so. Runs on a blocking thread,
+/// never on the async workers: loading may compile components, and rendering and transform
+/// calls take CPU. Costs one read of the log per captured request and, per request, what the
+/// live path costs before admission commits (transform calls included); transforms the
+/// candidate names are compiled (or found in the compile cache) once per dry run.
 pub async fn dry_run(State(app): State<AppState>, body: Bytes) -> Result<Response, DryRunError> {
     let body: DryRunBody = serde_json::from_slice(&body)
         .map_err(|e| ApiError::Invalid(format!("invalid dry-run body: {e}")))?;
+    let time_limit = body.time_limit()?;
     if body.filter.continues_a_listing() {
         return Err(ApiError::Invalid(
             "filter.before: a dry run takes requests oldest first; continue one with after".into(),
@@ -66,9 +96,37 @@ pub async fn dry_run(State(app): State<AppState>, body: Bytes) -> Result<Respons
     }
     let mut filter = body.filter.filter()?;
     filter.order = ListOrder::OldestFirst;
-    filter.cursor = body.after;
+    filter.cursor = body.after.clone();
     filter.limit = PAGE;
-    let candidate = candidate(&app, body.config, body.transforms_dir).await?;
+    let admitted = app.dry_runs.admit(time_limit)?;
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let candidate = candidate(&app, &body.config, body.transforms_dir.as_deref())?;
+        runtime.block_on(trials(&app, candidate, filter, &admitted))
+    })
+    .await
+    .map_err(|e| ApiError::Internal(Box::new(e)))?
+}
+
+/// Why a dry run stopped before the last request its filter selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+enum Stopped {
+    /// It tried [`MAX_REQUESTS`].
+    Requests,
+    /// It ran for its time limit.
+    TimeLimit,
+}
+
+/// Tries `candidate` on the requests `filter` selects, until they end, [`MAX_REQUESTS`] are
+/// tried or `admitted`'s deadline passes (checked before each request: one begun finishes,
+/// its transform calls within their bounds).
+async fn trials(
+    app: &AppState,
+    candidate: Settings,
+    mut filter: RequestFilter,
+    admitted: &Admitted,
+) -> Result<Response, DryRunError> {
     let hooks = candidate.hooks.as_ref().ok_or_else(|| {
         DryRunError::Candidate(vec![ConfigError::invalid(
             "hooks.enabled",
@@ -77,7 +135,8 @@ pub async fn dry_run(State(app): State<AppState>, body: Bytes) -> Result<Respons
     })?;
     let mut totals = Totals::default();
     let mut trials = Vec::new();
-    let next = loop {
+    let mut stopped = None;
+    'pages: loop {
         let page = app
             .request_log
             .page(filter.clone())
@@ -85,32 +144,36 @@ pub async fn dry_run(State(app): State<AppState>, body: Bytes) -> Result<Respons
             .map_err(ApiError::from)?;
         let full = page.len() == PAGE as usize;
         for record in page {
-            if trials.len() == MAX_REQUESTS {
-                break;
+            stopped = if trials.len() == MAX_REQUESTS {
+                Some(Stopped::Requests)
+            } else if Instant::now() >= admitted.deadline {
+                Some(Stopped::TimeLimit)
+            } else {
+                None
+            };
+            if stopped.is_some() {
+                break 'pages;
             }
-            let trial = try_record(&app, hooks, record).await?;
+            let trial = try_record(app, hooks, record).await?;
             totals.count(&trial);
             trials.push(trial);
         }
-        let last = trials.last().map(|t: &Trial| t.id.clone());
-        if trials.len() == MAX_REQUESTS {
-            // `next` only when one more matched.
-            let mut rest = filter.clone();
-            rest.cursor = last.clone();
-            rest.limit = 1;
-            let more = app.request_log.page(rest).await.map_err(ApiError::from)?;
-            break last.filter(|_| !more.is_empty());
-        }
         if !full {
-            break None;
+            break;
         }
-        filter.cursor = last;
-    };
+        filter.cursor = trials.last().map(|t: &Trial| t.id.clone());
+    }
+    // A stop leaves a request untried: the answer continues after the last one tried.
+    let next = stopped.and(trials.last().map(|t| t.id.clone()).or(filter.cursor));
+    if stopped == Some(Stopped::TimeLimit) {
+        tracing::info!(tried = trials.len(), "dry run stopped at its time limit");
+    }
     Ok(Json(DryRun {
         ok: true,
         totals,
         requests: trials,
         next,
+        stopped,
     })
     .into_response())
 }
@@ -121,31 +184,36 @@ struct DryRun {
     ok: bool,
     totals: Totals,
     requests: Vec<Trial>,
-    /// When more requests matched than one dry run tries: the `after` that continues.
+    /// When more requests matched than this dry run tried: the `after` that continues.
     next: Option<String>,
+    /// Why it stopped before the last request that matched, when it did.
+    stopped: Option<Stopped>,
 }
 
-/// The candidate `text`, validated, with its transforms loaded apart from those in force. Its
-/// `${NAME}` references read its own `env.vars` and never the server's environment (any other
-/// name reads `[env NAME]`): a dry run checks no signature and sends nothing, so it needs no
-/// real secret, and its answer shows what the candidate's strings hold. Runs on a blocking
-/// thread: loading may compile components.
-async fn candidate(
+/// The candidate `text`, validated, with its transforms loaded apart from those in force and
+/// their bounds held to what the configuration in force grants. Its `${NAME}` references read
+/// its own `env.vars` and never the server's environment (any other name reads `[env NAME]`):
+/// a dry run checks no signature and sends nothing, so it needs no real secret, and its answer
+/// shows what the candidate's strings hold. Blocks: loading may compile components.
+fn candidate(
     app: &AppState,
-    text: String,
-    transforms_dir: Option<String>,
+    text: &str,
+    transforms_dir: Option<&str>,
 ) -> Result<Settings, DryRunError> {
     let config_dir = config::config_dir(app.config.path());
-    let registry = Arc::clone(&app.transforms);
-    let loaded = tokio::task::spawn_blocking(move || {
-        let text = with_transforms_dir(&text, transforms_dir.as_deref());
-        let settings = config::load_text(&text, EnvLookup::Sealed, &config_dir)?;
-        config::candidate_transforms(&registry, &settings)?;
-        Ok::<_, Vec<ConfigError>>(settings)
-    })
-    .await
-    .map_err(|e| ApiError::Internal(Box::new(e)))?;
-    loaded.map_err(DryRunError::Candidate)
+    let text = with_transforms_dir(text, transforms_dir);
+    let mut settings = config::load_text(&text, EnvLookup::Sealed, &config_dir)
+        .map_err(DryRunError::Candidate)?;
+    config::candidate_transforms(&app.transforms, &settings).map_err(DryRunError::Candidate)?;
+    let live = app.config.current();
+    let ceiling = live
+        .hooks
+        .as_ref()
+        .map_or_else(TransformLimits::default, HookSettings::grantable_limits);
+    if let Some(hooks) = settings.hooks.as_mut() {
+        hooks.hold_limits_within(&ceiling);
+    }
+    Ok(settings)
 }
 
 /// `text` with its `hooks.transformsDir` replaced by `dir`; `text` itself when there is no
@@ -171,7 +239,7 @@ fn with_transforms_dir<'t>(text: &'t str, dir: Option<&str>) -> Cow<'t, str> {
 /// What `record` became then and would become now under `hooks`.
 async fn try_record(
     app: &AppState,
-    hooks: &config::HookSettings,
+    hooks: &HookSettings,
     record: RequestRecord,
 ) -> Result<Trial, ApiError> {
     let mut runs = Vec::with_capacity(record.run_ids.len());
@@ -211,7 +279,7 @@ async fn try_record(
 /// What `record` would become under `hooks`, or why it was not tried.
 async fn now_of(
     app: &AppState,
-    hooks: &config::HookSettings,
+    hooks: &HookSettings,
     record: &RequestRecord,
 ) -> Result<Result<report::Now, Untried>, ApiError> {
     let found = match find(app, &record.id).await {
@@ -240,6 +308,14 @@ pub enum DryRunError {
     Api(ApiError),
     /// The candidate configuration, with every problem `hookgate check` would report.
     Candidate(Vec<ConfigError>),
+    /// Another dry run is running.
+    Busy(Busy),
+}
+
+impl From<Busy> for DryRunError {
+    fn from(busy: Busy) -> Self {
+        DryRunError::Busy(busy)
+    }
 }
 
 impl From<ApiError> for DryRunError {
@@ -269,6 +345,17 @@ impl IntoResponse for DryRunError {
                 }),
             )
                 .into_response(),
+            DryRunError::Busy(Busy { retry_after }) => {
+                let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+                let mut response = json_error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "a dry run is running; retry later",
+                );
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+                response
+            }
         }
     }
 }
