@@ -6,7 +6,6 @@
 //! test holds each list to what serde reads.
 
 use std::fmt;
-use std::path::Path;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -14,7 +13,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
-use super::secret::{SecretValue, secret};
+use super::secret::{ConfigFiles, SecretValue, secret};
 use crate::hook::Channel;
 
 /// `channels.telegram`, `channels.slack` and `channels.discord`: a bot's token and the API it
@@ -365,7 +364,7 @@ impl ChannelSettings {
 /// default route checked; every problem is added to `problems`.
 pub(super) fn channel_settings(
     config: Option<&ChannelsConfig>,
-    config_dir: &Path,
+    files: ConfigFiles<'_>,
     problems: &mut Vec<ConfigError>,
 ) -> ChannelSettings {
     let Some(config) = config else {
@@ -375,7 +374,7 @@ pub(super) fn channel_settings(
         endpoints: config
             .adapters
             .iter()
-            .map(|adapter| endpoint(adapter, config_dir, problems))
+            .map(|adapter| endpoint(adapter, files, problems))
             .collect(),
         default_route: config
             .default_route
@@ -391,13 +390,13 @@ pub(super) fn channel_settings(
 /// `adapter` with its secrets read (a problem leaves a secret empty) and its default base URL.
 fn endpoint(
     adapter: &AdapterConfig,
-    config_dir: &Path,
+    files: ConfigFiles<'_>,
     problems: &mut Vec<ConfigError>,
 ) -> ChannelEndpoint {
     let name = adapter.channel().as_str();
     let mut secret_of = |value: &SecretValue, field: &str| {
         let key = format!("channels.{name}.{field}");
-        secret(Some(value.clone()), &key, config_dir, problems).unwrap_or_default()
+        secret(Some(value.clone()), &key, files, problems).unwrap_or_default()
     };
     let api_base =
         |base: &Option<String>, default: &str| base.clone().unwrap_or_else(|| default.to_string());

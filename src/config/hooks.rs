@@ -11,7 +11,7 @@ use super::budget::Budgets;
 use super::conditions::conditions;
 use super::lanes::Lane;
 use super::model::{AgentEntryConfig, HooksConfig, ModelEntryConfig, SignatureConfig};
-use super::secret::secret;
+use super::secret::{ConfigFiles, secret};
 use super::signature::signature_rule;
 use super::{ConfigError, capture, confine, limits, seconds};
 use crate::hook::capture::CapturePolicy;
@@ -176,10 +176,10 @@ pub(super) fn hook_settings(
     agents: &AgentDirectory,
     agent_list: &[AgentEntryConfig],
     gateway_token: Option<&str>,
-    config_dir: &Path,
+    files: ConfigFiles<'_>,
     problems: &mut Vec<ConfigError>,
 ) -> Option<HookSettings> {
-    let token = token(&hooks, gateway_token, config_dir, problems);
+    let token = token(&hooks, gateway_token, files, problems);
     let path = path(hooks.path.as_deref(), problems);
     let max_body_bytes = max_body_bytes(hooks.max_body_bytes, problems);
     let body_timeout = seconds(
@@ -190,14 +190,14 @@ pub(super) fn hook_settings(
     );
     let sessions = session_policy(&hooks, problems);
     check_presets(&hooks.presets, problems);
-    let transforms_dir = transforms_dir(&hooks, config_dir, problems);
+    let transforms_dir = transforms_dir(&hooks, files.dir, problems);
     let transform_limits = transform_limits(&hooks, problems);
     let capture = capture(&hooks, problems);
     let defaults = MappingDefaults {
         sessions: &sessions,
         limits: transform_limits,
         capture: &capture,
-        config_dir,
+        files,
     };
     let mut built = mappings(&hooks, &defaults, problems);
     for (i, agent) in agent_list.iter().enumerate() {
@@ -255,10 +255,10 @@ pub fn normalize_hooks_path(raw: Option<&str>) -> Option<String> {
 fn token(
     hooks: &HooksConfig,
     gateway_token: Option<&str>,
-    config_dir: &Path,
+    files: ConfigFiles<'_>,
     problems: &mut Vec<ConfigError>,
 ) -> Option<String> {
-    let token = secret(hooks.token.clone(), "hooks.token", config_dir, problems);
+    let token = secret(hooks.token.clone(), "hooks.token", files, problems);
     if hooks.enabled && token.is_none() {
         problems.push(ConfigError::Refused(
             "hooks.enabled requires hooks.token".into(),
@@ -391,7 +391,7 @@ struct MappingDefaults<'a> {
     sessions: &'a SessionKeyPolicy,
     limits: TransformLimits,
     capture: &'a CapturePolicy,
-    config_dir: &'a Path,
+    files: ConfigFiles<'a>,
 }
 
 /// `hooks.mappings` and the presets' mappings, with the bounds and capture of those that set
@@ -532,7 +532,7 @@ fn mapping_signature(
         )),
         Some(_) => {}
     }
-    signature_rule(signature, &key, defaults.config_dir, problems)
+    signature_rule(signature, &key, defaults.files, problems)
 }
 
 /// A key the payload chooses must at least be confined to known prefixes.

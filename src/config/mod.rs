@@ -41,6 +41,7 @@ pub use load::{
 };
 pub use openclaw::ConfigNotice;
 pub use reload::watch;
+use secret::ConfigFiles;
 pub use settings::{MissingChannels, Settings};
 pub use transforms::{candidate_transforms, load_transforms};
 
@@ -74,25 +75,28 @@ pub fn load(path: &Path) -> Result<Settings, Vec<ConfigError>> {
 
 fn load_with_digest(path: &Path) -> Result<(Settings, Digest), Vec<ConfigError>> {
     let (document, digest) = read_document(path)?;
-    Ok((settings_of(document, &config_dir(path))?, digest))
+    let config_dir = config_dir(path);
+    Ok((
+        settings_of(document, ConfigFiles::operator(&config_dir))?,
+        digest,
+    ))
 }
 
-/// Parses and validates configuration `text` as [`load`] does a file's, `${NAME}` read as
-/// `env` says, relative paths resolved against `config_dir`: a candidate configuration, checked
-/// as `hookgate check` checks a file and never put in force. Its transforms are not loaded (see
+/// Parses and validates a candidate configuration's `text` as [`load`] does a file's, as if
+/// it were in `config_dir`: checked as `hookgate check` checks a file and never put in force.
+/// Its `${NAME}` references read its own `env.vars` only ([`EnvLookup::Sealed`]), and its
+/// secret files are read inside `config_dir` only, every refusal in the same words
+/// (`secret::CANDIDATE_UNREADABLE`). Its transforms are not loaded (see
 /// [`candidate_transforms`]).
-pub fn load_text(
-    text: &str,
-    env: EnvLookup<'_>,
-    config_dir: &Path,
-) -> Result<Settings, Vec<ConfigError>> {
-    settings_of(parse_document_with(text, env)?, config_dir)
+pub fn load_candidate(text: &str, config_dir: &Path) -> Result<Settings, Vec<ConfigError>> {
+    let document = parse_document_with(text, EnvLookup::Sealed)?;
+    settings_of(document, ConfigFiles::candidate(config_dir))
 }
 
 /// The settings `document` describes, or every problem of it.
-fn settings_of(document: Document, config_dir: &Path) -> Result<Settings, Vec<ConfigError>> {
+fn settings_of(document: Document, files: ConfigFiles<'_>) -> Result<Settings, Vec<ConfigError>> {
     let mut problems = document.problems;
-    match Settings::build(document.config, config_dir) {
+    match Settings::build_from(document.config, files) {
         Ok(mut settings) if problems.is_empty() => {
             settings.notices = document.notices;
             let warnings = delivery_warnings::delivery_notices(&settings);

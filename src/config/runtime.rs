@@ -2,13 +2,12 @@
 //! heartbeats, delivery channels, and forward mode.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use super::ConfigError;
 use super::channels::channel_settings;
 use super::model::{FileConfig, ModelConfig, ProviderConfig};
-use super::secret::secret;
+use super::secret::{ConfigFiles, secret};
 use crate::hook::policy::normalize_agent_id;
 
 pub use super::channels::{
@@ -179,7 +178,7 @@ impl RuntimeSettings {
 /// Builds the runtime settings, adding every problem found to `problems`.
 pub fn runtime_settings(
     file: &FileConfig,
-    config_dir: &Path,
+    files: ConfigFiles<'_>,
     problems: &mut Vec<ConfigError>,
 ) -> RuntimeSettings {
     let defaults = &file.agents.defaults;
@@ -189,21 +188,21 @@ pub fn runtime_settings(
         .iter()
         .map(|(name, p)| {
             let key = format!("models.providers.{name}");
-            (name.clone(), provider(p, &key, config_dir, problems))
+            (name.clone(), provider(p, &key, files, problems))
         })
         .collect();
     let fallback = AgentRuntime {
         provider: defaults
             .provider
             .as_ref()
-            .map(|p| provider(p, "agents.defaults.provider", config_dir, problems)),
+            .map(|p| provider(p, "agents.defaults.provider", files, problems)),
         model: defaults.model.as_ref().map(chain),
     };
-    let agents = agents(file, &fallback, config_dir, problems);
+    let agents = agents(file, &fallback, files, problems);
     let heartbeat = defaults.heartbeat.as_ref();
     let heartbeat_every = heartbeat_every(heartbeat.and_then(|h| h.every.as_deref()), problems);
     RuntimeSettings {
-        mode: mode(file, config_dir, problems),
+        mode: mode(file, files, problems),
         agents,
         fallback,
         max_concurrent: max_concurrent(defaults.max_concurrent, problems),
@@ -216,7 +215,7 @@ pub fn runtime_settings(
         heartbeat_every,
         ack_max_chars: heartbeat.and_then(|h| h.ack_max_chars).unwrap_or(300),
         providers,
-        channels: channel_settings(file.channels.as_ref(), config_dir, problems),
+        channels: channel_settings(file.channels.as_ref(), files, problems),
         retention: retention(file, problems),
     }
 }
@@ -225,13 +224,13 @@ pub fn runtime_settings(
 fn provider(
     config: &ProviderConfig,
     key: &str,
-    config_dir: &Path,
+    files: ConfigFiles<'_>,
     problems: &mut Vec<ConfigError>,
 ) -> Provider {
     let api_key = secret(
         config.api_key.clone(),
         &format!("{key}.apiKey"),
-        config_dir,
+        files,
         problems,
     );
     let wire = match config.api.as_deref().map(str::trim) {
@@ -256,7 +255,7 @@ fn provider(
 fn agents(
     file: &FileConfig,
     fallback: &AgentRuntime,
-    config_dir: &Path,
+    files: ConfigFiles<'_>,
     problems: &mut Vec<ConfigError>,
 ) -> BTreeMap<String, AgentRuntime> {
     let mut agents = BTreeMap::new();
@@ -265,7 +264,7 @@ fn agents(
         let own = entry
             .provider
             .as_ref()
-            .map(|p| provider(p, &key, config_dir, problems));
+            .map(|p| provider(p, &key, files, problems));
         agents.insert(
             normalize_agent_id(&entry.id),
             AgentRuntime {
@@ -345,7 +344,7 @@ pub fn parse_every(text: &str) -> Result<Option<Duration>, String> {
     Ok((!total.is_zero()).then_some(total))
 }
 
-fn mode(file: &FileConfig, config_dir: &Path, problems: &mut Vec<ConfigError>) -> GatewayMode {
+fn mode(file: &FileConfig, files: ConfigFiles<'_>, problems: &mut Vec<ConfigError>) -> GatewayMode {
     match file.gateway.mode.as_deref() {
         None | Some("embedded") => GatewayMode::Embedded,
         Some("forward") => {
@@ -359,7 +358,7 @@ fn mode(file: &FileConfig, config_dir: &Path, problems: &mut Vec<ConfigError>) -
             let token = secret(
                 Some(forward.token.clone()),
                 "gateway.forward.token",
-                config_dir,
+                files,
                 problems,
             );
             let path = super::normalize_hooks_path(forward.path.as_deref()).unwrap_or_else(|| {

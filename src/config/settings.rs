@@ -11,7 +11,7 @@ use super::connections::ConnectionSettings;
 use super::hooks::{HookSettings, hook_settings};
 use super::model::FileConfig;
 use super::runtime::{RuntimeSettings, runtime_settings};
-use super::secret::secret;
+use super::secret::{ConfigFiles, secret};
 use super::{ConfigError, ConfigNotice};
 use crate::client::TrustedProxies;
 use crate::hook::policy::{AllowedAgents, normalize_agent_id};
@@ -78,17 +78,26 @@ impl Settings {
 impl Settings {
     /// Validates `file` (read from a file in `config_dir`) into settings, or every problem found.
     pub fn build(file: FileConfig, config_dir: &Path) -> Result<Settings, Vec<ConfigError>> {
+        Settings::build_from(file, ConfigFiles::operator(config_dir))
+    }
+
+    /// [`Settings::build`], its secret files read as `files` lets it.
+    pub(super) fn build_from(
+        file: FileConfig,
+        files: ConfigFiles<'_>,
+    ) -> Result<Settings, Vec<ConfigError>> {
+        let config_dir = files.dir;
         let mut problems = Vec::new();
         let gateway_token = secret(
             file.gateway.auth.as_ref().and_then(|a| a.token.clone()),
             "gateway.auth.token",
-            config_dir,
+            files,
             &mut problems,
         );
         let trusted_proxies = super::connections::trusted_proxies(&file.gateway, &mut problems);
         let connections = ConnectionSettings::build(&file.gateway, &mut problems);
         let agents = agent_directory(&file);
-        let runtime = runtime_settings(&file, config_dir, &mut problems);
+        let runtime = runtime_settings(&file, files, &mut problems);
         let store = super::store::store_settings(&file, &mut problems);
         let hooks = hook_settings(
             file.hooks,
@@ -96,7 +105,7 @@ impl Settings {
             &agents,
             &file.agents.list,
             gateway_token.as_deref(),
-            config_dir,
+            files,
             &mut problems,
         );
         super::budget::forward_problems(&runtime.mode, hooks.as_ref(), &mut problems);

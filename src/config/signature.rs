@@ -1,12 +1,11 @@
 //! A mapping's `signature`: the scheme checked, its secrets read and decoded, and how far from
 //! now a timestamp may be.
 
-use std::path::Path;
 use std::time::Duration;
 
 use super::ConfigError;
 use super::model::SignatureConfig;
-use super::secret::{SecretValue, secret};
+use super::secret::{ConfigFiles, SecretValue, secret};
 use crate::hook::signature::{DEFAULT_TOLERANCE, Encoding, Scheme, SignatureRule, decode_secret};
 
 /// A mapping's `signature` (at `key`) with its secrets read and decoded.
@@ -20,11 +19,11 @@ use crate::hook::signature::{DEFAULT_TOLERANCE, Encoding, Scheme, SignatureRule,
 pub(super) fn signature_rule(
     config: &SignatureConfig,
     key: &str,
-    config_dir: &Path,
+    files: ConfigFiles<'_>,
     problems: &mut Vec<ConfigError>,
 ) -> Option<SignatureRule> {
     let scheme = scheme(config, key, problems)?;
-    let secrets = secrets(config, &scheme, key, config_dir, problems)?;
+    let secrets = secrets(config, &scheme, key, files, problems)?;
     Some(SignatureRule {
         scheme,
         secrets,
@@ -82,7 +81,7 @@ fn secrets(
     config: &SignatureConfig,
     scheme: &Scheme,
     key: &str,
-    config_dir: &Path,
+    files: ConfigFiles<'_>,
     problems: &mut Vec<ConfigError>,
 ) -> Option<Vec<Vec<u8>>> {
     let listed: Vec<(String, SecretValue)> = config
@@ -104,7 +103,7 @@ fn secrets(
     }
     let mut secrets = Vec::new();
     for (secret_key, value) in listed {
-        let Some(text) = secret(Some(value), &secret_key, config_dir, problems) else {
+        let Some(text) = secret(Some(value), &secret_key, files, problems) else {
             problems.push(ConfigError::invalid(&secret_key, "must not be blank"));
             continue;
         };

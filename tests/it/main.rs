@@ -52,6 +52,7 @@ mod disk_full;
 mod dry_run;
 mod dry_run_bounds;
 mod dry_run_env;
+mod dry_run_files;
 mod dry_run_live;
 mod dry_run_render;
 mod durability;

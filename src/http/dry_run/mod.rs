@@ -30,7 +30,7 @@ use super::api_error::ApiError;
 use super::api_requests::{find, header_map};
 use super::reply::json_error;
 use super::request_query::RequestsQuery;
-use crate::config::{self, ConfigError, EnvLookup, HookSettings, Settings};
+use crate::config::{self, ConfigError, HookSettings, Settings};
 use crate::gateway::requests::{self, ListOrder, RequestFilter, RequestRecord};
 use crate::transform::TransformLimits;
 
@@ -194,7 +194,8 @@ struct DryRun {
 /// their bounds held to what the configuration in force grants. Its `${NAME}` references read
 /// its own `env.vars` and never the server's environment (any other name reads `[env NAME]`):
 /// a dry run checks no signature and sends nothing, so it needs no real secret, and its answer
-/// shows what the candidate's strings hold. Blocks: loading may compile components.
+/// shows what the candidate's strings hold. Its secret files are confined to the configuration
+/// directory (`config::load_candidate`). Blocks: loading may compile components.
 fn candidate(
     app: &AppState,
     text: &str,
@@ -202,8 +203,8 @@ fn candidate(
 ) -> Result<Settings, DryRunError> {
     let config_dir = config::config_dir(app.config.path());
     let text = with_transforms_dir(text, transforms_dir);
-    let mut settings = config::load_text(&text, EnvLookup::Sealed, &config_dir)
-        .map_err(DryRunError::Candidate)?;
+    let mut settings =
+        config::load_candidate(&text, &config_dir).map_err(DryRunError::Candidate)?;
     config::candidate_transforms(&app.transforms, &settings).map_err(DryRunError::Candidate)?;
     let live = app.config.current();
     let ceiling = live
