@@ -59,13 +59,13 @@ async fn a_candidates_transform_gets_no_more_time_than_the_live_configuration_gr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dry_run_stops_at_its_time_limit_and_says_where_to_continue() {
     let (server, _dir) = spinning(3).await;
-    // Each trial takes the live 1 s: the limit passes before the third.
+    // Each trial takes the live 1 s: the limit, at 1.5 s, stops the second in its call.
     let body = json!({"config": spin_candidate(1000), "timeLimitMs": 1500});
     let (status, answer) = dry_run(&server, &body).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["stopped"], "timeLimit", "{answer}");
     let tried = answer["requests"].as_array().unwrap();
-    assert!(tried.len() < 3, "{answer}");
+    assert!(tried.len() <= 1, "{answer}");
     assert_eq!(answer["totals"]["requests"], tried.len(), "{answer}");
     let last = tried.last().map_or(Value::Null, |t| t["id"].clone());
     assert_eq!(answer["next"], last, "{answer}");

@@ -5,8 +5,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How long a dry run tries requests: past it, it stops before its next request and its
-/// answer says so (`stopped: "timeLimit"`, and `next` to continue).
+/// How long a dry run tries requests: at it, the request being tried is left untried (its
+/// transform call stopped) and the answer says so (`stopped: "timeLimit"`, and `next` to
+/// continue with that request).
 pub const TIME_LIMIT: Duration = Duration::from_secs(30);
 
 /// The one dry run that may run: its deadline, while it runs.

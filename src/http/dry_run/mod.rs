@@ -119,8 +119,8 @@ enum Stopped {
 }
 
 /// Tries `candidate` on the requests `filter` selects, until they end, [`MAX_REQUESTS`] are
-/// tried or `admitted`'s deadline passes (checked before each request: one begun finishes,
-/// its transform calls within their bounds).
+/// tried or `admitted`'s deadline passes: a request still being tried then is dropped, its
+/// transform call with it (a call's future owns its store and instance), and left to `next`.
 async fn trials(
     app: &AppState,
     candidate: Settings,
@@ -154,7 +154,12 @@ async fn trials(
             if stopped.is_some() {
                 break 'pages;
             }
-            let trial = try_record(app, hooks, record).await?;
+            let left = admitted.deadline.saturating_duration_since(Instant::now());
+            let Ok(trial) = tokio::time::timeout(left, try_record(app, hooks, record)).await else {
+                stopped = Some(Stopped::TimeLimit);
+                break 'pages;
+            };
+            let trial = trial?;
             totals.count(&trial);
             trials.push(trial);
         }
