@@ -533,6 +533,25 @@ fn print_next(page: &Value) {
 /// An object's fields, one per line, nested values as JSON. A text's line breaks are kept (a
 /// message or a reply of several lines), its later lines indented under the first; its other
 /// control characters are escaped, so that a payload cannot write to the terminal.
+/// One of a run's model calls on a line of its own, as the console says it: its model and
+/// provider, when, why it failed (or `answered`) and the wait before the next call.
+fn model_call_line(call: &Value) -> String {
+    let said = match &call["error"] {
+        Value::Null => "answered".to_string(),
+        error => text(error),
+    };
+    let wait = call["retryInMs"]
+        .as_u64()
+        .map(|ms| format!(", called again after {:.1} s", ms as f64 / 1000.0))
+        .unwrap_or_default();
+    format!(
+        "{} ({}) at {}: {said}{wait}",
+        text(&call["model"]),
+        text(&call["provider"]),
+        text(&call["at"])
+    )
+}
+
 fn print_fields(object: &Value) {
     let Some(fields) = object.as_object() else {
         return;
@@ -545,6 +564,11 @@ fn print_fields(object: &Value) {
         }
         let shown = match value {
             Value::String(s) => printable(s, true).replace('\n', &indent),
+            Value::Array(calls) if name == "modelCalls" => calls
+                .iter()
+                .map(model_call_line)
+                .collect::<Vec<_>>()
+                .join(&indent),
             other => text(other),
         };
         println!("{name:width$}  {shown}");

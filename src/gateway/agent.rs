@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::clock::now_rfc3339;
 use super::delivery::resolve_route;
+use super::model_call::{self, Calls};
 use super::provider::{
     Answer, ChatError, ChatTurn, Exchange, complete, is_acknowledgement, summary_of,
 };
@@ -44,10 +45,30 @@ struct Question<'a> {
     thinking: Option<Thinking>,
 }
 
+/// What a turn's calls to its models came to: the answer (with the usage of the model that gave
+/// it, not of the calls that failed before) and that model's id, or the last failure; and every
+/// call made, for the run's record.
+struct Asked {
+    answer: Result<Answer, TurnError>,
+    model: Option<String>,
+    calls: Calls,
+}
+
+/// How long a turn keeps calling its models.
+#[derive(Debug, Clone, Copy)]
+enum Patience {
+    /// One pass over the model chain (a heartbeat's turn: its events stay pending for the
+    /// next).
+    OnePass,
+    /// Passes over the chain while every model fails in a way that may pass, with a growing
+    /// wait between passes ([`model_call::backoff`]), until the deadline.
+    Until(tokio::time::Instant),
+}
+
 /// One turn through the model chain: each model in order until one answers or fails in a way
-/// that no other model mends (a refusal, an unreadable answer). Returns the answer (with the
-/// usage of the model that gave it, not of the attempts that failed before) and that model's id,
-/// or the last failure.
+/// that no other model mends (a refusal, an unreadable answer). When every model failed for a
+/// moment (no answer, a timeout, 408, 429, a 5xx), the chain is walked again after a wait, as
+/// `patience` allows.
 async fn ask(
     http: &reqwest::Client,
     settings: &Settings,
@@ -55,21 +76,88 @@ async fn ask(
     chain: &[String],
     question: &Question<'_>,
     timeout: Duration,
-) -> (Result<Answer, TurnError>, Option<String>) {
+    patience: Patience,
+) -> Asked {
     let unconfigured = settings.runtime.providers.is_empty() && agent.provider.is_none();
-    let mut last = match unconfigured {
-        true => Err(TurnError::NoProviders),
-        false => Err(TurnError::NoModel),
+    let mut asked = Asked {
+        answer: Err(match unconfigured {
+            true => TurnError::NoProviders,
+            false => TurnError::NoModel,
+        }),
+        model: None,
+        calls: Calls::default(),
     };
-    // Each model gets the run's timeout, and the whole chain no more than the hard cap.
+    // The first pass gives each model the run's timeout, and the whole chain no more than the
+    // hard cap; later passes end by the deadline.
     let cap = tokio::time::Instant::now() + Duration::from_secs(MAX_RUN_SECONDS);
+    for pass in 1u32.. {
+        let end = match (pass, patience) {
+            (1, _) | (_, Patience::OnePass) => cap,
+            (_, Patience::Until(deadline)) => deadline.min(cap),
+        };
+        let Pass::Transient(asked_wait) = ask_once(
+            http,
+            settings,
+            agent,
+            chain,
+            question,
+            (timeout, end),
+            &mut asked,
+        )
+        .await
+        else {
+            break;
+        };
+        let Patience::Until(deadline) = patience else {
+            break;
+        };
+        let wait = model_call::backoff(pass, asked_wait);
+        if tokio::time::Instant::now() + wait >= deadline {
+            break;
+        }
+        asked.calls.waited(wait);
+        tracing::warn!(
+            calls = asked.calls.count,
+            wait_ms = wait.as_millis() as u64,
+            "every model failed for a moment; calling again after a wait"
+        );
+        tokio::time::sleep(wait).await;
+    }
+    asked
+}
+
+/// How a pass over the model chain ended.
+enum Pass {
+    /// A model answered, or one failed in a way no other call mends, or nothing could be called.
+    Over,
+    /// Every model failed in a way that may pass; the longest `Retry-After` asked, if any.
+    Transient(Option<Duration>),
+}
+
+/// One pass over `chain`, each call given `timeout` and ending by `end`; records each call and
+/// the outcome in `asked`.
+async fn ask_once(
+    http: &reqwest::Client,
+    settings: &Settings,
+    agent: &AgentRuntime,
+    chain: &[String],
+    question: &Question<'_>,
+    (timeout, end): (Duration, tokio::time::Instant),
+    asked: &mut Asked,
+) -> Pass {
+    let mut pass = Pass::Over;
     for id in chain {
         let Some((provider, model)) = settings.runtime.route_model(agent, id) else {
             tracing::warn!(model = %id, "no model provider for this model id; trying the next");
-            last = Err(TurnError::NoProvider(id.clone()));
+            asked.answer = Err(TurnError::NoProvider(id.clone()));
             continue;
         };
-        let left = cap.saturating_duration_since(tokio::time::Instant::now());
+        let name = id
+            .split_once('/')
+            .map(|(name, _)| name)
+            .filter(|name| settings.runtime.providers.contains_key(*name));
+        let label = model_call::provider_label(name, provider);
+        let left = end.saturating_duration_since(tokio::time::Instant::now());
         let turn = ChatTurn {
             model,
             history: question.history,
@@ -77,19 +165,36 @@ async fn ask(
             thinking: question.thinking,
             timeout: timeout.min(left),
         };
-        match complete(http, provider, &turn).await {
-            Ok(answer) => return (Ok(answer), Some(id.clone())),
+        let at = model_call::started_at();
+        let result = complete(http, provider, &turn).await;
+        asked.calls.push(id, &label, at, result.as_ref().err());
+        match result {
+            Ok(answer) => {
+                asked.answer = Ok(answer);
+                asked.model = Some(id.clone());
+                return Pass::Over;
+            }
             Err(err) => {
                 let transient = err.is_transient();
-                tracing::warn!(model = %id, %err, transient, "model turn failed");
-                last = Err(TurnError::Chat(err));
+                tracing::warn!(model = %id, provider = %label, call = asked.calls.count, %err,
+                    transient, "model call failed");
+                let wait = match pass {
+                    Pass::Transient(wait) => wait.max(err.retry_after()),
+                    Pass::Over => err.retry_after(),
+                };
+                asked.answer = Err(TurnError::Chat {
+                    provider: label,
+                    error: err,
+                    calls: asked.calls.count,
+                });
                 if !transient || left.is_zero() {
-                    break;
+                    return Pass::Over;
                 }
+                pass = Pass::Transient(wait);
             }
         }
     }
-    (last, None)
+    pass
 }
 
 /// Why a turn has no reply.
@@ -101,8 +206,31 @@ enum TurnError {
     NoModel,
     #[error("no model provider configured for {0}")]
     NoProvider(String),
-    #[error(transparent)]
-    Chat(ChatError),
+    /// The last call's failure, with the provider's name and how many calls the turn made.
+    #[error("provider {provider} {error}{}", Attempts::of(.calls))]
+    Chat {
+        provider: String,
+        error: ChatError,
+        calls: u32,
+    },
+}
+
+/// ` (after N calls)` when a turn made more than one.
+struct Attempts(u32);
+
+impl Attempts {
+    fn of(calls: &u32) -> Attempts {
+        Attempts(*calls)
+    }
+}
+
+impl std::fmt::Display for Attempts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            0 | 1 => Ok(()),
+            n => write!(f, " (after {n} calls)"),
+        }
+    }
 }
 
 /// The earlier exchanges of a persistent run's session, from `store` (on NATS, the node's view,
@@ -122,7 +250,9 @@ pub async fn history(store: &Store, run: &NewRun) -> Vec<Exchange> {
     }
 }
 
-/// Calls the model for one run, trying the agent's fallbacks when a model fails for a while.
+/// Calls the model for one run, trying the agent's fallbacks when a model fails for a while,
+/// and the whole chain again, after a wait, while every model fails for a moment and the run's
+/// timeout allows.
 /// `history`: the earlier exchanges of a persistent run's session (see [`runs::history`]),
 /// empty for an isolated one.
 pub async fn turn(
@@ -140,7 +270,12 @@ pub async fn turn(
         Some(t) => Duration::from_secs(t.min(MAX_RUN_SECONDS)),
     };
     let chain = model_chain(agent, run.action().model.as_deref());
-    let (answer, model) = ask(
+    let deadline = tokio::time::Instant::now() + timeout;
+    let Asked {
+        answer,
+        model,
+        calls,
+    } = ask(
         http,
         settings,
         agent,
@@ -151,13 +286,17 @@ pub async fn turn(
             thinking: run.action().thinking,
         },
         timeout,
+        Patience::Until(deadline),
     )
     .await;
     let (status, answer, error) = match answer {
         Ok(answer) => (RunStatus::Ok, Some(answer), None),
-        Err(err @ TurnError::Chat(ChatError::Timeout(_))) => {
-            (RunStatus::Timeout, None, Some(err.to_string()))
-        }
+        Err(
+            err @ TurnError::Chat {
+                error: ChatError::Timeout(_),
+                ..
+            },
+        ) => (RunStatus::Timeout, None, Some(err.to_string())),
         Err(err) => (RunStatus::Error, None, Some(err.to_string())),
     };
     let (reply, usage) = answer.map_or((None, None), |a| (Some(a.reply), a.usage));
@@ -168,6 +307,7 @@ pub async fn turn(
         error,
         model,
         usage,
+        calls: calls.into_vec(),
         finished_at: now_rfc3339(),
     }
 }
@@ -339,7 +479,7 @@ pub async fn heartbeat(http: &reqwest::Client, settings: &Settings, store: &Stor
     };
     let prompt = heartbeat_prompt(&pending);
     let timeout = settings.runtime.run_timeout;
-    let (answer, _) = ask(
+    let asked = ask(
         http,
         settings,
         agent_runtime,
@@ -350,9 +490,10 @@ pub async fn heartbeat(http: &reqwest::Client, settings: &Settings, store: &Stor
             thinking: None,
         },
         timeout,
+        Patience::OnePass,
     )
     .await;
-    let reply = match answer {
+    let reply = match asked.answer {
         Ok(answer) => answer.reply,
         Err(err) => {
             tracing::warn!(%err, "heartbeat turn failed; its events stay pending");

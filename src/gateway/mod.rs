@@ -15,6 +15,7 @@ mod embedded;
 mod forward;
 mod heartbeat;
 pub mod lanes;
+mod model_call;
 pub mod nats;
 mod outbox;
 mod provider;

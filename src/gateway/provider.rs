@@ -12,16 +12,24 @@ use serde_json::{Value, json};
 use crate::config::runtime::{Provider, WireFormat};
 use crate::hook::Thinking;
 
-/// Why a turn produced no reply.
+/// Why a turn produced no reply. Its text follows the provider's name in a run's error
+/// (`provider <name> answered 503: ...`), and never holds the request's URL.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChatError {
     #[error("timed out after {0:?}")]
     Timeout(Duration),
-    #[error("provider answered {status}: {body}")]
-    Status { status: u16, body: String },
-    #[error("malformed provider response: {0}")]
+    /// An answer other than a success, with the wait its `Retry-After` asked for (in seconds;
+    /// an HTTP date is not read).
+    #[error("answered {status}: {body}")]
+    Status {
+        status: u16,
+        body: String,
+        retry_after: Option<Duration>,
+    },
+    #[error("sent a malformed response: {0}")]
     Malformed(String),
-    #[error("provider unreachable: {0}")]
+    /// No answer: the cause in a few words (`connection refused`, `connection reset`, ...).
+    #[error("unreachable: {0}")]
     Transport(String),
 }
 
@@ -35,6 +43,44 @@ impl ChatError {
             ChatError::Malformed(_) => false,
         }
     }
+
+    /// The wait the provider asked for before the next call, if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ChatError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// A request that got no answer, with its cause: the innermost error under reqwest's (an
+    /// OS error by its kind, `connection refused`), which names no URL.
+    fn transport(err: reqwest::Error) -> ChatError {
+        if err.is_timeout() {
+            return ChatError::Transport("timed out".into());
+        }
+        let err = err.without_url();
+        let mut cause: &dyn std::error::Error = &err;
+        while let Some(source) = cause.source() {
+            cause = source;
+        }
+        let detail = match cause.downcast_ref::<std::io::Error>() {
+            Some(io) if io.kind() != std::io::ErrorKind::Other => io.kind().to_string(),
+            _ => cause.to_string(),
+        };
+        ChatError::Transport(detail)
+    }
+}
+
+/// The wait an answer's `Retry-After` asks for, in whole seconds.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
 }
 
 /// What one turn asks for.
@@ -144,19 +190,15 @@ pub async fn complete(
         }
     };
     let exchange = async {
-        let response = request
-            .send()
-            .await
-            .map_err(|e| ChatError::Transport(e.without_url().to_string()))?;
+        let response = request.send().await.map_err(ChatError::transport)?;
         let status = response.status();
-        let text = response
-            .text()
-            .await
-            .map_err(|e| ChatError::Transport(e.without_url().to_string()))?;
+        let asked = retry_after(response.headers());
+        let text = response.text().await.map_err(ChatError::transport)?;
         if !status.is_success() {
             return Err(ChatError::Status {
                 status: status.as_u16(),
                 body: text.chars().take(MAX_ERROR_BODY).collect(),
+                retry_after: asked,
             });
         }
         let value: Value =
@@ -470,6 +512,7 @@ mod tests {
         let status = |status| ChatError::Status {
             status,
             body: String::new(),
+            retry_after: None,
         };
         assert!(status(429).is_transient() && status(503).is_transient());
         assert!(!status(400).is_transient() && !status(401).is_transient());

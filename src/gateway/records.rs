@@ -7,6 +7,7 @@ use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRe
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
 use serde::{Deserialize, Serialize};
 
+use super::model_call::ModelCall;
 use super::provider::Usage;
 use super::store::{Store, StoreError};
 use crate::config::lanes::Priority;
@@ -215,6 +216,11 @@ pub struct RunOutcome {
     /// none.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// The turn's calls to its model providers, each with why it failed (the last
+    /// [`MAX_RECORDED`](super::model_call::MAX_RECORDED)). (Outcomes of earlier versions have
+    /// none.)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<ModelCall>,
     pub finished_at: String,
 }
 

@@ -47,7 +47,7 @@ pub fn rerun(conn: &Connection, run_id: &str) -> rusqlite::Result<bool> {
         .prepare_cached(
             "UPDATE runs SET status = 'queued', attempts = attempts + 1, reply = NULL,
                  summary = NULL, error = NULL, answered_by = NULL, started_at = NULL,
-                 finished_at = NULL, delivery = NULL
+                 finished_at = NULL, delivery = NULL, model_calls = NULL
              WHERE run_id = ?1 AND status IN ('error', 'timeout')",
         )?
         .execute(params![run_id])?;

@@ -7,6 +7,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::budget::HeldBy;
+use super::model_call::ModelCall;
 use super::provider::Usage;
 use super::records::{DeliveryRecord, NewRun, RunStatus, new_run_columns};
 use super::store::{Store, StoreError};
@@ -39,6 +40,8 @@ pub struct RunRecord {
     pub usage: Option<Usage>,
     /// The budget that held the run (kept once it is released or cancelled).
     pub held_by: Option<HeldBy>,
+    /// The last attempt's calls to its model providers, each with why it failed.
+    pub model_calls: Vec<ModelCall>,
 }
 
 /// The columns of a [`RunRecord`], in the order `from_row` reads them: the run's, then its state.
@@ -48,14 +51,14 @@ macro_rules! run_columns {
             new_run_columns!(),
             ", status, reply, summary, error, started_at, finished_at, delivery,
             upstream_run_id, answered_by, attempts, input_tokens, output_tokens,
-            held_by"
+            held_by, model_calls"
         )
     };
 }
 /// Where the state's columns start, after the run's.
 const STATE_AT: usize = 19;
 /// Where a listing's cursor (the row's `rowid`) comes after the columns of `run_columns!`.
-const CURSOR_AT: usize = STATE_AT + 13;
+const CURSOR_AT: usize = STATE_AT + 14;
 
 impl RunRecord {
     fn select(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunRecord>> {
@@ -86,6 +89,7 @@ impl RunRecord {
             held_by: row
                 .get::<_, Option<String>>(state(12))?
                 .and_then(|text| HeldBy::from_column(&text)),
+            model_calls: json_column(row, state(13))?.unwrap_or_default(),
         })
     }
 
@@ -212,6 +216,9 @@ struct ApiRun<'a> {
     usage: Option<Usage>,
     /// The budget that held the run, or null.
     held_by: Option<&'a HeldBy>,
+    /// The last attempt's calls to its model providers, oldest first, each with why it failed
+    /// and the wait after it; empty before a model was called, or when none was.
+    model_calls: &'a [ModelCall],
 }
 
 impl<'a> ApiRun<'a> {
@@ -247,6 +254,7 @@ impl<'a> ApiRun<'a> {
             attempts: record.attempts,
             usage: record.usage,
             held_by: record.held_by.as_ref(),
+            model_calls: &record.model_calls,
         }
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::model_call::ModelCall;
 use super::provider::Exchange;
 use super::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus, SummaryEvent};
 use super::store::{Store, StoreError};
@@ -197,7 +198,8 @@ pub fn finish(
 ) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "UPDATE runs SET status = ?2, reply = ?3, summary = ?4, error = ?5, finished_at = ?6,
-             delivery = ?7, answered_by = ?8, input_tokens = ?9, output_tokens = ?10
+             delivery = ?7, answered_by = ?8, input_tokens = ?9, output_tokens = ?10,
+             model_calls = ?11
          WHERE run_id = ?1",
     )?
     .execute(params![
@@ -211,6 +213,7 @@ pub fn finish(
         outcome.model,
         outcome.usage.map(|u| tokens(u.input_tokens)),
         outcome.usage.map(|u| tokens(u.output_tokens)),
+        calls_json(&outcome.calls),
     ])?;
     if let Some(summary) = summary {
         summary.insert(conn)?;
@@ -222,6 +225,12 @@ pub fn finish(
 /// stored saturated.
 fn tokens(count: u64) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// A run's model calls as their column holds them; none as null.
+fn calls_json(calls: &[ModelCall]) -> Option<String> {
+    // Plain data: always serialises.
+    (!calls.is_empty()).then(|| serde_json::to_string(calls).unwrap_or_default())
 }
 
 fn delivery_json(delivery: &DeliveryRecord) -> String {

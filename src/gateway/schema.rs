@@ -258,6 +258,13 @@ const SCHEMA_V19: &str = "
 CREATE INDEX runs_held ON runs (mapping_id, target_agent) WHERE status = 'held';
 ";
 
+/// Each run's calls to its model providers, with why each failed (`ModelCall`, as JSON): a
+/// provider that failed for a moment is called again within the run's timeout, and the record
+/// says so.
+const SCHEMA_V20: &str = "
+ALTER TABLE runs ADD COLUMN model_calls TEXT;
+";
+
 /// The request log, in a database of its own (`requests.db`): every request under the hook
 /// prefix (see `requests`). Keyed by its time-ordered id alone (no rowid, one index only for
 /// replays): each record is one append to one b-tree, since one is written for every request
@@ -381,6 +388,7 @@ pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             (17, SCHEMA_V17),
             (18, SCHEMA_V18),
             (19, SCHEMA_V19),
+            (20, SCHEMA_V20),
         ],
     )
 }

@@ -137,6 +137,7 @@ mod tests {
                 input_tokens,
                 output_tokens,
             }),
+            calls: Vec::new(),
             finished_at: at.into(),
         };
         let delivery = DeliveryRecord::Skipped {

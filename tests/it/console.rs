@@ -135,7 +135,7 @@ async fn the_console_shows_requests_safely_and_replays_a_fixed_one() {
 #[tokio::test]
 async fn the_console_shows_a_runs_error_and_runs_it_again_once_confirmed() {
     let provider = crate::fake::Fake::start(|_, i| match i {
-        0 => crate::fake::Answer::Text(500, "overloaded".into()),
+        0 => crate::fake::Answer::Text(400, "unknown model".into()),
         _ => crate::fake::Answer::Json(200, crate::fake::chat_reply("fixed it")),
     })
     .await;
@@ -157,10 +157,15 @@ async fn the_console_shows_a_runs_error_and_runs_it_again_once_confirmed() {
     browser.click("nav button[data-view=runs]").await;
     let row = format!("#runs-table tr[data-id=\"{run_id}\"]");
     browser
-        .wait_for_text(&row, "provider answered 500: overloaded")
+        .wait_for_text(&row, "answered 400: unknown model")
         .await;
 
     browser.click(&format!("{row} button")).await;
+    // Each call to the provider, in words: the model, the provider, why it failed.
+    let host = provider.base.strip_prefix("http://").unwrap();
+    browser
+        .wait_for_text("#run-fields", &format!("1. m ({host}) at "))
+        .await;
     assert_eq!(
         browser.wait_for_text("#retry", "Run again").await,
         "Run again"

@@ -58,7 +58,18 @@ impl Fake {
     pub async fn start(
         respond: impl Fn(&Recorded, usize) -> Answer + Send + Sync + 'static,
     ) -> Fake {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Fake::start_on(0, respond).await
+    }
+
+    /// The same, on `port` of 127.0.0.1 (0: any free port): a provider that was down, refusing
+    /// connections to its address, comes up there.
+    pub async fn start_on(
+        port: u16,
+        respond: impl Fn(&Recorded, usize) -> Answer + Send + Sync + 'static,
+    ) -> Fake {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
         let fake = Fake {
             base: format!("http://{}", listener.local_addr().unwrap()),
             requests: Arc::default(),

@@ -162,6 +162,7 @@ async fn give_up(
         error: Some(error),
         model: None,
         usage: None,
+        calls: Vec::new(),
         finished_at: now_rfc3339(),
     };
     let settings = ctx.config.current();

@@ -262,7 +262,7 @@ async function openRun(id) {
   $("request-detail").hidden = true;
   $("run-detail").hidden = false;
   $("run-id").textContent = run.runId;
-  fields($("run-fields"), { ...run, usage: usageWords(run) });
+  fields($("run-fields"), { ...run, usage: usageWords(run), modelCalls: callsWords(run) });
   // The server says what a retry would do (null: nothing failed); the console repeats no rule.
   $("retry").disabled = run.retry === null;
   $("retry").textContent = RETRY_LABELS[run.retry] ?? "Retry what failed";
@@ -280,6 +280,17 @@ function usageWords(run) {
   if (run.usage) return `${run.usage.inputTokens} input, ${run.usage.outputTokens} output tokens`;
   if (run.upstreamRunId || run.status.startsWith("forward")) return "not known here: the upstream ran the model";
   return "none reported";
+}
+
+// A run's calls to its model providers in words, in order: each call's model and provider, why
+// it failed and how long the run waited before calling again ("... answered" for the last).
+function callsWords(run) {
+  if (!run.modelCalls || run.modelCalls.length === 0) return null;
+  return run.modelCalls.map((call, i) => {
+    const said = call.error ?? "answered";
+    const wait = call.retryInMs == null ? "" : `, called again after ${(call.retryInMs / 1000).toFixed(1)} s`;
+    return `${i + 1}. ${call.model} (${call.provider}) at ${call.at}: ${said}${wait}`;
+  }).join("; ");
 }
 
 // Each agent mapping's runs and tokens over the last 24 hours; tokens are null in forward mode.

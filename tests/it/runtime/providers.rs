@@ -119,7 +119,7 @@ pub(super) async fn a_failing_model_falls_back_in_order_and_a_refusal_does_not(b
         run["error"]
             .as_str()
             .unwrap()
-            .starts_with("provider answered 400"),
+            .starts_with("provider a answered 400"),
         "{run}"
     );
     assert_eq!(run["answeredBy"], Value::Null, "no model answered");

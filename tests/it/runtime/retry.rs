@@ -20,10 +20,11 @@ async fn retry(server: &Hookgate, run_id: &str) -> (u16, Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_model_call_failed_runs_again_as_its_second_attempt() {
     let provider = Fake::start(|_, i| match i {
-        0 => Answer::Text(500, "overloaded".into()),
+        0 => Answer::Text(400, "unknown model".into()),
         _ => Answer::Json(200, chat_reply("fixed it")),
     })
     .await;
+    let host = provider.base.strip_prefix("http://").unwrap().to_string();
     let (server, _dir) = Hookgate::start(&with_provider(&provider));
     // No heartbeat: the provider's calls are the run's alone.
     let body =
@@ -37,7 +38,9 @@ async fn a_run_whose_model_call_failed_runs_again_as_its_second_attempt() {
     );
     assert_eq!(
         summaries(&server).await,
-        ["Hook Deploy (error): provider answered 500: overloaded"]
+        [format!(
+            "Hook Deploy (error): provider {host} answered 400: unknown model"
+        )]
     );
 
     let (status, answer) = retry(&server, &run_id).await;

@@ -1,0 +1,167 @@
+//! A run's calls to its model providers, as its record keeps them ([`ModelCall`]), and when a
+//! call that failed for a moment is made again ([`backoff`]): a provider that is down, throttled
+//! or overloaded for a few seconds delays its runs instead of failing them
+//! (docs/reliability.md#a-model-provider-that-fails-for-a-moment).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::clock::now_rfc3339;
+use super::provider::ChatError;
+use crate::config::runtime::Provider;
+
+/// The first wait between two passes over a run's models; doubled after each pass.
+const FIRST_WAIT: Duration = Duration::from_millis(500);
+
+/// The longest wait between two passes, `Retry-After` included: a provider asking for more is
+/// asked again after this long (or the run ends, when its deadline comes first).
+pub const MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// The calls a run's record keeps: its last ones, so that a run that retried for its whole
+/// deadline does not grow its record without bound (the final error counts them all).
+pub const MAX_RECORDED: usize = 20;
+
+/// One call to a model provider, as `GET /api/runs/<runId>` lists it under `modelCalls`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelCall {
+    /// The model id as the run asked for it (`<provider>/<model>` for a named provider).
+    pub model: String,
+    /// The provider: its name under `models.providers`, or its host and port (never a URL's
+    /// credentials, path or query).
+    pub provider: String,
+    /// When the call began (RFC 3339, UTC).
+    pub at: String,
+    /// Why it failed; `None` for the call that answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// How long the run waited after this call before its next pass over its models.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_in_ms: Option<u64>,
+}
+
+/// A run's calls so far: the last [`MAX_RECORDED`], and how many there were.
+#[derive(Debug, Default)]
+pub struct Calls {
+    kept: Vec<ModelCall>,
+    pub count: u32,
+}
+
+impl Calls {
+    /// Records a call that began at `at`, with its failure if it failed.
+    pub fn push(&mut self, model: &str, provider: &str, at: String, error: Option<&ChatError>) {
+        if self.kept.len() == MAX_RECORDED {
+            self.kept.remove(0);
+        }
+        self.kept.push(ModelCall {
+            model: model.to_string(),
+            provider: provider.to_string(),
+            at,
+            error: error.map(ToString::to_string),
+            retry_in_ms: None,
+        });
+        self.count = self.count.saturating_add(1);
+    }
+
+    /// Notes the wait after the last call.
+    pub fn waited(&mut self, wait: Duration) {
+        if let Some(last) = self.kept.last_mut() {
+            last.retry_in_ms = Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+        }
+    }
+
+    pub fn into_vec(self) -> Vec<ModelCall> {
+        self.kept
+    }
+}
+
+/// When a call begins, as its record says it.
+pub fn started_at() -> String {
+    now_rfc3339()
+}
+
+/// A provider as a run's record and error name it: `name` when it is one of
+/// `models.providers`, else its base URL's host and port (userinfo, path and query left out).
+pub fn provider_label(name: Option<&str>, provider: &Provider) -> String {
+    if let Some(name) = name {
+        return name.to_string();
+    }
+    match reqwest::Url::parse(&provider.base_url) {
+        Ok(url) => match (url.host_str(), url.port_or_known_default()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (Some(host), None) => host.to_string(),
+            _ => "the agent's provider".to_string(),
+        },
+        Err(_) => "the agent's provider".to_string(),
+    }
+}
+
+/// The wait before pass `pass` (from 1) over a run's models: [`FIRST_WAIT`] doubled per pass
+/// with equal jitter (half of it fixed, half random, so that runs failing together do not come
+/// back together), at least what a provider's `Retry-After` asked, at most [`MAX_WAIT`].
+pub fn backoff(pass: u32, retry_after: Option<Duration>) -> Duration {
+    let full = FIRST_WAIT
+        .saturating_mul(1 << pass.saturating_sub(1).min(16))
+        .min(MAX_WAIT);
+    let jittered = full / 2 + (full / 2).mul_f64(rand::random::<f64>());
+    jittered.max(retry_after.unwrap_or_default()).min(MAX_WAIT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::runtime::WireFormat;
+
+    fn provider(base_url: &str) -> Provider {
+        Provider {
+            base_url: base_url.into(),
+            api_key: None,
+            wire: WireFormat::OpenAiCompletions,
+        }
+    }
+
+    #[test]
+    fn a_provider_is_named_without_a_urls_credentials_path_or_query() {
+        let secret = provider("https://user:pw@llm.example:8443/v1?key=sk-1");
+        assert_eq!(provider_label(None, &secret), "llm.example:8443");
+        assert_eq!(
+            provider_label(None, &provider("https://api.example/v1")),
+            "api.example:443"
+        );
+        assert_eq!(provider_label(Some("openai"), &secret), "openai");
+    }
+
+    #[test]
+    fn backoff_doubles_with_jitter_honours_retry_after_and_is_capped() {
+        for _ in 0..100 {
+            let first = backoff(1, None);
+            assert!(first >= FIRST_WAIT / 2 && first <= FIRST_WAIT, "{first:?}");
+            let third = backoff(3, None);
+            assert!(
+                third >= FIRST_WAIT * 2 && third <= FIRST_WAIT * 4,
+                "{third:?}"
+            );
+            assert!(backoff(40, None) <= MAX_WAIT);
+        }
+        assert_eq!(
+            backoff(1, Some(Duration::from_secs(3))),
+            Duration::from_secs(3)
+        );
+        assert_eq!(backoff(1, Some(Duration::from_secs(3600))), MAX_WAIT);
+    }
+
+    #[test]
+    fn the_record_keeps_the_last_calls_and_counts_them_all() {
+        let mut calls = Calls::default();
+        let err = ChatError::Timeout(Duration::from_secs(1));
+        for _ in 0..MAX_RECORDED + 5 {
+            calls.push("m", "p", "t".into(), Some(&err));
+        }
+        calls.waited(Duration::from_millis(1500));
+        assert_eq!(calls.count as usize, MAX_RECORDED + 5);
+        let kept = calls.into_vec();
+        assert_eq!(kept.len(), MAX_RECORDED);
+        assert_eq!(kept.last().unwrap().retry_in_ms, Some(1500));
+    }
+}
