@@ -293,28 +293,33 @@ impl Runtime {
     }
 
     /// Recovers what failed of a run, once the operator mended the cause ([`Retry`]): its turn
-    /// run again, its reply or its relay sent again. Not on a NATS cluster, whose runs and
-    /// deliveries live on the stream.
+    /// run again, its reply or its relay sent again. On a NATS cluster a failed turn runs again
+    /// (a fact on the stream, which any node's runner takes); a given-up reply is not sent
+    /// again there.
     pub async fn retry_run(&self, run_id: &str) -> Result<Retry, RetryError> {
         let run = self.store.run(run_id).await?.ok_or(RetryError::NotFound)?;
         let retry = self.retry_offered(&run).ok_or(RetryError::NothingFailed)?;
         let retried = match &self.backend {
             Backend::Embedded(embedded) => embedded.retry(run_id, retry).await?,
             Backend::Forward(forward) => forward.retry(run_id).await?,
-            Backend::Nats(_) => false,
+            Backend::Nats(cluster) => match retry {
+                Retry::Run => super::nats::run::retry(cluster, &self.store, &run).await?,
+                Retry::Delivery | Retry::Relay => false,
+            },
         };
         // False when the run changed since it was read (another retry took it).
         retried.then_some(retry).ok_or(RetryError::NothingFailed)
     }
 
     /// What [`Runtime::retry_run`] would do to `run` here; `None` when it would do nothing.
-    /// The embedded backend runs turns and sends replies; forward mode relays.
+    /// The embedded backend runs turns and sends replies; forward mode relays; a NATS cluster
+    /// runs turns.
     pub fn retry_offered(&self, run: &RunRecord) -> Option<Retry> {
         let retry = Retry::of(run)?;
         let here = match &self.backend {
             Backend::Embedded(_) => matches!(retry, Retry::Run | Retry::Delivery),
             Backend::Forward(_) => retry == Retry::Relay,
-            Backend::Nats(_) => false,
+            Backend::Nats(_) => retry == Retry::Run,
         };
         here.then_some(retry)
     }

@@ -16,7 +16,7 @@ use crate::gateway::records::RunStatus;
 use crate::gateway::records::{
     DeliveryJob, DeliveryRecord, NewEvent, NewRun, RunOutcome, SummaryEvent,
 };
-use crate::gateway::runs;
+use crate::gateway::{retry, runs};
 use crate::hook::batch_prompt::BatchMessage;
 
 /// One change, as published to `<stream>.<subject>`.
@@ -37,6 +37,12 @@ pub enum Fact {
     /// nodes releasing it at once make one release).
     #[serde(rename_all = "camelCase")]
     Released { run: NewRun, released_at: String },
+    /// The operator asked a run whose turn failed to run again (`POST /api/runs/<id>/retry`):
+    /// queued again as its `attempt`th attempt, its outcome cleared, and handed to the runner
+    /// consumer like a new run (under `retry-<run id>-<attempt>`, so that nodes retrying it at
+    /// once make one retry).
+    #[serde(rename_all = "camelCase")]
+    Retried { run: NewRun, attempt: u32 },
     /// The operator cancelled a held run: it never runs.
     #[serde(rename_all = "camelCase")]
     Cancelled { run_id: String, at: String },
@@ -104,7 +110,7 @@ impl Fact {
     pub fn subject(&self) -> String {
         match self {
             Fact::Wake { .. } => "wake",
-            Fact::Run { .. } | Fact::Released { .. } => "run",
+            Fact::Run { .. } | Fact::Released { .. } | Fact::Retried { .. } => "run",
             Fact::Held { .. } => "held",
             Fact::Cancelled { .. } => "cancelled",
             Fact::BatchOpened { .. } => "batch.opened",
@@ -154,6 +160,9 @@ impl Fact {
             }
             Fact::Released { run, released_at } => {
                 held::mark_released(conn, &run.run_id, released_at)?;
+            }
+            Fact::Retried { run, .. } => {
+                retry::rerun(conn, &run.run_id)?;
             }
             Fact::Cancelled { run_id, at } => {
                 held::mark_cancelled(conn, run_id, at)?;

@@ -22,7 +22,7 @@ mod intake;
 mod lanes;
 mod projection;
 mod request_log;
-mod run;
+pub(crate) mod run;
 mod session_lock;
 mod work;
 mod workers;

@@ -14,6 +14,8 @@ use crate::gateway::agent::{self, Conclusion};
 use crate::gateway::clock::now_rfc3339;
 use crate::gateway::context::Context;
 use crate::gateway::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus, SkipReason};
+use crate::gateway::run_record::RunRecord;
+use crate::gateway::store::{Store, StoreError};
 use crate::gateway::{runs, usage};
 use crate::hook::SessionMode;
 
@@ -26,20 +28,21 @@ const HISTORY_CATCH_UP: Duration = Duration::from_secs(2);
 /// this one is still on it.
 pub(super) async fn run(ctx: Context, cluster: Cluster, message: Message) {
     let (sequence, delivered) = position(&message);
-    let Ok(Fact::Run { run } | Fact::Released { run, .. }) =
-        serde_json::from_slice::<Fact>(&message.payload)
-    else {
-        tracing::warn!(
-            sequence,
-            "the runner consumer got something other than a run"
-        );
-        return done(&message).await;
+    let (work, attempt) = match serde_json::from_slice::<Fact>(&message.payload) {
+        Ok(Fact::Run { run } | Fact::Released { run, .. }) => (run, Attempt(1)),
+        Ok(Fact::Retried { run, attempt }) => (run, Attempt(attempt)),
+        _ => {
+            tracing::warn!(
+                sequence,
+                "the runner consumer got something other than a run"
+            );
+            return done(&message).await;
+        }
     };
-    let work = run;
     if delivered >= Consumer::Runner.max_deliver() {
-        return give_up(&ctx, &cluster, &message, &work, delivered).await;
+        return give_up(&ctx, &cluster, &message, &work, attempt, delivered).await;
     }
-    let prepare = prepare(&ctx, &cluster, &work, sequence, delivered);
+    let prepare = prepare(&ctx, &cluster, &work, attempt, sequence, delivered);
     let lock = match with_progress(&cluster, &message, || async {}, prepare).await {
         Prepared::Run(lock) => lock,
         Prepared::Done => return done(&message).await,
@@ -61,7 +64,7 @@ pub(super) async fn run(ctx: Context, cluster: Cluster, message: Message) {
     let owner = agent::owner_route_for(&ctx.store, &settings, &work, &outcome).await;
     let conclusion = agent::conclude(&settings, &work, outcome, owner);
     let wakes_now = conclusion.wakes_now(&work);
-    let record = record_outcome(&cluster, &work.run_id, conclusion);
+    let record = record_outcome(&cluster, &work.run_id, attempt, conclusion);
     if !with_progress(&cluster, &message, refresh, record).await {
         // Left unacknowledged: offered again after the ack wait, its lock taken over then.
         return;
@@ -89,6 +92,7 @@ async fn prepare<'a>(
     ctx: &Context,
     cluster: &'a Cluster,
     work: &'a NewRun,
+    attempt: Attempt,
     sequence: u64,
     delivered: i64,
 ) -> Prepared<'a> {
@@ -134,7 +138,7 @@ async fn prepare<'a>(
         run_id: work.run_id.clone(),
         started_at: now_rfc3339(),
     };
-    let started_id = format!("started-{}-{delivered}", work.run_id);
+    let started_id = format!("started-{}{attempt}-{delivered}", work.run_id);
     if let Err(err) = cluster.publish(&started, &started_id).await {
         tracing::warn!(%err, run_id = %work.run_id, "cannot record the start of a run");
         lock.release().await;
@@ -150,6 +154,7 @@ async fn give_up(
     cluster: &Cluster,
     message: &Message,
     work: &NewRun,
+    attempt: Attempt,
     delivered: i64,
 ) {
     let error = format!(
@@ -169,7 +174,7 @@ async fn give_up(
     // An error outcome: nothing is delivered, no route is needed.
     let conclusion = agent::conclude(&settings, work, outcome, None);
     let wakes_now = conclusion.wakes_now(work);
-    let record = record_outcome(cluster, &work.run_id, conclusion);
+    let record = record_outcome(cluster, &work.run_id, attempt, conclusion);
     if !with_progress(cluster, message, || async {}, record).await {
         tracing::error!(run_id = %work.run_id, "a run given up could not be recorded; it stays queued");
     }
@@ -189,10 +194,15 @@ async fn request_beat(cluster: &Cluster) {
 /// ack wait: the model's answer is not thrown away because NATS was away for a moment, and a
 /// publish the stream refuses for good (a limit an operator set) does not hold the run's slot
 /// and session forever. Whether it landed.
-async fn record_outcome(cluster: &Cluster, run_id: &str, conclusion: Conclusion) -> bool {
+async fn record_outcome(
+    cluster: &Cluster,
+    run_id: &str,
+    attempt: Attempt,
+    conclusion: Conclusion,
+) -> bool {
     let limit = cluster.max_payload().saturating_sub(1024);
     let mut fact = finished(run_id, conclusion, limit);
-    let id = format!("finished-{run_id}");
+    let id = format!("finished-{run_id}{attempt}");
     let deadline = tokio::time::Instant::now() + cluster.ack_wait;
     let mut stripped = false;
     while tokio::time::Instant::now() < deadline {
@@ -262,6 +272,56 @@ fn cut(text: &mut String, keep: usize) {
     text.truncate(at);
     text.push_str(NOTE);
 }
+
+/// Which attempt of a run a message of the runner consumer is: 1 for a new or released run,
+/// one more for each operator's retry. Shown in the ids of the run's facts, `-a<n>` after the
+/// first (the first's are as earlier versions wrote them): the stream drops a fact whose id it
+/// has seen, and a retried run's start and outcome are new facts.
+#[derive(Debug, Clone, Copy)]
+struct Attempt(u32);
+
+impl std::fmt::Display for Attempt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            0 | 1 => Ok(()),
+            n => write!(f, "-a{n}"),
+        }
+    }
+}
+
+/// Publishes an operator's retry of a run whose turn failed, as its next attempt, and waits for
+/// this node's view to apply it: whether the run is queued again (false when it changed since
+/// `record` was read, or the stream did not take the retry).
+pub(crate) async fn retry(
+    cluster: &Cluster,
+    store: &Store,
+    record: &RunRecord,
+) -> Result<bool, StoreError> {
+    let attempt = record.attempts.saturating_add(1);
+    let run_id = record.run.run_id.clone();
+    let fact = Fact::Retried {
+        run: record.run.clone(),
+        attempt,
+    };
+    let sequence = cluster
+        .publish(&fact, &format!("retry-{run_id}-{attempt}"))
+        .await?;
+    cluster.wait_applied(sequence, RETRY_APPLY_WAIT).await;
+    let (id, now) = (run_id, attempt);
+    let attempts = store
+        .read(move |conn| {
+            conn.query_row(
+                "SELECT attempts FROM runs WHERE run_id = ?1",
+                [&id],
+                |row| row.get::<_, u32>(0),
+            )
+        })
+        .await?;
+    Ok(attempts == now)
+}
+
+/// How long a retry waits for this node's view to show it.
+const RETRY_APPLY_WAIT: Duration = Duration::from_secs(10);
 
 /// What a run holds while it runs: its session key's lock, and a slot of its mapping's lane
 /// when the lane has a `maxConcurrent`.

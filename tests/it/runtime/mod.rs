@@ -124,6 +124,7 @@ on_every_store!(
     delivery::a_long_reply_is_split_to_the_channels_limit_in_order,
     delivery::msteams_refuses_a_recipient_and_records_none,
     delivery::a_retried_split_reply_sends_only_the_parts_not_yet_sent,
+    retry::a_run_whose_model_call_failed_runs_again_as_its_second_attempt,
     outages::runs_sent_while_the_provider_is_down_end_ok_once_it_is_up,
     outages::an_overloaded_provider_is_called_again_and_the_run_ends_ok,
     outages::a_throttled_provider_is_called_again_after_its_retry_after,

@@ -1,6 +1,6 @@
 //! Recovering what failed (docs/operations.md#retrying-failed-work): a run whose model call
 //! failed runs again, a given-up reply is sent to the route as it resolves at the retry. The
-//! embedded store's own: on NATS runs and deliveries are not retried this way.
+//! embedded store's own, but for a run's turn, which a NATS cluster runs again too.
 
 use super::*;
 
@@ -17,15 +17,18 @@ async fn retry(server: &Hookgate, run_id: &str) -> (u16, Value) {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_whose_model_call_failed_runs_again_as_its_second_attempt() {
+/// On both stores: a refused turn (no later call of its own mends it) runs again once the
+/// operator mended the cause.
+pub(super) async fn a_run_whose_model_call_failed_runs_again_as_its_second_attempt(
+    backend: Backend,
+) {
     let provider = Fake::start(|_, i| match i {
         0 => Answer::Text(400, "unknown model".into()),
         _ => Answer::Json(200, chat_reply("fixed it")),
     })
     .await;
     let host = provider.base.strip_prefix("http://").unwrap().to_string();
-    let (server, _dir) = Hookgate::start(&with_provider(&provider));
+    let (server, _kept) = backend.start(&with_provider(&provider));
     // No heartbeat: the provider's calls are the run's alone.
     let body =
         json!({"message": "m", "name": "Deploy", "deliver": false, "wakeMode": "next-heartbeat"});
