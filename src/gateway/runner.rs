@@ -13,7 +13,7 @@ use super::clock::now_rfc3339;
 use super::context::Context;
 use super::lanes::{LaneSlots, LaneTicket};
 use super::outbox::OutboxItem;
-use super::records::NewRun;
+use super::records::{DeliveryRecord, NewRun, RunOutcome, SummaryEvent};
 use super::signals::Signals;
 use super::store::StoreError;
 use super::{queue, runs, usage};
@@ -266,31 +266,96 @@ async fn execute(ctx: &Context, signals: &Signals, run: NewRun) {
         summary_now,
         job,
     } = conclusion;
-    let outbox = job.map(OutboxItem::Delivery);
+    let finished = Finished {
+        run_id: run.run_id.clone(),
+        outcome,
+        delivery,
+        summary_now,
+        outbox: job.map(OutboxItem::Delivery),
+    };
     // Only a run with a reply to deliver gives the outbox work: waking it for the others cost
     // two reads of the outbox per run (about 30k instructions, profiled under /hooks/agent).
-    let delivers = outbox.is_some();
-    let run_id = run.run_id.clone();
-    let recorded = ctx
-        .store
-        .write(move |conn| {
-            runs::finish(conn, &run_id, &outcome, &delivery, summary_now.as_ref())?;
-            match outbox {
-                Some(item) => item.insert(conn, Some(&run_id)),
-                None => Ok(()),
-            }
-        })
-        .await;
-    match recorded {
-        Ok(()) => {
-            if delivers {
-                signals.outbox_ready.notify_one();
-            }
-            if wakes_now {
-                signals.heartbeat.request();
-            }
+    let delivers = finished.outbox.is_some();
+    if finished.record(ctx).await {
+        if delivers {
+            signals.outbox_ready.notify_one();
         }
-        // The run stays `running`; the next start queues it again.
-        Err(err) => tracing::error!(%err, run_id = %run.run_id, "cannot record the run's outcome"),
+        if wakes_now {
+            signals.heartbeat.request();
+        }
+    }
+}
+
+/// How long a finished run's outcome is kept while the store refuses to record it (a full
+/// disk): its write is tried again until then, holding the run's slot and session key, so that
+/// at most `maxConcurrent` outcomes wait in memory. Past it, the run stays `running` until the
+/// next start queues it again.
+const RECORD_PATIENCE: Duration = Duration::from_secs(3600);
+
+/// The first wait before an outcome's write is tried again; doubled each time, up to
+/// [`RECORD_MAX_WAIT`]: once the disk has room the outcome lands within that long.
+const RECORD_FIRST_WAIT: Duration = Duration::from_millis(100);
+const RECORD_MAX_WAIT: Duration = Duration::from_secs(2);
+
+/// What a finished run writes, in one transaction: its outcome with its delivery record and
+/// summary event, and the delivery's outbox row.
+#[derive(Clone)]
+struct Finished {
+    run_id: String,
+    outcome: RunOutcome,
+    delivery: DeliveryRecord,
+    summary_now: Option<SummaryEvent>,
+    outbox: Option<OutboxItem>,
+}
+
+impl Finished {
+    /// Writes the outcome, trying again with a growing wait while the store refuses writes for
+    /// a reason that passes (a full disk, a failed commit), for up to [`RECORD_PATIENCE`].
+    /// Whether it was recorded. Logs the first failure and the recovery, not every try.
+    async fn record(self, ctx: &Context) -> bool {
+        let deadline = tokio::time::Instant::now() + RECORD_PATIENCE;
+        let mut wait = RECORD_FIRST_WAIT;
+        let mut tries = 0u32;
+        loop {
+            let Finished {
+                run_id,
+                outcome,
+                delivery,
+                summary_now,
+                outbox,
+            } = self.clone();
+            let written = ctx
+                .store
+                .write(move |conn| {
+                    runs::finish(conn, &run_id, &outcome, &delivery, summary_now.as_ref())?;
+                    match outbox {
+                        Some(item) => item.insert(conn, Some(&run_id)),
+                        None => Ok(()),
+                    }
+                })
+                .await;
+            tries += 1;
+            let run_id = &self.run_id;
+            let err = match written {
+                Ok(()) if tries > 1 => {
+                    tracing::warn!(%run_id, tries, "the run's outcome is recorded now");
+                    return true;
+                }
+                Ok(()) => return true,
+                Err(err) => err,
+            };
+            let passes = matches!(err, StoreError::Full | StoreError::Commit(_));
+            if !passes || tokio::time::Instant::now() + wait > deadline {
+                // The run stays `running`; the next start queues it again.
+                tracing::error!(%err, %run_id, tries, "cannot record the run's outcome; given up");
+                return false;
+            }
+            if tries == 1 {
+                tracing::error!(%err, %run_id,
+                    "cannot record the run's outcome; kept, and tried again until the store takes it");
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(RECORD_MAX_WAIT);
+        }
     }
 }

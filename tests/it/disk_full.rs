@@ -3,7 +3,7 @@
 //! may be answered 200 unless what it promised is in the store afterwards; the refused ones get
 //! 503 with `Retry-After`; `/livez` stays up, `/readyz` says why it is not ready; the log says so
 //! once, not once per request; and once the filler is deleted everything works again, without a
-//! restart.
+//! restart, a run that ended while the disk was full included.
 
 use std::io::Write;
 use std::path::Path;
@@ -13,6 +13,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
+use crate::fake::{Answer, Fake, chat_reply};
 use crate::harness::*;
 
 /// Concurrent clients while the disk is full.
@@ -247,4 +248,74 @@ async fn a_full_disk_refuses_with_503_and_recovers_without_a_restart() {
     let server = Hookgate::start_in(&dir);
     all_acknowledged_present(&server, &during).await;
     all_acknowledged_present(&server, &after).await;
+}
+
+/// A run whose turn ends while the disk is full (docs/reliability.md#a-full-disk): its outcome
+/// is kept and recorded once the store takes writes again, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_ends_while_the_disk_is_full_is_recorded_once_there_is_room() {
+    let Some(fs) = SmallFs::mount("32m") else {
+        return;
+    };
+    // The provider answers when the test says: once the disk is full.
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let answer = Answer::Gated(
+        std::sync::Arc::clone(&gate),
+        Box::new(Answer::Json(200, chat_reply("done while full"))),
+    );
+    let provider = Fake::start(move |_, _| answer.clone()).await;
+    let mut config = crate::runtime::with_provider(&provider);
+    set(
+        &mut config,
+        "gateway.stateDir",
+        json!(fs.path().to_str().unwrap()),
+    );
+    let dir = ConfigDir::new(&config);
+    let server = Hookgate::start_in(&dir);
+    let body = json!({"message": "m", "deliver": false, "wakeMode": "next-heartbeat"});
+    let (status, queued) = server.hook_json("/hooks/agent", &body).await;
+    assert_eq!(status, 200, "{queued}");
+    let run_id = queued["runId"].as_str().unwrap().to_string();
+    eventually("the run to call its model", async || {
+        provider.requests().len() == 1
+    })
+    .await;
+
+    let filler = fs.path().join("filler");
+    fill(&filler);
+    let mut n = 0;
+    eventually("the store to refuse a write", async || {
+        n += 1;
+        send(&server, 2 * n).await.status == StatusCode::SERVICE_UNAVAILABLE
+    })
+    .await;
+    gate.add_permits(1);
+    eventually("/readyz to say the store is full", async || {
+        readiness(&server).await == (503, Some(NOT_READY_FULL.to_string()))
+    })
+    .await;
+    let (_, run) = server.api_json(&format!("/api/runs/{run_id}")).await;
+    assert_eq!(
+        run["status"], "running",
+        "not recorded while the disk is full: {run}"
+    );
+
+    std::fs::remove_file(&filler).expect("delete the filler");
+    let waited = std::time::Instant::now();
+    let mut run = server.api_json(&format!("/api/runs/{run_id}")).await.1;
+    while run["status"] != "ok" && waited.elapsed() < std::time::Duration::from_secs(10) {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        run = server.api_json(&format!("/api/runs/{run_id}")).await.1;
+    }
+    let (status, log) = server.terminate();
+    assert_eq!(
+        (&run["status"], &run["reply"]),
+        (&json!("ok"), &json!("done while full")),
+        "recorded without a restart once there is room: {run}\n{log}"
+    );
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("cannot record the run's outcome; kept"),
+        "the outcome's first write must have failed for the test to show anything:\n{log}"
+    );
 }

@@ -39,6 +39,8 @@ pub enum Answer {
     After(Duration, Box<Answer>),
     /// Answers with this header added.
     Header(&'static str, String, Box<Answer>),
+    /// Waits for a permit of the gate (which it keeps), then answers: the test says when.
+    Gated(Arc<tokio::sync::Semaphore>, Box<Answer>),
 }
 
 type Responder = Arc<dyn Fn(&Recorded, usize) -> Answer + Send + Sync>;
@@ -145,6 +147,10 @@ impl Fake {
                 }
                 Answer::Header(name, value, next) => {
                     headers.push((name, value));
+                    answer = *next;
+                }
+                Answer::Gated(gate, next) => {
+                    gate.acquire().await.unwrap().forget();
                     answer = *next;
                 }
                 Answer::Json(status, body) => {
