@@ -121,17 +121,26 @@ pub async fn serve(
 /// since their last answer) are evicted to free as many as it takes (more than one while a
 /// lowered `maxConnections` is retiring slots); when too few may go, it waits for connections
 /// to end or to have been idle long enough, looking again each second at least, so that a
-/// reload raising `maxConnections` also lets it in.
+/// reload raising `maxConnections` also lets it in. Connections it evicted count as freed for a
+/// second: one not yet closed on a busy core is waited for, not followed by another eviction.
 async fn take_slot(
     slots: &Slots,
     idle: &IdleConnections,
     max: impl Fn() -> usize,
 ) -> OwnedSemaphorePermit {
     const LOOK_AGAIN: Duration = Duration::from_secs(1);
+    let (mut closing, mut evicted_at) = (0, Instant::now());
     loop {
         slots.resize(max());
         let now = Instant::now();
-        idle.evict_oldest(slots.shortfall(), now);
+        if now.duration_since(evicted_at) >= LOOK_AGAIN {
+            // Whatever was evicted has closed by now, or started a request instead.
+            closing = 0;
+        }
+        let evicted = idle.evict_oldest(slots.shortfall().saturating_sub(closing), now);
+        if evicted > 0 {
+            (closing, evicted_at) = (closing + evicted, now);
+        }
         let next = idle
             .next_eviction()
             .map_or(LOOK_AGAIN, |at| at.saturating_duration_since(now))
