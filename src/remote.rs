@@ -530,9 +530,6 @@ fn print_next(page: &Value) {
     }
 }
 
-/// An object's fields, one per line, nested values as JSON. A text's line breaks are kept (a
-/// message or a reply of several lines), its later lines indented under the first; its other
-/// control characters are escaped, so that a payload cannot write to the terminal.
 /// One of a run's model calls on a line of its own, as the console says it: its model and
 /// provider, when, why it failed (or `answered`) and the wait before the next call.
 fn model_call_line(call: &Value) -> String {
@@ -552,6 +549,9 @@ fn model_call_line(call: &Value) -> String {
     )
 }
 
+/// An object's fields, one per line, nested values as JSON. A text's line breaks are kept (a
+/// message or a reply of several lines), its later lines indented under the first; its other
+/// control characters are escaped, so that a payload cannot write to the terminal.
 fn print_fields(object: &Value) {
     let Some(fields) = object.as_object() else {
         return;
