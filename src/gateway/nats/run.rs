@@ -290,8 +290,9 @@ impl std::fmt::Display for Attempt {
 }
 
 /// Publishes an operator's retry of a run whose turn failed, as its next attempt, and waits for
-/// this node's view to apply it: whether the run is queued again (false when it changed since
-/// `record` was read, or the stream did not take the retry).
+/// this node's view to apply it: whether the run is queued again (false when the view shows it
+/// changed since `record` was read). A retry the stream took counts as accepted when the view
+/// lags past [`RETRY_APPLY_WAIT`]: the runner consumer runs it whatever this view shows.
 pub(crate) async fn retry(
     cluster: &Cluster,
     store: &Store,
@@ -306,7 +307,10 @@ pub(crate) async fn retry(
     let sequence = cluster
         .publish(&fact, &format!("retry-{run_id}-{attempt}"))
         .await?;
-    cluster.wait_applied(sequence, RETRY_APPLY_WAIT).await;
+    if !cluster.wait_applied(sequence, RETRY_APPLY_WAIT).await {
+        tracing::warn!(run = %run_id, attempt, "retry published; this node's view has not applied it yet");
+        return Ok(true);
+    }
     let (id, now) = (run_id, attempt);
     let attempts = store
         .read(move |conn| {
