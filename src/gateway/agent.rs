@@ -61,7 +61,8 @@ enum Patience {
     /// next).
     OnePass,
     /// Passes over the chain while every model fails in a way that may pass, with a growing
-    /// wait between passes ([`model_call::backoff`]), until the deadline.
+    /// wait between passes ([`model_call::backoff`]); every call ends by the deadline, and no
+    /// pass starts past it or past [`model_call::RETRY_SPAN`] after the first failed pass.
     Until(tokio::time::Instant),
 }
 
@@ -87,14 +88,16 @@ async fn ask(
         model: None,
         calls: Calls::default(),
     };
-    // The first pass gives each model the run's timeout, and the whole chain no more than the
-    // hard cap; later passes end by the deadline.
+    // A heartbeat's one pass ends by the hard cap; a run's passes end by its deadline, so a
+    // chain of models never runs past the run's timeout.
     let cap = tokio::time::Instant::now() + Duration::from_secs(MAX_RUN_SECONDS);
+    let end = match patience {
+        Patience::OnePass => cap,
+        Patience::Until(deadline) => deadline.min(cap),
+    };
+    // When the first pass failed for a moment: the span of retrying starts there.
+    let mut first_failed = None;
     for pass in 1u32.. {
-        let end = match (pass, patience) {
-            (1, _) | (_, Patience::OnePass) => cap,
-            (_, Patience::Until(deadline)) => deadline.min(cap),
-        };
         let Pass::Transient(asked_wait) = ask_once(
             http,
             settings,
@@ -111,8 +114,10 @@ async fn ask(
         let Patience::Until(deadline) = patience else {
             break;
         };
+        let now = tokio::time::Instant::now();
+        let first_failed = *first_failed.get_or_insert(now);
         let wait = model_call::backoff(pass, asked_wait);
-        if tokio::time::Instant::now() + wait >= deadline {
+        if !model_call::may_call_again(first_failed, now + wait, deadline) {
             break;
         }
         asked.calls.waited(wait);
@@ -147,6 +152,11 @@ async fn ask_once(
 ) -> Pass {
     let mut pass = Pass::Over;
     for id in chain {
+        // A model that took what was left ends the pass: the next would be called for nothing.
+        let left = end.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Pass::Over;
+        }
         let Some((provider, model)) = settings.runtime.route_model(agent, id) else {
             tracing::warn!(model = %id, "no model provider for this model id; trying the next");
             asked.answer = Err(TurnError::NoProvider(id.clone()));
@@ -157,7 +167,6 @@ async fn ask_once(
             .map(|(name, _)| name)
             .filter(|name| settings.runtime.providers.contains_key(*name));
         let label = model_call::provider_label(name, provider);
-        let left = end.saturating_duration_since(tokio::time::Instant::now());
         let turn = ChatTurn {
             model,
             history: question.history,
@@ -187,7 +196,7 @@ async fn ask_once(
                     error: err,
                     calls: asked.calls.count,
                 });
-                if !transient || left.is_zero() {
+                if !transient {
                     return Pass::Over;
                 }
                 pass = Pass::Transient(wait);
@@ -251,8 +260,8 @@ pub async fn history(store: &Store, run: &NewRun) -> Vec<Exchange> {
 }
 
 /// Calls the model for one run, trying the agent's fallbacks when a model fails for a while,
-/// and the whole chain again, after a wait, while every model fails for a moment and the run's
-/// timeout allows.
+/// and the whole chain again, after a wait, while every model fails for a moment, for at most
+/// [`model_call::RETRY_SPAN`] after the first failed pass; no call runs past the run's timeout.
 /// `history`: the earlier exchanges of a persistent run's session (see [`runs::history`]),
 /// empty for an isolated one.
 pub async fn turn(

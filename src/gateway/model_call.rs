@@ -18,6 +18,13 @@ const FIRST_WAIT: Duration = Duration::from_millis(500);
 /// asked again after this long (or the run ends, when its deadline comes first).
 pub const MAX_WAIT: Duration = Duration::from_secs(30);
 
+/// How long after its first pass over its models failed for a moment a run may still start
+/// another: past it, the run ends with the last failure. A run keeps its runner slot, its
+/// lane's slot and its session key while it waits, so a provider that stays down holds each of
+/// them for this long at most beyond the failed calls, not for the run's whole timeout
+/// (docs/runtime.md#a-provider-that-fails-for-a-moment).
+pub const RETRY_SPAN: Duration = Duration::from_secs(60);
+
 /// The calls a run's record keeps: its last ones, so that a run that retried for its whole
 /// deadline does not grow its record without bound (the final error counts them all).
 pub const MAX_RECORDED: usize = 20;
@@ -108,6 +115,16 @@ pub fn backoff(pass: u32, retry_after: Option<Duration>) -> Duration {
     jittered.max(retry_after.unwrap_or_default()).min(MAX_WAIT)
 }
 
+/// Whether a pass over a run's models may start `at`: only before the run's `deadline`, and
+/// less than [`RETRY_SPAN`] after `first_failed`, when its first pass failed for a moment.
+pub fn may_call_again(
+    first_failed: tokio::time::Instant,
+    at: tokio::time::Instant,
+    deadline: tokio::time::Instant,
+) -> bool {
+    at < deadline && at.saturating_duration_since(first_failed) < RETRY_SPAN
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +166,30 @@ mod tests {
             Duration::from_secs(3)
         );
         assert_eq!(backoff(1, Some(Duration::from_secs(3600))), MAX_WAIT);
+    }
+
+    #[test]
+    fn no_pass_starts_past_the_retry_span_or_the_deadline() {
+        let failed = tokio::time::Instant::now();
+        let far = failed + Duration::from_secs(600);
+        let just_within = failed + RETRY_SPAN - Duration::from_millis(1);
+        assert!(may_call_again(failed, failed + MAX_WAIT, far));
+        assert!(may_call_again(failed, just_within, far));
+        assert!(!may_call_again(failed, failed + RETRY_SPAN, far));
+        assert!(!may_call_again(failed, failed + RETRY_SPAN * 2, far));
+        // A deadline before the span ends stops it first.
+        let soon = failed + Duration::from_secs(2);
+        assert!(may_call_again(
+            failed,
+            failed + Duration::from_secs(1),
+            soon
+        ));
+        assert!(!may_call_again(failed, soon, soon));
+        assert!(!may_call_again(
+            failed,
+            failed + Duration::from_secs(3),
+            soon
+        ));
     }
 
     #[test]

@@ -69,15 +69,10 @@ pub(super) async fn named_providers_speak_their_wire_format_and_take_the_model_w
 }
 
 pub(super) async fn a_failing_model_falls_back_in_order_and_a_refusal_does_not(backend: Backend) {
-    // The primary is overloaded, the first fallback times out, the second answers.
+    // The primary is overloaded, the first fallback is a proxy that cannot reach its model, the
+    // second answers.
     let primary = Fake::start(|_, _| Answer::Json(529, json!({"error": "overloaded"}))).await;
-    let slow = Fake::start(|_, _| {
-        Answer::After(
-            Duration::from_secs(5),
-            Box::new(Answer::Json(200, chat_reply("too late"))),
-        )
-    })
-    .await;
+    let second = Fake::start(|_, _| Answer::Text(502, "bad gateway".into())).await;
     let last = Fake::provider("from the last").await;
     let mut config = base_config();
     set(
@@ -85,7 +80,7 @@ pub(super) async fn a_failing_model_falls_back_in_order_and_a_refusal_does_not(b
         "models.providers",
         json!({
             "a": {"baseUrl": primary.base},
-            "b": {"baseUrl": slow.base},
+            "b": {"baseUrl": second.base},
             "c": {"baseUrl": last.base},
         }),
     );
@@ -97,17 +92,34 @@ pub(super) async fn a_failing_model_falls_back_in_order_and_a_refusal_does_not(b
     let (server, _dir) = backend.start(&config);
     // No heartbeat: it would walk the same chain and add requests.
     let body = json!({"message": "m", "deliver": false, "timeoutSeconds": 1, "wakeMode": "next-heartbeat"});
-    let run = finished(&server, &agent(&server, body).await).await;
+    let run = finished(&server, &agent(&server, body.clone()).await).await;
     assert_eq!(run["status"], "ok", "{run}");
     assert_eq!(run["reply"], "from the last");
     assert_eq!(run["answeredBy"], "c/three");
     assert_eq!(
         (
             primary.requests().len(),
-            slow.requests().len(),
+            second.requests().len(),
             last.requests().len()
         ),
         (1, 1, 1)
+    );
+
+    // A model that takes the run's whole timeout ends the chain there: no fallback is called
+    // past the run's deadline (each used to get a whole timeout of its own).
+    primary.respond_with(|_, _| {
+        Answer::After(
+            Duration::from_secs(5),
+            Box::new(Answer::Json(200, chat_reply("too late"))),
+        )
+    });
+    let run = finished(&server, &agent(&server, body).await).await;
+    assert_eq!(run["status"], "timeout", "{run}");
+    assert_eq!(run["modelCalls"].as_array().unwrap().len(), 1, "{run}");
+    assert_eq!(
+        (second.requests().len(), last.requests().len()),
+        (1, 1),
+        "{run}"
     );
 
     // A refusal is the request's fault, not the model's: no fallback is asked.
