@@ -7,7 +7,9 @@
 //! or trimmed and non-blank.
 #![no_main]
 
-use hookgate::mapping::template::{RenderBudget, TemplateContext, render, render_optional};
+use hookgate::mapping::template::{
+    RenderBudget, RenderLimit, TemplateContext, render, render_optional,
+};
 use hookgate_fuzz::{fields, header_lines};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -28,13 +30,14 @@ fuzz_target!(|data: &[u8]| {
         query: &query,
         payload: &payload,
     };
-    let Ok(rendered) = render(&template, &ctx, &mut RenderBudget::for_action()) else {
+    let budget = || RenderBudget::for_request(RenderLimit::FLOOR);
+    let Ok(rendered) = render(&template, &ctx, &mut budget()) else {
         return;
     };
     if !has_expression(&template) {
         assert_eq!(rendered, template);
     }
-    let optional = render_optional(Some(&template), &ctx, &mut RenderBudget::for_action());
+    let optional = render_optional(Some(&template), &ctx, &mut budget());
     if let Ok(Some(field)) = optional {
         assert!(!field.is_empty() && field.trim() == field, "{field:?}");
     }

@@ -19,14 +19,12 @@ use crate::hook::credentials::CredentialHeaders;
 use crate::hook::signature::SignatureRule;
 use crate::hook::token::TokenDigest;
 use crate::hook::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy, SessionMode};
-use crate::mapping::{ActionKind, Mapping, javascript_component};
+use crate::mapping::{ActionKind, Mapping, RenderLimit, javascript_component};
 use crate::transform::{TransformLimits, TransformSet};
 
 /// Default `hooks.path`.
 pub const DEFAULT_HOOKS_PATH: &str = "/hooks";
 
-/// Default `hooks.maxBodyBytes`: 256 KiB.
-pub const DEFAULT_MAX_BODY_BYTES: u64 = 256 * 1024;
 /// Default time a client has to send its whole body.
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Paths the server itself answers; the hook prefix may not shadow them.
@@ -43,6 +41,8 @@ pub struct HookSettings {
     /// Normalised: a leading `/`, no trailing `/`, never `/` alone.
     pub path: String,
     pub max_body_bytes: u64,
+    /// What one request's templates render to at most, from `max_body_bytes`.
+    pub render_limit: RenderLimit,
     pub body_timeout: Duration,
     pub policy: HookPolicy,
     pub presets: Vec<String>,
@@ -181,7 +181,7 @@ pub(super) fn hook_settings(
 ) -> Option<HookSettings> {
     let token = token(&hooks, gateway_token, files, problems);
     let path = path(hooks.path.as_deref(), problems);
-    let max_body_bytes = max_body_bytes(hooks.max_body_bytes, problems);
+    let max_body_bytes = limits::max_body_bytes(hooks.max_body_bytes, problems);
     let body_timeout = seconds(
         hooks.body_timeout_seconds,
         "hooks.bodyTimeoutSeconds",
@@ -220,6 +220,7 @@ pub(super) fn hook_settings(
         token: TokenDigest::of(&token?),
         path: path?,
         max_body_bytes,
+        render_limit: RenderLimit::for_body_limit(max_body_bytes),
         body_timeout,
         policy,
         presets: hooks.presets,
@@ -293,18 +294,6 @@ fn path(raw: Option<&str>, problems: &mut Vec<ConfigError>) -> Option<String> {
         Some(_) => {}
     }
     path
-}
-
-/// `hooks.maxBodyBytes`: greater than 0.
-fn max_body_bytes(value: Option<u64>, problems: &mut Vec<ConfigError>) -> u64 {
-    let max_body_bytes = value.unwrap_or(DEFAULT_MAX_BODY_BYTES);
-    if max_body_bytes == 0 {
-        problems.push(ConfigError::invalid(
-            "hooks.maxBodyBytes",
-            "must be greater than 0",
-        ));
-    }
-    max_body_bytes
 }
 
 /// `hooks.presets`: each one hookgate ships, each once.

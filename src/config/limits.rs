@@ -1,6 +1,7 @@
-//! The bounds of transform calls: `hooks.transformLimits` for every call, and a mapping's
-//! `transform.limits` over those for its own (an interpreted guest, JavaScript say, needs more
-//! memory and time than a small Rust transform, without raising the bounds of all the others).
+//! The bounds of a hook request's body (`hooks.maxBodyBytes`) and of transform calls:
+//! `hooks.transformLimits` for every call, and a mapping's `transform.limits` over those for its
+//! own (an interpreted guest, JavaScript say, needs more memory and time than a small Rust
+//! transform, without raising the bounds of all the others).
 
 use std::time::Duration;
 
@@ -8,6 +9,21 @@ use super::ConfigError;
 use super::model::{TransformConfig, TransformLimitsConfig};
 use crate::mapping::javascript_component;
 use crate::transform::TransformLimits;
+
+/// Default `hooks.maxBodyBytes`: 256 KiB.
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 256 * 1024;
+
+/// `hooks.maxBodyBytes`: greater than 0.
+pub(super) fn max_body_bytes(value: Option<u64>, problems: &mut Vec<ConfigError>) -> u64 {
+    let max_body_bytes = value.unwrap_or(DEFAULT_MAX_BODY_BYTES);
+    if max_body_bytes == 0 {
+        problems.push(ConfigError::invalid(
+            "hooks.maxBodyBytes",
+            "must be greater than 0",
+        ));
+    }
+    max_body_bytes
+}
 
 /// `config` over `base`, each value checked to be positive; problems are named under `key`
 /// (`hooks.transformLimits` or `hooks.mappings[2].transform.limits`).

@@ -118,6 +118,10 @@ mod tests {
         mapping_of(index, &config).unwrap()
     }
 
+    fn budget() -> RenderBudget {
+        RenderBudget::for_request(RenderLimit::FLOOR)
+    }
+
     fn ctx<'a>(name: &'a str, payload: &'a Value) -> TemplateContext<'a> {
         TemplateContext {
             name,
@@ -236,7 +240,7 @@ mod tests {
             json!({"name": " {{repo}} ", "sessionKey": "hook:{{id}}", "to": " ", "model": "{{missing}}"}),
         );
         let payload = json!({"repo": "hookgate", "id": 7});
-        let action = m.render(&ctx("gh", &payload)).unwrap();
+        let action = m.render(&ctx("gh", &payload), &mut budget()).unwrap();
         assert_eq!(action.agent.name, "hookgate");
         assert_eq!(action.agent.session_key.as_deref(), Some("hook:7"));
         assert_eq!(action.agent.to, None);
@@ -247,7 +251,7 @@ mod tests {
     fn wake_requires_text() {
         let m = mapping(0, json!({"action": "wake", "textTemplate": "{{nothing}}"}));
         let err = m
-            .render(&ctx("x", &json!({})))
+            .render(&ctx("x", &json!({})), &mut budget())
             .unwrap()
             .finish()
             .unwrap_err();
@@ -258,7 +262,7 @@ mod tests {
     fn agent_requires_message() {
         let m = mapping(0, json!({"messageTemplate": "  "}));
         let err = m
-            .render(&ctx("x", &json!({})))
+            .render(&ctx("x", &json!({})), &mut budget())
             .unwrap()
             .finish()
             .unwrap_err();
@@ -269,7 +273,9 @@ mod tests {
     fn gmail_preset_renders_exactly() {
         let gmail = preset("gmail").unwrap();
         let payload = json!({"messages": [{"id": "m1", "from": "a@b", "subject": "Hi", "snippet": "s", "body": "b"}]});
-        let action = gmail.render(&ctx("gmail", &payload)).unwrap();
+        let action = gmail
+            .render(&ctx("gmail", &payload), &mut budget())
+            .unwrap();
         assert_eq!(
             action.agent.message,
             "New email from a@b\nSubject: Hi\ns\nb"
@@ -288,7 +294,7 @@ mod tests {
             json!({"messageTemplate": "m", "wakeMode": "next-heartbeat"}),
         );
         let action = m
-            .render(&ctx("x", &json!({})))
+            .render(&ctx("x", &json!({})), &mut budget())
             .unwrap()
             .overlay(TransformAction::Wake {
                 text: "t".into(),
@@ -318,7 +324,7 @@ mod tests {
             ..Default::default()
         };
         let finished = m
-            .render(&ctx("x", &json!({})))
+            .render(&ctx("x", &json!({})), &mut budget())
             .unwrap()
             .overlay(TransformAction::Agent(Box::new(agent)))
             .finish()
@@ -345,7 +351,7 @@ mod tests {
                 ..Default::default()
             };
             mapping(0, json!({}))
-                .render(&ctx("x", &json!({})))
+                .render(&ctx("x", &json!({})), &mut budget())
                 .unwrap()
                 .overlay(TransformAction::Agent(Box::new(agent)))
                 .finish()
@@ -359,7 +365,12 @@ mod tests {
     #[test]
     fn a_templated_thinking_is_read_after_rendering() {
         let m = mapping(0, json!({"messageTemplate": "m", "thinking": "{{level}}"}));
-        let level = |payload: Value| m.render(&ctx("x", &payload)).unwrap().agent.thinking;
+        let level = |payload: Value| {
+            m.render(&ctx("x", &payload), &mut budget())
+                .unwrap()
+                .agent
+                .thinking
+        };
         assert_eq!(level(json!({"level": "Extra High"})), Some(Thinking::Xhigh));
         assert_eq!(level(json!({"level": "big"})), None);
         assert_eq!(level(json!({})), None);

@@ -18,7 +18,9 @@ use crate::config::HookSettings;
 use crate::gateway::requests::TransformVerdict;
 use crate::gateway::runtime_clock::now_rfc3339;
 use crate::hook::credentials::CredentialHeaders;
-use crate::mapping::{self, FanOut, FinishedAction, Mapping, Selection, TemplateContext};
+use crate::mapping::{
+    self, FanOut, FinishedAction, Mapping, RenderBudget, Selection, TemplateContext,
+};
 use crate::transform::{
     CallOutcome, Reply, SlotShare, TransformEngine, TransformFailure, TransformInput,
 };
@@ -59,8 +61,9 @@ pub(super) trait Observer {
 }
 
 /// Evaluates `request` against `hooks` (its mappings, templates and the transforms loaded
-/// with them), calling transforms through `engine`. Costs a template render per action and a
-/// transform call per payload of a mapping that has one; stores nothing.
+/// with them), calling transforms through `engine`. Costs a template render per action, all of
+/// them within one budget of `hooks.render_limit` bytes, and a transform call per payload of a
+/// mapping that has one; stores nothing.
 pub(super) async fn evaluate<'m>(
     engine: &TransformEngine,
     hooks: &'m HookSettings,
@@ -93,6 +96,8 @@ pub(super) async fn evaluate<'m>(
     let query = query_pairs(request.parts.uri.query());
     let now = now_rfc3339();
     let mut actions = Vec::with_capacity(payloads.len());
+    // One budget for the whole request: a `forEach` list must not multiply it.
+    let mut budget = RenderBudget::for_request(hooks.render_limit);
     for payload in &payloads {
         let ctx = TemplateContext {
             name: request.name,
@@ -101,8 +106,8 @@ pub(super) async fn evaluate<'m>(
             query: &query,
             payload,
         };
-        let mut action = mapping.render(&ctx).map_err(|too_large| {
-            tracing::info!(mapping = %mapping.id, limit = mapping::MAX_RENDERED_BYTES, "hook mapping templates render past the limit");
+        let mut action = mapping.render(&ctx, &mut budget).map_err(|too_large| {
+            tracing::info!(mapping = %mapping.id, limit = too_large.limit, payloads = payloads.len(), "hook mapping templates render past the limit");
             HookError::Invalid(too_large.to_string())
         })?;
         if let Some(spec) = &mapping.transform {

@@ -17,8 +17,8 @@ pub use action::{FinishedAction, MappedAction, TransformAction};
 pub use batch::{BatchRule, batch_key};
 pub use conditions::{Conditions, HeaderValues, Unmet};
 pub use merge::{Overrides, non_blank};
-pub use template::{MAX_RENDERED_BYTES, TemplateContext, TooLarge};
-use template::{RenderBudget, render, render_optional};
+pub use template::{RenderBudget, RenderLimit, TemplateContext, TooLarge};
+use template::{render, render_optional};
 
 /// Whether a mapping produces a wake or an agent run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,15 +167,19 @@ impl Mapping {
         path && source && earlier.conditions.is_empty()
     }
 
-    /// Every field of the mapping rendered against one request; refused when they render to
-    /// more than [`MAX_RENDERED_BYTES`] together, before the bytes past it are allocated.
-    pub fn render(&self, ctx: &TemplateContext<'_>) -> Result<MappedAction, TooLarge> {
+    /// Every field of the mapping rendered against one payload of a request, taken from
+    /// `budget`, its request's (shared by every payload of a `forEach` list); refused when they
+    /// would render past what is left of it, before the bytes past it are allocated.
+    pub fn render(
+        &self,
+        ctx: &TemplateContext<'_>,
+        budget: &mut RenderBudget,
+    ) -> Result<MappedAction, TooLarge> {
         let key_origin = if self.session_key_is_templated() {
             KeyOrigin::MappingTemplated
         } else {
             KeyOrigin::MappingStatic
         };
-        let budget = &mut RenderBudget::for_action();
         let mut rendered = |template: &Option<String>| match template.as_deref() {
             Some(template) => render(template, ctx, budget),
             None => Ok(String::new()),

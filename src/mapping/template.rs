@@ -24,34 +24,74 @@ pub struct TemplateContext<'a> {
 /// gateway must not reach object internals there, and must behave the same here.
 const FORBIDDEN_KEYS: &[&str] = &["__proto__", "prototype", "constructor"];
 
-/// The most bytes the templates of one action render to, all its fields together: 1 MiB, what a
-/// transform's outcome may carry by default (`hooks.transformLimits.outputBytes`). Without it
-/// a template of a few kilobytes repeating a large payload field renders to gigabytes.
-pub const MAX_RENDERED_BYTES: usize = 1024 * 1024;
+/// The most bytes one request's templates render to, all the fields of all its actions (every
+/// element of a `forEach` list) together: four times `hooks.maxBodyBytes`, and never less than
+/// 1 MiB ([`RenderLimit::FLOOR`]). Without it a template of a few kilobytes repeating a large
+/// payload field renders to gigabytes; with it a `forEach` list cannot multiply that by its
+/// length. Derived once, when the configuration is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RenderLimit {
+    bytes: usize,
+}
 
-/// A rendering refused for passing [`MAX_RENDERED_BYTES`], found before the bytes past it are
-/// allocated.
+impl RenderLimit {
+    /// 1 MiB: what a transform's outcome may carry by default
+    /// (`hooks.transformLimits.outputBytes`), four times the default `hooks.maxBodyBytes`.
+    pub const FLOOR: RenderLimit = RenderLimit { bytes: 1024 * 1024 };
+    /// Rendered bytes a request may ask for per byte of the largest body it may have.
+    const PER_BODY_BYTE: u64 = 4;
+
+    /// The bound for requests whose bodies are at most `max_body_bytes`: four times that, at
+    /// least [`RenderLimit::FLOOR`], saturating where `usize` ends.
+    pub fn for_body_limit(max_body_bytes: u64) -> RenderLimit {
+        let scaled = max_body_bytes.saturating_mul(Self::PER_BODY_BYTE);
+        let bytes = usize::try_from(scaled).unwrap_or(usize::MAX);
+        RenderLimit {
+            bytes: bytes.max(Self::FLOOR.bytes),
+        }
+    }
+
+    /// The bound in bytes.
+    pub fn bytes(self) -> usize {
+        self.bytes
+    }
+
+    /// The smaller of this bound and `ceiling` (a candidate's, within the one in force).
+    pub fn within(self, ceiling: RenderLimit) -> RenderLimit {
+        self.min(ceiling)
+    }
+}
+
+/// A rendering refused for passing its request's [`RenderLimit`] (`limit` bytes), found before
+/// the bytes past it are allocated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("hook mapping templates render to more than {MAX_RENDERED_BYTES} bytes")]
-pub struct TooLarge;
+#[error("hook mapping templates render to more than {limit} bytes")]
+pub struct TooLarge {
+    pub limit: usize,
+}
 
-/// What is left of the bytes one action's templates may render to.
+/// What is left of the bytes one request's templates may render to: made once per request and
+/// passed to the rendering of each of its actions.
 #[derive(Debug)]
 pub struct RenderBudget {
     left: usize,
+    limit: RenderLimit,
 }
 
 impl RenderBudget {
-    /// [`MAX_RENDERED_BYTES`] for one action.
-    pub fn for_action() -> RenderBudget {
+    /// All of `limit`, for one request.
+    pub fn for_request(limit: RenderLimit) -> RenderBudget {
         RenderBudget {
-            left: MAX_RENDERED_BYTES,
+            left: limit.bytes,
+            limit,
         }
     }
 
     /// Appends `piece` to `out` when the budget has room for it.
     fn push(&mut self, out: &mut String, piece: &str) -> Result<(), TooLarge> {
-        self.left = self.left.checked_sub(piece.len()).ok_or(TooLarge)?;
+        self.left = self.left.checked_sub(piece.len()).ok_or(TooLarge {
+            limit: self.limit.bytes,
+        })?;
         out.push_str(piece);
         Ok(())
     }
@@ -205,6 +245,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn floor() -> RenderBudget {
+        RenderBudget::for_request(RenderLimit::FLOOR)
+    }
+
     fn with(payload: &Value, template: &str) -> String {
         let headers = vec![
             ("x-github-event".to_string(), "push".to_string()),
@@ -222,7 +266,7 @@ mod tests {
             query: &query,
             payload,
         };
-        render(template, &ctx, &mut RenderBudget::for_action()).unwrap()
+        render(template, &ctx, &mut floor()).unwrap()
     }
 
     #[test]
@@ -299,8 +343,7 @@ mod tests {
             query: &[],
             payload: &ctx_payload,
         };
-        let optional =
-            |template| render_optional(template, &ctx, &mut RenderBudget::for_action()).unwrap();
+        let optional = |template| render_optional(template, &ctx, &mut floor()).unwrap();
         assert_eq!(optional(Some("{{k}}")).as_deref(), Some("v"));
         assert_eq!(optional(Some("{{e}}")), None);
         assert_eq!(optional(None), None);
@@ -317,18 +360,31 @@ mod tests {
             query: &[],
             payload: &payload,
         };
-        let fits = "{{big}}".repeat(MAX_RENDERED_BYTES / big.len());
-        let mut budget = RenderBudget::for_action();
+        let limit = RenderLimit::FLOOR.bytes();
+        let fits = "{{big}}".repeat(limit / big.len());
+        let mut budget = floor();
         let rendered = render(&fits, &ctx, &mut budget).unwrap();
-        assert_eq!(rendered.len(), MAX_RENDERED_BYTES);
-        // The budget is spent: the next template of the same action gets nothing.
-        assert_eq!(render("a", &ctx, &mut budget), Err(TooLarge));
+        assert_eq!(rendered.len(), limit);
+        // The budget is spent: the next template of the same request gets nothing.
+        let refused = TooLarge { limit };
+        assert_eq!(render("a", &ctx, &mut budget), Err(refused));
         let over = "{{big}}".repeat(5000);
-        let mut budget = RenderBudget::for_action();
-        assert_eq!(render(&over, &ctx, &mut budget), Err(TooLarge));
+        assert_eq!(render(&over, &ctx, &mut floor()), Err(refused));
         assert_eq!(
-            TooLarge.to_string(),
+            refused.to_string(),
             "hook mapping templates render to more than 1048576 bytes"
         );
+    }
+
+    #[test]
+    fn the_bound_is_four_bodies_and_at_least_one_mebibyte() {
+        let bytes = |body: u64| RenderLimit::for_body_limit(body).bytes();
+        assert_eq!(bytes(1), 1024 * 1024);
+        assert_eq!(bytes(256 * 1024), 1024 * 1024);
+        assert_eq!(bytes(5 * 1024 * 1024), 20 * 1024 * 1024);
+        assert_eq!(bytes(u64::MAX), usize::MAX);
+        let wide = RenderLimit::for_body_limit(8 * 1024 * 1024);
+        assert_eq!(wide.within(RenderLimit::FLOOR), RenderLimit::FLOOR);
+        assert_eq!(RenderLimit::FLOOR.within(wide), RenderLimit::FLOOR);
     }
 }

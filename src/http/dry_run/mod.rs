@@ -32,6 +32,7 @@ use super::reply::json_error;
 use super::request_query::RequestsQuery;
 use crate::config::{self, ConfigError, HookSettings, Settings};
 use crate::gateway::requests::{self, ListOrder, RequestFilter, RequestRecord};
+use crate::mapping::RenderLimit;
 use crate::transform::TransformLimits;
 
 /// The most requests one dry run tries; the answer's `next` continues past them.
@@ -196,10 +197,11 @@ struct DryRun {
 }
 
 /// The candidate `text`, validated, with its transforms loaded apart from those in force and
-/// their bounds held to what the configuration in force grants. Its `${NAME}` references read
-/// its own `env.vars` and never the server's environment (any other name reads `[env NAME]`):
-/// a dry run checks no signature and sends nothing, so it needs no real secret, and its answer
-/// shows what the candidate's strings hold. Its secret files are confined to the configuration
+/// their bounds, and its render bound, held to what the configuration in force grants (a
+/// candidate's larger `hooks.maxBodyBytes` renders no more than the live one admits). Its
+/// `${NAME}` references read its own `env.vars` and never the server's environment (any other
+/// name reads `[env NAME]`): a dry run checks no signature and sends nothing, so it needs no
+/// real secret, and its answer shows what the candidate's strings hold. Its secret files are confined to the configuration
 /// directory (`config::load_candidate`). Blocks: loading may compile components.
 fn candidate(
     app: &AppState,
@@ -216,8 +218,13 @@ fn candidate(
         .hooks
         .as_ref()
         .map_or_else(TransformLimits::default, HookSettings::grantable_limits);
+    let render_ceiling = live
+        .hooks
+        .as_ref()
+        .map_or(RenderLimit::FLOOR, |hooks| hooks.render_limit);
     if let Some(hooks) = settings.hooks.as_mut() {
         hooks.hold_limits_within(&ceiling);
+        hooks.render_limit = hooks.render_limit.within(render_ceiling);
     }
     Ok(settings)
 }
