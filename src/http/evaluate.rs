@@ -106,9 +106,8 @@ pub(super) async fn evaluate<'m>(
             query: &query,
             payload,
         };
-        let mut action = mapping.render(&ctx, &mut budget).map_err(|too_large| {
+        let mut action = mapping.render(&ctx, &mut budget).inspect_err(|too_large| {
             tracing::info!(mapping = %mapping.id, limit = too_large.limit, payloads = payloads.len(), "hook mapping templates render past the limit");
-            HookError::Invalid(too_large.to_string())
         })?;
         if let Some(spec) = &mapping.transform {
             let body = match payload {

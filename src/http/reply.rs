@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::hook::signature::SignatureError;
 use crate::hook::{LimitReached, Rejected};
+use crate::mapping::TooLarge;
 use crate::transform::TransformFailure;
 
 /// `Retry-After` of an answer refused because the store is full. Space comes back when someone
@@ -46,6 +47,11 @@ pub enum HookError {
     BodyTimeout,
     #[error("{0}")]
     Invalid(String),
+    /// A mapping's templates would render past the request's bound
+    /// ([`crate::mapping::RenderLimit`]): a 400 naming the bound, found before the bytes past
+    /// it were allocated.
+    #[error(transparent)]
+    TemplatesTooLarge(#[from] TooLarge),
     /// The body is not JSON: a 400 whose text is the parser's message, the parser's error kept.
     #[error(transparent)]
     Json(serde_json::Error),
@@ -160,7 +166,8 @@ impl HookError {
     }
 
     /// The text the client is answered with (and the request log records). Borrowed but for
-    /// a body that is not JSON, whose parser's message is written out here.
+    /// a body that is not JSON, whose parser's message is written out here, and templates
+    /// rendering past their bound, whose bound is.
     pub fn client_message(&self) -> Cow<'_, str> {
         Cow::Borrowed(match self {
             HookError::QueryToken => QUERY_TOKEN_MESSAGE,
@@ -172,6 +179,7 @@ impl HookError {
             HookError::PayloadTooLarge => "payload too large",
             HookError::BodyTimeout => "request body timeout",
             HookError::Invalid(message) => message,
+            HookError::TemplatesTooLarge(err) => return Cow::Owned(err.to_string()),
             HookError::Json(err) => return Cow::Owned(err.to_string()),
             HookError::MappingFailed(_) => "hook mapping failed",
             HookError::TransformsBusy => "transforms busy; retry",
@@ -195,9 +203,10 @@ impl HookError {
     /// The status the client is answered with.
     pub(super) fn status(&self) -> StatusCode {
         match self {
-            HookError::QueryToken | HookError::Invalid(_) | HookError::Json(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            HookError::QueryToken
+            | HookError::Invalid(_)
+            | HookError::TemplatesTooLarge(_)
+            | HookError::Json(_) => StatusCode::BAD_REQUEST,
             HookError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             HookError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             HookError::LockedOut { .. } | HookError::LimitReached(_) => {
