@@ -58,6 +58,28 @@ pub struct Provider {
     pub base_url: String,
     pub api_key: Option<String>,
     pub wire: WireFormat,
+    /// How a run's record, its errors and the log name this provider, made once at load: its
+    /// name in `models.providers`, else its base URL's host and port (never the URL's userinfo,
+    /// path or query, which may carry credentials).
+    pub label: String,
+}
+
+impl Provider {
+    /// [`Provider::label`] of the provider `name`d in `models.providers` (`None` for an
+    /// agent's own) at `base_url`.
+    fn label(name: Option<&str>, base_url: &str) -> String {
+        if let Some(name) = name {
+            return name.to_string();
+        }
+        match reqwest::Url::parse(base_url) {
+            Ok(url) => match (url.host_str(), url.port_or_known_default()) {
+                (Some(host), Some(port)) => format!("{host}:{port}"),
+                (Some(host), None) => host.to_string(),
+                _ => "the agent's provider".to_string(),
+            },
+            Err(_) => "the agent's provider".to_string(),
+        }
+    }
 }
 
 /// A model and the ones tried after it, in order, when it fails in a way that may pass.
@@ -188,14 +210,14 @@ pub fn runtime_settings(
         .iter()
         .map(|(name, p)| {
             let key = format!("models.providers.{name}");
-            (name.clone(), provider(p, &key, files, problems))
+            (name.clone(), provider(p, &key, Some(name), files, problems))
         })
         .collect();
     let fallback = AgentRuntime {
         provider: defaults
             .provider
             .as_ref()
-            .map(|p| provider(p, "agents.defaults.provider", files, problems)),
+            .map(|p| provider(p, "agents.defaults.provider", None, files, problems)),
         model: defaults.model.as_ref().map(chain),
     };
     let agents = agents(file, &fallback, files, problems);
@@ -220,10 +242,11 @@ pub fn runtime_settings(
     }
 }
 
-/// The provider at `key`, its API key read.
+/// The provider at `key` (named `name` in `models.providers`), its API key read.
 fn provider(
     config: &ProviderConfig,
     key: &str,
+    name: Option<&str>,
     files: ConfigFiles<'_>,
     problems: &mut Vec<ConfigError>,
 ) -> Provider {
@@ -244,8 +267,10 @@ fn provider(
             WireFormat::OpenAiCompletions
         }
     };
+    let base_url = config.base_url.trim_end_matches('/').to_string();
     Provider {
-        base_url: config.base_url.trim_end_matches('/').to_string(),
+        label: Provider::label(name, &base_url),
+        base_url,
         api_key,
         wire,
     }
@@ -264,7 +289,7 @@ fn agents(
         let own = entry
             .provider
             .as_ref()
-            .map(|p| provider(p, &key, files, problems));
+            .map(|p| provider(p, &key, None, files, problems));
         agents.insert(
             normalize_agent_id(&entry.id),
             AgentRuntime {
@@ -388,6 +413,17 @@ fn mode(file: &FileConfig, files: ConfigFiles<'_>, problems: &mut Vec<ConfigErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_provider_is_named_without_a_urls_credentials_path_or_query() {
+        let secret = "https://user:pw@llm.example:8443/v1?key=sk-1";
+        assert_eq!(Provider::label(None, secret), "llm.example:8443");
+        assert_eq!(
+            Provider::label(None, "https://api.example/v1"),
+            "api.example:443"
+        );
+        assert_eq!(Provider::label(Some("openai"), secret), "openai");
+    }
 
     #[test]
     fn durations() {

@@ -162,11 +162,6 @@ async fn ask_once(
             asked.answer = Err(TurnError::NoProvider(id.clone()));
             continue;
         };
-        let name = id
-            .split_once('/')
-            .map(|(name, _)| name)
-            .filter(|name| settings.runtime.providers.contains_key(*name));
-        let label = model_call::provider_label(name, provider);
         let turn = ChatTurn {
             model,
             history: question.history,
@@ -176,7 +171,9 @@ async fn ask_once(
         };
         let at = model_call::started_at();
         let result = complete(http, provider, &turn).await;
-        asked.calls.push(id, &label, at, result.as_ref().err());
+        asked
+            .calls
+            .push(id, &provider.label, at, result.as_ref().err());
         match result {
             Ok(answer) => {
                 asked.answer = Ok(answer);
@@ -185,14 +182,14 @@ async fn ask_once(
             }
             Err(err) => {
                 let transient = err.is_transient();
-                tracing::warn!(model = %id, provider = %label, call = asked.calls.count, %err,
+                tracing::warn!(model = %id, provider = %provider.label, call = asked.calls.count, %err,
                     transient, "model call failed");
                 let wait = match pass {
                     Pass::Transient(wait) => wait.max(err.retry_after()),
                     Pass::Over => err.retry_after(),
                 };
                 asked.answer = Err(TurnError::Chat {
-                    provider: label,
+                    provider: provider.label.clone(),
                     error: err,
                     calls: asked.calls.count,
                 });

@@ -9,7 +9,6 @@ use serde::{Deserialize, Serialize};
 
 use super::clock::now_rfc3339;
 use super::provider::ChatError;
-use crate::config::runtime::Provider;
 
 /// The first wait between two passes over a run's models; doubled after each pass.
 const FIRST_WAIT: Duration = Duration::from_millis(500);
@@ -88,22 +87,6 @@ pub fn started_at() -> String {
     now_rfc3339()
 }
 
-/// A provider as a run's record and error name it: `name` when it is one of
-/// `models.providers`, else its base URL's host and port (userinfo, path and query left out).
-pub fn provider_label(name: Option<&str>, provider: &Provider) -> String {
-    if let Some(name) = name {
-        return name.to_string();
-    }
-    match reqwest::Url::parse(&provider.base_url) {
-        Ok(url) => match (url.host_str(), url.port_or_known_default()) {
-            (Some(host), Some(port)) => format!("{host}:{port}"),
-            (Some(host), None) => host.to_string(),
-            _ => "the agent's provider".to_string(),
-        },
-        Err(_) => "the agent's provider".to_string(),
-    }
-}
-
 /// The wait before pass `pass` (from 1) over a run's models: [`FIRST_WAIT`] doubled per pass
 /// with equal jitter (half of it fixed, half random, so that runs failing together do not come
 /// back together), at least what a provider's `Retry-After` asked, at most [`MAX_WAIT`].
@@ -128,26 +111,6 @@ pub fn may_call_again(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::runtime::WireFormat;
-
-    fn provider(base_url: &str) -> Provider {
-        Provider {
-            base_url: base_url.into(),
-            api_key: None,
-            wire: WireFormat::OpenAiCompletions,
-        }
-    }
-
-    #[test]
-    fn a_provider_is_named_without_a_urls_credentials_path_or_query() {
-        let secret = provider("https://user:pw@llm.example:8443/v1?key=sk-1");
-        assert_eq!(provider_label(None, &secret), "llm.example:8443");
-        assert_eq!(
-            provider_label(None, &provider("https://api.example/v1")),
-            "api.example:443"
-        );
-        assert_eq!(provider_label(Some("openai"), &secret), "openai");
-    }
 
     #[test]
     fn backoff_doubles_with_jitter_honours_retry_after_and_is_capped() {
