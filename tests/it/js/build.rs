@@ -95,10 +95,11 @@ pub fn unrevised_js_transform() -> &'static Path {
         }
         let runtime = "hookgate-js-runtime.wasm";
         std::fs::copy(root.join("js-sdk").join(runtime), sdk.join(runtime)).unwrap();
+        // The link is made anew: the build directory may be a cache that another checkout
+        // used, whose packages may be gone.
         let packages = sdk.join("node_modules");
-        if std::fs::symlink_metadata(&packages).is_err() {
-            std::os::unix::fs::symlink(root.join("js-sdk/node_modules"), &packages).unwrap();
-        }
+        let _ = std::fs::remove_file(&packages);
+        std::os::unix::fs::symlink(root.join("js-sdk/node_modules"), &packages).unwrap();
         run(Command::new("node")
             .arg(sdk.join("build.mjs"))
             .arg(root.join("fixtures/js/counter.mjs"))
