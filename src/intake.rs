@@ -7,9 +7,9 @@
 use uuid::Uuid;
 
 use crate::config::HookSettings;
-use crate::gateway::batches::{BatchItem, Joined};
-use crate::gateway::budget;
-use crate::gateway::lanes::LaneError;
+use crate::gateway::admission::batches::{BatchItem, Joined};
+use crate::gateway::admission::budget;
+use crate::gateway::admission::lanes::LaneError;
 use crate::gateway::requests::RequestOutcome;
 use crate::gateway::runtime_clock::{now_ms, now_rfc3339};
 use crate::gateway::{

@@ -76,7 +76,7 @@ mod tests {
 
     fn rule(mapping: Value) -> Result<BatchRule, Vec<String>> {
         let config: MappingConfig = serde_json::from_value(mapping).unwrap();
-        let built = super::super::mapping::mapping(2, &config).unwrap();
+        let built = crate::config::mapping::mapping(2, &config).unwrap();
         let mut problems = Vec::new();
         batch_rule(2, &built, config.batch.as_ref().unwrap(), &mut problems)
             .ok_or_else(|| problems.iter().map(ToString::to_string).collect())

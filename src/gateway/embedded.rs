@@ -3,17 +3,19 @@
 
 use std::sync::Arc;
 
-use super::batches::{BatchItem, Joined};
+use super::admission::batches;
+use super::admission::batches::{BatchItem, Joined};
 use super::clock::{now_ms, now_rfc3339};
 use super::context::{Context, Worker, WorkerName};
-use super::outbox::{self, Lane};
-use super::records::{EventOutcome, NewEvent, NewRun};
-use super::retry::{self, Retry};
-use super::runner::Places;
-use super::runs::{self, IdempotencyClaim, RunQueued, Stored};
+use super::outbound::outbox::{self, Lane};
 use super::signals::Signals;
 use super::store::StoreError;
-use super::{batches, heartbeat, retention, runner};
+use super::store::records::{EventOutcome, NewEvent, NewRun};
+use super::store::retention;
+use super::store::runs::{self, IdempotencyClaim, RunQueued, Stored};
+use super::turns::retry::{self, Retry};
+use super::turns::runner::Places;
+use super::turns::{heartbeat, runner};
 use crate::hook::WakeMode;
 
 pub struct Embedded {
@@ -174,9 +176,9 @@ mod tests {
 
     use super::*;
     use crate::config::LiveConfig;
-    use crate::gateway::records::RunStatus;
-    use crate::gateway::runs::tests::run;
     use crate::gateway::store::Store;
+    use crate::gateway::store::records::RunStatus;
+    use crate::gateway::store::runs::tests::run;
     use crate::metrics::Metrics;
 
     /// Without a model provider a run ends as soon as it starts.

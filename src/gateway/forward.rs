@@ -5,12 +5,12 @@
 use std::sync::Arc;
 
 use super::context::{Context, Worker, WorkerName};
-use super::outbox::{self, Lane, OutboxItem};
-use super::records::{EventOutcome, NewEvent, NewRun, RunStatus};
-use super::relay::{AgentBody, Relayed, WakeBody};
-use super::runs::{self, IdempotencyClaim, RunQueued};
+use super::outbound::outbox::{self, Lane, OutboxItem};
+use super::outbound::relay::{AgentBody, Relayed, WakeBody};
 use super::signals::Signals;
 use super::store::StoreError;
+use super::store::records::{EventOutcome, NewEvent, NewRun, RunStatus};
+use super::store::runs::{self, IdempotencyClaim, RunQueued};
 use crate::config::runtime::GatewayMode;
 use crate::hook::WakeMode;
 
@@ -28,7 +28,10 @@ impl Forward {
                 WorkerName::Outbox,
                 outbox::run(ctx.clone(), Arc::clone(&signals), Lane::Relays),
             ),
-            Worker::spawn(WorkerName::Retention, super::retention::run(ctx.clone())),
+            Worker::spawn(
+                WorkerName::Retention,
+                super::store::retention::run(ctx.clone()),
+            ),
         ];
         (Forward { ctx, signals }, workers)
     }

@@ -1,53 +1,37 @@
 //! What happens to an accepted hook. [`Runtime`] is a façade over one backend, chosen at start:
 //! embedded (the local store, the agent runner, heartbeats and delivery to chat channels),
 //! forward (relayed to an upstream gateway through a durable outbox) or NATS (several nodes on
-//! one JetStream stream). The agent work and delivery rules they share live in `agent` and
-//! `delivery`; the records they store are typed in `records`.
+//! one JetStream stream, [`nats`]). What the backends share is laid out by concern, each floor
+//! using only those below it: [`admission`] (the limits a request meets before it is answered),
+//! `turns` (running agent turns), `outbound` (chat replies and relays, through the outbox),
+//! [`store`] (the SQLite file: its rows, their SQL and the records they hold) and [`requests`]
+//! (the request log's rows).
 
-mod agent;
-pub mod batches;
-pub mod budget;
+pub mod admission;
 mod clock;
 mod context;
-pub mod deliveries;
-mod delivery;
 mod embedded;
 mod forward;
-mod heartbeat;
-pub mod lanes;
-mod model_call;
 pub mod nats;
-mod outbox;
-mod provider;
-mod queue;
-mod records;
-mod relay;
+mod outbound;
 pub mod requests;
-mod retention;
-mod retry;
-mod run_record;
-mod runner;
-mod runs;
 mod runtime;
-mod schema;
 mod signals;
-pub mod spend;
-mod store;
-mod stored_run;
-mod usage;
+pub mod store;
+mod turns;
 
-pub use provider::Usage;
-pub use records::{
+pub use runtime::{RetryError, Runtime};
+pub use store::records::{
     DeliveryRecord, EventKind, EventOutcome, EventRecord, NewEvent, NewRun, RunStatus, SkipReason,
 };
-pub use retry::Retry;
-pub use run_record::{RunFilter, RunRecord};
-pub use runtime::{RetryError, Runtime};
+pub use store::run_view::{RunFilter, RunRecord};
+pub use turns::provider::Usage;
+pub use turns::retry::Retry;
 
 /// The clock the runtime and replay protection share.
 pub mod runtime_clock {
     pub use super::clock::{now_ms, now_rfc3339, rfc3339};
 }
 pub use requests::{REQUEST_LOG_FILE, RequestLogStore};
-pub use runs::{IdempotencyClaim, RunQueued};
+pub use store::runs::{IdempotencyClaim, RunQueued};
 pub use store::{CommitError, DB_FILE, Store, StoreError};

@@ -14,8 +14,8 @@ use serde_json::Value;
 
 pub use search::{BodyMatch, ErrorText, HeaderMatch};
 
-use super::records::EventOutcome;
-use super::schema::migrate_request_log;
+use super::store::records::EventOutcome;
+use super::store::schema::migrate_request_log;
 use super::store::{Database, DatabaseFile, StoreError, Synchronous};
 use crate::hook::LimitKind;
 use crate::hook::capture::Captured;

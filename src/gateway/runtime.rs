@@ -5,21 +5,21 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::batches::{BatchItem, Joined};
-use super::budget::{HeldBy, held};
+use super::admission::batches::{BatchItem, Joined};
+use super::admission::budget::{HeldBy, held};
+use super::admission::lanes::{self, LaneError};
+use super::admission::replay::{self, Claim, RecordedAnswer};
 use super::clock::{now_ms, now_rfc3339};
 use super::context::{Context, Worker, WorkerName};
-use super::deliveries::{self, Claim, RecordedAnswer};
 use super::embedded::Embedded;
 use super::forward::Forward;
-use super::lanes::{self, LaneError};
 use super::nats::{Batches, Cluster, Fact};
-use super::records::{EventOutcome, NewEvent, NewRun};
-use super::retry::Retry;
-use super::run_record::RunRecord;
-use super::runs::{self, IdempotencyClaim, RunQueued};
 use super::signals::Signals;
+use super::store::records::{EventOutcome, NewEvent, NewRun};
+use super::store::run_view::RunRecord;
+use super::store::runs::{self, IdempotencyClaim, RunQueued};
 use super::store::{Store, StoreError};
+use super::turns::retry::Retry;
 use crate::config::runtime::{GatewayMode, Route};
 use crate::config::{HookSettings, LiveConfig};
 use crate::hook::WakeMode;
@@ -254,7 +254,7 @@ impl Runtime {
     }
 
     /// Stores a run `held` by the budget `by` (unless `claim` finds it a repeat): the runner
-    /// never starts it until it is released ([`super::budget::release`]). On a NATS cluster it
+    /// never starts it until it is released ([`super::admission::budget::release`]). On a NATS cluster it
     /// is a fact of its own, which the runner consumer does not read.
     pub(super) async fn hold_run(
         &self,
@@ -357,7 +357,7 @@ impl Runtime {
             .await
     }
 
-    /// Claims a signed delivery's id before it is processed (see [`deliveries::claim`]), in the
+    /// Claims a signed delivery's id before it is processed (see [`replay::claim`]), in the
     /// cluster's replay bucket when there is one, else in the store.
     pub async fn claim_delivery(&self, key: &str) -> Result<Claim, StoreError> {
         if let Backend::Nats(cluster) = &self.backend {
@@ -365,7 +365,7 @@ impl Runtime {
         }
         let key = key.to_string();
         self.store
-            .write(move |conn| deliveries::claim(conn, &key, now_ms()))
+            .write(move |conn| replay::claim(conn, &key, now_ms()))
             .await
     }
 
@@ -379,7 +379,7 @@ impl Runtime {
             return Ok(Box::pin(cluster.answer_delivery(&key, &answer)).await?);
         }
         self.store
-            .write(move |conn| deliveries::answer(conn, &key, &answer, now_ms()))
+            .write(move |conn| replay::answer(conn, &key, &answer, now_ms()))
             .await
     }
 
@@ -389,7 +389,7 @@ impl Runtime {
             return Ok(Box::pin(cluster.release_delivery(&key)).await?);
         }
         self.store
-            .write(move |conn| deliveries::release(conn, &key))
+            .write(move |conn| replay::release(conn, &key))
             .await
     }
 }

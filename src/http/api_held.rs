@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::AppState;
 use super::api_error::{ApiError, ApiPath};
 use crate::gateway::RunStatus;
-use crate::gateway::budget::{self, HeldError, Settled};
+use crate::gateway::admission::budget::{self, HeldError, Settled};
 
 /// The answer to a release or a cancel: the run's status now (`queued`, or `running` and on if
 /// a runner took it already; `cancelled`).

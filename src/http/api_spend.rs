@@ -12,7 +12,7 @@ use super::api::time_ms;
 use super::api_error::{ApiError, ApiQuery};
 use crate::config::runtime::GatewayMode;
 use crate::gateway::runtime_clock::{now_ms, rfc3339};
-use crate::gateway::spend::Spend;
+use crate::gateway::store::spend::Spend;
 use crate::mapping::ActionKind;
 
 /// The window when the request names none: a day.

@@ -17,7 +17,7 @@ use super::request::HookContext;
 use super::trace::Trace;
 use crate::client::ClientKey;
 use crate::config::{HookSettings, Settings};
-use crate::gateway::deliveries::{Claim, RecordedAnswer};
+use crate::gateway::admission::replay::{Claim, RecordedAnswer};
 use crate::gateway::requests::Repeat;
 use crate::gateway::runtime_clock::now_ms;
 use crate::hook::signature::{Presented, SignatureError};

@@ -71,7 +71,7 @@ pub(super) fn adopt(agents: &mut Map<String, Value>, notices: &mut Vec<ConfigNot
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::adopted;
+    use crate::config::openclaw::tests::adopted;
     use serde_json::json;
 
     #[test]

@@ -92,7 +92,7 @@ const OPENCLAW_ONLY_CHANNELS: &[&str] = &[
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::adopted;
+    use crate::config::openclaw::tests::adopted;
     use serde_json::json;
 
     #[test]

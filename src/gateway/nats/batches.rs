@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::claims::{ItemClaim, ItemClaims};
 use super::key_of;
 use super::{Cluster, ClusterError, Fact};
-use crate::gateway::batches::{self, Added, BatchItem, Joined};
+use crate::gateway::admission::batches::{self, Added, BatchItem, Joined};
 use crate::gateway::clock::now_ms;
 use crate::gateway::context::Context;
 use crate::gateway::store::Store;

@@ -16,8 +16,8 @@ use async_nats::jetstream::kv;
 
 use super::key_of;
 use super::{Cluster, ClusterError};
-use crate::gateway::batches::Added;
-use crate::gateway::runs::IdempotencyClaim;
+use crate::gateway::admission::batches::Added;
+use crate::gateway::store::runs::IdempotencyClaim;
 
 /// The entry of a claim whose item is not on the stream yet.
 const PENDING: &str = "pending";

@@ -6,11 +6,11 @@ use async_nats::jetstream::{Message, kv};
 
 use super::work::{VIEW_WAIT, done, later, next_period, position, with_progress};
 use super::{Cluster, Consumer, Fact};
-use crate::gateway::agent;
 use crate::gateway::clock::now_ms;
 use crate::gateway::context::Context;
-use crate::gateway::delivery::{self, Next, SendError, next_attempt};
-use crate::gateway::records::{DeliveryJob, DeliveryRecord};
+use crate::gateway::outbound::chat::{self, Next, SendError, next_attempt};
+use crate::gateway::store::records::{DeliveryJob, DeliveryRecord};
+use crate::gateway::turns::agent;
 
 /// A send marker's value while the send is under way: a node finding it knows a send may have
 /// happened and does not risk a duplicate.
@@ -108,7 +108,7 @@ pub(super) async fn deliver(ctx: Context, cluster: Cluster, message: Message) {
         return later(&message, Duration::from_secs(1)).await;
     };
     let settings = ctx.config.current();
-    let send = delivery::deliver(&ctx.http, &settings.runtime.channels, &job, &mut parts);
+    let send = chat::deliver(&ctx.http, &settings.runtime.channels, &job, &mut parts);
     let sent = with_progress(&cluster, &message, || async {}, send).await;
     match sent {
         Ok(()) => {
@@ -212,7 +212,7 @@ async fn give_up(
     attempts: u32,
     error: &SendError,
 ) {
-    let record = delivery::given_up(job, attempts, error);
+    let record = chat::given_up(job, attempts, error);
     let fact = delivered_fact(job, record, true);
     if settle(cluster, message, &fact, marker).await && job.wake_now && job.summary.is_some() {
         // The run's summary was just recorded: its heartbeat need not wait for the next period.

@@ -10,13 +10,14 @@ use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
 use crate::config::runtime::Route;
-use crate::gateway::batches::{self, Opened};
-use crate::gateway::budget::{HeldBy, held};
-use crate::gateway::records::RunStatus;
-use crate::gateway::records::{
+use crate::gateway::admission::batches::{self, Opened};
+use crate::gateway::admission::budget::{HeldBy, held};
+use crate::gateway::store::records::RunStatus;
+use crate::gateway::store::records::{
     DeliveryJob, DeliveryRecord, NewEvent, NewRun, RunOutcome, SummaryEvent,
 };
-use crate::gateway::{retry, runs};
+use crate::gateway::store::runs;
+use crate::gateway::turns::retry;
 use crate::hook::batch_prompt::BatchMessage;
 
 /// One change, as published to `<stream>.<subject>`.
@@ -239,7 +240,7 @@ mod tests {
             panic!("not an outcome");
         };
         assert_eq!(outcome.usage, None);
-        outcome.usage = Some(crate::gateway::provider::Usage {
+        outcome.usage = Some(crate::gateway::turns::provider::Usage {
             input_tokens: 12,
             output_tokens: 3,
         });

@@ -10,11 +10,11 @@ use serde::{Deserialize, Serialize};
 
 use super::claims::ClaimValue;
 use super::{Cluster, ClusterError, Fact, key_of};
-use crate::gateway::budget::HeldBy;
+use crate::gateway::admission::budget::HeldBy;
+use crate::gateway::admission::replay::{Claim, RecordedAnswer, STALE_CLAIM};
 use crate::gateway::clock::now_ms;
-use crate::gateway::deliveries::{Claim, RecordedAnswer, STALE_CLAIM};
-use crate::gateway::records::{NewEvent, NewRun};
-use crate::gateway::runs::{IdempotencyClaim, RunQueued};
+use crate::gateway::store::records::{NewEvent, NewRun};
+use crate::gateway::store::runs::{IdempotencyClaim, RunQueued};
 use crate::hook::WakeMode;
 
 /// Heartbeat requests within this long of each other make one heartbeat, whichever node they

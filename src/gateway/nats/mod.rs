@@ -96,9 +96,9 @@ enum Unacknowledged {
     Late,
 }
 
-impl From<ClusterError> for crate::gateway::store::StoreError {
+impl From<ClusterError> for super::store::StoreError {
     fn from(err: ClusterError) -> Self {
-        use crate::gateway::store::StoreError;
+        use super::store::StoreError;
         match err {
             ClusterError::TooLarge { size, limit } => StoreError::TooLarge { size, limit },
             err @ ClusterError::Failed { .. } => StoreError::Cluster(Box::new(err)),
@@ -434,7 +434,7 @@ async fn ensure_buckets(
     let day = Duration::from_secs(86_400);
     Ok(Buckets {
         idempotency: bucket(js, names, "idempotency", crate::hook::idempotency::WINDOW).await?,
-        replay: bucket(js, names, "replay", super::deliveries::REPLAY_WINDOW).await?,
+        replay: bucket(js, names, "replay", super::admission::replay::REPLAY_WINDOW).await?,
         // Longer than the ack wait: a dead node's run is handed over (and takes its lock over)
         // before the lock expires and lets another run of its session in first.
         locks: bucket(js, names, "locks", ack_wait.saturating_mul(2)).await?,

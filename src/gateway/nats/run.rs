@@ -10,13 +10,14 @@ use super::lanes;
 use super::session_lock::SessionLock;
 use super::work::{RETRY, VIEW_WAIT, done, later, position, with_progress};
 use super::{Cluster, ClusterError, Consumer, Fact};
-use crate::gateway::agent::{self, Conclusion};
 use crate::gateway::clock::now_rfc3339;
 use crate::gateway::context::Context;
-use crate::gateway::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus, SkipReason};
-use crate::gateway::run_record::RunRecord;
+use crate::gateway::store::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus, SkipReason};
+use crate::gateway::store::run_view::RunRecord;
+use crate::gateway::store::runs;
 use crate::gateway::store::{Store, StoreError};
-use crate::gateway::{runs, usage};
+use crate::gateway::turns::agent::{self, Conclusion};
+use crate::gateway::turns::token_metrics;
 use crate::hook::SessionMode;
 
 /// How long a persistent run waits for this node's view to show its session's earlier runs.
@@ -60,7 +61,7 @@ pub(super) async fn run(ctx: Context, cluster: Cluster, message: Message) {
     let history = agent::history(&ctx.store, &work).await;
     let turn = agent::turn(&ctx.http, &settings, &work, &history);
     let outcome = with_progress(&cluster, &message, refresh, turn).await;
-    usage::count_tokens(&ctx.metrics, &settings, &work, &outcome);
+    token_metrics::count_tokens(&ctx.metrics, &settings, &work, &outcome);
     let owner = agent::owner_route_for(&ctx.store, &settings, &work, &outcome).await;
     let conclusion = agent::conclude(&settings, &work, outcome, owner);
     let wakes_now = conclusion.wakes_now(&work);

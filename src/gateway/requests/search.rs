@@ -429,7 +429,7 @@ mod tests {
     #[tokio::test]
     async fn a_body_search_pages_in_either_order_past_its_cursor() {
         let dir = tempfile::tempdir().unwrap();
-        let store = super::super::RequestLogStore::open(dir.path()).unwrap();
+        let store = crate::gateway::requests::RequestLogStore::open(dir.path()).unwrap();
         let bodies = [
             r#"{"action":"opened"}"#,
             r#"{"action":"closed"}"#,

@@ -16,6 +16,13 @@ mod error;
 mod failure;
 #[cfg(test)]
 mod held;
+pub(super) mod records;
+pub(super) mod retention;
+pub(super) mod run_view;
+pub(super) mod run_wire;
+pub(super) mod runs;
+pub(super) mod schema;
+pub mod spend;
 mod writer;
 
 use std::path::Path;
@@ -23,7 +30,7 @@ use std::path::Path;
 use prometheus_client::metrics::histogram::Histogram;
 use rusqlite::Connection;
 
-use super::schema::migrate;
+use self::schema::migrate;
 pub use error::{CommitError, StoreError};
 pub(super) use writer::{Database, DatabaseFile, Synchronous};
 

@@ -15,9 +15,9 @@ use serde::Serialize;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::super::AppState;
-use super::super::api_error::ApiError;
-use super::super::api_requests::{Replayed, find, replay_record};
+use crate::http::AppState;
+use crate::http::api_error::ApiError;
+use crate::http::api_requests::{Replayed, find, replay_record};
 use crate::metrics::BulkReplayLabels;
 
 /// How many jobs a node remembers, the running one included; older finished ones are forgotten.

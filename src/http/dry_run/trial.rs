@@ -18,12 +18,12 @@ use crate::intake::{self, Actions, Intake};
 use crate::mapping::Mapping;
 use crate::transform::{SlotShare, TransformEngine, TransformFailure};
 
-use super::super::body::parse_json;
-use super::super::evaluate::{Evaluation, Observer, evaluate};
-use super::super::hooks::{hook_name, replay_signature, under_prefix};
-use super::super::reply::HookError;
-use super::super::request::{HookRequest, Signed, mapping_by_id};
-use super::super::submit::intake_of;
+use crate::http::body::parse_json;
+use crate::http::evaluate::{Evaluation, Observer, evaluate};
+use crate::http::hooks::{hook_name, replay_signature, under_prefix};
+use crate::http::reply::HookError;
+use crate::http::request::{HookRequest, Signed, mapping_by_id};
+use crate::http::submit::intake_of;
 
 /// A captured request, as the hook endpoints would see it again.
 pub(super) struct Captured<'a> {

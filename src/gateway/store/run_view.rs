@@ -6,12 +6,12 @@ use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
-use super::budget::HeldBy;
-use super::model_call::ModelCall;
-use super::provider::Usage;
 use super::records::{DeliveryRecord, NewRun, RunStatus, new_run_columns};
-use super::store::{Store, StoreError};
+use super::{Store, StoreError};
 use crate::config::lanes::Priority;
+use crate::gateway::admission::budget::HeldBy;
+use crate::gateway::turns::model_call::ModelCall;
+use crate::gateway::turns::provider::Usage;
 use crate::hook::envelope::ContentSource;
 use crate::hook::{Channel, Thinking, WakeMode};
 

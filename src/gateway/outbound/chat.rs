@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::records::{DeliveryJob, DeliveryRecord};
 use crate::config::runtime::{
     BotConfig, ChannelEndpoint, ChannelSettings, ImessageConfig, MattermostConfig, MsteamsConfig,
     RetryPolicy, Route, SignalConfig, WhatsappConfig,
 };
+use crate::gateway::store::records::{DeliveryJob, DeliveryRecord};
 use crate::hook::Channel;
 
 /// A chat API that accepts the connection and never answers must not hold up the outbox.

@@ -3,8 +3,8 @@
 //! again after a crash used its tokens again, and is counted again).
 
 use super::provider::Usage;
-use super::records::{NewRun, RunOutcome};
 use crate::config::Settings;
+use crate::gateway::store::records::{NewRun, RunOutcome};
 use crate::metrics::{Metrics, TokenLabels};
 
 /// The `model` label of a model id the configuration does not name.

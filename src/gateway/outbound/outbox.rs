@@ -12,14 +12,14 @@ use std::time::Duration;
 
 use rusqlite::{Connection, params};
 
-use super::clock::{millis, now_ms, now_rfc3339};
-use super::context::Context;
-use super::delivery::{self, Next, SendError, next_attempt, resolve_route};
-use super::records::{DeliveryJob, DeliveryRecord, NewRun, RunStatus};
+use super::chat::{self, Next, SendError, next_attempt, resolve_route};
 use super::relay::{AgentBody, Relayed, WakeBody, relay};
-use super::runs;
-use super::signals::Signals;
 use crate::config::runtime::{ChannelSettings, GatewayMode, RetryPolicy, RuntimeSettings};
+use crate::gateway::clock::{millis, now_ms, now_rfc3339};
+use crate::gateway::context::Context;
+use crate::gateway::signals::Signals;
+use crate::gateway::store::records::{DeliveryJob, DeliveryRecord, NewRun, RunStatus};
+use crate::gateway::store::runs;
 use crate::metrics::{DeliveryLabels, RelayLabels};
 
 /// The base delay of relays' backoff at least.
@@ -420,7 +420,7 @@ async fn send(
 ) -> (Result<Option<String>, SendError>, RetryPolicy, Duration) {
     match item {
         OutboxItem::Delivery(job) => {
-            let sent = delivery::deliver(&ctx.http, &runtime.channels, job, parts);
+            let sent = chat::deliver(&ctx.http, &runtime.channels, job, parts);
             let policy = runtime.channels.retry;
             (sent.await.map(|()| None), policy, Duration::MAX)
         }
@@ -549,7 +549,7 @@ async fn give_up(ctx: &Context, signals: &Signals, row: &Row, error: &SendError)
             match (item, &run_id) {
                 (Some(OutboxItem::Delivery(job)), run_id) => {
                     if let Some(run_id) = run_id {
-                        let record = delivery::given_up(&job, attempts, &error);
+                        let record = chat::given_up(&job, attempts, &error);
                         runs::set_delivery(conn, run_id, &record)?;
                     }
                     if let Some(summary) = &job.summary {

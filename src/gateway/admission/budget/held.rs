@@ -15,9 +15,9 @@ use crate::config::budget::Budgets;
 use crate::gateway::clock::{now_ms, now_rfc3339};
 use crate::gateway::context::Context;
 use crate::gateway::nats::{Cluster, Fact};
-use crate::gateway::records::{NewRun, RunStatus};
-use crate::gateway::runs;
 use crate::gateway::signals::Signals;
+use crate::gateway::store::records::{NewRun, RunStatus};
+use crate::gateway::store::runs;
 use crate::gateway::{Runtime, StoreError};
 
 /// Held runs the embedded release step releases in one transaction at most.

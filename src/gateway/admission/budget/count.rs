@@ -7,7 +7,7 @@
 use rusqlite::{Connection, params};
 
 use super::{Limit, Scope};
-use crate::gateway::spend::{SpendScope, spend_since};
+use crate::gateway::store::spend::{SpendScope, spend_since};
 
 /// How much a window holds, and when the oldest of it entered (milliseconds since the epoch):
 /// when that leaves the window, there may be room.

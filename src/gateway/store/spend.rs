@@ -10,7 +10,7 @@
 use rusqlite::{Connection, params};
 use serde::Serialize;
 
-use super::store::{Store, StoreError};
+use super::{Store, StoreError};
 
 /// Whose runs a sum counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,9 +100,11 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::provider::Usage;
-    use crate::gateway::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus, SkipReason};
-    use crate::gateway::runs;
+    use crate::gateway::store::records::{
+        DeliveryRecord, NewRun, RunOutcome, RunStatus, SkipReason,
+    };
+    use crate::gateway::store::runs;
+    use crate::gateway::turns::provider::Usage;
 
     /// A run of `mapping` (none: `/hooks/agent`) for `agent`, created at `created`.
     fn run(id: &str, mapping: Option<&str>, agent: &str, created: &str) -> NewRun {
@@ -149,7 +151,7 @@ mod tests {
     fn store() -> (tempfile::TempDir, Connection) {
         let dir = tempfile::tempdir().unwrap();
         let conn = Connection::open(dir.path().join("spend.db")).unwrap();
-        crate::gateway::schema::migrate(&conn).unwrap();
+        crate::gateway::store::schema::migrate(&conn).unwrap();
         (dir, conn)
     }
 

@@ -13,10 +13,10 @@ use std::time::Duration;
 use rusqlite::types::{FromSql, FromSqlResult, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, ToSql, params};
 
-use super::records::NewRun;
-use super::store::{Store, StoreError};
 use crate::config::HookSettings;
 use crate::config::lanes::Priority;
+use crate::gateway::store::records::NewRun;
+use crate::gateway::store::{Store, StoreError};
 use crate::hook::{LimitKind, LimitReached};
 
 /// The `Retry-After` of a request refused by a full lane. A queue drains as fast as its runs
@@ -274,7 +274,7 @@ pub(crate) fn running_by_mapping(conn: &Connection) -> rusqlite::Result<Vec<(Str
 pub(crate) fn higher_waiting(
     conn: &Connection,
     (priority, session_key): (Priority, &str),
-    busy: &super::queue::Busy,
+    busy: &crate::gateway::turns::next_runs::Busy,
 ) -> rusqlite::Result<bool> {
     conn.prepare_cached(
         "SELECT EXISTS (SELECT 1 FROM runs AS q INDEXED BY runs_queued_by_priority
@@ -352,7 +352,7 @@ mod tests {
             // Higher but behind an older run of its own key.
             ("behind", "hook:j", Priority::High),
         ] {
-            let mut new = crate::gateway::runs::tests::run(id);
+            let mut new = crate::gateway::store::runs::tests::run(id);
             new.admitted.session_key = key.into();
             new.priority = priority;
             store.queue_run(new, None).await.unwrap();
@@ -362,12 +362,12 @@ mod tests {
                 higher_waiting(
                     conn,
                     (Priority::Low, key),
-                    &super::super::queue::Busy::default(),
+                    &crate::gateway::turns::next_runs::Busy::default(),
                 )
             })
         };
         assert!(!waiting("hook:k").await.unwrap());
-        let mut new = crate::gateway::runs::tests::run("free");
+        let mut new = crate::gateway::store::runs::tests::run("free");
         new.admitted.session_key = "hook:m".into();
         new.priority = Priority::Normal;
         store.queue_run(new, None).await.unwrap();
@@ -385,17 +385,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), true).unwrap();
         let of = |id: &str, mapping: Option<&str>| {
-            let mut new = crate::gateway::runs::tests::run(id);
+            let mut new = crate::gateway::store::runs::tests::run(id);
             new.admitted.mapping_id = mapping.map(String::from);
             new
         };
         let (bulk, direct) = (of("next", Some("bulk")), of("next-direct", None));
         let held = |runs: Vec<NewRun>| {
             store.write(move |conn| {
-                let by = super::super::budget::HeldBy::from_column("mapping:runsPerHour:bulk");
+                let by = crate::gateway::admission::budget::HeldBy::from_column(
+                    "mapping:runsPerHour:bulk",
+                );
                 for run in runs {
-                    crate::gateway::runs::queue_run(conn, &run, None)?;
-                    super::super::budget::held::hold(conn, &run.run_id, by.as_ref().unwrap())?;
+                    crate::gateway::store::runs::queue_run(conn, &run, None)?;
+                    crate::gateway::admission::budget::held::hold(
+                        conn,
+                        &run.run_id,
+                        by.as_ref().unwrap(),
+                    )?;
                 }
                 Ok(())
             })

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::clock::now_rfc3339;
 use super::provider::ChatError;
+use crate::gateway::clock::now_rfc3339;
 
 /// The first wait between two passes over a run's models; doubled after each pass.
 const FIRST_WAIT: Duration = Duration::from_millis(500);

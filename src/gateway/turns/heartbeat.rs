@@ -8,10 +8,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::agent::{self, Beat};
-use super::context::Context;
-use super::outbox::OutboxItem;
-use super::runs;
-use super::signals::Signals;
+use crate::gateway::context::Context;
+use crate::gateway::outbound::outbox::OutboxItem;
+use crate::gateway::signals::Signals;
+use crate::gateway::store::runs;
 
 /// Runs heartbeats until the process ends.
 pub async fn run(ctx: Context, signals: Arc<Signals>) {

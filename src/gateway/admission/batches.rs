@@ -13,11 +13,11 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
-use super::clock::{millis, now_ms};
-use super::context::Context;
-use super::records::NewRun;
-use super::runs::{self, IdempotencyClaim};
-use super::signals::Signals;
+use crate::gateway::clock::{millis, now_ms};
+use crate::gateway::context::Context;
+use crate::gateway::signals::Signals;
+use crate::gateway::store::records::NewRun;
+use crate::gateway::store::runs::{self, IdempotencyClaim};
 use crate::hook::batch_prompt::{BatchMessage, batch_prompt, batch_task, message_list};
 use crate::mapping::{BatchRule, batch_key};
 

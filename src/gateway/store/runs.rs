@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::model_call::ModelCall;
-use super::provider::Exchange;
 use super::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus, SummaryEvent};
-use super::store::{Store, StoreError};
+use super::{Store, StoreError};
 use crate::config::runtime::Route;
+use crate::gateway::turns::model_call::ModelCall;
+use crate::gateway::turns::provider::Exchange;
 
 /// What became of a queued run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +111,8 @@ pub fn queue_or_start(
 
 /// Whether a run of `session_key` would wait if queued now: a run is queued (the runner
 /// starts queued runs first, in their own order), or one of its key is running.
-pub(super) const WAITS: &str = "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'queued')
+pub(in crate::gateway) const WAITS: &str =
+    "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'queued')
      OR EXISTS (SELECT 1 FROM runs WHERE status = 'running' AND session_key = ?1)";
 
 /// Costs two look-ups on the status indexes ([`WAITS`]).
@@ -331,7 +332,7 @@ const HISTORY_BYTES: usize = 64 * 1024;
 
 /// A session's earlier exchanges, newest first: found on the `runs_queue` index (status and
 /// session key), so its cost does not grow with the runs of other sessions.
-pub(super) const HISTORY: &str = "SELECT prompt, reply FROM runs
+pub(in crate::gateway) const HISTORY: &str = "SELECT prompt, reply FROM runs
      WHERE session_key = ?1 AND status = 'ok' AND target_agent = ?2
        AND session_mode = 'persistent' AND reply IS NOT NULL
        AND rowid < (SELECT rowid FROM runs WHERE run_id = ?3)
@@ -380,7 +381,7 @@ pub fn consume_events(conn: &Connection, agent: &str, up_to_seq: i64) -> rusqlit
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(in crate::gateway) mod tests {
     use super::*;
 
     /// A queued run of session key `hook:x`, without a mapping.
@@ -536,7 +537,7 @@ pub(super) mod tests {
     pub(in crate::gateway) fn plan_of(sql: &str, params: impl rusqlite::Params) -> Vec<String> {
         let dir = tempfile::tempdir().unwrap();
         let conn = Connection::open(dir.path().join("plan.db")).unwrap();
-        crate::gateway::schema::migrate(&conn).unwrap();
+        crate::gateway::store::schema::migrate(&conn).unwrap();
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
         stmt.query_map(params, |row| row.get(3))
             .unwrap()

@@ -3,10 +3,11 @@
 
 use super::{Exceeded, applying_to, judge};
 use crate::config::budget::{Budgets, OnExceeded};
+use crate::gateway::admission::lanes;
 use crate::gateway::clock::now_ms;
-use crate::gateway::records::NewRun;
-use crate::gateway::runs::{IdempotencyClaim, RunQueued};
-use crate::gateway::{Runtime, StoreError, lanes};
+use crate::gateway::store::records::NewRun;
+use crate::gateway::store::runs::{IdempotencyClaim, RunQueued};
+use crate::gateway::{Runtime, StoreError};
 use crate::hook::LimitReached;
 
 /// A run [`queue`] stored, and whether a budget held it.

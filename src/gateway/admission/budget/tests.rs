@@ -7,7 +7,7 @@ use super::held::{
 use super::*;
 use crate::gateway::Store;
 use crate::gateway::clock::rfc3339;
-use crate::gateway::runs;
+use crate::gateway::store::runs;
 
 const HOUR_MS: i64 = 3_600_000;
 const NOW_MS: i64 = 1_800_000_000_000;
@@ -221,7 +221,7 @@ async fn the_release_step_goes_oldest_first_across_groups_a_batch_at_a_time() {
 fn the_release_steps_reads_are_seeks_on_the_held_runs_index() {
     let dir = tempfile::tempdir().unwrap();
     let conn = Connection::open(dir.path().join("plan.db")).unwrap();
-    crate::gateway::schema::migrate(&conn).unwrap();
+    crate::gateway::store::schema::migrate(&conn).unwrap();
     let plans: [(&str, &[&dyn rusqlite::ToSql]); 3] = [
         (NEXT_DIRECT_GROUP, &[&"main"]),
         (NEXT_MAPPED_GROUP, &[&"github", &"main"]),
@@ -305,7 +305,7 @@ async fn a_refusing_budget_wins_over_a_holding_one() {
 fn a_windows_counts_are_read_from_indexes() {
     let dir = tempfile::tempdir().unwrap();
     let conn = Connection::open(dir.path().join("plan.db")).unwrap();
-    crate::gateway::schema::migrate(&conn).unwrap();
+    crate::gateway::store::schema::migrate(&conn).unwrap();
     let since = "2026-01-01T00:00:00.000Z";
     for (sql, limited) in [
         (count::MAPPING_RUNS, true),

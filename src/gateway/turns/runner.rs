@@ -9,15 +9,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::agent::{self, Conclusion};
-use super::clock::now_rfc3339;
-use super::context::Context;
-use super::lanes::{LaneSlots, LaneTicket};
-use super::outbox::OutboxItem;
-use super::records::{DeliveryRecord, NewRun, RunOutcome, SummaryEvent};
-use super::signals::Signals;
-use super::store::StoreError;
-use super::{queue, runs, usage};
 use crate::config::Settings;
+use crate::gateway::admission::lanes::{LaneSlots, LaneTicket};
+use crate::gateway::clock::now_rfc3339;
+use crate::gateway::context::Context;
+use crate::gateway::outbound::outbox::OutboxItem;
+use crate::gateway::signals::Signals;
+use crate::gateway::store::StoreError;
+use crate::gateway::store::records::{DeliveryRecord, NewRun, RunOutcome, SummaryEvent};
+use crate::gateway::store::runs;
+use crate::gateway::turns::{next_runs, token_metrics};
 use crate::slots::Slots;
 
 /// Queued runs are looked for at least this often, besides whenever a run is queued.
@@ -115,7 +116,7 @@ pub async fn run(ctx: Context, signals: Arc<Signals>, places: Places) {
         places
             .slots
             .resize(ctx.config.current().runtime.max_concurrent);
-        if let Err(err) = super::budget::release_due(&ctx, &signals).await {
+        if let Err(err) = crate::gateway::admission::budget::release_due(&ctx, &signals).await {
             tracing::error!(%err, "runner cannot release held runs");
         }
         match start_queued(&ctx, &signals, &places).await {
@@ -151,17 +152,17 @@ async fn start_queued(
     };
     let settings = ctx.config.current();
     let hooks = settings.hooks.as_ref();
-    let skip = queue::Busy {
+    let skip = next_runs::Busy {
         sessions: lock(busy).clone(),
         lanes: lanes.full(hooks),
     };
     let want = 1 + slots.free();
     let queued = ctx
         .store
-        .read(move |conn| queue::queued(conn, 256, &skip, want))
+        .read(move |conn| next_runs::queued(conn, 256, &skip, want))
         .await?;
     let mut pass = Pass::Done;
-    for queue::Startable {
+    for next_runs::Startable {
         run_id,
         session_key,
         mapping_id,
@@ -256,7 +257,7 @@ async fn execute(ctx: &Context, signals: &Signals, run: NewRun) {
     let settings = ctx.config.current();
     let history = agent::history(&ctx.store, &run).await;
     let outcome = agent::turn(&ctx.http, &settings, &run, &history).await;
-    usage::count_tokens(&ctx.metrics, &settings, &run, &outcome);
+    token_metrics::count_tokens(&ctx.metrics, &settings, &run, &outcome);
     let owner = agent::owner_route_for(&ctx.store, &settings, &run, &outcome).await;
     let conclusion = agent::conclude(&settings, &run, outcome, owner);
     let wakes_now = conclusion.wakes_now(&run);

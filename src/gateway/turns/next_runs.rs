@@ -141,9 +141,9 @@ pub fn queued_heads(
 mod tests {
     use super::*;
     use crate::config::lanes::Priority;
-    use crate::gateway::runs::claim;
-    use crate::gateway::runs::tests::{plan_of, run};
     use crate::gateway::store::Store;
+    use crate::gateway::store::runs::claim;
+    use crate::gateway::store::runs::tests::{plan_of, run};
 
     #[tokio::test]
     async fn the_queue_offers_each_idle_session_its_oldest_run_oldest_first() {

@@ -16,7 +16,7 @@ use crate::hook::{AdmittedRun, AgentAction, Channel, SessionMode, Thinking, Wake
 /// unset); the channel as `last` when none was named. Written borrowed from a [`NewRun`], so that
 /// publishing a run copies no string; read owned (serde reads a `Cow<str>` as owned).
 #[derive(Serialize, Deserialize)]
-pub(super) struct StoredRun<'a> {
+pub(in crate::gateway) struct StoredRun<'a> {
     run_id: Cow<'a, str>,
     hook_name: Cow<'a, str>,
     agent_id: Option<Cow<'a, str>>,

@@ -6,8 +6,8 @@
 use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
 
-use super::records::{DeliveryRecord, RunStatus};
-use super::run_record::RunRecord;
+use crate::gateway::store::records::{DeliveryRecord, RunStatus};
+use crate::gateway::store::run_view::RunRecord;
 
 /// What a retry does to a run (`retry` of a run in the operator API; `retried` of a retry's
 /// answer, which the CLI reads back).

@@ -4,19 +4,19 @@
 
 use std::time::Duration;
 
-use super::clock::now_rfc3339;
-use super::delivery::resolve_route;
 use super::model_call::{self, Calls};
 use super::provider::{
     Answer, ChatError, ChatTurn, Exchange, complete, is_acknowledgement, summary_of,
 };
-use super::records::{
-    DeliveryJob, DeliveryRecord, NewRun, RunOutcome, RunStatus, SkipReason, SummaryEvent,
-};
-use super::runs::{self, PendingEvent};
-use super::store::Store;
 use crate::config::Settings;
 use crate::config::runtime::{AgentRuntime, MAX_RUN_SECONDS, Route};
+use crate::gateway::clock::now_rfc3339;
+use crate::gateway::outbound::chat::resolve_route;
+use crate::gateway::store::Store;
+use crate::gateway::store::records::{
+    DeliveryJob, DeliveryRecord, NewRun, RunOutcome, RunStatus, SkipReason, SummaryEvent,
+};
+use crate::gateway::store::runs::{self, PendingEvent};
 use crate::hook::envelope::{
     ContentSource, SECURITY_NOTICE, envelope, marker_id, sanitize_markers, sanitize_summary_name,
 };

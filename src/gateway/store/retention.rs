@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use rusqlite::{Connection, params};
 
-use super::clock::{millis, now_ms};
-use super::context::Context;
-use super::deliveries::REPLAY_WINDOW;
 use crate::config::runtime::Retention;
+use crate::gateway::admission::replay::REPLAY_WINDOW;
+use crate::gateway::clock::{millis, now_ms};
+use crate::gateway::context::Context;
 use crate::hook::idempotency;
 
 /// Rows of one kind one transaction looks at, at most.
@@ -56,7 +56,7 @@ struct Cursor {
 }
 
 /// One pass: batches until nothing is left to delete. Returns the transactions it took.
-pub async fn prune(ctx: &Context, retention: Retention) -> Result<usize, super::store::StoreError> {
+pub async fn prune(ctx: &Context, retention: Retention) -> Result<usize, super::StoreError> {
     let mut cursor = Cursor {
         events_done: retention.events.is_none(),
         runs_done: retention.runs.is_none(),
@@ -81,7 +81,7 @@ pub async fn prune(ctx: &Context, retention: Retention) -> Result<usize, super::
 /// RFC 3339 UTC with milliseconds, `age` before `now_ms`, as the store's `at` columns are
 /// written: such strings order like the times they stand for.
 fn cutoff(now_ms: i64, age: Duration) -> String {
-    super::clock::rfc3339(now_ms.saturating_sub(millis(age)))
+    crate::gateway::clock::rfc3339(now_ms.saturating_sub(millis(age)))
 }
 
 /// One batch: the next events and runs past `cursor`, and at most [`BATCH`] rows of each other

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::delivery::SendError;
+use super::chat::SendError;
 use crate::config::runtime::Upstream;
 use crate::hook::{AdmittedRun, Channel, Thinking, WakeMode};
 
@@ -106,7 +106,7 @@ pub async fn relay(
     };
     let response = request
         .bearer_auth(&upstream.token)
-        .timeout(super::delivery::SEND_TIMEOUT)
+        .timeout(super::chat::SEND_TIMEOUT)
         .send()
         .await
         .map_err(|e| SendError::unreachable(UPSTREAM, e))?;

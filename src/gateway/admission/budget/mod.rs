@@ -10,16 +10,16 @@
 
 mod admit;
 mod count;
-pub(super) mod held;
+pub(in crate::gateway) mod held;
 
 use std::time::Duration;
 
 use rusqlite::Connection;
 use serde::Serialize;
 
-use super::clock::rfc3339;
-use super::records::NewRun;
 use crate::config::budget::{Budget, Budgets, OnExceeded, RUNS_WINDOW, TOKENS_WINDOW};
+use crate::gateway::clock::rfc3339;
+use crate::gateway::store::records::NewRun;
 use crate::hook::{LimitKind, LimitReached};
 
 pub use admit::{Queued, has_room, queue};
@@ -182,7 +182,9 @@ fn exceeded_in(
     now_ms: i64,
 ) -> rusqlite::Result<Option<Exceeded>> {
     let exceeded = |limit: Limit, max: u64, oldest: Option<i64>, window: Duration| {
-        let leaves_at = oldest.map_or(now_ms, |oldest| oldest + super::clock::millis(window));
+        let leaves_at = oldest.map_or(now_ms, |oldest| {
+            oldest + crate::gateway::clock::millis(window)
+        });
         let wait = u64::try_from(leaves_at.saturating_sub(now_ms)).unwrap_or(0);
         Exceeded {
             by: HeldBy {
@@ -196,7 +198,7 @@ fn exceeded_in(
         }
     };
     if let Some(max) = budget.budget.runs_per_hour {
-        let since = rfc3339(now_ms - super::clock::millis(RUNS_WINDOW));
+        let since = rfc3339(now_ms - crate::gateway::clock::millis(RUNS_WINDOW));
         let window = count::window(
             conn,
             Limit::RunsPerHour,
@@ -215,7 +217,7 @@ fn exceeded_in(
         }
     }
     if let Some(max) = budget.budget.tokens_per_day {
-        let since = rfc3339(now_ms - super::clock::millis(TOKENS_WINDOW));
+        let since = rfc3339(now_ms - crate::gateway::clock::millis(TOKENS_WINDOW));
         let window = count::window(
             conn,
             Limit::TokensPerDay,

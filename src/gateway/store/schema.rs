@@ -337,7 +337,7 @@ CREATE TABLE indexed_streams (
 ";
 
 /// Brings the request log's schema up to date.
-pub(super) fn migrate_request_log(conn: &Connection) -> rusqlite::Result<()> {
+pub(in crate::gateway) fn migrate_request_log(conn: &Connection) -> rusqlite::Result<()> {
     apply(
         conn,
         &[
@@ -365,7 +365,7 @@ fn apply(conn: &Connection, migrations: &[(i64, &str)]) -> rusqlite::Result<()> 
 }
 
 /// Brings the schema up to date, one version per transaction.
-pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+pub(in crate::gateway) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     apply(
         conn,
         &[
