@@ -5,6 +5,7 @@
 
 pub(super) mod agent;
 pub(super) mod heartbeat;
+pub(crate) mod lane_slots;
 pub(super) mod model_call;
 pub(super) mod next_runs;
 pub(super) mod provider;

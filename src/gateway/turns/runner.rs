@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::agent::{self, Conclusion};
+use super::lane_slots::{LaneSlots, LaneTicket};
 use crate::config::Settings;
-use crate::gateway::admission::lanes::{LaneSlots, LaneTicket};
 use crate::gateway::clock::now_rfc3339;
 use crate::gateway::context::Context;
 use crate::gateway::outbound::outbox::OutboxItem;
