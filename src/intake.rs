@@ -8,7 +8,6 @@ use uuid::Uuid;
 
 use crate::config::HookSettings;
 use crate::gateway::admission::batches::{BatchItem, Joined};
-use crate::gateway::admission::budget;
 use crate::gateway::admission::lanes::LaneError;
 use crate::gateway::requests::RequestOutcome;
 use crate::gateway::runtime_clock::{now_ms, now_rfc3339};
@@ -273,21 +272,23 @@ async fn queue(
     // Within its budgets a request opens a batch; past one it is held or refused as the run of
     // its own it then is.
     if admission.batch.is_some()
-        && budget::has_room(runtime, &hooks.budgets, &admission.run).await?
+        && runtime
+            .within_budgets(&hooks.budgets, &admission.run)
+            .await?
     {
         admission = match batch(runtime, admission, true).await? {
             Ok(opened) => return Ok(opened),
             Err(admission) => admission,
         };
     }
-    let queued = budget::queue(
-        runtime,
-        &hooks.budgets,
-        admission.run,
-        admission.claim,
-        admission.idempotency_key.as_deref(),
-    )
-    .await??;
+    let queued = runtime
+        .queue_within_budgets(
+            &hooks.budgets,
+            admission.run,
+            admission.claim,
+            admission.idempotency_key.as_deref(),
+        )
+        .await??;
     let (run_id, repeated) = match queued.run {
         RunQueued::New { run_id } => (run_id, false),
         RunQueued::Replayed { run_id } => (run_id, true),

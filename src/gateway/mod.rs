@@ -12,6 +12,7 @@ mod clock;
 mod context;
 mod embedded;
 mod forward;
+mod held_runs;
 pub mod nats;
 mod outbound;
 pub mod requests;

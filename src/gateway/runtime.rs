@@ -27,7 +27,7 @@ use crate::metrics::Metrics;
 
 /// Shared by the request handlers.
 pub struct Runtime {
-    backend: Backend,
+    pub(super) backend: Backend,
     /// The store: the embedded file, or on a NATS cluster this node's view of the stream.
     pub(super) store: Store,
     workers: Mutex<Vec<Worker>>,
@@ -40,7 +40,7 @@ pub struct Runtime {
 /// is as large as its largest branch, and theirs (several kilobytes of NATS and HTTP client
 /// state) would otherwise be carried, and copied at each step up the handler's chain, by every
 /// request an embedded server answers. A box is one allocation beside a network round trip.
-enum Backend {
+pub(super) enum Backend {
     Embedded(Embedded),
     Forward(Forward),
     /// Boxed: a cluster handle is several kilobytes.
@@ -98,15 +98,6 @@ impl Runtime {
             Backend::Nats(cluster) => Some(cluster.as_ref()),
             _ => None,
         }
-    }
-
-    /// The store: the embedded file, or on a NATS cluster this node's view of the stream.
-    pub(super) fn store(&self) -> &Store {
-        &self.store
-    }
-
-    pub(super) fn metrics(&self) -> &Metrics {
-        &self.metrics
     }
 
     /// The signals of the embedded and forward backends' workers; `None` on a NATS cluster.
@@ -254,7 +245,7 @@ impl Runtime {
     }
 
     /// Stores a run `held` by the budget `by` (unless `claim` finds it a repeat): the runner
-    /// never starts it until it is released ([`super::admission::budget::release`]). On a NATS cluster it
+    /// never starts it until it is released ([`Runtime::release_held`]). On a NATS cluster it
     /// is a fact of its own, which the runner consumer does not read.
     pub(super) async fn hold_run(
         &self,

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::AppState;
 use super::api_error::{ApiError, ApiPath};
 use crate::gateway::RunStatus;
-use crate::gateway::admission::budget::{self, HeldError, Settled};
+use crate::gateway::admission::budget::{HeldError, Settled};
 
 /// The answer to a release or a cancel: the run's status now (`queued`, or `running` and on if
 /// a runner took it already; `cancelled`).
@@ -27,7 +27,7 @@ pub async fn release(
     State(app): State<AppState>,
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
-    let Settled(status) = budget::release(&app.runtime, &run_id).await?;
+    let Settled(status) = app.runtime.release_held(&run_id).await?;
     tracing::info!(%run_id, "held run released by the operator");
     Ok(answer(run_id, status))
 }
@@ -38,7 +38,7 @@ pub async fn cancel(
     State(app): State<AppState>,
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
-    let Settled(status) = budget::cancel(&app.runtime, &run_id).await?;
+    let Settled(status) = app.runtime.cancel_held(&run_id).await?;
     tracing::info!(%run_id, "held run cancelled by the operator");
     Ok(answer(run_id, status))
 }

@@ -18,6 +18,7 @@ mod claims;
 mod consumers;
 mod dispatch;
 mod fact;
+pub(crate) mod held;
 mod intake;
 mod lanes;
 mod projection;

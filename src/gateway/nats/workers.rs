@@ -52,7 +52,7 @@ pub fn start_workers(ctx: &Context, cluster: &Cluster) -> Vec<Worker> {
         ),
         Worker::spawn(
             WorkerName::Release,
-            crate::gateway::admission::budget::release_loop(ctx.clone(), cluster.clone()),
+            super::held::release_loop(ctx.clone(), cluster.clone()),
         ),
         Worker::spawn(
             WorkerName::Batches,

@@ -5,7 +5,6 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -14,16 +13,13 @@ use crate::config::Settings;
 use crate::config::budget::Budgets;
 use crate::gateway::clock::{now_ms, now_rfc3339};
 use crate::gateway::context::Context;
-use crate::gateway::nats::{Cluster, Fact};
 use crate::gateway::signals::Signals;
 use crate::gateway::store::records::{NewRun, RunStatus};
 use crate::gateway::store::runs;
-use crate::gateway::{Runtime, StoreError};
+use crate::gateway::{Store, StoreError};
 
 /// Held runs the embedded release step releases in one transaction at most.
 pub(super) const RELEASE_BATCH: usize = 256;
-/// How long the operator's release or cancel waits for this node's view to apply it.
-const APPLY_WAIT: Duration = Duration::from_secs(10);
 
 /// Marks the just-queued run `run_id` held by `by`.
 pub(crate) fn hold(conn: &Connection, run_id: &str, by: &HeldBy) -> rusqlite::Result<()> {
@@ -197,7 +193,7 @@ pub(crate) fn release_due_in(
 }
 
 /// The oldest held run whose budgets have room at `now_ms`.
-fn first_releasable(
+pub(crate) fn first_releasable(
     conn: &Connection,
     budgets: &Budgets,
     now_ms: i64,
@@ -241,58 +237,13 @@ pub(crate) async fn release_due(ctx: &Context, signals: &Signals) -> Result<(), 
     Ok(())
 }
 
-/// The cluster's release step, on every node: the oldest held run of this node's view whose
-/// budgets have room is published for the runner under `release-<run id>`, so that nodes
-/// releasing it at once make one release; then the next, once the view counts the first.
-/// Nodes releasing different runs at the same moment may pass a budget by one run each.
-async fn release_due_on(ctx: &Context, cluster: &Cluster) -> Result<(), StoreError> {
-    loop {
-        let settings = ctx.config.current();
-        let next = ctx
-            .store
-            .read(
-                move |conn| match first_releasable(conn, budgets_of(&settings), now_ms())? {
-                    Some(run_id) => NewRun::select(conn, &run_id),
-                    None => Ok(None),
-                },
-            )
-            .await?;
-        let Some(run) = next else {
-            return Ok(());
-        };
-        let run_id = run.run_id.clone();
-        let fact = Fact::Released {
-            run,
-            released_at: now_rfc3339(),
-        };
-        let sequence = cluster.publish(&fact, &format!("release-{run_id}")).await?;
-        if !cluster.wait_applied(sequence, APPLY_WAIT).await {
-            return Ok(());
-        }
-    }
-}
-
 /// The budgets of `settings`; none without hooks.
-fn budgets_of(settings: &Settings) -> &Budgets {
+pub(crate) fn budgets_of(settings: &Settings) -> &Budgets {
     static NONE: LazyLock<Budgets> = LazyLock::new(Budgets::default);
     settings
         .hooks
         .as_ref()
         .map_or(&NONE, |hooks| &hooks.budgets)
-}
-
-/// How often the cluster's release step looks at the held runs.
-const RELEASE_POLL: Duration = Duration::from_secs(1);
-
-/// Runs the cluster's release step ([`release_due_on`]) every [`RELEASE_POLL`] until the
-/// process ends.
-pub(crate) async fn release_loop(ctx: Context, cluster: Cluster) {
-    loop {
-        if let Err(err) = release_due_on(&ctx, &cluster).await {
-            tracing::error!(%err, "cannot release held runs");
-        }
-        tokio::time::sleep(RELEASE_POLL).await;
-    }
 }
 
 /// Why a held run cannot be released or cancelled.
@@ -311,64 +262,32 @@ pub enum HeldError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settled(pub RunStatus);
 
-/// Starts the held run `run_id` whatever its budgets say (it counts against them from now).
-/// On a NATS cluster the run is published for the runner under `release-<run id>`: two nodes
-/// releasing it at once make one release. 409 material ([`HeldError::NotHeld`]) for a run that
-/// is not held, cancelled or released already included.
-pub async fn release(runtime: &Runtime, run_id: &str) -> Result<Settled, HeldError> {
-    let at = now_rfc3339();
-    if let Some(cluster) = runtime.cluster() {
-        let run = held_run(runtime, run_id).await?;
-        let fact = Fact::Released {
-            run,
-            released_at: at,
-        };
-        return settle(
-            runtime,
-            cluster,
-            &fact,
-            &format!("release-{run_id}"),
-            run_id,
-        )
-        .await;
-    }
-    let id = run_id.to_string();
-    let done = runtime
-        .store()
+/// Starts the held run `run_id` whatever its budgets say (it counts against them from now):
+/// the embedded and forward backends' release, on the local store; `signals` wakes their
+/// runner. 409 material ([`HeldError::NotHeld`]) for a run that is not held, cancelled or
+/// released already included.
+pub async fn release(store: &Store, signals: &Signals, run_id: &str) -> Result<Settled, HeldError> {
+    let (id, at) = (run_id.to_string(), now_rfc3339());
+    let done = store
         .write(move |conn| mark_released(conn, &id, &at))
         .await?;
-    if let Some(signals) = runtime.signals() {
-        signals.run_queued();
-    }
-    outcome(runtime, run_id, done, RunStatus::Queued).await
+    signals.run_queued();
+    outcome(store, run_id, done, RunStatus::Queued).await
 }
 
-/// Cancels the held run `run_id`: status `cancelled`, it never runs. On a NATS cluster a fact
-/// every view applies in stream order, so that a release and a cancel racing on two nodes end
-/// alike everywhere, and the answer says which came first.
-pub async fn cancel(runtime: &Runtime, run_id: &str) -> Result<Settled, HeldError> {
-    let at = now_rfc3339();
-    if let Some(cluster) = runtime.cluster() {
-        held_run(runtime, run_id).await?;
-        let fact = Fact::Cancelled {
-            run_id: run_id.to_string(),
-            at,
-        };
-        return settle(runtime, cluster, &fact, &format!("cancel-{run_id}"), run_id).await;
-    }
-    let id = run_id.to_string();
-    let done = runtime
-        .store()
+/// Cancels the held run `run_id` on the local store: status `cancelled`, it never runs.
+pub async fn cancel(store: &Store, run_id: &str) -> Result<Settled, HeldError> {
+    let (id, at) = (run_id.to_string(), now_rfc3339());
+    let done = store
         .write(move |conn| mark_cancelled(conn, &id, &at))
         .await?;
-    outcome(runtime, run_id, done, RunStatus::Cancelled).await
+    outcome(store, run_id, done, RunStatus::Cancelled).await
 }
 
 /// The run `run_id` as this node's view has it, when it is held.
-async fn held_run(runtime: &Runtime, run_id: &str) -> Result<NewRun, HeldError> {
+pub(crate) async fn held_run(store: &Store, run_id: &str) -> Result<NewRun, HeldError> {
     let id = run_id.to_string();
-    let found = runtime
-        .store()
+    let found = store
         .read(move |conn| {
             let status = runs::status(conn, &id)?;
             Ok(status.zip(NewRun::select(conn, &id)?))
@@ -381,30 +300,9 @@ async fn held_run(runtime: &Runtime, run_id: &str) -> Result<NewRun, HeldError> 
     }
 }
 
-/// Publishes an operator's release or cancel, waits for this node's view to apply it and
-/// answers from the view: whichever of a release and a cancel the stream has first wins.
-async fn settle(
-    runtime: &Runtime,
-    cluster: &Cluster,
-    fact: &Fact,
-    id: &str,
-    run_id: &str,
-) -> Result<Settled, HeldError> {
-    let sequence = cluster.publish(fact, id).await.map_err(StoreError::from)?;
-    cluster.wait_applied(sequence, APPLY_WAIT).await;
-    let cancelling = matches!(fact, Fact::Cancelled { .. });
-    let status = status_of(runtime, run_id).await?;
-    // A release that came first may have been started, even finished, by now.
-    if cancelling == (status == RunStatus::Cancelled) {
-        Ok(Settled(status))
-    } else {
-        Err(HeldError::NotHeld(status))
-    }
-}
-
 /// The answer of a release or cancel on the store: done, or why not.
 async fn outcome(
-    runtime: &Runtime,
+    store: &Store,
     run_id: &str,
     done: bool,
     now: RunStatus,
@@ -412,14 +310,11 @@ async fn outcome(
     if done {
         return Ok(Settled(now));
     }
-    Err(HeldError::NotHeld(status_of(runtime, run_id).await?))
+    Err(HeldError::NotHeld(status_of(store, run_id).await?))
 }
 
-async fn status_of(runtime: &Runtime, run_id: &str) -> Result<RunStatus, HeldError> {
+pub(crate) async fn status_of(store: &Store, run_id: &str) -> Result<RunStatus, HeldError> {
     let id = run_id.to_string();
-    let status = runtime
-        .store()
-        .read(move |conn| runs::status(conn, &id))
-        .await?;
+    let status = store.read(move |conn| runs::status(conn, &id)).await?;
     status.ok_or(HeldError::NotFound)
 }

@@ -22,9 +22,9 @@ use crate::gateway::clock::rfc3339;
 use crate::gateway::store::records::NewRun;
 use crate::hook::{LimitKind, LimitReached};
 
-pub use admit::{Queued, has_room, queue};
-pub use held::{HeldError, Settled, cancel, release};
-pub(crate) use held::{release_due, release_loop};
+pub use admit::{Queued, Verdict, has_room, verdict};
+pub(crate) use held::release_due;
+pub use held::{HeldError, Settled};
 
 /// Whose budget it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
