@@ -166,3 +166,45 @@ fn completions_are_printed_for_each_shell() {
         );
     }
 }
+
+/// docs/architecture.md is the map of the source: a row for every file under `src/`, each
+/// saying what it owns, and no row for a file that is gone.
+#[test]
+fn the_map_lists_every_module() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let map = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let mut listed = std::collections::BTreeSet::new();
+    for row in map.lines().filter(|line| line.starts_with("| `src/")) {
+        let mut cells = row.split(" | ");
+        let path = cells
+            .next()
+            .unwrap()
+            .trim_start_matches("| ")
+            .trim_matches('`');
+        let owns = cells.next().unwrap_or("").trim_end_matches(" |").trim();
+        assert!(
+            !owns.is_empty(),
+            "docs/architecture.md: `{path}` says nothing of what it owns"
+        );
+        listed.insert(path.to_string());
+    }
+    let mut files = std::collections::BTreeSet::new();
+    let mut folders = vec![root.join("src")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let relative = path.strip_prefix(root).unwrap();
+                files.insert(relative.to_string_lossy().into_owned());
+            }
+        }
+    }
+    let missing: Vec<_> = files.difference(&listed).collect();
+    let gone: Vec<_> = listed.difference(&files).collect();
+    assert!(
+        missing.is_empty() && gone.is_empty(),
+        "docs/architecture.md is out of date: no row for {missing:?}; rows for files that are gone: {gone:?}"
+    );
+}

@@ -1,3 +1,6 @@
+//! Budgets against a real store: what each window counts, what is held and released, and the
+//! plans of the release step's reads.
+
 use std::num::NonZeroU32;
 
 use super::held::{
