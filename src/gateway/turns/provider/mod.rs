@@ -1,16 +1,19 @@
 //! Model providers: one agent turn as one HTTP request, in the provider's wire format. OpenAI's
 //! chat completions (`POST <baseUrl>/chat/completions`: OpenAI, Ollama, vLLM, llama.cpp,
-//! OpenRouter, LiteLLM) and Anthropic's Messages API (`POST <baseUrl>/v1/messages`). A failure
+//! OpenRouter, LiteLLM; `openai`) and Anthropic's Messages API (`POST <baseUrl>/v1/messages`;
+//! `anthropic`), each request and answer a type of its own in its file. A failure
 //! says whether another attempt, or another model, may do better ([`ChatError::is_transient`]).
 //! An answer carries the tokens the provider says the turn used ([`Usage`]), when it says so.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
 use crate::config::runtime::{Provider, WireFormat};
 use crate::hook::Thinking;
+
+mod anthropic;
+mod openai;
 
 /// Why a turn produced no reply. Its text follows the provider's name in a run's error
 /// (`provider <name> answered 503: ...`), and never holds the request's URL.
@@ -102,31 +105,8 @@ pub struct Exchange {
     pub reply: String,
 }
 
-/// The conversation as both wire formats take it: each exchange as a user and an assistant
-/// message, then the prompt.
-fn messages(turn: &ChatTurn<'_>) -> Value {
-    let mut messages: Vec<Value> = turn
-        .history
-        .iter()
-        .flat_map(|exchange| {
-            [
-                json!({"role": "user", "content": exchange.prompt}),
-                json!({"role": "assistant", "content": exchange.reply}),
-            ]
-        })
-        .collect();
-    messages.push(json!({"role": "user", "content": turn.prompt}));
-    Value::Array(messages)
-}
-
 /// Error bodies are cut to this many characters before they reach the run record.
 const MAX_ERROR_BODY: usize = 500;
-
-/// The `anthropic-version` header the Messages API requires.
-const ANTHROPIC_VERSION: &str = "2023-06-01";
-
-/// Output tokens of an Anthropic turn, besides its thinking budget.
-const ANTHROPIC_MAX_TOKENS: u64 = 4096;
 
 /// The tokens one turn used, as its provider reported them.
 ///
@@ -164,30 +144,8 @@ pub async fn complete(
     turn: &ChatTurn<'_>,
 ) -> Result<Answer, ChatError> {
     let request = match provider.wire {
-        WireFormat::OpenAiCompletions => {
-            let request = http
-                .post(format!("{}/chat/completions", provider.base_url))
-                .json(&openai_body(turn));
-            match &provider.api_key {
-                Some(key) => request.bearer_auth(key),
-                None => request,
-            }
-        }
-        WireFormat::AnthropicMessages => {
-            let base = &provider.base_url;
-            let url = match base.strip_suffix("/v1") {
-                Some(_) => format!("{base}/messages"),
-                None => format!("{base}/v1/messages"),
-            };
-            let request = http
-                .post(url)
-                .header("anthropic-version", ANTHROPIC_VERSION)
-                .json(&anthropic_body(turn));
-            match &provider.api_key {
-                Some(key) => request.header("x-api-key", key),
-                None => request,
-            }
-        }
+        WireFormat::OpenAiCompletions => openai::request(http, provider, turn),
+        WireFormat::AnthropicMessages => anthropic::request(http, provider, turn),
     };
     let exchange = async {
         let response = request.send().await.map_err(ChatError::transport)?;
@@ -201,103 +159,91 @@ pub async fn complete(
                 retry_after: asked,
             });
         }
-        let value: Value =
-            serde_json::from_str(&text).map_err(|e| ChatError::Malformed(e.to_string()))?;
-        let (reply, usage) = match provider.wire {
-            WireFormat::OpenAiCompletions => (openai_reply(&value)?, openai_usage(&value)),
-            WireFormat::AnthropicMessages => (anthropic_reply(&value)?, anthropic_usage(&value)),
-        };
-        Ok(Answer { reply, usage })
+        match provider.wire {
+            WireFormat::OpenAiCompletions => openai::answer(&text),
+            WireFormat::AnthropicMessages => anthropic::answer(&text),
+        }
     };
     tokio::time::timeout(turn.timeout, exchange)
         .await
         .map_err(|_| ChatError::Timeout(turn.timeout))?
 }
 
-/// A chat-completions request; thinking as `reasoning_effort`.
-fn openai_body(turn: &ChatTurn<'_>) -> Value {
-    let mut body = json!({
-        "model": turn.model,
-        "messages": messages(turn),
-    });
-    let effort = match turn.thinking {
-        Some(Thinking::Minimal) => Some("minimal"),
-        Some(Thinking::Low) => Some("low"),
-        Some(Thinking::Medium) => Some("medium"),
-        Some(Thinking::High | Thinking::Max) => Some("high"),
-        Some(Thinking::Xhigh) => Some("xhigh"),
-        // Off, adaptive or none: the model's own default.
-        Some(Thinking::Off | Thinking::Adaptive) | None => None,
-    };
-    if let Some(effort) = effort {
-        body["reasoning_effort"] = json!(effort);
-    }
-    body
+/// One message of the conversation, as both wire formats take it.
+#[derive(Serialize)]
+struct Message<'a> {
+    role: Role,
+    content: &'a str,
 }
 
-/// The thinking budget, in tokens, of a level on the Messages API.
-fn anthropic_budget(thinking: Thinking) -> Option<u64> {
-    match thinking {
-        Thinking::Off | Thinking::Adaptive => None,
-        Thinking::Minimal => Some(1024),
-        Thinking::Low => Some(4096),
-        Thinking::Medium => Some(10_000),
-        Thinking::High => Some(16_000),
-        // With `max_tokens` 4096 above it, within the 32k output of every current model.
-        Thinking::Xhigh => Some(24_000),
-        Thinking::Max => Some(27_904),
-    }
+#[derive(Clone, Copy, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Role {
+    User,
+    Assistant,
 }
 
-/// A Messages API request; thinking as `thinking` with a token budget (`max_tokens` above it),
-/// or adaptive.
-fn anthropic_body(turn: &ChatTurn<'_>) -> Value {
-    let mut body = json!({
-        "model": turn.model,
-        "max_tokens": ANTHROPIC_MAX_TOKENS,
-        "messages": messages(turn),
-    });
-    match turn.thinking {
-        Some(Thinking::Adaptive) => body["thinking"] = json!({"type": "adaptive"}),
-        Some(level) => {
-            if let Some(budget) = anthropic_budget(level) {
-                body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
-                body["max_tokens"] = json!(budget + ANTHROPIC_MAX_TOKENS);
-            }
+/// A turn's conversation as both wire formats take it (`messages`): each exchange as a user and
+/// an assistant message, then the prompt. Written straight from the turn, without a copy.
+struct Conversation<'a> {
+    history: &'a [Exchange],
+    prompt: &'a str,
+}
+
+impl<'a> Conversation<'a> {
+    fn of(turn: &ChatTurn<'a>) -> Conversation<'a> {
+        Conversation {
+            history: turn.history,
+            prompt: turn.prompt,
         }
-        None => {}
     }
-    body
 }
 
-/// `choices[0].message.content` of a chat-completions response.
-fn openai_reply(value: &Value) -> Result<String, ChatError> {
-    value
-        .pointer("/choices/0/message/content")
-        .and_then(Value::as_str)
-        .map(String::from)
-        .ok_or_else(|| ChatError::Malformed("no choices[0].message.content".into()))
-}
-
-/// The text blocks of a Messages API response, in order (thinking blocks left out).
-fn anthropic_reply(value: &Value) -> Result<String, ChatError> {
-    let blocks = value["content"]
-        .as_array()
-        .ok_or_else(|| ChatError::Malformed("no content".into()))?;
-    let texts: Vec<&str> = blocks
-        .iter()
-        .filter(|block| block["type"] == "text")
-        .filter_map(|block| block["text"].as_str())
-        .collect();
-    if texts.is_empty() {
-        return Err(ChatError::Malformed("no text block in content".into()));
+impl Serialize for Conversation<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let history = self.history.iter().flat_map(|exchange| {
+            [
+                Message {
+                    role: Role::User,
+                    content: &exchange.prompt,
+                },
+                Message {
+                    role: Role::Assistant,
+                    content: &exchange.reply,
+                },
+            ]
+        });
+        let prompt = Message {
+            role: Role::User,
+            content: self.prompt,
+        };
+        serializer.collect_seq(history.chain([prompt]))
     }
-    Ok(texts.concat())
 }
 
-/// A count of `usage`, when it is a non-negative integer.
-fn count(usage: &Value, name: &str) -> Option<u64> {
-    usage.get(name).and_then(Value::as_u64)
+/// An answer's body as `T`, or why it cannot be read.
+fn parse<'de, T: Deserialize<'de>>(text: &'de str) -> Result<T, ChatError> {
+    serde_json::from_str(text).map_err(|e| ChatError::Malformed(e.to_string()))
+}
+
+/// A field read when it has the documented type, and else taken as absent rather than making
+/// the answer unreadable: a token count that is negative, fractional or a string counts for
+/// nothing, and the reply still stands. For `#[serde(default, deserialize_with = "lenient")]`.
+fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Lenient<T> {
+        Read(T),
+        Unread(serde::de::IgnoredAny),
+    }
+    Ok(match Lenient::deserialize(deserializer)? {
+        Lenient::Read(value) => Some(value),
+        Lenient::Unread(_) => None,
+    })
 }
 
 /// `reported` tokens (of the usage field `name`), at most [`MAX_TURN_TOKENS`]; a count past it
@@ -312,36 +258,6 @@ fn bounded(reported: u64, name: &str) -> u64 {
         );
     }
     reported.min(MAX_TURN_TOKENS)
-}
-
-/// `usage.prompt_tokens` and `usage.completion_tokens` of a chat-completions response, each
-/// [`bounded`]; `None` unless both are there (an answer without usage is not one of zero
-/// tokens).
-fn openai_usage(value: &Value) -> Option<Usage> {
-    let usage = value.get("usage")?;
-    let input = count(usage, "prompt_tokens")?;
-    let output = count(usage, "completion_tokens")?;
-    Some(Usage {
-        input_tokens: bounded(input, "prompt_tokens"),
-        output_tokens: bounded(output, "completion_tokens"),
-    })
-}
-
-/// `usage.input_tokens` (with the cache's input tokens, counted apart there) and
-/// `usage.output_tokens` of a Messages API response, each [`bounded`]; `None` unless the two
-/// are there.
-fn anthropic_usage(value: &Value) -> Option<Usage> {
-    let usage = value.get("usage")?;
-    let cached = ["cache_creation_input_tokens", "cache_read_input_tokens"]
-        .iter()
-        .filter_map(|name| count(usage, name))
-        .fold(0u64, u64::saturating_add);
-    let input = count(usage, "input_tokens")?.saturating_add(cached);
-    let output = count(usage, "output_tokens")?;
-    Some(Usage {
-        input_tokens: bounded(input, "input_tokens"),
-        output_tokens: bounded(output, "output_tokens"),
-    })
 }
 
 /// The first non-empty line of a reply, at most 300 characters.
@@ -384,7 +300,8 @@ pub fn is_acknowledgement(reply: &str, ack_max_chars: usize) -> bool {
 mod tests {
     use super::*;
 
-    fn turn(thinking: Option<Thinking>) -> ChatTurn<'static> {
+    /// A turn of the prompt `p` to the model `m`, without history.
+    pub(crate) fn turn(thinking: Option<Thinking>) -> ChatTurn<'static> {
         ChatTurn {
             model: "m",
             history: &[],
@@ -394,117 +311,12 @@ mod tests {
         }
     }
 
-    #[test]
-    fn openai_reply_is_the_first_choice() {
-        let value = json!({"choices": [{"message": {"role": "assistant", "content": "Hi"}}]});
-        assert_eq!(openai_reply(&value).unwrap(), "Hi");
-        assert!(matches!(
-            openai_reply(&json!({})),
-            Err(ChatError::Malformed(_))
-        ));
-    }
-
-    #[test]
-    fn anthropic_reply_joins_the_text_blocks_without_thinking() {
-        let value = json!({"content": [
-            {"type": "thinking", "thinking": "hmm"},
-            {"type": "text", "text": "Hi "},
-            {"type": "text", "text": "there"},
-        ]});
-        assert_eq!(anthropic_reply(&value).unwrap(), "Hi there");
-        let none = json!({"content": [{"type": "thinking", "thinking": "hmm"}]});
-        assert!(matches!(
-            anthropic_reply(&none),
-            Err(ChatError::Malformed(_))
-        ));
-    }
-
-    #[test]
-    fn usage_is_read_from_each_wire_format() {
-        let usage = |input_tokens, output_tokens| {
-            Some(Usage {
-                input_tokens,
-                output_tokens,
-            })
-        };
-        let openai = json!({"usage": {"prompt_tokens": 120, "completion_tokens": 30,
-                                      "total_tokens": 150}});
-        assert_eq!(openai_usage(&openai), usage(120, 30));
-        // The Messages API counts cached input apart: all of it was read.
-        let anthropic = json!({"usage": {"input_tokens": 10, "output_tokens": 7,
-                                         "cache_creation_input_tokens": 100,
-                                         "cache_read_input_tokens": 1000}});
-        assert_eq!(anthropic_usage(&anthropic), usage(1110, 7));
-        let plain = json!({"usage": {"input_tokens": 10, "output_tokens": 7}});
-        assert_eq!(anthropic_usage(&plain), usage(10, 7));
-    }
-
-    #[test]
-    fn a_turns_usage_is_counted_at_most_the_bound() {
-        let absurd = 9_000_000_000_000_000_000u64;
-        let openai = json!({"usage": {"prompt_tokens": absurd, "completion_tokens": u64::MAX}});
-        let bound = Some(Usage {
-            input_tokens: MAX_TURN_TOKENS,
-            output_tokens: MAX_TURN_TOKENS,
-        });
-        assert_eq!(openai_usage(&openai), bound);
-        // Parts each within the bound whose sum is not, and a sum past u64::MAX.
-        let anthropic = json!({"usage": {"input_tokens": MAX_TURN_TOKENS,
-                                         "cache_read_input_tokens": u64::MAX,
-                                         "output_tokens": absurd}});
-        assert_eq!(anthropic_usage(&anthropic), bound);
-        let at_bound = json!({"usage": {"prompt_tokens": MAX_TURN_TOKENS, "completion_tokens": 1}});
-        assert_eq!(
-            openai_usage(&at_bound).unwrap().input_tokens,
-            MAX_TURN_TOKENS
-        );
-    }
-
-    #[test]
-    fn missing_or_unreadable_usage_is_not_reported() {
-        assert_eq!(openai_usage(&json!({})), None);
-        assert_eq!(openai_usage(&json!({"usage": null})), None);
-        assert_eq!(
-            openai_usage(&json!({"usage": {"prompt_tokens": 5}})),
-            None,
-            "half a usage is not one"
-        );
-        assert_eq!(
-            openai_usage(&json!({"usage": {"prompt_tokens": -1, "completion_tokens": 2}})),
-            None
-        );
-        assert_eq!(
-            anthropic_usage(&json!({"usage": {"output_tokens": "7", "input_tokens": 1}})),
-            None
-        );
-        // Each format's own names only.
-        assert_eq!(
-            anthropic_usage(&json!({"usage": {"prompt_tokens": 1, "completion_tokens": 2}})),
-            None
-        );
-    }
-
-    #[test]
-    fn thinking_maps_to_each_wire_formats_control() {
-        assert_eq!(
-            openai_body(&turn(Some(Thinking::Low)))["reasoning_effort"],
-            "low"
-        );
-        assert_eq!(
-            openai_body(&turn(Some(Thinking::Off))).get("reasoning_effort"),
-            None
-        );
-        let body = anthropic_body(&turn(Some(Thinking::Medium)));
-        assert_eq!(
-            body["thinking"],
-            json!({"type": "enabled", "budget_tokens": 10_000})
-        );
-        assert_eq!(body["max_tokens"], 14_096);
-        assert_eq!(anthropic_body(&turn(None)).get("thinking"), None);
-        assert_eq!(
-            anthropic_body(&turn(Some(Thinking::Adaptive)))["thinking"],
-            json!({"type": "adaptive"})
-        );
+    /// `Some` usage of these counts.
+    pub(crate) fn usage(input_tokens: u64, output_tokens: u64) -> Option<Usage> {
+        Some(Usage {
+            input_tokens,
+            output_tokens,
+        })
     }
 
     #[test]
