@@ -2,19 +2,24 @@
 //! itself (split to the channel's limit) with a typed failure, and when to try again. The job and
 //! the record of what became of it are `records`' types.
 //!
-//! One HTTP request per message, to each chat service's own API. A failure says whether sending
+//! One HTTP request per message, to each chat service's own API: its body (and the answer, where
+//! one is read) a type of its own, in the service's file. A failure says whether sending
 //! again can help ([`SendError::is_permanent`]); the retry policy never reads error text.
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
-
-use crate::config::runtime::{
-    BotConfig, ChannelEndpoint, ChannelSettings, ImessageConfig, MattermostConfig, MsteamsConfig,
-    RetryPolicy, Route, SignalConfig, WhatsappConfig,
-};
+use crate::config::runtime::{ChannelEndpoint, ChannelSettings, RetryPolicy, Route};
 use crate::gateway::store::records::{DeliveryJob, DeliveryRecord};
 use crate::hook::Channel;
+
+mod discord;
+mod imessage;
+mod mattermost;
+mod msteams;
+mod signal;
+mod slack;
+mod telegram;
+mod whatsapp;
 
 /// A chat API that accepts the connection and never answers must not hold up the outbox.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
@@ -258,36 +263,16 @@ pub async fn send(
     let service = channel.as_str();
     let recipient = || to.ok_or(SendError::NoRecipient(channel));
     let request = match endpoint {
-        ChannelEndpoint::Telegram(BotConfig { api_base, bot_token }) => http
-            .post(format!("{api_base}/bot{bot_token}/sendMessage"))
-            .json(&json!({"chat_id": recipient()?, "text": text})),
-        ChannelEndpoint::Slack(BotConfig { api_base, bot_token }) => http
-            .post(format!("{api_base}/chat.postMessage"))
-            .bearer_auth(bot_token)
-            .json(&json!({"channel": recipient()?, "text": text})),
-        ChannelEndpoint::Discord(BotConfig { api_base, bot_token }) => http
-            .post(format!("{api_base}/channels/{}/messages", recipient()?))
-            .header("authorization", format!("Bot {bot_token}"))
-            .json(&json!({"content": text})),
-        ChannelEndpoint::Mattermost(MattermostConfig { base_url, token }) => http
-            .post(format!("{base_url}/api/v4/posts"))
-            .bearer_auth(token)
-            .json(&json!({"channel_id": recipient()?, "message": text})),
-        ChannelEndpoint::Msteams(MsteamsConfig { webhook_url }) => http.post(webhook_url).json(&json!({"text": text})),
-        ChannelEndpoint::Signal(SignalConfig { base_url, number }) => http
-            .post(format!("{base_url}/v2/send"))
-            .json(&json!({"message": text, "number": number, "recipients": [recipient()?]})),
-        ChannelEndpoint::Whatsapp(WhatsappConfig { api_base, access_token, phone_number_id }) => http
-            .post(format!("{api_base}/{phone_number_id}/messages"))
-            .bearer_auth(access_token)
-            .json(&json!({
-                "messaging_product": "whatsapp", "to": recipient()?, "type": "text",
-                "text": {"body": text},
-            })),
-        ChannelEndpoint::Imessage(ImessageConfig { base_url, password }) => http
-            .post(format!("{base_url}/api/v1/message/text"))
-            .query(&[("password", password)])
-            .json(&json!({"chatGuid": recipient()?, "message": text, "tempGuid": uuid::Uuid::new_v4().to_string()})),
+        ChannelEndpoint::Telegram(bot) => telegram::request(http, bot, recipient()?, text),
+        ChannelEndpoint::Slack(bot) => slack::request(http, bot, recipient()?, text),
+        ChannelEndpoint::Discord(bot) => discord::request(http, bot, recipient()?, text),
+        ChannelEndpoint::Mattermost(config) => {
+            mattermost::request(http, config, recipient()?, text)
+        }
+        ChannelEndpoint::Msteams(config) => msteams::request(http, config, text),
+        ChannelEndpoint::Signal(config) => signal::request(http, config, recipient()?, text),
+        ChannelEndpoint::Whatsapp(config) => whatsapp::request(http, config, recipient()?, text),
+        ChannelEndpoint::Imessage(config) => imessage::request(http, config, recipient()?, text),
     };
     let response = request
         .timeout(SEND_TIMEOUT)
@@ -306,14 +291,10 @@ pub async fn send(
         ));
     }
     // Slack answers 200 with {"ok":false,"error":...} for refusals.
-    if matches!(endpoint, ChannelEndpoint::Slack { .. }) {
-        let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-        if value["ok"] != Value::Bool(true) {
-            return Err(SendError::Refused {
-                service,
-                reason: value["error"].as_str().unwrap_or("unknown error").into(),
-            });
-        }
+    if let ChannelEndpoint::Slack(_) = endpoint
+        && let Some(reason) = slack::refusal(&body)
+    {
+        return Err(SendError::Refused { service, reason });
     }
     Ok(())
 }
@@ -373,6 +354,34 @@ fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::runtime::BotConfig;
+
+    /// A request as it would go out, without sending it.
+    pub(crate) struct Built {
+        pub url: String,
+        pub authorization: Option<String>,
+        /// The body's bytes, as text.
+        pub body: String,
+    }
+
+    impl Built {
+        pub fn value(&self) -> serde_json::Value {
+            serde_json::from_str(&self.body).unwrap()
+        }
+    }
+
+    pub(crate) fn built(request: reqwest::RequestBuilder) -> Built {
+        let request = request.build().unwrap();
+        let body = request.body().and_then(reqwest::Body::as_bytes).unwrap();
+        Built {
+            url: request.url().to_string(),
+            authorization: request
+                .headers()
+                .get("authorization")
+                .map(|v| v.to_str().unwrap().to_string()),
+            body: String::from_utf8(body.to_vec()).unwrap(),
+        }
+    }
 
     #[test]
     fn refusals_are_permanent_and_throttling_or_outages_are_not() {
