@@ -267,7 +267,7 @@ pub(super) fn replayable(original: &RequestRecord) -> Result<(), ReplayError> {
 /// answered `409 delivery in progress` before such copies were marked, as its answer says (a
 /// verified signature, no transform: the claim comes before it; a transform's own 409 names
 /// its transform).
-fn repeat_of_record(record: &RequestRecord) -> Option<Repeat> {
+pub(super) fn repeat_of_record(record: &RequestRecord) -> Option<Repeat> {
     let unmarked_copy = record.status == StatusCode::CONFLICT.as_u16()
         && record.signature.as_ref().is_some_and(|s| s.verified)
         && record.transform.is_none();

@@ -22,7 +22,7 @@ const NOT_MADE: u8 = 2;
 const LISTED_UNTRIED: usize = 20;
 
 /// Why a request was not tried, as the API says it and as the listing says it.
-const UNTRIED: [(&str, &str); 5] = [
+const UNTRIED: [(&str, &str); 6] = [
     ("notCaptured", "not captured"),
     (
         "busy",
@@ -31,6 +31,10 @@ const UNTRIED: [(&str, &str); 5] = [
     ("unauthenticated", "refused for its authentication"),
     ("pathCut", "its path too long to be recorded"),
     ("gone", "pruned from the log during the dry run"),
+    (
+        "repeat",
+        "a repeat answered with an earlier request's work (its original is tried)",
+    ),
 ];
 
 #[derive(Args)]

@@ -188,7 +188,7 @@ fn footprint(dir: &ConfigDir) -> [i64; 4] {
     ]
 }
 
-fn ids_where(answer: &Value, test: impl Fn(&Value) -> bool) -> Vec<String> {
+pub(crate) fn ids_where(answer: &Value, test: impl Fn(&Value) -> bool) -> Vec<String> {
     answer["requests"]
         .as_array()
         .unwrap()

@@ -55,6 +55,7 @@ mod dry_run_env;
 mod dry_run_files;
 mod dry_run_live;
 mod dry_run_render;
+mod dry_run_unchanged;
 mod durability;
 mod example;
 mod failover;

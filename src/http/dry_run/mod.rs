@@ -28,6 +28,7 @@ use self::trial::Captured;
 use super::AppState;
 use super::api_error::ApiError;
 use super::api_requests::{find, header_map};
+use super::hooks::repeat_of_record;
 use super::reply::json_error;
 use super::request_query::RequestsQuery;
 use crate::config::{self, ConfigError, HookSettings, Settings};
@@ -262,6 +263,8 @@ async fn try_record(
     let then = Then::of(&record, &runs);
     let now = if record.status == StatusCode::UNAUTHORIZED.as_u16() {
         Err(Untried::Unauthenticated)
+    } else if repeat_of_record(&record).is_some() {
+        Err(Untried::Repeat)
     } else if requests::is_cut(&record.target) {
         Err(Untried::PathCut)
     } else if !record.captured {

@@ -207,8 +207,19 @@ impl Now {
 
     /// Whether the request would become other than it became: another status, mapping or
     /// ending, other kinds or numbers of actions, or, where the store still has every run it
-    /// made and the request was not batched, other messages, agents or session keys.
+    /// made and the request was not batched, other messages, agents or session keys. One a
+    /// full lane or a spent budget refused differs when it would not reach admission under
+    /// its mapping now.
     pub fn differs_from(&self, then: &Then) -> bool {
+        // A full lane or a spent budget refused it then: the runtime's state, which a dry run
+        // does not reproduce. Like with like, it differs when now it would not reach
+        // admission under the same mapping.
+        if matches!(
+            then.outcome,
+            Some(RequestOutcome::Limited | RequestOutcome::Refused)
+        ) {
+            return self.ending != Ending::Actions || then.mapping_id != self.mapping_id;
+        }
         let filtered_then = then.outcome == Some(RequestOutcome::Filtered);
         let count = |kind| self.actions.iter().filter(|a| a.kind == kind).count();
         let actions_differ = then.run_ids.len() != count(ActionKind::Agent)
@@ -245,6 +256,10 @@ pub(super) enum Untried {
     Busy,
     /// It left the log (retention pruned it) while the dry run was under way.
     Gone,
+    /// It repeated an earlier request (a redelivery, an idempotency key used again) and was
+    /// answered with that one's work: a dry run keeps no claims, so what it would make now is
+    /// its original's, which is tried as itself.
+    Repeat,
 }
 
 crate::hook::wire::wire_names!(Untried {
@@ -253,6 +268,7 @@ crate::hook::wire::wire_names!(Untried {
     PathCut => "pathCut",
     Busy => "busy",
     Gone => "gone",
+    Repeat => "repeat",
 });
 
 /// One request of the dry run.

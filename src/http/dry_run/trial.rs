@@ -75,6 +75,11 @@ pub(super) async fn try_on(
             return Ok(now);
         }
     };
+    // The live path names a signature's mapping before its conditions are tried: a signed
+    // request filtered then was recorded under it, and is reported so now.
+    if let Some(mapping) = signed {
+        noted.mapping(mapping);
+    }
     match outcome(engine, hooks, captured, signed, &noted).await {
         Ok(now) => Ok(now),
         Err(err) => refused(err, noted.take()),
