@@ -6,6 +6,7 @@
 mod dry_run;
 mod filters;
 mod replay;
+mod runs_bulk;
 
 use std::process::ExitCode;
 
@@ -86,6 +87,12 @@ pub enum RunsCommand {
         /// Only runs of this hook name.
         #[arg(long)]
         hook: Option<String>,
+        /// Only runs this mapping admitted.
+        #[arg(long)]
+        mapping: Option<String>,
+        /// Only runs for this agent.
+        #[arg(long)]
+        agent: Option<String>,
         /// Only runs of this session key.
         #[arg(long)]
         session_key: Option<String>,
@@ -105,10 +112,16 @@ pub enum RunsCommand {
         #[command(flatten)]
         remote: Remote,
     },
-    /// Recover what failed of a run: its turn again (a failed model call), its reply or relay.
+    /// Recover what failed of a run: its turn again (a failed model call), its reply or relay;
+    /// or, given filters instead of an id, of every run they select, oldest first (counted
+    /// first, done once confirmed).
     #[command(after_help = ENVIRONMENT)]
     Retry {
-        id: String,
+        /// The run; leave it out to act by filters.
+        #[arg(conflicts_with_all = ["BulkRuns", "RunFilters"])]
+        id: Option<String>,
+        #[command(flatten)]
+        bulk: runs_bulk::BulkRuns,
         #[command(flatten)]
         remote: Remote,
     },
@@ -122,17 +135,27 @@ pub enum RunsCommand {
         #[arg(long)]
         since: Option<String>,
     },
-    /// Start a run a budget held, whatever its budget says.
+    /// Start a run a budget held, whatever its budget says; or, given filters instead of an
+    /// id, every held run they select, oldest first (counted first, done once confirmed).
     #[command(after_help = ENVIRONMENT)]
     Release {
-        id: String,
+        /// The run; leave it out to act by filters.
+        #[arg(conflicts_with_all = ["BulkRuns", "RunFilters"])]
+        id: Option<String>,
+        #[command(flatten)]
+        bulk: runs_bulk::BulkRuns,
         #[command(flatten)]
         remote: Remote,
     },
-    /// Cancel a run a budget held: it never runs.
+    /// Cancel a run a budget held: it never runs; or, given filters instead of an id, every
+    /// held run they select (counted first, done once confirmed).
     #[command(after_help = ENVIRONMENT)]
     Cancel {
-        id: String,
+        /// The run; leave it out to act by filters.
+        #[arg(conflicts_with_all = ["BulkRuns", "RunFilters"])]
+        id: Option<String>,
+        #[command(flatten)]
+        bulk: runs_bulk::BulkRuns,
         #[command(flatten)]
         remote: Remote,
     },
@@ -227,6 +250,8 @@ pub fn runs(command: RunsCommand) -> ExitCode {
             remote,
             status,
             hook,
+            mapping,
+            agent,
             session_key,
             since,
             before,
@@ -235,6 +260,8 @@ pub fn runs(command: RunsCommand) -> ExitCode {
             let query = query(&[
                 ("status", status),
                 ("hook", hook),
+                ("mapping", mapping),
+                ("agent", agent),
                 ("sessionKey", session_key),
                 ("since", since),
                 ("before", before),
@@ -263,17 +290,24 @@ pub fn runs(command: RunsCommand) -> ExitCode {
         RunsCommand::Show { id, remote } => {
             remote.call("GET", &format!("/api/runs/{}", segment(&id)), print_fields)
         }
-        RunsCommand::Retry { id, remote } => {
-            remote.call("POST", &format!("/api/runs/{}/retry", segment(&id)), |r| {
-                let run = text(&r["runId"]);
-                match Retry::deserialize(&r["retried"]) {
-                    Ok(Retry::Run) => println!("running {run} again"),
-                    Ok(Retry::Delivery) => println!("sending the reply of {run} again"),
-                    Ok(Retry::Relay) => println!("relaying {run} again"),
-                    Err(_) => println!("retrying {run}"),
-                }
-            })
-        }
+        RunsCommand::Retry {
+            id: None,
+            bulk,
+            remote,
+        } => runs_bulk::bulk(&remote, "retry", &bulk),
+        RunsCommand::Retry {
+            id: Some(id),
+            remote,
+            ..
+        } => remote.call("POST", &format!("/api/runs/{}/retry", segment(&id)), |r| {
+            let run = text(&r["runId"]);
+            match Retry::deserialize(&r["retried"]) {
+                Ok(Retry::Run) => println!("running {run} again"),
+                Ok(Retry::Delivery) => println!("sending the reply of {run} again"),
+                Ok(Retry::Relay) => println!("relaying {run} again"),
+                Err(_) => println!("retrying {run}"),
+            }
+        }),
         RunsCommand::Spend { remote, since } => {
             let query = query(&[("since", since)]);
             remote.call("GET", &format!("/api/spend?{query}"), |answer| {
@@ -295,8 +329,26 @@ pub fn runs(command: RunsCommand) -> ExitCode {
                 );
             })
         }
-        RunsCommand::Release { id, remote } => held(&remote, &id, "release"),
-        RunsCommand::Cancel { id, remote } => held(&remote, &id, "cancel"),
+        RunsCommand::Release {
+            id: Some(id),
+            remote,
+            ..
+        } => held(&remote, &id, "release"),
+        RunsCommand::Cancel {
+            id: Some(id),
+            remote,
+            ..
+        } => held(&remote, &id, "cancel"),
+        RunsCommand::Release {
+            id: None,
+            bulk,
+            remote,
+        } => runs_bulk::bulk(&remote, "release", &bulk),
+        RunsCommand::Cancel {
+            id: None,
+            bulk,
+            remote,
+        } => runs_bulk::bulk(&remote, "cancel", &bulk),
     }
 }
 

@@ -12,9 +12,10 @@ use super::AppState;
 use super::api_error::{ApiError, ApiPath, ApiQuery};
 use super::operator::Operator;
 use super::reply::HookError;
+use super::run_query::RunsQuery;
 use crate::config::ReloadStatus;
 use crate::config::runtime::Route;
-use crate::gateway::{EventRecord, Retry, RetryError, RunFilter, RunRecord, RunStatus};
+use crate::gateway::{EventRecord, Retry, RetryError, RunRecord, RunStatus};
 use crate::hook::Channel;
 use crate::transform::{TransformFailure, TransformStatus};
 
@@ -121,55 +122,13 @@ struct ConfigStatus {
     transforms: Vec<TransformStatus>,
 }
 
-/// The filters of `GET /api/runs`.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RunsQuery {
-    status: Option<String>,
-    hook: Option<String>,
-    session_key: Option<String>,
-    since: Option<String>,
-    before: Option<String>,
-    limit: Option<String>,
-}
-
-/// `GET /api/runs?status=&hook=&sessionKey=&since=&before=&limit=`: runs, newest first, and
-/// `next`, the `before` of the next page (null on the last).
+/// `GET /api/runs?status=&hook=&mapping=&agent=&sessionKey=&since=&before=&limit=`: runs,
+/// newest first, and `next`, the `before` of the next page (null on the last).
 pub async fn runs(
     State(app): State<AppState>,
     ApiQuery(query): ApiQuery<RunsQuery>,
 ) -> Result<Response, ApiError> {
-    let status = query
-        .status
-        .map(|text| {
-            RunStatus::from_wire(&text).ok_or_else(|| {
-                ApiError::Invalid(format!(
-                    "status must be one of: {}",
-                    RunStatus::NAMES.join(", ")
-                ))
-            })
-        })
-        .transpose()?;
-    let before = query
-        .before
-        .map(|cursor| {
-            cursor
-                .parse::<i64>()
-                .map_err(|_| ApiError::Invalid("before must be a cursor from next".into()))
-        })
-        .transpose()?;
-    let since = query
-        .since
-        .map(|at| time_ms(&at, "since").map(crate::gateway::runtime_clock::rfc3339))
-        .transpose()?;
-    let filter = RunFilter {
-        status,
-        hook: query.hook,
-        session_key: query.session_key,
-        since,
-        before,
-        limit: limit(query.limit.as_deref())?,
-    };
+    let filter = query.filter()?;
     let full = filter.limit as usize;
     let page = app.store.runs(filter).await?;
     let next = (page.len() == full)

@@ -12,6 +12,7 @@ const PAGE: &str = include_str!("console/index.html");
 const SCRIPT: &str = include_str!("console/console.js");
 const STYLE: &str = include_str!("console/console.css");
 const REPLAY_SCRIPT: &str = include_str!("console/replay.js");
+const RUNS_BULK_SCRIPT: &str = include_str!("console/runs_bulk.js");
 
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
      img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
@@ -29,6 +30,11 @@ pub async fn script() -> Response {
 /// `GET /console/replay.js`: bulk replay (docs/operations.md#replaying-in-bulk).
 pub async fn replay_script() -> Response {
     asset("text/javascript; charset=utf-8", REPLAY_SCRIPT)
+}
+
+/// `GET /console/runs_bulk.js`: runs in bulk (docs/operations.md#runs-in-bulk).
+pub async fn runs_bulk_script() -> Response {
+    asset("text/javascript; charset=utf-8", RUNS_BULK_SCRIPT)
 }
 
 /// `GET /console/console.css`.

@@ -6,6 +6,7 @@ mod api_error;
 mod api_held;
 mod api_replay;
 mod api_requests;
+mod api_runs_bulk;
 mod api_spend;
 mod auth;
 mod body;
@@ -23,6 +24,7 @@ mod reply;
 mod request;
 mod request_id;
 mod request_query;
+mod run_query;
 mod serve;
 mod signed;
 mod submit;
@@ -108,6 +110,7 @@ pub fn router(state: AppState) -> Router {
         .route("/console", get(console::page))
         .route("/console/console.js", get(console::script))
         .route("/console/replay.js", get(console::replay_script))
+        .route("/console/runs_bulk.js", get(console::runs_bulk_script))
         .route("/console/console.css", get(console::style))
         .nest("/api", operator_api(state.clone()))
         .fallback(move |State(app): State<AppState>, request: Request| {
@@ -133,6 +136,9 @@ fn operator_api(state: AppState) -> Router<AppState> {
             get(api_replay::progress).delete(api_replay::cancel),
         )
         .route("/runs", get(api::runs))
+        .route("/runs/release", post(api_runs_bulk::release))
+        .route("/runs/cancel", post(api_runs_bulk::cancel))
+        .route("/runs/retry", post(api_runs_bulk::retry))
         .route("/runs/{run_id}", get(api::run))
         .route("/runs/{run_id}/retry", post(api::retry_run))
         .route("/runs/{run_id}/release", post(api_held::release))

@@ -41,10 +41,7 @@ pub struct RequestFilters {
 impl RequestFilters {
     /// The API's `filter` object: the flags that are set, by their API names.
     pub fn json(&self) -> serde_json::Map<String, serde_json::Value> {
-        let pairs = self.pairs().into_iter();
-        pairs
-            .filter_map(|(name, value)| Some((name.to_string(), value?.into())))
-            .collect()
+        filter_object(self.pairs())
     }
 
     /// The API's parameters, named as it names them; `None` for a flag not given.
@@ -63,9 +60,20 @@ impl RequestFilters {
     }
 }
 
+/// The API's `filter` object of `pairs` (a parameter's name, and its value when its flag was
+/// given): the ones that are set.
+pub(super) fn filter_object(
+    pairs: impl IntoIterator<Item = (&'static str, Option<String>)>,
+) -> serde_json::Map<String, serde_json::Value> {
+    pairs
+        .into_iter()
+        .filter_map(|(name, value)| Some((name.to_string(), value?.into())))
+        .collect()
+}
+
 /// A time flag as the RFC 3339 time the API takes: one given so is kept as it is, a duration
 /// is that long before now.
-fn time_or_ago(text: &str) -> Result<String, String> {
+pub(super) fn time_or_ago(text: &str) -> Result<String, String> {
     if chrono::DateTime::parse_from_rfc3339(text).is_ok() {
         return Ok(text.to_string());
     }

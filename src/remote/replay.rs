@@ -85,7 +85,11 @@ async fn run(
     let say = Say { json: remote.json };
     print_plan(say, &plan);
     let count = plan["replayable"].as_u64().unwrap_or(0);
-    if count == 0 || !(replay.yes || confirmed(say, count, &plan["rate"])?) {
+    let question = format!(
+        "replay {count} requests at {}/s? [y/N] ",
+        text(&plan["rate"])
+    );
+    if count == 0 || !(replay.yes || confirmed(say.json, &question, "replay")?) {
         say.json(&plan);
         return Ok(if count == 0 {
             ExitCode::SUCCESS
@@ -169,16 +173,15 @@ fn print_plan(say: Say, plan: &Value) {
     }
 }
 
-/// Whether the operator agrees to replay `count` requests: asked on a terminal only; without
-/// one, `--yes` is the only way to agree.
-fn confirmed(say: Say, count: u64, rate: &Value) -> Result<bool, String> {
+/// Whether the operator agrees to `question` (to `verb` what the count said): asked on a
+/// terminal only; without one, `--yes` is the only way to agree. The question goes where the
+/// words go: with `--json` (`json`), stdout is for the answer alone.
+pub(super) fn confirmed(json: bool, question: &str, verb: &str) -> Result<bool, String> {
     if !std::io::stdin().is_terminal() {
-        eprintln!("not replaying: pass --yes to replay without a terminal to confirm on");
+        eprintln!("not done: pass --yes to {verb} without a terminal to confirm on");
         return Ok(false);
     }
-    // The question goes where the words go: with --json, stdout is for the answer alone.
-    let question = format!("replay {count} requests at {}/s? [y/N] ", text(rate));
-    let written = if say.json {
+    let written = if json {
         let mut err = std::io::stderr();
         err.write_all(question.as_bytes())
             .and_then(|()| err.flush())

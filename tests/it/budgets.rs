@@ -40,7 +40,7 @@ async fn accepted(server: &Hookgate, n: u32) -> String {
 }
 
 /// The run, once this node shows it (on NATS, once its view applied it).
-async fn shown(server: &Hookgate, run_id: &str) -> Value {
+pub(crate) async fn shown(server: &Hookgate, run_id: &str) -> Value {
     let mut run = Value::Null;
     eventually(&format!("run {run_id} to show"), async || {
         let (status, found) = server.api_json(&format!("/api/runs/{run_id}")).await;
@@ -58,7 +58,7 @@ async fn operator(server: &Hookgate, run_id: &str, action: &str) -> (u16, Value)
 }
 
 /// Waits until run `run_id` has status `status`.
-async fn becomes(server: &Hookgate, run_id: &str, status: &str) {
+pub(crate) async fn becomes(server: &Hookgate, run_id: &str, status: &str) {
     let mut run = Value::Null;
     eventually_within(
         &format!("run {run_id} to become {status}"),

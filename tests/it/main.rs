@@ -80,6 +80,7 @@ mod request_search;
 mod request_search_scale;
 mod requests;
 mod retention;
+mod runs_bulk;
 mod runtime;
 mod scaffold;
 mod security;

@@ -104,7 +104,8 @@ impl RunRecord {
             ", rowid FROM runs
              WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR hook_name = ?2)
                AND (?3 IS NULL OR session_key = ?3) AND (?4 IS NULL OR created_at >= ?4)
-               AND (?5 IS NULL OR rowid < ?5)
+               AND (?5 IS NULL OR rowid < ?5) AND (?7 IS NULL OR mapping_id = ?7)
+               AND (?8 IS NULL OR target_agent = ?8)
              ORDER BY rowid DESC LIMIT ?6"
         ))?;
         let rows = stmt.query_map(
@@ -114,7 +115,9 @@ impl RunRecord {
                 filter.session_key,
                 filter.since,
                 filter.before,
-                filter.limit
+                filter.limit,
+                filter.mapping,
+                filter.agent
             ],
             |row| Ok((Self::from_row(row)?, row.get(CURSOR_AT)?)),
         )?;
@@ -264,6 +267,10 @@ impl<'a> ApiRun<'a> {
 pub struct RunFilter {
     pub status: Option<RunStatus>,
     pub hook: Option<String>,
+    /// The mapping that admitted the run.
+    pub mapping: Option<String>,
+    /// The agent the run is for (its resolved target).
+    pub agent: Option<String>,
     pub session_key: Option<String>,
     /// RFC 3339, milliseconds, UTC: runs created at or after it.
     pub since: Option<String>,
