@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use crate::browser::Browser;
 use crate::budgets::{becomes, shown};
-use crate::fake::Fake;
+use crate::fake::{Answer, Fake, chat_reply};
 use crate::harness::*;
 use crate::runtime::{Backend, Kept, finished, with_provider};
 
@@ -119,7 +119,46 @@ pub(crate) async fn held_runs_are_released_in_bulk_by_mapping(backend: Backend) 
     becomes(&server, &other, "cancelled").await;
 }
 
-on_both_stores!(held_runs_are_released_in_bulk_by_mapping);
+/// Failed runs retried by a mapping filter once the provider is mended: counted, then run again
+/// as their second attempts; the other mapping's failed run left failed.
+pub(crate) async fn failed_runs_are_retried_in_bulk_by_mapping(backend: Backend) {
+    let provider = Fake::start(|_, _| Answer::Text(400, "unknown model".into())).await;
+    let mut config = config(&provider);
+    for mapping in config["hooks"]["mappings"].as_array_mut().unwrap() {
+        mapping.as_object_mut().unwrap().remove("budget");
+    }
+    let (server, _kept) = backend.start(&config);
+    let mut runs = Vec::new();
+    for (id, n) in [("github", 1), ("github", 2), ("other", 1)] {
+        let run_id = accepted(&server, id, n).await;
+        assert_eq!(finished(&server, &run_id).await["status"], "error");
+        runs.push(run_id);
+    }
+    provider.respond_with(|_, _| Answer::Json(200, chat_reply("fixed it")));
+    let filter = json!({"mapping": "github"});
+    let (status, count) = bulk(&server, "retry", json!({"filter": filter, "dryRun": true})).await;
+    assert_eq!(status, 200, "{count}");
+    assert_eq!(
+        (&count["matched"], &count["applied"]),
+        (&json!(2), &json!(2))
+    );
+    let (status, retried) = bulk(&server, "retry", json!({"filter": filter})).await;
+    assert_eq!(status, 200, "{retried}");
+    assert_eq!(
+        (&retried["applied"], &retried["failed"]),
+        (&json!(2), &json!([]))
+    );
+    for run_id in &runs[..2] {
+        becomes(&server, run_id, "ok").await;
+        assert_eq!(shown(&server, run_id).await["attempts"], 2);
+    }
+    assert_eq!(shown(&server, &runs[2]).await["status"], "error");
+}
+
+on_both_stores!(
+    held_runs_are_released_in_bulk_by_mapping,
+    failed_runs_are_retried_in_bulk_by_mapping,
+);
 
 /// A filter that names no known key, a bad status or a listing's paging is refused with 400
 /// naming it, and nothing is released.
