@@ -23,7 +23,9 @@ pub struct RunsConfig {
 }
 
 /// Which queued run the runner starts first: every `high` run before any `normal` one, every
-/// `normal` before any `low`; the oldest first within one priority. Stored with the run at
+/// `normal` before any `low`; the oldest first within one priority. It orders the queued runs
+/// of one session key alike, which run one at a time (docs/runtime.md, "Which run starts
+/// next"). Stored with the run at
 /// admission as its rank (0 for `high`), so that the queue's index gives the runner's order.
 #[derive(
     Debug, Default, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,

@@ -184,6 +184,7 @@ on_both_stores!(
     a_lane_holds_its_mapping_to_max_concurrent_and_not_the_others,
     past_max_queued_a_request_is_refused_with_429_and_nothing_is_stored,
     a_high_priority_run_starts_before_a_queued_low_priority_burst,
+    a_high_run_starts_before_the_queued_low_runs_of_its_session_key,
 );
 
 /// Waits until `server` shows `count` runs: on NATS, until its view applied them.
@@ -341,6 +342,48 @@ async fn a_high_priority_run_starts_before_a_queued_low_priority_burst(backend: 
             Backend::Nats => assert!(order.contains(&expected), "{order:?}"),
         }
     }
+}
+
+/// The new user's case (docs/runtime.md, "Which run starts next"): CI runs and a website form
+/// share `hooks.defaultSessionKey`, as the example configuration has it. Four low CI runs wait
+/// behind a running one; the high form, queued after them, is the session's next run, and the
+/// session's runs still never overlap.
+async fn a_high_run_starts_before_the_queued_low_runs_of_its_session_key(backend: Backend) {
+    let provider = GatedProvider::start().await;
+    let mappings = json!([
+        mapping("ci", json!({"priority": "low"})),
+        mapping("form", json!({"priority": "high"})),
+    ]);
+    let mut config = config(&provider, 4, mappings);
+    set(
+        &mut config,
+        "hooks.defaultSessionKey",
+        json!("hook:ingress"),
+    );
+    let (server, _kept) = backend.start(&config);
+    accepted(&server, "ci", 0).await;
+    provider.called(1).await;
+    for n in 1..=4 {
+        accepted(&server, "ci", n).await;
+    }
+    accepted(&server, "form", 0).await;
+    shown(&server, 6).await;
+    assert_eq!(
+        provider.in_flight(),
+        1,
+        "a second run of the session started"
+    );
+    provider.release(1);
+    let prompts = provider.called(2).await;
+    assert_eq!(prompts[1], "form 0", "{prompts:?}");
+    provider.release(5);
+    all_finished(&server, 6).await;
+    assert_eq!(provider.max_in_flight(), 1, "{:?}", provider.prompts());
+    let shown = runs(&server).await;
+    assert!(
+        shown.iter().all(|run| run["sessionKey"] == "hook:ingress"),
+        "{shown:?}"
+    );
 }
 
 /// Waits for the third provider call, which must be the chat run's, with the two bulk runs

@@ -25,16 +25,16 @@ pub(super) const STEP_ASIDE: Duration = Duration::from_millis(250);
 const STEP_ASIDE_OFFERS: i64 = 40;
 
 /// Whether `work`, offered for the `delivered`th time, should step aside for a run of a higher
-/// priority that this node's view shows queued and able to start (of another session key, idle
-/// and with no older run queued, its mapping's lane not full as far as the view shows): a key's
-/// runs still start in arrival order. Costs two reads of the view; none for a
-/// `high` run. A view that cannot be read steps nothing aside.
+/// priority that this node's view shows queued and able to start (the next run of its idle
+/// session key, which may be `work`'s own, its mapping's lane not full as far as the view
+/// shows): a key's queued runs start highest priority first, as on one node. Costs two reads of
+/// the view; none for a `high` run. A view that cannot be read steps nothing aside.
 pub(super) async fn steps_aside(ctx: &Context, work: &NewRun, delivered: i64) -> bool {
     if work.priority == Priority::High || delivered > STEP_ASIDE_OFFERS {
         return false;
     }
     let settings = ctx.config.current();
-    let (priority, session_key) = (work.priority, work.admitted.session_key.clone());
+    let priority = work.priority;
     let found = ctx
         .store
         .read(move |conn| {
@@ -46,7 +46,7 @@ pub(super) async fn steps_aside(ctx: &Context, work: &NewRun, delivered: i64) ->
                 ),
                 ..Busy::default()
             };
-            higher_waiting(conn, (priority, &session_key), &busy)
+            higher_waiting(conn, priority, &busy)
         })
         .await;
     found.unwrap_or(false)

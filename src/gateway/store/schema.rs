@@ -265,6 +265,14 @@ const SCHEMA_V20: &str = "
 ALTER TABLE runs ADD COLUMN model_calls TEXT;
 ";
 
+/// The queued runs of each session key, by priority and then age: the run of a key that starts
+/// next is the first of its key here (docs/runtime.md, "Which run starts next"), found with one
+/// seek (`next_runs::queued`, `lane_slots::higher_waiting`). Only queued runs are in it: a run
+/// started at its admission writes no entry, and one that starts leaves it.
+const SCHEMA_V21: &str = "
+CREATE INDEX runs_queued_by_session ON runs (session_key, priority) WHERE status = 'queued';
+";
+
 /// The request log, in a database of its own (`requests.db`): every request under the hook
 /// prefix (see `requests`). Keyed by its time-ordered id alone (no rowid, one index only for
 /// replays): each record is one append to one b-tree, since one is written for every request
@@ -389,6 +397,7 @@ pub(in crate::gateway) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             (18, SCHEMA_V18),
             (19, SCHEMA_V19),
             (20, SCHEMA_V20),
+            (21, SCHEMA_V21),
         ],
     )
 }

@@ -82,30 +82,29 @@ pub(crate) fn running_by_mapping(conn: &Connection) -> rusqlite::Result<Vec<(Str
     rows.collect()
 }
 
-/// Whether a queued run of a higher priority than `priority`, of a session key other than
-/// `session_key`, could start now: no run of its key is in progress or queued before it (a
-/// key's runs start in arrival order, so a run of `session_key` never waits for a newer one of
-/// its own key), and its mapping is not among `busy.lanes`. Costs a walk of the queued runs of
-/// higher priorities on `runs_queued_by_priority`, to the first that could, each with a look-up
-/// of an older run of its key on `runs_queue`.
+/// Whether a queued run of a higher priority than `priority` could start now: it is the next
+/// run of its session key (none of its key in progress, none queued before it: of a higher
+/// priority, or as high and older) and its mapping is not among `busy.lanes`. Its key may be the
+/// asking run's own: a key's queued runs start highest priority first. Costs a walk of the
+/// queued runs of higher priorities on `runs_queued_by_priority`, to the first that could, each
+/// with one seek for a run of its key before it on `runs_queued_by_session`.
 pub(crate) fn higher_waiting(
     conn: &Connection,
-    (priority, session_key): (Priority, &str),
+    priority: Priority,
     busy: &crate::gateway::turns::next_runs::Busy,
 ) -> rusqlite::Result<bool> {
-    conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM runs AS q INDEXED BY runs_queued_by_priority
+    conn.prepare_cached(HIGHER_WAITING)?
+        .query_row(params![priority, busy.lanes_json()], |row| row.get(0))
+}
+
+const HIGHER_WAITING: &str =
+    "SELECT EXISTS (SELECT 1 FROM runs AS q INDEXED BY runs_queued_by_priority
           WHERE status = 'queued' AND priority < ?1
-            AND session_key <> ?3
             AND session_key NOT IN (SELECT session_key FROM runs WHERE status = 'running')
             AND (mapping_id IS NULL OR mapping_id NOT IN (SELECT value FROM json_each(?2)))
-            AND NOT EXISTS (SELECT 1 FROM runs WHERE status = 'queued'
-                              AND session_key = q.session_key AND rowid < q.rowid))",
-    )?
-    .query_row(params![priority, busy.lanes_json(), session_key], |row| {
-        row.get(0)
-    })
-}
+            AND NOT EXISTS (SELECT 1 FROM runs INDEXED BY runs_queued_by_session
+                              WHERE status = 'queued' AND session_key = q.session_key
+                                AND (priority, rowid) < (q.priority, q.rowid)))";
 
 /// `maxConcurrent` of `mapping` under `hooks`, if it has one.
 pub(crate) fn limit(hooks: &HookSettings, mapping: &str) -> Option<u32> {
@@ -164,36 +163,59 @@ mod tests {
         let store = Store::open(dir.path(), true).unwrap();
         for (id, key, priority) in [
             ("old", "hook:k", Priority::Low),
-            // Higher but of the same key: it starts after `old` whatever its priority.
-            ("same", "hook:k", Priority::High),
-            ("first", "hook:j", Priority::Low),
-            // Higher but behind an older run of its own key.
-            ("behind", "hook:j", Priority::High),
+            ("first", "hook:j", Priority::Normal),
+            // Higher, but its key has a run in progress.
+            ("busy", "hook:r", Priority::High),
         ] {
             let mut new = crate::gateway::store::runs::tests::run(id);
             new.admitted.session_key = key.into();
             new.priority = priority;
             store.queue_run(new, None).await.unwrap();
         }
-        let waiting = |key: &'static str| {
+        let mut running = crate::gateway::store::runs::tests::run("running");
+        running.admitted.session_key = "hook:r".into();
+        store.queue_run(running, None).await.unwrap();
+        store
+            .write(|conn| crate::gateway::store::runs::claim(conn, "running", "t"))
+            .await
+            .unwrap();
+        let waiting = |priority: Priority| {
             store.read(move |conn| {
                 higher_waiting(
                     conn,
-                    (Priority::Low, key),
+                    priority,
                     &crate::gateway::turns::next_runs::Busy::default(),
                 )
             })
         };
-        assert!(!waiting("hook:k").await.unwrap());
-        let mut new = crate::gateway::store::runs::tests::run("free");
-        new.admitted.session_key = "hook:m".into();
-        new.priority = Priority::Normal;
-        store.queue_run(new, None).await.unwrap();
+        assert!(!waiting(Priority::Normal).await.unwrap());
         assert!(
-            waiting("hook:k").await.unwrap(),
-            "a higher run first of its own idle key could start first"
+            waiting(Priority::Low).await.unwrap(),
+            "a normal run first of its own idle key could start first"
         );
+        // A higher run of the asking run's own key comes first too: a key's queued runs start
+        // highest priority first (a shared `defaultSessionKey`).
+        let mut same = crate::gateway::store::runs::tests::run("same");
+        same.admitted.session_key = "hook:j".into();
+        same.priority = Priority::High;
+        store.queue_run(same, None).await.unwrap();
+        assert!(waiting(Priority::Normal).await.unwrap());
         store.close();
+    }
+
+    /// Whether a higher run waits is a walk of the higher queued runs, each with one seek for a
+    /// run of its key before it: never a walk of a key's backlog.
+    #[test]
+    fn a_higher_run_is_looked_for_on_indexes() {
+        let plan = crate::gateway::store::runs::tests::plan_of(
+            HIGHER_WAITING,
+            params![Priority::Low, "[]"],
+        );
+        assert!(
+            plan.iter()
+                .any(|step| step.contains("INDEX runs_queued_by_session (session_key=? AND")),
+            "{plan:?}"
+        );
     }
 
     #[test]

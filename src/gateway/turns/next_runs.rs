@@ -1,5 +1,5 @@
 //! The runner's read of the queue: which queued runs may start now, highest priority first,
-//! then oldest, one per idle session key, none of a full lane (docs/runtime.md, "Which run
+//! then oldest, one per idle session key (its own highest, then oldest), none of a full lane (docs/runtime.md, "Which run
 //! starts next").
 
 use std::collections::HashSet;
@@ -42,9 +42,10 @@ impl Busy {
 }
 
 /// Queued runs the runner may start, at most `limit`, highest priority first, then oldest: the
-/// oldest queued run of each session key that has none running and is not in `busy`, whose
+/// next queued run of each session key that has none running and is not in `busy`, whose
 /// mapping's lane is not full. `want` is how many the caller can start now. A session key's
-/// runs start in arrival order whatever their priorities: its newer run never passes its older.
+/// runs never overlap, and its next run is its queued run of the highest priority, then the
+/// oldest: mappings that share a key (`defaultSessionKey`) keep their priorities.
 ///
 /// Hooks usually give each run a key of its own, and then the first `limit` queued runs hold
 /// `want` of them: one indexed read of `limit` rows ([`oldest_queued`]). Only when those hold
@@ -87,43 +88,50 @@ const OLDEST_QUEUED: &str = "SELECT run_id, session_key, mapping_id
      WHERE status = 'queued'
        AND session_key NOT IN (SELECT session_key FROM runs WHERE status = 'running')
        AND (mapping_id IS NULL OR mapping_id NOT IN (SELECT value FROM json_each(?2)))
-       AND NOT EXISTS (SELECT 1 FROM runs WHERE status = 'queued'
-                         AND session_key = q.session_key AND rowid < q.rowid)
+       AND NOT EXISTS (SELECT 1 FROM runs INDEXED BY runs_queued_by_session
+                       WHERE status = 'queued' AND session_key = q.session_key
+                         AND (priority, rowid) < (q.priority, q.rowid))
      ORDER BY priority, rowid LIMIT ?1";
 
 /// The first `limit` queued runs, highest priority first, then oldest, of keys with none
-/// running and no older run queued, outside the full lanes (`lanes`, a JSON list), on the
-/// `runs_queued_by_priority` index, in its order (the running runs are few: at most the
-/// runner's slots; an older run of the same key is looked up on `runs_queue`).
+/// running and no run of theirs queued before them (of a higher priority, or as high and
+/// older), outside the full lanes (`lanes`, a JSON list), on the `runs_queued_by_priority`
+/// index, in its order (the running runs are few: at most the runner's slots; a run of the same
+/// key before it is looked up with one seek on `runs_queued_by_session`).
 fn oldest_queued(conn: &Connection, limit: u32, lanes: &str) -> rusqlite::Result<Vec<Startable>> {
     let mut stmt = conn.prepare_cached(OLDEST_QUEUED)?;
     let rows = stmt.query_map(params![limit, lanes], Startable::from_row)?;
     rows.collect()
 }
 
-/// The oldest queued run of each session key that has none running, outside the full lanes
-/// (`lanes`, a JSON list): highest priority first, then oldest.
+/// The next queued run (its highest priority, then oldest) of each session key that has none
+/// running, outside the full lanes (`lanes`, a JSON list): highest priority first, then oldest.
 ///
 /// Costs O(k log n) for k session keys with queued runs and n runs, not O(n): the keys are
 /// walked on the `runs_queue` index one `MIN(session_key) > previous` step at a time (a loose
-/// index scan, which SQLite does not plan by itself), and each key's oldest run is the first
-/// entry of that key in the same index. A scan of every queued run here made a backlog of one
+/// index scan, which SQLite does not plan by itself), and each key's next run is the first
+/// entry of that key in `runs_queued_by_session`. A scan of every queued run here made a backlog of one
 /// busy session quadratic to drain, since the runner asks after every run.
 pub fn queued_heads(
     conn: &Connection,
     limit: u32,
     lanes: &str,
 ) -> rusqlite::Result<Vec<Startable>> {
-    let mut stmt = conn.prepare_cached(
-        "WITH RECURSIVE keys(key) AS (
+    let mut stmt = conn.prepare_cached(QUEUED_HEADS)?;
+    let rows = stmt.query_map(params![limit, lanes], Startable::from_row)?;
+    rows.collect()
+}
+
+const QUEUED_HEADS: &str = "WITH RECURSIVE keys(key) AS (
              SELECT MIN(session_key) FROM runs WHERE status = 'queued'
              UNION ALL
              SELECT (SELECT MIN(session_key) FROM runs WHERE status = 'queued' AND session_key > key)
              FROM keys WHERE key IS NOT NULL
          ),
          heads(key, head) AS (
-             SELECT key, (SELECT rowid FROM runs WHERE status = 'queued' AND session_key = key
-                          ORDER BY rowid LIMIT 1)
+             SELECT key, (SELECT rowid FROM runs INDEXED BY runs_queued_by_session
+                          WHERE status = 'queued' AND session_key = key
+                          ORDER BY priority, rowid LIMIT 1)
              FROM keys
              WHERE key IS NOT NULL
                AND NOT EXISTS (SELECT 1 FROM runs WHERE status = 'running' AND session_key = key)
@@ -131,11 +139,7 @@ pub fn queued_heads(
          SELECT runs.run_id, heads.key, runs.mapping_id FROM heads JOIN runs ON runs.rowid = heads.head
          WHERE runs.mapping_id IS NULL
             OR runs.mapping_id NOT IN (SELECT value FROM json_each(?2))
-         ORDER BY runs.priority, heads.head LIMIT ?1",
-    )?;
-    let rows = stmt.query_map(params![limit, lanes], Startable::from_row)?;
-    rows.collect()
-}
+         ORDER BY runs.priority, heads.head LIMIT ?1";
 
 #[cfg(test)]
 mod tests {
@@ -202,7 +206,7 @@ mod tests {
             ("low2", "hook:2", "gmail", Priority::Low),
             ("chat", "hook:3", "chat", Priority::High),
             ("plain", "hook:4", "ci", Priority::Normal),
-            // Newer and high, but behind an older run of its own key.
+            // Newer than `low1` of its own key, and higher: it is its key's next run.
             ("later", "hook:1", "chat", Priority::High),
         ] {
             let mut new = run(id);
@@ -220,16 +224,17 @@ mod tests {
         };
         assert_eq!(
             ids(offered(10, &[]).await.unwrap()),
-            ["chat", "plain", "low1", "low2"]
+            ["chat", "later", "plain", "low2"]
         );
-        assert_eq!(
-            ids(offered(10, &["chat", "ci"]).await.unwrap()),
-            ["low1", "low2"]
-        );
+        // A key's next run in a full lane holds its key: `low1` does not start before it.
+        assert_eq!(ids(offered(10, &["chat", "ci"]).await.unwrap()), ["low2"]);
         let heads = store.read(|conn| queued_heads(conn, 10, r#"["gmail"]"#));
-        assert_eq!(ids(heads.await.unwrap()), ["chat", "plain"]);
+        assert_eq!(ids(heads.await.unwrap()), ["chat", "later", "plain"]);
         let heads = store.read(|conn| queued_heads(conn, 10, "[]"));
-        assert_eq!(ids(heads.await.unwrap()), ["chat", "plain", "low1", "low2"]);
+        assert_eq!(
+            ids(heads.await.unwrap()),
+            ["chat", "later", "plain", "low2"]
+        );
         store.close();
     }
 
@@ -247,6 +252,20 @@ mod tests {
         assert!(
             !oldest.iter().any(|step| step.contains("TEMP B-TREE")),
             "{oldest:?}"
+        );
+        // Whether a run of the same key comes first is one seek, not a walk of the key's runs.
+        assert!(
+            oldest.iter().any(|step| step.contains(
+                "SEARCH runs USING COVERING INDEX runs_queued_by_session (session_key=? AND"
+            )),
+            "{oldest:?}"
+        );
+        let heads = plan_of(QUEUED_HEADS, params![10, "[]"]);
+        assert!(
+            heads
+                .iter()
+                .any(|step| step.contains("INDEX runs_queued_by_session (session_key=?)")),
+            "{heads:?}"
         );
     }
 }
