@@ -8,11 +8,13 @@ use uuid::Uuid;
 
 use crate::config::HookSettings;
 use crate::gateway::admission::batches::{BatchItem, Joined};
+use crate::gateway::admission::budget::HeldBy;
 use crate::gateway::admission::lanes::LaneError;
 use crate::gateway::requests::RequestOutcome;
 use crate::gateway::runtime_clock::{now_ms, now_rfc3339};
 use crate::gateway::{
-    EventKind, EventOutcome, IdempotencyClaim, NewEvent, NewRun, RunQueued, Runtime, StoreError,
+    BatchOpening, EventKind, EventOutcome, IdempotencyClaim, NewEvent, NewRun, RunQueued, Runtime,
+    StoreError,
 };
 use crate::hook::envelope::{ContentSource, wrap_prompt};
 use crate::hook::policy::KeyOrigin;
@@ -263,23 +265,24 @@ async fn queue(
     admission: AgentAdmission,
 ) -> Result<QueuedRun, AdmitError> {
     // Batches first: joining an open batch adds no run, so no lane or budget applies to it.
-    let mut admission = match batch(runtime, admission, false).await? {
+    let mut admission = match batch(runtime, admission, None).await? {
         Ok(joined) => return Ok(joined),
         Err(admission) => admission,
     };
     let claim = admission.claim.as_ref();
     runtime.enter_lane(hooks, &mut admission.run, claim).await?;
-    // Within its budgets a request opens a batch; past one it is held or refused as the run of
-    // its own it then is.
-    if admission.batch.is_some()
-        && runtime
-            .within_budgets(&hooks.budgets, &admission.run)
-            .await?
-    {
-        admission = match batch(runtime, admission, true).await? {
-            Ok(opened) => return Ok(opened),
-            Err(admission) => admission,
-        };
+    // Within its budgets, or past one that holds, a request opens a batch (held when it
+    // closes); past one that refuses it is refused as the run of its own it then is.
+    if admission.batch.is_some() {
+        let opening = runtime
+            .batch_opening(&hooks.budgets, &admission.run)
+            .await?;
+        if let BatchOpening::Open { held_by } = opening {
+            admission = match batch(runtime, admission, Some(held_by)).await? {
+                Ok(opened) => return Ok(opened),
+                Err(admission) => admission,
+            };
+        }
     }
     let queued = runtime
         .queue_within_budgets(
@@ -302,12 +305,12 @@ async fn queue(
 }
 
 /// A batch mapping's request added to its open batch (with `open`, to a batch it opens when
-/// none is); the admission back when it is not a batch mapping's, or it found no batch to
-/// join (`gateway::batches`).
+/// none is, held when it closes by the budget `open` names); the admission back when it is not
+/// a batch mapping's, or it found no batch to join (`gateway::batches`).
 async fn batch(
     runtime: &Runtime,
     admission: AgentAdmission,
-    open: bool,
+    open: Option<Option<HeldBy>>,
 ) -> Result<Result<QueuedRun, AgentAdmission>, StoreError> {
     let Some(rule) = admission.batch else {
         return Ok(Err(admission));
@@ -317,13 +320,14 @@ async fn batch(
         run: admission.run,
         claim: admission.claim,
         sender_name: admission.sender_name,
+        held_by: open.clone().flatten(),
     };
-    Ok(match runtime.join_batch(item, open).await? {
+    Ok(match runtime.join_batch(item, open.is_some()).await? {
         Joined::Added(added) => Ok(QueuedRun {
+            held: added.opened && open.is_some_and(|held_by| held_by.is_some()),
             run_id: added.run_id,
             repeated: added.repeated,
             batched: added.position,
-            held: false,
         }),
         Joined::NoneOpen(item) => Err(AgentAdmission {
             run: item.run,

@@ -2,13 +2,22 @@
 //! (docs/hooks.md#budgets, docs/runtime.md#held-runs): the budgets' [`Verdict`] decides, the
 //! backend stores what it decided.
 
-use super::admission::budget::{self, HeldError, Queued, Settled, Verdict, held};
+use super::admission::budget::{self, HeldBy, HeldError, Queued, Settled, Verdict, held};
 use super::runtime::{Backend, Runtime};
 use super::store::StoreError;
 use super::store::records::NewRun;
 use super::store::runs::{IdempotencyClaim, RunQueued};
 use crate::config::budget::Budgets;
 use crate::hook::LimitReached;
+
+/// What a batch mapping's request that found no open batch may open ([`Runtime::batch_opening`]).
+#[derive(Debug)]
+pub enum BatchOpening {
+    /// A batch, queued when it closes; held then by `held_by` when that budget is spent now.
+    Open { held_by: Option<HeldBy> },
+    /// No batch: a budget refuses the request, or its lane holds enough held runs.
+    None,
+}
 
 impl Runtime {
     /// Queues `run` as [`Runtime::submit_run`] does when its mapping's and its agent's budgets
@@ -68,14 +77,26 @@ impl Runtime {
         }
     }
 
-    /// Whether `run` is within its mapping's and its agent's budgets now ([`budget::has_room`]):
-    /// a batch mapping's request opens a batch only then.
-    pub async fn within_budgets(
+    /// Whether a batch mapping's request that found no open batch opens one, by what its
+    /// mapping's and its agent's budgets say of `run` now ([`budget::verdict`]): within them it
+    /// opens a batch; past one that holds it opens one too, whose run is held when it closes,
+    /// so that a burst past a spent budget stays one turn; past one that refuses (or with its
+    /// lane holding enough held runs) it opens none, and is refused as the run of its own it is.
+    pub async fn batch_opening(
         &self,
         budgets: &Budgets,
         run: &NewRun,
-    ) -> Result<bool, StoreError> {
-        budget::has_room(&self.store, budgets, run).await
+    ) -> Result<BatchOpening, StoreError> {
+        Ok(match budget::verdict(&self.store, budgets, run).await? {
+            Verdict::Within => BatchOpening::Open { held_by: None },
+            Verdict::Hold(exceeded) => {
+                tracing::info!(run_id = %run.run_id, budget = %exceeded.by, "batch held: its budget is spent");
+                BatchOpening::Open {
+                    held_by: Some(exceeded.by),
+                }
+            }
+            Verdict::LaneHoldsEnough(_) | Verdict::Refuse(_) => BatchOpening::None,
+        })
     }
 
     /// Starts the held run `run_id` whatever its budgets say (it counts against them from now).

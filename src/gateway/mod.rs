@@ -21,6 +21,7 @@ mod signals;
 pub mod store;
 mod turns;
 
+pub use held_runs::BatchOpening;
 pub use runtime::{RetryError, Runtime};
 pub use store::records::{
     DeliveryRecord, EventKind, EventOutcome, EventRecord, NewEvent, NewRun, RunStatus, SkipReason,

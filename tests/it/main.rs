@@ -61,6 +61,7 @@ mod example;
 mod failover;
 mod failures;
 mod files;
+mod held_batches;
 mod filters;
 mod hostile;
 mod js;

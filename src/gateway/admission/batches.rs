@@ -3,7 +3,9 @@
 //! with status `batching`, and each request as an item of it (`batch_items`), before the
 //! request is answered; the batch closes when `maxItems` is reached (by the request that
 //! reaches it) or when its window ends (by [`closer`]), and closing queues the run with the
-//! prompt of every message ([`batch_prompt`]). The embedded store runs each of these steps
+//! prompt of every message ([`batch_prompt`]). A batch opened past a budget that holds
+//! ([`BatchItem::held_by`]) gathers alike, and closing stores its one run `held` instead: the
+//! burst stays one turn, released as one. The embedded store runs each of these steps
 //! in one write, so a crash leaves a request either in its batch or unanswered; a NATS view
 //! applies the same steps from the facts the nodes publish (`nats::batches`).
 
@@ -13,6 +15,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
+use crate::gateway::admission::budget::HeldBy;
 use crate::gateway::clock::{millis, now_ms};
 use crate::gateway::context::Context;
 use crate::gateway::signals::Signals;
@@ -38,6 +41,9 @@ pub struct BatchItem {
     /// The name its sender chose, when it is not its mapping's own: it goes in the item's
     /// envelope ([`BatchMessage::name`]).
     pub sender_name: Option<String>,
+    /// The budget that holds the batch this item would open: it is spent, so the batch's run
+    /// is stored `held` when it closes, not queued. Read only when the item opens a batch.
+    pub held_by: Option<HeldBy>,
 }
 
 impl BatchItem {
@@ -58,6 +64,7 @@ impl BatchItem {
             batch_key: self.key().to_string(),
             closes_at_ms: now_ms.saturating_add(millis(self.rule.window)),
             max_items: self.rule.max_items,
+            held_by: self.held_by.clone(),
         }
     }
 
@@ -210,16 +217,22 @@ pub struct Opened {
     pub batch_key: String,
     pub closes_at_ms: i64,
     pub max_items: u32,
+    /// The spent budget that holds its run when it closes; absent from batches opened within
+    /// their budgets (and from the facts of versions before held batches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<HeldBy>,
 }
 
-/// Stores `run` as an open batch, `batching`; a batch stored already is left as it is.
+/// Stores `run` as an open batch, `batching` (with the budget that will hold it, if any, in
+/// `held_by`); a batch stored already is left as it is.
 pub fn insert_open(conn: &Connection, run: &NewRun, opened: &Opened) -> rusqlite::Result<()> {
     if runs::status(conn, &run.run_id)?.is_some() {
         return Ok(());
     }
     run.insert(conn)?;
-    conn.prepare_cached("UPDATE runs SET status = 'batching' WHERE run_id = ?1")?
-        .execute(params![run.run_id])?;
+    let held_by = opened.held_by.as_ref().map(HeldBy::to_column);
+    conn.prepare_cached("UPDATE runs SET status = 'batching', held_by = ?2 WHERE run_id = ?1")?
+        .execute(params![run.run_id, held_by])?;
     conn.prepare_cached(
         "INSERT INTO batches (run_id, mapping_id, batch_key, closes_at_ms, max_items, items)
          VALUES (?1, ?2, ?3, ?4, ?5, 0)",
@@ -326,11 +339,13 @@ pub fn closed_run(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<Ne
     Ok(Some(run))
 }
 
-/// Queues the closed batch `run` (from [`closed_run`]) with its prompt and message; a run no
-/// longer `batching` is left as it is.
+/// Queues the closed batch `run` (from [`closed_run`]) with its prompt and message, or holds
+/// it when it opened past a budget that holds (its `held_by`); a run no longer `batching` is
+/// left as it is.
 pub fn queue_closed(conn: &Connection, run: &NewRun) -> rusqlite::Result<()> {
     conn.prepare_cached(
-        "UPDATE runs SET status = 'queued', prompt = ?2, message = ?3
+        "UPDATE runs SET status = CASE WHEN held_by IS NULL THEN 'queued' ELSE 'held' END,
+                prompt = ?2, message = ?3
          WHERE run_id = ?1 AND status = 'batching'",
     )?
     .execute(params![run.run_id, run.prompt, run.action().message])?;

@@ -55,12 +55,6 @@ pub async fn verdict(
     })
 }
 
-/// Whether `run` is within its mapping's and its agent's budgets now (see [`verdict`] for what
-/// the count costs and how exact it is): a batch mapping's request opens a batch only then.
-pub async fn has_room(store: &Store, budgets: &Budgets, run: &NewRun) -> Result<bool, StoreError> {
-    Ok(over_budget(store, budgets, run).await?.is_none())
-}
-
 /// The budget of `run` that has no room now, if any.
 async fn over_budget(
     store: &Store,

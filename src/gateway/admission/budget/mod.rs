@@ -22,7 +22,7 @@ use crate::gateway::clock::rfc3339;
 use crate::gateway::store::records::NewRun;
 use crate::hook::{LimitKind, LimitReached};
 
-pub use admit::{Queued, Verdict, has_room, verdict};
+pub use admit::{Queued, Verdict, verdict};
 pub(crate) use held::release_due;
 pub use held::{HeldError, Settled};
 
