@@ -327,6 +327,25 @@ pub fn runs(command: RunsCommand) -> ExitCode {
                             ]
                         }),
                 );
+                println!();
+                print_table(
+                    &[
+                        "AGENT",
+                        "RUNS",
+                        "HEARTBEATS",
+                        "INPUT TOKENS",
+                        "OUTPUT TOKENS",
+                    ],
+                    answer["agents"].as_array().into_iter().flatten().map(|a| {
+                        vec![
+                            text(&a["agentId"]),
+                            text(&a["runs"]),
+                            text(&a["heartbeats"]),
+                            text(&a["inputTokens"]),
+                            text(&a["outputTokens"]),
+                        ]
+                    }),
+                );
             })
         }
         RunsCommand::Release {

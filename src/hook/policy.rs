@@ -62,6 +62,17 @@ impl AgentDirectory {
         }
     }
 
+    /// Every agent this gateway knows, the default first, then the others by id, each once.
+    pub fn ids(&self) -> impl Iterator<Item = &str> {
+        let default = self.default_id.as_str();
+        std::iter::once(default).chain(
+            self.known
+                .iter()
+                .map(String::as_str)
+                .filter(move |id| *id != default),
+        )
+    }
+
     /// The agent that runs a request that named none.
     pub fn default_id(&self) -> &str {
         &self.default_id

@@ -1,6 +1,6 @@
-//! `GET /api/spend`: what each agent mapping's runs cost over a rolling window, the last 24
-//! hours unless `since` says otherwise (docs/runtime.md#what-runs-cost). The console's spend
-//! table reads it.
+//! `GET /api/spend`: what each agent mapping's runs and each agent's runs and heartbeat turns
+//! cost over a rolling window, the last 24 hours unless `since` says otherwise
+//! (docs/runtime.md#what-runs-cost). The console's spend table reads it.
 
 use axum::Json;
 use axum::extract::State;
@@ -27,8 +27,9 @@ pub struct SpendQuery {
 }
 
 /// `GET /api/spend?since=`: each agent mapping of the configuration in force, in its order,
-/// with the runs it admitted since `since` and the tokens of its runs that finished since then.
-/// Costs two index lookups per mapping, and a step per run of the window.
+/// with the runs it admitted since `since` and the tokens of its runs that finished since then;
+/// and each agent (the default first), with its runs, its heartbeat turns, and the tokens of
+/// both. Costs a few index lookups per mapping and agent, and a step per run of the window.
 pub async fn spend(
     State(app): State<AppState>,
     ApiQuery(query): ApiQuery<SpendQuery>,
@@ -48,12 +49,25 @@ pub async fn spend(
         .collect();
     // In forward mode the upstream runs the model: no provider reports tokens here.
     let tokens_known = matches!(settings.runtime.mode, GatewayMode::Embedded);
-    let spent = app.store.spend_by_mapping(mappings, since.clone()).await?;
-    let mappings = spent
+    let agents = settings.agents.ids().map(String::from).collect();
+    let (mappings, agents) = app
+        .store
+        .spend_by_scope(mappings, agents, since.clone())
+        .await?;
+    let mappings = mappings
         .into_iter()
         .map(|(mapping_id, spend)| MappingSpend::of(mapping_id, spend, tokens_known))
         .collect();
-    Ok(Json(SpendView { since, mappings }).into_response())
+    let agents = agents
+        .into_iter()
+        .map(|(agent_id, spend)| AgentSpend::of(agent_id, spend, tokens_known))
+        .collect();
+    Ok(Json(SpendView {
+        since,
+        mappings,
+        agents,
+    })
+    .into_response())
 }
 
 /// The answer of `GET /api/spend`.
@@ -62,6 +76,7 @@ struct SpendView {
     /// The window's start, as the store compares it.
     since: String,
     mappings: Vec<MappingSpend>,
+    agents: Vec<AgentSpend>,
 }
 
 /// One mapping's spend; tokens null when they are not known here (forward mode).
@@ -80,6 +95,31 @@ impl MappingSpend {
         MappingSpend {
             mapping_id,
             runs: spend.runs,
+            input_tokens: known(spend.input_tokens),
+            output_tokens: known(spend.output_tokens),
+        }
+    }
+}
+
+/// One agent's spend: its runs, whatever admitted them, and its heartbeat turns, whose tokens
+/// are in its sums (what its budget's `tokensPerDay` counts); tokens null when not known here.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AgentSpend {
+    agent_id: String,
+    runs: u64,
+    heartbeats: u64,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+}
+
+impl AgentSpend {
+    fn of(agent_id: String, spend: Spend, tokens_known: bool) -> AgentSpend {
+        let known = |tokens| tokens_known.then_some(tokens);
+        AgentSpend {
+            agent_id,
+            runs: spend.runs,
+            heartbeats: spend.heartbeats,
             input_tokens: known(spend.input_tokens),
             output_tokens: known(spend.output_tokens),
         }

@@ -58,6 +58,8 @@ pub(super) async fn beat(ctx: Context, cluster: Cluster, message: Message) {
         agent: beat.agent,
         up_to: beat.up_to,
         job: beat.job,
+        usage: beat.usage,
+        finished_at: Some(beat.finished_at),
     };
     match cluster.publish(&fact, &format!("beat-{sequence}")).await {
         Ok(_) => done(&message).await,

@@ -16,7 +16,8 @@ use crate::gateway::store::records::RunStatus;
 use crate::gateway::store::records::{
     DeliveryJob, DeliveryRecord, NewEvent, NewRun, RunOutcome, SummaryEvent,
 };
-use crate::gateway::store::runs;
+use crate::gateway::store::{runs, spend};
+use crate::gateway::turns::provider::Usage;
 use crate::gateway::turns::retry;
 use crate::hook::batch_prompt::BatchMessage;
 
@@ -80,12 +81,18 @@ pub enum Fact {
     #[serde(rename_all = "camelCase")]
     BeatRequested { not_before_ms: i64 },
     /// A heartbeat consumed the main session's events up to `up_to`; its reply, if any, is
-    /// delivered by the delivery consumer.
+    /// delivered by the delivery consumer. Its turn, ended at `finished_at` having used
+    /// `usage`, counts in the agent's spend (absent from the facts of versions that did not
+    /// count heartbeats: those count nothing).
     #[serde(rename_all = "camelCase")]
     Beat {
         agent: String,
         up_to: i64,
         job: Option<DeliveryJob>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        finished_at: Option<String>,
     },
     /// The operator set the main session's route (`None`: cleared).
     RouteSet {
@@ -194,7 +201,18 @@ impl Fact {
             Fact::RouteSet { agent, route, at } => {
                 runs::set_owner_route(conn, agent, route.as_ref(), at)?;
             }
-            Fact::Beat { agent, up_to, .. } => runs::consume_events(conn, agent, *up_to)?,
+            Fact::Beat {
+                agent,
+                up_to,
+                usage,
+                finished_at,
+                ..
+            } => {
+                runs::consume_events(conn, agent, *up_to)?;
+                if let Some(at) = finished_at {
+                    spend::record_heartbeat(conn, agent, at, *usage)?;
+                }
+            }
             Fact::Delivered {
                 run_id,
                 delivery,
@@ -271,6 +289,8 @@ mod tests {
             agent: "main".into(),
             up_to: 3,
             job: None,
+            usage: None,
+            finished_at: None,
         };
         assert_eq!(beat.subject(), "out.beat");
         assert_eq!(

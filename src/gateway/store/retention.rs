@@ -110,6 +110,12 @@ fn prune_batch(
             (cursor.run, cursor.runs_done) = prune_runs(conn, cursor.run, &before)?;
             more |= !cursor.runs_done;
         }
+        // Heartbeat turns' tokens stay as long as the runs, whose spend they are part of.
+        more |= conn.execute(
+            "DELETE FROM heartbeat_turns WHERE rowid IN
+               (SELECT rowid FROM heartbeat_turns WHERE finished_at < ?2 LIMIT ?1)",
+            params![BATCH, before],
+        )? == BATCH as usize;
         // Failed and uncertain sends stay as long as their runs, for a retry.
         more |= conn.execute(
             "DELETE FROM outbox WHERE id IN

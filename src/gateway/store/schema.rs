@@ -273,6 +273,19 @@ const SCHEMA_V21: &str = "
 CREATE INDEX runs_queued_by_session ON runs (session_key, priority) WHERE status = 'queued';
 ";
 
+/// Each heartbeat turn's tokens, by agent and the time it ended (`spend::record_heartbeat`): a
+/// heartbeat's model call costs tokens as a run's does, and an agent's spend and its budget's
+/// `tokensPerDay` sum them with its runs'. Pruned with the runs (`gateway.retention.runs`).
+const SCHEMA_V22: &str = "
+CREATE TABLE heartbeat_turns (
+    agent         TEXT NOT NULL,
+    finished_at   TEXT NOT NULL,
+    input_tokens  INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL
+);
+CREATE INDEX heartbeat_turns_by_agent ON heartbeat_turns (agent, finished_at);
+";
+
 /// The request log, in a database of its own (`requests.db`): every request under the hook
 /// prefix (see `requests`). Keyed by its time-ordered id alone (no rowid, one index only for
 /// replays): each record is one append to one b-tree, since one is written for every request
@@ -398,6 +411,7 @@ pub(in crate::gateway) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             (19, SCHEMA_V19),
             (20, SCHEMA_V20),
             (21, SCHEMA_V21),
+            (22, SCHEMA_V22),
         ],
     )
 }

@@ -5,12 +5,18 @@
 //! entered the queue in the window, a held run from its release, since a budget limits the
 //! runs let through, not the requests. Read from the store (on NATS, the node's view, which
 //! holds the whole cluster's runs), each sum on an index of its own (schema 12), so its cost
-//! grows with the runs of the scope in the window, not with every run kept.
+//! grows with the runs of the scope in the window, not with every run kept. An agent's spend
+//! counts its heartbeat turns too (`heartbeat_turns`): their tokens are the agent's, though no
+//! run or mapping has them.
 
 use rusqlite::{Connection, params};
 use serde::Serialize;
 
 use super::{Store, StoreError};
+use crate::gateway::turns::provider::Usage;
+
+/// Each scope's id with what it cost, in the order asked.
+pub type ScopeSpends = Vec<(String, Spend)>;
 
 /// Whose runs a sum counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +37,9 @@ pub struct Spend {
     pub input_tokens: u64,
     /// Output tokens of the runs that finished since then.
     pub output_tokens: u64,
+    /// An agent's heartbeat turns that ended since then, whose tokens the sums above hold;
+    /// always 0 for a mapping (a heartbeat is no mapping's).
+    pub heartbeats: u64,
 }
 
 /// A mapping's runs and tokens since `?2`. Tokens are summed by `TOTAL()`, in floating point,
@@ -40,14 +49,43 @@ pub struct Spend {
 /// (`provider::MAX_TURN_TOKENS`), and rows written before that bound still sum.
 const BY_MAPPING: &str = "SELECT
      (SELECT COUNT(*) FROM runs WHERE mapping_id = ?1 AND created_at >= ?2),
-     TOTAL(input_tokens), TOTAL(output_tokens)
+     TOTAL(input_tokens), TOTAL(output_tokens), 0
      FROM runs WHERE mapping_id = ?1 AND finished_at >= ?2";
 
-/// An agent's runs and tokens since `?2`.
+/// An agent's runs and tokens since `?2`, its heartbeat turns' tokens included.
 const BY_AGENT: &str = "SELECT
      (SELECT COUNT(*) FROM runs WHERE target_agent = ?1 AND created_at >= ?2),
-     TOTAL(input_tokens), TOTAL(output_tokens)
+     TOTAL(input_tokens) + (SELECT TOTAL(input_tokens) FROM heartbeat_turns
+                              WHERE agent = ?1 AND finished_at >= ?2),
+     TOTAL(output_tokens) + (SELECT TOTAL(output_tokens) FROM heartbeat_turns
+                               WHERE agent = ?1 AND finished_at >= ?2),
+     (SELECT COUNT(*) FROM heartbeat_turns WHERE agent = ?1 AND finished_at >= ?2)
      FROM runs WHERE target_agent = ?1 AND finished_at >= ?2";
+
+/// Records a heartbeat turn of `agent` that ended at `finished_at` (RFC 3339, the store's
+/// form) having used `usage` (none reported: no tokens, the turn still counted): from then on
+/// the agent's spend and its `tokensPerDay` count it ([`spend_since`]).
+pub fn record_heartbeat(
+    conn: &Connection,
+    agent: &str,
+    finished_at: &str,
+    usage: Option<Usage>,
+) -> rusqlite::Result<()> {
+    let usage = usage.unwrap_or_default();
+    // A turn's counts are bounded where they are read (`provider::MAX_TURN_TOKENS`).
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    conn.prepare_cached(
+        "INSERT INTO heartbeat_turns (agent, finished_at, input_tokens, output_tokens)
+         VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![
+        agent,
+        finished_at,
+        count(usage.input_tokens),
+        count(usage.output_tokens)
+    ])?;
+    Ok(())
+}
 
 /// What `scope`'s runs cost since `since`: the runs created at or after it, and the tokens of
 /// the runs that finished at or after it (a run that reported no usage adds none). `since` is
@@ -72,26 +110,34 @@ pub fn spend_since(
                 runs: row.get::<_, i64>(0)?.unsigned_abs(),
                 input_tokens: tokens(1)?,
                 output_tokens: tokens(2)?,
+                heartbeats: row.get::<_, i64>(3)?.unsigned_abs(),
             })
         })
 }
 
 impl Store {
-    /// What each of `mappings` cost since `since` ([`spend_since`]), in their order: one call to
-    /// the read connection for them all.
-    pub async fn spend_by_mapping(
+    /// What each of `mappings` and each of `agents` cost since `since` ([`spend_since`]), in
+    /// their order: one call to the read connection for them all.
+    pub async fn spend_by_scope(
         &self,
         mappings: Vec<String>,
+        agents: Vec<String>,
         since: String,
-    ) -> Result<Vec<(String, Spend)>, StoreError> {
+    ) -> Result<(ScopeSpends, ScopeSpends), StoreError> {
         self.read(move |conn| {
-            mappings
-                .into_iter()
-                .map(|id| {
-                    let spend = spend_since(conn, SpendScope::Mapping(&id), &since)?;
-                    Ok((id, spend))
-                })
-                .collect()
+            let of = |ids: Vec<String>, agents: bool| {
+                ids.into_iter()
+                    .map(|id| {
+                        let scope = match agents {
+                            true => SpendScope::Agent(&id),
+                            false => SpendScope::Mapping(&id),
+                        };
+                        let spend = spend_since(conn, scope, &since)?;
+                        Ok((id, spend))
+                    })
+                    .collect::<rusqlite::Result<ScopeSpends>>()
+            };
+            Ok((of(mappings, false)?, of(agents, true)?))
         })
         .await
     }
@@ -104,7 +150,6 @@ mod tests {
         DeliveryRecord, NewRun, RunOutcome, RunStatus, SkipReason,
     };
     use crate::gateway::store::runs;
-    use crate::gateway::turns::provider::Usage;
 
     /// A run of `mapping` (none: `/hooks/agent`) for `agent`, created at `created`.
     fn run(id: &str, mapping: Option<&str>, agent: &str, created: &str) -> NewRun {
@@ -182,6 +227,7 @@ mod tests {
             runs,
             input_tokens,
             output_tokens,
+            heartbeats: 0,
         };
         assert_eq!(spend(SpendScope::Mapping("github")), expect(3, 120, 12));
         assert_eq!(spend(SpendScope::Mapping("gmail")), expect(1, 3, 1));
@@ -198,6 +244,43 @@ mod tests {
             expect(2, 100, 10),
             "the window's start is in it"
         );
+    }
+
+    /// An agent's heartbeat turns in the window count in its spend, tokens and turns, beside
+    /// its runs; a mapping's spend has none of them.
+    #[test]
+    fn an_agents_spend_counts_its_heartbeat_turns() {
+        let (_dir, conn) = store();
+        runs::queue_run(&conn, &run("a", Some("github"), "main", DAY_AGO), None).unwrap();
+        finish(&conn, "a", "2026-01-01T12:01:00.000Z", Some((20, 2)));
+        let usage = |input_tokens, output_tokens| {
+            Some(Usage {
+                input_tokens,
+                output_tokens,
+            })
+        };
+        record_heartbeat(&conn, "main", "2026-01-01T11:00:00.000Z", usage(1000, 100)).unwrap();
+        record_heartbeat(&conn, "main", "2026-01-01T12:02:00.000Z", usage(1000, 200)).unwrap();
+        record_heartbeat(&conn, "main", "2026-01-01T12:03:00.000Z", None).unwrap();
+        record_heartbeat(&conn, "ops", "2026-01-01T12:04:00.000Z", usage(7, 7)).unwrap();
+        let spend = |scope| spend_since(&conn, scope, DAY_AGO).unwrap();
+        let main = Spend {
+            runs: 1,
+            input_tokens: 1020,
+            output_tokens: 202,
+            heartbeats: 2,
+        };
+        assert_eq!(spend(SpendScope::Agent("main")), main);
+        // An agent with heartbeats and no run in the window.
+        let ops = Spend {
+            runs: 0,
+            input_tokens: 7,
+            output_tokens: 7,
+            heartbeats: 1,
+        };
+        assert_eq!(spend(SpendScope::Agent("ops")), ops);
+        let github = spend(SpendScope::Mapping("github"));
+        assert_eq!((github.input_tokens, github.heartbeats), (20, 0));
     }
 
     /// Runs whose stored counts sum past `i64::MAX` (written before a turn's counts were
@@ -236,6 +319,12 @@ mod tests {
                 .filter(|step| step.starts_with("SEARCH runs USING") && step.contains("INDEX"))
                 .count();
             assert_eq!(searches, 2, "{plan:?}");
+            assert!(
+                plan.iter()
+                    .filter(|step| step.contains(" heartbeat_turns "))
+                    .all(|step| step.contains("INDEX heartbeat_turns_by_agent (agent=? AND")),
+                "{plan:?}"
+            );
             assert!(
                 plan.iter()
                     .filter(|step| step.contains(" runs "))

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::model_call::{self, Calls};
 use super::provider::{
-    Answer, ChatError, ChatTurn, Exchange, complete, is_acknowledgement, summary_of,
+    Answer, ChatError, ChatTurn, Exchange, Usage, complete, is_acknowledgement, summary_of,
 };
 use crate::config::Settings;
 use crate::config::runtime::{AgentRuntime, MAX_RUN_SECONDS, Route};
@@ -457,6 +457,11 @@ pub struct Beat {
     pub more: bool,
     /// The delivery of the reply, unless it is only an acknowledgement.
     pub job: Option<DeliveryJob>,
+    /// The tokens the turn used, as its provider reported them: the agent's spend
+    /// (`spend::record_heartbeat`).
+    pub usage: Option<Usage>,
+    /// When the turn ended (RFC 3339, the store's form).
+    pub finished_at: String,
 }
 
 /// The heartbeat's turn over the default agent's pending events, read from `store`; `None` when
@@ -499,8 +504,8 @@ pub async fn heartbeat(http: &reqwest::Client, settings: &Settings, store: &Stor
         Patience::OnePass,
     )
     .await;
-    let reply = match asked.answer {
-        Ok(answer) => answer.reply,
+    let (reply, usage) = match asked.answer {
+        Ok(answer) => (answer.reply, answer.usage),
         Err(err) => {
             tracing::warn!(%err, "heartbeat turn failed; its events stay pending");
             return None;
@@ -526,6 +531,8 @@ pub async fn heartbeat(http: &reqwest::Client, settings: &Settings, store: &Stor
         more: pending.len() == MAX_BEAT_EVENTS as usize,
         agent,
         job,
+        usage,
+        finished_at: now_rfc3339(),
     })
 }
 

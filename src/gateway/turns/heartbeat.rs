@@ -11,7 +11,7 @@ use super::agent::{self, Beat};
 use crate::gateway::context::Context;
 use crate::gateway::outbound::outbox::OutboxItem;
 use crate::gateway::signals::Signals;
-use crate::gateway::store::runs;
+use crate::gateway::store::{runs, spend};
 
 /// Runs heartbeats until the process ends.
 pub async fn run(ctx: Context, signals: Arc<Signals>) {
@@ -48,8 +48,9 @@ async fn periodic(ctx: &Context, every: &mut Option<Duration>, due: &mut Option<
     }
 }
 
-/// One heartbeat: pending events → one turn → events consumed → reply delivered to the owner's
-/// route unless it is only an acknowledgement. Without a provider the events stay pending.
+/// One heartbeat: pending events → one turn → events consumed and the turn's tokens counted
+/// (the agent's spend) → reply delivered to the owner's route unless it is only an
+/// acknowledgement. Without a provider the events stay pending.
 async fn beat(ctx: &Context, signals: &Signals) {
     let settings = ctx.config.current();
     let Some(beat) = agent::heartbeat(&ctx.http, &settings, &ctx.store).await else {
@@ -60,11 +61,14 @@ async fn beat(ctx: &Context, signals: &Signals) {
         up_to,
         more,
         job,
+        usage,
+        finished_at,
     } = beat;
     let recorded = ctx
         .store
         .write(move |conn| {
             runs::consume_events(conn, &agent, up_to)?;
+            spend::record_heartbeat(conn, &agent, &finished_at, usage)?;
             if let Some(job) = job {
                 OutboxItem::Delivery(job).insert(conn, None)?;
             }

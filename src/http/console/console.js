@@ -293,7 +293,8 @@ function callsWords(run) {
   }).join("; ");
 }
 
-// Each agent mapping's runs and tokens over the last 24 hours; tokens are null in forward mode.
+// Each agent mapping's runs and tokens over the last 24 hours, then each agent's (its heartbeat
+// turns' tokens included); tokens are null in forward mode.
 async function loadSpend() {
   const answer = await api("/api/spend");
   const body = $("spend-table").tBodies[0];
@@ -305,6 +306,17 @@ async function loadSpend() {
     cell(row, spend.inputTokens ?? "not known here");
     cell(row, spend.outputTokens ?? "not known here");
     body.append(row);
+  }
+  const agents = $("agent-spend-table").tBodies[0];
+  agents.replaceChildren();
+  for (const spend of answer.agents ?? []) {
+    const row = el("tr", null, { "data-agent": spend.agentId });
+    cell(row, spend.agentId);
+    cell(row, spend.runs);
+    cell(row, spend.heartbeats);
+    cell(row, spend.inputTokens ?? "not known here");
+    cell(row, spend.outputTokens ?? "not known here");
+    agents.append(row);
   }
 }
 

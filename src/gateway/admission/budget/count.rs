@@ -52,9 +52,13 @@ pub(super) const AGENT_RUNS: &str = runs_entered!("target_agent");
 pub(super) const MAPPING_TOKENS_OLDEST: &str = "SELECT MIN(finished_at) FROM runs
        WHERE mapping_id = ?1 AND finished_at >= ?2 AND input_tokens + output_tokens > 0";
 
-/// The same for the runs of an agent.
-pub(super) const AGENT_TOKENS_OLDEST: &str = "SELECT MIN(finished_at) FROM runs
-       WHERE target_agent = ?1 AND finished_at >= ?2 AND input_tokens + output_tokens > 0";
+/// The same for an agent: its runs' and its heartbeat turns' tokens (`spend_since` sums both).
+pub(super) const AGENT_TOKENS_OLDEST: &str = "SELECT MIN(at) FROM (
+       SELECT MIN(finished_at) AS at FROM runs
+        WHERE target_agent = ?1 AND finished_at >= ?2 AND input_tokens + output_tokens > 0
+       UNION ALL
+       SELECT MIN(finished_at) FROM heartbeat_turns
+        WHERE agent = ?1 AND finished_at >= ?2 AND input_tokens + output_tokens > 0)";
 
 /// What the window of `limit` after `since` (RFC 3339, the store's form, which orders like the
 /// times) holds for `scope` `id`: for `runsPerHour` the runs that entered the queue, for
