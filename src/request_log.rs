@@ -39,7 +39,7 @@ use crate::client::ClientKey;
 use crate::config::LiveConfig;
 use crate::gateway::StoreError;
 use crate::gateway::nats::RequestStream;
-use crate::gateway::requests::{RequestFilter, RequestLogStore, RequestRecord};
+use crate::gateway::requests::{RequestFilter, RequestLogStore, RequestMinute, RequestRecord};
 use crate::hook::capture::CaptureJob;
 use crate::metrics::{Metrics, RequestLogLabels};
 
@@ -235,6 +235,11 @@ impl RequestLog {
     /// A page of the log, newest first.
     pub async fn page(&self, filter: RequestFilter) -> Result<Vec<RequestRecord>, StoreError> {
         self.store.page(filter).await
+    }
+
+    /// The requests recorded from `since_ms` on, by minute and by how they ended.
+    pub async fn minutes(&self, since_ms: i64) -> Result<Vec<RequestMinute>, StoreError> {
+        self.store.minutes(since_ms).await
     }
 
     /// One record with its capture, and the ids of the requests that replayed it.

@@ -3,6 +3,7 @@
 //! read by the operator API. Ids are UUIDv7, so their text order is their time order: the
 //! newest-first listing and its cursor need no index of their own.
 
+mod minutes;
 mod search;
 
 use std::path::Path;
@@ -12,6 +13,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use minutes::{MAX_MINUTES, OutcomeCounts, RequestMinute};
 pub use search::{BodyMatch, ErrorText, HeaderMatch};
 
 use super::store::records::EventOutcome;

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::AppState;
 use super::api::time_ms;
 use super::api_error::{ApiError, ApiQuery};
+use crate::config::Settings;
 use crate::config::runtime::GatewayMode;
 use crate::gateway::runtime_clock::{now_ms, rfc3339};
 use crate::gateway::store::spend::Spend;
@@ -39,20 +40,28 @@ pub async fn spend(
         None => now_ms() - DEFAULT_WINDOW_MS,
     };
     let since = rfc3339(since_ms);
+    let (mappings, agents) = scope_spend(&app, since.clone()).await?;
+    Ok(Json(SpendView {
+        since,
+        mappings,
+        agents,
+    })
+    .into_response())
+}
+
+/// The agent mappings of the configuration in force (`agent_mappings`) and its agents, each
+/// with its spend since `since` (RFC 3339, the store's form).
+pub(super) async fn scope_spend(
+    app: &AppState,
+    since: String,
+) -> Result<(Vec<MappingSpend>, Vec<AgentSpend>), ApiError> {
     let settings = app.config.current();
-    let mappings: Vec<String> = settings
-        .hooks
-        .iter()
-        .flat_map(|hooks| &hooks.mappings)
-        .filter(|mapping| mapping.kind == ActionKind::Agent)
-        .map(|mapping| mapping.id.clone())
-        .collect();
     // In forward mode the upstream runs the model: no provider reports tokens here.
     let tokens_known = matches!(settings.runtime.mode, GatewayMode::Embedded);
     let agents = settings.agents.ids().map(String::from).collect();
     let (mappings, agents) = app
         .store
-        .spend_by_scope(mappings, agents, since.clone())
+        .spend_by_scope(agent_mappings(&settings), agents, since)
         .await?;
     let mappings = mappings
         .into_iter()
@@ -62,12 +71,18 @@ pub async fn spend(
         .into_iter()
         .map(|(agent_id, spend)| AgentSpend::of(agent_id, spend, tokens_known))
         .collect();
-    Ok(Json(SpendView {
-        since,
-        mappings,
-        agents,
-    })
-    .into_response())
+    Ok((mappings, agents))
+}
+
+/// The ids of the agent mappings of `settings`, in their order.
+pub(super) fn agent_mappings(settings: &Settings) -> Vec<String> {
+    settings
+        .hooks
+        .iter()
+        .flat_map(|hooks| &hooks.mappings)
+        .filter(|mapping| mapping.kind == ActionKind::Agent)
+        .map(|mapping| mapping.id.clone())
+        .collect()
 }
 
 /// The answer of `GET /api/spend`.
@@ -82,7 +97,7 @@ struct SpendView {
 /// One mapping's spend; tokens null when they are not known here (forward mode).
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct MappingSpend {
+pub(super) struct MappingSpend {
     mapping_id: String,
     runs: u64,
     input_tokens: Option<u64>,

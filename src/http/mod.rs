@@ -4,6 +4,7 @@
 mod api;
 mod api_error;
 mod api_held;
+mod api_overview;
 mod api_replay;
 mod api_requests;
 mod api_runs_bulk;
@@ -152,6 +153,7 @@ fn operator_api(state: AppState) -> Router<AppState> {
         )
         .route("/config", get(api::config_status))
         .route("/spend", get(api_spend::spend))
+        .route("/overview", get(api_overview::overview))
         .fallback(api_error::no_such_endpoint)
         .method_not_allowed_fallback(api_error::method_not_allowed)
         .layer(from_fn_with_state(state, operator::require_operator))

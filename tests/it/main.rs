@@ -42,6 +42,7 @@ mod cluster;
 mod config;
 mod connections;
 mod console;
+mod console_overview;
 mod contract;
 mod contrib;
 mod conventions;

@@ -16,6 +16,7 @@ mod error;
 mod failure;
 #[cfg(test)]
 mod held;
+pub mod overview;
 pub(super) mod records;
 pub(super) mod retention;
 pub(super) mod run_view;

@@ -11,6 +11,7 @@
 mod admit;
 mod count;
 pub(in crate::gateway) mod held;
+mod standing;
 
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ use crate::hook::{LimitKind, LimitReached};
 pub use admit::{Queued, Verdict, verdict};
 pub(crate) use held::release_due;
 pub use held::{HeldError, Settled};
+pub use standing::BudgetStanding;
 
 /// Whose budget it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
