@@ -11,8 +11,10 @@ use axum::response::{IntoResponse, Response};
 const PAGE: &str = include_str!("console/index.html");
 const SCRIPT: &str = include_str!("console/console.js");
 const STYLE: &str = include_str!("console/console.css");
+const OVERVIEW_STYLE: &str = include_str!("console/overview.css");
 const REPLAY_SCRIPT: &str = include_str!("console/replay.js");
 const RUNS_BULK_SCRIPT: &str = include_str!("console/runs_bulk.js");
+const OVERVIEW_SCRIPT: &str = include_str!("console/overview.js");
 
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
      img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
@@ -37,9 +39,20 @@ pub async fn runs_bulk_script() -> Response {
     asset("text/javascript; charset=utf-8", RUNS_BULK_SCRIPT)
 }
 
+/// `GET /console/overview.js`: the overview's charts (docs/operations.md#the-overview), drawn
+/// as SVG elements by the script itself: no library, no other origin, no inline style.
+pub async fn overview_script() -> Response {
+    asset("text/javascript; charset=utf-8", OVERVIEW_SCRIPT)
+}
+
 /// `GET /console/console.css`.
 pub async fn style() -> Response {
     asset("text/css; charset=utf-8", STYLE)
+}
+
+/// `GET /console/overview.css`: the overview's layout and the colours of its charts.
+pub async fn overview_style() -> Response {
+    asset("text/css; charset=utf-8", OVERVIEW_STYLE)
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {

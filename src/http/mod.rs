@@ -112,7 +112,9 @@ pub fn router(state: AppState) -> Router {
         .route("/console/console.js", get(console::script))
         .route("/console/replay.js", get(console::replay_script))
         .route("/console/runs_bulk.js", get(console::runs_bulk_script))
+        .route("/console/overview.js", get(console::overview_script))
         .route("/console/console.css", get(console::style))
+        .route("/console/overview.css", get(console::overview_style))
         .nest("/api", operator_api(state.clone()))
         .fallback(move |State(app): State<AppState>, request: Request| {
             hooks::dispatch(app, hooks.clone(), request)

@@ -103,7 +103,7 @@ function became(record) {
 function show(view) {
   state.view = view;
   state.paged = false;
-  for (const name of ["requests", "runs", "events", "system", "dryrun"]) {
+  for (const name of ["overview", "requests", "runs", "events", "system", "dryrun"]) {
     $(`${name}-view`).hidden = name !== view;
     const tab = document.querySelector(`nav button[data-view="${name}"]`);
     if (name === view) tab.setAttribute("aria-current", "page");
@@ -123,6 +123,7 @@ function busy() {
 
 async function refresh() {
   try {
+    if (state.view === "overview") await loadOverview();
     if (state.view === "requests" && $("request-detail").hidden) await loadRequests(false);
     if (state.view === "runs" && $("run-detail").hidden) await loadRuns(false);
     if (state.view === "runs" && $("run-detail").hidden) await loadSpend();
