@@ -120,7 +120,7 @@ impl MappingSpend {
 /// are in its sums (what its budget's `tokensPerDay` counts); tokens null when not known here.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct AgentSpend {
+pub(super) struct AgentSpend {
     agent_id: String,
     runs: u64,
     heartbeats: u64,
