@@ -3,9 +3,11 @@
 
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::ConfigError;
+use super::model::MappingConfig;
 use crate::mapping::{BatchRule, Mapping};
 
 /// The longest window a batch may gather for: a day.
@@ -18,12 +20,13 @@ const MAX_ITEMS: u32 = 1000;
 const DEFAULT_MAX_ITEMS: u32 = 50;
 
 /// `batch` of an agent mapping: `{window: "30s", maxItems: 50}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct BatchConfig {
     /// How long a batch gathers from its first request: `30s`, `5m`, `1h30m`.
     pub window: String,
-    /// The most requests of one batch (default 50, at most 1000).
+    /// The most requests of one batch.
+    #[schemars(extend("default" = DEFAULT_MAX_ITEMS), range(min = 1, max = MAX_ITEMS))]
     pub max_items: Option<u32>,
 }
 
@@ -37,7 +40,7 @@ pub(super) fn batch_rule(
     config: &BatchConfig,
     problems: &mut Vec<ConfigError>,
 ) -> Option<BatchRule> {
-    let key = format!("hooks.mappings[{i}].batch");
+    let key = key!(MappingConfig[i].batch);
     let before = problems.len();
     super::run_settings::agent_only(&key, mapping, problems);
     if mapping.session_key_is_templated() {

@@ -7,8 +7,10 @@ use std::collections::HashMap;
 use std::num::{NonZeroU32, NonZeroU64};
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
+use super::model::{AgentEntryConfig, MappingConfig};
 use super::runtime::GatewayMode;
 use super::{ConfigError, ConfigNotice, Settings};
 use crate::hook::policy::normalize_agent_id;
@@ -20,16 +22,19 @@ pub const RUNS_WINDOW: Duration = Duration::from_secs(3600);
 pub const TOKENS_WINDOW: Duration = Duration::from_secs(86_400);
 
 /// `budget` as the file writes it.
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct BudgetConfig {
     /// Input and output tokens the runs may use in any 24 hours.
+    #[schemars(range(min = 1))]
     pub tokens_per_day: Option<u64>,
     /// Runs that may enter the queue in any hour: accepted, or released from hold, within it
     /// (whether they have started yet or not).
+    #[schemars(range(min = 1))]
     pub runs_per_hour: Option<u32>,
-    /// `hold` (default): a run past the budget is stored and waits; `refuse`: it is answered
-    /// 429 and nothing is stored.
+    /// `hold`: a run past the budget is stored and waits; `refuse`: it is answered 429 and
+    /// nothing is stored.
+    #[schemars(extend("default" = "hold", "enum" = ["hold", "refuse"]))]
     pub on_exceeded: Option<String>,
 }
 
@@ -118,7 +123,7 @@ impl Budgets {
         config: &BudgetConfig,
         problems: &mut Vec<ConfigError>,
     ) {
-        let key = format!("hooks.mappings[{i}].budget");
+        let key = key!(MappingConfig[i].budget);
         if !super::run_settings::agent_only(&key, mapping, problems) {
             return;
         }
@@ -135,7 +140,7 @@ impl Budgets {
         config: &BudgetConfig,
         problems: &mut Vec<ConfigError>,
     ) {
-        let key = format!("agents.list[{index}].budget");
+        let key = key!(AgentEntryConfig[index].budget);
         if let Some(budget) = self.read(config, key, problems) {
             self.agents.insert(normalize_agent_id(id), budget);
         }

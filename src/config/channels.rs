@@ -2,97 +2,83 @@
 //! `defaultRoute` and `retry`, and the [`ChannelSettings`] they are built into once per load.
 //!
 //! An adapter's key in `channels` is its [`Channel`]'s name ([`Channel::as_str`]); the keys it
-//! reads are listed next to its struct ([`BotConfig::KEYS`], ...) for the OpenClaw import, and a
-//! test holds each list to what serde reads.
+//! reads are its struct's fields, as its schema lists them ([`AdapterConfig::keys`]) for the
+//! OpenClaw import, and a test holds each list to what serde reads.
 
 use std::fmt;
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
+use super::model::FileConfig;
 use super::secret::{ConfigFiles, SecretValue, secret};
 use crate::hook::Channel;
 
 /// `channels.telegram`, `channels.slack` and `channels.discord`: a bot's token and the API it
 /// talks to (default: the service's own).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct BotConfig<S = SecretValue, B = Option<String>> {
+    /// The bot's token.
     pub bot_token: S,
+    /// The API to talk to.
+    #[schemars(extend("x-default" = "the service's own"))]
     pub api_base: B,
-}
-
-impl BotConfig {
-    /// The keys it reads, as the file spells them.
-    pub const KEYS: &[&str] = &["botToken", "apiBase"];
 }
 
 /// `channels.mattermost`: the server and a bot's or user's token.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct MattermostConfig<S = SecretValue> {
+    /// The Mattermost server.
     pub base_url: String,
+    /// A bot's or user's token.
     pub token: S,
 }
 
-impl MattermostConfig {
-    /// The keys it reads, as the file spells them.
-    pub const KEYS: &[&str] = &["baseUrl", "token"];
-}
-
 /// `channels.msteams`: an incoming webhook, which posts to one conversation.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct MsteamsConfig<S = SecretValue> {
+    /// The incoming webhook's URL.
     pub webhook_url: S,
 }
 
-impl MsteamsConfig {
-    /// The keys it reads, as the file spells them.
-    pub const KEYS: &[&str] = &["webhookUrl"];
-}
-
 /// `channels.signal`: a signal-cli REST API and the number it sends from.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SignalConfig {
+    /// The signal-cli REST API.
     pub base_url: String,
+    /// The number replies are sent from.
     pub number: String,
 }
 
-impl SignalConfig {
-    /// The keys it reads, as the file spells them.
-    pub const KEYS: &[&str] = &["baseUrl", "number"];
-}
-
 /// `channels.whatsapp`: the WhatsApp Cloud API (default base: Graph API v20.0).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct WhatsappConfig<S = SecretValue, B = Option<String>> {
+    /// The Cloud API's access token.
     pub access_token: S,
+    /// The sending phone number's id.
     pub phone_number_id: String,
+    /// The API to talk to.
+    #[schemars(extend("x-default" = "Graph API v20.0"))]
     pub api_base: B,
 }
 
-impl WhatsappConfig {
-    /// The keys it reads, as the file spells them.
-    pub const KEYS: &[&str] = &["apiBase", "accessToken", "phoneNumberId"];
-}
-
 /// `channels.imessage`: a BlueBubbles server and its password.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ImessageConfig<S = SecretValue> {
+    /// The BlueBubbles server.
     pub base_url: String,
+    /// The server's password.
     pub password: S,
-}
-
-impl ImessageConfig {
-    /// The keys it reads, as the file spells them.
-    pub const KEYS: &[&str] = &["baseUrl", "password"];
 }
 
 /// One delivery adapter: as written by default, as it sends once built ([`ChannelEndpoint`]).
@@ -144,16 +130,25 @@ impl AdapterConfig {
         Channel::Imessage,
     ];
 
-    /// The keys `channel`'s adapter reads; none for `last`, which has no adapter.
-    pub fn keys(channel: Channel) -> &'static [&'static str] {
+    /// The keys `channel`'s adapter reads, from its struct's schema; none for `last`, which
+    /// has no adapter.
+    pub fn keys(channel: Channel) -> Vec<String> {
+        super::schema::keys_at(&["channels", channel.as_str()])
+    }
+
+    /// The schema of `channel`'s adapter as the file writes it; `true` (anything) for `last`,
+    /// which the reader refuses.
+    fn schema(channel: Channel, generator: &mut SchemaGenerator) -> Schema {
         match channel {
-            Channel::Telegram | Channel::Slack | Channel::Discord => BotConfig::KEYS,
-            Channel::Mattermost => MattermostConfig::KEYS,
-            Channel::Msteams => MsteamsConfig::KEYS,
-            Channel::Signal => SignalConfig::KEYS,
-            Channel::Whatsapp => WhatsappConfig::KEYS,
-            Channel::Imessage => ImessageConfig::KEYS,
-            Channel::Last => &[],
+            Channel::Telegram | Channel::Slack | Channel::Discord => {
+                generator.subschema_for::<BotConfig>()
+            }
+            Channel::Mattermost => generator.subschema_for::<MattermostConfig>(),
+            Channel::Msteams => generator.subschema_for::<MsteamsConfig>(),
+            Channel::Signal => generator.subschema_for::<SignalConfig>(),
+            Channel::Whatsapp => generator.subschema_for::<WhatsappConfig>(),
+            Channel::Imessage => generator.subschema_for::<ImessageConfig>(),
+            Channel::Last => true.into(),
         }
     }
 
@@ -174,19 +169,24 @@ impl AdapterConfig {
 }
 
 /// `channels.defaultRoute`: where replies to channel `last` go until the operator sets a route.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RouteConfig {
-    /// Checked when built, with [`Channel::EXPECTED`] as its refusal.
+    /// A channel of `channels`, or `last`.
     pub channel: String,
+    /// The recipient on `channel`.
     pub to: Option<String>,
 }
 
 /// `channels.retry`: how failed sends are tried again.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RetryConfig {
+    /// How often a failed send is tried (docs/configuration.md#where-replies-go).
+    #[schemars(extend("default" = DEFAULT_ATTEMPTS), range(min = 1))]
     pub attempts: Option<u32>,
+    /// The most a first retry waits, doubled per attempt (full jitter); at most an hour.
+    #[schemars(extend("default" = DEFAULT_BASE_DELAY_MS), range(max = MAX_BASE_DELAY_MS))]
     pub base_delay_ms: Option<u64>,
 }
 
@@ -206,6 +206,39 @@ impl ChannelsConfig {
 
 const DEFAULT_ROUTE: &str = "defaultRoute";
 const RETRY: &str = "retry";
+const DEFAULT_ATTEMPTS: u32 = 5;
+const DEFAULT_BASE_DELAY_MS: u64 = 1000;
+const MAX_BASE_DELAY_MS: u64 = 3_600_000;
+
+/// The schema of `channels` as its reader reads it: each adapter by its channel's name, then
+/// hookgate's own settings, nothing else.
+impl JsonSchema for ChannelsConfig {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ChannelsConfig".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let mut properties = serde_json::Map::new();
+        for channel in AdapterConfig::CHANNELS {
+            let adapter = AdapterConfig::schema(channel, generator);
+            properties.insert(channel.as_str().into(), adapter.to_value());
+        }
+        let route = generator.subschema_for::<Option<RouteConfig>>();
+        let mut route = route.to_value();
+        route["description"] =
+            "Where `channel: \"last\"` replies go until the operator sets a route.".into();
+        properties.insert(DEFAULT_ROUTE.into(), route);
+        let mut retry = generator.subschema_for::<Option<RetryConfig>>().to_value();
+        retry["description"] = "How failed sends are tried again.".into();
+        properties.insert(RETRY.into(), retry);
+        json_schema!({
+            "description": "Delivery adapters and their credentials, in the order replies fall back on them.",
+            "type": "object",
+            "properties": properties,
+            "additionalProperties": false,
+        })
+    }
+}
 
 /// Every key `channels` reads: the adapters', then [`ChannelsConfig::SETTINGS`]. Built once, on
 /// the first unknown key, because serde's refusal takes a `'static` list.
@@ -337,9 +370,14 @@ impl From<&RetryConfig> for RetryPolicy {
     /// At least one attempt; at most an hour before the second.
     fn from(config: &RetryConfig) -> Self {
         RetryPolicy {
-            attempts: config.attempts.unwrap_or(5).max(1),
+            attempts: config.attempts.unwrap_or(DEFAULT_ATTEMPTS).max(1),
             // At most an hour between the first attempts; doubling is capped too.
-            base_delay: Duration::from_millis(config.base_delay_ms.unwrap_or(1000).min(3_600_000)),
+            base_delay: Duration::from_millis(
+                config
+                    .base_delay_ms
+                    .unwrap_or(DEFAULT_BASE_DELAY_MS)
+                    .min(MAX_BASE_DELAY_MS),
+            ),
         }
     }
 }
@@ -395,7 +433,7 @@ fn endpoint(
 ) -> ChannelEndpoint {
     let name = adapter.channel().as_str();
     let mut secret_of = |value: &SecretValue, field: &str| {
-        let key = format!("channels.{name}.{field}");
+        let key = format!("{}.{name}.{field}", key!(FileConfig.channels));
         secret(Some(value.clone()), &key, files, problems).unwrap_or_default()
     };
     let api_base =
@@ -435,7 +473,7 @@ fn default_route(route: &RouteConfig, problems: &mut Vec<ConfigError>) -> Option
     match Channel::parse(&route.channel) {
         Some(Channel::Msteams) if route.to.is_some() => {
             problems.push(ConfigError::invalid(
-                "channels.defaultRoute.to",
+                key!(RouteConfig.to),
                 "cannot be used with channel msteams: its incoming webhook posts to one conversation",
             ));
             None
@@ -446,7 +484,7 @@ fn default_route(route: &RouteConfig, problems: &mut Vec<ConfigError>) -> Option
         }),
         None => {
             problems.push(ConfigError::invalid(
-                "channels.defaultRoute.channel",
+                key!(RouteConfig.channel),
                 Channel::EXPECTED,
             ));
             None
@@ -468,8 +506,13 @@ mod tests {
         for channel in AdapterConfig::CHANNELS {
             let err = channels(json!({channel.as_str(): {"notAKey": 0}})).unwrap_err();
             let (_, expected) = err.split_once("expected ").expect(&err);
-            let mut read: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
-            let mut listed = AdapterConfig::keys(channel).to_vec();
+            let mut read: Vec<String> = expected
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(String::from)
+                .collect();
+            let mut listed = AdapterConfig::keys(channel);
             read.sort_unstable();
             listed.sort_unstable();
             assert_eq!(read, listed, "{}", channel.as_str());

@@ -4,10 +4,12 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::ConfigError;
+use super::model::MatchConfig;
 use crate::mapping::conditions::{
     Conditions, HeaderCondition, PayloadCondition, PayloadTest, is_pointer,
 };
@@ -19,7 +21,7 @@ pub type HeadersConfig = BTreeMap<String, HeaderValuesConfig>;
 pub type PayloadConfig = BTreeMap<String, PayloadTestConfig>;
 
 /// One header's wanted value, or several (any of them).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(untagged, expecting = "a header value (a string) or a list of them")]
 pub enum HeaderValuesConfig {
     One(String),
@@ -29,7 +31,7 @@ pub enum HeaderValuesConfig {
 /// What the payload must have at a pointer: `{ exists: true | false }`, a list of values (any
 /// of them), or one value. Any other object is refused at load: an object here is the
 /// `exists` form, so that a typo in it cannot become a value no payload has.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum PayloadTestConfig {
     Exists(ExistsConfig),
@@ -38,9 +40,10 @@ pub enum PayloadTestConfig {
 }
 
 /// `{ exists: true | false }`: whether anything, `null` included, is at the pointer.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ExistsConfig {
+    /// Whether anything must be at the pointer.
     pub exists: bool,
 }
 
@@ -52,7 +55,7 @@ pub(super) fn conditions(
     tests: Option<&PayloadConfig>,
     problems: &mut Vec<ConfigError>,
 ) -> Conditions {
-    let key = format!("hooks.mappings[{index}].match");
+    let key = key!(MatchConfig[index]);
     let headers = headers
         .into_iter()
         .flatten()

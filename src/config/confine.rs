@@ -5,6 +5,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use super::ConfigError;
+use super::model::HooksConfig;
 
 /// The transforms root under the configuration directory.
 pub fn transforms_root(config_dir: &Path) -> PathBuf {
@@ -33,7 +34,7 @@ pub fn transforms_dir(config_dir: &Path, configured: Option<&str>) -> Result<Pat
         Ok(dir)
     } else {
         Err(ConfigError::invalid(
-            "hooks.transformsDir",
+            key!(HooksConfig.transforms_dir),
             format!(
                 "must stay inside the transforms root: {}",
                 resolution(&root)
@@ -49,7 +50,7 @@ pub fn transforms_dir_exists(config_dir: &Path, dir: &Path) -> Result<(), Config
         return Ok(());
     }
     Err(ConfigError::invalid(
-        "hooks.transformsDir",
+        key!(HooksConfig.transforms_dir),
         format!(
             "is not a directory: {}",
             resolution(&transforms_root(config_dir))

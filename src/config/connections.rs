@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use super::model::GatewayConfig;
+use super::model::{
+    DEFAULT_CONNECTION_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MIN_RECEIVE_RATE, GatewayConfig,
+};
 use super::{ConfigError, seconds};
 use crate::client::{ForwardedHeader, TrustedProxies};
 
@@ -47,15 +49,15 @@ impl ConnectionSettings {
             };
         let max = count(
             gateway.max_connections,
-            "gateway.maxConnections",
-            1024,
+            &key!(GatewayConfig.max_connections),
+            DEFAULT_MAX_CONNECTIONS as usize,
             problems,
         );
         // Half by default: one client never holds every slot, and a busy one (a load balancer
         // not listed as a proxy, a benchmark) still gets most of them.
         let per_client = count(
             gateway.max_connections_per_client,
-            "gateway.maxConnectionsPerClient",
+            &key!(GatewayConfig.max_connections_per_client),
             max.div_ceil(2),
             problems,
         );
@@ -64,21 +66,23 @@ impl ConnectionSettings {
             per_client,
             header_timeout: seconds(
                 gateway.header_timeout_seconds,
-                "gateway.headerTimeoutSeconds",
-                Duration::from_secs(10),
+                &key!(GatewayConfig.header_timeout_seconds),
+                DEFAULT_CONNECTION_TIMEOUT,
                 problems,
             ),
             write_timeout: seconds(
                 gateway.write_timeout_seconds,
-                "gateway.writeTimeoutSeconds",
-                Duration::from_secs(10),
+                &key!(GatewayConfig.write_timeout_seconds),
+                DEFAULT_CONNECTION_TIMEOUT,
                 problems,
             ),
-            min_receive_rate: gateway.min_receive_bytes_per_second.unwrap_or(1024),
+            min_receive_rate: gateway
+                .min_receive_bytes_per_second
+                .unwrap_or(DEFAULT_MIN_RECEIVE_RATE),
             shutdown_timeout: seconds(
                 gateway.shutdown_timeout_seconds,
-                "gateway.shutdownTimeoutSeconds",
-                Duration::from_secs(10),
+                &key!(GatewayConfig.shutdown_timeout_seconds),
+                DEFAULT_CONNECTION_TIMEOUT,
                 problems,
             ),
         }
@@ -107,7 +111,7 @@ pub(super) fn trusted_proxies(
         {
             Ok(net) => nets.push(net),
             Err(_) => problems.push(ConfigError::invalid(
-                format!("gateway.trustedProxies[{i}]"),
+                format!("{}[{i}]", key!(GatewayConfig.trusted_proxies)),
                 "must be an IP address or a CIDR range",
             )),
         }
@@ -116,7 +120,7 @@ pub(super) fn trusted_proxies(
         None => ForwardedHeader::default(),
         Some(name) => ForwardedHeader::named(name).unwrap_or_else(|| {
             problems.push(ConfigError::invalid(
-                "gateway.forwardedHeader",
+                key!(GatewayConfig.forwarded_header),
                 "must be \"x-forwarded-for\" or \"forwarded\"",
             ));
             ForwardedHeader::default()

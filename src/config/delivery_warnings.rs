@@ -2,6 +2,8 @@
 //! prints these warnings and `serve` logs them at start and after a reload, next to the notices of
 //! OpenClaw keys. A warning names keys and channels, never a value of the file.
 
+use super::channels::{ChannelsConfig, RouteConfig};
+use super::model::MappingConfig;
 use super::runtime::{ChannelEndpoint, GatewayMode, RuntimeSettings};
 use super::{ConfigNotice, Settings};
 use crate::hook::Channel;
@@ -37,7 +39,7 @@ pub(super) fn delivery_notices(settings: &Settings) -> Vec<ConfigNotice> {
     };
     match &channels.default_route {
         Some(route) if route.channel != Channel::Last && !configured(route.channel) => {
-            not_configured("channels.defaultRoute.channel".into(), route.channel)
+            not_configured(key!(RouteConfig.channel), route.channel)
         }
         _ => {}
     }
@@ -49,7 +51,7 @@ pub(super) fn delivery_notices(settings: &Settings) -> Vec<ConfigNotice> {
     {
         let named = mapping.channel;
         if let Some(channel) = named.filter(|c| *c != Channel::Last && !configured(*c)) {
-            not_configured(format!("hooks.mappings[{i}].channel"), channel);
+            not_configured(key!(MappingConfig[i].channel), channel);
         }
     }
     // Without a route, `last` falls back to the first configured channel with no recipient,
@@ -60,7 +62,7 @@ pub(super) fn delivery_notices(settings: &Settings) -> Vec<ConfigNotice> {
     );
     if channels.default_route.is_none() && first_needs_recipient {
         notices.push(ConfigNotice {
-            key: "channels.defaultRoute".into(),
+            key: key!(ChannelsConfig.default_route),
             message: "not set: replies to channel \"last\" (the default of hook runs, and every \
                       heartbeat's) are given up until an owner route is set with the API \
                       (PUT /api/sessions/main/route)"

@@ -10,7 +10,10 @@ use std::time::Duration;
 use super::budget::Budgets;
 use super::conditions::conditions;
 use super::lanes::Lane;
-use super::model::{AgentEntryConfig, HooksConfig, ModelEntryConfig, SignatureConfig};
+use super::model::{
+    AgentEntryConfig, HooksConfig, MappingConfig, ModelEntryConfig, SignatureConfig,
+    TransformConfig,
+};
 use super::secret::{ConfigFiles, secret};
 use super::signature::signature_rule;
 use super::{ConfigError, capture, confine, limits, seconds};
@@ -156,10 +159,7 @@ impl HookSettings {
         for (i, mapping) in self.mappings.iter().enumerate() {
             if let Some(spec) = &mapping.transform {
                 if !seen.iter().any(|(m, _)| *m == spec.module) {
-                    seen.push((
-                        spec.module.clone(),
-                        format!("hooks.mappings[{i}].transform.module"),
-                    ));
+                    seen.push((spec.module.clone(), key!(TransformConfig[i].module)));
                 }
             }
         }
@@ -184,7 +184,7 @@ pub(super) fn hook_settings(
     let max_body_bytes = limits::max_body_bytes(hooks.max_body_bytes, problems);
     let body_timeout = seconds(
         hooks.body_timeout_seconds,
-        "hooks.bodyTimeoutSeconds",
+        &key!(HooksConfig.body_timeout_seconds),
         DEFAULT_BODY_TIMEOUT,
         problems,
     );
@@ -259,7 +259,12 @@ fn token(
     files: ConfigFiles<'_>,
     problems: &mut Vec<ConfigError>,
 ) -> Option<String> {
-    let token = secret(hooks.token.clone(), "hooks.token", files, problems);
+    let token = secret(
+        hooks.token.clone(),
+        &key!(HooksConfig.token),
+        files,
+        problems,
+    );
     if hooks.enabled && token.is_none() {
         problems.push(ConfigError::Refused(
             "hooks.enabled requires hooks.token".into(),
@@ -277,7 +282,10 @@ fn token(
 fn path(raw: Option<&str>, problems: &mut Vec<ConfigError>) -> Option<String> {
     let path = normalize_hooks_path(raw);
     match path.as_deref() {
-        None => problems.push(ConfigError::invalid("hooks.path", "must not be '/'")),
+        None => problems.push(ConfigError::invalid(
+            key!(HooksConfig.path),
+            "must not be '/'",
+        )),
         Some(path)
             if RESERVED_PATHS
                 .iter()
@@ -301,12 +309,12 @@ fn check_presets(presets: &[String], problems: &mut Vec<ConfigError>) {
     for (i, preset) in presets.iter().enumerate() {
         if !KNOWN_PRESETS.contains(&preset.as_str()) {
             problems.push(ConfigError::invalid(
-                format!("hooks.presets[{i}]"),
+                format!("{}[{i}]", key!(HooksConfig.presets)),
                 format!("must be one of {}", KNOWN_PRESETS.join(", ")),
             ));
         } else if presets[..i].contains(preset) {
             problems.push(ConfigError::invalid(
-                format!("hooks.presets[{i}]"),
+                format!("{}[{i}]", key!(HooksConfig.presets)),
                 "names a preset listed before it",
             ));
         }
@@ -335,7 +343,7 @@ fn transforms_dir(
     }
     for (i, mapping) in hooks.mappings.iter().enumerate() {
         if let Some(transform) = &mapping.transform {
-            let key = format!("hooks.mappings[{i}].transform.module");
+            let key = key!(TransformConfig[i].module);
             if let Err(e) = confine::module_path(&dir, &transform.module, &key) {
                 problems.push(e);
             }
@@ -353,7 +361,7 @@ fn transform_limits(hooks: &HooksConfig, problems: &mut Vec<ConfigError>) -> Tra
             limits::transform_limits(
                 c,
                 TransformLimits::default(),
-                "hooks.transformLimits",
+                &key!(HooksConfig.transform_limits),
                 problems,
             )
         })
@@ -369,7 +377,7 @@ fn capture(hooks: &HooksConfig, problems: &mut Vec<ConfigError>) -> CapturePolic
                 c,
                 &CapturePolicy::default(),
                 false,
-                "hooks.capture",
+                &key!(HooksConfig.capture),
                 problems,
             )
         })
@@ -406,10 +414,7 @@ fn mappings(
         let mut mapping = match super::mapping::mapping(i, config) {
             Ok(mapping) => mapping,
             Err(message) => {
-                problems.push(ConfigError::invalid(
-                    format!("hooks.mappings[{i}]"),
-                    message,
-                ));
+                problems.push(ConfigError::invalid(key!(MappingConfig[i]), message));
                 continue;
             }
         };
@@ -422,13 +427,13 @@ fn mappings(
         check_id(i, &mapping, &mut ids, &hooks.presets, problems);
         check_session_mode(i, &mapping, defaults.sessions, problems);
         if let (Some(_), Some(own)) = (&mapping.transform, &config.transform) {
-            let key = format!("hooks.mappings[{i}].transform");
+            let key = key!(MappingConfig[i].transform);
             if let Some(own) = limits::mapping_limits(own, defaults.limits, &key, problems) {
                 built.limits.insert(mapping.id.clone(), own);
             }
         }
         if let Some(own) = &config.capture {
-            let key = format!("hooks.mappings[{i}].capture");
+            let key = key!(MappingConfig[i].capture);
             let own = capture::capture_policy(own, defaults.capture, true, &key, problems);
             built.capture.insert(mapping.id.clone(), own);
         }
@@ -471,13 +476,13 @@ fn check_id(
 ) {
     if let Some(j) = ids.insert(mapping.id.clone(), i) {
         problems.push(ConfigError::invalid(
-            format!("hooks.mappings[{i}].id"),
+            key!(MappingConfig[i].id),
             format!("is already the id of hooks.mappings[{j}]"),
         ));
     }
     if let Some(preset) = presets.iter().find(|p| **p == mapping.id) {
         problems.push(ConfigError::invalid(
-            format!("hooks.mappings[{i}].id"),
+            key!(MappingConfig[i].id),
             format!("is the id of the preset {preset} (hooks.presets); mapping ids are unique across mappings and presets"),
         ));
     }
@@ -497,7 +502,7 @@ fn check_session_mode(
         && mapping.transform.is_none()
     {
         problems.push(ConfigError::invalid(
-            format!("hooks.mappings[{i}].sessionMode"),
+            key!(MappingConfig[i].session_mode),
             "persistent hook mappings require sessionKey, hooks.defaultSessionKey, or a transform",
         ));
     }
@@ -511,7 +516,7 @@ fn mapping_signature(
     defaults: &MappingDefaults,
     problems: &mut Vec<ConfigError>,
 ) -> Option<SignatureRule> {
-    let key = format!("hooks.mappings[{i}].signature");
+    let key = key!(MappingConfig[i].signature);
     match mapping.path() {
         None => problems.push(ConfigError::invalid(&key, "needs the mapping's match.path")),
         // Those names are the built-in endpoints, which a mapping never serves.

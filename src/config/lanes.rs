@@ -4,21 +4,26 @@
 
 use std::num::NonZeroU32;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
+use super::model::MappingConfig;
 use crate::mapping::Mapping;
 
 /// `runs` of a mapping, as written.
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RunsConfig {
-    /// The most runs of the mapping at once (at least 1; unset: only the global limit).
+    /// The most runs of the mapping at once.
+    #[schemars(extend("x-default" = "only the global limit"), range(min = 1))]
     pub max_concurrent: Option<u32>,
-    /// The most runs of the mapping waiting to start; a request past it is answered 429
-    /// (at least `maxConcurrent`, and at least 1; unset: no bound).
+    /// The most runs of the mapping waiting to start, queued or held by a budget; a request
+    /// past it is answered 429 (at least `maxConcurrent`).
+    #[schemars(extend("x-default" = "no bound"), range(min = 1))]
     pub max_queued: Option<u32>,
-    /// `high`, `normal` (default) or `low`: which queued run starts first.
+    /// Which queued run starts first.
+    #[schemars(extend("default" = "normal", "enum" = ["high", "normal", "low"]))]
     pub priority: Option<String>,
 }
 
@@ -83,7 +88,7 @@ impl Priority {
 /// A mapping's lane, built once at load: the runner and admission read it as it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lane {
-    /// The most of the mapping's runs at once; `None`: only `agents.defaults.maxConcurrent`.
+    /// The most of the mapping's runs at once; `None`: only the global limit of runs.
     pub max_concurrent: Option<NonZeroU32>,
     /// The most of the mapping's runs queued (not started); `None`: no bound.
     pub max_queued: Option<NonZeroU32>,
@@ -98,7 +103,7 @@ pub(super) fn lane(
     runs: &RunsConfig,
     problems: &mut Vec<ConfigError>,
 ) -> Option<Lane> {
-    let key = format!("hooks.mappings[{i}].runs");
+    let key = key!(MappingConfig[i].runs);
     let before = problems.len();
     super::run_settings::agent_only(&key, mapping, problems);
     let max_concurrent = match runs.max_concurrent {

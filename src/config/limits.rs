@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::ConfigError;
-use super::model::{TransformConfig, TransformLimitsConfig};
+use super::model::{HooksConfig, TransformConfig, TransformLimitsConfig};
 use crate::mapping::javascript_component;
 use crate::transform::TransformLimits;
 
@@ -18,7 +18,7 @@ pub(super) fn max_body_bytes(value: Option<u64>, problems: &mut Vec<ConfigError>
     let max_body_bytes = value.unwrap_or(DEFAULT_MAX_BODY_BYTES);
     if max_body_bytes == 0 {
         problems.push(ConfigError::invalid(
-            "hooks.maxBodyBytes",
+            key!(HooksConfig.max_body_bytes),
             "must be greater than 0",
         ));
     }

@@ -304,19 +304,29 @@ fn describe_shape_error(err: serde_path_to_error::Error<serde_json::Error>) -> C
     let mut message = shape_message(&serde);
     if serde.starts_with("unknown field") {
         let unknown = key.rsplit(['.', ']']).next().unwrap_or(&key);
-        if let Some(known) = closest(unknown, &expected_names(&serde)) {
+        let known = known_beside(err.path());
+        let known: Vec<&str> = known.iter().map(String::as_str).collect();
+        if let Some(known) = closest(unknown, &known) {
             message = format!("unknown field; did you mean `{known}`?");
         }
     }
     ConfigError::Invalid { key, message }
 }
 
-/// The names serde lists after `expected one of` (or `expected`) in an unknown-field message.
-fn expected_names(serde: &str) -> Vec<&str> {
-    let Some((_, list)) = serde.split_once("expected ") else {
-        return Vec::new();
-    };
-    list.split('`').skip(1).step_by(2).collect()
+/// The keys the object holding the last key of `path` reads, from the types' schema.
+fn known_beside(path: &serde_path_to_error::Path) -> Vec<String> {
+    use serde_path_to_error::Segment;
+    let mut segments: Vec<String> = path
+        .iter()
+        .map(|segment| match segment {
+            Segment::Map { key } => key.clone(),
+            Segment::Seq { .. } => "[]".into(),
+            _ => String::new(),
+        })
+        .collect();
+    segments.pop();
+    let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+    super::schema::keys_at(&segments)
 }
 
 /// A serde message without the value it quotes: the value may be a secret (after `${ENV}`

@@ -1,6 +1,23 @@
 //! Configuration: the JSON5 file, `${ENV}` and `{ "file": ... }` secrets, validation into
 //! [`Settings`], and live reload that swaps a whole new `Settings` in at once.
 
+/// The key of a section type's field, as the file spells it (`gateway.maxConnections`), for a
+/// check's message: `key!(GatewayConfig.max_connections)`, `key!(MappingConfig[i].session_mode)`
+/// for the element `i` of the list the section is in, `key!(StoreConfig)` for the section. The
+/// compiler checks that the field exists; its place and spelling come from the types' schema
+/// ([`schema::key_of`]), so no check writes a key's path by hand.
+macro_rules! key {
+    ($section:ident $([$index:expr])? . $field:ident) => {{
+        let _ = |section: &$section| {
+            let _ = &section.$field;
+        };
+        $crate::config::schema::key_of::<$section>(None $(.or(Some($index)))?, stringify!($field))
+    }};
+    ($section:ident $([$index:expr])?) => {
+        $crate::config::schema::key_of::<$section>(None $(.or(Some($index)))?, "")
+    };
+}
+
 mod batch;
 pub mod budget;
 mod capture;
@@ -20,6 +37,7 @@ mod openclaw;
 mod reload;
 mod run_settings;
 pub mod runtime;
+pub mod schema;
 mod secret;
 mod settings;
 mod signature;
@@ -235,44 +253,48 @@ impl LiveConfig {
 }
 
 /// The keys whose change a running server cannot take: each is named, and the reload refused
-/// whole, so that a configuration never half-applies. Every other key takes effect on reload.
+/// whole, so that a configuration never half-applies. Which keys they are is said on their
+/// fields ([`schema::restart_only`]); every other key takes effect on reload.
 fn restart_only_changes(old: &Settings, new: &Settings) -> Vec<ConfigError> {
-    let nats = matches!(old.store, store::StoreSettings::Nats(_));
-    let (old_pool, new_pool) = (old.engine_limits(), new.engine_limits());
-    let changed = [
-        ("gateway.stateDir", old.state_dir != new.state_dir),
-        ("gateway.store", old.store != new.store),
-        ("gateway.bind", old.bind != new.bind),
-        ("gateway.port", old.port != new.port),
-        ("gateway.groupCommit", old.group_commit != new.group_commit),
-        (
-            "gateway.mode",
-            std::mem::discriminant(&old.runtime.mode) != std::mem::discriminant(&new.runtime.mode),
-        ),
-        // On a NATS store the consumers' pull slots and ack wait are set from these at start.
-        (
-            "agents.defaults.maxConcurrent",
-            nats && old.runtime.max_concurrent != new.runtime.max_concurrent,
-        ),
-        (
-            "agents.defaults.timeoutSeconds",
-            nats && old.runtime.run_timeout != new.runtime.run_timeout,
-        ),
-        // The transform engine's call slots and instance pool are sized at start.
-        (
-            "hooks.transformLimits.maxConcurrent",
-            old_pool.max_concurrent != new_pool.max_concurrent,
-        ),
-    ];
-    let mut problems: Vec<ConfigError> = changed
-        .into_iter()
-        .filter(|(_, changed)| *changed)
-        .map(|(key, _)| ConfigError::invalid(key, format!("changed; {RESTART}")))
+    let mut problems: Vec<ConfigError> = schema::restart_only()
+        .filter(|key| key.reload != schema::RESTART_IF_LARGER && changed(&key.path, old, new))
+        .map(|key| ConfigError::invalid(key.path.as_str(), format!("changed; {RESTART}")))
         .collect();
+    let (old_pool, new_pool) = (old.engine_limits(), new.engine_limits());
     if new_pool.memory_bytes > old_pool.memory_bytes {
         problems.push(memory_growth(old_pool.memory_bytes, new));
     }
     problems
+}
+
+/// Whether the restart-only key at `path` differs between `old` and `new` in a way the running
+/// server cannot take. A key with no comparison here fails the test that walks them all.
+fn changed(path: &str, old: &Settings, new: &Settings) -> bool {
+    let nats = matches!(old.store, store::StoreSettings::Nats(_));
+    match path {
+        "gateway.stateDir" => old.state_dir != new.state_dir,
+        "gateway.store" => old.store != new.store,
+        "gateway.bind" => old.bind != new.bind,
+        "gateway.port" => old.port != new.port,
+        "gateway.groupCommit" => old.group_commit != new.group_commit,
+        "gateway.mode" => {
+            std::mem::discriminant(&old.runtime.mode) != std::mem::discriminant(&new.runtime.mode)
+        }
+        // On a NATS store the consumers' pull slots and ack wait are set from these at start.
+        "agents.defaults.maxConcurrent" => {
+            nats && old.runtime.max_concurrent != new.runtime.max_concurrent
+        }
+        "agents.defaults.timeoutSeconds" => {
+            nats && old.runtime.run_timeout != new.runtime.run_timeout
+        }
+        // The transform engine's call slots and instance pool are sized at start; a mapping's
+        // own `maxConcurrent` is refused when read.
+        "hooks.transformLimits.maxConcurrent" => {
+            old.engine_limits().max_concurrent != new.engine_limits().max_concurrent
+        }
+        "hooks.mappings[].transform.limits.maxConcurrent" => false,
+        _ => true,
+    }
 }
 
 /// What a refused reload says of a change that only a restart can take.
@@ -314,13 +336,32 @@ fn seconds(
 ) -> Duration {
     match value {
         None => default,
-        Some(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Duration::from_secs_f64(s),
+        Some(s) if s.is_finite() && s > 0.0 && s <= model::MAX_SECONDS => {
+            Duration::from_secs_f64(s)
+        }
         Some(_) => {
             problems.push(ConfigError::invalid(
                 key,
                 "must be a number of seconds greater than 0 and at most 3600",
             ));
             default
+        }
+    }
+}
+
+#[cfg(test)]
+mod restart_tests {
+    use super::*;
+
+    /// Every key its field calls restart-only has a comparison in [`changed`]: an unknown one
+    /// would refuse every reload, which this catches before a release does.
+    #[test]
+    fn every_restart_only_key_is_compared() {
+        let settings = load_candidate("{}", Path::new(".")).unwrap();
+        for key in schema::restart_only() {
+            if key.reload != schema::RESTART_IF_LARGER {
+                assert!(!changed(&key.path, &settings, &settings), "{}", key.path);
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Notices of the keys that the gateway's mode makes moot: in forward mode the upstream runs
 //! the agent, so what shapes this gateway's runs shapes nothing (`hookgate check` says so).
 
+use super::model::MappingConfig;
 use super::runtime::GatewayMode;
 use super::{ConfigNotice, Settings};
 
@@ -16,7 +17,7 @@ pub(super) fn forward_notices(settings: &Settings) -> Vec<ConfigNotice> {
     for (i, mapping) in hooks.mappings.iter().enumerate() {
         if hooks.lane_for(&mapping.id).is_some() {
             notices.push(ConfigNotice {
-                key: format!("hooks.mappings[{i}].runs"),
+                key: key!(MappingConfig[i].runs),
                 message: "does not apply in forward mode: each run is relayed as it is \
                           accepted, and the upstream decides when it starts"
                     .into(),
@@ -24,7 +25,7 @@ pub(super) fn forward_notices(settings: &Settings) -> Vec<ConfigNotice> {
         }
         if mapping.batch.is_some() {
             notices.push(ConfigNotice {
-                key: format!("hooks.mappings[{i}].batch"),
+                key: key!(MappingConfig[i].batch),
                 message: "does not apply in forward mode: each request is relayed as a run of \
                           its own"
                     .into(),

@@ -6,7 +6,11 @@ use std::time::Duration;
 
 use super::ConfigError;
 use super::channels::channel_settings;
-use super::model::{FileConfig, ModelConfig, ProviderConfig};
+use super::model::{
+    AgentDefaultsConfig, AgentEntryConfig, DEFAULT_ACK_MAX_CHARS, DEFAULT_MAX_CONCURRENT,
+    DEFAULT_RUN_TIMEOUT_SECONDS, FileConfig, ForwardConfig, GatewayConfig, HeartbeatConfig,
+    ModelConfig, ModelsConfig, ProviderConfig, RetentionConfig,
+};
 use super::secret::{ConfigFiles, secret};
 use crate::hook::policy::normalize_agent_id;
 
@@ -153,11 +157,15 @@ fn retention(file: &FileConfig, problems: &mut Vec<ConfigError>) -> Retention {
         }),
     };
     Retention {
-        events: period(config.events, "gateway.retention.events", DEFAULT_RETENTION),
-        runs: period(config.runs, "gateway.retention.runs", DEFAULT_RETENTION),
+        events: period(
+            config.events,
+            &key!(RetentionConfig.events),
+            DEFAULT_RETENTION,
+        ),
+        runs: period(config.runs, &key!(RetentionConfig.runs), DEFAULT_RETENTION),
         requests: period(
             config.requests,
-            "gateway.retention.requests",
+            &key!(RetentionConfig.requests),
             DEFAULT_REQUEST_RETENTION,
         ),
         requests_max_bytes: match config.requests_max_bytes {
@@ -165,7 +173,7 @@ fn retention(file: &FileConfig, problems: &mut Vec<ConfigError>) -> Retention {
             Some(0) => None,
             Some(bytes) if bytes < MIN_REQUESTS_MAX_BYTES => {
                 problems.push(ConfigError::invalid(
-                    "gateway.retention.requestsMaxBytes",
+                    key!(RetentionConfig.requests_max_bytes),
                     format!("must be 0 (no bound) or at least {MIN_REQUESTS_MAX_BYTES}"),
                 ));
                 Some(DEFAULT_REQUESTS_MAX_BYTES)
@@ -209,15 +217,15 @@ pub fn runtime_settings(
         .providers
         .iter()
         .map(|(name, p)| {
-            let key = format!("models.providers.{name}");
+            let key = format!("{}.{name}", key!(ModelsConfig.providers));
             (name.clone(), provider(p, &key, Some(name), files, problems))
         })
         .collect();
     let fallback = AgentRuntime {
-        provider: defaults
-            .provider
-            .as_ref()
-            .map(|p| provider(p, "agents.defaults.provider", None, files, problems)),
+        provider: defaults.provider.as_ref().map(|p| {
+            let key = key!(AgentDefaultsConfig.provider);
+            provider(p, &key, None, files, problems)
+        }),
         model: defaults.model.as_ref().map(chain),
     };
     let agents = agents(file, &fallback, files, problems);
@@ -230,12 +238,14 @@ pub fn runtime_settings(
         max_concurrent: max_concurrent(defaults.max_concurrent, problems),
         // As a run's own `timeoutSeconds`: `0` is the hard cap of a day, and nothing is longer.
         run_timeout: Duration::from_secs(match defaults.timeout_seconds {
-            None => 600,
+            None => DEFAULT_RUN_TIMEOUT_SECONDS,
             Some(0) => MAX_RUN_SECONDS,
             Some(t) => t.min(MAX_RUN_SECONDS),
         }),
         heartbeat_every,
-        ack_max_chars: heartbeat.and_then(|h| h.ack_max_chars).unwrap_or(300),
+        ack_max_chars: heartbeat
+            .and_then(|h| h.ack_max_chars)
+            .unwrap_or(DEFAULT_ACK_MAX_CHARS),
         providers,
         channels: channel_settings(file.channels.as_ref(), files, problems),
         retention: retention(file, problems),
@@ -285,7 +295,7 @@ fn agents(
 ) -> BTreeMap<String, AgentRuntime> {
     let mut agents = BTreeMap::new();
     for (i, entry) in file.agents.list.iter().enumerate() {
-        let key = format!("agents.list[{i}].provider");
+        let key = key!(AgentEntryConfig[i].provider);
         let own = entry
             .provider
             .as_ref()
@@ -305,18 +315,18 @@ fn agents(
     agents
 }
 
-/// `agents.defaults.maxConcurrent`: greater than 0 (default 4).
+/// Agent runs at once: greater than 0.
 fn max_concurrent(value: Option<u32>, problems: &mut Vec<ConfigError>) -> usize {
     match value {
         Some(0) => {
             problems.push(ConfigError::invalid(
-                "agents.defaults.maxConcurrent",
+                key!(AgentDefaultsConfig.max_concurrent),
                 "must be greater than 0",
             ));
             1
         }
         Some(n) => n as usize,
-        None => 4,
+        None => DEFAULT_MAX_CONCURRENT as usize,
     }
 }
 
@@ -326,10 +336,7 @@ fn heartbeat_every(every: Option<&str>, problems: &mut Vec<ConfigError>) -> Opti
     every
         .map_or(Ok(Some(Duration::from_secs(30 * 60))), parse_every)
         .unwrap_or_else(|message| {
-            problems.push(ConfigError::invalid(
-                "agents.defaults.heartbeat.every",
-                message,
-            ));
+            problems.push(ConfigError::invalid(key!(HeartbeatConfig.every), message));
             None
         })
 }
@@ -375,20 +382,20 @@ fn mode(file: &FileConfig, files: ConfigFiles<'_>, problems: &mut Vec<ConfigErro
         Some("forward") => {
             let Some(forward) = &file.gateway.forward else {
                 problems.push(ConfigError::invalid(
-                    "gateway.forward",
+                    key!(GatewayConfig.forward),
                     "is required when gateway.mode is forward",
                 ));
                 return GatewayMode::Embedded;
             };
             let token = secret(
                 Some(forward.token.clone()),
-                "gateway.forward.token",
+                &key!(ForwardConfig.token),
                 files,
                 problems,
             );
             let path = super::normalize_hooks_path(forward.path.as_deref()).unwrap_or_else(|| {
                 problems.push(ConfigError::invalid(
-                    "gateway.forward.path",
+                    key!(ForwardConfig.path),
                     "must name a prefix other than '/', like the upstream's hooks.path",
                 ));
                 String::new()
@@ -402,7 +409,7 @@ fn mode(file: &FileConfig, files: ConfigFiles<'_>, problems: &mut Vec<ConfigErro
         }
         Some(_) => {
             problems.push(ConfigError::invalid(
-                "gateway.mode",
+                key!(GatewayConfig.mode),
                 "must be embedded or forward",
             ));
             GatewayMode::Embedded

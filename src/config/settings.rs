@@ -9,7 +9,9 @@ use std::sync::Mutex;
 use super::confine;
 use super::connections::ConnectionSettings;
 use super::hooks::{HookSettings, hook_settings};
-use super::model::FileConfig;
+use super::model::{
+    DEFAULT_BIND, DEFAULT_PORT, DEFAULT_STATE_DIR, FileConfig, GatewayAuthConfig, GatewayConfig,
+};
 use super::runtime::{RuntimeSettings, runtime_settings};
 use super::secret::{ConfigFiles, secret};
 use super::{ConfigError, ConfigNotice};
@@ -90,7 +92,7 @@ impl Settings {
         let mut problems = Vec::new();
         let gateway_token = secret(
             file.gateway.auth.as_ref().and_then(|a| a.token.clone()),
-            "gateway.auth.token",
+            &key!(GatewayAuthConfig.token),
             files,
             &mut problems,
         );
@@ -109,20 +111,25 @@ impl Settings {
             &mut problems,
         );
         super::budget::forward_problems(&runtime.mode, hooks.as_ref(), &mut problems);
-        let bind = file.gateway.bind.unwrap_or_else(|| "127.0.0.1".into());
+        let bind = file.gateway.bind.unwrap_or_else(|| DEFAULT_BIND.into());
         if bind.parse::<std::net::IpAddr>().is_err() {
             // What `serve` would fail on, said by `check` too.
             problems.push(ConfigError::invalid(
-                "gateway.bind",
+                key!(GatewayConfig.bind),
                 "must be an IP address, or one of loopback, lan, auto, custom",
             ));
         }
-        let state_dir = config_dir.join(file.gateway.state_dir.as_deref().unwrap_or("state"));
+        let state_dir = config_dir.join(
+            file.gateway
+                .state_dir
+                .as_deref()
+                .unwrap_or(DEFAULT_STATE_DIR),
+        );
         if confine::is_within(&state_dir, &confine::transforms_root(config_dir)) {
             // The compile cache in the state directory holds native code that hookgate loads
             // unchecked; whoever may drop transforms must not be able to write there.
             problems.push(ConfigError::invalid(
-                "gateway.stateDir",
+                key!(GatewayConfig.state_dir),
                 "must not be inside the transforms root",
             ));
         }
@@ -132,7 +139,7 @@ impl Settings {
         Ok(Settings {
             config_dir: config_dir.to_path_buf(),
             bind,
-            port: file.gateway.port.unwrap_or(8787),
+            port: file.gateway.port.unwrap_or(DEFAULT_PORT),
             gateway_token: gateway_token.as_deref().map(TokenDigest::of),
             trusted_proxies,
             state_dir,

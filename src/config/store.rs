@@ -4,6 +4,11 @@
 use super::ConfigError;
 use super::model::{FileConfig, StoreConfig};
 
+/// The defaults of `gateway.store`'s NATS keys.
+pub(super) const DEFAULT_STREAM: &str = "HOOKGATE";
+pub(super) const DEFAULT_BUCKET: &str = "hookgate";
+pub(super) const DEFAULT_REPLICAS: u8 = 1;
+
 /// The store the gateway runs on.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum StoreSettings {
@@ -61,7 +66,7 @@ pub(super) fn store_settings(file: &FileConfig, problems: &mut Vec<ConfigError>)
             ] {
                 if set {
                     problems.push(ConfigError::invalid(
-                        format!("gateway.store.{key}"),
+                        format!("{}.{key}", key!(StoreConfig)),
                         "applies only to kind nats",
                     ));
                 }
@@ -71,7 +76,7 @@ pub(super) fn store_settings(file: &FileConfig, problems: &mut Vec<ConfigError>)
         "nats" => nats_settings(file, store, problems),
         _ => {
             problems.push(ConfigError::invalid(
-                "gateway.store.kind",
+                key!(StoreConfig.kind),
                 "must be embedded or nats (a NATS server's address goes in gateway.store.url)",
             ));
             StoreSettings::Embedded
@@ -86,7 +91,7 @@ fn nats_settings(
 ) -> StoreSettings {
     if file.gateway.mode.as_deref() == Some("forward") {
         problems.push(ConfigError::invalid(
-            "gateway.store.kind",
+            key!(StoreConfig.kind),
             "nats runs agents on the cluster's nodes; it cannot be combined with gateway.mode forward",
         ));
     }
@@ -94,7 +99,7 @@ fn nats_settings(
         Some(url) if !url.is_empty() => url.to_string(),
         _ => {
             problems.push(ConfigError::invalid(
-                "gateway.store.url",
+                key!(StoreConfig.url),
                 "is required when gateway.store.kind is nats",
             ));
             String::new()
@@ -104,19 +109,19 @@ fn nats_settings(
         let value = value.map_or(default, String::as_str);
         if !valid_name(value) {
             problems.push(ConfigError::invalid(
-                format!("gateway.store.{key}"),
+                format!("{}.{key}", key!(StoreConfig)),
                 "must be 1 to 64 letters, digits, '-' or '_'",
             ));
         }
         value.to_string()
     };
-    let stream = name("stream", store.stream.as_ref(), "HOOKGATE");
-    let bucket = name("bucket", store.bucket.as_ref(), "hookgate");
-    let replicas = match store.replicas.unwrap_or(1) {
+    let stream = name("stream", store.stream.as_ref(), DEFAULT_STREAM);
+    let bucket = name("bucket", store.bucket.as_ref(), DEFAULT_BUCKET);
+    let replicas = match store.replicas.unwrap_or(DEFAULT_REPLICAS) {
         n @ 1..=5 => usize::from(n),
         _ => {
             problems.push(ConfigError::invalid(
-                "gateway.store.replicas",
+                key!(StoreConfig.replicas),
                 "must be between 1 and 5",
             ));
             1

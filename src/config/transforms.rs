@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::model::{HooksConfig, TransformConfig};
 use super::{ConfigError, ConfigNotice, HookSettings, Settings};
 use crate::mapping::{JAVASCRIPT_EXTENSIONS, javascript_component};
 use crate::transform::{
@@ -37,7 +38,7 @@ pub fn load_transforms(
                 let key = modules
                     .iter()
                     .find(|(module, _)| *module == err.module)
-                    .map_or("hooks.mappings", |(_, key)| key.as_str());
+                    .map_or(key!(HooksConfig.mappings), |(_, key)| key.clone());
                 ConfigError::invalid(key, err.to_string())
             })
             .collect::<Vec<_>>()
@@ -61,7 +62,7 @@ fn entry_points_exist(hooks: &HookSettings, set: &TransformSet) -> Result<(), Ve
             let loaded = set.get(&spec.module)?;
             (loaded.contract() == Contract::V0_1).then(|| {
                 ConfigError::invalid(
-                    format!("hooks.mappings[{i}].transform.export"),
+                    key!(TransformConfig[i].export),
                     format!(
                         "needs a component built against hookgate:transform@0.2, and {} is built against 0.1",
                         spec.module

@@ -67,16 +67,22 @@ impl TransformLimits {
     }
 }
 
+impl TransformLimits {
+    /// The bounds of a call that `hooks.transformLimits` leaves unset: the one place they are
+    /// written, which the configuration's schema and reference show.
+    pub const DEFAULT: TransformLimits = TransformLimits {
+        timeout: Duration::from_millis(100),
+        memory_bytes: 16 * 1024 * 1024,
+        output_bytes: 1024 * 1024,
+        log_bytes: 16 * 1024,
+        max_concurrent: 32,
+        reuse: 1,
+    };
+}
+
 impl Default for TransformLimits {
     fn default() -> Self {
-        TransformLimits {
-            timeout: Duration::from_millis(100),
-            memory_bytes: 16 * 1024 * 1024,
-            output_bytes: 1024 * 1024,
-            log_bytes: 16 * 1024,
-            max_concurrent: 32,
-            reuse: 1,
-        }
+        TransformLimits::DEFAULT
     }
 }
 

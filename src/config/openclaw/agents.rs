@@ -2,33 +2,18 @@
 
 use serde_json::{Map, Value};
 
-use super::{ConfigNotice, keep_only};
-
-/// `agents.defaults` keys hookgate implements; the others are left out with a notice.
-const AGENT_DEFAULTS: &[&str] = &[
-    "models",
-    "heartbeat",
-    "provider",
-    "model",
-    "maxConcurrent",
-    "timeoutSeconds",
-];
-/// `agents.defaults.heartbeat` keys hookgate implements.
-const HEARTBEAT: &[&str] = &["every", "ackMaxChars"];
-/// Keys of an agent entry hookgate implements.
-const AGENT_ENTRY: &[&str] = &["id", "default", "name", "model", "provider", "budget"];
+use super::{ConfigNotice, keep_only, keep_only_as};
 
 /// Adopts `agents` (see the module's documentation).
 pub(super) fn adopt(agents: &mut Map<String, Value>, notices: &mut Vec<ConfigNotice>) {
     if let Some(Value::Object(defaults)) = agents.get_mut("defaults") {
-        keep_only(defaults, AGENT_DEFAULTS, "agents.defaults", notices, |_| {
+        keep_only(defaults, &["agents", "defaults"], notices, |_| {
             "hookgate's agent turn is one model call with the prompt".into()
         });
         if let Some(Value::Object(heartbeat)) = defaults.get_mut("heartbeat") {
             keep_only(
                 heartbeat,
-                HEARTBEAT,
-                "agents.defaults.heartbeat",
+                &["agents", "defaults", "heartbeat"],
                 notices,
                 |_| {
                     "a heartbeat is one turn over the main session's pending events, replied to the owner's route"
@@ -49,7 +34,7 @@ pub(super) fn adopt(agents: &mut Map<String, Value>, notices: &mut Vec<ConfigNot
                 _ => Map::new(),
             };
             let key = format!("agents.entries.{id}");
-            keep_only(&mut entry, AGENT_ENTRY, &key, notices, |_| {
+            keep_only_as(&mut entry, &["agents", "list", "[]"], &key, notices, |_| {
                 "hookgate's agents differ only in model, provider and budget".into()
             });
             entry.insert("id".into(), Value::String(id));
@@ -61,7 +46,7 @@ pub(super) fn adopt(agents: &mut Map<String, Value>, notices: &mut Vec<ConfigNot
         for (i, entry) in list.iter_mut().enumerate() {
             if let Value::Object(entry) = entry {
                 let key = format!("agents.list[{i}]");
-                keep_only(entry, AGENT_ENTRY, &key, notices, |_| {
+                keep_only_as(entry, &["agents", "list", "[]"], &key, notices, |_| {
                     "hookgate's agents differ only in model, provider and budget".into()
                 });
             }

@@ -30,6 +30,7 @@ pub(super) fn adopt(channels: &mut Map<String, Value>, notices: &mut Vec<ConfigN
             continue;
         };
         let own = AdapterConfig::keys(adapter);
+        let own: Vec<&str> = own.iter().map(String::as_str).collect();
         let Some(Value::Object(channel)) = channels.get_mut(&name) else {
             continue;
         };
@@ -52,7 +53,7 @@ pub(super) fn adopt(channels: &mut Map<String, Value>, notices: &mut Vec<ConfigN
         // for the reader to refuse.
         let others: Vec<String> = channel
             .keys()
-            .filter(|k| !own.contains(&k.as_str()) && closest(k, own).is_none())
+            .filter(|k| !own.contains(&k.as_str()) && closest(k, &own).is_none())
             .cloned()
             .collect();
         for other in others {

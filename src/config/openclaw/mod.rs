@@ -455,19 +455,27 @@ fn adopt_gateway(
     }
 }
 
-/// Leaves out every key of `map` but `kept`, with a notice saying `why`.
+/// Leaves out every key of `map` that hookgate's section at `section` does not read (its type's
+/// fields: a key added there is kept without a second edit), with a notice saying `why`.
 fn keep_only(
     map: &mut Map<String, Value>,
-    kept: &[&str],
+    section: &[&str],
+    notices: &mut Vec<ConfigNotice>,
+    why: impl Fn(&str) -> String,
+) {
+    keep_only_as(map, section, &section.join("."), notices, why);
+}
+
+/// [`keep_only`] for a map the notices name at `path` rather than at its section.
+fn keep_only_as(
+    map: &mut Map<String, Value>,
+    section: &[&str],
     path: &str,
     notices: &mut Vec<ConfigNotice>,
     why: impl Fn(&str) -> String,
 ) {
-    let dropped: Vec<String> = map
-        .keys()
-        .filter(|k| !kept.contains(&k.as_str()))
-        .cloned()
-        .collect();
+    let kept = crate::config::schema::keys_at(section);
+    let dropped: Vec<String> = map.keys().filter(|k| !kept.contains(k)).cloned().collect();
     for key in dropped {
         map.shift_remove(&key);
         notices.push(ignored(&join(path, &key), &why(&key)));
