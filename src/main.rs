@@ -1,5 +1,5 @@
-//! The `hookgate` command: `serve`, `check`, `transform`, and the operator API's `requests` and
-//! `runs`.
+//! The `hookgate` command: `serve`, `check`, `config`, `transform`, and the operator API's
+//! `requests` and `runs`.
 
 mod remote;
 mod scaffold;
@@ -67,6 +67,9 @@ enum Command {
         #[arg(long, env = "HOOKGATE_CONFIG")]
         config: PathBuf,
     },
+    /// What the configuration file may hold, generated from hookgate's own types.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Tools for transform authors.
     #[command(subcommand)]
     Transform(TransformCommand),
@@ -81,6 +84,16 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the configuration file's JSON Schema, for editors: name it in the file's
+    /// `$schema` key to have keys completed and checked as you type.
+    Schema,
+    /// Print the key reference of docs/configuration.md: every key, its default, its values,
+    /// whether a reload takes it, and what it means.
+    Reference,
 }
 
 #[derive(Subcommand)]
@@ -187,6 +200,15 @@ fn main() -> ExitCode {
     }
     match cli.command {
         Command::Check { config } => check(&config),
+        Command::Config(ConfigCommand::Schema) => {
+            let schema = serde_json::to_string_pretty(config::schema::schema());
+            println!("{}", schema.expect("a JSON value serialises"));
+            ExitCode::SUCCESS
+        }
+        Command::Config(ConfigCommand::Reference) => {
+            print!("{}", config::schema::reference());
+            ExitCode::SUCCESS
+        }
         Command::Serve {
             config,
             listen,

@@ -40,6 +40,7 @@ mod budgets;
 mod bulk_replay;
 mod cluster;
 mod config;
+mod config_schema;
 mod connections;
 mod console;
 mod console_overview;
