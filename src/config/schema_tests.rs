@@ -123,3 +123,37 @@ fn a_sections_field_is_spelled_as_the_file_spells_it() {
     );
     assert_eq!(key_of::<MappingConfig>(Some(1), ""), "hooks.mappings[1]");
 }
+
+/// Every `key!` of the validation names a section type that sits in one place of the file and
+/// a field the schema spells as `key!` does (a field serde renames would not be): checked here
+/// over the source, so that no message names a key the file does not have.
+#[test]
+fn every_key_macro_names_a_key_of_the_file() {
+    let pattern = regex::Regex::new(r"key!\((\w+)(?:\[[^\]]*\])?(?:\.(\w+))?\)").unwrap();
+    let dir = repo_file("src/config");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        for found in pattern.captures_iter(&text) {
+            let section = &found[1];
+            let places = WALKED.sections.get(section);
+            assert!(
+                places.is_some_and(|p| p.len() == 1),
+                "{}: {section} is in {places:?}",
+                path.display()
+            );
+            if let Some(field) = found.get(2) {
+                let place = &places.unwrap()[0];
+                let field = camel_case(field.as_str());
+                assert!(
+                    keys_at(&segments(place)).contains(&field),
+                    "{}: {section} has no key {field}",
+                    path.display()
+                );
+            }
+            seen += 1;
+        }
+    }
+    assert!(seen > 40, "{seen} uses of key! found");
+}
