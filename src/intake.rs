@@ -285,12 +285,7 @@ async fn queue(
         }
     }
     let queued = runtime
-        .queue_within_budgets(
-            &hooks.budgets,
-            admission.run,
-            admission.claim,
-            admission.idempotency_key.as_deref(),
-        )
+        .queue_within_budgets(&hooks.budgets, admission.run, admission.claim)
         .await??;
     let (run_id, repeated) = match queued.run {
         RunQueued::New { run_id } => (run_id, false),
@@ -359,8 +354,6 @@ struct AgentAdmission {
     pub run: NewRun,
     /// Recognises a repeat of the same request within the idempotency window.
     pub claim: Option<IdempotencyClaim>,
-    /// The key the client (or a signed delivery's id) gave, for relays upstream.
-    pub idempotency_key: Option<String>,
     /// Its mapping's `batch`, when the mapping gathers its requests into batches.
     pub batch: Option<BatchRule>,
     /// The name the sender chose, when it is not the operator's ([`task_line`]).
@@ -424,7 +417,6 @@ fn admit_agent(
     Ok(AgentAdmission {
         run: NewRun::admitted(run_id, admitted, prompt, received),
         claim,
-        idempotency_key: key.map(String::from),
         batch,
         sender_name,
     })

@@ -60,8 +60,8 @@ pub struct Budget {
 pub struct Budgets {
     pub mappings: HashMap<String, Budget>,
     pub agents: HashMap<String, Budget>,
-    /// Every budget with the key it was read at, for the checks that need the rest of the
-    /// configuration (forward mode).
+    /// Every budget with the key it was read at, for the notices that need the rest of the
+    /// configuration (forward mode's `tokensPerDay`).
     pub declared: Vec<(String, Budget)>,
 }
 
@@ -158,8 +158,10 @@ impl Budgets {
     }
 }
 
-/// In forward mode the upstream runs the model: this gateway never learns a run's tokens, so a
-/// `tokensPerDay` cannot apply there (`runsPerHour` does). `check` says so for each one.
+/// In forward mode the upstream runs the model, and OpenClaw's answer to a relayed run (its
+/// `completion`) carries its status and delivery facts, never its token usage: this gateway never
+/// learns a run's tokens, so a `tokensPerDay` cannot apply there (`runsPerHour` counts the runs
+/// relayed, and `hold` holds them). `check` says so for each one.
 pub(super) fn budget_notices(settings: &Settings) -> Vec<ConfigNotice> {
     let (GatewayMode::Forward(_), Some(hooks)) = (&settings.runtime.mode, &settings.hooks) else {
         return Vec::new();
@@ -171,32 +173,12 @@ pub(super) fn budget_notices(settings: &Settings) -> Vec<ConfigNotice> {
         .filter(|(_, budget)| budget.tokens_per_day.is_some())
         .map(|(key, _)| ConfigNotice {
             key: format!("{key}.tokensPerDay"),
-            message: "does not apply in forward mode: the upstream runs the model and this \
-                      gateway never learns the tokens a run used (runsPerHour applies)"
+            message: "does not apply in forward mode: the upstream runs the model and its answer \
+                      to a relayed run reports no token usage, so this gateway cannot count \
+                      tokens (runsPerHour applies)"
                 .into(),
         })
         .collect()
-}
-
-/// Forward mode relays a run as it is accepted and has no runner to start a held one later: a
-/// budget there refuses (`onExceeded: refuse`).
-pub(super) fn forward_problems(
-    mode: &GatewayMode,
-    hooks: Option<&super::HookSettings>,
-    problems: &mut Vec<ConfigError>,
-) {
-    let (GatewayMode::Forward(_), Some(hooks)) = (mode, hooks) else {
-        return;
-    };
-    for (key, budget) in &hooks.budgets.declared {
-        if budget.on_exceeded == OnExceeded::Hold {
-            problems.push(ConfigError::invalid(
-                format!("{key}.onExceeded"),
-                "must be refuse in forward mode (gateway.mode: forward relays each run at once \
-                 and holds none); hold is the default",
-            ));
-        }
-    }
 }
 
 #[cfg(test)]

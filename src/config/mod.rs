@@ -31,7 +31,6 @@ pub mod lanes;
 mod limits;
 mod load;
 mod mapping;
-mod mode_notices;
 pub mod model;
 mod openclaw;
 mod reload;
@@ -120,9 +119,6 @@ fn settings_of(document: Document, files: ConfigFiles<'_>) -> Result<Settings, V
             let warnings = delivery_warnings::delivery_notices(&settings);
             settings.notices.extend(warnings);
             settings.notices.extend(budget::budget_notices(&settings));
-            settings
-                .notices
-                .extend(mode_notices::forward_notices(&settings));
             Ok(settings)
         }
         Ok(_) => Err(problems),

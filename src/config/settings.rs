@@ -110,7 +110,6 @@ impl Settings {
             files,
             &mut problems,
         );
-        super::budget::forward_problems(&runtime.mode, hooks.as_ref(), &mut problems);
         let bind = file.gateway.bind.unwrap_or_else(|| DEFAULT_BIND.into());
         if bind.parse::<std::net::IpAddr>().is_err() {
             // What `serve` would fail on, said by `check` too.

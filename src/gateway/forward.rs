@@ -1,15 +1,21 @@
-//! The forward backend: accepted hooks are committed to the local store together with their
-//! relay to the upstream gateway (one transaction), and the outbox relays them with retries.
-//! Nothing runs here; the upstream runs agents and heartbeats.
+//! The forward backend: accepted wakes are committed to the local store together with their
+//! relay to the upstream gateway (one transaction); accepted runs are queued, held or batched
+//! as on the embedded runtime, and forward mode's worker ([`relays`]) relays each queued run
+//! when its lane has room, with retries. Nothing runs here; the upstream runs agents and
+//! heartbeats.
 
 use std::sync::Arc;
 
+use super::admission::batches::{self, BatchItem, Joined};
+use super::admission::budget::{HeldBy, held};
+use super::clock::now_ms;
 use super::context::{Context, Worker, WorkerName};
-use super::outbound::outbox::{self, Lane, OutboxItem};
+use super::outbound::outbox::OutboxItem;
 use super::outbound::relay::{AgentBody, Relayed, WakeBody};
+use super::outbound::relays;
 use super::signals::Signals;
 use super::store::StoreError;
-use super::store::records::{EventOutcome, NewEvent, NewRun, RunStatus};
+use super::store::records::{EventOutcome, NewEvent, NewRun};
 use super::store::runs::{self, IdempotencyClaim, RunQueued};
 use crate::config::runtime::GatewayMode;
 use crate::hook::WakeMode;
@@ -20,13 +26,17 @@ pub struct Forward {
 }
 
 impl Forward {
-    /// Starts the relay outbox.
+    /// Starts the relays' worker and the batches' closer.
     pub fn start(ctx: Context) -> (Forward, Vec<Worker>) {
         let signals = Arc::new(Signals::default());
         let workers = vec![
             Worker::spawn(
                 WorkerName::Outbox,
-                outbox::run(ctx.clone(), Arc::clone(&signals), Lane::Relays),
+                relays::run(ctx.clone(), Arc::clone(&signals)),
+            ),
+            Worker::spawn(
+                WorkerName::Batches,
+                batches::closer(ctx.clone(), Arc::clone(&signals)),
             ),
             Worker::spawn(
                 WorkerName::Retention,
@@ -65,39 +75,93 @@ impl Forward {
         Ok(EventOutcome::Queued)
     }
 
-    /// Records a run as `forwarding` with its relay, which carries the client's idempotency key
-    /// (else the run id) so that a repeated relay never makes a second upstream run.
+    /// Queues a run (unless `claim` finds it a repeat of an earlier one) with its relay,
+    /// waiting for the run's lane ([`relays::dispatch`]); answers once durable. The relay
+    /// carries the run id as the idempotency key that keeps a repeated relay from making a
+    /// second upstream run (a repeat of the client's own key never gets here: `claim` answers
+    /// it with its first run).
     pub async fn submit_run(
         &self,
         run: NewRun,
         claim: Option<IdempotencyClaim>,
-        idempotency_key: Option<&str>,
     ) -> Result<RunQueued, StoreError> {
-        let relay_session_key = match &self.ctx.config.current().runtime.mode {
-            GatewayMode::Forward(upstream) => upstream.relay_session_key,
-            GatewayMode::Embedded => false,
-        };
-        let relay = OutboxItem::Relay(Relayed::Agent {
-            body: AgentBody::of(&run.admitted, relay_session_key),
-            idempotency_key: idempotency_key.unwrap_or(&run.run_id).to_string(),
-        });
+        let relay = self.relay_of(&run);
         let queued = self
             .ctx
             .store
             .write(move |conn| {
                 let queued = runs::queue_run(conn, &run, claim.as_ref())?;
                 if let RunQueued::New { run_id } = &queued {
-                    conn.execute(
-                        "UPDATE runs SET status = ?2 WHERE run_id = ?1",
-                        rusqlite::params![run_id, RunStatus::Forwarding],
-                    )?;
-                    relay.insert(conn, Some(run_id))?;
+                    relay.insert_waiting(conn, run_id)?;
                 }
                 Ok(queued)
             })
             .await?;
-        self.signals.outbox_ready.notify_one();
+        self.signals.run_queued();
         Ok(queued)
+    }
+
+    /// Stores `run` held by the budget `by` (unless `claim` finds it a repeat), with its relay
+    /// waiting: a release queues it, and it is relayed as any queued run.
+    pub async fn hold_run(
+        &self,
+        run: NewRun,
+        claim: Option<IdempotencyClaim>,
+        by: HeldBy,
+    ) -> Result<RunQueued, StoreError> {
+        let relay = self.relay_of(&run);
+        self.ctx
+            .store
+            .write(move |conn| {
+                let queued = runs::queue_run(conn, &run, claim.as_ref())?;
+                if let RunQueued::New { run_id } = &queued {
+                    held::hold(conn, run_id, &by)?;
+                    relay.insert_waiting(conn, run_id)?;
+                }
+                Ok(queued)
+            })
+            .await
+    }
+
+    /// Adds a batch mapping's request to its open batch, opening one with `open` (see
+    /// [`batches::join`]); answers once durable. The request that opens a batch stores the
+    /// batch's relay, waiting: the closed batch is relayed as one agent request with the
+    /// batch's prompt.
+    pub async fn join_batch(&self, item: BatchItem, open: bool) -> Result<Joined, StoreError> {
+        let relay = self.relay_of(&item.run);
+        let join = self
+            .ctx
+            .store
+            .write(move |conn| {
+                let join = batches::join(conn, item, open, now_ms())?;
+                if let Joined::Added(added) = &join.joined {
+                    if added.opened {
+                        relay.insert_waiting(conn, &added.run_id)?;
+                    }
+                }
+                Ok(join)
+            })
+            .await?;
+        if matches!(&join.joined, Joined::Added(added) if added.opened) {
+            self.signals.batch_opened.notify_one();
+        }
+        if join.queued {
+            self.signals.run_queued();
+        }
+        Ok(join.joined)
+    }
+
+    /// The relay of an admitted run, with what the request and mapping set.
+    fn relay_of(&self, run: &NewRun) -> OutboxItem {
+        let relay_session_key = match &self.ctx.config.current().runtime.mode {
+            GatewayMode::Forward(upstream) => upstream.relay_session_key,
+            GatewayMode::Embedded => false,
+        };
+        let message = run.admitted.action.message.clone();
+        OutboxItem::Relay(Relayed::Agent {
+            body: AgentBody::of(&run.admitted, message, relay_session_key),
+            idempotency_key: run.run_id.clone(),
+        })
     }
 
     /// Relays a run the upstream refused again; whether there was one.
@@ -106,7 +170,7 @@ impl Forward {
         let retried = self
             .ctx
             .store
-            .write(move |conn| outbox::resend_relay(conn, &run_id))
+            .write(move |conn| relays::resend_relay(conn, &run_id))
             .await?;
         self.signals.outbox_ready.notify_one();
         Ok(retried)

@@ -32,11 +32,10 @@ impl Runtime {
         budgets: &Budgets,
         run: NewRun,
         claim: Option<IdempotencyClaim>,
-        idempotency_key: Option<&str>,
     ) -> Result<Result<Queued, LimitReached>, StoreError> {
         match budget::verdict(&self.store, budgets, &run).await? {
             Verdict::Within => {
-                let run = self.submit_run(run, claim, idempotency_key).await?;
+                let run = self.submit_run(run, claim).await?;
                 Ok(Ok(Queued { run, held: false }))
             }
             Verdict::Hold(exceeded) => {

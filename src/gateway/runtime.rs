@@ -228,33 +228,34 @@ impl Runtime {
     }
 
     /// Queues a run (unless `claim` finds it a repeat of an earlier one); answers once durable.
-    /// In forward mode the run is relayed upstream instead (see [`Forward::submit_run`]).
+    /// In forward mode the queued run is relayed upstream when its lane has room (see
+    /// [`Forward::submit_run`]).
     pub async fn submit_run(
         &self,
         run: NewRun,
         claim: Option<IdempotencyClaim>,
-        idempotency_key: Option<&str>,
     ) -> Result<RunQueued, StoreError> {
         match &self.backend {
             Backend::Embedded(embedded) => embedded.submit_run(run, claim).await,
-            Backend::Forward(forward) => {
-                Box::pin(forward.submit_run(run, claim, idempotency_key)).await
-            }
+            Backend::Forward(forward) => Box::pin(forward.submit_run(run, claim)).await,
             Backend::Nats(cluster) => Ok(Box::pin(cluster.submit_run(run, claim)).await?),
         }
     }
 
     /// Stores a run `held` by the budget `by` (unless `claim` finds it a repeat): the runner
     /// never starts it until it is released ([`Runtime::release_held`]). On a NATS cluster it
-    /// is a fact of its own, which the runner consumer does not read.
+    /// is a fact of its own, which the runner consumer does not read; in forward mode it is
+    /// stored with its relay, waiting ([`Forward::hold_run`]).
     pub(super) async fn hold_run(
         &self,
         run: NewRun,
         claim: Option<IdempotencyClaim>,
         by: HeldBy,
     ) -> Result<RunQueued, StoreError> {
-        if let Backend::Nats(cluster) = &self.backend {
-            return Ok(Box::pin(cluster.hold_run(run, claim, by)).await?);
+        match &self.backend {
+            Backend::Nats(cluster) => return Ok(Box::pin(cluster.hold_run(run, claim, by)).await?),
+            Backend::Forward(forward) => return Box::pin(forward.hold_run(run, claim, by)).await,
+            Backend::Embedded(_) => {}
         }
         self.store
             .write(move |conn| {
@@ -269,13 +270,12 @@ impl Runtime {
 
     /// Adds a batch mapping's request to the open batch of its mapping and session key, and
     /// with `open` opens one when there is none (docs/runtime.md "Batches"); answers once
-    /// durable (on a NATS cluster, once its item is on the stream). Forward mode gathers
-    /// nothing (the upstream runs the agent): the item comes back, to be relayed as a run of
-    /// its own.
+    /// durable (on a NATS cluster, once its item is on the stream). In forward mode the closed
+    /// batch is relayed as one agent request ([`Forward::join_batch`]).
     pub async fn join_batch(&self, item: BatchItem, open: bool) -> Result<Joined, StoreError> {
         match &self.backend {
             Backend::Embedded(embedded) => embedded.join_batch(item, open).await,
-            Backend::Forward(_) => Ok(Joined::NoneOpen(Box::new(item))),
+            Backend::Forward(forward) => Box::pin(forward.join_batch(item, open)).await,
             Backend::Nats(cluster) => {
                 let (cluster, view) = (Cluster::clone(cluster), self.store.clone());
                 Ok(Box::pin(Batches::join_detached(cluster, view, item, open)).await?)

@@ -74,6 +74,7 @@ mod mapped;
 mod metrics;
 mod openclaw;
 mod openclaw_config;
+mod openclaw_controls;
 mod parity;
 mod pipeline;
 mod reload;

@@ -15,7 +15,7 @@ use crate::harness::*;
 use crate::processes::{Group, kill_marked};
 use crate::runtime::free_port;
 
-const OPENCLAW_HOOK_TOKEN: &str = "openclaw-hook-token-0123456789abcdef";
+pub(crate) const OPENCLAW_HOOK_TOKEN: &str = "openclaw-hook-token-0123456789abcdef";
 const OPENCLAW_GATEWAY_TOKEN: &str = "openclaw-gateway-token-0123456789ab";
 
 /// A running OpenClaw gateway on 127.0.0.1; stopped with SIGTERM when dropped, and whatever it
@@ -28,22 +28,23 @@ pub(crate) struct OpenClaw {
 
 impl OpenClaw {
     fn start() -> OpenClaw {
+        OpenClaw::start_with(recommended)
+    }
+
+    /// Starts a gateway on the recommended configuration whose agents' model is `model` of the
+    /// OpenAI-compatible provider at `base_url` (a stand-in the test runs).
+    pub(crate) fn start_with_model(base_url: &str, model: &str) -> OpenClaw {
         OpenClaw::start_with(|state| {
-            json!({
-                "gateway": {
-                    "mode": "local",
-                    "bind": "loopback",
-                    "auth": {"mode": "token", "token": OPENCLAW_GATEWAY_TOKEN},
-                },
-                "hooks": {
-                    "enabled": true,
-                    "token": OPENCLAW_HOOK_TOKEN,
-                    "defaultSessionKey": "hook:ingress",
-                    "allowRequestSessionKey": false,
-                    "allowedSessionKeyPrefixes": ["hook:"],
-                },
-                "logging": {"file": state.join("openclaw.log")},
-            })
+            let mut config = recommended(state);
+            config["models"] = json!({"providers": {"stand-in": {
+                "baseUrl": base_url, "apiKey": "stand-in-key", "api": "openai-completions",
+                "models": [{"id": model, "name": model, "reasoning": false, "input": ["text"],
+                            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+                            "contextWindow": 128000, "maxTokens": 4096}],
+            }}});
+            config["agents"] =
+                json!({"defaults": {"model": {"primary": format!("stand-in/{model}")}}});
+            config
         })
     }
 
@@ -109,6 +110,26 @@ impl OpenClaw {
     }
 }
 
+/// OpenClaw's recommended hooks: a fixed `defaultSessionKey`, `hook:` prefixes, request session
+/// keys off.
+fn recommended(state: &std::path::Path) -> Value {
+    json!({
+        "gateway": {
+            "mode": "local",
+            "bind": "loopback",
+            "auth": {"mode": "token", "token": OPENCLAW_GATEWAY_TOKEN},
+        },
+        "hooks": {
+            "enabled": true,
+            "token": OPENCLAW_HOOK_TOKEN,
+            "defaultSessionKey": "hook:ingress",
+            "allowRequestSessionKey": false,
+            "allowedSessionKeyPrefixes": ["hook:"],
+        },
+        "logging": {"file": state.join("openclaw.log")},
+    })
+}
+
 impl Drop for OpenClaw {
     fn drop(&mut self) {
         // SIGTERM first: the gateway stops its own children only when it shuts down cleanly.
@@ -129,13 +150,13 @@ impl Drop for OpenClaw {
     }
 }
 
-/// The run once it has left `forwarding`, waiting up to a minute (the upstream queues runs of
+/// The run once it has left `queued` and `forwarding`, waiting up to a minute (the upstream queues runs of
 /// its one default session behind each other).
 async fn relayed(server: &Hookgate, run_id: &str) -> Value {
     let (limit, every) = (Duration::from_secs(60), Duration::from_millis(100));
     eventually_within("the run relayed", limit, every, async || {
         let run = server.run_of(&json!({"runId": run_id})).await;
-        if run["status"] == "forwarding" {
+        if run["status"] == "queued" || run["status"] == "forwarding" {
             Err(format!("still forwarding: {run}"))
         } else {
             Ok(run)

@@ -208,7 +208,7 @@ async fn the_documented_forward_configuration_relays_to_the_real_openclaw_gatewa
         let every = std::time::Duration::from_millis(100);
         let run = eventually_within("the run relayed", limit, every, async || {
             let run = server.run_of(reply).await;
-            if run["status"] == "forwarding" {
+            if run["status"] == "queued" || run["status"] == "forwarding" {
                 Err(format!("still forwarding: {run}"))
             } else {
                 Ok(run)

@@ -13,7 +13,7 @@ use std::time::Duration;
 use rusqlite::{Connection, params};
 
 use super::chat::{self, Next, SendError, next_attempt, resolve_route};
-use super::relay::{AgentBody, Relayed, WakeBody, relay};
+use super::relay::{AgentBody, Landed, Relayed, WakeBody, relay};
 use crate::config::runtime::{ChannelSettings, GatewayMode, RetryPolicy, RuntimeSettings};
 use crate::gateway::clock::{millis, now_ms, now_rfc3339};
 use crate::gateway::context::Context;
@@ -27,7 +27,7 @@ const MIN_RELAY_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest wait between two attempts of a relay.
 const MAX_RELAY_BACKOFF: Duration = Duration::from_secs(30);
 /// The longest the worker sleeps without looking at the outbox.
-const POLL: Duration = Duration::from_secs(1);
+pub(super) const POLL: Duration = Duration::from_secs(1);
 
 /// One thing to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,18 +110,59 @@ impl OutboxItem {
 
     /// Adds the item to the outbox, due now.
     pub fn insert(&self, conn: &Connection, run_id: Option<&str>) -> rusqlite::Result<()> {
+        self.insert_as(conn, run_id, RowStatus::Pending)
+    }
+
+    /// Adds a run's relay to the outbox, `waiting` until the run's lane has room (forward
+    /// mode's [`super::relays::dispatch`] makes it pending): the body is what the request set,
+    /// which the stored run no longer tells apart from defaults.
+    pub fn insert_waiting(&self, conn: &Connection, run_id: &str) -> rusqlite::Result<()> {
+        self.insert_as(conn, Some(run_id), RowStatus::Waiting)
+    }
+
+    fn insert_as(
+        &self,
+        conn: &Connection,
+        run_id: Option<&str>,
+        status: RowStatus,
+    ) -> rusqlite::Result<()> {
         let (kind, payload) = self.encode();
         conn.prepare_cached(
-            "INSERT INTO outbox (kind, run_id, payload, next_at_ms, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO outbox (kind, run_id, payload, next_at_ms, created_at, status)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )?
-        .execute(params![kind, run_id, payload, now_ms(), now_rfc3339()])?;
+        .execute(params![
+            kind,
+            run_id,
+            payload,
+            now_ms(),
+            now_rfc3339(),
+            status.as_str()
+        ])?;
         Ok(())
+    }
+
+    /// The payload column of a relay of `body` (for a waiting row whose message changes).
+    pub(super) fn agent_payload(body: AgentBody, idempotency_key: String) -> String {
+        let row = AgentRow {
+            body,
+            idempotency_key,
+        };
+        serde_json::to_string(&row).unwrap_or_default()
+    }
+
+    /// The relay of a waiting row's payload.
+    pub(super) fn agent_of(payload: &str) -> Option<(AgentBody, String)> {
+        let row: AgentRow = serde_json::from_str(payload).ok()?;
+        Some((row.body, row.idempotency_key))
     }
 }
 
 /// Where a row is; spelled in lower case in the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum RowStatus {
+    /// A run's relay whose run waits for its lane (forward mode).
+    Waiting,
     Pending,
     Done,
     Failed,
@@ -131,6 +172,7 @@ enum RowStatus {
 impl RowStatus {
     fn as_str(self) -> &'static str {
         match self {
+            RowStatus::Waiting => "waiting",
             RowStatus::Pending => "pending",
             RowStatus::Done => "done",
             RowStatus::Failed => "failed",
@@ -141,10 +183,10 @@ impl RowStatus {
 
 /// An outbox row due for an attempt. `item` is `None` for a row this version cannot read.
 #[derive(Debug, Clone)]
-struct Row {
+pub(super) struct Row {
     id: i64,
     run_id: Option<String>,
-    item: Option<OutboxItem>,
+    pub(super) item: Option<OutboxItem>,
     attempts: u32,
     /// Parts of a split reply already sent.
     parts_sent: usize,
@@ -165,7 +207,12 @@ impl Row {
     }
 }
 
-fn due(conn: &Connection, lane: Lane, now_ms: i64, limit: u32) -> rusqlite::Result<Vec<Row>> {
+pub(super) fn due(
+    conn: &Connection,
+    lane: Lane,
+    now_ms: i64,
+    limit: u32,
+) -> rusqlite::Result<Vec<Row>> {
     let (a, b) = lane.kinds();
     let mut stmt = conn.prepare_cached(
         "SELECT id, kind, run_id, payload, attempts, parts_sent FROM outbox
@@ -175,7 +222,7 @@ fn due(conn: &Connection, lane: Lane, now_ms: i64, limit: u32) -> rusqlite::Resu
     rows.collect()
 }
 
-fn next_due_ms(conn: &Connection, lane: Lane) -> rusqlite::Result<Option<i64>> {
+pub(super) fn next_due_ms(conn: &Connection, lane: Lane) -> rusqlite::Result<Option<i64>> {
     let (a, b) = lane.kinds();
     conn.prepare_cached(
         "SELECT MIN(next_at_ms) FROM outbox WHERE status = 'pending' AND kind IN (?1, ?2)",
@@ -236,27 +283,6 @@ fn abandon_in_flight(conn: &Connection, lane: Lane) -> rusqlite::Result<Vec<Row>
     rows.collect()
 }
 
-/// Relays a run the upstream refused again, once the operator mended the cause: its row goes
-/// back to pending with its attempts reset, and the run back to `forwarding`. Whether there was
-/// one.
-pub fn resend_relay(conn: &Connection, run_id: &str) -> rusqlite::Result<bool> {
-    let retried = conn
-        .prepare_cached(
-            "UPDATE outbox SET status = 'pending', attempts = 0, last_error = NULL, next_at_ms = ?2
-             WHERE run_id = ?1 AND kind = 'forward-run' AND status IN ('failed', 'uncertain')",
-        )?
-        .execute(params![run_id, now_ms()])?;
-    if retried == 0 {
-        return Ok(false);
-    }
-    conn.prepare_cached(
-        "UPDATE runs SET status = 'forwarding', error = NULL
-         WHERE run_id = ?1 AND status = 'forward_failed'",
-    )?
-    .execute(params![run_id])?;
-    Ok(true)
-}
-
 /// Sends a run's given-up reply again, once the operator mended the cause: its row goes back to
 /// pending with its attempts reset, addressed to the route the run resolves to now, as a run's
 /// conclusion resolves it. The owner may have set a route since (`channel: "last"` with none
@@ -307,19 +333,7 @@ pub fn resend_delivery(
 
 /// Runs the worker of `lane` until the stop.
 pub async fn run(ctx: Context, signals: Arc<Signals>, lane: Lane) {
-    match ctx
-        .store
-        .write(move |conn| abandon_in_flight(conn, lane))
-        .await
-    {
-        Ok(abandoned) => {
-            for row in abandoned {
-                tracing::warn!(id = row.id, "a send interrupted by a stop is not repeated");
-                give_up(&ctx, &signals, &row, &SendError::Interrupted).await;
-            }
-        }
-        Err(err) => tracing::error!(%err, "cannot recover the outbox"),
-    }
+    recover(&ctx, &signals, lane).await;
     while !signals.stopping() {
         let due = ctx
             .store
@@ -346,30 +360,66 @@ pub async fn run(ctx: Context, signals: Arc<Signals>, lane: Lane) {
             tokio::time::sleep(POLL).await;
             continue;
         }
-        let wait = ctx
-            .store
-            .read(move |conn| next_due_ms(conn, lane))
-            .await
-            .ok()
-            .flatten()
-            .map_or(POLL, |at| {
-                Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0)).min(POLL)
-            });
+        let wait = next_wait(&ctx, lane).await;
         let _ = tokio::time::timeout(wait, signals.outbox_ready.notified()).await;
     }
 }
 
+/// How long the worker of `lane` may sleep: until its next row is due, at most [`POLL`].
+pub(super) async fn next_wait(ctx: &Context, lane: Lane) -> Duration {
+    ctx.store
+        .read(move |conn| next_due_ms(conn, lane))
+        .await
+        .ok()
+        .flatten()
+        .map_or(POLL, |at| {
+            Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0)).min(POLL)
+        })
+}
+
+/// What a start does before sending: the rows of `lane` a dead process was sending are taken
+/// up again (relays) or given up as uncertain (replies).
+pub(super) async fn recover(ctx: &Context, signals: &Signals, lane: Lane) {
+    match ctx
+        .store
+        .write(move |conn| abandon_in_flight(conn, lane))
+        .await
+    {
+        Ok(abandoned) => {
+            for row in abandoned {
+                tracing::warn!(id = row.id, "a send interrupted by a stop is not repeated");
+                give_up(&ctx, &signals, &row, &SendError::Interrupted).await;
+            }
+        }
+        Err(err) => tracing::error!(%err, "cannot recover the outbox"),
+    }
+}
+
 /// One attempt at a row; false when the store could not even mark it.
-async fn attempt(ctx: &Context, signals: &Signals, row: Row) -> bool {
+pub(super) async fn attempt(ctx: &Context, signals: &Signals, row: Row) -> bool {
+    match mark(ctx, &row).await {
+        Some(true) => send_marked(ctx, signals, row).await,
+        Some(false) => {}
+        None => return false,
+    }
+    true
+}
+
+/// Marks `row` as being sent: whether it was still pending; `None` when the store failed.
+pub(super) async fn mark(ctx: &Context, row: &Row) -> Option<bool> {
     let id = row.id;
     match ctx.store.write(move |conn| mark_sending(conn, id)).await {
-        Ok(true) => {}
-        Ok(false) => return true,
+        Ok(marked) => Some(marked),
         Err(err) => {
             tracing::error!(%err, id, "cannot mark an outbox row as sending");
-            return false;
+            None
         }
     }
+}
+
+/// Sends a row marked as being sent, and records what came of it.
+pub(super) async fn send_marked(ctx: &Context, signals: &Signals, row: Row) {
+    let id = row.id;
     let settings = ctx.config.current();
     let Some(item) = &row.item else {
         let unreadable = SendError::Refused {
@@ -377,7 +427,7 @@ async fn attempt(ctx: &Context, signals: &Signals, row: Row) -> bool {
             reason: "a row this version cannot read".into(),
         };
         give_up(ctx, signals, &row, &unreadable).await;
-        return true;
+        return;
     };
     let mut parts = row.parts_sent;
     let (result, policy, max_delay) = send(ctx, &settings.runtime, item, &mut parts).await;
@@ -390,7 +440,7 @@ async fn attempt(ctx: &Context, signals: &Signals, row: Row) -> bool {
         count_relay(ctx, relayed, next);
     }
     match result {
-        Ok(upstream) => succeed(ctx, &row, upstream).await,
+        Ok(landed) => succeed(ctx, signals, &row, landed).await,
         Err(error) => match next.unwrap_or(Next::GiveUp) {
             Next::GiveUp => {
                 match &error {
@@ -407,7 +457,6 @@ async fn attempt(ctx: &Context, signals: &Signals, row: Row) -> bool {
             }
         },
     }
-    true
 }
 
 /// Sends `item` once, counting in `parts` the parts of a split reply that went out; returns the
@@ -417,12 +466,16 @@ async fn send(
     runtime: &RuntimeSettings,
     item: &OutboxItem,
     parts: &mut usize,
-) -> (Result<Option<String>, SendError>, RetryPolicy, Duration) {
+) -> (Result<Landed, SendError>, RetryPolicy, Duration) {
     match item {
         OutboxItem::Delivery(job) => {
             let sent = chat::deliver(&ctx.http, &runtime.channels, job, parts);
             let policy = runtime.channels.retry;
-            (sent.await.map(|()| None), policy, Duration::MAX)
+            (
+                sent.await.map(|()| Landed::default()),
+                policy,
+                Duration::MAX,
+            )
         }
         OutboxItem::Relay(relayed) => {
             let relayed = match &runtime.mode {
@@ -488,7 +541,7 @@ async fn retry_later(
     signals.outbox_ready.notify_one();
 }
 
-async fn succeed(ctx: &Context, row: &Row, upstream: Option<String>) {
+async fn succeed(ctx: &Context, signals: &Signals, row: &Row, landed: Landed) {
     let (id, attempts) = (row.id, row.attempts + 1);
     let (run_id, item) = (row.run_id.clone(), row.item.clone());
     let result = ctx
@@ -500,8 +553,15 @@ async fn succeed(ctx: &Context, row: &Row, upstream: Option<String>) {
                     runs::set_delivery(conn, run_id, &DeliveryRecord::sent(&job, attempts))?;
                 }
                 (Some(OutboxItem::Relay(Relayed::Agent { .. })), Some(run_id)) => {
-                    let upstream = upstream.as_deref().filter(|u| !u.is_empty());
-                    runs::set_forwarded(conn, run_id, RunStatus::Forwarded, upstream, None)?;
+                    let upstream = landed.upstream_run_id.as_deref().filter(|u| !u.is_empty());
+                    // The upstream's run ended other than `ok`: said on the run, which the
+                    // upstream took (it is not relayed again).
+                    let ended = landed
+                        .completion
+                        .filter(|status| status != "ok")
+                        .map(|status| format!("the upstream's run ended {status}"));
+                    let status = RunStatus::Forwarded;
+                    runs::set_forwarded(conn, run_id, status, upstream, ended.as_deref())?;
                 }
                 _ => {}
             }
@@ -511,6 +571,8 @@ async fn succeed(ctx: &Context, row: &Row, upstream: Option<String>) {
     if let Err(err) = result {
         tracing::error!(%err, id = row.id, "cannot record a completed send");
     }
+    // A relayed run ended: its lane slot is free for the next.
+    signals.outbox_ready.notify_one();
     count_delivery(ctx, row, "sent");
 }
 
@@ -571,6 +633,10 @@ async fn give_up(ctx: &Context, signals: &Signals, row: &Row, error: &SendError)
             Ok(())
         })
         .await;
+    if matches!(&row.item, Some(OutboxItem::Relay(_))) {
+        // A relayed run failed for good: its lane slot is free for the next.
+        signals.outbox_ready.notify_one();
+    }
     let wake_now = matches!(&row.item, Some(OutboxItem::Delivery(job)) if job.wake_now && job.summary.is_some());
     match result {
         // The run's summary was just recorded: its heartbeat need not wait for the next period.

@@ -1,5 +1,9 @@
 //! Forward mode's requests to the upstream gateway: the wake and agent bodies, carrying what the
-//! request or mapping set rather than hookgate's defaults, and one relay attempt.
+//! request or mapping set rather than hookgate's defaults, and one relay attempt. An agent relay
+//! asks the upstream to answer once its run ends (`waitForCompletion`), so that a relay in flight
+//! is a run the upstream is still running: what a lane bounds (docs/hooks.md, "Forward mode").
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -10,6 +14,14 @@ use crate::hook::{AdmittedRun, Channel, Thinking, WakeMode};
 
 /// The service name in a relay's errors.
 const UPSTREAM: &str = "upstream";
+
+/// How long an agent relay waits for the upstream's run to end when the run sets no
+/// `timeoutSeconds`: the upstream's own turn timeout bounds it first. A relay cut off here is
+/// sent again with its idempotency key, which the upstream answers with the same run's outcome.
+const RUN_WAIT: Duration = Duration::from_secs(15 * 60);
+/// What a relay waits beyond a run's own `timeoutSeconds`: the upstream's admission (up to 15 s
+/// behind a busy session) and its delivery.
+const RUN_WAIT_MARGIN: Duration = Duration::from_secs(60);
 
 /// What is relayed, as stored in the outbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,16 +73,20 @@ pub struct AgentBody {
     pub thinking: Option<Thinking>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<u64>,
+    /// Always on in what this version relays: the upstream answers once the run ended. Off in a
+    /// row an older version stored (the upstream then answers at admission).
+    #[serde(default)]
+    pub wait_for_completion: bool,
 }
 
 impl AgentBody {
-    /// The body for an admitted run. Its session key goes along only when `relay_session_key`
-    /// is on and the key was chosen (by the request, the mapping or `defaultSessionKey`), not
-    /// generated here.
-    pub fn of(run: &AdmittedRun, relay_session_key: bool) -> AgentBody {
+    /// The body for an admitted run, whose message is `message` (the request's, or a closed
+    /// batch's prompt). Its session key goes along only when `relay_session_key` is on and the
+    /// key was chosen (by the request, the mapping or `defaultSessionKey`), not generated here.
+    pub fn of(run: &AdmittedRun, message: String, relay_session_key: bool) -> AgentBody {
         let action = &run.action;
         AgentBody {
-            message: action.message.clone(),
+            message,
             name: action.name.clone(),
             wake_mode: action.wake_mode,
             deliver: action.deliver,
@@ -82,31 +98,57 @@ impl AgentBody {
             model: action.model.clone(),
             thinking: action.thinking,
             timeout_seconds: action.timeout_seconds,
+            wait_for_completion: true,
         }
+    }
+
+    /// How long a relay of this body waits for the upstream's answer.
+    fn wait(&self) -> Duration {
+        if !self.wait_for_completion {
+            return super::chat::SEND_TIMEOUT;
+        }
+        self.timeout_seconds
+            .map_or(RUN_WAIT, |s| Duration::from_secs(s) + RUN_WAIT_MARGIN)
     }
 }
 
-/// One attempt at relaying; returns the upstream's run id for an agent run. An upstream answer
-/// other than success is a [`SendError::Status`] with the upstream's own error text, so that a
-/// refusal (4xx other than 408/429) is permanent and the rest are retried.
+/// What the upstream answered a relay that landed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Landed {
+    /// The upstream's run id, for an agent run.
+    pub upstream_run_id: Option<String>,
+    /// How the upstream's run ended (`completion.status`: `ok`, `error`, `skipped`), when it
+    /// waited for it.
+    pub completion: Option<String>,
+}
+
+/// One attempt at relaying: what the upstream answered. An agent run's answer comes once the
+/// upstream's run ended. An upstream answer other than success is a [`SendError::Status`] with
+/// the upstream's own error text, so that a refusal (4xx other than 408/429) is permanent and
+/// the rest are retried.
 pub async fn relay(
     http: &reqwest::Client,
     upstream: &Upstream,
     relayed: &Relayed,
-) -> Result<Option<String>, SendError> {
-    let request = match relayed {
-        Relayed::Wake { body } => http.post(upstream.endpoint("wake")).json(body),
+) -> Result<Landed, SendError> {
+    let (request, wait) = match relayed {
+        Relayed::Wake { body } => (
+            http.post(upstream.endpoint("wake")).json(body),
+            super::chat::SEND_TIMEOUT,
+        ),
         Relayed::Agent {
             body,
             idempotency_key,
-        } => http
-            .post(upstream.endpoint("agent"))
-            .header("idempotency-key", idempotency_key)
-            .json(body),
+        } => (
+            http.post(upstream.endpoint("agent"))
+                .header("idempotency-key", idempotency_key)
+                .json(body),
+            body.wait(),
+        ),
     };
     let response = request
         .bearer_auth(&upstream.token)
-        .timeout(super::chat::SEND_TIMEOUT)
+        .timeout(wait)
         .send()
         .await
         .map_err(|e| SendError::unreachable(UPSTREAM, e))?;
@@ -118,7 +160,10 @@ pub async fn relay(
         let said = body["error"].as_str().unwrap_or(&text);
         return Err(SendError::status(UPSTREAM, status.as_u16(), said));
     }
-    Ok(body["runId"].as_str().map(String::from))
+    Ok(Landed {
+        upstream_run_id: body["runId"].as_str().map(String::from),
+        completion: body["completion"]["status"].as_str().map(String::from),
+    })
 }
 
 #[cfg(test)]
@@ -144,21 +189,27 @@ mod tests {
 
     #[test]
     fn the_body_carries_only_what_was_set() {
-        let body = serde_json::to_value(AgentBody::of(&admitted(), false)).unwrap();
+        let body = serde_json::to_value(AgentBody::of(&admitted(), "m".into(), false)).unwrap();
         assert_eq!(
             body,
-            serde_json::json!({"message": "m", "name": "Hook", "wakeMode": "now", "deliver": true})
+            serde_json::json!({"message": "m", "name": "Hook", "wakeMode": "now", "deliver": true,
+                               "waitForCompletion": true})
         );
     }
 
     #[test]
     fn a_chosen_session_key_is_relayed_only_when_configured() {
         assert_eq!(
-            AgentBody::of(&admitted(), true).session_key.as_deref(),
+            AgentBody::of(&admitted(), "m".into(), true)
+                .session_key
+                .as_deref(),
             Some("hook:ingress")
         );
         let mut generated = admitted();
         generated.session_key_chosen = false;
-        assert_eq!(AgentBody::of(&generated, true).session_key, None);
+        assert_eq!(
+            AgentBody::of(&generated, "m".into(), true).session_key,
+            None
+        );
     }
 }

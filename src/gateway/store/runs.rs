@@ -11,6 +11,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus, SummaryEvent};
 use super::{Store, StoreError};
 use crate::config::runtime::Route;
+use crate::gateway::clock::now_rfc3339;
 use crate::gateway::turns::model_call::ModelCall;
 use crate::gateway::turns::provider::Exchange;
 
@@ -250,7 +251,8 @@ pub fn set_delivery(
     Ok(())
 }
 
-/// Sets a forwarded run's status, with the upstream's run id or its refusal.
+/// Sets a forwarded run's status, with the upstream's run id or its refusal, as the relay ended
+/// (`finished_at`).
 pub fn set_forwarded(
     conn: &Connection,
     run_id: &str,
@@ -259,9 +261,10 @@ pub fn set_forwarded(
     error: Option<&str>,
 ) -> rusqlite::Result<()> {
     conn.prepare_cached(
-        "UPDATE runs SET status = ?2, upstream_run_id = ?3, error = ?4 WHERE run_id = ?1",
+        "UPDATE runs SET status = ?2, upstream_run_id = ?3, error = ?4, finished_at = ?5
+         WHERE run_id = ?1",
     )?
-    .execute(params![run_id, status, upstream, error])?;
+    .execute(params![run_id, status, upstream, error, now_rfc3339()])?;
     Ok(())
 }
 
