@@ -13,15 +13,18 @@ use crate::fake::{Answer, Fake, chat_reply};
 use crate::harness::*;
 use crate::openclaw::{OPENCLAW_HOOK_TOKEN, OpenClaw};
 
-/// A model provider that answers each call once the test adds a permit to `gate`, and OpenClaw
-/// in front of it, ready.
+/// A model provider that answers each chat call once the test adds a permit to `gate`, and
+/// OpenClaw in front of it, ready.
 async fn openclaw_behind(gate: &Arc<Semaphore>) -> (OpenClaw, Fake) {
     let gate = Arc::clone(gate);
-    let provider = Fake::start(move |_, _| {
-        Answer::Gated(
-            Arc::clone(&gate),
-            Box::new(Answer::Json(200, chat_reply("done"))),
-        )
+    let provider = Fake::start(move |call, _| {
+        let reply = Box::new(Answer::Json(200, chat_reply("done")));
+        if call.path.ends_with("/chat/completions") {
+            Answer::Gated(Arc::clone(&gate), reply)
+        } else {
+            // OpenClaw lists the provider's models first: with none listed it keeps its own.
+            Answer::Json(404, json!({"error": "not found"}))
+        }
     })
     .await;
     let mut openclaw = OpenClaw::start_with_model(&format!("{}/v1", provider.base), "stand-in");
