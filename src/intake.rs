@@ -329,7 +329,6 @@ async fn batch(
             claim: item.claim,
             batch: Some(item.rule),
             sender_name: item.sender_name,
-            ..admission
         }),
     })
 }

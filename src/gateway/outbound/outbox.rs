@@ -388,7 +388,7 @@ pub(super) async fn recover(ctx: &Context, signals: &Signals, lane: Lane) {
         Ok(abandoned) => {
             for row in abandoned {
                 tracing::warn!(id = row.id, "a send interrupted by a stop is not repeated");
-                give_up(&ctx, &signals, &row, &SendError::Interrupted).await;
+                give_up(ctx, signals, &row, &SendError::Interrupted).await;
             }
         }
         Err(err) => tracing::error!(%err, "cannot recover the outbox"),
