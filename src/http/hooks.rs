@@ -380,6 +380,37 @@ mod tests {
         assert!(replayable(&answered_by_transform).is_ok());
     }
 
+    /// The record of a request a signature admitted, exactly as the version before the admitting
+    /// signature had one type wrote it (to the store, a cluster's stream and the API).
+    const SIGNED_RECORD_BEFORE: &str = concat!(
+        r#"{"id":"q1","requestId":"","at":"","client":null,"method":"","target":"","#,
+        r#""hook":"github","mappingId":"github","status":202,"error":null,"reason":null,"#,
+        r#""durationMs":0.0,"transform":null,"signature":{"scheme":"github","verified":true},"#,
+        r#""runIds":[],"eventOutcome":null,"suppressed":0,"replayOf":null,"repeat":null,"#,
+        r#""outcome":null,"captured":false}"#,
+    );
+
+    #[test]
+    fn a_signed_request_is_recorded_as_before() {
+        let record = RequestRecord {
+            id: "q1".into(),
+            hook: Some("github".into()),
+            mapping_id: Some("github".into()),
+            status: 202,
+            signature: Some(SignatureTrace {
+                scheme: "github".into(),
+                verified: true,
+            }),
+            ..RequestRecord::default()
+        };
+        assert_eq!(
+            serde_json::to_string(&record).unwrap(),
+            SIGNED_RECORD_BEFORE
+        );
+        let read: RequestRecord = serde_json::from_str(SIGNED_RECORD_BEFORE).unwrap();
+        assert_eq!(read, record);
+    }
+
     #[test]
     fn prefix_matching_is_exact_and_segment_wise() {
         assert_eq!(under_prefix("/hooks", "/hooks"), Some(""));

@@ -68,7 +68,7 @@ struct WakeRow {
 
 impl OutboxItem {
     /// The `kind` column and the `payload` JSON.
-    fn encode(&self) -> (&'static str, String) {
+    pub(super) fn encode(&self) -> (&'static str, String) {
         // Plain data: always serialises.
         let json = |value: serde_json::Result<String>| value.unwrap_or_default();
         match self {
@@ -90,7 +90,7 @@ impl OutboxItem {
         }
     }
 
-    fn decode(kind: &str, payload: &str) -> Option<OutboxItem> {
+    pub(super) fn decode(kind: &str, payload: &str) -> Option<OutboxItem> {
         Some(match kind {
             "delivery" => OutboxItem::Delivery(serde_json::from_str(payload).ok()?),
             "forward-wake" => {

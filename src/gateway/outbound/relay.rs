@@ -169,6 +169,7 @@ pub async fn relay(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::outbound::outbox::OutboxItem;
     use crate::hook::AgentAction;
     use crate::hook::envelope::ContentSource;
 
@@ -195,6 +196,28 @@ mod tests {
             serde_json::json!({"message": "m", "name": "Hook", "wakeMode": "now", "deliver": true,
                                "waitForCompletion": true})
         );
+    }
+
+    /// The outbox's record of an agent relay with every field set, exactly as the version before
+    /// the relay body was the action's own form wrote it; its `body` is what OpenClaw's
+    /// `/hooks/agent` is sent.
+    const RELAYED_BEFORE: &str = concat!(
+        r#"{"body":{"message":"m","name":"GitHub","wakeMode":"next-heartbeat","#,
+        r#""deliver":false,"channel":"telegram","to":"+1","agentId":"ops","#,
+        r#""sessionKey":"hook:x","model":"a/b","thinking":"high","timeoutSeconds":30},"#,
+        r#""idempotencyKey":"k"}"#,
+    );
+
+    #[test]
+    fn a_relay_is_recorded_and_sent_as_before() {
+        let run = crate::gateway::store::runs::tests::full_run("r1").admitted;
+        let relayed = OutboxItem::Relay(Relayed::Agent {
+            body: AgentBody::of(&run, true),
+            idempotency_key: "k".into(),
+        });
+        assert_eq!(relayed.encode(), ("forward-run", RELAYED_BEFORE.into()));
+        let read = OutboxItem::decode("forward-run", RELAYED_BEFORE).unwrap();
+        assert_eq!(read.encode(), relayed.encode());
     }
 
     #[test]

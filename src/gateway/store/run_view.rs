@@ -283,6 +283,57 @@ pub struct RunFilter {
 mod tests {
     use super::*;
 
+    /// A finished run of a mapping, every field set, exactly as `GET /api/runs/{id}` showed it
+    /// before the run's forms were derived from its types: camel case, in this order.
+    const SHOWN_BEFORE: &str = concat!(
+        r#"{"runId":"r1","status":"ok","hookName":"GitHub","agentId":"ops","#,
+        r#""sessionKey":"hook:x","message":"m","prompt":"p","deliver":false,"#,
+        r#""channel":"telegram","to":"+1","model":"a/b","thinking":"high","#,
+        r#""timeoutSeconds":30,"wakeMode":"next-heartbeat","source":"email","#,
+        r#""mappingId":"github","priority":"low","createdAt":"2026-01-01T00:00:00.000Z","#,
+        r#""reply":"done","summary":"done","error":null,"answeredBy":"a/c","#,
+        r#""startedAt":"2026-01-01T00:00:01.000Z","finishedAt":"2026-01-01T00:00:02.000Z","#,
+        r#""delivery":{"status":"sent","channel":"telegram","to":"+1","attempts":1},"#,
+        r#""upstreamRunId":null,"attempts":2,"usage":{"inputTokens":3,"outputTokens":4},"#,
+        r#""heldBy":{"scope":"mapping","id":"github","limit":"runsPerHour"},"#,
+        r#""modelCalls":[{"model":"a/c","provider":"p","at":"2026-01-01T00:00:01.000Z"}]}"#,
+    );
+
+    #[test]
+    fn a_run_is_shown_as_before() {
+        let run = crate::gateway::store::runs::tests::full_run("r1");
+        let record = RunRecord {
+            run,
+            status: RunStatus::Ok,
+            reply: Some("done".into()),
+            summary: Some("done".into()),
+            error: None,
+            answered_by: Some("a/c".into()),
+            started_at: Some("2026-01-01T00:00:01.000Z".into()),
+            finished_at: Some("2026-01-01T00:00:02.000Z".into()),
+            delivery: Some(DeliveryRecord::Sent {
+                channel: Channel::Telegram,
+                to: Some("+1".into()),
+                attempts: 1,
+            }),
+            upstream_run_id: None,
+            attempts: 2,
+            usage: Some(Usage {
+                input_tokens: 3,
+                output_tokens: 4,
+            }),
+            held_by: HeldBy::from_column("mapping:runsPerHour:github"),
+            model_calls: vec![ModelCall {
+                model: "a/c".into(),
+                provider: "p".into(),
+                at: "2026-01-01T00:00:01.000Z".into(),
+                error: None,
+                retry_in_ms: None,
+            }],
+        };
+        assert_eq!(serde_json::to_string(&record).unwrap(), SHOWN_BEFORE);
+    }
+
     #[test]
     fn the_cursor_follows_every_run_column() {
         assert_eq!(new_run_columns!().split(',').count(), STATE_AT);

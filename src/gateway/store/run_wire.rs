@@ -159,6 +159,30 @@ mod tests {
         assert_eq!(serde_json::to_string(&run).unwrap(), WRITTEN_BEFORE);
     }
 
+    /// A run of a mapping's `high` lane, with no channel named, exactly as the version before the
+    /// run's forms were derived from its types wrote it: the channel resolved to `last`, the
+    /// mapping and the priority last.
+    const WRITTEN_WITH_A_LANE: &str = concat!(
+        r#"{"run_id":"r2","hook_name":"Hook","agent_id":null,"target_agent":"main","#,
+        r#""session_key":"hook:x","message":"m","prompt":"p","deliver":true,"#,
+        r#""channel":"last","to":"+1","model":null,"thinking":null,"timeout_seconds":null,"#,
+        r#""wake_mode":"now","source":"webhook","created_at":"2026-01-01T00:00:00.000Z","#,
+        r#""session_mode":"isolated","mapping_id":"github","priority":"high"}"#,
+    );
+
+    #[test]
+    fn a_run_of_a_lane_is_written_as_before() {
+        let mut run = crate::gateway::store::runs::tests::run("r2");
+        let action = &mut run.admitted.action;
+        (action.channel, action.to, action.timeout_seconds) = (None, Some("+1".into()), None);
+        run.admitted.mapping_id = Some("github".into());
+        run.priority = Priority::High;
+        assert_eq!(serde_json::to_string(&run).unwrap(), WRITTEN_WITH_A_LANE);
+        let read: NewRun = serde_json::from_str(WRITTEN_WITH_A_LANE).unwrap();
+        assert_eq!(read.priority, Priority::High);
+        assert_eq!(read.admitted, run.into_stored().admitted);
+    }
+
     #[test]
     fn runs_written_before_session_modes_and_typed_levels_still_read() {
         let mut old: serde_json::Value = serde_json::from_str(WRITTEN_BEFORE).unwrap();

@@ -412,6 +412,32 @@ pub(in crate::gateway) mod tests {
         }
     }
 
+    /// A queued run with every field set: what the golden tests of its forms write.
+    pub(in crate::gateway) fn full_run(run_id: &str) -> NewRun {
+        use crate::hook::{Channel, SessionMode, Thinking, WakeMode};
+        let mut run = run(run_id);
+        run.admitted.action = crate::hook::AgentAction {
+            message: "m".into(),
+            name: "GitHub".into(),
+            agent_id: Some("ops".into()),
+            session_key: Some("hook:asked".into()),
+            wake_mode: WakeMode::NextHeartbeat,
+            deliver: false,
+            channel: Some(Channel::Telegram),
+            to: Some("+1".into()),
+            model: Some("a/b".into()),
+            thinking: Some(Thinking::High),
+            timeout_seconds: Some(30),
+            session_mode: SessionMode::Persistent,
+        };
+        run.admitted.target_agent = "ops".into();
+        run.admitted.session_key_chosen = true;
+        run.admitted.source = crate::hook::envelope::ContentSource::Email;
+        run.admitted.mapping_id = Some("github".into());
+        run.priority = crate::config::lanes::Priority::Low;
+        run
+    }
+
     fn claim_at(now_ms: i64) -> Option<IdempotencyClaim> {
         Some(IdempotencyClaim {
             fingerprint: "f".into(),

@@ -86,3 +86,32 @@ async fn events_are_listed_in_commit_order_whether_taken_or_not() {
         assert!(!plan.contains("TEMP B-TREE"), "{plan}");
     }
 }
+
+/// A run's row, every column the run writes, exactly as the version before the run's forms were
+/// derived from its types stored it.
+const STORED_BEFORE: &str = concat!(
+    r#"["r1","queued","GitHub","ops","ops","hook:x","m","p",0,"telegram","+1","a/b","high","#,
+    r#"30,"next-heartbeat","email","2026-01-01T00:00:00.000Z","persistent","github",2,null]"#,
+);
+
+#[tokio::test]
+async fn a_run_is_stored_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), true).unwrap();
+    let run = crate::gateway::store::runs::tests::full_run("r1");
+    let stored = store
+        .write(move |conn| {
+            run.insert(conn)?;
+            conn.query_row(
+                "SELECT json_array(run_id, status, hook_name, agent_id, target_agent, session_key,
+                     message, prompt, deliver, channel, to_addr, model, thinking, timeout_seconds,
+                     wake_mode, source, created_at, session_mode, mapping_id, priority, started_at)
+                 FROM runs",
+                [],
+                |row| row.get::<_, String>(0),
+            )
+        })
+        .await
+        .unwrap();
+    assert_eq!(stored, STORED_BEFORE);
+}
