@@ -74,6 +74,7 @@ pub fn check_signature(scheme: Scheme, data: &[u8]) {
         };
         verify(
             &rule,
+            "fuzz",
             &|name| request.header(name),
             request.body,
             request.now(),

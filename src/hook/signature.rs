@@ -132,13 +132,22 @@ pub enum SignatureError {
     Mismatch,
 }
 
-/// A request that passed its signature check.
+/// The signature that admitted a request: the one type that carries it from its verification
+/// ([`Presented::verify`]) through the pipeline (which mapping the request may run, its replay
+/// key) to its request record, and from that record to an operator's replay or dry run of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verified {
-    /// What identifies this delivery for replay protection. Always taken from signed material
+pub struct AdmittingSignature {
+    /// The mapping whose signature rule checked it (`hooks.mappings[].id`): the one mapping the
+    /// request may run (or another that checks signatures exactly as it does).
+    pub mapping_id: String,
+    /// Its scheme, as the configuration names it ([`Scheme::name`]).
+    pub scheme: String,
+    /// `<mapping id>:<delivery id>`: what replay protection remembers the delivery by, and the
+    /// idempotency key of the run it makes. The delivery id is always taken from signed material
     /// (an id inside the signed content, or a digest of the signed body), so that a captured
-    /// request cannot be replayed under a new id.
-    pub delivery_id: String,
+    /// request cannot be replayed under a new id. `None` when an operator's replay or a dry run
+    /// carries a recorded request's admission: that is no delivery of its own.
+    pub replay_key: Option<String>,
 }
 
 /// Decodes a secret as the scheme expects it: `whsec_<base64>` for Standard Webhooks, the
@@ -205,15 +214,16 @@ fn base64_bytes(text: &str, header: &'static str) -> Result<Vec<u8>, SignatureEr
         .map_err(|_| SignatureError::Malformed(header))
 }
 
-/// Verifies a request. `header(name)` gives a header's value by lower-case name; `now_unix` is
-/// the current time in seconds.
+/// Verifies a request to mapping `mapping_id`, whose rule `rule` is. `header(name)` gives a
+/// header's value by lower-case name; `now_unix` is the current time in seconds.
 pub fn verify(
     rule: &SignatureRule,
+    mapping_id: &str,
     header: &dyn Fn(&str) -> Option<String>,
     body: &[u8],
     now_unix: i64,
-) -> Result<Verified, SignatureError> {
-    Presented::read(rule, header, now_unix)?.verify(rule, body)
+) -> Result<AdmittingSignature, SignatureError> {
+    Presented::read(rule, header, now_unix)?.verify(rule, mapping_id, body)
 }
 
 /// A request's credential as its headers present it: every header the scheme needs, parsed,
@@ -417,9 +427,14 @@ impl Presented {
         ))
     }
 
-    /// Checks the signature over the raw body (nothing left to check for a token) and names the
-    /// delivery.
-    pub fn verify(self, rule: &SignatureRule, body: &[u8]) -> Result<Verified, SignatureError> {
+    /// Checks the signature over the raw body (nothing left to check for a token) of a request
+    /// to mapping `mapping_id`, whose rule `rule` is, and names the delivery.
+    pub fn verify(
+        self,
+        rule: &SignatureRule,
+        mapping_id: &str,
+        body: &[u8],
+    ) -> Result<AdmittingSignature, SignatureError> {
         if let Proof::Mac { prefix, candidates } = &self.proof {
             if !any_matches(rule, &[prefix, body], candidates) {
                 return Err(SignatureError::Mismatch);
@@ -433,7 +448,11 @@ impl Presented {
                 .unwrap_or_else(|| body_digest(body)),
             DeliveryId::BodyDigest => body_digest(body),
         };
-        Ok(Verified { delivery_id })
+        Ok(AdmittingSignature {
+            mapping_id: mapping_id.to_string(),
+            scheme: rule.scheme.name().to_string(),
+            replay_key: Some(format!("{mapping_id}:{delivery_id}")),
+        })
     }
 }
 

@@ -14,10 +14,11 @@ use serde_json::Value;
 use super::AppState;
 use super::body::{parse_json, read_limited};
 use super::reply::HookError;
-use super::request::{HookContext, HookRequest, ReplaySignature, Signed, extension};
+use super::request::{HookContext, HookRequest, extension};
 use super::signed::{self, DeliverySlot, SignedAttempt};
 use super::trace::Trace;
 use crate::config::HookSettings;
+use crate::hook::signature::AdmittingSignature;
 
 /// How a hook request may be served, as far as its headers tell. Extracting it notes the hook's
 /// name in the trace, then refuses with 401 or 429 (docs/http-contract.md, step 4).
@@ -28,7 +29,7 @@ pub(super) enum Credential {
     /// presents: the signature over the body decides, once the body has been read.
     Signature(SignedAttempt),
     /// An operator's replay, with the signature that admitted its original when one did.
-    Replay(Option<ReplaySignature>),
+    Replay(Option<AdmittingSignature>),
 }
 
 impl FromRequestParts<AppState> for Credential {
@@ -71,14 +72,8 @@ pub(super) struct Authenticated {
     body: Bytes,
     /// The body as JSON (docs/http-contract.md, step 6).
     pub payload: Value,
-    signed: Option<Signer>,
-}
-
-/// The signature that admitted a request: its mapping, and the delivery's replay key (none for
-/// an operator's replay).
-struct Signer {
-    mapping_id: String,
-    key: Option<String>,
+    /// The signature that admitted it, when one did (its original's, for a replay).
+    signed: Option<AdmittingSignature>,
 }
 
 /// Why a request was not [`Authenticated`]: a refusal, or for a signed delivery answered
@@ -136,15 +131,9 @@ impl FromRequest<AppState> for Authenticated {
             }
             Credential::Replay(signature) => {
                 trace.authenticated();
-                signature.map(|signature| {
-                    // The replay carries its original's admission, so a replay of it is held to
-                    // it too.
-                    trace.signature(&signature.scheme, true);
-                    Signer {
-                        mapping_id: signature.mapping_id,
-                        key: None,
-                    }
-                })
+                // The replay carries its original's admission, so a replay of it is held to it
+                // too.
+                signature.inspect(|signature| trace.admitted_by(signature))
             }
             Credential::Signature(attempt) => {
                 Some(claimed(app, &context, &parts, attempt, &bytes, &trace).await?)
@@ -171,19 +160,17 @@ async fn claimed(
     attempt: SignedAttempt,
     body: &[u8],
     trace: &Trace,
-) -> Result<Signer, NotAdmitted> {
+) -> Result<AdmittingSignature, NotAdmitted> {
     let slot: DeliverySlot = extension(parts, "a signed request outside the delivery layer")?;
-    let mapping_id = attempt.mapping_id().to_string();
-    let key = signed::check_signature(app, context, attempt, body, trace)?;
+    let signature = signed::check_signature(app, context, attempt, body, trace)?;
     trace.authenticated();
-    if let Some(answer) = signed::claim(app, &key, trace).await? {
-        return Err(NotAdmitted::Answered(answer));
+    if let Some(key) = &signature.replay_key {
+        if let Some(answer) = signed::claim(app, key, trace).await? {
+            return Err(NotAdmitted::Answered(answer));
+        }
+        slot.claimed(key.clone());
     }
-    slot.claimed(key.clone());
-    Ok(Signer {
-        mapping_id,
-        key: Some(key),
-    })
+    Ok(signature)
 }
 
 impl Authenticated {
@@ -198,20 +185,13 @@ impl Authenticated {
     }
 
     /// The request as the mapped and direct paths take it.
-    pub fn request(&self) -> Result<HookRequest<'_>, HookError> {
-        let signed = match &self.signed {
-            None => None,
-            Some(signer) => Some(Signed {
-                mapping: self.context.mapping(&signer.mapping_id)?,
-                key: signer.key.as_deref(),
-            }),
-        };
-        Ok(HookRequest {
+    pub fn request(&self) -> HookRequest<'_> {
+        HookRequest {
             name: &self.context.name,
             parts: &self.parts,
             body: &self.body,
             payload: &self.payload,
-            signed,
-        })
+            signed: self.signed.as_ref(),
+        }
     }
 }

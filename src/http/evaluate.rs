@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::filtered;
 use super::reply::{HookError, MappingFailure, Refusal};
-use super::request::HookRequest;
+use super::request::{HookRequest, mapping_by_id};
 use crate::config::HookSettings;
 use crate::gateway::requests::TransformVerdict;
 use crate::gateway::runtime_clock::now_rfc3339;
@@ -74,14 +74,14 @@ pub(super) async fn evaluate<'m>(
     let mapping = match mapping::find(&hooks.mappings, request.name, headers, request.payload) {
         Selection::Matched(mapping) => mapping,
         Selection::Filtered(considered) => {
-            let refusal = |mapping: &Mapping| admits(request, mapping);
+            let refusal = |mapping: &Mapping| admits(hooks, request, mapping);
             let reason = filtered::reason_if_admitted(&considered, refusal)?;
             return Ok(Evaluation::Filtered { reason });
         }
         Selection::Unmatched => return Err(HookError::NotFound),
     };
     observer.mapping(mapping);
-    admits(request, mapping)?;
+    admits(hooks, request, mapping)?;
     let payloads: Vec<Cow<'_, Value>> = match mapping.for_each.as_deref() {
         None => vec![Cow::Borrowed(request.payload)],
         Some(key) => {
@@ -153,14 +153,19 @@ pub(super) async fn evaluate<'m>(
 /// the request (by `source` or by conditions) to any other mapping needs the hook token. The
 /// hook token opens every mapping but those whose signature refuses it
 /// (`signature.acceptToken: false`).
-fn admits(request: &HookRequest<'_>, mapping: &Mapping) -> Result<(), HookError> {
+fn admits(
+    hooks: &HookSettings,
+    request: &HookRequest<'_>,
+    mapping: &Mapping,
+) -> Result<(), HookError> {
     match request.signed {
         Some(signed)
-            if !std::ptr::eq(signed.mapping, mapping) && !same_check(signed.mapping, mapping) =>
+            if signed.mapping_id != mapping.id
+                && !same_check(mapping_by_id(hooks, &signed.mapping_id), mapping) =>
         {
-            tracing::info!(signed = %signed.mapping.id, matched = %mapping.id, "signed request matched another mapping");
+            tracing::info!(signed = %signed.mapping_id, matched = %mapping.id, "signed request matched another mapping");
             Err(HookError::Unauthorized(Refusal::SignedForAnother {
-                signed: signed.mapping.id.clone(),
+                signed: signed.mapping_id.clone(),
                 matched: mapping.id.clone(),
             }))
         }
@@ -178,9 +183,13 @@ fn admits(request: &HookRequest<'_>, mapping: &Mapping) -> Result<(), HookError>
     }
 }
 
-/// Whether `mapping` checks signatures as `signed`, whose signature admitted the request, does.
-fn same_check(signed: &Mapping, mapping: &Mapping) -> bool {
-    match (&signed.signature, &mapping.signature) {
+/// Whether `mapping` checks signatures as `signed`, whose signature admitted the request, does
+/// (`None`: that mapping is not configured, so no mapping checks as it did).
+fn same_check(signed: Option<&Mapping>, mapping: &Mapping) -> bool {
+    match (
+        signed.and_then(|s| s.signature.as_ref()),
+        &mapping.signature,
+    ) {
         (Some(verified), Some(own)) => verified.checks_as(own),
         _ => false,
     }

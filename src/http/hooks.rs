@@ -18,13 +18,14 @@ use tower::ServiceExt;
 use super::AppState;
 use super::credential::{Authenticated, Credential};
 use super::reply::{HookError, Refused};
-use super::request::{ContextParts, HookContext, Replay, ReplaySignature, mapping_by_id};
+use super::request::{ContextParts, HookContext, Replay, mapping_by_id};
 use super::request_id::RequestId;
 use super::trace::{self, Trace};
 use super::{mapped, signed, submit};
 use crate::config::{HookSettings, Settings};
 use crate::gateway::requests::{self, Repeat, RequestRecord};
 use crate::hook::payload;
+use crate::hook::signature::AdmittingSignature;
 
 /// The hook endpoints of [`routes`]: cloning them costs a reference count's increment.
 pub(super) type HookRoutes = Router;
@@ -164,7 +165,7 @@ async fn agent(
     submit::agent(
         &app,
         hook.hooks()?,
-        &hook.request()?,
+        &hook.request(),
         agent,
         run_timeout,
         &trace,
@@ -179,7 +180,7 @@ async fn mapped(
     trace: Trace,
     hook: Authenticated,
 ) -> Result<Response, HookError> {
-    mapped::mapped(&app, hook.hooks()?, &hook.request()?, &trace).await
+    mapped::mapped(&app, hook.hooks()?, &hook.request(), &trace).await
 }
 
 /// Sends a recorded request through the hook endpoints again, with the operator's authority in
@@ -226,12 +227,12 @@ pub(super) async fn replay(
     Ok((response, id.as_str().to_string()))
 }
 
-/// The signature that admitted `original`, whose mapping must still be configured: a replay
-/// runs no other.
+/// The signature that admitted `original`, as its record keeps it, whose mapping must still be
+/// configured: a replay runs no other. It carries no replay key: a replay is no delivery.
 pub(super) fn replay_signature(
     hooks: &HookSettings,
     original: &RequestRecord,
-) -> Result<Option<ReplaySignature>, ReplayError> {
+) -> Result<Option<AdmittingSignature>, ReplayError> {
     let Some(signature) = original.signature.as_ref().filter(|s| s.verified) else {
         return Ok(None);
     };
@@ -240,9 +241,10 @@ pub(super) fn replay_signature(
         .as_deref()
         .and_then(|id| mapping_by_id(hooks, id))
         .ok_or(ReplayError::SignedMappingGone)?;
-    Ok(Some(ReplaySignature {
+    Ok(Some(AdmittingSignature {
         mapping_id: mapping.id.clone(),
         scheme: signature.scheme.clone(),
+        replay_key: None,
     }))
 }
 

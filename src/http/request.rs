@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::reply::HookError;
 use crate::config::{HookSettings, Settings};
+use crate::hook::signature::AdmittingSignature;
 use crate::mapping::Mapping;
 
 /// What the dispatcher learnt of a hook request before routing it, as a request extension: the
@@ -45,15 +46,9 @@ impl std::ops::Deref for HookContext {
 pub(super) struct Replay {
     /// The id of the record replayed.
     pub of: String,
-    pub signed: Option<ReplaySignature>,
-}
-
-/// The signature that admitted a replayed request.
-#[derive(Clone)]
-pub(super) struct ReplaySignature {
-    /// The id of the mapping whose signature it was, configured in the replay's generation.
-    pub mapping_id: String,
-    pub scheme: String,
+    /// The signature that admitted the original, its mapping configured in the replay's
+    /// generation.
+    pub signed: Option<AdmittingSignature>,
 }
 
 impl HookContext {
@@ -107,16 +102,8 @@ pub(super) struct HookRequest<'a> {
     pub parts: &'a Parts,
     pub body: &'a Bytes,
     pub payload: &'a Value,
-    /// Set when a signature, not the token, admitted the request.
-    pub signed: Option<Signed<'a>>,
-}
-
-/// A request authenticated by a mapping's signature: it may run that mapping and nothing else.
-/// An operator's replay of such a request carries the same restriction.
-#[derive(Clone, Copy)]
-pub(super) struct Signed<'a> {
-    pub mapping: &'a Mapping,
-    /// The replay key; doubles as the idempotency key of the run it makes. `None` for an
-    /// operator's replay, which makes a run of its own.
-    pub key: Option<&'a str>,
+    /// Set when a signature, not the token, admitted the request: it may run that signature's
+    /// mapping and nothing else. An operator's replay of such a request carries the same
+    /// restriction (and no replay key: it makes a run of its own).
+    pub signed: Option<&'a AdmittingSignature>,
 }

@@ -20,7 +20,7 @@ use crate::config::{HookSettings, Settings};
 use crate::gateway::admission::replay::{Claim, RecordedAnswer};
 use crate::gateway::requests::Repeat;
 use crate::gateway::runtime_clock::now_ms;
-use crate::hook::signature::{Presented, SignatureError};
+use crate::hook::signature::{AdmittingSignature, Presented, SignatureError};
 use crate::mapping::{self, Mapping};
 
 /// A request on a signed mapping's path whose credential headers were read and found fresh and
@@ -31,13 +31,6 @@ pub struct SignedAttempt {
     presented: Presented,
     /// Whom its failures count against: the client on this mapping.
     failures: Option<SignatureFailureKey>,
-}
-
-impl SignedAttempt {
-    /// The id of the mapping whose signature the request presents.
-    pub fn mapping_id(&self) -> &str {
-        &self.mapping_id
-    }
 }
 
 /// Failed signatures count per client and mapping: junk sent to one mapping cannot lock its
@@ -114,29 +107,29 @@ pub fn authenticate(
 }
 
 /// Checks a signed request's signature over the raw body, noting in `trace` the mapping, the
-/// scheme and whether it checked out. On success returns the replay key
-/// `<mapping id>:<delivery id>`; a failure counts toward the lockout and is a plain 401 to the
-/// client, its reason kept for the request log.
+/// scheme and whether it checked out. On success returns the signature, with the delivery's
+/// replay key; a failure counts toward the lockout and is a plain 401 to the client, its reason
+/// kept for the request log.
 pub fn check_signature(
     app: &AppState,
     context: &HookContext,
     attempt: SignedAttempt,
     body: &[u8],
     trace: &Trace,
-) -> Result<String, HookError> {
+) -> Result<AdmittingSignature, HookError> {
     let mapping = context.mapping(&attempt.mapping_id)?;
     let rule = mapping.signature.as_ref().ok_or_else(|| {
         HookError::internal(format!("mapping {} has no signature rule", mapping.id))
     })?;
     trace.mapping(&mapping.id);
-    trace.signature(rule.scheme.name(), false);
-    match attempt.presented.verify(rule, body) {
-        Ok(verified) => {
+    trace.signature_presented(rule.scheme.name());
+    match attempt.presented.verify(rule, &mapping.id, body) {
+        Ok(signature) => {
             if let Some(key) = &attempt.failures {
                 app.signature_limiter.clear(key);
             }
-            trace.signature(rule.scheme.name(), true);
-            Ok(format!("{}:{}", mapping.id, verified.delivery_id))
+            trace.admitted_by(&signature);
+            Ok(signature)
         }
         Err(reason) => Err(signature_refused(app, &attempt.failures, mapping, reason)),
     }

@@ -230,7 +230,7 @@ pub(super) fn intake_of<'a>(request: &HookRequest<'a>) -> Intake<'a> {
             header("x-idempotency-key"),
             header("x-openclaw-idempotency-key"),
             idempotency::body_key(request.payload),
-            request.signed.and_then(|s| s.key),
+            request.signed.and_then(|s| s.replay_key.as_deref()),
         ],
         path: request.parts.uri.path(),
         event_source: format!("hook:{}", request.name),

@@ -24,6 +24,7 @@ use crate::gateway::requests::{
 };
 use crate::gateway::runtime_clock::now_ms;
 use crate::hook::capture::CaptureJob;
+use crate::hook::signature::AdmittingSignature;
 
 use super::AppState;
 use super::reply::{HookError, Refused};
@@ -212,11 +213,19 @@ impl Trace {
         self.draft().body = Some(body.clone());
     }
 
-    /// A signature was presented under `scheme`; `verified` once it checked out.
-    pub fn signature(&self, scheme: &str, verified: bool) {
+    /// A signature was presented under `scheme`, not (yet) verified.
+    pub fn signature_presented(&self, scheme: &str) {
         self.draft().record.signature = Some(SignatureTrace {
             scheme: scheme.to_string(),
-            verified,
+            verified: false,
+        });
+    }
+
+    /// `signature` admitted the request (or, for an operator's replay, its original).
+    pub fn admitted_by(&self, signature: &AdmittingSignature) {
+        self.draft().record.signature = Some(SignatureTrace {
+            scheme: signature.scheme.clone(),
+            verified: true,
         });
     }
 

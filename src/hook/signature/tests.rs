@@ -55,9 +55,18 @@ fn github_documented_vector() {
         "x-hub-signature-256",
         "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
     )]);
-    assert!(verify(&rule, &h, b"Hello, World!", 0).is_ok());
+    // The body's digest names the delivery: GitHub's delivery header is not signed.
+    let digest = "dffd6021bb2bd5b0af676290809ec3a53191dd81c7f70a4b28688a362182986f";
     assert_eq!(
-        verify(&rule, &h, b"Hello, World?", 0),
+        verify(&rule, "gh", &h, b"Hello, World!", 0),
+        Ok(AdmittingSignature {
+            mapping_id: "gh".into(),
+            scheme: "github".into(),
+            replay_key: Some(format!("gh:{digest}")),
+        })
+    );
+    assert_eq!(
+        verify(&rule, "gh", &h, b"Hello, World?", 0),
         Err(SignatureError::Mismatch)
     );
 }
@@ -157,7 +166,7 @@ fn parsers_survive_arbitrary_input() {
         for value in samples {
             let h = move |_: &str| Some(value.to_string());
             assert!(
-                verify(&rule, &h, b"body", 0).is_err(),
+                verify(&rule, "m", &h, b"body", 0).is_err(),
                 "{scheme:?} accepted {value:?}"
             );
         }

@@ -14,6 +14,7 @@ use super::report::{ActionView, Ending, Now, Untried};
 use crate::config::HookSettings;
 use crate::gateway::requests::{RequestRecord, TransformVerdict};
 use crate::hook::payload;
+use crate::hook::signature::AdmittingSignature;
 use crate::intake::{self, Actions, Intake};
 use crate::mapping::Mapping;
 use crate::transform::{SlotShare, TransformEngine, TransformFailure};
@@ -22,7 +23,7 @@ use crate::http::body::parse_json;
 use crate::http::evaluate::{Evaluation, Observer, evaluate};
 use crate::http::hooks::{hook_name, replay_signature, under_prefix};
 use crate::http::reply::HookError;
-use crate::http::request::{HookRequest, Signed, mapping_by_id};
+use crate::http::request::HookRequest;
 use crate::http::submit::intake_of;
 
 /// A captured request, as the hook endpoints would see it again.
@@ -68,7 +69,7 @@ pub(super) async fn try_on(
     let noted = Noted::default();
     // As a replay: one a signature admitted takes that mapping only, and none when it is gone.
     let signed = match replay_signature(hooks, captured.record) {
-        Ok(signed) => signed.and_then(|s| mapping_by_id(hooks, &s.mapping_id)),
+        Ok(signed) => signed,
         Err(gone) => {
             let mut now = Now::unacted(StatusCode::CONFLICT, Ending::Refused, None, None);
             now.error = Some(gone.to_string());
@@ -77,10 +78,10 @@ pub(super) async fn try_on(
     };
     // The live path names a signature's mapping before its conditions are tried: a signed
     // request filtered then was recorded under it, and is reported so now.
-    if let Some(mapping) = signed {
-        noted.mapping(mapping);
+    if let Some(signature) = &signed {
+        noted.mapping(&signature.mapping_id);
     }
-    match outcome(engine, hooks, captured, signed, &noted).await {
+    match outcome(engine, hooks, captured, signed.as_ref(), &noted).await {
         Ok(now) => Ok(now),
         Err(err) => refused(err, noted.take()),
     }
@@ -100,7 +101,7 @@ async fn outcome(
     engine: &TransformEngine,
     hooks: &HookSettings,
     captured: &Captured<'_>,
-    signed: Option<&Mapping>,
+    signed: Option<&AdmittingSignature>,
     noted: &Noted,
 ) -> Result<Now, HookError> {
     let rest = under_prefix(captured.parts.uri.path(), &hooks.path).ok_or(HookError::NotFound)?;
@@ -111,7 +112,7 @@ async fn outcome(
         parts: &captured.parts,
         body: &captured.body,
         payload: &payload,
-        signed: signed.map(|mapping| Signed { mapping, key: None }),
+        signed,
     };
     let (mapping, actions) = match name {
         "" => return Err(HookError::NotFound),
