@@ -198,13 +198,13 @@ mod tests {
         );
     }
 
-    /// The outbox's record of an agent relay with every field set, exactly as the version before
-    /// the relay body was the action's own form wrote it; its `body` is what OpenClaw's
-    /// `/hooks/agent` is sent.
+    /// The outbox's record of an agent relay with every field set; its `body` is what OpenClaw's
+    /// `/hooks/agent` is sent (asking it to answer once the run ended).
     const RELAYED_BEFORE: &str = concat!(
         r#"{"body":{"message":"m","name":"GitHub","wakeMode":"next-heartbeat","#,
         r#""deliver":false,"channel":"telegram","to":"+1","agentId":"ops","#,
-        r#""sessionKey":"hook:x","model":"a/b","thinking":"high","timeoutSeconds":30},"#,
+        r#""sessionKey":"hook:x","model":"a/b","thinking":"high","timeoutSeconds":30,"#,
+        r#""waitForCompletion":true},"#,
         r#""idempotencyKey":"k"}"#,
     );
 
@@ -212,7 +212,7 @@ mod tests {
     fn a_relay_is_recorded_and_sent_as_before() {
         let run = crate::gateway::store::runs::tests::full_run("r1").admitted;
         let relayed = OutboxItem::Relay(Relayed::Agent {
-            body: AgentBody::of(&run, true),
+            body: AgentBody::of(&run, run.action.message.clone(), true),
             idempotency_key: "k".into(),
         });
         assert_eq!(relayed.encode(), ("forward-run", RELAYED_BEFORE.into()));

@@ -79,7 +79,8 @@ pub(super) async fn try_on(
     // The live path names a signature's mapping before its conditions are tried: a signed
     // request filtered then was recorded under it, and is reported so now.
     if let Some(signature) = &signed {
-        noted.mapping(&signature.mapping_id);
+        *noted.mapping.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(signature.mapping_id.clone());
     }
     match outcome(engine, hooks, captured, signed.as_ref(), &noted).await {
         Ok(now) => Ok(now),
