@@ -38,10 +38,7 @@ impl Forward {
                 WorkerName::Batches,
                 batches::closer(ctx.clone(), Arc::clone(&signals)),
             ),
-            Worker::spawn(
-                WorkerName::Retention,
-                super::store::retention::run(ctx.clone()),
-            ),
+            Worker::spawn(WorkerName::Retention, super::retention::run(ctx.clone())),
         ];
         (Forward { ctx, signals }, workers)
     }

@@ -16,6 +16,7 @@ mod held_runs;
 pub mod nats;
 mod outbound;
 pub mod requests;
+mod retention;
 mod runtime;
 mod signals;
 pub mod store;

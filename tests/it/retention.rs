@@ -1,5 +1,5 @@
 //! Retention: finished work older than `gateway.retention` leaves the store while the server runs
-//! (docs/configuration.md, retention). Which rows may go is tested in `src/gateway/store/retention.rs`.
+//! (docs/configuration.md, retention). Which rows may go is tested in `src/gateway/retention.rs`.
 
 use serde_json::json;
 

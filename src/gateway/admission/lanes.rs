@@ -2,7 +2,7 @@
 //! priority and refuses it when `maxQueued` of the mapping's runs wait already, queued or held by
 //! a budget ([`enter`]), and a run a budget would hold when its lane holds [`MAX_HELD`]
 //! ([`held_full`]). How many of a mapping's runs run at once (`maxConcurrent`) is the runner's
-//! ([`crate::gateway::turns::lane_slots`]). See docs/hooks.md, "Lanes".
+//! (`turns/lane_slots.rs`, above this floor). See docs/hooks.md, "Lanes".
 
 use std::num::NonZeroU32;
 use std::time::Duration;

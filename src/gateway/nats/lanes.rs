@@ -12,9 +12,9 @@ use super::session_lock::SessionLock;
 use crate::config::Settings;
 use crate::config::lanes::Priority;
 use crate::gateway::context::Context;
+use crate::gateway::store::next_runs::Busy;
 use crate::gateway::store::records::NewRun;
 use crate::gateway::turns::lane_slots::{full_lanes, higher_waiting, limit, running_by_mapping};
-use crate::gateway::turns::next_runs::Busy;
 
 /// How long a run steps aside for a higher-priority one.
 pub(super) const STEP_ASIDE: Duration = Duration::from_millis(250);

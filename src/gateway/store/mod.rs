@@ -16,14 +16,16 @@ mod error;
 mod failure;
 #[cfg(test)]
 mod held;
+pub(super) mod held_by;
+pub(super) mod next_runs;
 pub mod overview;
 pub(super) mod records;
-pub(super) mod retention;
 pub(super) mod run_view;
 pub(super) mod run_wire;
 pub(super) mod runs;
 pub(super) mod schema;
 pub mod spend;
+pub(super) mod turn_record;
 mod writer;
 
 use std::path::Path;

@@ -7,11 +7,11 @@ use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRe
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
 use serde::{Deserialize, Serialize};
 
+use super::turn_record::ModelCall;
+use super::turn_record::Usage;
 use super::{Store, StoreError};
 use crate::config::lanes::Priority;
 use crate::config::runtime::Route;
-use crate::gateway::turns::model_call::ModelCall;
-use crate::gateway::turns::provider::Usage;
 
 use crate::hook::envelope::ContentSource;
 use crate::hook::{AdmittedRun, AgentAction, Channel, SessionMode, Thinking, WakeMode};
@@ -217,7 +217,7 @@ pub struct RunOutcome {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
     /// The turn's calls to its model providers, each with why it failed (the last
-    /// [`MAX_RECORDED`](crate::gateway::turns::model_call::MAX_RECORDED)). (Outcomes of earlier versions have
+    /// [`MAX_RECORDED`](super::turn_record::MAX_RECORDED)). (Outcomes of earlier versions have
     /// none.)
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calls: Vec<ModelCall>,

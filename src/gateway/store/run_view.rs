@@ -6,12 +6,12 @@ use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
+use super::held_by::HeldBy;
 use super::records::{DeliveryRecord, NewRun, RunStatus, new_run_columns};
+use super::turn_record::ModelCall;
+use super::turn_record::Usage;
 use super::{Store, StoreError};
 use crate::config::lanes::Priority;
-use crate::gateway::admission::budget::HeldBy;
-use crate::gateway::turns::model_call::ModelCall;
-use crate::gateway::turns::provider::Usage;
 use crate::hook::envelope::ContentSource;
 use crate::hook::{Channel, Thinking, WakeMode};
 

@@ -9,11 +9,11 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus, SummaryEvent};
+use super::turn_record::Exchange;
+use super::turn_record::ModelCall;
 use super::{Store, StoreError};
 use crate::config::runtime::Route;
 use crate::gateway::clock::now_rfc3339;
-use crate::gateway::turns::model_call::ModelCall;
-use crate::gateway::turns::provider::Exchange;
 
 /// What became of a queued run.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -234,7 +234,7 @@ DROP INDEX IF EXISTS events_by_agent;
 
 /// `runs_by_priority` (status, priority) held every run, so starting a run at admission wrote
 /// an entry of it and finishing one moved that entry from `running` to its outcome, on a page
-/// of its own. Only the queue's reads need the priority (`queue::oldest_queued`,
+/// of its own. Only the queue's reads need the priority (`next_runs::oldest_queued`,
 /// `lane_slots::higher_waiting`): a partial index of the queued runs alone serves them, and the reads
 /// by status alone find `runs_queue` (status, session_key). A run started at its admission
 /// writes no entry of it, and its end none either.

@@ -12,8 +12,8 @@
 use rusqlite::{Connection, params};
 use serde::Serialize;
 
+use super::turn_record::Usage;
 use super::{Store, StoreError};
-use crate::gateway::turns::provider::Usage;
 
 /// Each scope's id with what it cost, in the order asked.
 pub type ScopeSpends = Vec<(String, Spend)>;

@@ -1,7 +1,7 @@
 //! Lanes at run time: how many of a mapping's runs run at once (`runs.maxConcurrent`). The
 //! embedded runner holds a [`LaneSlots`] and starts no run past it; a NATS node reads the same
 //! bound from the store's running runs ([`running_by_mapping`], [`full_lanes`]). Which queued
-//! run starts next (priority, then age) is the queue's order ([`super::next_runs`]); a run of a
+//! run starts next (priority, then age) is the queue's order (`store::next_runs`); a run of a
 //! lower priority steps aside for a higher one that could start first ([`higher_waiting`]).
 //! See docs/hooks.md, "Lanes", and docs/runtime.md, "Which run starts next".
 
@@ -91,7 +91,7 @@ pub(crate) fn running_by_mapping(conn: &Connection) -> rusqlite::Result<Vec<(Str
 pub(crate) fn higher_waiting(
     conn: &Connection,
     priority: Priority,
-    busy: &crate::gateway::turns::next_runs::Busy,
+    busy: &crate::gateway::store::next_runs::Busy,
 ) -> rusqlite::Result<bool> {
     conn.prepare_cached(HIGHER_WAITING)?
         .query_row(params![priority, busy.lanes_json()], |row| row.get(0))
@@ -184,7 +184,7 @@ mod tests {
                 higher_waiting(
                     conn,
                     priority,
-                    &crate::gateway::turns::next_runs::Busy::default(),
+                    &crate::gateway::store::next_runs::Busy::default(),
                 )
             })
         };

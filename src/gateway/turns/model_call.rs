@@ -3,9 +3,8 @@
 //! or overloaded for a few seconds delays its runs instead of failing them
 //! (docs/reliability.md#a-model-provider-that-fails-for-a-moment).
 
+pub use crate::gateway::store::turn_record::{MAX_RECORDED, ModelCall};
 use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
 
 use super::provider::ChatError;
 use crate::gateway::clock::now_rfc3339;
@@ -23,29 +22,6 @@ pub const MAX_WAIT: Duration = Duration::from_secs(30);
 /// them for this long at most beyond the failed calls, not for the run's whole timeout
 /// (docs/runtime.md#a-provider-that-fails-for-a-moment).
 pub const RETRY_SPAN: Duration = Duration::from_secs(60);
-
-/// The calls a run's record keeps: its last ones, so that a run that retried for its whole
-/// deadline does not grow its record without bound (the final error counts them all).
-pub const MAX_RECORDED: usize = 20;
-
-/// One call to a model provider, as `GET /api/runs/<runId>` lists it under `modelCalls`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ModelCall {
-    /// The model id as the run asked for it (`<provider>/<model>` for a named provider).
-    pub model: String,
-    /// The provider: its name under `models.providers`, or its host and port (never a URL's
-    /// credentials, path or query).
-    pub provider: String,
-    /// When the call began (RFC 3339, UTC).
-    pub at: String,
-    /// Why it failed; `None` for the call that answered.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// How long the run waited after this call before its next pass over its models.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_in_ms: Option<u64>,
-}
 
 /// A run's calls so far: the last [`MAX_RECORDED`], and how many there were.
 #[derive(Debug, Default)]

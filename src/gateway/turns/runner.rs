@@ -16,9 +16,10 @@ use crate::gateway::context::Context;
 use crate::gateway::outbound::outbox::OutboxItem;
 use crate::gateway::signals::Signals;
 use crate::gateway::store::StoreError;
+use crate::gateway::store::next_runs;
 use crate::gateway::store::records::{DeliveryRecord, NewRun, RunOutcome, SummaryEvent};
 use crate::gateway::store::runs;
-use crate::gateway::turns::{next_runs, token_metrics};
+use crate::gateway::turns::token_metrics;
 use crate::slots::Slots;
 
 /// Queued runs are looked for at least this often, besides whenever a run is queued.

@@ -5,6 +5,7 @@
 //! says whether another attempt, or another model, may do better ([`ChatError::is_transient`]).
 //! An answer carries the tokens the provider says the turn used ([`Usage`]), when it says so.
 
+pub use crate::gateway::store::turn_record::{Exchange, MAX_TURN_TOKENS, Usage};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -98,36 +99,8 @@ pub struct ChatTurn<'a> {
     pub timeout: Duration,
 }
 
-/// One earlier exchange of a persistent session: what the agent was given and what it replied.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Exchange {
-    pub prompt: String,
-    pub reply: String,
-}
-
 /// Error bodies are cut to this many characters before they reach the run record.
 const MAX_ERROR_BODY: usize = 500;
-
-/// The tokens one turn used, as its provider reported them.
-///
-/// `input_tokens` is every token the model read: the chat-completions `usage.prompt_tokens`
-/// (which counts cached tokens among them), or on the Messages API `usage.input_tokens` plus its
-/// `cache_creation_input_tokens` and `cache_read_input_tokens` (which it counts apart).
-/// `output_tokens` is `completion_tokens` or `output_tokens`, thinking included.
-/// Each count is at most [`MAX_TURN_TOKENS`]: a provider reporting more is counted that.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-}
-
-/// The most tokens one turn is counted for, in each direction: a hundred million, far above
-/// any model's context window. A provider that reports more (a bug, or a hostile one) is
-/// counted this, with a warning in the log, so that the sums of a window's runs (budgets'
-/// `tokensPerDay`, `GET /api/spend`) stay far from `i64::MAX`, which SQLite's `SUM()` may not
-/// pass: it would take 92 billion such turns.
-pub const MAX_TURN_TOKENS: u64 = 100_000_000;
 
 /// A provider's answer to one turn.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,7 @@
-//! The runner's read of the queue: which queued runs may start now, highest priority first,
-//! then oldest, one per idle session key (its own highest, then oldest), none of a full lane (docs/runtime.md, "Which run
-//! starts next").
+//! The read of the queue that the embedded runner and forward mode's relays start runs by:
+//! which queued runs may start now, highest priority first, then oldest, one per idle session
+//! key (its own highest, then oldest), none of a full lane (docs/runtime.md, "Which run starts
+//! next").
 
 use std::collections::HashSet;
 
