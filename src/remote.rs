@@ -6,14 +6,15 @@
 mod dry_run;
 mod filters;
 mod replay;
+mod runs;
 mod runs_bulk;
+
+pub use runs::{RunsCommand, runs};
 
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use hookgate::gateway::Retry;
 use reqwest::Method;
-use serde::Deserialize;
 use serde_json::Value;
 
 /// What every one of these commands reads from the environment, for their `--help`.
@@ -71,94 +72,6 @@ pub enum RequestsCommand {
     /// they became. Exits 1 when a request that succeeded would now fail.
     #[command(after_help = ENVIRONMENT)]
     DryRun(dry_run::DryRunArgs),
-}
-
-#[derive(Subcommand)]
-pub enum RunsCommand {
-    /// Agent runs, newest first.
-    #[command(after_help = ENVIRONMENT)]
-    List {
-        #[command(flatten)]
-        remote: Remote,
-        /// Only this status (queued, batching, running, ok, error, timeout, forwarding,
-        /// forwarded, forward_failed, held, cancelled).
-        #[arg(long)]
-        status: Option<String>,
-        /// Only runs of this hook name.
-        #[arg(long)]
-        hook: Option<String>,
-        /// Only runs this mapping admitted.
-        #[arg(long)]
-        mapping: Option<String>,
-        /// Only runs for this agent.
-        #[arg(long)]
-        agent: Option<String>,
-        /// Only runs of this session key.
-        #[arg(long)]
-        session_key: Option<String>,
-        /// Only runs created at or after this RFC 3339 time.
-        #[arg(long)]
-        since: Option<String>,
-        /// The cursor a previous page printed.
-        #[arg(long)]
-        before: Option<String>,
-        #[arg(long, default_value_t = 50)]
-        limit: u32,
-    },
-    /// One run.
-    #[command(after_help = ENVIRONMENT)]
-    Show {
-        id: String,
-        #[command(flatten)]
-        remote: Remote,
-    },
-    /// Recover what failed of a run: its turn again (a failed model call), its reply or relay;
-    /// or, given filters instead of an id, of every run they select, oldest first (counted
-    /// first, done once confirmed).
-    #[command(after_help = ENVIRONMENT)]
-    Retry {
-        /// The run; leave it out to act by filters.
-        #[arg(conflicts_with_all = ["BulkRuns", "RunFilters"])]
-        id: Option<String>,
-        #[command(flatten)]
-        bulk: runs_bulk::BulkRuns,
-        #[command(flatten)]
-        remote: Remote,
-    },
-    /// What each agent mapping's runs cost: runs admitted and tokens used, over the last 24
-    /// hours.
-    #[command(after_help = ENVIRONMENT)]
-    Spend {
-        #[command(flatten)]
-        remote: Remote,
-        /// Since this RFC 3339 time instead.
-        #[arg(long)]
-        since: Option<String>,
-    },
-    /// Start a run a budget held, whatever its budget says; or, given filters instead of an
-    /// id, every held run they select, oldest first (counted first, done once confirmed).
-    #[command(after_help = ENVIRONMENT)]
-    Release {
-        /// The run; leave it out to act by filters.
-        #[arg(conflicts_with_all = ["BulkRuns", "RunFilters"])]
-        id: Option<String>,
-        #[command(flatten)]
-        bulk: runs_bulk::BulkRuns,
-        #[command(flatten)]
-        remote: Remote,
-    },
-    /// Cancel a run a budget held: it never runs; or, given filters instead of an id, every
-    /// held run they select (counted first, done once confirmed).
-    #[command(after_help = ENVIRONMENT)]
-    Cancel {
-        /// The run; leave it out to act by filters.
-        #[arg(conflicts_with_all = ["BulkRuns", "RunFilters"])]
-        id: Option<String>,
-        #[command(flatten)]
-        bulk: runs_bulk::BulkRuns,
-        #[command(flatten)]
-        remote: Remote,
-    },
 }
 
 pub fn requests(command: RequestsCommand) -> ExitCode {
@@ -242,156 +155,6 @@ fn print_capture(capture: &Value) {
         (_, _, Value::String(note)) => println!("\n{}", printable(note, false)),
         _ => {}
     }
-}
-
-pub fn runs(command: RunsCommand) -> ExitCode {
-    match command {
-        RunsCommand::List {
-            remote,
-            status,
-            hook,
-            mapping,
-            agent,
-            session_key,
-            since,
-            before,
-            limit,
-        } => {
-            let query = query(&[
-                ("status", status),
-                ("hook", hook),
-                ("mapping", mapping),
-                ("agent", agent),
-                ("sessionKey", session_key),
-                ("since", since),
-                ("before", before),
-                ("limit", Some(limit.to_string())),
-            ]);
-            remote.call("GET", &format!("/api/runs?{query}"), |page| {
-                print_table(
-                    &[
-                        "CREATED", "STATUS", "HOOK", "SESSION", "RUN", "TOKENS", "ERROR",
-                    ],
-                    page["runs"].as_array().into_iter().flatten().map(|r| {
-                        vec![
-                            text(&r["createdAt"]),
-                            text(&r["status"]),
-                            text(&r["hookName"]),
-                            text(&r["sessionKey"]),
-                            text(&r["runId"]),
-                            tokens(&r["usage"]),
-                            shortened(&r["error"], ERROR_COLUMN_CHARS),
-                        ]
-                    }),
-                );
-                print_next(page);
-            })
-        }
-        RunsCommand::Show { id, remote } => {
-            remote.call("GET", &format!("/api/runs/{}", segment(&id)), print_fields)
-        }
-        RunsCommand::Retry {
-            id: None,
-            bulk,
-            remote,
-        } => runs_bulk::bulk(&remote, "retry", &bulk),
-        RunsCommand::Retry {
-            id: Some(id),
-            remote,
-            ..
-        } => remote.call("POST", &format!("/api/runs/{}/retry", segment(&id)), |r| {
-            let run = text(&r["runId"]);
-            match Retry::deserialize(&r["retried"]) {
-                Ok(Retry::Run) => println!("running {run} again"),
-                Ok(Retry::Delivery) => println!("sending the reply of {run} again"),
-                Ok(Retry::Relay) => println!("relaying {run} again"),
-                Err(_) => println!("retrying {run}"),
-            }
-        }),
-        RunsCommand::Spend { remote, since } => {
-            let query = query(&[("since", since)]);
-            remote.call("GET", &format!("/api/spend?{query}"), |answer| {
-                println!("since {}", text(&answer["since"]));
-                print_table(
-                    &["MAPPING", "RUNS", "INPUT TOKENS", "OUTPUT TOKENS"],
-                    answer["mappings"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(|m| {
-                            vec![
-                                text(&m["mappingId"]),
-                                text(&m["runs"]),
-                                text(&m["inputTokens"]),
-                                text(&m["outputTokens"]),
-                            ]
-                        }),
-                );
-                println!();
-                print_table(
-                    &[
-                        "AGENT",
-                        "RUNS",
-                        "HEARTBEATS",
-                        "INPUT TOKENS",
-                        "OUTPUT TOKENS",
-                    ],
-                    answer["agents"].as_array().into_iter().flatten().map(|a| {
-                        vec![
-                            text(&a["agentId"]),
-                            text(&a["runs"]),
-                            text(&a["heartbeats"]),
-                            text(&a["inputTokens"]),
-                            text(&a["outputTokens"]),
-                        ]
-                    }),
-                );
-            })
-        }
-        RunsCommand::Release {
-            id: Some(id),
-            remote,
-            ..
-        } => held(&remote, &id, "release"),
-        RunsCommand::Cancel {
-            id: Some(id),
-            remote,
-            ..
-        } => held(&remote, &id, "cancel"),
-        RunsCommand::Release {
-            id: None,
-            bulk,
-            remote,
-        } => runs_bulk::bulk(&remote, "release", &bulk),
-        RunsCommand::Cancel {
-            id: None,
-            bulk,
-            remote,
-        } => runs_bulk::bulk(&remote, "cancel", &bulk),
-    }
-}
-
-/// A run's usage as table text: `<input>/<output>` tokens, `-` when not reported.
-fn tokens(usage: &Value) -> String {
-    match (
-        usage["inputTokens"].as_u64(),
-        usage["outputTokens"].as_u64(),
-    ) {
-        (Some(input), Some(output)) => format!("{input}/{output}"),
-        _ => "-".into(),
-    }
-}
-
-/// `runs release` and `runs cancel`: `action` is the API's path segment; prints the run's
-/// status now.
-fn held(remote: &Remote, id: &str, action: &str) -> ExitCode {
-    remote.call(
-        "POST",
-        &format!("/api/runs/{}/{action}", segment(id)),
-        |r| {
-            println!("{} {}", text(&r["runId"]), text(&r["status"]));
-        },
-    )
 }
 
 impl Remote {

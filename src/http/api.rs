@@ -11,6 +11,7 @@ use serde_json::Value;
 use super::AppState;
 use super::api_error::{ApiError, ApiPath, ApiQuery};
 use super::operator::Operator;
+use super::query_params::limit;
 use super::reply::HookError;
 use super::run_query::RunsQuery;
 use crate::config::ReloadStatus;
@@ -18,11 +19,6 @@ use crate::config::runtime::Route;
 use crate::gateway::{EventRecord, Retry, RetryError, RunRecord, RunStatus};
 use crate::hook::Channel;
 use crate::transform::{TransformFailure, TransformStatus};
-
-/// Items a listing returns when `limit` is not given.
-const DEFAULT_LIMIT: u32 = 100;
-/// The most items one call returns.
-const MAX_LIMIT: u32 = 1000;
 
 /// `after` and `limit` of the main session's events, or `latest`. Numbers are read as text and
 /// checked here, so that a refusal names the parameter and what it takes.
@@ -166,24 +162,6 @@ pub async fn retry_run(
         Err(err @ RetryError::NothingFailed) => Err(ApiError::Conflict(err.to_string())),
         Err(RetryError::Store(err)) => Err(err.into()),
     }
-}
-
-/// `limit`, checked: 1 to [`MAX_LIMIT`], [`DEFAULT_LIMIT`] when not given.
-pub(super) fn limit(limit: Option<&str>) -> Result<u32, ApiError> {
-    let Some(text) = limit else {
-        return Ok(DEFAULT_LIMIT);
-    };
-    text.parse::<u32>()
-        .ok()
-        .filter(|n| (1..=MAX_LIMIT).contains(n))
-        .ok_or_else(|| ApiError::Invalid(format!("limit must be an integer from 1 to {MAX_LIMIT}")))
-}
-
-/// An RFC 3339 time of the query parameter `name`, as milliseconds since the epoch.
-pub(super) fn time_ms(text: &str, name: &str) -> Result<i64, ApiError> {
-    chrono::DateTime::parse_from_rfc3339(text)
-        .map(|at| at.timestamp_millis())
-        .map_err(|_| ApiError::Invalid(format!("{name} must be an RFC 3339 time")))
 }
 
 /// `GET /api/sessions/main/route`: where `channel: last` replies and heartbeat replies go: the

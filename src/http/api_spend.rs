@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
-use super::api::time_ms;
 use super::api_error::{ApiError, ApiQuery};
+use super::query_params::time_ms;
 use crate::config::Settings;
 use crate::config::runtime::GatewayMode;
 use crate::gateway::runtime_clock::{now_ms, rfc3339};

@@ -21,6 +21,7 @@ mod hooks;
 mod mapped;
 mod observe;
 mod operator;
+mod query_params;
 mod reply;
 mod request;
 mod request_id;

@@ -5,8 +5,8 @@
 
 use serde::{Deserialize, Deserializer};
 
-use super::api::{limit, time_ms};
 use super::api_error::ApiError;
+use super::query_params::{limit, time_ms};
 use crate::gateway::requests::{
     BodyMatch, ErrorText, HeaderMatch, ListOrder, RequestFilter, RequestOutcome,
 };

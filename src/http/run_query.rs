@@ -5,8 +5,8 @@
 
 use serde::Deserialize;
 
-use super::api::{limit, time_ms};
 use super::api_error::ApiError;
+use super::query_params::{limit, time_ms};
 use crate::gateway::{RunFilter, RunStatus};
 
 /// The filters of a selection of runs, as `GET /api/runs` takes them in its query. A parameter

@@ -4,5 +4,6 @@
 
 pub(super) mod chat;
 pub(super) mod outbox;
+mod outbox_rows;
 pub(super) mod relay;
 pub(super) mod relays;

@@ -1,0 +1,309 @@
+//! What the outbox holds: each row a thing to send ([`OutboxItem`]: a reply to a chat channel, or
+//! a relay to the upstream gateway), in its lane ([`Lane`]), with its status, attempts and next
+//! time, and the statements the worker (`outbox.rs`) and the operator's retry move it by.
+
+use rusqlite::{Connection, params};
+
+use super::chat::resolve_route;
+use super::relay::{AgentBody, Relayed, WakeBody};
+use crate::config::runtime::ChannelSettings;
+use crate::gateway::clock::{now_ms, now_rfc3339};
+use crate::gateway::store::records::{DeliveryJob, DeliveryRecord, NewRun};
+use crate::gateway::store::runs;
+
+/// One thing to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutboxItem {
+    Delivery(DeliveryJob),
+    Relay(Relayed),
+}
+
+/// The rows one worker sends, by their `kind` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Replies to chat channels (embedded backend).
+    Deliveries,
+    /// Relays upstream (forward backend).
+    Relays,
+}
+
+impl Lane {
+    fn kinds(self) -> (&'static str, &'static str) {
+        match self {
+            Lane::Deliveries => ("delivery", "delivery"),
+            Lane::Relays => ("forward-wake", "forward-run"),
+        }
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AgentRow {
+    body: AgentBody,
+    idempotency_key: String,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct WakeRow {
+    body: WakeBody,
+}
+
+impl OutboxItem {
+    /// The `kind` column and the `payload` JSON.
+    pub(super) fn encode(&self) -> (&'static str, String) {
+        // Plain data: always serialises.
+        let json = |value: serde_json::Result<String>| value.unwrap_or_default();
+        match self {
+            OutboxItem::Delivery(job) => ("delivery", json(serde_json::to_string(job))),
+            OutboxItem::Relay(Relayed::Wake { body }) => (
+                "forward-wake",
+                json(serde_json::to_string(&WakeRow { body: body.clone() })),
+            ),
+            OutboxItem::Relay(Relayed::Agent {
+                body,
+                idempotency_key,
+            }) => (
+                "forward-run",
+                json(serde_json::to_string(&AgentRow {
+                    body: body.clone(),
+                    idempotency_key: idempotency_key.clone(),
+                })),
+            ),
+        }
+    }
+
+    pub(super) fn decode(kind: &str, payload: &str) -> Option<OutboxItem> {
+        Some(match kind {
+            "delivery" => OutboxItem::Delivery(serde_json::from_str(payload).ok()?),
+            "forward-wake" => {
+                let row: WakeRow = serde_json::from_str(payload).ok()?;
+                OutboxItem::Relay(Relayed::Wake { body: row.body })
+            }
+            "forward-run" => {
+                let row: AgentRow = serde_json::from_str(payload).ok()?;
+                OutboxItem::Relay(Relayed::Agent {
+                    body: row.body,
+                    idempotency_key: row.idempotency_key,
+                })
+            }
+            _ => return None,
+        })
+    }
+
+    /// Adds the item to the outbox, due now.
+    pub fn insert(&self, conn: &Connection, run_id: Option<&str>) -> rusqlite::Result<()> {
+        self.insert_as(conn, run_id, RowStatus::Pending)
+    }
+
+    /// Adds a run's relay to the outbox, `waiting` until the run's lane has room (forward
+    /// mode's [`super::relays::dispatch`] makes it pending): the body is what the request set,
+    /// which the stored run no longer tells apart from defaults.
+    pub fn insert_waiting(&self, conn: &Connection, run_id: &str) -> rusqlite::Result<()> {
+        self.insert_as(conn, Some(run_id), RowStatus::Waiting)
+    }
+
+    fn insert_as(
+        &self,
+        conn: &Connection,
+        run_id: Option<&str>,
+        status: RowStatus,
+    ) -> rusqlite::Result<()> {
+        let (kind, payload) = self.encode();
+        conn.prepare_cached(
+            "INSERT INTO outbox (kind, run_id, payload, next_at_ms, created_at, status)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?
+        .execute(params![
+            kind,
+            run_id,
+            payload,
+            now_ms(),
+            now_rfc3339(),
+            status.as_str()
+        ])?;
+        Ok(())
+    }
+
+    /// The payload column of a relay of `body` (for a waiting row whose message changes).
+    pub(super) fn agent_payload(body: AgentBody, idempotency_key: String) -> String {
+        let row = AgentRow {
+            body,
+            idempotency_key,
+        };
+        serde_json::to_string(&row).unwrap_or_default()
+    }
+
+    /// The relay of a waiting row's payload.
+    pub(super) fn agent_of(payload: &str) -> Option<(AgentBody, String)> {
+        let row: AgentRow = serde_json::from_str(payload).ok()?;
+        Some((row.body, row.idempotency_key))
+    }
+}
+
+/// Where a row is; spelled in lower case in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RowStatus {
+    /// A run's relay whose run waits for its lane (forward mode).
+    Waiting,
+    Pending,
+    Done,
+    Failed,
+    Uncertain,
+}
+
+impl RowStatus {
+    fn as_str(self) -> &'static str {
+        match self {
+            RowStatus::Waiting => "waiting",
+            RowStatus::Pending => "pending",
+            RowStatus::Done => "done",
+            RowStatus::Failed => "failed",
+            RowStatus::Uncertain => "uncertain",
+        }
+    }
+}
+
+/// An outbox row due for an attempt. `item` is `None` for a row this version cannot read.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub(super) id: i64,
+    pub(super) run_id: Option<String>,
+    pub(super) item: Option<OutboxItem>,
+    pub(super) attempts: u32,
+    /// Parts of a split reply already sent.
+    pub(super) parts_sent: usize,
+}
+
+impl Row {
+    /// From a row of `SELECT id, kind, run_id, payload, attempts, parts_sent`.
+    fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+        let (kind, payload): (String, String) = (row.get(1)?, row.get(3)?);
+        Ok(Row {
+            id: row.get(0)?,
+            run_id: row.get(2)?,
+            item: OutboxItem::decode(&kind, &payload),
+            attempts: row.get(4)?,
+            // A count the store holds as an integer; a negative one (never written) reads as 0.
+            parts_sent: usize::try_from(row.get::<_, i64>(5)?).unwrap_or(0),
+        })
+    }
+}
+
+pub fn due(conn: &Connection, lane: Lane, now_ms: i64, limit: u32) -> rusqlite::Result<Vec<Row>> {
+    let (a, b) = lane.kinds();
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, kind, run_id, payload, attempts, parts_sent FROM outbox
+         WHERE status = 'pending' AND next_at_ms <= ?1 AND kind IN (?3, ?4) ORDER BY id LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![now_ms, limit, a, b], Row::read)?;
+    rows.collect()
+}
+
+pub fn next_due_ms(conn: &Connection, lane: Lane) -> rusqlite::Result<Option<i64>> {
+    let (a, b) = lane.kinds();
+    conn.prepare_cached(
+        "SELECT MIN(next_at_ms) FROM outbox WHERE status = 'pending' AND kind IN (?1, ?2)",
+    )?
+    .query_row(params![a, b], |row| row.get(0))
+}
+
+/// Marks a row as being sent; a process that dies now leaves it `sending`, which the next start
+/// does not resend (see [`abandon_in_flight`]).
+pub(super) fn mark_sending(conn: &Connection, id: i64) -> rusqlite::Result<bool> {
+    Ok(conn
+        .prepare_cached(
+            "UPDATE outbox SET status = 'sending' WHERE id = ?1 AND status = 'pending'",
+        )?
+        .execute(params![id])?
+        == 1)
+}
+
+pub(super) fn settle(
+    conn: &Connection,
+    id: i64,
+    status: RowStatus,
+    error: Option<&str>,
+    attempts: u32,
+    next_at_ms: i64,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "UPDATE outbox SET status = ?2, last_error = ?3, attempts = ?4, next_at_ms = ?5
+         WHERE id = ?1",
+    )?
+    .execute(params![id, status.as_str(), error, attempts, next_at_ms])?;
+    Ok(())
+}
+
+/// Records how many parts of a split reply went out, before they are known to be all.
+pub(super) fn record_parts(conn: &Connection, id: i64, parts_sent: usize) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE outbox SET parts_sent = ?2 WHERE id = ?1")?
+        .execute(params![id, i64::try_from(parts_sent).unwrap_or(i64::MAX)])?;
+    Ok(())
+}
+
+/// Rows of `lane` a dead process was sending: relays go back to pending (safe to repeat);
+/// deliveries are returned, to be given up as uncertain (a chat message is never sent twice).
+pub(super) fn abandon_in_flight(conn: &Connection, lane: Lane) -> rusqlite::Result<Vec<Row>> {
+    if lane == Lane::Relays {
+        conn.prepare_cached(
+            "UPDATE outbox SET status = 'pending'
+             WHERE status = 'sending' AND kind LIKE 'forward-%'",
+        )?
+        .execute([])?;
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare(
+        "SELECT id, kind, run_id, payload, attempts, parts_sent FROM outbox
+         WHERE status = 'sending' AND kind = 'delivery'",
+    )?;
+    let rows = stmt.query_map([], Row::read)?;
+    rows.collect()
+}
+
+/// Sends a run's given-up reply again, once the operator mended the cause: its row goes back to
+/// pending with its attempts reset, addressed to the route the run resolves to now, as a run's
+/// conclusion resolves it. The owner may have set a route since (`channel: "last"` with none
+/// had no recipient); a reply whose route changed is sent whole, since the parts sent before
+/// went elsewhere. Whether there was one.
+pub fn resend_delivery(
+    conn: &Connection,
+    run_id: &str,
+    channels: &ChannelSettings,
+) -> rusqlite::Result<bool> {
+    let Some(run) = NewRun::select(conn, run_id)? else {
+        return Ok(false);
+    };
+    let given_up: Vec<(i64, String)> = conn
+        .prepare_cached(
+            "SELECT id, payload FROM outbox
+             WHERE run_id = ?1 AND kind = 'delivery' AND status IN ('failed', 'uncertain')",
+        )?
+        .query_map(params![run_id], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut resent = false;
+    for (id, payload) in given_up {
+        // A row this version cannot read stays given up.
+        let Some(OutboxItem::Delivery(mut job)) = OutboxItem::decode("delivery", &payload) else {
+            continue;
+        };
+        let owner = runs::owner_route(conn, &job.agent)?;
+        let route = resolve_route(run.channel(), run.action().to.clone(), owner, channels);
+        let moved = route != job.route();
+        (job.channel, job.to) = (route.channel, route.to.clone());
+        let (_, payload) = OutboxItem::Delivery(job).encode();
+        conn.prepare_cached(
+            "UPDATE outbox SET status = 'pending', attempts = 0, last_error = NULL,
+                 next_at_ms = ?2, payload = ?3,
+                 parts_sent = CASE WHEN ?4 THEN 0 ELSE parts_sent END
+             WHERE id = ?1",
+        )?
+        .execute(params![id, now_ms(), payload, moved])?;
+        let pending = DeliveryRecord::Pending {
+            channel: route.channel,
+            to: route.to,
+        };
+        runs::set_delivery(conn, run_id, &pending)?;
+        resent = true;
+    }
+    Ok(resent)
+}
