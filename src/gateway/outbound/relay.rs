@@ -17,7 +17,8 @@ const UPSTREAM: &str = "upstream";
 
 /// How long an agent relay waits for the upstream's run to end when the run sets no
 /// `timeoutSeconds`: the upstream's own turn timeout bounds it first. A relay cut off here is
-/// sent again with its idempotency key, which the upstream answers with the same run's outcome.
+/// sent again with its idempotency key, which the upstream answers with the same run's outcome
+/// while it remembers the key (docs/hooks.md, "Forward mode").
 const RUN_WAIT: Duration = Duration::from_secs(15 * 60);
 /// What a relay waits beyond a run's own `timeoutSeconds`: the upstream's admission (up to 15 s
 /// behind a busy session) and its delivery.
@@ -30,7 +31,7 @@ pub enum Relayed {
     /// To `<prefix>/wake`.
     Wake { body: WakeBody },
     /// To `<prefix>/agent`, with the idempotency key that keeps a repeated relay from making a
-    /// second upstream run: the client's key, else the run id.
+    /// second upstream run: the run id (a client's repeat is answered here, by its claim).
     #[serde(rename_all = "camelCase")]
     Agent {
         body: AgentBody,

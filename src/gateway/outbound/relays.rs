@@ -24,6 +24,7 @@ use crate::config::runtime::GatewayMode;
 use crate::gateway::clock::{now_ms, now_rfc3339};
 use crate::gateway::context::Context;
 use crate::gateway::signals::Signals;
+use crate::gateway::store::next_runs;
 use crate::gateway::store::records::NewRun;
 
 /// The most agent relays in flight at once, whatever the lanes allow: each holds a connection to
@@ -36,7 +37,8 @@ const PASS: u32 = 256;
 /// relay due. A wake is sent in turn; an agent relay is sent on a task of its own, since it
 /// waits for the upstream's run to end. A stop drops the relays in flight: their rows are sent
 /// again at the next start, with the same idempotency key, which the upstream answers with the
-/// same run.
+/// same run while it remembers the key (OpenClaw: in memory, 5 minutes after the run ended;
+/// docs/hooks.md, "Forward mode").
 pub async fn run(ctx: Context, signals: Arc<Signals>) {
     outbox::recover(&ctx, &signals, Lane::Relays).await;
     let mut in_flight = JoinSet::new();
@@ -87,60 +89,39 @@ pub async fn run(ctx: Context, signals: Arc<Signals>) {
     }
 }
 
-/// A queued run's place in the order of relays.
-struct Queued {
-    run_id: String,
-    mapping_id: Option<String>,
-}
-
-/// Relays the queued runs whose lane has room, highest priority first, then oldest: each
-/// becomes `forwarding` (started now) with its relay in the outbox. Returns how many.
+/// Relays the queued runs whose lane has room, highest priority first, then oldest, one per
+/// idle session key ([`next_runs::queued`], as the embedded runner reads the queue, so that a
+/// backlog of one busy key or one full lane never hides the runs of others): each becomes
+/// `forwarding` (started now) with its relay in the outbox. Returns how many.
 pub fn dispatch(conn: &Connection, settings: &Settings) -> rusqlite::Result<usize> {
     let GatewayMode::Forward(upstream) = &settings.runtime.mode else {
         return Ok(0);
     };
     let mut busy = Busy::read(conn)?;
-    let queued: Vec<Queued> = conn
-        .prepare_cached(
-            "SELECT run_id, mapping_id FROM runs WHERE status = 'queued'
-             ORDER BY priority, rowid LIMIT ?1",
-        )?
-        .query_map(params![PASS], |row| {
-            Ok(Queued {
-                run_id: row.get(0)?,
-                mapping_id: row.get(1)?,
-            })
-        })?
-        .collect::<rusqlite::Result<_>>()?;
+    let room = MAX_IN_FLIGHT.saturating_sub(busy.total);
+    if room == 0 {
+        return Ok(0);
+    }
+    let skip = next_runs::Busy {
+        sessions: busy.sessions.clone(),
+        lanes: busy.full_lanes(settings),
+    };
     let mut relayed = 0;
-    for queued in queued {
+    for startable in next_runs::queued(conn, PASS, &skip, room)? {
         if busy.total >= MAX_IN_FLIGHT {
             break;
         }
-        let lane = queued.mapping_id.as_deref().and_then(|mapping| {
-            let hooks = settings.hooks.as_ref()?;
-            Some((mapping, hooks.lane_for(mapping)?.max_concurrent?))
-        });
-        if let Some((mapping, max)) = lane {
-            if busy.of_mapping(mapping) >= max.get() {
+        // A lane with room for fewer than its heads here: the rest wait for the next pass.
+        if let Some(mapping) = &startable.mapping_id {
+            if busy.lane_full(settings, mapping) {
                 continue;
             }
         }
-        let Some(run) = NewRun::select(conn, &queued.run_id)? else {
+        let Some(run) = NewRun::select(conn, &startable.run_id)? else {
             continue;
         };
-        let session = run
-            .admitted
-            .session_key_chosen
-            .then(|| run.admitted.session_key.clone());
-        if session
-            .as_ref()
-            .is_some_and(|key| busy.sessions.contains(key))
-        {
-            continue;
-        }
         relay_queued(conn, &run, upstream.relay_session_key)?;
-        busy.take(queued.mapping_id, session);
+        busy.take(startable.mapping_id, Some(startable.session_key));
         relayed += 1;
     }
     Ok(relayed)
@@ -218,6 +199,23 @@ impl Busy {
 
     fn of_mapping(&self, mapping: &str) -> u32 {
         self.mappings.get(mapping).copied().unwrap_or(0)
+    }
+
+    /// Whether `mapping`'s relays in flight fill its lane (`runs.maxConcurrent`).
+    fn lane_full(&self, settings: &Settings, mapping: &str) -> bool {
+        let max = settings
+            .hooks
+            .as_ref()
+            .and_then(|hooks| hooks.lane_for(mapping)?.max_concurrent);
+        max.is_some_and(|max| self.of_mapping(mapping) >= max.get())
+    }
+
+    /// The mappings whose lanes are full.
+    fn full_lanes(&self, settings: &Settings) -> Vec<String> {
+        let full = self.mappings.keys();
+        full.filter(|mapping| self.lane_full(settings, mapping))
+            .cloned()
+            .collect()
     }
 
     fn take(&mut self, mapping: Option<String>, session: Option<String>) {

@@ -53,7 +53,8 @@ const BY_STATUS: &str = "SELECT status, COUNT(*) FROM runs GROUP BY status";
 
 /// The runs in progress or waiting, by lane, on the status index: a step per such run.
 const BY_LANE: &str = "SELECT mapping_id, CASE WHEN mapping_id IS NULL THEN target_agent END,
-       status, COUNT(*) FROM runs WHERE status IN ('running', 'queued', 'held')
+       CASE WHEN status = 'forwarding' THEN 'running' ELSE status END, COUNT(*)
+       FROM runs WHERE status IN ('running', 'forwarding', 'queued', 'held')
        GROUP BY 1, 2, 3 ORDER BY 1, 2";
 
 /// The oldest held run, among the held ones (at most `lanes::MAX_HELD` a lane).
@@ -97,9 +98,10 @@ fn runs_now(conn: &Connection) -> rusqlite::Result<RunsNow> {
         }
         let count = row.get::<_, i64>(3)?.unsigned_abs();
         if let Some(lane) = lanes.last_mut() {
-            match row.get::<_, String>(2)?.as_str() {
-                "running" => lane.running = count,
-                "queued" => lane.queued = count,
+            // A forwarding run holds its lane's slot as a running one does (forward mode).
+            match row.get::<_, RunStatus>(2)? {
+                RunStatus::Running => lane.running = count,
+                RunStatus::Queued => lane.queued = count,
                 _ => lane.held = count,
             }
         }

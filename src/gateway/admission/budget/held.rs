@@ -16,7 +16,7 @@ use crate::gateway::context::Context;
 use crate::gateway::signals::Signals;
 use crate::gateway::store::records::{NewRun, RunStatus};
 use crate::gateway::store::runs;
-use crate::gateway::{Store, StoreError};
+use crate::gateway::store::{Store, StoreError};
 
 /// Held runs the embedded release step releases in one transaction at most.
 pub(super) const RELEASE_BATCH: usize = 256;
@@ -41,12 +41,20 @@ pub(crate) fn mark_released(conn: &Connection, run_id: &str, at: &str) -> rusqli
 
 /// Cancels the held run `run_id` at `at`: it never runs. Whether it was held.
 pub(crate) fn mark_cancelled(conn: &Connection, run_id: &str, at: &str) -> rusqlite::Result<bool> {
-    if_held(
+    let cancelled = if_held(
         conn,
         "UPDATE runs SET status = 'cancelled', finished_at = ?2 WHERE run_id = ?1 AND status = 'held'",
         run_id,
         at,
-    )
+    )?;
+    if cancelled {
+        // Forward mode stores a run's relay waiting beside it; a cancelled run is never relayed.
+        conn.prepare_cached(
+            "DELETE FROM outbox WHERE run_id = ?1 AND kind = 'forward-run' AND status = 'waiting'",
+        )?
+        .execute(params![run_id])?;
+    }
+    Ok(cancelled)
 }
 
 /// Runs `update` (of a held run `?1`, at `?2`); whether the run was held.
