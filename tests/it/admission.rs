@@ -123,8 +123,8 @@ fn budget_config(provider: &Fake, on_exceeded: &str) -> Value {
 }
 
 /// Within its budget a batch mapping's request opens a batch, and the batch's later requests
-/// join it; past the budget a request that would open one is refused (`refuse`) or held as a
-/// run of its own (`hold`).
+/// join it; past the budget a request that would open one is refused (`refuse`), or opens a
+/// batch whose one run is held when it closes (`hold`).
 async fn past_a_budget_a_request_opening_a_batch_is(backend: Backend, on_exceeded: &str) {
     let provider = Fake::provider("done").await;
     let (server, _kept) = backend.start(&budget_config(&provider, on_exceeded));
@@ -153,24 +153,18 @@ async fn past_a_budget_a_request_opening_a_batch_is(backend: Backend, on_exceede
         );
         return;
     }
+    // Past a budget that holds, the request opens a batch as any (docs/runtime.md#batches): its
+    // requests gather, and when it closes its one run is held, not queued.
     let (status, answer) = json_of(past).await;
     assert_eq!(status, 200, "{answer}");
-    assert!(
-        answer.get("batched").is_none(),
-        "a held run is no batch: {answer}"
-    );
     let held = answer["runId"].as_str().unwrap().to_string();
     assert_ne!(held, first);
-    eventually("the held run to show", async || {
+    assert_eq!(batched(&server, 4).await, (held.clone(), json!(2)));
+    eventually("the batch's run to be held", async || {
         let run = server.api_json(&format!("/api/runs/{held}")).await.1;
         run["status"] == "held"
     })
     .await;
-    // The next request opens no batch either: it is held as a run of its own too.
-    let (status, answer) = json_of(send(&server, 4).await).await;
-    assert_eq!(status, 200, "{answer}");
-    assert!(answer.get("batched").is_none(), "{answer}");
-    assert_ne!(answer["runId"], json!(held));
     let calls = provider.requests().len();
     assert_eq!(calls, 1, "a held run reached the provider");
 }
@@ -179,12 +173,12 @@ async fn past_a_refusing_budget_a_request_opening_a_batch_is_429(backend: Backen
     past_a_budget_a_request_opening_a_batch_is(backend, "refuse").await
 }
 
-async fn past_a_holding_budget_a_request_opening_a_batch_is_held_alone(backend: Backend) {
+async fn past_a_holding_budget_a_request_opens_a_batch_that_is_held(backend: Backend) {
     past_a_budget_a_request_opening_a_batch_is(backend, "hold").await
 }
 
 on_both_stores!(
     past_max_queued_a_request_joins_the_open_batch_and_one_opening_a_batch_is_429,
     past_a_refusing_budget_a_request_opening_a_batch_is_429,
-    past_a_holding_budget_a_request_opening_a_batch_is_held_alone,
+    past_a_holding_budget_a_request_opens_a_batch_that_is_held,
 );
