@@ -3,32 +3,14 @@
 
 use std::time::Duration;
 
-use schemars::JsonSchema;
-use serde::Deserialize;
-
 use super::ConfigError;
+pub use super::model::BatchConfig;
 use super::model::MappingConfig;
+use super::model::defaults::{DEFAULT_MAX_ITEMS, MAX_ITEMS};
 use crate::mapping::{BatchRule, Mapping};
 
 /// The longest window a batch may gather for: a day.
 const MAX_WINDOW: Duration = Duration::from_secs(86_400);
-
-/// The most requests one batch may hold: each is a numbered envelope of one prompt.
-const MAX_ITEMS: u32 = 1000;
-
-/// The default `maxItems`.
-const DEFAULT_MAX_ITEMS: u32 = 50;
-
-/// `batch` of an agent mapping: `{window: "30s", maxItems: 50}`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct BatchConfig {
-    /// How long a batch gathers from its first request: `30s`, `5m`, `1h30m`.
-    pub window: String,
-    /// The most requests of one batch.
-    #[schemars(extend("default" = DEFAULT_MAX_ITEMS), range(min = 1, max = MAX_ITEMS))]
-    pub max_items: Option<u32>,
-}
 
 /// Mapping `i`'s batch rule, or `None` with every problem added to `problems`: a window of a
 /// duration greater than 0 and at most a day, `maxItems` from 1 to 1000, on an agent mapping

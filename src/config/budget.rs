@@ -7,9 +7,7 @@ use std::collections::HashMap;
 use std::num::{NonZeroU32, NonZeroU64};
 use std::time::Duration;
 
-use schemars::JsonSchema;
-use serde::Deserialize;
-
+pub use super::model::BudgetConfig;
 use super::model::{AgentEntryConfig, MappingConfig};
 use super::runtime::GatewayMode;
 use super::{ConfigError, ConfigNotice, Settings};
@@ -20,23 +18,6 @@ use crate::mapping::Mapping;
 pub const RUNS_WINDOW: Duration = Duration::from_secs(3600);
 /// The rolling window of `tokensPerDay`.
 pub const TOKENS_WINDOW: Duration = Duration::from_secs(86_400);
-
-/// `budget` as the file writes it.
-#[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct BudgetConfig {
-    /// Input and output tokens the runs may use in any 24 hours.
-    #[schemars(range(min = 1))]
-    pub tokens_per_day: Option<u64>,
-    /// Runs that may enter the queue in any hour: accepted, or released from hold, within it
-    /// (whether they have started yet or not).
-    #[schemars(range(min = 1))]
-    pub runs_per_hour: Option<u32>,
-    /// `hold`: a run past the budget is stored and waits; `refuse`: it is answered 429 and
-    /// nothing is stored.
-    #[schemars(extend("default" = "hold", "enum" = ["hold", "refuse"]))]
-    pub on_exceeded: Option<String>,
-}
 
 /// What becomes of a run its budget has no room for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,13 +2,8 @@
 
 use super::ConfigError;
 use super::model::CaptureConfig;
+use super::model::defaults::MAX_CAPTURE_BYTES;
 use crate::hook::capture::{CapturePolicy, is_json_pointer};
-
-/// The largest `maxBytes`: a captured body is one row of the store.
-pub(super) const MAX_CAPTURE_BYTES: u64 = 16 * 1024 * 1024;
-
-/// The default `maxBytes`.
-pub(super) const DEFAULT_CAPTURE_BYTES: usize = crate::hook::capture::DEFAULT_MAX_BYTES;
 
 /// `config` over `base`; problems are named under `key` (`hooks.capture` or
 /// `hooks.mappings[2].capture`). A mapping's capture is on unless it says `enabled: false`.

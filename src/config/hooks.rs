@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::budget::Budgets;
 use super::conditions::conditions;
 use super::lanes::Lane;
+pub use super::model::defaults::{DEFAULT_BODY_TIMEOUT, DEFAULT_HOOKS_PATH, KNOWN_PRESETS};
 use super::model::{
     AgentEntryConfig, HooksConfig, MappingConfig, ModelEntryConfig, SignatureConfig,
     TransformConfig,
@@ -25,17 +26,10 @@ use crate::hook::{AgentDirectory, HookPolicy, ModelAllowlist, SessionKeyPolicy, 
 use crate::mapping::{ActionKind, Mapping, RenderLimit, javascript_component};
 use crate::transform::{TransformLimits, TransformSet};
 
-/// Default `hooks.path`.
-pub const DEFAULT_HOOKS_PATH: &str = "/hooks";
-
-/// Default time a client has to send its whole body.
-pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Paths the server itself answers; the hook prefix may not shadow them.
 const RESERVED_PATHS: &[&str] = &[
     "/api", "/livez", "/healthz", "/readyz", "/metrics", "/console",
 ];
-/// The presets hookgate ships.
-pub const KNOWN_PRESETS: &[&str] = &["gmail"];
 
 /// The webhook endpoint's settings, present only when hooks are enabled.
 #[derive(Debug)]

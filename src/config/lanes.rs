@@ -4,28 +4,12 @@
 
 use std::num::NonZeroU32;
 
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
 use super::model::MappingConfig;
+pub use super::model::RunsConfig;
 use crate::mapping::Mapping;
-
-/// `runs` of a mapping, as written.
-#[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RunsConfig {
-    /// The most runs of the mapping at once.
-    #[schemars(extend("x-default" = "only the global limit"), range(min = 1))]
-    pub max_concurrent: Option<u32>,
-    /// The most runs of the mapping waiting to start, queued or held by a budget; a request
-    /// past it is answered 429 (at least `maxConcurrent`).
-    #[schemars(extend("x-default" = "no bound"), range(min = 1))]
-    pub max_queued: Option<u32>,
-    /// Which queued run starts first.
-    #[schemars(extend("default" = "normal", "enum" = ["high", "normal", "low"]))]
-    pub priority: Option<String>,
-}
 
 /// Which queued run the runner starts first: every `high` run before any `normal` one, every
 /// `normal` before any `low`; the oldest first within one priority. It orders the queued runs

@@ -6,12 +6,10 @@
 use std::time::Duration;
 
 use super::ConfigError;
+pub use super::model::defaults::DEFAULT_MAX_BODY_BYTES;
 use super::model::{HooksConfig, TransformConfig, TransformLimitsConfig};
 use crate::mapping::javascript_component;
 use crate::transform::TransformLimits;
-
-/// Default `hooks.maxBodyBytes`: 256 KiB.
-pub const DEFAULT_MAX_BODY_BYTES: u64 = 256 * 1024;
 
 /// `hooks.maxBodyBytes`: greater than 0.
 pub(super) fn max_body_bytes(value: Option<u64>, problems: &mut Vec<ConfigError>) -> u64 {

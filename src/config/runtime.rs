@@ -131,9 +131,7 @@ pub struct Retention {
     pub requests_max_bytes: Option<u64>,
 }
 
-/// The request log's size bound unless configured otherwise: no traffic, accepted or refused,
-/// grows it past this (docs/operations.md#the-request-log).
-pub const DEFAULT_REQUESTS_MAX_BYTES: u64 = 1024 * 1024 * 1024;
+pub use super::model::defaults::DEFAULT_REQUESTS_MAX_BYTES;
 /// The smallest size bound accepted. The log may pass its bound by one batch before that batch
 /// is pruned (at most 1024 records, and up to the 64 MiB of captures its queue holds), so a
 /// bound much smaller would be overshot by more than itself.

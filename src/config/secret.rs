@@ -14,8 +14,7 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use serde::Deserialize;
-
+pub use super::model::SecretValue;
 use super::{ConfigError, confine};
 
 /// The configuration's directory, against which its relative paths resolve, and which secret
@@ -77,23 +76,6 @@ impl<'a> ConfigFiles<'a> {
             }
         }
     }
-}
-
-/// A secret: either the value itself or `{ "file": "path" }`, whose trimmed contents are the value.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(untagged)]
-#[schemars(extend("x-leaf" = true))]
-pub enum SecretValue {
-    Inline(String),
-    File(SecretFile),
-}
-
-/// The `{ "file": ... }` form of a secret.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SecretFile {
-    /// The file, relative to the config dir.
-    pub file: String,
 }
 
 /// The largest secret file read: a token, a signing key or a PEM-encoded key fits many times.

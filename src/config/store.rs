@@ -2,12 +2,8 @@
 //! JetStream cluster shared by several.
 
 use super::ConfigError;
+use super::model::defaults::{DEFAULT_BUCKET, DEFAULT_REPLICAS, DEFAULT_STREAM};
 use super::model::{FileConfig, StoreConfig};
-
-/// The defaults of `gateway.store`'s NATS keys.
-pub(super) const DEFAULT_STREAM: &str = "HOOKGATE";
-pub(super) const DEFAULT_BUCKET: &str = "hookgate";
-pub(super) const DEFAULT_REPLICAS: u8 = 1;
 
 /// The store the gateway runs on.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

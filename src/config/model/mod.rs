@@ -3,6 +3,9 @@
 //! Nothing here is validated beyond its shape; `config::settings` turns these into the normalised
 //! [`Settings`](super::Settings) the server runs on. Every struct refuses unknown keys so that a typo
 //! is reported with its path instead of being silently ignored.
+//!
+//! It stands below what is built from it: nothing in `model/` imports the rest of `config`,
+//! whose modules import these types and the [`defaults`] the schema names.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -10,10 +13,27 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-pub use super::batch::BatchConfig;
-pub use super::budget::BudgetConfig;
-pub use super::channels::ChannelsConfig;
-pub use super::secret::{SecretFile, SecretValue};
+mod batch;
+mod budget;
+pub mod channels;
+mod conditions;
+pub mod defaults;
+mod lanes;
+mod secret;
+
+pub use batch::BatchConfig;
+pub use budget::BudgetConfig;
+pub use channels::ChannelsConfig;
+pub use conditions::{
+    ExistsConfig, HeaderValuesConfig, HeadersConfig, PayloadConfig, PayloadTestConfig,
+};
+use defaults::{
+    DEFAULT_BODY_TIMEOUT, DEFAULT_BUCKET, DEFAULT_CAPTURE_BYTES, DEFAULT_HOOKS_PATH,
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_REPLICAS, DEFAULT_REQUESTS_MAX_BYTES, DEFAULT_STREAM,
+    KNOWN_PRESETS, MAX_CAPTURE_BYTES,
+};
+pub use lanes::RunsConfig;
+pub use secret::{SecretFile, SecretValue};
 
 /// What a key's `x-reload` says when a change needs a restart (docs/configuration.md#reload).
 pub const RESTART: &str = "restart";
@@ -136,7 +156,7 @@ pub struct RetentionConfig {
     pub requests: Option<String>,
     /// The request log's size bound: past it the oldest records go first, whatever their age;
     /// `0` bounds it by age alone, otherwise at least 1 MiB.
-    #[schemars(extend("default" = super::runtime::DEFAULT_REQUESTS_MAX_BYTES))]
+    #[schemars(extend("default" = DEFAULT_REQUESTS_MAX_BYTES))]
     pub requests_max_bytes: Option<u64>,
 }
 
@@ -150,13 +170,13 @@ pub struct StoreConfig {
     /// `nats://host:port`, several separated by commas (nats only).
     pub url: Option<String>,
     /// The JetStream stream (nats only).
-    #[schemars(extend("default" = super::store::DEFAULT_STREAM))]
+    #[schemars(extend("default" = DEFAULT_STREAM))]
     pub stream: Option<String>,
     /// The prefix of the key-value buckets (nats only).
-    #[schemars(extend("default" = super::store::DEFAULT_BUCKET))]
+    #[schemars(extend("default" = DEFAULT_BUCKET))]
     pub bucket: Option<String>,
     /// Stream and bucket replicas (nats only; 3 on a three-node cluster).
-    #[schemars(extend("default" = super::store::DEFAULT_REPLICAS), range(min = 1, max = 5))]
+    #[schemars(extend("default" = DEFAULT_REPLICAS), range(min = 1, max = 5))]
     pub replicas: Option<u8>,
 }
 
@@ -177,7 +197,7 @@ pub struct ForwardConfig {
     pub url: String,
     /// The upstream's `hooks.path`: wakes go to `<url><path>/wake`, agent runs to
     /// `<url><path>/agent`.
-    #[schemars(extend("default" = super::hooks::DEFAULT_HOOKS_PATH))]
+    #[schemars(extend("default" = DEFAULT_HOOKS_PATH))]
     pub path: Option<String>,
     /// The upstream's hook token.
     pub token: SecretValue,
@@ -207,15 +227,15 @@ pub struct HooksConfig {
     #[schemars(extend("x-default" = "required when enabled"))]
     pub token: Option<SecretValue>,
     /// The prefix of the hook endpoints.
-    #[schemars(extend("default" = super::hooks::DEFAULT_HOOKS_PATH))]
+    #[schemars(extend("default" = DEFAULT_HOOKS_PATH))]
     pub path: Option<String>,
     /// Larger bodies get 413; a request's templates render to at most four times it, 1 MiB
     /// at least.
-    #[schemars(extend("default" = super::limits::DEFAULT_MAX_BODY_BYTES), range(min = 1))]
+    #[schemars(extend("default" = DEFAULT_MAX_BODY_BYTES), range(min = 1))]
     pub max_body_bytes: Option<u64>,
     /// Time a client may take to send its body; slower bodies get 408.
     #[schemars(
-        extend("default" = super::hooks::DEFAULT_BODY_TIMEOUT.as_secs(), "exclusiveMinimum" = 0),
+        extend("default" = DEFAULT_BODY_TIMEOUT.as_secs(), "exclusiveMinimum" = 0),
         range(max = MAX_SECONDS)
     )]
     pub body_timeout_seconds: Option<f64>,
@@ -234,7 +254,7 @@ pub struct HooksConfig {
     pub allowed_session_key_prefixes: Option<Vec<String>>,
     /// Built-in mappings; `"gmail"` is the only one.
     #[serde(default)]
-    #[schemars(extend("items" = {"enum": super::hooks::KNOWN_PRESETS}))]
+    #[schemars(extend("items" = {"enum": KNOWN_PRESETS}))]
     pub presets: Vec<String>,
     /// Mapped hooks, tried in order (docs/hooks.md#mapped-hooks).
     #[serde(default)]
@@ -258,7 +278,7 @@ pub struct CaptureConfig {
     #[schemars(extend("default" = false))]
     pub enabled: Option<bool>,
     /// Bodies longer than this are not kept.
-    #[schemars(extend("default" = super::capture::DEFAULT_CAPTURE_BYTES), range(min = 1, max = super::capture::MAX_CAPTURE_BYTES))]
+    #[schemars(extend("default" = DEFAULT_CAPTURE_BYTES), range(min = 1, max = MAX_CAPTURE_BYTES))]
     pub max_bytes: Option<u64>,
     /// JSON pointers whose values are replaced by `[redacted]` before storage.
     pub redact: Option<Vec<String>>,
@@ -344,7 +364,7 @@ pub struct MappingConfig {
     /// What the request log keeps of this mapping's requests, over `hooks.capture`.
     pub capture: Option<CaptureConfig>,
     /// The mapping's lane: its runs at once, waiting, and their priority.
-    pub runs: Option<super::lanes::RunsConfig>,
+    pub runs: Option<RunsConfig>,
     /// Runs an hour and tokens a day this mapping's runs may take (agent mappings only).
     pub budget: Option<BudgetConfig>,
     /// Gathers an agent mapping's requests into one run per window.
@@ -385,10 +405,10 @@ pub struct MatchConfig {
     /// The payload's `source`.
     pub source: Option<String>,
     /// Header name → a value or a list of values; every header must carry one of its values.
-    pub headers: Option<super::conditions::HeadersConfig>,
+    pub headers: Option<HeadersConfig>,
     /// JSON pointer → a value, a list of values, or `{ exists: true | false }`; every one must
     /// hold.
-    pub payload: Option<super::conditions::PayloadConfig>,
+    pub payload: Option<PayloadConfig>,
 }
 
 /// `transform` of a mapping.
