@@ -33,6 +33,7 @@ mod submit;
 mod trace;
 mod write_deadline;
 
+pub use api_runs_bulk::BulkAction;
 use std::sync::Arc;
 
 use axum::Router;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use hookgate::gateway::Retry;
+use hookgate::http::BulkAction;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -133,7 +134,7 @@ pub fn runs(command: RunsCommand) -> ExitCode {
             id: None,
             bulk,
             remote,
-        } => runs_bulk::bulk(&remote, "retry", &bulk),
+        } => runs_bulk::bulk(&remote, BulkAction::Retry, &bulk),
         RunsCommand::Retry {
             id: Some(id),
             remote,
@@ -161,12 +162,12 @@ pub fn runs(command: RunsCommand) -> ExitCode {
             id: None,
             bulk,
             remote,
-        } => runs_bulk::bulk(&remote, "release", &bulk),
+        } => runs_bulk::bulk(&remote, BulkAction::Release, &bulk),
         RunsCommand::Cancel {
             id: None,
             bulk,
             remote,
-        } => runs_bulk::bulk(&remote, "cancel", &bulk),
+        } => runs_bulk::bulk(&remote, BulkAction::Cancel, &bulk),
     }
 }
 

@@ -4,6 +4,7 @@
 //! a prompt on a terminal), prints what became of them, and exits non-zero when any failed.
 
 use clap::Args;
+use hookgate::http::BulkAction;
 use reqwest::Method;
 use serde_json::{Map, Value, json};
 use std::process::ExitCode;
@@ -59,9 +60,9 @@ pub struct BulkRuns {
     yes: bool,
 }
 
-/// Applies `action` (`release`, `cancel` or `retry`, the API's path segment) to the runs
-/// `bulk`'s filters select on `remote`; see the module's doc.
-pub fn bulk(remote: &Remote, action: &str, bulk: &BulkRuns) -> ExitCode {
+/// Applies `action` to the runs `bulk`'s filters select on `remote`; see the module's doc.
+pub fn bulk(remote: &Remote, action: BulkAction, bulk: &BulkRuns) -> ExitCode {
+    let action = action.as_str();
     let filter = bulk.filters.json();
     if filter.is_empty() {
         eprintln!("error: name a run id, or filters (--mapping, --status, --since, --agent, ...)");
