@@ -154,9 +154,8 @@ impl Forward {
             GatewayMode::Forward(upstream) => upstream.relay_session_key,
             GatewayMode::Embedded => false,
         };
-        let message = run.admitted.action.message.clone();
         OutboxItem::Relay(Relayed::Agent {
-            body: AgentBody::of(&run.admitted, message, relay_session_key),
+            body: Box::new(AgentBody::of(&run.admitted, relay_session_key)),
             idempotency_key: run.run_id.clone(),
         })
     }

@@ -1,7 +1,7 @@
 //! What a hook asks for, as plain data: a wake (a system event for the main session) or an agent
 //! run, before and after policy.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::envelope::ContentSource;
 use super::wire::wire_names;
@@ -162,14 +162,24 @@ pub const DEFAULT_NAME: &str = "Hook";
 /// An agent run's fields, typed once: what a request body (`payload`), a mapping's rendered
 /// templates and a transform's outcome (`crate::mapping`) make of a request, and what admission
 /// resolves and the stored run, a relay and the fingerprint read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its serde form is the one every form of a run shares (the run on NATS, the operator API's
+/// view, the body relayed upstream): camel case, an option the run does not set as null (the
+/// relay leaves those out), a field added here shows in each. Three fields are each form's own
+/// and skipped here: the name (the API calls it `hookName`), the requested session key (a run
+/// shows its resolved key, a relay the key it may pass on) and the session mode (not relayed).
+/// Read with the hook contract's defaults for what is absent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct AgentAction {
     pub message: String,
     /// Human-readable hook name, `Hook` when not given.
+    #[serde(skip)]
     pub name: String,
     /// As named; in an [`AdmittedRun`], the resolved agent id (`None` when none was named).
     pub agent_id: Option<String>,
     /// As named; the key an admitted run gets is [`AdmittedRun::session_key`].
+    #[serde(skip)]
     pub session_key: Option<String>,
     pub wake_mode: WakeMode,
     pub deliver: bool,
@@ -179,9 +189,11 @@ pub struct AgentAction {
     pub to: Option<String>,
     /// As named; in an [`AdmittedRun`], the resolved model id (aliases resolved).
     pub model: Option<String>,
+    #[serde(deserialize_with = "Thinking::deserialize_lenient")]
     pub thinking: Option<Thinking>,
     /// `Some(0)`: no limit but the hard cap.
     pub timeout_seconds: Option<u64>,
+    #[serde(skip)]
     pub session_mode: SessionMode,
 }
 
@@ -236,10 +248,13 @@ impl SessionMode {
 
 /// An agent action that passed every policy: what gets queued as a run. A stored run keeps
 /// neither whether the key was chosen nor `allow_unsafe_external_content` (both read back false):
-/// they decide admission (idempotency, the prompt) and the relay, not the run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// they decide admission (idempotency, the prompt) and the relay, not the run. Its serde form is
+/// flat: the action's fields beside its own, in camel case.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct AdmittedRun {
     /// The action, its agent id and model resolved.
+    #[serde(flatten)]
     pub action: AgentAction,
     /// The agent that will run it: the action's agent id or the default agent.
     pub target_agent: String,
@@ -247,8 +262,10 @@ pub struct AdmittedRun {
     pub session_key: String,
     /// Whether `session_key` was chosen by the request, the mapping or `defaultSessionKey`, as
     /// opposed to freshly generated; only a chosen key takes part in idempotency.
+    #[serde(skip)]
     pub session_key_chosen: bool,
     pub source: ContentSource,
+    #[serde(skip)]
     pub allow_unsafe_external_content: bool,
     /// The id of the mapping that admitted the run (`hooks.mappings[].id`); `None` for
     /// `POST {prefix}/agent`. What the mapping's batch, lane and budget apply to.

@@ -39,7 +39,7 @@ impl Lane {
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct AgentRow {
-    body: AgentBody,
+    body: Box<AgentBody>,
     idempotency_key: String,
 }
 
@@ -125,7 +125,7 @@ impl OutboxItem {
     }
 
     /// The payload column of a relay of `body` (for a waiting row whose message changes).
-    pub(super) fn agent_payload(body: AgentBody, idempotency_key: String) -> String {
+    pub(super) fn agent_payload(body: Box<AgentBody>, idempotency_key: String) -> String {
         let row = AgentRow {
             body,
             idempotency_key,
@@ -134,7 +134,7 @@ impl OutboxItem {
     }
 
     /// The relay of a waiting row's payload.
-    pub(super) fn agent_of(payload: &str) -> Option<(AgentBody, String)> {
+    pub(super) fn agent_of(payload: &str) -> Option<(Box<AgentBody>, String)> {
         let row: AgentRow = serde_json::from_str(payload).ok()?;
         Some((row.body, row.idempotency_key))
     }

@@ -5,12 +5,13 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::ser::Error as _;
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
 use super::chat::SendError;
 use crate::config::runtime::Upstream;
-use crate::hook::{AdmittedRun, Channel, Thinking, WakeMode};
+use crate::hook::{AdmittedRun, AgentAction, WakeMode};
 
 /// The service name in a relay's errors.
 const UPSTREAM: &str = "upstream";
@@ -32,9 +33,10 @@ pub enum Relayed {
     Wake { body: WakeBody },
     /// To `<prefix>/agent`, with the idempotency key that keeps a repeated relay from making a
     /// second upstream run: the run id (a client's repeat is answered here, by its claim).
+    /// The body boxed: it is most of the item, and a wake's is small.
     #[serde(rename_all = "camelCase")]
     Agent {
-        body: AgentBody,
+        body: Box<AgentBody>,
         idempotency_key: String,
     },
 }
@@ -46,59 +48,45 @@ pub struct WakeBody {
     pub mode: WakeMode,
 }
 
-/// The body of an upstream `/agent`. Optional fields are sent only when the request or mapping
-/// set them, so that the upstream applies its own defaults and policies (its `defaultSessionKey`
-/// among them).
+/// The body of an upstream `/agent`: the run's action in its serde form (the action's, whose
+/// message is the one relayed), its name and the session key it may pass on. An option the
+/// request or mapping did not set is left out, so that the upstream applies its own defaults and
+/// policies (its `defaultSessionKey` among them), and the session mode is not relayed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentBody {
-    pub message: String,
     pub name: String,
-    pub wake_mode: WakeMode,
-    pub deliver: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub channel: Option<Channel>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub to: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "Thinking::deserialize_lenient"
-    )]
-    pub thinking: Option<Thinking>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_seconds: Option<u64>,
+    #[serde(flatten, serialize_with = "without_nulls")]
+    pub action: AgentAction,
     /// Always on in what this version relays: the upstream answers once the run ended. Off in a
     /// row an older version stored (the upstream then answers at admission).
     #[serde(default)]
     pub wait_for_completion: bool,
 }
 
+/// Writes `action`'s serde form without its nulls, the options it does not set: the upstream
+/// refuses a null where it reads a value (`"model":null` is its `400 model required`). Through a
+/// map of the form, once per relay: its fields are then named by the action's type alone.
+fn without_nulls<S: Serializer>(action: &AgentAction, serializer: S) -> Result<S::Ok, S::Error> {
+    let Value::Object(fields) = serde_json::to_value(action).map_err(S::Error::custom)? else {
+        return Err(S::Error::custom("an action is written as an object"));
+    };
+    serializer.collect_map(fields.iter().filter(|(_, value)| !value.is_null()))
+}
+
 impl AgentBody {
-    /// The body for an admitted run, whose message is `message` (the request's, or a closed
-    /// batch's prompt). Its session key goes along only when `relay_session_key` is on and the
-    /// key was chosen (by the request, the mapping or `defaultSessionKey`), not generated here.
-    pub fn of(run: &AdmittedRun, message: String, relay_session_key: bool) -> AgentBody {
-        let action = &run.action;
+    /// The body for an admitted run, with the request's message (a closed batch's relay puts
+    /// its prompt in `action.message`). Its session key goes along only when
+    /// `relay_session_key` is on and the key was chosen (by the request, the mapping or
+    /// `defaultSessionKey`), not generated here.
+    pub fn of(run: &AdmittedRun, relay_session_key: bool) -> AgentBody {
         AgentBody {
-            message,
-            name: action.name.clone(),
-            wake_mode: action.wake_mode,
-            deliver: action.deliver,
-            channel: action.channel,
-            to: action.to.clone(),
-            agent_id: action.agent_id.clone(),
+            name: run.action.name.clone(),
             session_key: (relay_session_key && run.session_key_chosen)
                 .then(|| run.session_key.clone()),
-            model: action.model.clone(),
-            thinking: action.thinking,
-            timeout_seconds: action.timeout_seconds,
+            action: run.action.clone(),
             wait_for_completion: true,
         }
     }
@@ -108,7 +96,8 @@ impl AgentBody {
         if !self.wait_for_completion {
             return super::chat::SEND_TIMEOUT;
         }
-        self.timeout_seconds
+        self.action
+            .timeout_seconds
             .map_or(RUN_WAIT, |s| Duration::from_secs(s) + RUN_WAIT_MARGIN)
     }
 }
@@ -191,7 +180,7 @@ mod tests {
 
     #[test]
     fn the_body_carries_only_what_was_set() {
-        let body = serde_json::to_value(AgentBody::of(&admitted(), "m".into(), false)).unwrap();
+        let body = serde_json::to_value(AgentBody::of(&admitted(), false)).unwrap();
         assert_eq!(
             body,
             serde_json::json!({"message": "m", "name": "Hook", "wakeMode": "now", "deliver": true,
@@ -199,8 +188,9 @@ mod tests {
         );
     }
 
-    /// The outbox's record of an agent relay with every field set; its `body` is what OpenClaw's
-    /// `/hooks/agent` is sent (asking it to answer once the run ended).
+    /// The outbox's record of an agent relay with every field set, as the version before the
+    /// body was made of the run's action wrote it; its `body` is what OpenClaw's `/hooks/agent`
+    /// was sent (asking it to answer once the run ended).
     const RELAYED_BEFORE: &str = concat!(
         r#"{"body":{"message":"m","name":"GitHub","wakeMode":"next-heartbeat","#,
         r#""deliver":false,"channel":"telegram","to":"+1","agentId":"ops","#,
@@ -209,14 +199,25 @@ mod tests {
         r#""idempotencyKey":"k"}"#,
     );
 
+    /// The same record as this version writes it: the same keys and values, in the action's
+    /// order.
+    const RELAYED: &str = concat!(
+        r#"{"body":{"name":"GitHub","sessionKey":"hook:x","message":"m","agentId":"ops","#,
+        r#""wakeMode":"next-heartbeat","deliver":false,"channel":"telegram","to":"+1","#,
+        r#""model":"a/b","thinking":"high","timeoutSeconds":30,"waitForCompletion":true},"#,
+        r#""idempotencyKey":"k"}"#,
+    );
+
     #[test]
     fn a_relay_is_recorded_and_sent_as_before() {
         let run = crate::gateway::store::runs::tests::full_run("r1").admitted;
         let relayed = OutboxItem::Relay(Relayed::Agent {
-            body: AgentBody::of(&run, run.action.message.clone(), true),
+            body: Box::new(AgentBody::of(&run, true)),
             idempotency_key: "k".into(),
         });
-        assert_eq!(relayed.encode(), ("forward-run", RELAYED_BEFORE.into()));
+        assert_eq!(relayed.encode(), ("forward-run", RELAYED.into()));
+        let json = |text: &str| serde_json::from_str::<Value>(text).unwrap();
+        assert_eq!(json(RELAYED), json(RELAYED_BEFORE));
         let read = OutboxItem::decode("forward-run", RELAYED_BEFORE).unwrap();
         assert_eq!(read.encode(), relayed.encode());
     }
@@ -224,16 +225,11 @@ mod tests {
     #[test]
     fn a_chosen_session_key_is_relayed_only_when_configured() {
         assert_eq!(
-            AgentBody::of(&admitted(), "m".into(), true)
-                .session_key
-                .as_deref(),
+            AgentBody::of(&admitted(), true).session_key.as_deref(),
             Some("hook:ingress")
         );
         let mut generated = admitted();
         generated.session_key_chosen = false;
-        assert_eq!(
-            AgentBody::of(&generated, "m".into(), true).session_key,
-            None
-        );
+        assert_eq!(AgentBody::of(&generated, true).session_key, None);
     }
 }

@@ -150,18 +150,18 @@ fn relay_queued(conn: &Connection, run: &NewRun, relay_session_key: bool) -> rus
         .query_row(params![run.run_id], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?;
     let Some((id, mut payload)) = waiting else {
-        let message = match batch {
-            Some(_) => run.prompt.clone(),
-            None => run.action().message.clone(),
-        };
+        let mut body = AgentBody::of(&run.admitted, relay_session_key);
+        if batch.is_some() {
+            body.action.message = run.prompt.clone();
+        }
         let relay = OutboxItem::Relay(Relayed::Agent {
-            body: AgentBody::of(&run.admitted, message, relay_session_key),
+            body: Box::new(body),
             idempotency_key: run.run_id.clone(),
         });
         return relay.insert(conn, Some(&run.run_id));
     };
     if let (Some(_), Some((mut body, key))) = (batch, OutboxItem::agent_of(&payload)) {
-        body.message = run.prompt.clone();
+        body.action.message = run.prompt.clone();
         payload = OutboxItem::agent_payload(body, key);
     }
     conn.prepare_cached(

@@ -352,6 +352,15 @@ impl NewRun {
         }
     }
 
+    /// Writes the run in its derived serde form, for `serialize_with` on a borrowed run: what
+    /// the operator API shows of it and what the NATS form carries.
+    pub(super) fn serialize_derived<S: serde::Serializer>(
+        run: &&NewRun,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        NewRun::serialize(run, serializer)
+    }
+
     /// The action as admitted.
     pub fn action(&self) -> &AgentAction {
         &self.admitted.action
@@ -441,18 +450,24 @@ impl Store {
 
 /// A run about to be queued: the admitted action ([`AdmittedRun`]), its id, the prompt the agent
 /// will be given (the action's message, in its safety envelope unless the action allows unsafe
-/// external content) and when it was accepted (RFC 3339). On the wire (NATS messages) it is
-/// one flat snake-case object, as runs were written before it contained the action
-/// (`stored_run`); writing one borrows its strings into that form, reading one moves them.
-/// Its serde impls are in `stored_run`.
-#[derive(Debug, Clone)]
+/// external content) and when it was accepted (RFC 3339).
+///
+/// Its derived serde form (`remote = "Self"`: `NewRun::serialize`, `NewRun::deserialize`) is the
+/// run's one shape: flat, camel case, an option the run does not set as null. The operator API's
+/// view (`run_view`) and the run on NATS (`run_wire`, which holds its `Serialize` and
+/// `Deserialize` impls) are made of it, so that a field added to the run, the admitted run or
+/// the action shows in both.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(remote = "Self", rename_all = "camelCase")]
 pub struct NewRun {
     pub run_id: String,
+    #[serde(flatten)]
     pub admitted: AdmittedRun,
     pub prompt: String,
     pub created_at: String,
     /// Its mapping's `runs.priority` when admitted (`normal` without one): which queued run the
     /// runner starts first.
+    #[serde(default)]
     pub priority: Priority,
 }
 

@@ -11,14 +11,12 @@ use super::records::{DeliveryRecord, NewRun, RunStatus, new_run_columns};
 use super::turn_record::ModelCall;
 use super::turn_record::Usage;
 use super::{Store, StoreError};
-use crate::config::lanes::Priority;
-use crate::hook::envelope::ContentSource;
-use crate::hook::{Channel, Thinking, WakeMode};
 
 /// A run as the operator API shows it (`GET /api/runs/<runId>`): the run as it was accepted,
 /// and its state since.
 #[derive(Debug, Clone)]
 pub struct RunRecord {
+    /// As the store reads it back: its channel resolved (`last` when none was named).
     pub run: NewRun,
     pub status: RunStatus,
     /// The agent's reply, once the run finished.
@@ -177,34 +175,16 @@ impl Serialize for RunRecord {
     }
 }
 
-/// A run in the operator API's words (camel case, in this order), borrowed from its record.
+/// A run in the operator API's words, borrowed from its record: the run in its own serde form
+/// (every field of the run, the admitted run and the action, with the option a run does not set
+/// as null), then its hook name and its state since, in camel case.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ApiRun<'a> {
-    run_id: &'a str,
-    status: RunStatus,
+    #[serde(flatten, serialize_with = "NewRun::serialize_derived")]
+    run: &'a NewRun,
     hook_name: &'a str,
-    /// The resolved target agent, or null when the request named none.
-    agent_id: Option<&'a str>,
-    session_key: &'a str,
-    /// The message as accepted.
-    message: &'a str,
-    /// Exactly what the agent will be given.
-    prompt: &'a str,
-    deliver: bool,
-    channel: Channel,
-    to: Option<&'a str>,
-    /// The resolved model id, or null.
-    model: Option<&'a str>,
-    thinking: Option<Thinking>,
-    timeout_seconds: Option<u64>,
-    wake_mode: WakeMode,
-    source: ContentSource,
-    /// The mapping that admitted the run, or null for `POST {prefix}/agent`.
-    mapping_id: Option<&'a str>,
-    /// Its mapping's `runs.priority` when admitted: which queued run starts first.
-    priority: Priority,
-    created_at: &'a str,
+    status: RunStatus,
     reply: Option<&'a str>,
     summary: Option<&'a str>,
     error: Option<&'a str>,
@@ -226,26 +206,10 @@ struct ApiRun<'a> {
 
 impl<'a> ApiRun<'a> {
     fn of(record: &'a RunRecord) -> ApiRun<'a> {
-        let (run, action) = (&record.run, record.run.action());
         ApiRun {
-            run_id: &run.run_id,
+            run: &record.run,
+            hook_name: &record.run.action().name,
             status: record.status,
-            hook_name: &action.name,
-            agent_id: action.agent_id.as_deref(),
-            session_key: &run.admitted.session_key,
-            message: &action.message,
-            prompt: &run.prompt,
-            deliver: action.deliver,
-            channel: run.channel(),
-            to: action.to.as_deref(),
-            model: action.model.as_deref(),
-            thinking: action.thinking,
-            timeout_seconds: action.timeout_seconds,
-            wake_mode: action.wake_mode,
-            source: run.admitted.source,
-            mapping_id: run.admitted.mapping_id.as_deref(),
-            priority: run.priority,
-            created_at: &run.created_at,
             reply: record.reply.as_deref(),
             summary: record.summary.as_deref(),
             error: record.error.as_deref(),
@@ -282,6 +246,7 @@ pub struct RunFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hook::Channel;
 
     /// A finished run of a mapping, every field set, exactly as `GET /api/runs/{id}` showed it
     /// before the run's forms were derived from its types: camel case, in this order.
@@ -291,6 +256,22 @@ mod tests {
         r#""channel":"telegram","to":"+1","model":"a/b","thinking":"high","#,
         r#""timeoutSeconds":30,"wakeMode":"next-heartbeat","source":"email","#,
         r#""mappingId":"github","priority":"low","createdAt":"2026-01-01T00:00:00.000Z","#,
+        r#""reply":"done","summary":"done","error":null,"answeredBy":"a/c","#,
+        r#""startedAt":"2026-01-01T00:00:01.000Z","finishedAt":"2026-01-01T00:00:02.000Z","#,
+        r#""delivery":{"status":"sent","channel":"telegram","to":"+1","attempts":1},"#,
+        r#""upstreamRunId":null,"attempts":2,"usage":{"inputTokens":3,"outputTokens":4},"#,
+        r#""heldBy":{"scope":"mapping","id":"github","limit":"runsPerHour"},"#,
+        r#""modelCalls":[{"model":"a/c","provider":"p","at":"2026-01-01T00:00:01.000Z"}]}"#,
+    );
+
+    /// The same run as the API shows it now: the run's own serde form first, then its hook name
+    /// and its state; `targetAgent` is new.
+    const SHOWN: &str = concat!(
+        r#"{"runId":"r1","message":"m","agentId":"ops","wakeMode":"next-heartbeat","#,
+        r#""deliver":false,"channel":"telegram","to":"+1","model":"a/b","thinking":"high","#,
+        r#""timeoutSeconds":30,"targetAgent":"ops","sessionKey":"hook:x","source":"email","#,
+        r#""mappingId":"github","prompt":"p","createdAt":"2026-01-01T00:00:00.000Z","#,
+        r#""priority":"low","hookName":"GitHub","status":"ok","#,
         r#""reply":"done","summary":"done","error":null,"answeredBy":"a/c","#,
         r#""startedAt":"2026-01-01T00:00:01.000Z","finishedAt":"2026-01-01T00:00:02.000Z","#,
         r#""delivery":{"status":"sent","channel":"telegram","to":"+1","attempts":1},"#,
@@ -331,7 +312,41 @@ mod tests {
                 retry_in_ms: None,
             }],
         };
-        assert_eq!(serde_json::to_string(&record).unwrap(), SHOWN_BEFORE);
+        assert_eq!(serde_json::to_string(&record).unwrap(), SHOWN);
+        // Every key and value shown before, and one more: only the keys' order changed.
+        let mut shown = serde_json::to_value(&record).unwrap();
+        shown.as_object_mut().unwrap().remove("targetAgent");
+        let before: serde_json::Value = serde_json::from_str(SHOWN_BEFORE).unwrap();
+        assert_eq!(shown, before);
+    }
+
+    #[test]
+    fn an_option_a_run_does_not_set_is_shown_as_null() {
+        let record = RunRecord {
+            run: crate::gateway::store::runs::tests::run("r1").into_stored(),
+            status: RunStatus::Queued,
+            reply: None,
+            summary: None,
+            error: None,
+            answered_by: None,
+            started_at: None,
+            finished_at: None,
+            delivery: None,
+            upstream_run_id: None,
+            attempts: 1,
+            usage: None,
+            held_by: None,
+            model_calls: Vec::new(),
+        };
+        let shown = serde_json::to_value(&record).unwrap();
+        for key in ["agentId", "to", "model", "thinking", "mappingId"] {
+            assert_eq!(
+                shown.get(key),
+                Some(&serde_json::Value::Null),
+                "{key}: {shown}"
+            );
+        }
+        assert_eq!(shown["channel"], "last");
     }
 
     #[test]
