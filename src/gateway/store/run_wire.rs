@@ -3,7 +3,7 @@
 //! with the two fields of the action that form leaves to each form of a run. It reads form 2 and
 //! form 1, the flat snake-case object earlier versions wrote. Form 1 is frozen: a field added to
 //! the run is not added to it, and a form-1 run reads that field as its default. A node of an
-//! earlier version cannot read form 2 (docs/cluster.md, "Upgrading").
+//! earlier version cannot read form 2 (docs/cluster.md, "Upgrading a cluster").
 
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
