@@ -28,7 +28,7 @@ use crate::transform::{TransformLimits, TransformSet};
 
 /// Paths the server itself answers; the hook prefix may not shadow them.
 const RESERVED_PATHS: &[&str] = &[
-    "/api", "/livez", "/healthz", "/readyz", "/metrics", "/console",
+    "/api", "/mcp", "/livez", "/healthz", "/readyz", "/metrics", "/console",
 ];
 
 /// The webhook endpoint's settings, present only when hooks are enabled.

@@ -31,6 +31,7 @@ pub mod lanes;
 mod limits;
 mod load;
 mod mapping;
+pub mod mcp;
 pub mod model;
 mod openclaw;
 mod reload;

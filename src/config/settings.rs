@@ -41,6 +41,8 @@ pub struct Settings {
     pub metrics_public: bool,
     /// `None` when `hooks.enabled` is false: the prefix is then not served at all.
     pub hooks: Option<HookSettings>,
+    /// The MCP endpoint's credentials (docs/mcp.md).
+    pub mcp: super::mcp::McpSettings,
     pub agents: AgentDirectory,
     pub runtime: RuntimeSettings,
     /// OpenClaw keys of the file that hookgate took in its own form or left out, and what of
@@ -110,6 +112,11 @@ impl Settings {
             files,
             &mut problems,
         );
+        let others = super::mcp::OtherTokens {
+            gateway: gateway_token.as_deref(),
+            hooks: hooks.as_ref().map(|hooks| &hooks.token),
+        };
+        let mcp = super::mcp::mcp_settings(file.mcp, &others, files, &mut problems);
         let bind = file.gateway.bind.unwrap_or_else(|| DEFAULT_BIND.into());
         if bind.parse::<std::net::IpAddr>().is_err() {
             // What `serve` would fail on, said by `check` too.
@@ -147,6 +154,7 @@ impl Settings {
             connections,
             metrics_public: file.gateway.metrics.as_ref().is_some_and(|m| m.public),
             hooks,
+            mcp,
             agents,
             runtime,
             notices: Vec::new(),

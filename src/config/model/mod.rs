@@ -19,6 +19,7 @@ pub mod channels;
 mod conditions;
 pub mod defaults;
 mod lanes;
+mod mcp;
 mod secret;
 
 pub use batch::BatchConfig;
@@ -33,6 +34,7 @@ use defaults::{
     KNOWN_PRESETS, MAX_CAPTURE_BYTES,
 };
 pub use lanes::RunsConfig;
+pub use mcp::{McpConfig, McpTokenConfig};
 pub use secret::{SecretFile, SecretValue};
 
 /// What a key's `x-reload` says when a change needs a restart (docs/configuration.md#reload).
@@ -76,6 +78,9 @@ pub struct FileConfig {
     /// Delivery adapters, with where and how replies are sent.
     #[serde(default)]
     pub channels: Option<ChannelsConfig>,
+    /// The MCP endpoint's credentials (docs/mcp.md).
+    #[serde(default)]
+    pub mcp: McpConfig,
 }
 
 /// `gateway.*`: where the server listens and what guards the operator API.

@@ -85,7 +85,6 @@ const SECTIONS: &[(&str, &str)] = &[
         "memory",
         "hookgate's agents keep no memory beyond the main session",
     ),
-    ("mcp", "hookgate's agent turns call no tools"),
     ("skills", "hookgate's agent turns load no skills"),
     (
         "plugins",
@@ -134,6 +133,8 @@ const KEYS: &[(&str, &str)] = &[
         "clients are identified by gateway.forwardedHeader only",
     ),
     ("gateway.tools", "hookgate's agent turns call no tools"),
+    // OpenClaw's MCP servers for its agents; hookgate's own `mcp` is its MCP endpoint's.
+    ("mcp.servers", "hookgate's agent turns call no tools"),
     (
         "gateway.tailscale",
         "expose hookgate through your own proxy or tunnel",
