@@ -79,6 +79,10 @@ enum Command {
     /// The agent runs of a running hookgate: list, show, retry, release or cancel a held one.
     #[command(subcommand, after_help = remote::ENVIRONMENT)]
     Runs(remote::RunsCommand),
+    /// The MCP server over stdio: carries each message to a running hookgate's `/mcp` with an
+    /// MCP token, for an agent that starts its tools as processes.
+    #[command(after_help = remote::mcp::ENVIRONMENT)]
+    Mcp(remote::mcp::McpArgs),
     /// Print a completion script for a shell: `hookgate completions bash > /etc/bash_completion.d/hookgate`.
     Completions {
         #[arg(value_enum)]
@@ -226,6 +230,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Runs(command) => remote::runs(command),
+        Command::Mcp(args) => remote::mcp::mcp(args),
         Command::Transform(TransformCommand::New { name, lang, dir }) => {
             scaffold::new(&name, lang, dir)
         }

@@ -5,6 +5,7 @@
 
 mod dry_run;
 mod filters;
+pub mod mcp;
 mod replay;
 mod runs;
 mod runs_bulk;

@@ -19,11 +19,12 @@ use crate::mapping::ActionKind;
 /// The window when the request names none: a day.
 const DEFAULT_WINDOW_MS: i64 = 24 * 60 * 60 * 1000;
 
-/// The parameters of `GET /api/spend`; another name is refused.
-#[derive(Deserialize)]
+/// The parameters of `GET /api/spend`; another name is refused. Its JSON Schema is what the
+/// MCP tool `spend` shows an agent.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpendQuery {
-    /// RFC 3339: the window's start.
+    /// RFC 3339: the window's start (default 24 hours ago).
     since: Option<String>,
 }
 

@@ -19,6 +19,7 @@ mod filtered;
 mod health;
 mod hooks;
 mod mapped;
+mod mcp;
 mod observe;
 mod operator;
 mod query_params;
@@ -118,6 +119,7 @@ pub fn router(state: AppState) -> Router {
         .route("/console/console.css", get(console::style))
         .route("/console/overview.css", get(console::overview_style))
         .nest("/api", operator_api(state.clone()))
+        .merge(mcp::routes(state.clone()))
         .fallback(move |State(app): State<AppState>, request: Request| {
             hooks::dispatch(app, hooks.clone(), request)
         })
@@ -130,6 +132,15 @@ pub fn router(state: AppState) -> Router {
 /// The operator API: every endpoint, and every path under `/api` it does not have, behind the
 /// gateway token, with JSON errors.
 fn operator_api(state: AppState) -> Router<AppState> {
+    operator_routes()
+        .fallback(api_error::no_such_endpoint)
+        .method_not_allowed_fallback(api_error::method_not_allowed)
+        .layer(from_fn_with_state(state, operator::require_operator))
+}
+
+/// The operator API's endpoints, without the credential in front of them: what the MCP tools
+/// call (`mcp::dispatch`) once their own credential and scope are checked.
+fn operator_routes() -> Router<AppState> {
     Router::new()
         .route("/requests", get(api_requests::requests))
         .route("/requests/dry-run", post(dry_run::dry_run))
@@ -158,9 +169,6 @@ fn operator_api(state: AppState) -> Router<AppState> {
         .route("/config", get(api::config_status))
         .route("/spend", get(api_spend::spend))
         .route("/overview", get(api_overview::overview))
-        .fallback(api_error::no_such_endpoint)
-        .method_not_allowed_fallback(api_error::method_not_allowed)
-        .layer(from_fn_with_state(state, operator::require_operator))
 }
 
 async fn security_headers(mut response: Response) -> Response {

@@ -13,32 +13,40 @@ use crate::gateway::requests::{
 
 /// The filters of a selection of the request log, as `GET /api/requests` takes them in its
 /// query. A parameter of another name is refused, so that a typo cannot widen the selection
-/// silently.
-#[derive(Debug, Default, Deserialize)]
+/// silently. Its JSON Schema (the field docs) is what the MCP tools that take it show an agent.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RequestsQuery {
+    /// The hook name: what follows the hooks prefix in the path (`github` for `/hooks/github`).
     hook: Option<String>,
+    /// The id of the mapping that took the request.
     mapping: Option<String>,
+    /// The `X-Request-Id` the sender was answered with.
     #[serde(rename = "requestId")]
     request_id: Option<String>,
-    /// `2xx`, `3xx`, `4xx` or `5xx`.
+    /// The status class: `2xx`, `3xx`, `4xx` or `5xx`.
+    #[schemars(extend("enum" = ["2xx", "3xx", "4xx", "5xx"]))]
     status: Option<String>,
-    /// One of [`RequestOutcome`]'s wire names.
+    /// How a request ended when its status alone does not say.
+    #[schemars(extend("enum" = ["filtered", "batched", "limited", "refused", "held"]))]
     outcome: Option<String>,
-    /// `name:value`: a captured header's value.
+    /// `name:value`: a captured header's value, e.g. `x-github-event:issues`.
     header: Option<String>,
-    /// `/pointer:value`: a captured JSON body's value at an RFC 6901 pointer.
+    /// `/pointer:value`: a captured JSON body's value at an RFC 6901 pointer, e.g.
+    /// `/action:opened`.
     body: Option<String>,
     /// Text in the error or the reason, ASCII letters in any case.
     error: Option<String>,
-    /// RFC 3339.
+    /// RFC 3339: requests at or after it.
     since: Option<String>,
-    /// RFC 3339.
+    /// RFC 3339: requests before it.
     until: Option<String>,
     /// The previous page's `next`.
     before: Option<String>,
-    /// A string in a query; a number or a string in a JSON body.
+    /// How many, 1 to 1000 (default 100). A string in a query; a number or a string in a JSON
+    /// body.
     #[serde(default, deserialize_with = "number_or_text")]
+    #[schemars(with = "Option<u32>", range(min = 1, max = 1000))]
     limit: Option<String>,
 }
 

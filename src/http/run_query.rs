@@ -10,22 +10,29 @@ use super::query_params::{limit, time_ms};
 use crate::gateway::{RunFilter, RunStatus};
 
 /// The filters of a selection of runs, as `GET /api/runs` takes them in its query. A parameter
-/// of another name is refused, so that a typo cannot widen the selection silently.
-#[derive(Debug, Default, Deserialize)]
+/// of another name is refused, so that a typo cannot widen the selection silently. Its JSON
+/// Schema (the field docs) is what the MCP tool `list_runs` shows an agent.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RunsQuery {
-    /// One of [`RunStatus`]'s wire names.
+    /// The run's status.
+    #[schemars(extend("enum" = ["queued", "batching", "running", "ok", "error", "timeout",
+        "forwarding", "forwarded", "forward_failed", "held", "cancelled"]))]
     status: Option<String>,
+    /// The hook name of the request that made the run.
     hook: Option<String>,
     /// The mapping that admitted the run.
     mapping: Option<String>,
     /// The agent the run is for.
     agent: Option<String>,
+    /// The run's session key.
     session_key: Option<String>,
     /// RFC 3339: runs created at or after it.
     since: Option<String>,
     /// The previous page's `next`.
     before: Option<String>,
+    /// How many, 1 to 1000 (default 100).
+    #[schemars(with = "Option<u32>", range(min = 1, max = 1000))]
     limit: Option<String>,
 }
 

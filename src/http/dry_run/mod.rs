@@ -42,20 +42,22 @@ pub const MAX_REQUESTS: usize = 10_000;
 /// How many records are read from the log at a time.
 const PAGE: u32 = 500;
 
-/// The body of `POST /api/requests/dry-run`.
-#[derive(Debug, Deserialize)]
+/// The body of `POST /api/requests/dry-run`. Its JSON Schema is what the MCP tool `dry_run`
+/// shows an agent.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct DryRunBody {
-    /// The whole candidate file's text, JSON5.
+pub(in crate::http) struct DryRunBody {
+    /// The whole candidate configuration file's text, JSON5 (as `hookgate.json5` holds it).
     config: String,
     /// Replaces the candidate's `hooks.transformsDir` (confined as that key is).
     transforms_dir: Option<String>,
-    /// The keys of `GET /api/requests`, but `before`.
+    /// Which recorded requests to try, oldest first: the filters of the request log, but
+    /// `before`.
     #[serde(default)]
     filter: RequestsQuery,
     /// Continues a dry run that stopped at this request (its answer's `next`).
     after: Option<String>,
-    /// Stops trying requests sooner than [`TIME_LIMIT`], in milliseconds.
+    /// Stop trying requests sooner than the server's limit (30 s), in milliseconds.
     time_limit_ms: Option<u64>,
 }
 
