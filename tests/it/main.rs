@@ -71,6 +71,8 @@ mod js;
 mod lanes;
 mod limits;
 mod mapped;
+mod mcp;
+mod mcp_agent;
 mod metrics;
 mod openclaw;
 mod openclaw_config;
