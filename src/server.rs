@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use crate::config::{self, Admission, ConfigError, LiveConfig, Settings};
+use crate::gateway::edge_queue::{Bounds, EdgeQueue};
 use crate::gateway::nats::Cluster;
 use crate::gateway::{RequestLogStore, Runtime, Store, StoreError};
 use crate::http::{AppParts, AppState, AuthFailureLimiter, router, serve};
@@ -131,12 +132,28 @@ impl Server {
             None => None,
         };
         let request_log = RequestLog::start(log_store, config.clone(), metrics.clone(), shared);
+        let edge_queue = match settings.edge.serve() {
+            Some(serve) => Some(
+                EdgeQueue::open(
+                    &settings.state_dir,
+                    Bounds {
+                        max_pending: serve.max_pending,
+                        max_per_route: serve.max_pending_per_route,
+                        max_bytes: serve.max_pending_bytes,
+                    },
+                )
+                .map_err(|e| anyhow::anyhow!("cannot open the edge's queue: {e}"))?,
+            ),
+            None => None,
+        };
         let state = AppState::new(AppParts {
             request_log,
             access_log: Default::default(),
             write_probe: Default::default(),
             replays: Default::default(),
             dry_runs: Default::default(),
+            edge_queue,
+            edge_link: Default::default(),
             config,
             store,
             runtime,
@@ -175,6 +192,14 @@ impl Server {
     ) -> Result<(), StoreError> {
         let watcher = tokio::spawn(crate::config::watch(self.state.config.clone()));
         let refresher = tokio::spawn(refresh_transforms(Arc::clone(&self.state.transforms)));
+        let edge_link = self
+            .state
+            .config
+            .current()
+            .edge
+            .link()
+            .cloned()
+            .map(|link| crate::http::edge_link::spawn(self.state.clone(), link));
         let config = self.state.config.clone();
         let stop_began = serve(
             self.listener,
@@ -186,12 +211,21 @@ impl Server {
         .await;
         watcher.abort();
         refresher.abort();
+        if let Some(edge_link) = edge_link {
+            // A delivery cut short is pulled again at the next start: its mark says whether
+            // its work was committed.
+            edge_link.abort();
+        }
         // What is left of the shutdown deadline goes to the outbox's current sends; a send cut
         // short is made again at the next start.
         let deadline = self.state.config.current().connections.shutdown_timeout;
         let grace = deadline.saturating_sub(stop_began.elapsed());
         self.state.runtime.stop(grace).await;
         self.state.request_log.close().await;
+        if let Some(queue) = &self.state.edge_queue {
+            let queue = queue.clone();
+            let _ = tokio::task::spawn_blocking(move || queue.close()).await;
+        }
         let store = self.state.store.clone();
         tokio::task::spawn_blocking(move || store.close())
             .await

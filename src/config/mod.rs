@@ -26,6 +26,7 @@ mod conditions;
 mod confine;
 mod connections;
 mod delivery_warnings;
+pub mod edge;
 mod hooks;
 pub mod lanes;
 mod limits;
@@ -53,6 +54,7 @@ use arc_swap::ArcSwap;
 
 pub use confine::{module_path, transforms_root};
 pub use connections::{ConnectionSettings, RECEIVE_GRACE};
+pub use edge::{EdgeLink, EdgeRole, EdgeServe};
 pub use hooks::{HookSettings, normalize_hooks_path};
 pub use load::{
     Digest, Document, EnvLookup, file_digest, parse_document, parse_document_with, read_document,
@@ -290,6 +292,10 @@ fn changed(path: &str, old: &Settings, new: &Settings) -> bool {
             old.engine_limits().max_concurrent != new.engine_limits().max_concurrent
         }
         "hooks.mappings[].transform.limits.maxConcurrent" => false,
+        // The role, the edge's queue bounds and the link's worker are set up at start; the
+        // edge's routes and pull token are read per request.
+        "edge.serve" => old.edge.serve_differs(&new.edge),
+        "edge.link" => old.edge.link() != new.edge.link(),
         _ => true,
     }
 }

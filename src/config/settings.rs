@@ -50,6 +50,8 @@ pub struct Settings {
     pub notices: Vec<ConfigNotice>,
     /// The channels this configuration has logged as not configured, once each.
     pub missing_channels: MissingChannels,
+    /// An edge, a private node that pulls from one, or neither (docs/edge.md).
+    pub edge: super::edge::EdgeRole,
 }
 
 impl Settings {
@@ -103,6 +105,7 @@ impl Settings {
         let agents = agent_directory(&file);
         let runtime = runtime_settings(&file, files, &mut problems);
         let store = super::store::store_settings(&file, &mut problems);
+        let edge = super::edge::edge_role(&file, &store, files, &mut problems);
         let hooks = hook_settings(
             file.hooks,
             &file.agents.defaults.models,
@@ -159,6 +162,7 @@ impl Settings {
             runtime,
             notices: Vec::new(),
             missing_channels: MissingChannels::default(),
+            edge,
         })
     }
 }

@@ -10,6 +10,7 @@
 pub mod admission;
 mod clock;
 mod context;
+pub mod edge_queue;
 mod embedded;
 mod forward;
 mod held_runs;

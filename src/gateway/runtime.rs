@@ -356,7 +356,7 @@ impl Runtime {
         }
         let key = key.to_string();
         self.store
-            .write(move |conn| replay::claim(conn, &key, now_ms()))
+            .write_unmarked(move |conn| replay::claim(conn, &key, now_ms()))
             .await
     }
 
@@ -380,7 +380,7 @@ impl Runtime {
             return Ok(Box::pin(cluster.release_delivery(&key)).await?);
         }
         self.store
-            .write(move |conn| replay::release(conn, &key))
+            .write_unmarked(move |conn| replay::release(conn, &key))
             .await
     }
 }

@@ -119,6 +119,9 @@ async fn serve(
         if query_names_token(context.uri.query()) {
             return HookError::QueryToken.into_response();
         }
+        if let Some(serve) = context.settings.edge.serve() {
+            return super::edge::accept(app, serve, context, request).await;
+        }
         signed::settle_deliveries(app, request, async |request| {
             match routes.oneshot(request).await {
                 Ok(response) => response,

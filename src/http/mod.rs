@@ -14,6 +14,8 @@ mod body;
 mod console;
 mod credential;
 mod dry_run;
+pub mod edge;
+pub mod edge_link;
 mod evaluate;
 mod filtered;
 mod health;
@@ -99,6 +101,10 @@ pub struct AppParts {
     pub replays: api_replay::ReplayJobs,
     /// The one dry run that may run at a time.
     pub dry_runs: dry_run::DryRunGate,
+    /// An edge's queue (docs/edge.md); `None` on every other node.
+    pub edge_queue: Option<crate::gateway::edge_queue::EdgeQueue>,
+    /// A private node's view of its link to the edge; idle on every other node.
+    pub edge_link: edge_link::LinkWatch,
 }
 
 /// Every route of the server. Hooks live under a configurable, reloadable prefix, so their
@@ -118,6 +124,8 @@ pub fn router(state: AppState) -> Router {
         .route("/console/overview.js", get(console::overview_script))
         .route("/console/console.css", get(console::style))
         .route("/console/overview.css", get(console::overview_style))
+        .route("/edge/pull", get(edge::pull))
+        .route("/edge/ack", post(edge::ack))
         .nest("/api", operator_api(state.clone()))
         .merge(mcp::routes(state.clone()))
         .fallback(move |State(app): State<AppState>, request: Request| {

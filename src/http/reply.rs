@@ -65,6 +65,10 @@ pub enum HookError {
     /// once space is freed (the store's writer logs it, once a minute at most).
     #[error("store full")]
     StoreFull,
+    /// An edge's bound on what waits for its private node is reached (docs/edge.md#bounds):
+    /// nothing was stored; the same request is stored once the private node has drained some.
+    #[error("edge full")]
+    EdgeFull(crate::gateway::edge_queue::Full),
     /// Our own failure, its source kept: the client is told `internal error`, the request log
     /// keeps the source's text. Made by [`HookError::internal`], which logs it.
     #[error("internal error")]
@@ -184,6 +188,7 @@ impl HookError {
             HookError::MappingFailed(_) => "hook mapping failed",
             HookError::TransformsBusy => "transforms busy; retry",
             HookError::StoreFull => "store full; retry",
+            HookError::EdgeFull(_) => "edge full; retry",
             HookError::Internal(_) => "internal error",
         })
     }
@@ -196,6 +201,9 @@ impl HookError {
             HookError::MappingFailed(failure) => Some(failure.text()),
             HookError::LimitReached(limit) => Some(limit.reason.clone()),
             HookError::Internal(source) => Some(source.to_string()),
+            HookError::EdgeFull(bound) => {
+                Some(format!("edge.serve bound reached: {}", bound.as_str()))
+            }
             _ => None,
         }
     }
@@ -218,7 +226,9 @@ impl HookError {
             HookError::MappingFailed(_) | HookError::Internal(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
-            HookError::TransformsBusy | HookError::StoreFull => StatusCode::SERVICE_UNAVAILABLE,
+            HookError::TransformsBusy | HookError::StoreFull | HookError::EdgeFull(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 }
@@ -262,7 +272,7 @@ impl IntoResponse for HookError {
             HookError::TransformsBusy => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
-            HookError::StoreFull => {
+            HookError::StoreFull | HookError::EdgeFull(_) => {
                 headers.insert(
                     header::RETRY_AFTER,
                     HeaderValue::from(STORE_FULL_RETRY_AFTER_SECONDS),

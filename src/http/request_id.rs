@@ -36,6 +36,15 @@ impl RequestId {
         }
     }
 
+    /// The id another node gave the request (an edge's, for the request its private node
+    /// runs): the record keeps it as its `requestId` and takes a fresh id of its own.
+    pub fn linked(value: &str) -> RequestId {
+        RequestId {
+            value: value.to_string(),
+            incoming: true,
+        }
+    }
+
     /// A fresh id.
     pub fn new() -> RequestId {
         RequestId {

@@ -201,6 +201,12 @@ impl Trace {
         draft.record.reason = Some(reason);
     }
 
+    /// The record's id: what an edge stores a request under, and its private node's record
+    /// names as its `requestId` (docs/edge.md#what-the-operator-sees).
+    pub fn record_id(&self) -> String {
+        self.draft().record.id.clone()
+    }
+
     pub fn hook(&self, name: &str) {
         self.draft().record.hook = Some(recorded_path(name));
     }

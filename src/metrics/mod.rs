@@ -2,10 +2,12 @@
 //! store and the runtime are doing. Label values are bounded: hook names are those the
 //! configuration knows, never whatever a client puts in a URL.
 
+mod edge;
 mod process;
 
 use std::time::Duration;
 
+pub use edge::EdgeMetrics;
 pub use process::ProcessMetrics;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -181,6 +183,8 @@ pub struct Metrics {
     pub connections_evicted: Family<EvictionLabels, Counter>,
     /// CPU, memory and file descriptors, read at each scrape.
     pub process: ProcessMetrics,
+    /// The link between an edge and its private node (docs/edge.md).
+    pub edge: EdgeMetrics,
 }
 
 fn latency_histogram() -> Histogram {
@@ -195,6 +199,7 @@ impl Default for Metrics {
         metrics.register(&mut registry);
         register_build_info(&mut registry);
         metrics.process.register(&mut registry);
+        metrics.edge.register(&mut registry);
         Metrics {
             registry: std::sync::Arc::new(registry),
             ..metrics
@@ -242,6 +247,7 @@ impl Metrics {
             budget_refusals: Family::default(),
             connections_evicted: Family::default(),
             process: ProcessMetrics::default(),
+            edge: EdgeMetrics::default(),
         }
     }
 

@@ -59,6 +59,7 @@ mod dry_run_live;
 mod dry_run_render;
 mod dry_run_unchanged;
 mod durability;
+mod edge;
 mod example;
 mod failover;
 mod failures;

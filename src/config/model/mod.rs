@@ -18,6 +18,7 @@ mod budget;
 pub mod channels;
 mod conditions;
 pub mod defaults;
+mod edge;
 mod lanes;
 mod mcp;
 mod secret;
@@ -32,6 +33,10 @@ use defaults::{
     DEFAULT_BODY_TIMEOUT, DEFAULT_BUCKET, DEFAULT_CAPTURE_BYTES, DEFAULT_HOOKS_PATH,
     DEFAULT_MAX_BODY_BYTES, DEFAULT_REPLICAS, DEFAULT_REQUESTS_MAX_BYTES, DEFAULT_STREAM,
     KNOWN_PRESETS, MAX_CAPTURE_BYTES,
+};
+pub use edge::{
+    DEFAULT_EDGE_MAX_PENDING, DEFAULT_EDGE_MAX_PENDING_BYTES, DEFAULT_EDGE_MAX_PENDING_PER_ROUTE,
+    EdgeConfig, EdgeLinkConfig, EdgeServeConfig,
 };
 pub use lanes::RunsConfig;
 pub use mcp::{McpConfig, McpTokenConfig};
@@ -81,6 +86,9 @@ pub struct FileConfig {
     /// The MCP endpoint's credentials (docs/mcp.md).
     #[serde(default)]
     pub mcp: McpConfig,
+    /// The edge and the private node it serves (docs/edge.md).
+    #[serde(default)]
+    pub edge: EdgeConfig,
 }
 
 /// `gateway.*`: where the server listens and what guards the operator API.

@@ -100,6 +100,16 @@ pub fn release(conn: &Connection, key: &str) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Gives up every claim still without its answer. Only at a private node's start, before it
+/// serves anything: its process is the only one writing this file, so such a claim is a dead
+/// process's, whose work (if committed) is marked with its edge delivery, and which must not
+/// answer the delivery pulled again `409 in progress` (docs/edge.md#exactly-once).
+pub fn release_unanswered(conn: &Connection) -> rusqlite::Result<()> {
+    conn.prepare_cached("DELETE FROM deliveries WHERE status = 0")?
+        .execute([])?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

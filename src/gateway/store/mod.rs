@@ -12,6 +12,7 @@
 //! functions over a connection that a backend runs through [`Store::write`] or [`Store::read`],
 //! so that it can commit several in one transaction (a run's outcome with its summary).
 
+pub mod edge_marks;
 mod error;
 mod failure;
 #[cfg(test)]
@@ -29,6 +30,7 @@ pub(super) mod turn_record;
 mod writer;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use prometheus_client::metrics::histogram::Histogram;
 use rusqlite::Connection;
@@ -80,11 +82,66 @@ impl Store {
     /// committed; a failed `op` keeps nothing of itself and leaves the other writes of the
     /// transaction alone; a failed commit answers [`StoreError::Full`] or [`StoreError::Commit`]
     /// and keeps nothing of `op` (the writer's module says how).
+    ///
+    /// Inside an [`edge_marks::scope`] the write also marks the scope's delivery taken, in the
+    /// same transaction (docs/edge.md#exactly-once).
     pub async fn write<T: Send + 'static>(
         &self,
         op: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, StoreError> {
+        match edge_marks::current() {
+            None => self.db.write(op).await,
+            Some(mark) => {
+                self.db
+                    .write(move |conn| {
+                        let done = op(conn)?;
+                        edge_marks::record(conn, &mark, super::clock::now_ms())?;
+                        Ok(done)
+                    })
+                    .await
+            }
+        }
+    }
+
+    /// [`Store::write`] that marks no edge delivery taken: for what comes before a request's
+    /// work (the claim of its delivery id), which must not stand for the work.
+    pub async fn write_unmarked<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, StoreError> {
         self.db.write(op).await
+    }
+
+    /// Makes the table of edge deliveries taken (a private node's, docs/edge.md).
+    pub async fn open_edge_marks(&self) -> Result<(), StoreError> {
+        self.db
+            .write(|conn| {
+                edge_marks::create(conn)?;
+                super::admission::replay::release_unanswered(conn)
+            })
+            .await
+    }
+
+    /// Whether delivery `seq` of `edge` was taken: its work, if any, is committed.
+    pub async fn edge_taken(&self, edge: Arc<str>, seq: i64) -> Result<bool, StoreError> {
+        self.db
+            .read(move |conn| edge_marks::taken(conn, &edge, seq))
+            .await
+    }
+
+    /// Marks delivery `mark` taken on its own: for a delivery that committed no work (refused,
+    /// filtered), or whose work was committed elsewhere.
+    pub async fn mark_edge_taken(&self, mark: edge_marks::EdgeMark) -> Result<(), StoreError> {
+        self.db
+            .write(move |conn| edge_marks::record(conn, &mark, super::clock::now_ms()))
+            .await
+    }
+
+    /// Forgets the marks of deliveries the edge acknowledged up to `up_to`.
+    pub async fn forget_edge_marks(&self, edge: Arc<str>, up_to: i64) -> Result<(), StoreError> {
+        self.db
+            .write(move |conn| edge_marks::forget(conn, &edge, up_to))
+            .await
     }
 
     /// Runs `query` on the read connection, off the async threads, without waiting for the
