@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::AppState;
 use super::api_error::{ApiError, ApiQuery};
 use super::api_spend::{MappingSpend, agent_mappings, scope_spend};
+use super::edge::LinkView;
 use crate::gateway::RunStatus;
 use crate::gateway::admission::budget::BudgetStanding;
 use crate::gateway::requests::{MAX_MINUTES, OutcomeCounts, RequestMinute};
@@ -70,6 +71,7 @@ pub async fn overview(
         .map(|(status, runs)| StatusRuns { status, runs })
         .collect();
     let oldest_held = runs_now.oldest_held.map(|run| HeldView::of(run, now));
+    let edge = edge_view(&app).await;
     Ok(Json(Overview {
         at: rfc3339(now),
         requests: RequestsView {
@@ -83,8 +85,47 @@ pub async fn overview(
         lanes,
         runs,
         oldest_held,
+        edge,
     })
     .into_response())
+}
+
+/// The link of docs/edge.md as this node sees it: its own queue on an edge, its last pull on a
+/// private node; `None` on every other node.
+async fn edge_view(app: &AppState) -> Option<EdgeView> {
+    if let Some(queue) = &app.edge_queue {
+        let status = queue.status().await.ok()?;
+        return Some(EdgeView {
+            role: "edge",
+            edge_url: None,
+            link: status.into(),
+            error: None,
+        });
+    }
+    let seen = app.edge_link.seen()?;
+    Some(EdgeView {
+        role: "private",
+        edge_url: Some(seen.edge_url),
+        link: LinkView {
+            last_acked: seen.last_acked.max(seen.link.last_acked),
+            ..seen.link
+        },
+        error: seen.error,
+    })
+}
+
+/// The overview's `edge`: connected, backlog, oldest waiting age, last acknowledged.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EdgeView {
+    /// `edge` or `private`.
+    role: &'static str,
+    /// The edge a private node pulls from.
+    edge_url: Option<String>,
+    #[serde(flatten)]
+    link: LinkView,
+    /// Why a private node's last attempt to reach the edge failed, while it fails.
+    error: Option<String>,
 }
 
 /// The answer of `GET /api/overview`.
@@ -101,6 +142,9 @@ struct Overview {
     /// Every run status, with the runs the store keeps in it.
     runs: Vec<StatusRuns>,
     oldest_held: Option<HeldView>,
+    /// The edge link (docs/edge.md); absent on a node that is neither an edge nor dials one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    edge: Option<EdgeView>,
 }
 
 /// The requests of the window, by minute.

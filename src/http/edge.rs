@@ -249,7 +249,7 @@ pub(super) async fn pull(
 ) -> Response {
     let queue = match pull_credential(&app, &parts) {
         Ok(queue) => queue,
-        Err(answer) => return answer,
+        Err(refused) => return refused.into_response(),
     };
     let wait = Duration::from_secs(query.wait).min(MAX_PULL_WAIT);
     let limit = query
@@ -296,7 +296,7 @@ pub(super) async fn ack(
 ) -> Response {
     let queue = match pull_credential(&app, &parts) {
         Ok(queue) => queue,
-        Err(answer) => return answer,
+        Err(refused) => return refused.into_response(),
     };
     if *ack.edge_id != **queue.id() {
         return json_error(
@@ -317,22 +317,19 @@ pub(super) async fn ack(
 
 /// The queue, when the request presents the pull token of this edge: 404 on a node that is no
 /// edge, 401 (or 429 once locked out, counted as the operator API counts) otherwise.
-fn pull_credential(app: &AppState, parts: &Parts) -> Result<EdgeQueue, Response> {
+fn pull_credential(app: &AppState, parts: &Parts) -> Result<EdgeQueue, PullRefused> {
     let headers = &parts.headers;
     let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().copied();
     let settings = app.config.current();
     let (Some(serve), Some(queue)) = (settings.edge.serve(), app.edge_queue.as_ref()) else {
-        return Err(json_error(StatusCode::NOT_FOUND, "Not Found"));
+        return Err(PullRefused::NotAnEdge);
     };
     let client =
         peer.and_then(|ConnectInfo(peer)| settings.trusted_proxies.client(peer.ip(), headers));
     let now = std::time::Instant::now();
     if let Some(client) = &client {
         if app.api_limiter.check(client, now).is_err() {
-            return Err(json_error(
-                StatusCode::TOO_MANY_REQUESTS,
-                "Too Many Requests",
-            ));
+            return Err(PullRefused::LockedOut);
         }
     }
     if serve.pull_token.matches(presented_bearer(headers)) {
@@ -341,5 +338,27 @@ fn pull_credential(app: &AppState, parts: &Parts) -> Result<EdgeQueue, Response>
     if let Some(client) = &client {
         app.api_limiter.record_failure(client, now);
     }
-    Err(json_error(StatusCode::UNAUTHORIZED, "Unauthorized"))
+    Err(PullRefused::Unauthorized)
+}
+
+/// Why `/edge/pull` or `/edge/ack` was refused before anything was read.
+#[derive(Debug, Clone, Copy)]
+enum PullRefused {
+    /// This node is no edge: 404.
+    NotAnEdge,
+    /// The pull token was missing or wrong: 401.
+    Unauthorized,
+    /// Too many wrong pull tokens from this client: 429.
+    LockedOut,
+}
+
+impl IntoResponse for PullRefused {
+    fn into_response(self) -> Response {
+        let (status, text) = match self {
+            PullRefused::NotAnEdge => (StatusCode::NOT_FOUND, "Not Found"),
+            PullRefused::Unauthorized => (StatusCode::UNAUTHORIZED, "Unauthorized"),
+            PullRefused::LockedOut => (StatusCode::TOO_MANY_REQUESTS, "Too Many Requests"),
+        };
+        json_error(status, text)
+    }
 }

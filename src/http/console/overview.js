@@ -58,6 +58,7 @@ async function loadOverview() {
   drawLanes(answer.lanes);
   drawRuns(answer.runs);
   drawOldestHeld(answer.oldestHeld);
+  drawEdge(answer.edge);
 }
 
 // One line that says whether anything needs the operator.
@@ -214,6 +215,20 @@ function drawOldestHeld(held) {
     openRun(held.runId);
   });
   box.append(open);
+}
+
+// The edge link (docs/edge.md): shown only on an edge or a private node.
+function drawEdge(edge) {
+  const card = $("edge-card");
+  card.hidden = !edge;
+  if (!edge) return;
+  const box = $("edge-link");
+  box.replaceChildren();
+  const side = edge.role === "edge" ? "This node is an edge" : `Pulling from ${edge.edgeUrl}`;
+  box.append(el("p", `${side}: ${edge.connected ? "connected" : "not connected"}.`));
+  const waited = Math.round(edge.oldestWaitingMs / 1000);
+  box.append(el("p", `Backlog ${edge.backlog}${edge.backlog ? `, oldest waiting ${duration(waited)}` : ""}; last acknowledged #${edge.lastAcked}.`, { class: "age" }));
+  if (edge.error) box.append(el("p", edge.error));
 }
 
 document.addEventListener("DOMContentLoaded", () => {
