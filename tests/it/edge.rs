@@ -205,6 +205,14 @@ async fn what_the_edge_stored_while_the_private_node_was_away_runs_there_exactly
     })
     .await;
 
+    // The overview shows the link on both sides.
+    let (_, overview) = edge.api_json("/api/overview").await;
+    assert_eq!(overview["edge"]["role"], "edge", "{overview}");
+    assert_eq!(overview["edge"]["backlog"], 0);
+    assert_eq!(overview["edge"]["lastAcked"], GITHUB + 1 + OTHER);
+    let (_, overview) = private.api_json("/api/overview").await;
+    assert_eq!(overview["edge"]["role"], "private", "{overview}");
+    assert_eq!(overview["edge"]["connected"], true);
     let private_metrics = private.metrics().await;
     assert_eq!(
         metric(&private_metrics, "hookgate_edge_connected"),
@@ -239,4 +247,22 @@ async fn an_edge_past_its_bounds_answers_503_and_counts_it() {
         metrics.contains("hookgate_edge_refusals_total{bound=\"route\"} 1"),
         "{metrics}"
     );
+}
+
+/// docs/edge.md's two configurations are files that `hookgate check` passes as they are.
+#[test]
+fn the_example_edge_and_private_node_pass_check() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/edge");
+    for (file, transforms) in [("edge.json5", &[][..]), ("private.json5", &["github"][..])] {
+        let dir = ConfigDir::new(&json!({}));
+        dir.write_text(&std::fs::read_to_string(examples.join(file)).unwrap());
+        install_transforms(&dir, transforms);
+        let out = std::process::Command::new(binary())
+            .args(["check", "--config"])
+            .arg(dir.config_file())
+            .env("GITHUB_WEBHOOK_SECRET", "example-github-secret")
+            .output()
+            .unwrap();
+        assert_succeeded(&out);
+    }
 }
