@@ -13,8 +13,8 @@ use crate::gateway::admission::lanes::LaneError;
 use crate::gateway::requests::RequestOutcome;
 use crate::gateway::runtime_clock::{now_ms, now_rfc3339};
 use crate::gateway::{
-    BatchOpening, EventKind, EventOutcome, IdempotencyClaim, NewEvent, NewRun, RunQueued, Runtime,
-    StoreError,
+    BatchOpening, EventKind, EventOutcome, IdempotencyClaim, NewEvent, NewNotice, NewRun,
+    RunQueued, Runtime, StoreError,
 };
 use crate::hook::envelope::{ContentSource, wrap_prompt};
 use crate::hook::policy::KeyOrigin;
@@ -22,7 +22,7 @@ use crate::hook::{
     AdmittedRun, AgentAction, DEFAULT_NAME, LimitReached, Rejected, WakeMode, WakeRequest,
     idempotency,
 };
-use crate::mapping::{BatchRule, FinishedAction, Mapping};
+use crate::mapping::{BatchRule, FinishedAction, Mapping, Notification};
 
 /// Where a request came in: what its actions' idempotency and events are made of.
 pub struct Intake<'a> {
@@ -67,6 +67,22 @@ pub struct Committed {
     /// The mode of the last wake, and `queued` when any wake's event was, else `coalesced`;
     /// `None` without wakes.
     pub wake: Option<(WakeMode, EventOutcome)>,
+}
+
+impl QueuedRun {
+    /// A notification stored (or found a repeat): no batch, no budget.
+    fn notified(queued: RunQueued) -> QueuedRun {
+        let (run_id, repeated) = match queued {
+            RunQueued::New { run_id } => (run_id, false),
+            RunQueued::Replayed { run_id } => (run_id, true),
+        };
+        QueuedRun {
+            run_id,
+            repeated,
+            batched: None,
+            held: false,
+        }
+    }
 }
 
 impl Committed {
@@ -155,6 +171,10 @@ pub async fn admit(
             Admitted::Agent(admission) => Box::pin(queue(runtime, hooks, *admission))
                 .await
                 .map(|run| committed.runs.push(run)),
+            Admitted::Notify(notice) => Box::pin(runtime.submit_notify(*notice))
+                .await
+                .map(|queued| committed.runs.push(QueuedRun::notified(queued)))
+                .map_err(AdmitError::from),
         };
         if let Err(error) = done {
             return Err(Stopped { committed, error });
@@ -169,6 +189,8 @@ pub enum Preview {
     Wake(NewEvent),
     /// An agent run, as admitted (boxed: it carries the whole action).
     Agent(Box<AdmittedRun>),
+    /// A notification's message.
+    Notify(String),
 }
 
 /// What admitting `actions` would make, in order, every policy applied (the model allowlist,
@@ -188,6 +210,7 @@ pub fn preview(
                 admit_wake(hooks, &wake, intake.event_source.clone()).map(Preview::Wake)
             }
             Admitted::Agent(admission) => Ok(Preview::Agent(Box::new(admission.run.admitted))),
+            Admitted::Notify(notice) => Ok(Preview::Notify(notice.run.prompt)),
         })
         .collect()
 }
@@ -197,6 +220,8 @@ enum Admitted {
     Wake(WakeRequest),
     /// Boxed: an admission carries the whole run record.
     Agent(Box<AgentAdmission>),
+    /// Boxed: as an agent run's.
+    Notify(Box<NewNotice>),
 }
 
 /// Admits every agent action of `actions`, in order.
@@ -217,8 +242,17 @@ fn admit_all(
     let chosen = idempotency::choose_key(intake.keys);
     let mut admitted = Vec::with_capacity(actions.len());
     for (i, action) in actions.into_iter().enumerate() {
+        let element_key = chosen.filter(|_| i > 0).map(|key| format!("{key}#{i}"));
+        let keys = match &element_key {
+            Some(key) => [Some(key.as_str()), None, None, None, None],
+            None => intake.keys,
+        };
         admitted.push(match action {
             FinishedAction::Wake(wake) => Admitted::Wake(wake),
+            FinishedAction::Notify(notification) => {
+                let notice = admit_notify(hooks, mapping, notification, keys, intake.path);
+                Admitted::Notify(Box::new(notice))
+            }
             FinishedAction::Agent {
                 action,
                 key_origin,
@@ -228,11 +262,6 @@ fn admit_all(
                     mapping,
                     key_origin,
                     allow_unsafe: allow_unsafe_external_content,
-                };
-                let element_key = chosen.filter(|_| i > 0).map(|key| format!("{key}#{i}"));
-                let keys = match &element_key {
-                    Some(key) => [Some(key.as_str()), None, None, None, None],
-                    None => intake.keys,
                 };
                 Admitted::Agent(Box::new(admit_agent(
                     hooks,
@@ -331,6 +360,45 @@ async fn batch(
             sender_name: item.sender_name,
         }),
     })
+}
+
+/// A notification admitted: the run that records it, for the default agent (whose name a
+/// reply sent nowhere would be told to; a notification's is told to no one), in a session of
+/// its own (`notify:<run id>`: no agent's conversation ever holds it), with the message as its
+/// prompt, as written (no envelope: no model reads it); its claim as an agent run's.
+fn admit_notify(
+    hooks: &HookSettings,
+    mapping: &Mapping,
+    notification: Notification,
+    keys: [Option<&str>; 5],
+    path: &str,
+) -> NewNotice {
+    let run_id = Uuid::now_v7().to_string();
+    let action = AgentAction {
+        message: notification.message,
+        channel: Some(notification.channel),
+        to: notification.to,
+        ..AgentAction::default()
+    };
+    let admitted = AdmittedRun {
+        target_agent: hooks.policy.agents.default_id().to_string(),
+        session_key: format!("notify:{run_id}"),
+        session_key_chosen: false,
+        source: ContentSource::Webhook,
+        allow_unsafe_external_content: false,
+        mapping_id: Some(mapping.id.clone()),
+        action,
+    };
+    let claim = idempotency::choose_key(keys).map(|key| IdempotencyClaim {
+        fingerprint: idempotency::fingerprint(key, path, &admitted),
+        now_ms: now_ms(),
+        window: idempotency::WINDOW,
+    });
+    let prompt = admitted.action.message.clone();
+    NewNotice {
+        run: NewRun::admitted(run_id, admitted, prompt, now_rfc3339()),
+        claim,
+    }
 }
 
 /// Where an agent request came from, which decides the session-key rule, whether the envelope

@@ -419,6 +419,9 @@ fn mappings(
         );
         mapping.conditions = conditions(i, headers, payload, problems);
         check_id(i, &mapping, &mut ids, &hooks.presets, problems);
+        if mapping.kind == ActionKind::Notify {
+            super::notify::check_keys(i, config, problems);
+        }
         check_session_mode(i, &mapping, defaults.sessions, problems);
         if let (Some(_), Some(own)) = (&mapping.transform, &config.transform) {
             let key = key!(MappingConfig[i].transform);

@@ -14,8 +14,9 @@ pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> 
     let kind = match config.action.as_deref().map(str::trim) {
         None | Some("agent") => ActionKind::Agent,
         Some("wake") => ActionKind::Wake,
+        Some("notify") => ActionKind::Notify,
         // The value is not repeated: a configuration message never echoes one.
-        Some(_) => return Err("action must be wake or agent".into()),
+        Some(_) => return Err("action must be wake, agent or notify".into()),
     };
     let channel = config
         .channel

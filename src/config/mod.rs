@@ -34,6 +34,7 @@ mod load;
 mod mapping;
 pub mod mcp;
 pub mod model;
+mod notify;
 mod openclaw;
 mod reload;
 mod run_settings;

@@ -1,5 +1,5 @@
 //! What the settings that shape an agent mapping's runs (`runs`, `batch`, `budget`) have in
-//! common: a wake mapping starts no run, so none of them applies to one.
+//! common: a wake or notify mapping starts no run, so none of them applies to one.
 
 use super::ConfigError;
 use crate::mapping::{ActionKind, Mapping};
@@ -13,7 +13,10 @@ pub(super) fn agent_only(key: &str, mapping: &Mapping, problems: &mut Vec<Config
     }
     problems.push(ConfigError::invalid(
         key,
-        "applies to agent mappings only: a wake mapping starts no run",
+        format!(
+            "applies to agent mappings only: a {} mapping starts no run",
+            mapping.kind.as_str()
+        ),
     ));
     false
 }

@@ -106,6 +106,8 @@ impl Settings {
         let runtime = runtime_settings(&file, files, &mut problems);
         let store = super::store::store_settings(&file, &mut problems);
         let edge = super::edge::edge_role(&file, &store, files, &mut problems);
+        let mappings = &file.hooks.mappings;
+        super::notify::check_routes(mappings, &runtime.channels, &mut problems);
         let hooks = hook_settings(
             file.hooks,
             &file.agents.defaults.models,

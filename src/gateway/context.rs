@@ -39,7 +39,8 @@ pub enum WorkerName {
     Retention,
     /// On a NATS cluster: applies the stream to this node's view.
     Projection,
-    /// On a NATS cluster: takes deliveries from their consumer.
+    /// On a NATS cluster: takes deliveries from their consumer; in forward mode, sends
+    /// notifications from the outbox.
     Delivery,
     /// On a NATS cluster: asks for the periodic heartbeats.
     HeartbeatClock,

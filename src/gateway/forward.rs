@@ -10,7 +10,7 @@ use super::admission::batches::{self, BatchItem, Joined};
 use super::admission::budget::{HeldBy, held};
 use super::clock::now_ms;
 use super::context::{Context, Worker, WorkerName};
-use super::outbound::outbox::OutboxItem;
+use super::outbound::outbox::{self, Lane, OutboxItem};
 use super::outbound::relay::{AgentBody, Relayed, WakeBody};
 use super::outbound::relays;
 use super::signals::Signals;
@@ -23,16 +23,25 @@ use crate::hook::WakeMode;
 pub struct Forward {
     ctx: Context,
     signals: Arc<Signals>,
+    /// The notification sender's own: a wake meant for the relays is never taken by it.
+    notices: Arc<Signals>,
 }
 
 impl Forward {
     /// Starts the relays' worker and the batches' closer.
     pub fn start(ctx: Context) -> (Forward, Vec<Worker>) {
         let signals = Arc::new(Signals::default());
+        let notices = Arc::new(Signals::default());
         let workers = vec![
             Worker::spawn(
                 WorkerName::Outbox,
                 relays::run(ctx.clone(), Arc::clone(&signals)),
+            ),
+            // Notifications: the upstream has no notify action, so hookgate sends them itself
+            // (docs/hooks.md#notify-only-hooks).
+            Worker::spawn(
+                WorkerName::Delivery,
+                outbox::run(ctx.clone(), Arc::clone(&notices), Lane::Deliveries),
             ),
             Worker::spawn(
                 WorkerName::Batches,
@@ -40,11 +49,21 @@ impl Forward {
             ),
             Worker::spawn(WorkerName::Retention, super::retention::run(ctx.clone())),
         ];
-        (Forward { ctx, signals }, workers)
+        let forward = Forward {
+            ctx,
+            signals,
+            notices,
+        };
+        (forward, workers)
     }
 
     pub fn signals(&self) -> &Signals {
         &self.signals
+    }
+
+    /// The signals of the worker that sends notifications.
+    pub fn notices(&self) -> &Signals {
+        &self.notices
     }
 
     /// Commits a wake's event (marked consumed: the upstream's heartbeat handles it, and

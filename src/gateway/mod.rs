@@ -15,6 +15,7 @@ mod embedded;
 mod forward;
 mod held_runs;
 pub mod nats;
+mod notify;
 mod outbound;
 pub mod requests;
 mod retention;
@@ -24,6 +25,7 @@ pub mod store;
 mod turns;
 
 pub use held_runs::BatchOpening;
+pub use notify::NewNotice;
 pub use runtime::{RetryError, Runtime};
 pub use store::records::{
     DeliveryRecord, EventKind, EventOutcome, EventRecord, NewEvent, NewRun, RunStatus, SkipReason,

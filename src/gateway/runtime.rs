@@ -33,6 +33,8 @@ pub struct Runtime {
     workers: Mutex<Vec<Worker>>,
     /// What the runtime counts at admission (a lane's refusals).
     pub(super) metrics: Metrics,
+    /// The configuration in force: where a notification goes (`gateway::notify`).
+    pub(super) config: LiveConfig,
 }
 
 /// Which backend a [`Runtime`] runs on. The methods a hook request calls (admission, wakes,
@@ -69,7 +71,7 @@ impl Runtime {
         metrics: Metrics,
     ) -> Runtime {
         let mode = config.current().runtime.mode.clone();
-        let ctx = Context::new(store.clone(), config, metrics.clone());
+        let ctx = Context::new(store.clone(), config.clone(), metrics.clone());
         let (backend, workers) = match (cluster, mode) {
             (Some(cluster), _) => {
                 let workers = super::nats::start_workers(&ctx, &cluster);
@@ -89,6 +91,7 @@ impl Runtime {
             store,
             workers: Mutex::new(workers),
             metrics,
+            config,
         }
     }
 
@@ -140,16 +143,25 @@ impl Runtime {
         if let Some(signals) = self.signals() {
             signals.stop();
         }
-        let outbox = {
+        if let Backend::Forward(forward) = &self.backend {
+            forward.notices().stop();
+        }
+        // Forward mode's notification sender is an outbox worker too.
+        let senders: Vec<_> = {
             let mut workers = self.lock_workers();
-            let at = workers
-                .iter()
-                .position(|worker| matches!(worker.name, WorkerName::Outbox));
-            at.map(|at| workers.remove(at).handle)
+            let (senders, rest) = std::mem::take(&mut *workers)
+                .into_iter()
+                .partition(|w| matches!(w.name, WorkerName::Outbox | WorkerName::Delivery));
+            *workers = rest;
+            senders
         };
-        if let Some(mut outbox) = outbox {
-            if tokio::time::timeout(grace, &mut outbox).await.is_err() {
-                outbox.abort();
+        let deadline = tokio::time::Instant::now() + grace;
+        for mut sender in senders {
+            if tokio::time::timeout_at(deadline, &mut sender.handle)
+                .await
+                .is_err()
+            {
+                sender.handle.abort();
             }
         }
         for worker in self.lock_workers().iter() {

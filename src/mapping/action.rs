@@ -6,6 +6,9 @@ use crate::hook::{AgentAction, Channel, Named, Rejected, WakeMode, WakeRequest};
 
 use super::{ActionKind, Overrides};
 
+/// What a notify action whose channel is missing, `last` or names none is refused with.
+pub const NOTIFY_CHANNEL: &str = "hook mapping notify requires a configured channel other than last";
+
 /// A mapping's action with every field rendered, before the checks of [`MappedAction::finish`].
 /// Both the wake text and the agent fields are kept, so that a transform may change the kind; a
 /// wake's mode, agent and session key are those of `agent`.
@@ -46,6 +49,20 @@ pub enum FinishedAction {
         key_origin: KeyOrigin,
         allow_unsafe_external_content: bool,
     },
+    /// A notify mapping's message, for its channel with no model call.
+    Notify(Notification),
+}
+
+/// A notification: a message rendered by a notify mapping, for a chat channel, sent with no
+/// model call (docs/hooks.md#notify-only-hooks). Its channel is never `last`: a notify
+/// mapping names its channel (checked at load).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notification {
+    /// Trimmed, never blank.
+    pub message: String,
+    pub channel: Channel,
+    /// The recipient; `None` takes the channel's default (`channels.defaultRoute`).
+    pub to: Option<String>,
 }
 
 impl MappedAction {
@@ -129,6 +146,23 @@ impl MappedAction {
                     mode: agent.wake_mode,
                     agent_id: agent.agent_id,
                     session_key: None,
+                }))
+            }
+            ActionKind::Notify => {
+                let message = agent.message.trim();
+                if message.is_empty() {
+                    return Err(Rejected::new("hook mapping requires message"));
+                }
+                // A transform's `last` (or a channel that names none): a notification has no
+                // session whose route `last` could follow.
+                let channel = agent.channel.filter(|c| *c != Channel::Last);
+                let (true, Some(channel)) = (!self.channel_refused, channel) else {
+                    return Err(Rejected::new(NOTIFY_CHANNEL));
+                };
+                Ok(FinishedAction::Notify(Notification {
+                    message: message.to_string(),
+                    channel,
+                    to: agent.to.filter(|to| !to.trim().is_empty()),
                 }))
             }
             ActionKind::Agent => {

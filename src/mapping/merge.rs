@@ -91,6 +91,17 @@ impl MappedAction {
                     .unwrap_or(action.allow_unsafe_external_content);
                 action.set_agent_fields(overrides);
             }
+            // A notification has a message and a route: the agent fields mean nothing to it.
+            ActionKind::Notify => {
+                let agent = &mut action.agent;
+                agent.message = overrides.message.unwrap_or(std::mem::take(&mut agent.message));
+                match overrides.channel {
+                    Some(Named::Known(channel)) => agent.channel = Some(channel),
+                    Some(Named::Unknown(_)) => action.channel_refused = true,
+                    None => {}
+                }
+                agent.to = overrides.to.or(agent.to.take());
+            }
         }
         Ok(action)
     }

@@ -13,23 +13,26 @@ use serde_json::Value;
 use crate::hook::policy::KeyOrigin;
 use crate::hook::signature::SignatureRule;
 use crate::hook::{AgentAction, Channel, DEFAULT_NAME, SessionMode, Thinking, WakeMode};
-pub use action::{FinishedAction, MappedAction, TransformAction};
+pub use action::{FinishedAction, MappedAction, Notification, TransformAction};
 pub use batch::{BatchRule, batch_key};
 pub use conditions::{Conditions, HeaderValues, Unmet};
 pub use merge::{Overrides, non_blank};
 pub use template::{RenderBudget, RenderLimit, TemplateContext, TooLarge};
 use template::{render, render_optional};
 
-/// Whether a mapping produces a wake or an agent run.
+/// Whether a mapping produces a wake, an agent run, or a notification: its message delivered
+/// to a chat channel with no model call (docs/hooks.md#notify-only-hooks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ActionKind {
     Wake,
     Agent,
+    Notify,
 }
 
 crate::hook::wire::wire_names!(ActionKind {
     Wake => "wake",
     Agent => "agent",
+    Notify => "notify",
 });
 
 /// A mapping ready to match and render.

@@ -330,8 +330,9 @@ pub struct MappingConfig {
     /// Which requests the mapping applies to.
     #[serde(rename = "match")]
     pub match_rule: Option<MatchConfig>,
-    /// `wake` or `agent`.
-    #[schemars(extend("default" = "agent", "enum" = ["wake", "agent"]))]
+    /// `wake`, `agent`, or `notify`: the message sent to `channel` with no model call
+    /// (docs/hooks.md#notify-only-hooks).
+    #[schemars(extend("default" = "agent", "enum" = ["wake", "agent", "notify"]))]
     pub action: Option<String>,
     /// `now` or `next-heartbeat`: when the wake or the run's summary is taken up.
     #[schemars(extend("default" = "now", "enum" = ["now", "next-heartbeat"]))]

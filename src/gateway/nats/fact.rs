@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::runtime::Route;
 use crate::gateway::admission::batches::{self, Opened};
 use crate::gateway::admission::budget::{HeldBy, held};
+use crate::gateway::notify;
 use crate::gateway::store::records::RunStatus;
 use crate::gateway::store::records::{
     DeliveryJob, DeliveryRecord, NewEvent, NewRun, RunOutcome, SummaryEvent,
@@ -75,6 +76,15 @@ pub enum Fact {
         /// Boxed: a reply is the bulk of the fact, and most facts carry none.
         job: Option<Box<DeliveryJob>>,
     },
+    /// A notification (`gateway::notify`): its run, stored finished with its outcome and its
+    /// delivery pending, and the delivery, which the delivery consumer hands to one node.
+    /// Nodes of earlier versions do not read it.
+    Notified {
+        run: NewRun,
+        outcome: RunOutcome,
+        /// Boxed: as a finished run's.
+        job: Box<DeliveryJob>,
+    },
     /// A request for a heartbeat, which the heartbeat consumer hands to one node at a time, to
     /// begin no earlier than `not_before_ms` (the end of the window whose requests it stands
     /// for). Changes nothing by itself.
@@ -127,6 +137,7 @@ impl Fact {
             Fact::Started { .. } => "started",
             Fact::BeatRequested { .. } => "beat",
             Fact::Finished { .. } => "out.finished",
+            Fact::Notified { .. } => "out.notified",
             Fact::Beat { .. } => "out.beat",
             Fact::Delivered { .. } => "delivered",
             Fact::RouteSet { .. } => "route",
@@ -143,6 +154,7 @@ impl Fact {
     pub fn job(&self) -> Option<&DeliveryJob> {
         match self {
             Fact::Finished { job, .. } => job.as_deref(),
+            Fact::Notified { job, .. } => Some(job),
             Fact::Beat { job, .. } => job.as_ref(),
             _ => None,
         }
@@ -197,6 +209,7 @@ impl Fact {
                     runs::finish(conn, run_id, outcome, delivery, summary.as_ref())?;
                 }
             }
+            Fact::Notified { run, outcome, job } => notify::store(conn, run, outcome, job)?,
             Fact::BeatRequested { .. } => {}
             Fact::RouteSet { agent, route, at } => {
                 runs::set_owner_route(conn, agent, route.as_ref(), at)?;

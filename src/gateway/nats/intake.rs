@@ -96,6 +96,18 @@ impl Cluster {
             .await
     }
 
+    /// Publishes a notification's run, stored finished with its delivery (`gateway::notify`),
+    /// unless `claim` finds its idempotency key taken, as [`Cluster::submit_run`] publishes a
+    /// run.
+    pub async fn submit_notify(
+        &self,
+        run: NewRun,
+        claim: Option<IdempotencyClaim>,
+        fact: impl FnOnce(NewRun) -> Fact,
+    ) -> Result<RunQueued, ClusterError> {
+        self.submit(run, claim, fact).await
+    }
+
     async fn submit(
         &self,
         mut run: NewRun,

@@ -64,6 +64,14 @@ impl ActionView {
                 session_key: None,
                 truncated: false,
             },
+            Preview::Notify(message) => ActionView {
+                kind: ActionKind::Notify,
+                text: None,
+                message: Some(message),
+                agent_id: None,
+                session_key: None,
+                truncated: false,
+            },
             Preview::Agent(run) => ActionView {
                 kind: ActionKind::Agent,
                 text: None,
