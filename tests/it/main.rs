@@ -75,6 +75,7 @@ mod mapped;
 mod mcp;
 mod mcp_agent;
 mod metrics;
+mod notify;
 mod openclaw;
 mod openclaw_config;
 mod openclaw_controls;
