@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::credentials::CredentialHeaders;
+use super::form::{self, BodyFormat};
 
 /// What a redacted header value or JSON value is replaced by.
 pub const REDACTED: &str = "[redacted]";
@@ -105,6 +106,13 @@ impl CaptureJob {
     /// Applies the policy: credentials out, redactions in, the size cap.
     pub fn capture(self) -> Captured {
         let policy = &self.policy;
+        let format = self
+            .headers
+            .iter()
+            .find(|(name, _)| name == "content-type")
+            .map_or(BodyFormat::Json, |(_, value)| {
+                BodyFormat::of(Some(value), &self.body)
+            });
         let mut header_bytes = 0;
         let headers = self
             .headers
@@ -123,7 +131,7 @@ impl CaptureJob {
             })
             .collect();
         let query = self.query.map(|query| redact_token(&query));
-        let (body, note) = policy.body(&self.body);
+        let (body, note) = policy.body(&self.body, format);
         Captured {
             headers,
             query,
@@ -175,7 +183,7 @@ impl CapturePolicy {
         joined
     }
 
-    fn body(&self, body: &[u8]) -> (Option<Vec<u8>>, Option<String>) {
+    fn body(&self, body: &[u8], format: BodyFormat) -> (Option<Vec<u8>>, Option<String>) {
         if body.len() > self.max_bytes {
             let note = format!(
                 "body not kept: {} bytes is over the capture limit of {} bytes",
@@ -186,6 +194,15 @@ impl CapturePolicy {
         }
         if self.redact_pointers.is_empty() {
             return (Some(body.to_vec()), None);
+        }
+        if format == BodyFormat::Form {
+            return match redact_form(body, &self.redact_pointers) {
+                Some(form) => (Some(form), None),
+                None => {
+                    let note = "body not kept: a form field is not UTF-8, so its redactions cannot be applied";
+                    (None, Some(note.to_string()))
+                }
+            };
         }
         let Ok(mut document) = serde_json::from_slice::<Value>(body) else {
             let note = "body not kept: it is not JSON, so its redactions cannot be applied";
@@ -200,6 +217,30 @@ impl CapturePolicy {
         // as its last value, so the bytes could hold a first one that no pointer reached.
         (Some(document.to_string().into_bytes()), None)
     }
+}
+
+/// A form body with the fields `pointers` name replaced by [`REDACTED`]: a pointer's first
+/// segment names a field (`/password`, `/card/number` alike name the field it starts with), and
+/// every value of a field given more than once is replaced. Encoded again as a form, which
+/// reads as the payload the request had, redactions aside; `None` when a field is not UTF-8
+/// once decoded (such a body was refused, and is not kept).
+fn redact_form(body: &[u8], pointers: &[String]) -> Option<Vec<u8>> {
+    let fields: Vec<String> = pointers
+        .iter()
+        .filter_map(|pointer| pointer.strip_prefix('/'))
+        .map(|rest| rest.split('/').next().unwrap_or(rest))
+        .map(|segment| segment.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    let mut encoded = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in form::pairs(body) {
+        let name = form::decode(name).ok()?;
+        let value = match fields.contains(&name) {
+            true => REDACTED.to_string(),
+            false => form::decode(value).ok()?,
+        };
+        encoded.append_pair(&name, &value);
+    }
+    Some(encoded.finish().into_bytes())
 }
 
 /// `query` with the value of every `token` parameter replaced (a token in the query string is

@@ -9,6 +9,7 @@ pub mod batch_prompt;
 pub mod capture;
 pub mod credentials;
 pub mod envelope;
+pub mod form;
 pub mod idempotency;
 pub mod payload;
 pub mod policy;

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::AppState;
-use super::body::{parse_json, read_limited};
+use super::body::{parse_json, parse_mapped, read_limited};
 use super::reply::HookError;
 use super::request::{HookContext, HookRequest, extension};
 use super::signed::{self, DeliverySlot, SignedAttempt};
@@ -139,7 +139,10 @@ impl FromRequest<AppState> for Authenticated {
                 Some(claimed(app, &context, &parts, attempt, &bytes, &trace).await?)
             }
         };
-        let payload = parse_json(&bytes)?;
+        let payload = match context.name.as_str() {
+            "wake" | "agent" => parse_json(&bytes)?,
+            _ => parse_mapped(&parts.headers, &bytes)?,
+        };
         parts.uri = context.uri.clone();
         Ok(Authenticated {
             context,

@@ -55,6 +55,9 @@ pub enum HookError {
     /// The body is not JSON: a 400 whose text is the parser's message, the parser's error kept.
     #[error(transparent)]
     Json(serde_json::Error),
+    /// A mapped hook's body of a type it cannot read (multipart): 415.
+    #[error("{}", crate::hook::form::MULTIPART_REFUSED)]
+    UnsupportedMediaType,
     /// A mapping's transform failed or is not loaded: the cause kept, logged where it happened.
     #[error("hook mapping failed")]
     MappingFailed(#[source] MappingFailure),
@@ -185,6 +188,7 @@ impl HookError {
             HookError::Invalid(message) => message,
             HookError::TemplatesTooLarge(err) => return Cow::Owned(err.to_string()),
             HookError::Json(err) => return Cow::Owned(err.to_string()),
+            HookError::UnsupportedMediaType => crate::hook::form::MULTIPART_REFUSED,
             HookError::MappingFailed(_) => "hook mapping failed",
             HookError::TransformsBusy => "transforms busy; retry",
             HookError::StoreFull => "store full; retry",
@@ -223,6 +227,7 @@ impl HookError {
             HookError::NotFound => StatusCode::NOT_FOUND,
             HookError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             HookError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            HookError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             HookError::MappingFailed(_) | HookError::Internal(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }

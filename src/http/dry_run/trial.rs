@@ -19,7 +19,7 @@ use crate::intake::{self, Actions, Intake};
 use crate::mapping::Mapping;
 use crate::transform::{SlotShare, TransformEngine, TransformFailure};
 
-use crate::http::body::parse_json;
+use crate::http::body::{parse_json, parse_mapped};
 use crate::http::evaluate::{Evaluation, Observer, evaluate};
 use crate::http::hooks::{hook_name, replay_signature, under_prefix};
 use crate::http::reply::HookError;
@@ -107,7 +107,10 @@ async fn outcome(
 ) -> Result<Now, HookError> {
     let rest = under_prefix(captured.parts.uri.path(), &hooks.path).ok_or(HookError::NotFound)?;
     let name = hook_name(rest);
-    let payload = parse_json(&captured.body)?;
+    let payload = match name {
+        "wake" | "agent" => parse_json(&captured.body)?,
+        _ => parse_mapped(&captured.parts.headers, &captured.body)?,
+    };
     let request = HookRequest {
         name,
         parts: &captured.parts,
