@@ -447,6 +447,9 @@ fn mappings(
         if let Some(signature) = &config.signature {
             mapping.signature = mapping_signature(i, &mapping, signature, defaults, problems);
         }
+        if let Some(form) = &config.form {
+            mapping.form = super::form::form_rule(i, &mapping, config, form, problems);
+        }
         if let Some(batch) = &config.batch {
             mapping.batch = super::batch::batch_rule(i, &mapping, batch, problems);
         }

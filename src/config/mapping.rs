@@ -80,6 +80,8 @@ pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> 
         }),
         is_email: false,
         signature: None,
+        // Built with its key-named checks by `form::form_rule`.
+        form: None,
         for_each,
         session_mode,
         // Built with its key-named checks by `batch::batch_rule`.

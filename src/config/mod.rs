@@ -27,6 +27,7 @@ mod confine;
 mod connections;
 mod delivery_warnings;
 pub mod edge;
+mod form;
 mod hooks;
 pub mod lanes;
 mod limits;

@@ -15,7 +15,7 @@ use super::AppState;
 use super::body::{parse_json, parse_mapped, read_limited};
 use super::reply::HookError;
 use super::request::{HookContext, HookRequest, extension};
-use super::signed::{self, DeliverySlot, SignedAttempt};
+use super::signed::{self, Attempt, DeliverySlot, SignedAttempt};
 use super::trace::Trace;
 use crate::config::HookSettings;
 use crate::hook::signature::AdmittingSignature;
@@ -30,6 +30,8 @@ pub(super) enum Credential {
     Signature(SignedAttempt),
     /// An operator's replay, with the signature that admitted its original when one did.
     Replay(Option<AdmittingSignature>),
+    /// No token, on a form mapping's path, and its form rule admitted it: that mapping only.
+    Form(AdmittingSignature),
 }
 
 impl FromRequestParts<AppState> for Credential {
@@ -58,7 +60,11 @@ impl FromRequestParts<AppState> for Credential {
             &parts.headers,
             &context.name,
         )?;
-        Ok(attempt.map_or(Credential::Token, Credential::Signature))
+        Ok(match attempt {
+            None => Credential::Token,
+            Some(Attempt::Signed(attempt)) => Credential::Signature(attempt),
+            Some(Attempt::Form(admitted)) => Credential::Form(admitted),
+        })
     }
 }
 
@@ -128,6 +134,11 @@ impl FromRequest<AppState> for Authenticated {
             Credential::Token => {
                 trace.authenticated();
                 None
+            }
+            Credential::Form(admitted) => {
+                trace.authenticated();
+                trace.admitted_by(&admitted);
+                Some(admitted)
             }
             Credential::Replay(signature) => {
                 trace.authenticated();

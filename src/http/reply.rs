@@ -93,6 +93,12 @@ pub enum Refusal {
     SignedForAnother { signed: String, matched: String },
     #[error("mapping {0} accepts its signature only, not the hook token")]
     TokenRefused(String),
+    /// No token, on a form mapping's path, and its rule refused the request.
+    #[error("no token, and mapping {mapping}'s form rule refused it: {why}")]
+    Form {
+        mapping: String,
+        why: crate::mapping::FormRefusal,
+    },
 }
 
 /// Why a mapping produced no action, a server-side failure: the client is told `hook mapping

@@ -21,7 +21,7 @@ use crate::gateway::admission::replay::{Claim, RecordedAnswer};
 use crate::gateway::requests::Repeat;
 use crate::gateway::runtime_clock::now_ms;
 use crate::hook::signature::{AdmittingSignature, Presented, SignatureError};
-use crate::mapping::{self, Mapping};
+use crate::mapping::{self, FORM_SCHEME, FormRule, Mapping};
 
 /// A request on a signed mapping's path whose credential headers were read and found fresh and
 /// well-formed: the signature over the body decides, once the body has been read.
@@ -31,6 +31,15 @@ pub struct SignedAttempt {
     presented: Presented,
     /// Whom its failures count against: the client on this mapping.
     failures: Option<SignatureFailureKey>,
+}
+
+/// How a request without the hook token may still be served, as its headers tell.
+pub enum Attempt {
+    /// Its signature over the body decides, once the body has been read.
+    Signed(SignedAttempt),
+    /// A form mapping's rule admitted it (docs/hooks.md#website-forms): it may run that
+    /// mapping only, as a signature's request does.
+    Form(AdmittingSignature),
 }
 
 /// Failed signatures count per client and mapping: junk sent to one mapping cannot lock its
@@ -46,6 +55,9 @@ pub type SignatureFailureKey = (ClientKey, String);
 /// before its body can hold the connection. A client whose forwarding proxy named no address is
 /// not locked out: counting it under the proxy's address would lock out everyone behind it.
 ///
+/// Without a token, on a form mapping's path (and no signed mapping's), the form rule decides:
+/// a refusal there counts toward no lockout (the rule guards no secret to guess).
+///
 /// `None` when the token admitted the request.
 pub fn authenticate(
     app: &AppState,
@@ -54,7 +66,7 @@ pub fn authenticate(
     peer: SocketAddr,
     headers: &HeaderMap,
     name: &str,
-) -> Result<Option<SignedAttempt>, HookError> {
+) -> Result<Option<Attempt>, HookError> {
     let client = settings.trusted_proxies.client(peer.ip(), headers);
     let now = Instant::now();
     let token = presented_token(headers);
@@ -70,6 +82,11 @@ pub fn authenticate(
             app.limiter.clear(&client);
         }
         return Ok(None);
+    }
+    if let (None, None, Some((mapping, rule))) =
+        (token, &signed, mapping::form_for(&hooks.mappings, name))
+    {
+        return form_admission(mapping, rule, headers).map(Some);
     }
     if by_token {
         if let Some(client) = client {
@@ -97,12 +114,36 @@ pub fn authenticate(
             .map(String::from)
     };
     match Presented::read(rule, &header, now_ms() / 1000) {
-        Ok(presented) => Ok(Some(SignedAttempt {
+        Ok(presented) => Ok(Some(Attempt::Signed(SignedAttempt {
             mapping_id: mapping.id.clone(),
             presented,
             failures,
-        })),
+        }))),
         Err(reason) => Err(signature_refused(app, &failures, mapping, reason)),
+    }
+}
+
+/// A request to form mapping `mapping` without the hook token: admitted for that mapping when
+/// `rule` admits its `Origin` and `Content-Type`, else 401 with the reason for the record.
+fn form_admission(
+    mapping: &Mapping,
+    rule: &FormRule,
+    headers: &HeaderMap,
+) -> Result<Attempt, HookError> {
+    let header = |name| headers.get(name).map(HeaderValue::as_bytes);
+    match rule.admits(header(header::ORIGIN), header(header::CONTENT_TYPE)) {
+        Ok(()) => Ok(Attempt::Form(AdmittingSignature {
+            mapping_id: mapping.id.clone(),
+            scheme: FORM_SCHEME.into(),
+            replay_key: None,
+        })),
+        Err(why) => {
+            tracing::info!(mapping = %mapping.id, %why, "form refused");
+            Err(HookError::Unauthorized(Refusal::Form {
+                mapping: mapping.id.clone(),
+                why,
+            }))
+        }
     }
 }
 

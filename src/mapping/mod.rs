@@ -4,6 +4,7 @@
 mod action;
 mod batch;
 pub mod conditions;
+mod form;
 mod js_text;
 mod merge;
 pub mod template;
@@ -16,6 +17,7 @@ use crate::hook::{AgentAction, Channel, DEFAULT_NAME, SessionMode, Thinking, Wak
 pub use action::{FinishedAction, MappedAction, Notification, TransformAction};
 pub use batch::{BatchRule, batch_key};
 pub use conditions::{Conditions, HeaderValues, Unmet};
+pub use form::{FORM_SCHEME, FormRefusal, FormRule, origin};
 pub use merge::{Overrides, non_blank};
 pub use template::{RenderBudget, RenderLimit, TemplateContext, TooLarge};
 use template::{render, render_optional};
@@ -64,6 +66,9 @@ pub struct Mapping {
     /// When set, a valid provider signature is accepted in place of the hook token for requests
     /// whose name is this mapping's `match.path`.
     pub signature: Option<SignatureRule>,
+    /// When set, a form posted from one of its origins is accepted in place of the hook token
+    /// for requests whose name is this mapping's `match.path` (docs/hooks.md#website-forms).
+    pub form: Option<FormRule>,
     /// `forEach`: the top-level payload key whose list elements each make one action.
     pub for_each: Option<String>,
     /// Whether the mapping's runs continue their session key's conversation.
@@ -293,6 +298,15 @@ pub fn signature_for<'a>(
         .find_map(|m| m.signature.as_ref().map(|rule| (m, rule)))
 }
 
+/// The form rule for requests named `name`: that of the first mapping whose `match.path` is
+/// `name` and that has one.
+pub fn form_for<'a>(mappings: &'a [Mapping], name: &str) -> Option<(&'a Mapping, &'a FormRule)> {
+    mappings
+        .iter()
+        .filter(|m| m.path() == Some(name))
+        .find_map(|m| m.form.as_ref().map(|rule| (m, rule)))
+}
+
 /// Which mapping, if any, serves a request.
 #[derive(Debug)]
 pub enum Selection<'a> {
@@ -358,6 +372,7 @@ pub fn preset(name: &str) -> Option<Mapping> {
         transform: None,
         is_email: true,
         signature: None,
+        form: None,
         batch: None,
     })
 }

@@ -65,6 +65,7 @@ mod failover;
 mod failures;
 mod files;
 mod filters;
+mod forms;
 mod heartbeat_spend;
 mod held_batches;
 mod hostile;

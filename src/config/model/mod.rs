@@ -370,6 +370,9 @@ pub struct MappingConfig {
     pub transform: Option<TransformConfig>,
     /// Accepts the provider's signature in place of the hook token.
     pub signature: Option<SignatureConfig>,
+    /// Accepts a website form posted from these origins in place of the hook token
+    /// (docs/hooks.md#website-forms).
+    pub form: Option<FormConfig>,
     /// A top-level payload key holding a list: one action per element (the gmail preset's
     /// `messages`).
     pub for_each: Option<String>,
@@ -383,6 +386,15 @@ pub struct MappingConfig {
     pub budget: Option<BudgetConfig>,
     /// Gathers an agent mapping's requests into one run per window.
     pub batch: Option<BatchConfig>,
+}
+
+/// `form` of a mapping: the sites whose pages may post a form to it without the hook token.
+#[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FormConfig {
+    /// Origins, `https://host` or `https://host:port` (no path), whose forms are accepted: a
+    /// request's `Origin` header must be one of them and its body a form.
+    pub origins: Vec<String>,
 }
 
 /// `signature` of a mapping.
