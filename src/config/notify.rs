@@ -32,7 +32,10 @@ pub(super) fn check_keys(i: usize, config: &MappingConfig, problems: &mut Vec<Co
         ),
     ];
     for (field, _) in set.iter().filter(|(_, set)| *set) {
-        problems.push(ConfigError::invalid(key_of::<MappingConfig>(Some(i), field), AGENT_ONLY));
+        problems.push(ConfigError::invalid(
+            key_of::<MappingConfig>(Some(i), field),
+            AGENT_ONLY,
+        ));
     }
     if config.message_template.is_none() && config.transform.is_none() {
         problems.push(ConfigError::invalid(

@@ -56,7 +56,6 @@ impl Notice {
             },
         }
     }
-
 }
 
 /// Stores a notification's `run` finished with `outcome` and `job` pending, in the caller's

@@ -124,7 +124,10 @@ mod tests {
                    "empty": "", "flag": ""})
         );
         assert_eq!(parse(b"").unwrap(), json!({}));
-        assert_eq!(parse(b"a=100%&b=%zz%4").unwrap(), json!({"a": "100%", "b": "%zz%4"}));
+        assert_eq!(
+            parse(b"a=100%&b=%zz%4").unwrap(),
+            json!({"a": "100%", "b": "%zz%4"})
+        );
         assert_eq!(parse(b"caf%C3%A9=%E2%9C%93").unwrap(), json!({"café": "✓"}));
     }
 

@@ -7,7 +7,8 @@ use crate::hook::{AgentAction, Channel, Named, Rejected, WakeMode, WakeRequest};
 use super::{ActionKind, Overrides};
 
 /// What a notify action whose channel is missing, `last` or names none is refused with.
-pub const NOTIFY_CHANNEL: &str = "hook mapping notify requires a configured channel other than last";
+pub const NOTIFY_CHANNEL: &str =
+    "hook mapping notify requires a configured channel other than last";
 
 /// A mapping's action with every field rendered, before the checks of [`MappedAction::finish`].
 /// Both the wake text and the agent fields are kept, so that a transform may change the kind; a

@@ -71,7 +71,9 @@ pub fn origin(text: &str) -> Option<String> {
     let ipv6 = host.starts_with('[') && host.ends_with(']');
     let host_ok = !host.is_empty()
         && host.bytes().all(|b| {
-            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-') || (ipv6 && matches!(b, b'[' | b']' | b':'))
+            b.is_ascii_alphanumeric()
+                || matches!(b, b'.' | b'-')
+                || (ipv6 && matches!(b, b'[' | b']' | b':'))
         });
     host_ok.then_some(text)
 }

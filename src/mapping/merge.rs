@@ -94,7 +94,9 @@ impl MappedAction {
             // A notification has a message and a route: the agent fields mean nothing to it.
             ActionKind::Notify => {
                 let agent = &mut action.agent;
-                agent.message = overrides.message.unwrap_or(std::mem::take(&mut agent.message));
+                agent.message = overrides
+                    .message
+                    .unwrap_or(std::mem::take(&mut agent.message));
                 match overrides.channel {
                     Some(Named::Known(channel)) => agent.channel = Some(channel),
                     Some(Named::Unknown(_)) => action.channel_refused = true,

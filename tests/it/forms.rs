@@ -129,11 +129,15 @@ async fn a_signature_checks_the_forms_exact_bytes() {
 async fn a_captured_form_has_its_redacted_fields_replaced() {
     let capture = json!({"enabled": true, "redact": ["/password"]});
     let (server, _dir) = Hookgate::start(&contact_config(json!({"capture": capture})));
-    let response = post_form(&server, "/hooks/contact", &format!("{CONTACT}&password=hunter2"))
-        .bearer_auth(HOOK_TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let response = post_form(
+        &server,
+        "/hooks/contact",
+        &format!("{CONTACT}&password=hunter2"),
+    )
+    .bearer_auth(HOOK_TOKEN)
+    .send()
+    .await
+    .unwrap();
     assert_eq!(response.status(), 200);
     let id = request_id(&response);
     recorded(&server, "", 1).await;

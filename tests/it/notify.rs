@@ -88,7 +88,11 @@ async fn a_notify_sent_while_the_chat_api_is_down_lands_once_it_is_up(backend: B
     assert_eq!(run["delivery"]["status"], "sent", "{run}");
     let attempts = run["delivery"]["attempts"].as_u64().unwrap();
     assert!(attempts >= 2, "{run}");
-    assert_eq!(chat.requests().len() as u64, attempts, "one send per attempt");
+    assert_eq!(
+        chat.requests().len() as u64,
+        attempts,
+        "one send per attempt"
+    );
     assert_eq!(provider.requests().len(), 0, "no model call");
 }
 
@@ -170,7 +174,9 @@ async fn a_reload_that_removes_a_notify_channel_is_refused() {
     dir.write(&broken);
     eventually("the reload to be refused", async || {
         let (_, status) = server.api_json("/api/config").await;
-        status["lastError"].to_string().contains("hooks.mappings[0].channel")
+        status["lastError"]
+            .to_string()
+            .contains("hooks.mappings[0].channel")
     })
     .await;
     let run = finished(&server, &notify(&server).await).await;

@@ -83,9 +83,20 @@ impl ActionView {
         }
     }
 
-    /// A run as the store keeps it.
+    /// A run as the store keeps it; a notification's (its session `notify:<run id>`, see
+    /// docs/hooks.md#notify-only-hooks) as the notify action it was.
     fn of_run(record: &RunRecord) -> ActionView {
         let run = &record.run.admitted;
+        if run.session_key.starts_with("notify:") {
+            return ActionView {
+                kind: ActionKind::Notify,
+                text: None,
+                message: Some(run.action.message.clone()),
+                agent_id: None,
+                session_key: None,
+                truncated: false,
+            };
+        }
         ActionView {
             kind: ActionKind::Agent,
             text: None,
@@ -230,7 +241,8 @@ impl Now {
         }
         let filtered_then = then.outcome == Some(RequestOutcome::Filtered);
         let count = |kind| self.actions.iter().filter(|a| a.kind == kind).count();
-        let actions_differ = then.run_ids.len() != count(ActionKind::Agent)
+        let runs = count(ActionKind::Agent) + count(ActionKind::Notify);
+        let actions_differ = then.run_ids.len() != runs
             || then.event_outcome.is_some() != (count(ActionKind::Wake) > 0);
         // A batched request's run is its batch's, whose message holds every item of it: not
         // this request's own message, which is left out of the comparison.
