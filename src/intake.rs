@@ -70,8 +70,8 @@ pub struct Committed {
 }
 
 impl QueuedRun {
-    /// A notification stored (or found a repeat): no batch, no budget.
-    fn notified(queued: RunQueued) -> QueuedRun {
+    /// A run stored, or found a repeat, on its own: in no batch, held by no budget.
+    fn of(queued: RunQueued) -> QueuedRun {
         let (run_id, repeated) = match queued {
             RunQueued::New { run_id } => (run_id, false),
             RunQueued::Replayed { run_id } => (run_id, true),
@@ -173,7 +173,7 @@ pub async fn admit(
                 .map(|run| committed.runs.push(run)),
             Admitted::Notify(notice) => Box::pin(runtime.submit_notify(*notice))
                 .await
-                .map(|queued| committed.runs.push(QueuedRun::notified(queued)))
+                .map(|queued| committed.runs.push(QueuedRun::of(queued)))
                 .map_err(AdmitError::from),
         };
         if let Err(error) = done {
@@ -316,15 +316,9 @@ async fn queue(
     let queued = runtime
         .queue_within_budgets(&hooks.budgets, admission.run, admission.claim)
         .await??;
-    let (run_id, repeated) = match queued.run {
-        RunQueued::New { run_id } => (run_id, false),
-        RunQueued::Replayed { run_id } => (run_id, true),
-    };
     Ok(QueuedRun {
-        run_id,
-        repeated,
-        batched: None,
         held: queued.held,
+        ..QueuedRun::of(queued.run)
     })
 }
 
