@@ -20,7 +20,7 @@ use super::auth::{presented_bearer, presented_token};
 use super::body::read_limited;
 use super::reply::{HookError, json_error};
 use super::request::HookContext;
-use super::signed;
+use super::signed::{self, Attempt};
 use super::trace::Trace;
 use crate::config::EdgeServe;
 use crate::gateway::edge_queue::{Delivery, EdgeQueue, EdgeStatus, PushError};
@@ -113,9 +113,11 @@ async fn store(
     .await?;
     match attempt {
         // Verified here, claimed at the private node, which keeps the delivery ids.
-        Some(attempt) => drop(signed::check_signature(
+        Some(Attempt::Signed(attempt)) => drop(signed::check_signature(
             app, context, attempt, &bytes, &trace,
         )?),
+        // A form's origin rule admitted it; the private node applies the rule again.
+        Some(Attempt::Form(_)) => trace.authenticated(),
         None if !open => trace.authenticated(),
         None => {}
     }
