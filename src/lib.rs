@@ -18,4 +18,5 @@ pub mod private_fs;
 pub mod request_log;
 pub mod server;
 pub mod slots;
+pub mod subscription;
 pub mod transform;

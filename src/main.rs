@@ -83,6 +83,10 @@ enum Command {
     /// MCP token, for an agent that starts its tools as processes.
     #[command(after_help = remote::mcp::ENVIRONMENT)]
     Mcp(remote::mcp::McpArgs),
+    /// Subscriptions of a running hookgate: hooks made at runtime, each with its own URL and
+    /// signing secret (create, list, show, test, pause, resume, rotate, delete, audit).
+    #[command(subcommand, after_help = remote::ENVIRONMENT)]
+    Hooks(remote::HooksCommand),
     /// Print a completion script for a shell: `hookgate completions bash > /etc/bash_completion.d/hookgate`.
     Completions {
         #[arg(value_enum)]
@@ -231,6 +235,7 @@ fn main() -> ExitCode {
         }
         Command::Runs(command) => remote::runs(command),
         Command::Mcp(args) => remote::mcp::mcp(args),
+        Command::Hooks(command) => remote::hooks(command),
         Command::Transform(TransformCommand::New { name, lang, dir }) => {
             scaffold::new(&name, lang, dir)
         }

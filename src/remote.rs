@@ -6,10 +6,12 @@
 mod dry_run;
 mod filters;
 pub mod mcp;
+mod hooks;
 mod replay;
 mod runs;
 mod runs_bulk;
 
+pub use hooks::{HooksCommand, hooks};
 pub use runs::{RunsCommand, runs};
 
 use std::process::ExitCode;

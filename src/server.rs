@@ -146,6 +146,10 @@ impl Server {
             ),
             None => None,
         };
+        let subscriptions =
+            crate::subscription::Subscriptions::open(config.clone(), runtime.cluster())
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot open the subscriptions: {e}"))?;
         let state = AppState::new(AppParts {
             request_log,
             access_log: Default::default(),
@@ -154,6 +158,7 @@ impl Server {
             dry_runs: Default::default(),
             edge_queue,
             edge_link: Default::default(),
+            subscriptions,
             config,
             store,
             runtime,

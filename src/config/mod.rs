@@ -41,10 +41,12 @@ mod reload;
 mod run_settings;
 pub mod runtime;
 pub mod schema;
+pub mod sealing;
 mod secret;
 mod settings;
 mod signature;
 pub mod store;
+mod subscribing;
 mod suggest;
 mod transforms;
 
@@ -65,6 +67,7 @@ pub use openclaw::ConfigNotice;
 pub use reload::watch;
 use secret::ConfigFiles;
 pub use settings::{MissingChannels, Settings};
+pub use subscribing::SubscribedMapping;
 pub use transforms::{candidate_transforms, load_transforms};
 
 /// A problem with the configuration. Every message names the key it is about.
@@ -96,12 +99,22 @@ pub fn load(path: &Path) -> Result<Settings, Vec<ConfigError>> {
 }
 
 fn load_with_digest(path: &Path) -> Result<(Settings, Digest), Vec<ConfigError>> {
-    let (document, digest) = read_document(path)?;
+    load_merged(path, &[])
+}
+
+/// The file at `path` with the mappings of `subscribed` after its own: built together, by the
+/// same code, so a subscription is checked exactly as a mapping of the file is.
+fn load_merged(
+    path: &Path,
+    subscribed: &[SubscribedMapping],
+) -> Result<(Settings, Digest), Vec<ConfigError>> {
+    let (mut document, digest) = read_document(path)?;
     let config_dir = config_dir(path);
-    Ok((
-        settings_of(document, ConfigFiles::operator(&config_dir))?,
-        digest,
-    ))
+    let from_file = subscribing::append(&mut document.config.hooks.mappings, subscribed)?;
+    let mut settings = settings_of(document, ConfigFiles::operator(&config_dir))
+        .map_err(|problems| subscribing::name_subscriptions(problems, from_file, subscribed))?;
+    subscribing::retire(&mut settings, subscribed);
+    Ok((settings, digest))
 }
 
 /// Parses and validates a candidate configuration's `text` as [`load`] does a file's, as if
@@ -124,6 +137,9 @@ fn settings_of(document: Document, files: ConfigFiles<'_>) -> Result<Settings, V
             let warnings = delivery_warnings::delivery_notices(&settings);
             settings.notices.extend(warnings);
             settings.notices.extend(budget::budget_notices(&settings));
+            settings
+                .notices
+                .extend(subscribing::public_url_notice(&settings));
             Ok(settings)
         }
         Ok(_) => Err(problems),
@@ -155,6 +171,9 @@ pub struct LiveConfig {
     current: Arc<ArcSwap<Settings>>,
     status: Arc<Mutex<ReloadStatus>>,
     admission: Admission,
+    /// The mappings of subscriptions in force, built with the file's on every reload. Held
+    /// while settings are built and swapped, so two changes never interleave.
+    subscribed: Arc<Mutex<Vec<SubscribedMapping>>>,
 }
 
 /// A last check a new configuration must pass before it is taken, with effects of its own: the
@@ -191,6 +210,7 @@ impl LiveConfig {
         settings.log_notices();
         Ok(LiveConfig {
             admission,
+            subscribed: Arc::default(),
             path: Arc::new(path),
             current: Arc::new(ArcSwap::from_pointee(settings)),
             status: Arc::new(Mutex::new(ReloadStatus {
@@ -223,32 +243,74 @@ impl LiveConfig {
     /// Loads the file again; valid settings replace the current ones, invalid ones (and ones
     /// that change a key only a restart applies) are returned and the current ones kept.
     pub fn reload(&self) -> Result<(), Vec<ConfigError>> {
+        let subscribed = self.lock_subscribed();
+        self.rebuild(&subscribed, true)
+    }
+
+    fn lock_subscribed(&self) -> std::sync::MutexGuard<'_, Vec<SubscribedMapping>> {
+        self.subscribed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Puts `subscribed` in force with the file: the whole set of mappings is built again and
+    /// swapped in at once, or, when any of it is refused, nothing changes and every problem is
+    /// returned (a subscription's named as `subscription NAME`).
+    pub fn set_subscribed(
+        &self,
+        subscribed: Vec<SubscribedMapping>,
+    ) -> Result<(), Vec<ConfigError>> {
+        let mut held = self.lock_subscribed();
+        self.rebuild(&subscribed, false)?;
+        *held = subscribed;
+        Ok(())
+    }
+
+    /// Whether `subscribed` would be taken with the file as it is, without putting anything in
+    /// force (its transforms are loaded, as admission does).
+    pub fn check_subscribed(
+        &self,
+        subscribed: &[SubscribedMapping],
+    ) -> Result<(), Vec<ConfigError>> {
+        let (settings, _) = load_merged(&self.path, subscribed)?;
+        (self.admission)(&settings)
+    }
+
+    /// The file read again with `subscribed`, admitted and swapped in. Only a reload of the
+    /// file (`file_reload`) counts as a new generation, or records its refusal.
+    fn rebuild(
+        &self,
+        subscribed: &[SubscribedMapping],
+        file_reload: bool,
+    ) -> Result<(), Vec<ConfigError>> {
         // Restart-only keys are checked before admission, which loads the transforms the new
         // settings name and so must only run for settings that will be taken.
-        let loaded = load_with_digest(&self.path).and_then(|(settings, digest)| {
+        let loaded = load_merged(&self.path, subscribed).and_then(|(settings, digest)| {
             let needs_restart = restart_only_changes(&self.current(), &settings);
             if !needs_restart.is_empty() {
                 return Err(needs_restart);
             }
             (self.admission)(&settings).map(|()| (settings, digest))
         });
-        let settings = match loaded {
-            Ok((settings, digest)) => {
-                self.lock_status().digest = Some(digest);
-                settings
-            }
-            Err(problems) => {
+        let (settings, digest) = match loaded {
+            Ok(loaded) => loaded,
+            Err(problems) if file_reload => {
                 let mut status = self.lock_status();
                 status.digest = file_digest(&self.path);
                 status.last_error = Some(problems.iter().map(ToString::to_string).collect());
                 return Err(problems);
             }
+            Err(problems) => return Err(problems),
         };
-        settings.log_notices();
         let mut status = self.lock_status();
+        // A subscription's change that happens to take a new version of the file takes it as
+        // a reload would.
+        let new_file = file_reload || status.digest != Some(digest);
+        if new_file {
+            settings.log_notices();
+            status.generation += 1;
+            status.last_error = None;
+        }
+        status.digest = Some(digest);
         self.current.store(Arc::new(settings));
-        status.generation += 1;
-        status.last_error = None;
         Ok(())
     }
 }

@@ -52,6 +52,10 @@ pub struct Settings {
     pub missing_channels: MissingChannels,
     /// An edge, a private node that pulls from one, or neither (docs/edge.md).
     pub edge: super::edge::EdgeRole,
+    /// `gateway.publicUrl` without a trailing `/`: how senders reach this node.
+    pub public_url: Option<String>,
+    /// `gateway.secretsKey`: seals the signing secrets of subscriptions at rest.
+    pub secrets_key: Option<super::sealing::SecretsKey>,
 }
 
 impl Settings {
@@ -122,6 +126,8 @@ impl Settings {
             hooks: hooks.as_ref().map(|hooks| &hooks.token),
         };
         let mcp = super::mcp::mcp_settings(file.mcp, &others, files, &mut problems);
+        let public_url = super::subscribing::public_url(&file.gateway, &mut problems);
+        let secrets_key = super::subscribing::secrets_key(&file.gateway, files, &mut problems);
         let bind = file.gateway.bind.unwrap_or_else(|| DEFAULT_BIND.into());
         if bind.parse::<std::net::IpAddr>().is_err() {
             // What `serve` would fail on, said by `check` too.
@@ -165,6 +171,8 @@ impl Settings {
             notices: Vec::new(),
             missing_channels: MissingChannels::default(),
             edge,
+            public_url,
+            secrets_key,
         })
     }
 }

@@ -29,6 +29,7 @@ pub(super) fn signature_rule(
         secrets,
         tolerance: tolerance(config.tolerance_seconds, key, problems),
         token_accepted: config.accept_token.unwrap_or(true),
+        retired: None,
     })
 }
 

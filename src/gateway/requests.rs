@@ -115,6 +115,39 @@ impl From<LimitKind> for RequestOutcome {
 pub struct SignatureTrace {
     pub scheme: String,
     pub verified: bool,
+    /// Which secret verified it, `current` or `previous` (within a rotation's window); absent
+    /// when it was not verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<VerifiedBy>,
+}
+
+/// Which secret verified a signature ([`crate::hook::signature::SecretUsed`]), as a record
+/// keeps it; the request log's `signature_verified` column holds 1 or 2 for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VerifiedBy {
+    Current,
+    Previous,
+}
+
+impl VerifiedBy {
+    /// The `signature_verified` column's value: 0 not verified, 1 current, 2 previous.
+    pub fn column(trace: &SignatureTrace) -> i64 {
+        match (trace.verified, trace.secret) {
+            (false, _) => 0,
+            (true, Some(VerifiedBy::Previous)) => 2,
+            (true, _) => 1,
+        }
+    }
+
+    /// The trace's `verified` and `secret` of a `signature_verified` column.
+    pub fn of_column(value: i64) -> (bool, Option<VerifiedBy>) {
+        match value {
+            0 => (false, None),
+            2 => (true, Some(VerifiedBy::Previous)),
+            _ => (true, Some(VerifiedBy::Current)),
+        }
+    }
 }
 
 /// One request, as recorded. The request log fills it in as the request goes; the store writes
@@ -295,7 +328,7 @@ impl RequestRecord {
                 transform.map(|t| micros(t.duration_ms)),
                 transform.and_then(|t| t.failure.as_deref()),
                 signature.map(|s| &s.scheme),
-                signature.map(|s| s.verified),
+                signature.map(VerifiedBy::column),
                 run_ids,
                 r.event_outcome.map(EventOutcome::as_str),
                 i64::try_from(r.suppressed).unwrap_or(i64::MAX),
@@ -370,9 +403,11 @@ impl RequestRecord {
         let signature = row
             .get::<_, Option<String>>(14)?
             .map(|scheme| -> rusqlite::Result<SignatureTrace> {
+                let (verified, secret) = VerifiedBy::of_column(row.get(15)?);
                 Ok(SignatureTrace {
                     scheme,
-                    verified: row.get(15)?,
+                    verified,
+                    secret,
                 })
             })
             .transpose()?;

@@ -108,6 +108,7 @@ mod tests {
             secrets: vec![b"k".to_vec()],
             tolerance: Duration::from_secs(300),
             token_accepted: true,
+            retired: None,
         };
         let headers = CredentialHeaders::of([&generic]);
         for secret in [

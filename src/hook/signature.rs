@@ -93,6 +93,57 @@ pub struct SignatureRule {
     /// Whether the hook token opens the mapping too (`signature.acceptToken`, default true).
     /// When false the signature is the only way in, so a leaked hook token does not open it.
     pub token_accepted: bool,
+    /// A secret rotated out (a subscription's `rotate`), still verifying until its time.
+    pub retired: Option<RetiredSecret>,
+}
+
+/// A secret rotated out of a rule: it verifies until `until_unix` (Unix seconds), then a
+/// signature made with it is refused as [`SignatureError::Expired`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct RetiredSecret {
+    pub secret: Vec<u8>,
+    pub until_unix: i64,
+}
+
+impl RetiredSecret {
+    /// `Previous` while its window is open at `now_unix`, else why a signature made with it is
+    /// refused.
+    fn still_valid(&self, now_unix: i64) -> Result<SecretUsed, SignatureError> {
+        if now_unix < self.until_unix {
+            return Ok(SecretUsed::Previous);
+        }
+        let until = chrono::DateTime::from_timestamp(self.until_unix, 0)
+            .map_or_else(|| self.until_unix.to_string(), |t| t.to_rfc3339());
+        Err(SignatureError::Expired(until))
+    }
+}
+
+impl std::fmt::Debug for RetiredSecret {
+    /// Never prints the secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RetiredSecret")
+            .field("until_unix", &self.until_unix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which of a rule's secrets verified a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretUsed {
+    /// One of the rule's secrets in force.
+    Current,
+    /// The secret a rotation retired, within its window.
+    Previous,
+}
+
+impl SecretUsed {
+    /// As a request record says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SecretUsed::Current => "current",
+            SecretUsed::Previous => "previous",
+        }
+    }
 }
 
 impl std::fmt::Debug for SignatureRule {
@@ -103,6 +154,7 @@ impl std::fmt::Debug for SignatureRule {
             .field("secrets", &self.secrets.len())
             .field("tolerance", &self.tolerance)
             .field("token_accepted", &self.token_accepted)
+            .field("retired", &self.retired)
             .finish()
     }
 }
@@ -115,6 +167,7 @@ impl SignatureRule {
         self.scheme == other.scheme
             && self.secrets == other.secrets
             && self.tolerance == other.tolerance
+            && self.retired == other.retired
     }
 }
 
@@ -130,6 +183,9 @@ pub enum SignatureError {
     Stale,
     #[error("signature does not match")]
     Mismatch,
+    /// Made with the secret a rotation retired, after its window closed.
+    #[error("signature made with the previous secret, which expired at {0} (rotated out)")]
+    Expired(String),
 }
 
 /// The signature that admitted a request: the one type that carries it from its verification
@@ -148,6 +204,8 @@ pub struct AdmittingSignature {
     /// request cannot be replayed under a new id. `None` when an operator's replay or a dry run
     /// carries a recorded request's admission: that is no delivery of its own.
     pub replay_key: Option<String>,
+    /// Which secret verified it: the previous one only within a rotation's window.
+    pub secret: SecretUsed,
 }
 
 /// Decodes a secret as the scheme expects it: `whsec_<base64>` for Standard Webhooks, the
@@ -173,9 +231,26 @@ fn mac(secret: &[u8], parts: &[&[u8]]) -> [u8; 32] {
 
 /// Whether any candidate equals the MAC of `parts` under any secret, in constant time per
 /// comparison (the number of comparisons depends only on how many were sent and configured).
-fn any_matches(rule: &SignatureRule, parts: &[&[u8]], candidates: &[Vec<u8>]) -> bool {
+/// Whether the rule's retired secret made the signature: `Previous` within its window, else
+/// why it is refused.
+fn retired_matches(
+    rule: &SignatureRule,
+    parts: &[&[u8]],
+    candidates: &[Vec<u8>],
+    now_unix: i64,
+) -> Result<SecretUsed, SignatureError> {
+    let Some(retired) = &rule.retired else {
+        return Err(SignatureError::Mismatch);
+    };
+    if !any_matches(std::slice::from_ref(&retired.secret), parts, candidates) {
+        return Err(SignatureError::Mismatch);
+    }
+    retired.still_valid(now_unix)
+}
+
+fn any_matches(secrets: &[Vec<u8>], parts: &[&[u8]], candidates: &[Vec<u8>]) -> bool {
     let mut found = subtle::Choice::from(0);
-    for secret in &rule.secrets {
+    for secret in secrets {
         let expected = mac(secret, parts);
         for candidate in candidates {
             found |= expected.as_slice().ct_eq(candidate.as_slice());
@@ -237,6 +312,8 @@ pub fn verify(
 pub struct Presented {
     proof: Proof,
     delivery: DeliveryId,
+    /// When it was read, in Unix seconds: whether a retired secret still verifies.
+    now_unix: i64,
 }
 
 enum Proof {
@@ -245,8 +322,8 @@ enum Proof {
         prefix: Vec<u8>,
         candidates: Vec<Vec<u8>>,
     },
-    /// A static token, compared when the headers were read.
-    Token,
+    /// A static token, compared when the headers were read, and which secret it was.
+    Token(SecretUsed),
 }
 
 /// Where the delivery id comes from.
@@ -268,19 +345,20 @@ impl Presented {
         now_unix: i64,
     ) -> Result<Presented, SignatureError> {
         let tolerance = rule.tolerance;
-        match &rule.scheme {
+        let presented = match &rule.scheme {
             Scheme::Github => Self::read_github(header),
             Scheme::Stripe => Self::read_stripe(header, now_unix, tolerance),
             Scheme::Slack => Self::read_slack(header, now_unix, tolerance),
             Scheme::StandardWebhooks => Self::read_standard_webhooks(header, now_unix, tolerance),
             Scheme::Shopify => Self::read_shopify(header),
-            Scheme::Gitlab => Self::read_gitlab(header, &rule.secrets),
+            Scheme::Gitlab => Self::read_gitlab(header, rule, now_unix),
             Scheme::HmacSha256 {
                 header: name,
                 encoding,
                 prefix,
             } => Self::read_hmac_sha256(header, name, *encoding, prefix),
-        }
+        };
+        presented.map(|p| Presented { now_unix, ..p })
     }
 
     /// A MAC over `prefix` and the body, to equal one of `candidates`.
@@ -288,6 +366,7 @@ impl Presented {
         Presented {
             proof: Proof::Mac { prefix, candidates },
             delivery,
+            now_unix: 0,
         }
     }
 
@@ -383,24 +462,34 @@ impl Presented {
         ))
     }
 
-    /// GitLab: a static `x-gitlab-token`, compared here with each of `secrets`.
+    /// GitLab: a static `x-gitlab-token`, compared here with each of the rule's secrets, then
+    /// with its retired one.
     fn read_gitlab(
         header: &dyn Fn(&str) -> Option<String>,
-        secrets: &[Vec<u8>],
+        rule: &SignatureRule,
+        now_unix: i64,
     ) -> Result<Presented, SignatureError> {
         let value = require(header, "x-gitlab-token")?;
         // Compared as SHA-256 digests, so neither content nor length leaks.
         let presented = mac(b"gitlab", &[value.as_bytes()]);
-        let mut found = subtle::Choice::from(0);
-        for secret in secrets {
-            found |= presented.ct_eq(&mac(b"gitlab", &[secret]));
-        }
-        if !bool::from(found) {
-            return Err(SignatureError::Mismatch);
-        }
+        let matches = |secrets: &[Vec<u8>]| {
+            let mut found = subtle::Choice::from(0);
+            for secret in secrets {
+                found |= presented.ct_eq(&mac(b"gitlab", &[secret]));
+            }
+            bool::from(found)
+        };
+        let secret = match &rule.retired {
+            _ if matches(&rule.secrets) => SecretUsed::Current,
+            Some(retired) if matches(std::slice::from_ref(&retired.secret)) => {
+                retired.still_valid(now_unix)?
+            }
+            _ => return Err(SignatureError::Mismatch),
+        };
         Ok(Presented {
-            proof: Proof::Token,
+            proof: Proof::Token(secret),
             delivery: DeliveryId::BodyDigest,
+            now_unix,
         })
     }
 
@@ -435,11 +524,15 @@ impl Presented {
         mapping_id: &str,
         body: &[u8],
     ) -> Result<AdmittingSignature, SignatureError> {
-        if let Proof::Mac { prefix, candidates } = &self.proof {
-            if !any_matches(rule, &[prefix, body], candidates) {
-                return Err(SignatureError::Mismatch);
+        let secret = match &self.proof {
+            Proof::Mac { prefix, candidates }
+                if !any_matches(&rule.secrets, &[prefix, body], candidates) =>
+            {
+                retired_matches(rule, &[prefix, body], candidates, self.now_unix)?
             }
-        }
+            Proof::Mac { .. } => SecretUsed::Current,
+            Proof::Token(secret) => *secret,
+        };
         let delivery_id = match self.delivery {
             DeliveryId::Signed(id) => id,
             DeliveryId::StripeEvent => serde_json::from_slice::<serde_json::Value>(body)
@@ -452,6 +545,7 @@ impl Presented {
             mapping_id: mapping_id.to_string(),
             scheme: rule.scheme.name().to_string(),
             replay_key: Some(format!("{mapping_id}:{delivery_id}")),
+            secret,
         })
     }
 }

@@ -23,9 +23,9 @@ use super::request_id::RequestId;
 use super::trace::{self, Trace};
 use super::{mapped, signed, submit};
 use crate::config::{HookSettings, Settings};
-use crate::gateway::requests::{self, Repeat, RequestRecord};
+use crate::gateway::requests::{self, Repeat, RequestRecord, VerifiedBy};
 use crate::hook::payload;
-use crate::hook::signature::AdmittingSignature;
+use crate::hook::signature::{AdmittingSignature, SecretUsed};
 
 /// The hook endpoints of [`routes`]: cloning them costs a reference count's increment.
 pub(super) type HookRoutes = Router;
@@ -248,6 +248,10 @@ pub(super) fn replay_signature(
         mapping_id: mapping.id.clone(),
         scheme: signature.scheme.clone(),
         replay_key: None,
+        secret: match signature.secret {
+            Some(VerifiedBy::Previous) => SecretUsed::Previous,
+            _ => SecretUsed::Current,
+        },
     }))
 }
 
@@ -367,6 +371,7 @@ mod tests {
             signature: Some(SignatureTrace {
                 scheme: "github".into(),
                 verified: true,
+                secret: None,
             }),
             ..RequestRecord::default()
         };
@@ -405,6 +410,7 @@ mod tests {
             signature: Some(SignatureTrace {
                 scheme: "github".into(),
                 verified: true,
+                secret: None,
             }),
             ..RequestRecord::default()
         };

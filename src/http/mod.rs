@@ -4,6 +4,7 @@
 mod api;
 mod api_error;
 mod api_held;
+mod api_hooks;
 mod api_overview;
 mod api_replay;
 mod api_requests;
@@ -105,6 +106,8 @@ pub struct AppParts {
     pub edge_queue: Option<crate::gateway::edge_queue::EdgeQueue>,
     /// A private node's view of its link to the edge; idle on every other node.
     pub edge_link: edge_link::LinkWatch,
+    /// Mappings made at runtime (docs/subscriptions.md).
+    pub subscriptions: Arc<crate::subscription::Subscriptions>,
 }
 
 /// Every route of the server. Hooks live under a configurable, reloadable prefix, so their
@@ -177,6 +180,13 @@ fn operator_routes() -> Router<AppState> {
         .route("/config", get(api::config_status))
         .route("/spend", get(api_spend::spend))
         .route("/overview", get(api_overview::overview))
+        .route("/hooks", get(api_hooks::list).post(api_hooks::create))
+        .route(
+            "/hooks/{name}",
+            get(api_hooks::show).delete(api_hooks::delete),
+        )
+        .route("/hooks/{name}/{action}", post(api_hooks::act))
+        .route("/audit", get(api_hooks::audit))
 }
 
 async fn security_headers(mut response: Response) -> Response {

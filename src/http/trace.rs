@@ -20,11 +20,11 @@ use crate::config::HookSettings;
 use crate::gateway::EventOutcome;
 use crate::gateway::requests::{
     Repeat, RequestOutcome, RequestRecord, SignatureTrace, TransformTrace, TransformVerdict,
-    recorded_method, recorded_path,
+    VerifiedBy, recorded_method, recorded_path,
 };
 use crate::gateway::runtime_clock::now_ms;
 use crate::hook::capture::CaptureJob;
-use crate::hook::signature::AdmittingSignature;
+use crate::hook::signature::{AdmittingSignature, SecretUsed};
 
 use super::AppState;
 use super::reply::{HookError, Refused};
@@ -224,14 +224,20 @@ impl Trace {
         self.draft().record.signature = Some(SignatureTrace {
             scheme: scheme.to_string(),
             verified: false,
+            secret: None,
         });
     }
 
     /// `signature` admitted the request (or, for an operator's replay, its original).
     pub fn admitted_by(&self, signature: &AdmittingSignature) {
+        let secret = match signature.secret {
+            SecretUsed::Current => VerifiedBy::Current,
+            SecretUsed::Previous => VerifiedBy::Previous,
+        };
         self.draft().record.signature = Some(SignatureTrace {
             scheme: signature.scheme.clone(),
             verified: true,
+            secret: Some(secret),
         });
     }
 

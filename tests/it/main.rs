@@ -96,6 +96,7 @@ mod scaffold;
 mod security;
 mod sender_names;
 mod signatures;
+mod subscriptions;
 mod transforms;
 mod usage;
 mod wake;

@@ -151,6 +151,13 @@ pub struct GatewayConfig {
     pub store: Option<StoreConfig>,
     /// How long finished work is kept in the store (docs/configuration.md#retention).
     pub retention: Option<RetentionConfig>,
+    /// How senders reach this node (`https://hooks.example.com`, behind a proxy, a tunnel or
+    /// the edge): every hook URL hookgate prints starts with it (docs/subscriptions.md).
+    pub public_url: Option<String>,
+    /// The key that seals the signing secrets of subscriptions at rest (docs/subscriptions.md):
+    /// any text of at least 32 characters, kept apart from the state directory. Without it no
+    /// subscription can be created.
+    pub secrets_key: Option<SecretValue>,
 }
 
 /// `gateway.retention`: durations like `30d`; `0` keeps everything.

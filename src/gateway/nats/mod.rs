@@ -448,7 +448,7 @@ async fn ensure_buckets(
 /// write. The bucket's stream is made here, as the key-value layer would make it, because the
 /// client's own bucket creation first queries account details that 2.9 servers describe
 /// differently.
-async fn bucket(
+pub(crate) async fn bucket(
     js: &jetstream::Context,
     names: &Names,
     suffix: &str,

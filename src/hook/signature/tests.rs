@@ -11,6 +11,7 @@ fn rule(scheme: Scheme, secrets: &[&str]) -> SignatureRule {
         scheme,
         tolerance: DEFAULT_TOLERANCE,
         token_accepted: true,
+        retired: None,
     }
 }
 
@@ -63,6 +64,7 @@ fn github_documented_vector() {
             mapping_id: "gh".into(),
             scheme: "github".into(),
             replay_key: Some(format!("gh:{digest}")),
+            secret: SecretUsed::Current,
         })
     );
     assert_eq!(
@@ -162,6 +164,7 @@ fn parsers_survive_arbitrary_input() {
             secrets: vec![b"k".to_vec()],
             tolerance: DEFAULT_TOLERANCE,
             token_accepted: true,
+            retired: None,
         };
         for value in samples {
             let h = move |_: &str| Some(value.to_string());

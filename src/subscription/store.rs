@@ -1,0 +1,265 @@
+//! Where subscriptions and the audit of their changes are kept: `subscriptions.db` in the state
+//! directory, or, on a NATS store, two key-value buckets every node reads and watches.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use async_nats::jetstream::kv;
+use futures_util::StreamExt;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::AuditEntry;
+use super::record::Subscription;
+use crate::gateway::nats::Cluster;
+
+/// A failure of the store itself, its cause kept for the log.
+#[derive(Debug, thiserror::Error)]
+#[error("subscription store: {0}")]
+pub struct StoreFailure(String);
+
+fn failure(e: impl std::fmt::Display) -> StoreFailure {
+    StoreFailure(e.to_string())
+}
+
+/// The subscriptions' store.
+#[derive(Clone)]
+pub enum SubscriptionStore {
+    /// `<stateDir>/subscriptions.db`, this node's alone.
+    Sqlite(Arc<Mutex<Connection>>),
+    /// Buckets `<bucket>-subscriptions` and `<bucket>-audit`, shared by the cluster.
+    Nats {
+        subscriptions: kv::Store,
+        audit: kv::Store,
+    },
+}
+
+impl SubscriptionStore {
+    /// Opens (creating where missing) the SQLite file in `state_dir`.
+    pub fn sqlite(state_dir: &Path) -> Result<SubscriptionStore, StoreFailure> {
+        let connection = Connection::open(state_dir.join("subscriptions.db")).map_err(failure)?;
+        connection
+            .execute_batch(
+                "PRAGMA journal_mode=WAL;
+                 CREATE TABLE IF NOT EXISTS subscriptions (name TEXT PRIMARY KEY, record TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY AUTOINCREMENT, entry TEXT NOT NULL);",
+            )
+            .map_err(failure)?;
+        Ok(SubscriptionStore::Sqlite(Arc::new(Mutex::new(connection))))
+    }
+
+    /// Opens (creating where missing) the cluster's buckets. Their keys never expire.
+    pub async fn nats(cluster: &Cluster) -> Result<SubscriptionStore, StoreFailure> {
+        let (js, names) = (&cluster.js, &cluster.names);
+        let zero = std::time::Duration::ZERO;
+        let subscriptions = crate::gateway::nats::bucket(js, names, "subscriptions", zero)
+            .await
+            .map_err(failure)?;
+        let audit = crate::gateway::nats::bucket(js, names, "audit", zero)
+            .await
+            .map_err(failure)?;
+        Ok(SubscriptionStore::Nats {
+            subscriptions,
+            audit,
+        })
+    }
+
+    /// Every subscription, by name.
+    pub async fn list(&self) -> Result<Vec<Subscription>, StoreFailure> {
+        let mut all = match self {
+            SubscriptionStore::Sqlite(db) => {
+                let db = lock(db);
+                let mut stmt = db
+                    .prepare("SELECT record FROM subscriptions ORDER BY name")
+                    .map_err(failure)?;
+                let rows = stmt
+                    .query_map([], |row| row.get::<_, String>(0))
+                    .map_err(failure)?;
+                let mut all = Vec::new();
+                for row in rows {
+                    all.push(decode(row.map_err(failure)?.as_bytes())?);
+                }
+                all
+            }
+            SubscriptionStore::Nats { subscriptions, .. } => {
+                let mut keys = subscriptions.keys().await.map_err(failure)?;
+                let mut all = Vec::new();
+                while let Some(key) = keys.next().await {
+                    let key = key.map_err(failure)?;
+                    if let Some(bytes) = subscriptions.get(&key).await.map_err(failure)? {
+                        all.push(decode(&bytes)?);
+                    }
+                }
+                all
+            }
+        };
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(all)
+    }
+
+    /// The subscription called `name`.
+    pub async fn get(&self, name: &str) -> Result<Option<Subscription>, StoreFailure> {
+        match self {
+            SubscriptionStore::Sqlite(db) => {
+                let record: Option<String> = lock(db)
+                    .query_row(
+                        "SELECT record FROM subscriptions WHERE name = ?1",
+                        [name],
+                        |row| row.get(0),
+                    )
+                    .optional()
+                    .map_err(failure)?;
+                record.map(|r| decode(r.as_bytes())).transpose()
+            }
+            SubscriptionStore::Nats { subscriptions, .. } => {
+                let bytes = subscriptions.get(name).await.map_err(failure)?;
+                bytes.map(|b| decode(&b)).transpose()
+            }
+        }
+    }
+
+    /// Keeps `subscription` as new: `false` when one of its name is already kept.
+    pub async fn create(&self, subscription: &Subscription) -> Result<bool, StoreFailure> {
+        let record = serde_json::to_string(subscription).map_err(failure)?;
+        match self {
+            SubscriptionStore::Sqlite(db) => {
+                let added = lock(db)
+                    .execute(
+                        "INSERT OR IGNORE INTO subscriptions (name, record) VALUES (?1, ?2)",
+                        params![subscription.name, record],
+                    )
+                    .map_err(failure)?;
+                Ok(added == 1)
+            }
+            SubscriptionStore::Nats { subscriptions, .. } => {
+                match subscriptions
+                    .create(&subscription.name, record.into())
+                    .await
+                {
+                    Ok(_) => Ok(true),
+                    Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(false),
+                    Err(e) => Err(failure(e)),
+                }
+            }
+        }
+    }
+
+    /// Replaces the subscription of `subscription`'s name.
+    pub async fn update(&self, subscription: &Subscription) -> Result<(), StoreFailure> {
+        let record = serde_json::to_string(subscription).map_err(failure)?;
+        match self {
+            SubscriptionStore::Sqlite(db) => lock(db)
+                .execute(
+                    "INSERT OR REPLACE INTO subscriptions (name, record) VALUES (?1, ?2)",
+                    params![subscription.name, record],
+                )
+                .map(drop)
+                .map_err(failure),
+            SubscriptionStore::Nats { subscriptions, .. } => subscriptions
+                .put(&subscription.name, record.into())
+                .await
+                .map(drop)
+                .map_err(failure),
+        }
+    }
+
+    /// Removes the subscription called `name`.
+    pub async fn delete(&self, name: &str) -> Result<(), StoreFailure> {
+        match self {
+            SubscriptionStore::Sqlite(db) => lock(db)
+                .execute("DELETE FROM subscriptions WHERE name = ?1", [name])
+                .map(drop)
+                .map_err(failure),
+            // Purged, not marked deleted: the bucket denies deletes of its messages, and a
+            // purge leaves one marker per name, not the record with its sealed secret.
+            SubscriptionStore::Nats { subscriptions, .. } => {
+                subscriptions.purge(name).await.map_err(failure)
+            }
+        }
+    }
+
+    /// Records `entry` in the audit.
+    pub async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreFailure> {
+        let text = serde_json::to_string(entry).map_err(failure)?;
+        match self {
+            SubscriptionStore::Sqlite(db) => lock(db)
+                .execute("INSERT INTO audit (entry) VALUES (?1)", [text])
+                .map(drop)
+                .map_err(failure),
+            SubscriptionStore::Nats { audit, .. } => {
+                // A UUIDv7 key: the keys sort as the entries were made, across nodes.
+                let key = uuid::Uuid::now_v7().simple().to_string();
+                audit.put(key, text.into()).await.map(drop).map_err(failure)
+            }
+        }
+    }
+
+    /// The newest `limit` audit entries, newest first.
+    pub async fn audit_entries(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreFailure> {
+        let texts: Vec<String> = match self {
+            SubscriptionStore::Sqlite(db) => {
+                let db = lock(db);
+                let mut stmt = db
+                    .prepare("SELECT entry FROM audit ORDER BY seq DESC LIMIT ?1")
+                    .map_err(failure)?;
+                let rows = stmt
+                    .query_map([limit as i64], |row| row.get::<_, String>(0))
+                    .map_err(failure)?;
+                rows.collect::<Result<_, _>>().map_err(failure)?
+            }
+            SubscriptionStore::Nats { audit, .. } => {
+                let mut keys: Vec<String> = audit
+                    .keys()
+                    .await
+                    .map_err(failure)?
+                    .filter_map(|k| async move { k.ok() })
+                    .collect()
+                    .await;
+                keys.sort_unstable_by(|a, b| b.cmp(a));
+                keys.truncate(limit);
+                let mut texts = Vec::new();
+                for key in keys {
+                    if let Some(bytes) = audit.get(&key).await.map_err(failure)? {
+                        texts.push(String::from_utf8_lossy(&bytes).into_owned());
+                    }
+                }
+                texts
+            }
+        };
+        texts
+            .iter()
+            .map(|t| serde_json::from_str(t).map_err(failure))
+            .collect()
+    }
+
+    /// On a NATS store, calls `changed` after every change another node (or this one) makes,
+    /// until the process ends; on SQLite, nothing to watch.
+    pub async fn watch(&self, changed: impl Fn() -> futures_util::future::BoxFuture<'static, ()>) {
+        let SubscriptionStore::Nats { subscriptions, .. } = self else {
+            return;
+        };
+        loop {
+            match subscriptions.watch_all().await {
+                Ok(mut changes) => {
+                    while let Some(change) = changes.next().await {
+                        if change.is_err() {
+                            break;
+                        }
+                        changed().await;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch the subscriptions bucket; retrying")
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    }
+}
+
+fn lock(db: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
+    db.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn decode(bytes: &[u8]) -> Result<Subscription, StoreFailure> {
+    serde_json::from_slice(bytes).map_err(failure)
+}
