@@ -175,3 +175,40 @@ fn parsers_survive_arbitrary_input() {
         }
     }
 }
+
+/// A rotated-out secret verifies (as `Previous`) until its time, then is refused as expired;
+/// the secret in force verifies as `Current`; neither lets another secret in.
+#[test]
+fn a_retired_secret_verifies_until_its_window_closes() {
+    let mut rule = rule(Scheme::Github, &["new"]);
+    rule.retired = Some(RetiredSecret {
+        secret: b"old".to_vec(),
+        until_unix: 1_000,
+    });
+    let signed = |secret: &[u8]| {
+        let value = format!("sha256={}", hex::encode(mac(secret, &[b"body"])));
+        move |name: &str| (name == "x-hub-signature-256").then(|| value.clone())
+    };
+    let used =
+        |secret: &[u8], now| verify(&rule, "gh", &signed(secret), b"body", now).map(|a| a.secret);
+    assert_eq!(used(b"new", 2_000), Ok(SecretUsed::Current));
+    assert_eq!(used(b"old", 999), Ok(SecretUsed::Previous));
+    assert!(matches!(
+        used(b"old", 1_000),
+        Err(SignatureError::Expired(_))
+    ));
+    assert_eq!(used(b"other", 999), Err(SignatureError::Mismatch));
+
+    let mut gitlab = self::rule(Scheme::Gitlab, &["new"]);
+    gitlab.retired = rule.retired.clone();
+    let token =
+        |t: &'static str| move |name: &str| (name == "x-gitlab-token").then(|| t.to_string());
+    assert_eq!(
+        verify(&gitlab, "gl", &token("old"), b"", 999).map(|a| a.secret),
+        Ok(SecretUsed::Previous)
+    );
+    assert!(matches!(
+        verify(&gitlab, "gl", &token("old"), b"", 1_000),
+        Err(SignatureError::Expired(_))
+    ));
+}
