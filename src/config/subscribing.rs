@@ -54,9 +54,11 @@ pub(super) fn secrets_key(
 }
 
 /// The warning `check` and a start give when `gateway.publicUrl` is unset and the listener is
-/// not on a public address: the URLs hookgate prints would then be ones senders cannot reach.
+/// not on a public address while subscriptions can be made (`gateway.secretsKey` is set): the
+/// URLs hookgate prints for them would then be ones senders cannot reach. A configuration
+/// without subscriptions prints no URL, and gets no warning.
 pub(super) fn public_url_notice(settings: &Settings) -> Option<ConfigNotice> {
-    if settings.public_url.is_some() {
+    if settings.public_url.is_some() || settings.secrets_key.is_none() {
         return None;
     }
     let public = match settings.bind.parse::<IpAddr>() {

@@ -306,6 +306,11 @@ fn the_debian_package_holds_the_binary_unit_configuration_and_user() {
     std::fs::create_dir_all(etc.join("credentials")).unwrap();
     std::fs::write(etc.join("credentials/hook-token"), HOOK_TOKEN).unwrap();
     std::fs::write(etc.join("credentials/gateway-token"), GATEWAY_TOKEN).unwrap();
+    std::fs::write(
+        etc.join("credentials/secrets-key"),
+        "a-secrets-key-of-at-least-32-characters",
+    )
+    .unwrap();
     let out = Command::new(&hookgate)
         .arg("check")
         .env("HOOKGATE_CONFIG", etc.join("hookgate.json5"))

@@ -359,3 +359,55 @@ fn grep(dir: &Path, needle: &[u8]) -> Vec<String> {
     }
     found
 }
+
+/// `check` warns when subscriptions can be made (a secrets key is set) but `gateway.publicUrl`
+/// is not, on a listener that is not public; set, the warning is gone; a bad one is refused,
+/// naming the key.
+#[test]
+fn check_warns_when_the_public_url_is_unset_on_a_private_listener() {
+    let mut config = base_config();
+    set(&mut config, "gateway.secretsKey", json!(SECRETS_KEY));
+    let (status, output, _dir) = check(&config);
+    assert!(status.success(), "{output}");
+    assert!(
+        output.contains("warning: gateway.publicUrl: is not set and the listener (127.0.0.1)"),
+        "{output}"
+    );
+    set(
+        &mut config,
+        "gateway.publicUrl",
+        json!("https://hooks.example.test"),
+    );
+    let (status, output, _dir) = check(&config);
+    assert!(
+        status.success() && !output.contains("publicUrl"),
+        "{output}"
+    );
+    set(
+        &mut config,
+        "gateway.publicUrl",
+        json!("hooks.example.test"),
+    );
+    let (status, output, _dir) = check(&config);
+    assert!(!status.success(), "{output}");
+    assert!(
+        output.contains("gateway.publicUrl: must be an http:// or https:// URL"),
+        "{output}"
+    );
+    set(
+        &mut config,
+        "gateway.publicUrl",
+        json!("https://hooks.example.test"),
+    );
+    set(&mut config, "gateway.secretsKey", json!("short"));
+    let (status, output, _dir) = check(&config);
+    assert!(!status.success(), "{output}");
+    assert!(
+        output.contains("gateway.secretsKey: must be at least 32 characters"),
+        "{output}"
+    );
+    assert!(
+        !output.contains("short"),
+        "never echoes the value: {output}"
+    );
+}
