@@ -316,6 +316,42 @@ async fn secrets_are_sealed_and_subscriptions_outlive_reloads_and_restarts() {
     std::fs::remove_file(dir.path().join("issued")).unwrap();
     assert_eq!(deliver(&node, "gh", &secret).await.0, 200);
 
+    // A test delivery: GitHub's ping, signed with the sealed secret, through the real pipeline.
+    let tested = cli(&node, &["test", "gh"]).unwrap();
+    assert_eq!(
+        (tested["event"].as_str(), tested["status"].as_u64()),
+        (Some("ping"), Some(200)),
+        "{tested}"
+    );
+    assert_eq!(tested["record"]["signature"]["verified"], true, "{tested}");
+    let response = api_post(&node, "/api/hooks")
+        .json(
+            &json!({"name": "pushes", "provider": "github", "events": ["push"], "template": "t",
+                      "mapping": {"match": {"payload": {"/ref": "refs/heads/release"}}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    let tested = cli(&node, &["test", "pushes"]).unwrap();
+    assert_eq!(
+        tested["event"], "push",
+        "a sample of an event it admits: {tested}"
+    );
+    assert_eq!(
+        tested["record"]["outcome"], "filtered",
+        "the sample's ref is main: {tested}"
+    );
+    assert!(
+        tested["record"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("/ref"),
+        "says why: {tested}"
+    );
+    let (_, audit) = node.api_json("/api/audit").await;
+    assert_eq!(audit["entries"][0]["action"], "test", "{audit}");
+
     // A reload of the file keeps the subscription.
     let mut changed = config.clone();
     set(&mut changed, "hooks.maxBodyBytes", json!(300_000));
