@@ -15,6 +15,7 @@ const OVERVIEW_STYLE: &str = include_str!("console/overview.css");
 const REPLAY_SCRIPT: &str = include_str!("console/replay.js");
 const RUNS_BULK_SCRIPT: &str = include_str!("console/runs_bulk.js");
 const OVERVIEW_SCRIPT: &str = include_str!("console/overview.js");
+const HOOKS_SCRIPT: &str = include_str!("console/hooks.js");
 
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
      img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
@@ -43,6 +44,11 @@ pub async fn runs_bulk_script() -> Response {
 /// as SVG elements by the script itself: no library, no other origin, no inline style.
 pub async fn overview_script() -> Response {
     asset("text/javascript; charset=utf-8", OVERVIEW_SCRIPT)
+}
+
+/// `GET /console/hooks.js`: subscriptions (docs/subscriptions.md) and their audit.
+pub async fn hooks_script() -> Response {
+    asset("text/javascript; charset=utf-8", HOOKS_SCRIPT)
 }
 
 /// `GET /console/console.css`.

@@ -127,6 +127,7 @@ pub fn router(state: AppState) -> Router {
         .route("/console/overview.js", get(console::overview_script))
         .route("/console/console.css", get(console::style))
         .route("/console/overview.css", get(console::overview_style))
+        .route("/console/hooks.js", get(console::hooks_script))
         .route("/edge/pull", get(edge::pull))
         .route("/edge/ack", post(edge::ack))
         .nest("/api", operator_api(state.clone()))

@@ -139,7 +139,7 @@ impl Subscriptions {
         };
         let settings = self.config.current();
         let subscribed = mapped(&all, settings.secrets_key.as_ref());
-        if let Err(problems) = self.config.set_subscribed(subscribed) {
+        if let Err(problems) = self.put_in_force(subscribed).await {
             for problem in problems {
                 tracing::error!(%problem, "subscriptions refused; keeping the ones in force");
             }
@@ -322,11 +322,19 @@ impl Subscriptions {
             .collect();
         all.extend(changed.cloned());
         let settings = self.config.current();
-        self.config
-            .set_subscribed(mapped(&all, settings.secrets_key.as_ref()))
-            .map_err(|problems| {
-                SubscriptionError::Refused(problems.iter().map(ToString::to_string).collect())
-            })
+        self.put_in_force(mapped(&all, settings.secrets_key.as_ref()))
+            .await
+            .map_err(SubscriptionError::Refused)
+    }
+
+    /// [`LiveConfig::set_subscribed`] off the async threads: it reads the file and may compile
+    /// transforms.
+    async fn put_in_force(&self, subscribed: Vec<SubscribedMapping>) -> Result<(), Vec<String>> {
+        let config = self.config.clone();
+        tokio::task::spawn_blocking(move || config.set_subscribed(subscribed))
+            .await
+            .map_err(|e| vec![format!("the configuration's rebuild failed: {e}")])?
+            .map_err(|problems| problems.iter().map(ToString::to_string).collect())
     }
 
     /// Audits a change made and kept; an audit that cannot be written is logged (the change

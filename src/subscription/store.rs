@@ -28,15 +28,18 @@ pub enum SubscriptionStore {
     Sqlite(Arc<Mutex<Connection>>),
     /// Buckets `<bucket>-subscriptions` and `<bucket>-audit`, shared by the cluster.
     Nats {
-        subscriptions: kv::Store,
-        audit: kv::Store,
+        subscriptions: Box<kv::Store>,
+        audit: Box<kv::Store>,
     },
 }
 
 impl SubscriptionStore {
     /// Opens (creating where missing) the SQLite file in `state_dir`.
     pub fn sqlite(state_dir: &Path) -> Result<SubscriptionStore, StoreFailure> {
-        let connection = Connection::open(state_dir.join("subscriptions.db")).map_err(failure)?;
+        let path = state_dir.join("subscriptions.db");
+        // Owner-only before anything is written, as every file of the state directory.
+        crate::private_fs::create_private_file(&path).map_err(failure)?;
+        let connection = Connection::open(&path).map_err(failure)?;
         connection
             .execute_batch(
                 "PRAGMA journal_mode=WAL;
@@ -58,8 +61,8 @@ impl SubscriptionStore {
             .await
             .map_err(failure)?;
         Ok(SubscriptionStore::Nats {
-            subscriptions,
-            audit,
+            subscriptions: Box::new(subscriptions),
+            audit: Box::new(audit),
         })
     }
 

@@ -447,3 +447,67 @@ fn check_warns_when_the_public_url_is_unset_on_a_private_listener() {
         "never echoes the value: {output}"
     );
 }
+
+/// The console's Subscriptions tab, in headless Chromium: a subscription made there shows its
+/// secret once, is listed live, is tested, paused and audited.
+#[tokio::test]
+async fn the_console_makes_tests_and_pauses_a_subscription() {
+    let provider = Fake::provider("done").await;
+    let mut config = base_config();
+    set(
+        &mut config,
+        "agents.defaults.provider",
+        json!({"baseUrl": provider.base, "apiKey": "sk-test"}),
+    );
+    set(&mut config, "agents.defaults.model", json!("m"));
+    set(&mut config, "gateway.secretsKey", json!(SECRETS_KEY));
+    let (server, _dir) = Hookgate::start(&config);
+
+    let browser = crate::browser::Browser::start().await;
+    browser.go(&server.url("/console")).await;
+    browser.type_into("#token", GATEWAY_TOKEN).await;
+    browser.click("#login button[type=submit]").await;
+    browser.click("nav button[data-view=hooks]").await;
+    browser
+        .type_into("#hooks-form input[name=name]", "gh")
+        .await;
+    browser
+        .type_into("#hooks-form input[name=events]", "issues")
+        .await;
+    browser
+        .type_into("#hooks-form input[name=template]", "t")
+        .await;
+    browser.click("#hooks-form button[type=submit]").await;
+    let issued = browser
+        .wait_for_text("#hooks-issued", "shown this once")
+        .await;
+    let secret = issued
+        .split("the secret ")
+        .nth(1)
+        .and_then(|rest| rest.split('.').next())
+        .unwrap()
+        .to_string();
+    assert_eq!(secret.len(), 64, "{issued}");
+    assert_eq!(deliver(&server, "gh", &secret).await.0, 200);
+
+    let row = "#hooks-table tr[data-name=\"gh\"]";
+    browser.wait_for_text(row, "live").await;
+    browser
+        .click(&format!("{row} button[data-action=test]"))
+        .await;
+    // The sample is GitHub's push event, which the subscription admits.
+    browser
+        .wait_for_text("#hooks-result", "a signed push): answered 200")
+        .await;
+    browser
+        .click(&format!("{row} button[data-action=pause]"))
+        .await;
+    browser.wait_for_text("#hooks-result", "gh is paused").await;
+    browser.wait_for_text(row, "paused").await;
+    let audit = browser.wait_for_text("#audit-table", "pause").await;
+    assert!(
+        audit.contains("create") && audit.contains("test"),
+        "{audit}"
+    );
+    assert!(!audit.contains(&secret));
+}
