@@ -472,7 +472,7 @@ async fn the_console_makes_tests_and_pauses_a_subscription() {
         .type_into("#hooks-form input[name=name]", "gh")
         .await;
     browser
-        .type_into("#hooks-form input[name=events]", "issues")
+        .type_into("#hooks-form input[name=events]", "push")
         .await;
     browser
         .type_into("#hooks-form input[name=template]", "t")
@@ -488,7 +488,10 @@ async fn the_console_makes_tests_and_pauses_a_subscription() {
         .unwrap()
         .to_string();
     assert_eq!(secret.len(), 64, "{issued}");
-    assert_eq!(deliver(&server, "gh", &secret).await.0, 200);
+    let shown = server.api_json("/api/hooks/gh").await.1;
+    assert_eq!(shown["events"], json!(["push"]), "{shown}");
+    let (status, id) = deliver(&server, "gh", &secret).await;
+    assert_eq!(status, 200, "{}", recorded(&server, &id).await);
 
     let row = "#hooks-table tr[data-name=\"gh\"]";
     browser.wait_for_text(row, "live").await;
