@@ -305,7 +305,7 @@ async fn a_signed_delivery_is_verified_first_and_its_redelivery_filtered_again()
     assert_eq!(records[1]["outcome"], "filtered");
     assert_eq!(
         records[1]["signature"],
-        json!({"scheme": "github", "verified": true})
+        json!({"scheme": "github", "verified": true, "secret": "current"})
     );
     assert!(runs(&server).await.is_empty());
     let opened = github("issues-opened");
