@@ -5,8 +5,8 @@
 
 mod dry_run;
 mod filters;
-pub mod mcp;
 mod hooks;
+pub mod mcp;
 mod replay;
 mod runs;
 mod runs_bulk;

@@ -122,7 +122,8 @@ pub struct SignatureTrace {
 }
 
 /// Which secret verified a signature ([`crate::hook::signature::SecretUsed`]), as a record
-/// keeps it; the request log's `signature_verified` column holds 1 or 2 for it.
+/// keeps it; the request log's `signature_verified` column holds 1 or 2 for it
+/// (3 for an admission by no secret).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum VerifiedBy {
@@ -131,12 +132,14 @@ pub enum VerifiedBy {
 }
 
 impl VerifiedBy {
-    /// The `signature_verified` column's value: 0 not verified, 1 current, 2 previous.
+    /// The `signature_verified` column's value: 0 not verified, 1 current, 2 previous, 3
+    /// admitted by no secret (a website form's origin).
     pub fn column(trace: &SignatureTrace) -> i64 {
         match (trace.verified, trace.secret) {
             (false, _) => 0,
+            (true, Some(VerifiedBy::Current)) => 1,
             (true, Some(VerifiedBy::Previous)) => 2,
-            (true, _) => 1,
+            (true, None) => 3,
         }
     }
 
@@ -145,6 +148,7 @@ impl VerifiedBy {
         match value {
             0 => (false, None),
             2 => (true, Some(VerifiedBy::Previous)),
+            3 => (true, None),
             _ => (true, Some(VerifiedBy::Current)),
         }
     }

@@ -204,8 +204,9 @@ pub struct AdmittingSignature {
     /// request cannot be replayed under a new id. `None` when an operator's replay or a dry run
     /// carries a recorded request's admission: that is no delivery of its own.
     pub replay_key: Option<String>,
-    /// Which secret verified it: the previous one only within a rotation's window.
-    pub secret: SecretUsed,
+    /// Which secret verified it: the previous one only within a rotation's window. `None` when
+    /// no secret did (a website form admitted by its origin).
+    pub secret: Option<SecretUsed>,
 }
 
 /// Decodes a secret as the scheme expects it: `whsec_<base64>` for Standard Webhooks, the
@@ -545,7 +546,7 @@ impl Presented {
             mapping_id: mapping_id.to_string(),
             scheme: rule.scheme.name().to_string(),
             replay_key: Some(format!("{mapping_id}:{delivery_id}")),
-            secret,
+            secret: Some(secret),
         })
     }
 }

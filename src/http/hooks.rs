@@ -248,10 +248,10 @@ pub(super) fn replay_signature(
         mapping_id: mapping.id.clone(),
         scheme: signature.scheme.clone(),
         replay_key: None,
-        secret: match signature.secret {
-            Some(VerifiedBy::Previous) => SecretUsed::Previous,
-            _ => SecretUsed::Current,
-        },
+        secret: signature.secret.map(|verified| match verified {
+            VerifiedBy::Previous => SecretUsed::Previous,
+            VerifiedBy::Current => SecretUsed::Current,
+        }),
     }))
 }
 

@@ -136,6 +136,7 @@ fn form_admission(
             mapping_id: mapping.id.clone(),
             scheme: FORM_SCHEME.into(),
             replay_key: None,
+            secret: None,
         })),
         Err(why) => {
             tracing::info!(mapping = %mapping.id, %why, "form refused");

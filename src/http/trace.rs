@@ -230,14 +230,14 @@ impl Trace {
 
     /// `signature` admitted the request (or, for an operator's replay, its original).
     pub fn admitted_by(&self, signature: &AdmittingSignature) {
-        let secret = match signature.secret {
+        let secret = signature.secret.map(|used| match used {
             SecretUsed::Current => VerifiedBy::Current,
             SecretUsed::Previous => VerifiedBy::Previous,
-        };
+        });
         self.draft().record.signature = Some(SignatureTrace {
             scheme: signature.scheme.clone(),
             verified: true,
-            secret: Some(secret),
+            secret,
         });
     }
 
