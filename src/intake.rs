@@ -257,11 +257,13 @@ fn admit_all(
                 action,
                 key_origin,
                 allow_unsafe_external_content,
+                callback,
             } => {
                 let origin = AgentOrigin::Mapped {
                     mapping,
                     key_origin,
                     allow_unsafe: allow_unsafe_external_content,
+                    callback: callback.as_deref(),
                 };
                 Admitted::Agent(Box::new(admit_agent(
                     hooks,
@@ -407,6 +409,8 @@ enum AgentOrigin<'a> {
         key_origin: KeyOrigin,
         /// The mapping's `allowUnsafeExternalContent`, or its transform's override.
         allow_unsafe: bool,
+        /// Its `callback.url` rendered.
+        callback: Option<&'a str>,
     },
 }
 
@@ -441,11 +445,15 @@ fn admit_agent(
     let mut admitted = hooks.policy.admit(agent, key_origin, allow_unsafe, || {
         format!("hook:{}", Uuid::now_v7())
     })?;
-    if let AgentOrigin::Mapped { mapping, .. } = origin {
+    if let AgentOrigin::Mapped {
+        mapping, callback, ..
+    } = origin
+    {
         if mapping.is_email {
             admitted.source = ContentSource::Email;
         }
         admitted.mapping_id = Some(mapping.id.clone());
+        admitted.callback = callback.map(str::to_string);
     }
     let key = idempotency::choose_key(keys);
     let claim = key.map(|key| IdempotencyClaim {

@@ -86,6 +86,7 @@ pub fn mapping(index: usize, config: &MappingConfig) -> Result<Mapping, String> 
         session_mode,
         // Built with its key-named checks by `batch::batch_rule`.
         batch: None,
+        callback: config.callback.as_ref().map(|c| c.url.trim().to_string()),
     })
 }
 

@@ -37,6 +37,7 @@ pub mod mcp;
 pub mod model;
 mod notify;
 mod openclaw;
+pub mod outbound;
 mod reload;
 mod run_settings;
 pub mod runtime;

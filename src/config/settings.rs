@@ -56,6 +56,8 @@ pub struct Settings {
     pub public_url: Option<String>,
     /// `gateway.secretsKey`: seals the signing secrets of subscriptions at rest.
     pub secrets_key: Option<super::sealing::SecretsKey>,
+    /// Callbacks and lifecycle webhooks (docs/outbound.md).
+    pub outbound: super::outbound::OutboundSettings,
 }
 
 impl Settings {
@@ -112,6 +114,7 @@ impl Settings {
         let edge = super::edge::edge_role(&file, &store, files, &mut problems);
         let mappings = &file.hooks.mappings;
         super::notify::check_routes(mappings, &runtime.channels, &mut problems);
+        let outbound = super::outbound::outbound_settings(&file, files, &mut problems);
         let hooks = hook_settings(
             file.hooks,
             &file.agents.defaults.models,
@@ -173,6 +176,7 @@ impl Settings {
             edge,
             public_url,
             secrets_key,
+            outbound,
         })
     }
 }

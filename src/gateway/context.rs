@@ -48,6 +48,8 @@ pub enum WorkerName {
     Release,
     /// Closes batches whose window ended.
     Batches,
+    /// Sends callbacks and lifecycle webhooks from the outbox.
+    Webhooks,
 }
 
 impl WorkerName {
@@ -63,6 +65,7 @@ impl WorkerName {
             WorkerName::HeartbeatClock => "heartbeat-clock",
             WorkerName::Release => "release",
             WorkerName::Batches => "batches",
+            WorkerName::Webhooks => "webhooks",
         }
     }
 }
@@ -78,6 +81,9 @@ pub struct Context {
     pub store: Store,
     pub config: LiveConfig,
     pub http: reqwest::Client,
+    /// The client of callbacks and lifecycle webhooks: only to addresses `outbound.allowHosts`
+    /// permits, checked as it connects.
+    pub webhooks: reqwest::Client,
     pub metrics: Metrics,
 }
 
@@ -88,10 +94,12 @@ impl Context {
             .connect_timeout(std::time::Duration::from_secs(10))
             .build()
             .unwrap_or_default();
+        let webhooks = super::outbound::webhook_send::client(config.clone());
         Context {
             store,
             config,
             http,
+            webhooks,
             metrics,
         }
     }

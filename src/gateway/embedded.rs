@@ -8,6 +8,7 @@ use super::admission::batches::{BatchItem, Joined};
 use super::clock::{now_ms, now_rfc3339};
 use super::context::{Context, Worker, WorkerName};
 use super::outbound::outbox::{self, Lane};
+use super::outbound::webhooks;
 use super::retention;
 use super::signals::Signals;
 use super::store::StoreError;
@@ -16,6 +17,8 @@ use super::store::runs::{self, IdempotencyClaim, RunQueued, Stored};
 use super::turns::retry::{self, Retry};
 use super::turns::runner::Places;
 use super::turns::{heartbeat, runner};
+use crate::config::Settings;
+use crate::config::outbound::{Event, OutboundSettings};
 use crate::hook::WakeMode;
 
 pub struct Embedded {
@@ -24,7 +27,38 @@ pub struct Embedded {
     places: Places,
 }
 
+/// [`runs::queue_or_start`], with the run's callback kept waiting for its end when the run is
+/// new (a repeat's callback is the first run's), and its `run.started` sent to the endpoints of
+/// `outbound` when it is stored running.
+pub(super) fn queue_with_callback(
+    conn: &rusqlite::Connection,
+    run: &NewRun,
+    claim: Option<&IdempotencyClaim>,
+    started_at: Option<&str>,
+    outbound: Option<&OutboundSettings>,
+) -> rusqlite::Result<(RunQueued, Stored)> {
+    let (queued, stored) = runs::queue_or_start(conn, run, claim, started_at)?;
+    if matches!(queued, RunQueued::New { .. }) {
+        webhooks::await_callback(conn, run)?;
+        if let (Stored::Running, Some(outbound)) = (stored, outbound) {
+            webhooks::on_event(conn, outbound, Event::RunStarted, run)?;
+        }
+    }
+    Ok((queued, stored))
+}
+
+/// The settings whose endpoints a run's events go to; `None` without endpoints, which
+/// spares the hot path a clone.
+pub(super) fn with_endpoints(settings: &Arc<Settings>) -> Option<Arc<Settings>> {
+    (!settings.outbound.endpoints.is_empty()).then(|| Arc::clone(settings))
+}
+
 impl Embedded {
+    /// The configuration in force.
+    pub(super) fn settings(&self) -> Arc<Settings> {
+        self.ctx.config.current()
+    }
+
     /// Starts the runner, heartbeats and the delivery outbox.
     pub fn start(ctx: Context) -> (Embedded, Vec<Worker>) {
         let signals = Arc::new(Signals::default());
@@ -33,6 +67,10 @@ impl Embedded {
             Worker::spawn(
                 WorkerName::Outbox,
                 outbox::run(ctx.clone(), Arc::clone(&signals), Lane::Deliveries),
+            ),
+            Worker::spawn(
+                WorkerName::Webhooks,
+                outbox::run(ctx.clone(), Arc::clone(&signals), Lane::Webhooks),
             ),
             Worker::spawn(
                 WorkerName::Runner,
@@ -91,7 +129,18 @@ impl Embedded {
     ) -> Result<RunQueued, StoreError> {
         let settings = self.ctx.config.current();
         let Some(reservation) = self.places.reserve(&settings, &self.signals, &run) else {
-            let queued = self.ctx.store.queue_run(run, claim).await?;
+            let queued = match run.admitted.callback {
+                None => self.ctx.store.queue_run(run, claim).await?,
+                Some(_) => {
+                    let store = &self.ctx.store;
+                    store
+                        .write(move |conn| {
+                            queue_with_callback(conn, &run, claim.as_ref(), None, None)
+                        })
+                        .await?
+                        .0
+                }
+            };
             self.signals.run_queued();
             return Ok(queued);
         };
@@ -99,16 +148,27 @@ impl Embedded {
         // the run is committed must not leave it stored `running` with nothing running it (and
         // its session key closed to later runs until a restart).
         let (ctx, signals) = (self.ctx.clone(), Arc::clone(&self.signals));
+        let endpoints = with_endpoints(&settings);
         let admitted = tokio::spawn(async move {
             let started_at = now_rfc3339();
+            let announced = endpoints.is_some();
             let (queued, stored, run) = ctx
                 .store
                 .write(move |conn| {
-                    let (queued, stored) =
-                        runs::queue_or_start(conn, &run, claim.as_ref(), Some(&started_at))?;
+                    let outbound = endpoints.as_ref().map(|s| &s.outbound);
+                    let (queued, stored) = queue_with_callback(
+                        conn,
+                        &run,
+                        claim.as_ref(),
+                        Some(&started_at),
+                        outbound,
+                    )?;
                     Ok((queued, stored, run))
                 })
                 .await?;
+            if announced {
+                signals.webhooks_ready.notify_one();
+            }
             match stored {
                 Stored::Running => reservation.start(&ctx, &signals, run.into_stored()),
                 // Queued (or a repeat): the runner looks at the queue once the places are free.

@@ -35,6 +35,11 @@ pub use turns::provider::Usage;
 pub use turns::retry::Retry;
 
 /// The clock the runtime and replay protection share.
+/// The operator's view of callbacks and lifecycle webhooks in the outbox.
+pub mod outbound_api {
+    pub use super::outbound::webhook_api::{OutboundRecord, OutboundStatus, Resent, list, retry};
+}
+
 pub mod runtime_clock {
     pub use super::clock::{now_ms, now_rfc3339, rfc3339};
 }

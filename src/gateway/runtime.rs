@@ -11,15 +11,17 @@ use super::admission::lanes::{self, LaneError};
 use super::admission::replay::{self, Claim, RecordedAnswer};
 use super::clock::{now_ms, now_rfc3339};
 use super::context::{Context, Worker, WorkerName};
-use super::embedded::Embedded;
+use super::embedded::{Embedded, queue_with_callback, with_endpoints};
 use super::forward::Forward;
 use super::nats::{Batches, Cluster, Fact};
+use super::outbound::webhooks;
 use super::signals::Signals;
 use super::store::records::{EventOutcome, NewEvent, NewRun};
 use super::store::run_view::RunRecord;
 use super::store::runs::{self, IdempotencyClaim, RunQueued};
 use super::store::{Store, StoreError};
 use super::turns::retry::Retry;
+use crate::config::outbound::Event;
 use crate::config::runtime::{GatewayMode, Route};
 use crate::config::{HookSettings, LiveConfig};
 use crate::hook::WakeMode;
@@ -264,16 +266,19 @@ impl Runtime {
         claim: Option<IdempotencyClaim>,
         by: HeldBy,
     ) -> Result<RunQueued, StoreError> {
-        match &self.backend {
+        let endpoints = match &self.backend {
             Backend::Nats(cluster) => return Ok(Box::pin(cluster.hold_run(run, claim, by)).await?),
             Backend::Forward(forward) => return Box::pin(forward.hold_run(run, claim, by)).await,
-            Backend::Embedded(_) => {}
-        }
+            Backend::Embedded(embedded) => with_endpoints(&embedded.settings()),
+        };
         self.store
             .write(move |conn| {
-                let queued = runs::queue_run(conn, &run, claim.as_ref())?;
+                let (queued, _) = queue_with_callback(conn, &run, claim.as_ref(), None, None)?;
                 if let RunQueued::New { run_id } = &queued {
                     held::hold(conn, run_id, &by)?;
+                    if let Some(settings) = &endpoints {
+                        webhooks::on_event(conn, &settings.outbound, Event::RunHeld, &run)?;
+                    }
                 }
                 Ok(queued)
             })

@@ -42,6 +42,8 @@ pub struct Signals {
     queued: AtomicU64,
     /// The outbox has something new.
     pub outbox_ready: Notify,
+    /// A callback or a lifecycle webhook was written to the outbox.
+    pub webhooks_ready: Notify,
     /// A batch opened: the batch closer looks again when the next one ends.
     pub batch_opened: Notify,
     pub heartbeat: HeartbeatTrigger,

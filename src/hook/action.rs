@@ -270,6 +270,9 @@ pub struct AdmittedRun {
     /// The id of the mapping that admitted the run (`hooks.mappings[].id`); `None` for
     /// `POST {prefix}/agent`. What the mapping's batch, lane and budget apply to.
     pub mapping_id: Option<String>,
+    /// Where the run's outcome is POSTed when it ends: its mapping's `callback.url` rendered
+    /// (docs/outbound.md). Kept in the outbox from admission, not in the stored run.
+    pub callback: Option<String>,
 }
 
 impl AdmittedRun {

@@ -79,6 +79,7 @@ mod tests {
             source: ContentSource::Webhook,
             allow_unsafe_external_content: false,
             mapping_id: None,
+            callback: None,
         }
     }
 

@@ -327,6 +327,7 @@ impl HookPolicy {
             source,
             allow_unsafe_external_content,
             mapping_id: None,
+            callback: None,
         })
     }
 }

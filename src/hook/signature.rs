@@ -221,6 +221,24 @@ pub fn decode_secret(scheme: &Scheme, secret: &str) -> Option<Vec<u8>> {
     }
 }
 
+/// The `webhook-signature` header of a message signed as Standard Webhooks specifies: under
+/// each secret, `v1,` and the base64 HMAC-SHA256 of `id.timestamp.body`, space-separated (one
+/// per secret during a rotation, any of which the receiver may check).
+pub fn standard_webhooks_signature(
+    secrets: &[Vec<u8>],
+    id: &str,
+    timestamp: i64,
+    body: &[u8],
+) -> String {
+    let timestamp = timestamp.to_string();
+    let parts: [&[u8]; 5] = [id.as_bytes(), b".", timestamp.as_bytes(), b".", body];
+    secrets
+        .iter()
+        .map(|secret| format!("v1,{}", BASE64.encode(mac(secret, &parts))))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn mac(secret: &[u8], parts: &[&[u8]]) -> [u8; 32] {
     // HMAC takes keys of any length; `new_from_slice` cannot fail for it.
     let mut mac = HmacSha256::new_from_slice(secret).expect("HMAC accepts any key length");

@@ -5,6 +5,7 @@ mod api;
 mod api_error;
 mod api_held;
 mod api_hooks;
+mod api_outbound;
 mod api_overview;
 mod api_replay;
 mod api_requests;
@@ -172,6 +173,8 @@ fn operator_routes() -> Router<AppState> {
         .route("/runs/{run_id}/release", post(api_held::release))
         .route("/runs/{run_id}/cancel", post(api_held::cancel))
         .route("/sessions/main/events", get(api::main_session_events))
+        .route("/outbound", get(api_outbound::list))
+        .route("/outbound/{id}/retry", post(api_outbound::retry))
         .route(
             "/sessions/main/route",
             get(api::main_route)

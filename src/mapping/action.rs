@@ -26,6 +26,8 @@ pub struct MappedAction {
     /// A transform set a channel that names none: refused by `finish` after the message check
     /// (with the list of channels, never the text it set).
     pub channel_refused: bool,
+    /// The mapping's `callback.url` rendered; `None` without one, or when it rendered blank.
+    pub callback: Option<String>,
 }
 
 /// An action a transform returned (a `run` outcome); `None` fields keep the mapping's values.
@@ -49,6 +51,8 @@ pub enum FinishedAction {
         action: AgentAction,
         key_origin: KeyOrigin,
         allow_unsafe_external_content: bool,
+        /// Where the run's outcome is POSTed ([`MappedAction::callback`]).
+        callback: Option<String>,
     },
     /// A notify mapping's message, for its channel with no model call.
     Notify(Notification),
@@ -175,6 +179,7 @@ impl MappedAction {
                     return Err(Rejected::new(Channel::EXPECTED));
                 }
                 Ok(FinishedAction::Agent {
+                    callback: self.callback,
                     key_origin: self.key_origin,
                     allow_unsafe_external_content: self.allow_unsafe_external_content,
                     action: AgentAction {

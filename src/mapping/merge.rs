@@ -58,7 +58,11 @@ impl MappedAction {
         let mut action = if kind == self.kind {
             self
         } else {
-            MappedAction::empty(kind)
+            // The operator's callback holds whatever the transform made of the request.
+            MappedAction {
+                callback: self.callback,
+                ..MappedAction::empty(kind)
+            }
         };
         if let Some(agent_id) = overrides.agent_id.take() {
             action.agent.agent_id = Some(agent_id);
@@ -118,6 +122,7 @@ impl MappedAction {
             agent: AgentAction::default(),
             allow_unsafe_external_content: false,
             channel_refused: false,
+            callback: None,
         }
     }
 }
@@ -147,6 +152,7 @@ mod tests {
             },
             allow_unsafe_external_content: false,
             channel_refused: false,
+            callback: None,
         }
     }
 

@@ -75,6 +75,8 @@ pub struct Mapping {
     pub session_mode: SessionMode,
     /// `batch`: its requests gathered into one run per window (docs/hooks.md "Batches").
     pub batch: Option<BatchRule>,
+    /// `callback.url`: where its runs' outcomes go, a template rendered from the payload.
+    pub callback: Option<String>,
 }
 
 /// A mapping's `thinking`: a level written out, read at load, or a template whose rendering is
@@ -219,6 +221,7 @@ impl Mapping {
             agent,
             allow_unsafe_external_content: self.allow_unsafe_external_content,
             channel_refused: false,
+            callback: render_optional(self.callback.as_deref(), ctx, budget)?,
         })
     }
 }
@@ -374,6 +377,7 @@ pub fn preset(name: &str) -> Option<Mapping> {
         signature: None,
         form: None,
         batch: None,
+        callback: None,
     })
 }
 

@@ -80,6 +80,7 @@ mod notify;
 mod openclaw;
 mod openclaw_config;
 mod openclaw_controls;
+mod outbound;
 mod parity;
 mod pipeline;
 mod reload;

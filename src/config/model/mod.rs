@@ -21,6 +21,7 @@ pub mod defaults;
 mod edge;
 mod lanes;
 mod mcp;
+mod outbound;
 mod secret;
 
 pub use batch::BatchConfig;
@@ -40,6 +41,7 @@ pub use edge::{
 };
 pub use lanes::RunsConfig;
 pub use mcp::{McpConfig, McpTokenConfig};
+pub use outbound::{CallbackConfig, EndpointConfig, OutboundConfig, OutboundRetryConfig};
 pub use secret::{SecretFile, SecretValue};
 
 /// What a key's `x-reload` says when a change needs a restart (docs/configuration.md#reload).
@@ -89,6 +91,9 @@ pub struct FileConfig {
     /// The edge and the private node it serves (docs/edge.md).
     #[serde(default)]
     pub edge: EdgeConfig,
+    /// Callbacks and lifecycle webhooks: where results go (docs/outbound.md).
+    #[serde(default)]
+    pub outbound: OutboundConfig,
 }
 
 /// `gateway.*`: where the server listens and what guards the operator API.
@@ -393,6 +398,8 @@ pub struct MappingConfig {
     pub budget: Option<BudgetConfig>,
     /// Gathers an agent mapping's requests into one run per window.
     pub batch: Option<BatchConfig>,
+    /// Where the outcome of each of its runs is POSTed, signed (docs/outbound.md).
+    pub callback: Option<CallbackConfig>,
 }
 
 /// `form` of a mapping: the sites whose pages may post a form to it without the hook token.

@@ -5,7 +5,8 @@
 //! A chat message is sent at most once: a row is marked `sending` before the attempt, and a
 //! process that dies mid-attempt leaves it `uncertain` rather than sending it again. Relays are
 //! safe to repeat (they carry an idempotency key) and are retried until they land or the upstream
-//! refuses them.
+//! refuses them. Webhooks are safe to repeat too (each carries one `webhook-id` however often it
+//! is sent, which receivers dedupe by) and are retried for `outbound.retry.for`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +15,9 @@ use super::chat::{self, Next, SendError, next_attempt};
 pub use super::outbox_rows::{Lane, OutboxItem, Row, due, next_due_ms, resend_delivery};
 use super::outbox_rows::{RowStatus, abandon_in_flight, mark_sending, record_parts, settle};
 use super::relay::{Landed, Relayed, relay};
-use crate::config::runtime::{GatewayMode, RetryPolicy, RuntimeSettings};
+use super::webhook_send;
+use crate::config::Settings;
+use crate::config::runtime::{GatewayMode, RetryPolicy};
 use crate::gateway::clock::{millis, now_ms};
 use crate::gateway::context::Context;
 use crate::gateway::signals::Signals;
@@ -28,6 +31,8 @@ const MIN_RELAY_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_RELAY_BACKOFF: Duration = Duration::from_secs(30);
 /// The longest the worker sleeps without looking at the outbox.
 pub(super) const POLL: Duration = Duration::from_secs(1);
+/// The base delay of webhooks' backoff, doubled per attempt up to `outbound.retry.maxDelay`.
+const WEBHOOK_BACKOFF: Duration = Duration::from_millis(500);
 
 /// Runs the worker of `lane` until the stop.
 pub async fn run(ctx: Context, signals: Arc<Signals>, lane: Lane) {
@@ -59,7 +64,11 @@ pub async fn run(ctx: Context, signals: Arc<Signals>, lane: Lane) {
             continue;
         }
         let wait = next_wait(&ctx, lane).await;
-        let _ = tokio::time::timeout(wait, signals.outbox_ready.notified()).await;
+        let ready = match lane {
+            Lane::Webhooks => &signals.webhooks_ready,
+            Lane::Deliveries | Lane::Relays => &signals.outbox_ready,
+        };
+        let _ = tokio::time::timeout(wait, ready.notified()).await;
     }
 }
 
@@ -128,12 +137,17 @@ pub(super) async fn send_marked(ctx: &Context, signals: &Signals, row: Row) {
         return;
     };
     let mut parts = row.parts_sent;
-    let (result, policy, max_delay) = send(ctx, &settings.runtime, item, &mut parts).await;
+    let (result, policy, max_delay) = send(ctx, &settings, item, &mut parts).await;
     let attempts = row.attempts + 1;
-    let next = result
-        .as_ref()
-        .err()
-        .map(|error| next_attempt(&policy, attempts, error, max_delay));
+    let next = result.as_ref().err().map(|error| match item {
+        // Past `outbound.retry.for` since it was written, a webhook is kept as failed.
+        OutboxItem::Webhook(message)
+            if now_ms().saturating_sub(message.since_ms) >= millis(settings.outbound.retry_for) =>
+        {
+            Next::GiveUp
+        }
+        _ => next_attempt(&policy, attempts, error, max_delay),
+    });
     if let OutboxItem::Relay(relayed) = item {
         count_relay(ctx, relayed, next);
     }
@@ -161,11 +175,21 @@ pub(super) async fn send_marked(ctx: &Context, signals: &Signals, row: Row) {
 /// outcome (a relay's upstream run id), with the retry policy and the longest backoff of its kind.
 async fn send(
     ctx: &Context,
-    runtime: &RuntimeSettings,
+    settings: &Settings,
     item: &OutboxItem,
     parts: &mut usize,
 ) -> (Result<Landed, SendError>, RetryPolicy, Duration) {
+    let runtime = &settings.runtime;
     match item {
+        OutboxItem::Webhook(message) => {
+            let sent = webhook_send::send(&ctx.webhooks, settings, message).await;
+            let policy = RetryPolicy {
+                attempts: u32::MAX,
+                base_delay: WEBHOOK_BACKOFF,
+            };
+            let max_delay = settings.outbound.max_delay;
+            (sent.map(|()| Landed::default()), policy, max_delay)
+        }
         OutboxItem::Delivery(job) => {
             let sent = chat::deliver(&ctx.http, &runtime.channels, job, parts);
             let policy = runtime.channels.retry;

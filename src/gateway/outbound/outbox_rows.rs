@@ -1,11 +1,12 @@
-//! What the outbox holds: each row a thing to send ([`OutboxItem`]: a reply to a chat channel, or
-//! a relay to the upstream gateway), in its lane ([`Lane`]), with its status, attempts and next
+//! What the outbox holds: each row a thing to send ([`OutboxItem`]: a reply to a chat channel, a
+//! relay to the upstream gateway, or a signed webhook), in its lane ([`Lane`]), with its status, attempts and next
 //! time, and the statements the worker (`outbox.rs`) and the operator's retry move it by.
 
 use rusqlite::{Connection, params};
 
 use super::chat::resolve_route;
 use super::relay::{AgentBody, Relayed, WakeBody};
+use super::webhooks::WebhookMessage;
 use crate::config::runtime::ChannelSettings;
 use crate::gateway::clock::{now_ms, now_rfc3339};
 use crate::gateway::store::records::{DeliveryJob, DeliveryRecord, NewRun};
@@ -16,6 +17,8 @@ use crate::gateway::store::runs;
 pub enum OutboxItem {
     Delivery(DeliveryJob),
     Relay(Relayed),
+    /// A callback or a lifecycle webhook (`super::webhooks`).
+    Webhook(WebhookMessage),
 }
 
 /// The rows one worker sends, by their `kind` column.
@@ -25,6 +28,8 @@ pub enum Lane {
     Deliveries,
     /// Relays upstream (forward backend).
     Relays,
+    /// Callbacks and lifecycle webhooks (both backends).
+    Webhooks,
 }
 
 impl Lane {
@@ -32,8 +37,21 @@ impl Lane {
         match self {
             Lane::Deliveries => ("delivery", "delivery"),
             Lane::Relays => ("forward-wake", "forward-run"),
+            Lane::Webhooks => ("webhook", "webhook"),
         }
     }
+}
+
+/// A webhook row is due only when no earlier message of its run to the same destination is
+/// still to be sent: a run's events reach each endpoint in the order they happened.
+/// (A macro, so that the statements using it are literals built at compile time.)
+macro_rules! in_order {
+    () => {
+        "(kind != 'webhook' OR run_id IS NULL OR NOT EXISTS (
+         SELECT 1 FROM outbox AS e WHERE e.kind = 'webhook' AND e.status IN ('pending', 'sending')
+           AND e.id < outbox.id AND e.run_id = outbox.run_id
+           AND json_extract(e.payload, '$.to') = json_extract(outbox.payload, '$.to')))"
+    };
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -69,6 +87,7 @@ impl OutboxItem {
                     idempotency_key: idempotency_key.clone(),
                 })),
             ),
+            OutboxItem::Webhook(message) => ("webhook", json(serde_json::to_string(message))),
         }
     }
 
@@ -86,6 +105,7 @@ impl OutboxItem {
                     idempotency_key: row.idempotency_key,
                 })
             }
+            "webhook" => OutboxItem::Webhook(serde_json::from_str(payload).ok()?),
             _ => return None,
         })
     }
@@ -100,6 +120,17 @@ impl OutboxItem {
     /// which the stored run no longer tells apart from defaults.
     pub fn insert_waiting(&self, conn: &Connection, run_id: &str) -> rusqlite::Result<()> {
         self.insert_as(conn, Some(run_id), RowStatus::Waiting)
+    }
+
+    /// Makes the waiting row `id` this item, pending now (a callback whose run ended).
+    pub(super) fn release(&self, conn: &Connection, id: i64) -> rusqlite::Result<()> {
+        let (_, payload) = self.encode();
+        conn.prepare_cached(
+            "UPDATE outbox SET status = 'pending', payload = ?2, next_at_ms = ?3
+             WHERE id = ?1 AND status = 'waiting'",
+        )?
+        .execute(params![id, payload, now_ms()])?;
+        Ok(())
     }
 
     fn insert_as(
@@ -142,7 +173,7 @@ impl OutboxItem {
 
 /// Where a row is; spelled in lower case in the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum RowStatus {
+pub enum RowStatus {
     /// A run's relay whose run waits for its lane (forward mode).
     Waiting,
     Pending,
@@ -152,7 +183,7 @@ pub(super) enum RowStatus {
 }
 
 impl RowStatus {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             RowStatus::Waiting => "waiting",
             RowStatus::Pending => "pending",
@@ -191,19 +222,22 @@ impl Row {
 
 pub fn due(conn: &Connection, lane: Lane, now_ms: i64, limit: u32) -> rusqlite::Result<Vec<Row>> {
     let (a, b) = lane.kinds();
-    let mut stmt = conn.prepare_cached(
+    let mut stmt = conn.prepare_cached(concat!(
         "SELECT id, kind, run_id, payload, attempts, parts_sent FROM outbox
-         WHERE status = 'pending' AND next_at_ms <= ?1 AND kind IN (?3, ?4) ORDER BY id LIMIT ?2",
-    )?;
+         WHERE status = 'pending' AND next_at_ms <= ?1 AND kind IN (?3, ?4) AND ",
+        in_order!(),
+        " ORDER BY id LIMIT ?2"
+    ))?;
     let rows = stmt.query_map(params![now_ms, limit, a, b], Row::read)?;
     rows.collect()
 }
 
 pub fn next_due_ms(conn: &Connection, lane: Lane) -> rusqlite::Result<Option<i64>> {
     let (a, b) = lane.kinds();
-    conn.prepare_cached(
-        "SELECT MIN(next_at_ms) FROM outbox WHERE status = 'pending' AND kind IN (?1, ?2)",
-    )?
+    conn.prepare_cached(concat!(
+        "SELECT MIN(next_at_ms) FROM outbox WHERE status = 'pending' AND kind IN (?1, ?2) AND ",
+        in_order!()
+    ))?
     .query_row(params![a, b], |row| row.get(0))
 }
 
@@ -241,15 +275,17 @@ pub(super) fn record_parts(conn: &Connection, id: i64, parts_sent: usize) -> rus
     Ok(())
 }
 
-/// Rows of `lane` a dead process was sending: relays go back to pending (safe to repeat);
-/// deliveries are returned, to be given up as uncertain (a chat message is never sent twice).
+/// Rows of `lane` a dead process was sending: relays and webhooks go back to pending (safe to
+/// repeat: a relay carries its idempotency key, a webhook its `webhook-id`); deliveries are
+/// returned, to be given up as uncertain (a chat message is never sent twice).
 pub(super) fn abandon_in_flight(conn: &Connection, lane: Lane) -> rusqlite::Result<Vec<Row>> {
-    if lane == Lane::Relays {
+    if lane != Lane::Deliveries {
+        let (a, b) = lane.kinds();
         conn.prepare_cached(
             "UPDATE outbox SET status = 'pending'
-             WHERE status = 'sending' AND kind LIKE 'forward-%'",
+             WHERE status = 'sending' AND kind IN (?1, ?2)",
         )?
-        .execute([])?;
+        .execute(params![a, b])?;
         return Ok(Vec::new());
     }
     let mut stmt = conn.prepare(

@@ -175,6 +175,7 @@ mod tests {
             source: ContentSource::Webhook,
             allow_unsafe_external_content: false,
             mapping_id: None,
+            callback: None,
         }
     }
 

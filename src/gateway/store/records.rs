@@ -586,6 +586,7 @@ impl NewRun {
                 source: row.get(14)?,
                 allow_unsafe_external_content: false,
                 mapping_id: row.get(17)?,
+                callback: None,
             },
             prompt: row.get(6)?,
             created_at: row.get(15)?,

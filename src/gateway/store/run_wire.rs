@@ -153,6 +153,7 @@ impl From<Form1> for NewRun {
             source: run.source,
             allow_unsafe_external_content: false,
             mapping_id: run.mapping_id,
+            callback: None,
         };
         NewRun {
             priority: run.priority,

@@ -286,6 +286,13 @@ CREATE TABLE heartbeat_turns (
 CREATE INDEX heartbeat_turns_by_agent ON heartbeat_turns (agent, finished_at);
 ";
 
+/// A run's callback waits in the outbox for the run's end (`outbound::webhooks`), found by its
+/// run; the operator lists failed messages (`GET /api/outbound?status=failed`).
+const SCHEMA_V23: &str = "
+CREATE INDEX outbox_waiting_by_run ON outbox (run_id) WHERE status = 'waiting';
+CREATE INDEX outbox_by_kind ON outbox (kind, status, id);
+";
+
 /// The request log, in a database of its own (`requests.db`): every request under the hook
 /// prefix (see `requests`). Keyed by its time-ordered id alone (no rowid, one index only for
 /// replays): each record is one append to one b-tree, since one is written for every request
@@ -412,6 +419,7 @@ pub(in crate::gateway) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             (20, SCHEMA_V20),
             (21, SCHEMA_V21),
             (22, SCHEMA_V22),
+            (23, SCHEMA_V23),
         ],
     )
 }

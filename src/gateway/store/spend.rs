@@ -166,6 +166,7 @@ mod tests {
                 source: crate::hook::envelope::ContentSource::Webhook,
                 allow_unsafe_external_content: false,
                 mapping_id: mapping.map(String::from),
+                callback: None,
             },
             prompt: "p".into(),
             created_at: created.into(),

@@ -11,9 +11,12 @@ use std::time::Duration;
 use super::agent::{self, Conclusion};
 use super::lane_slots::{LaneSlots, LaneTicket};
 use crate::config::Settings;
+use crate::config::outbound::Event;
 use crate::gateway::clock::now_rfc3339;
 use crate::gateway::context::Context;
+use crate::gateway::embedded::with_endpoints;
 use crate::gateway::outbound::outbox::OutboxItem;
+use crate::gateway::outbound::webhooks;
 use crate::gateway::signals::Signals;
 use crate::gateway::store::StoreError;
 use crate::gateway::store::next_runs;
@@ -177,14 +180,25 @@ async fn start_queued(
             continue;
         }
         let started_at = now_rfc3339();
+        let endpoints = with_endpoints(&settings);
+        let announced = endpoints.is_some();
         let claimed = ctx
             .store
-            .write(move |conn| runs::claim(conn, &run_id, &started_at))
+            .write(move |conn| {
+                let run = runs::claim(conn, &run_id, &started_at)?;
+                if let (Some(run), Some(settings)) = (&run, &endpoints) {
+                    webhooks::on_event(conn, &settings.outbound, Event::RunStarted, run)?;
+                }
+                Ok(run)
+            })
             .await;
         let Ok(Some(run)) = claimed else {
             lock(busy).remove(&session_key);
             continue;
         };
+        if announced {
+            signals.webhooks_ready.notify_one();
+        }
         let release = Release::new(busy, session_key, signals, slot, lane);
         spawn(ctx, signals, release, run);
         slot = match slots.try_take() {
@@ -268,12 +282,15 @@ async fn execute(ctx: &Context, signals: &Signals, run: NewRun) {
         summary_now,
         job,
     } = conclusion;
+    // Without callbacks and endpoints a run's end does not look at the outbox for webhooks.
+    let outbound = settings.outbound.is_active();
     let finished = Finished {
         run_id: run.run_id.clone(),
         outcome,
         delivery,
         summary_now,
         outbox: job.map(OutboxItem::Delivery),
+        webhooks: outbound.then(|| (Arc::clone(&settings), Box::new(run))),
     };
     // Only a run with a reply to deliver gives the outbox work: waking it for the others cost
     // two reads of the outbox per run (about 30k instructions, profiled under /hooks/agent).
@@ -281,6 +298,9 @@ async fn execute(ctx: &Context, signals: &Signals, run: NewRun) {
     if finished.record(ctx).await {
         if delivers {
             signals.outbox_ready.notify_one();
+        }
+        if outbound {
+            signals.webhooks_ready.notify_one();
         }
         if wakes_now {
             signals.heartbeat.request();
@@ -308,6 +328,8 @@ struct Finished {
     delivery: DeliveryRecord,
     summary_now: Option<SummaryEvent>,
     outbox: Option<OutboxItem>,
+    /// With `outbound` active: the settings and the run its callback and events are made of.
+    webhooks: Option<(Arc<Settings>, Box<NewRun>)>,
 }
 
 impl Finished {
@@ -325,11 +347,15 @@ impl Finished {
                 delivery,
                 summary_now,
                 outbox,
+                webhooks: outbound,
             } = self.clone();
             let written = ctx
                 .store
                 .write(move |conn| {
                     runs::finish(conn, &run_id, &outcome, &delivery, summary_now.as_ref())?;
+                    if let Some((settings, run)) = &outbound {
+                        webhooks::on_end(conn, &settings.outbound, run, &outcome)?;
+                    }
                     match outbox {
                         Some(item) => item.insert(conn, Some(&run_id)),
                         None => Ok(()),

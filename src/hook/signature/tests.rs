@@ -212,4 +212,22 @@ fn a_retired_secret_verifies_until_its_window_closes() {
         verify(&gitlab, "gl", &token("old"), b"", 1_000),
         Err(SignatureError::Expired(_))
     ));
+#[test]
+fn outbound_signatures_match_the_standard_webhooks_test_vector() {
+    // The vector of the Standard Webhooks reference libraries' tests.
+    let secret = decode_secret(
+        &Scheme::StandardWebhooks,
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    )
+    .unwrap();
+    let body = br#"{"test": 2432232314}"#;
+    let signed = standard_webhooks_signature(
+        &[secret.clone()],
+        "msg_p5jXN8AQM9LWM0D4loKWxJek",
+        1614265330,
+        body,
+    );
+    assert_eq!(signed, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+    let rotated = standard_webhooks_signature(&[secret.clone(), secret], "m", 1, b"{}");
+    assert_eq!(rotated.split(' ').count(), 2);
 }

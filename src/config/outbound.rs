@@ -1,0 +1,425 @@
+//! `outbound` and the mappings' `callback`s built into the [`OutboundSettings`] the outbox sends
+//! by: the hosts messages may go to, the endpoints and their events, each destination's signing
+//! secrets (decoded `whsec_` keys, several during a rotation) and the retry bounds.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use super::ConfigError;
+use super::model::{CallbackConfig, FileConfig, SecretValue};
+use super::secret::{ConfigFiles, secret};
+use crate::hook::signature::{Scheme, decode_secret};
+
+/// The default of `outbound.retry.for`.
+pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(24 * 3600);
+/// The default of `outbound.retry.maxDelay`.
+pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(600);
+
+/// What `outbound` and the mappings' callbacks make.
+#[derive(Debug, Clone, Default)]
+pub struct OutboundSettings {
+    pub allow: AllowHosts,
+    pub endpoints: Vec<Endpoint>,
+    /// Callbacks by their mapping's id.
+    pub callbacks: BTreeMap<String, Callback>,
+    /// How long a message is retried after it was written.
+    pub retry_for: Duration,
+    /// The longest wait between two attempts.
+    pub max_delay: Duration,
+}
+
+impl OutboundSettings {
+    /// Whether any run may have something to send: no callback and no endpoint leaves a run's
+    /// end without a look at the outbox.
+    pub fn is_active(&self) -> bool {
+        !self.endpoints.is_empty() || !self.callbacks.is_empty()
+    }
+
+    /// The endpoints subscribed to `event` of a run of `mapping` and `agent`.
+    pub fn subscribers<'a>(
+        &'a self,
+        event: Event,
+        mapping: Option<&'a str>,
+        agent: &'a str,
+    ) -> impl Iterator<Item = &'a Endpoint> {
+        self.endpoints
+            .iter()
+            .filter(move |e| e.wants(event, mapping, agent))
+    }
+}
+
+/// A lifecycle event an endpoint subscribes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    RunStarted,
+    RunFinished,
+    RunFailed,
+    RunHeld,
+    DeliveryFailed,
+    RequestRefused,
+    RelayFailed,
+}
+
+crate::hook::wire::wire_names!(Event {
+    RunStarted => "run.started",
+    RunFinished => "run.finished",
+    RunFailed => "run.failed",
+    RunHeld => "run.held",
+    DeliveryFailed => "delivery.failed",
+    RequestRefused => "request.refused",
+    RelayFailed => "relay.failed",
+});
+
+/// An `outbound.endpoints` entry, built.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub id: String,
+    pub url: String,
+    pub secrets: Vec<Vec<u8>>,
+    pub events: Vec<Event>,
+    pub mappings: Option<Vec<String>>,
+    pub agents: Option<Vec<String>>,
+}
+
+impl Endpoint {
+    fn wants(&self, event: Event, mapping: Option<&str>, agent: &str) -> bool {
+        self.events.contains(&event)
+            && self
+                .mappings
+                .as_ref()
+                .is_none_or(|m| mapping.is_some_and(|id| m.iter().any(|x| x == id)))
+            && self
+                .agents
+                .as_ref()
+                .is_none_or(|a| a.iter().any(|x| x == agent))
+    }
+}
+
+/// A mapping's `callback`, built (its URL template stays on the mapping).
+#[derive(Debug, Clone)]
+pub struct Callback {
+    pub secrets: Vec<Vec<u8>>,
+    pub format: CallbackFormat,
+}
+
+/// What a callback's body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallbackFormat {
+    /// hookgate's run outcome (docs/outbound.md).
+    Outcome,
+    /// `{"response_type": "in_channel", "text": reply}`, as Slack's `response_url` takes it.
+    Slack,
+}
+
+/// `outbound.allowHosts`: the hosts messages may go to, and the non-public addresses listed.
+#[derive(Debug, Clone, Default)]
+pub struct AllowHosts {
+    names: Vec<String>,
+    /// `*.example.com` as `.example.com`.
+    suffixes: Vec<String>,
+    addresses: Vec<IpAddr>,
+}
+
+impl AllowHosts {
+    /// Whether a URL's host (lower case; an IP literal without brackets) is listed.
+    pub fn host_allowed(&self, host: &str) -> bool {
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return self.addresses.contains(&canonical(ip));
+        }
+        self.names.iter().any(|n| n == host) || self.suffixes.iter().any(|s| host.ends_with(s))
+    }
+
+    /// Whether a message may be sent to `ip`: a public address, or one listed itself.
+    pub fn address_allowed(&self, ip: IpAddr) -> bool {
+        let ip = canonical(ip);
+        is_public(ip) || self.addresses.contains(&ip)
+    }
+}
+
+/// An IPv4 address mapped into IPv6 is the IPv4 address.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Whether `ip` is reachable on the public internet: not loopback, private, link-local
+/// (cloud metadata), shared (CGNAT), unique local, multicast, broadcast or unspecified.
+fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || v4.is_documentation()
+                || a == 0
+                || (a == 100 && (64..128).contains(&b)))
+        }
+        IpAddr::V6(v6) => {
+            let first = v6.segments()[0];
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80)
+        }
+    }
+}
+
+/// Builds `outbound` and the mappings' callbacks, reporting each problem by its key.
+pub(super) fn outbound_settings(
+    file: &FileConfig,
+    files: ConfigFiles<'_>,
+    problems: &mut Vec<ConfigError>,
+) -> OutboundSettings {
+    let config = &file.outbound;
+    let mut allow = AllowHosts::default();
+    for (i, entry) in config.allow_hosts.iter().enumerate() {
+        let entry = entry.trim().trim_start_matches('[').trim_end_matches(']');
+        let entry = entry.to_ascii_lowercase();
+        if let Ok(ip) = entry.parse::<IpAddr>() {
+            allow.addresses.push(canonical(ip));
+        } else if let Some(domain) = entry.strip_prefix("*.").filter(|d| valid_name(d)) {
+            allow.suffixes.push(format!(".{domain}"));
+        } else if valid_name(&entry) {
+            allow.names.push(entry);
+        } else {
+            problems.push(ConfigError::invalid(
+                format!("outbound.allowHosts[{i}]"),
+                "must be a host name, *.domain or an IP address",
+            ));
+        }
+    }
+    let endpoints = config
+        .endpoints
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| endpoint(e, i, files, problems))
+        .collect::<Vec<_>>();
+    for (i, e) in endpoints.iter().enumerate() {
+        if endpoints[..i].iter().any(|earlier| earlier.id == e.id) {
+            problems.push(ConfigError::invalid(
+                format!("outbound.endpoints[{i}].id"),
+                "must be unique",
+            ));
+        }
+    }
+    let mut callbacks = BTreeMap::new();
+    for (i, mapping) in file.hooks.mappings.iter().enumerate() {
+        if let Some(callback) = &mapping.callback {
+            let id = mapping
+                .id
+                .as_deref()
+                .map(str::trim)
+                .filter(|id| !id.is_empty());
+            let id = id.map_or_else(|| format!("mapping-{}", i + 1), String::from);
+            let key = format!("hooks.mappings[{i}].callback");
+            callbacks.insert(id, self::callback(callback, &key, files, problems));
+        }
+    }
+    let retry = config.retry.clone().unwrap_or_default();
+    let mut duration = |text: Option<&str>, key: &str, default: Duration| match text {
+        None => default,
+        Some(text) => match humantime::parse_duration(text.trim()) {
+            Ok(d) if !d.is_zero() => d,
+            _ => {
+                problems.push(ConfigError::invalid(
+                    key,
+                    "must be a duration like 24h or 10m",
+                ));
+                default
+            }
+        },
+    };
+    let retry_for = duration(
+        retry.retry_for.as_deref(),
+        "outbound.retry.for",
+        DEFAULT_RETRY_FOR,
+    );
+    let max_delay = duration(
+        retry.max_delay.as_deref(),
+        "outbound.retry.maxDelay",
+        DEFAULT_MAX_DELAY,
+    );
+    OutboundSettings {
+        allow,
+        endpoints,
+        callbacks,
+        retry_for,
+        max_delay,
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .split('.')
+            .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+}
+
+fn endpoint(
+    config: &super::model::EndpointConfig,
+    i: usize,
+    files: ConfigFiles<'_>,
+    problems: &mut Vec<ConfigError>,
+) -> Option<Endpoint> {
+    let key = format!("outbound.endpoints[{i}]");
+    let id = config.id.trim().to_string();
+    if id.is_empty() {
+        problems.push(ConfigError::invalid(
+            format!("{key}.id"),
+            "must not be blank",
+        ));
+    }
+    check_url(&config.url, &format!("{key}.url"), problems);
+    let mut events = Vec::new();
+    for (j, name) in config.events.iter().enumerate() {
+        match Event::from_wire(name.trim()) {
+            Some(event) => events.push(event),
+            None => problems.push(ConfigError::invalid(
+                format!("{key}.events[{j}]"),
+                "must be one of run.started, run.finished, run.failed, run.held, \
+                 delivery.failed, request.refused, relay.failed",
+            )),
+        }
+    }
+    if config.events.is_empty() {
+        problems.push(ConfigError::invalid(
+            format!("{key}.events"),
+            "must name at least one event",
+        ));
+    }
+    let secrets = secrets(&config.secret, &config.secrets, &key, files, problems);
+    Some(Endpoint {
+        id,
+        url: config.url.trim().to_string(),
+        secrets,
+        events,
+        mappings: config.mappings.clone(),
+        agents: config.agents.clone(),
+    })
+}
+
+fn callback(
+    config: &CallbackConfig,
+    key: &str,
+    files: ConfigFiles<'_>,
+    problems: &mut Vec<ConfigError>,
+) -> Callback {
+    if !config.url.contains("{{") {
+        check_url(&config.url, &format!("{key}.url"), problems);
+    }
+    let format = match config.format.as_deref().map(str::trim) {
+        None | Some("outcome") => CallbackFormat::Outcome,
+        Some("slack") => CallbackFormat::Slack,
+        Some(_) => {
+            problems.push(ConfigError::invalid(
+                format!("{key}.format"),
+                "must be outcome or slack",
+            ));
+            CallbackFormat::Outcome
+        }
+    };
+    Callback {
+        secrets: secrets(&config.secret, &config.secrets, key, files, problems),
+        format,
+    }
+}
+
+/// A fixed URL must be `http` or `https` with a host.
+fn check_url(url: &str, key: &str, problems: &mut Vec<ConfigError>) {
+    let ok = reqwest::Url::parse(url.trim())
+        .ok()
+        .is_some_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+    if !ok {
+        problems.push(ConfigError::invalid(key, "must be an http or https URL"));
+    }
+}
+
+/// `secret` and `secrets` of `key`, decoded; at least one is required.
+fn secrets(
+    one: &Option<SecretValue>,
+    many: &Option<Vec<SecretValue>>,
+    key: &str,
+    files: ConfigFiles<'_>,
+    problems: &mut Vec<ConfigError>,
+) -> Vec<Vec<u8>> {
+    let listed = one
+        .iter()
+        .map(|s| (format!("{key}.secret"), s.clone()))
+        .chain(
+            many.iter()
+                .flatten()
+                .enumerate()
+                .map(|(j, s)| (format!("{key}.secrets[{j}]"), s.clone())),
+        )
+        .collect::<Vec<_>>();
+    if listed.is_empty() {
+        problems.push(ConfigError::invalid(key, "needs secret or secrets"));
+    }
+    let mut decoded = Vec::new();
+    for (secret_key, value) in listed {
+        let Some(text) = secret(Some(value), &secret_key, files, problems) else {
+            problems.push(ConfigError::invalid(&secret_key, "must not be blank"));
+            continue;
+        };
+        match decode_secret(&Scheme::StandardWebhooks, text.trim()) {
+            Some(bytes) => decoded.push(bytes),
+            None => problems.push(ConfigError::invalid(
+                &secret_key,
+                "is malformed (signing secrets are whsec_<base64>)",
+            )),
+        }
+    }
+    decoded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_addresses_are_refused_unless_listed() {
+        let mut allow = AllowHosts::default();
+        allow.addresses.push("127.0.0.1".parse().unwrap());
+        assert!(allow.address_allowed("127.0.0.1".parse().unwrap()));
+        assert!(allow.address_allowed("::ffff:127.0.0.1".parse().unwrap()));
+        for private in [
+            "10.0.0.1",
+            "169.254.169.254",
+            "192.168.1.1",
+            "100.64.0.1",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "0.0.0.0",
+        ] {
+            assert!(
+                !allow.address_allowed(private.parse().unwrap()),
+                "{private}"
+            );
+        }
+        assert!(allow.address_allowed("93.184.216.34".parse().unwrap()));
+    }
+
+    #[test]
+    fn hosts_match_names_wildcards_and_addresses() {
+        let allow = AllowHosts {
+            names: vec!["hooks.slack.com".into()],
+            suffixes: vec![".example.com".into()],
+            addresses: vec!["127.0.0.1".parse().unwrap()],
+        };
+        assert!(allow.host_allowed("hooks.slack.com"));
+        assert!(allow.host_allowed("a.example.com"));
+        assert!(!allow.host_allowed("example.com"));
+        assert!(!allow.host_allowed("evilexample.com"));
+        assert!(allow.host_allowed("127.0.0.1"));
+        assert!(!allow.host_allowed("10.0.0.1"));
+    }
+}

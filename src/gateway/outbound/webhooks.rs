@@ -1,0 +1,283 @@
+//! Callbacks and lifecycle webhooks as the outbox keeps them: a [`WebhookMessage`] is written in
+//! the transaction of what it tells (a run's end, its start), before anything is sent, with its
+//! `webhook-id` fixed once, so that every attempt of it, after a crash too, carries the same id.
+//! A callback is written `waiting` with its run, its URL rendered from the request's payload,
+//! and made pending with the run's outcome when the run ends (docs/outbound.md).
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+use super::outbox_rows::OutboxItem;
+use crate::config::outbound::{CallbackFormat, Event, OutboundSettings};
+use crate::gateway::clock::{now_ms, now_rfc3339};
+use crate::gateway::store::records::{NewRun, RunOutcome, RunStatus};
+use crate::gateway::store::turn_record::Usage;
+
+/// One message to send: its `webhook-id`, where it goes, and its body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookMessage {
+    /// The `webhook-id` of every attempt.
+    pub id: String,
+    pub to: Destination,
+    /// The event's type (`run.finished`, ...).
+    pub event: String,
+    /// The JSON body; empty while a callback waits for its run's end.
+    pub body: String,
+    /// When it was written (Unix ms): retries stop `outbound.retry.for` after it.
+    pub since_ms: i64,
+}
+
+/// Where a message goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Destination {
+    /// The callback of the mapping `mapping` (its secrets), to the URL rendered at admission.
+    Callback { mapping: String, url: String },
+    /// The endpoint `id` of `outbound.endpoints` (its URL and secrets as configured now).
+    Endpoint { id: String },
+}
+
+impl Destination {
+    /// How the operator API names it.
+    pub fn label(&self) -> String {
+        match self {
+            Destination::Callback { mapping, .. } => format!("callback:{mapping}"),
+            Destination::Endpoint { id } => format!("endpoint:{id}"),
+        }
+    }
+}
+
+impl WebhookMessage {
+    fn new(to: Destination, event: &str, body: String) -> WebhookMessage {
+        WebhookMessage {
+            id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
+            to,
+            event: event.to_string(),
+            body,
+            since_ms: now_ms(),
+        }
+    }
+}
+
+/// The envelope every body has: the event's `type`, when it happened and its `data`, the shape
+/// Standard Webhooks recommends.
+#[derive(Serialize)]
+struct Envelope<'a, T: Serialize> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    timestamp: &'a str,
+    data: T,
+}
+
+/// A run's outcome as a callback and the `run.*` events carry it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RunData<'a> {
+    run_id: &'a str,
+    status: RunStatus,
+    agent: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mapping: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reply: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<UsageData>,
+    created_at: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    started_at: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    finished_at: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct UsageData {
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+impl From<Usage> for UsageData {
+    fn from(usage: Usage) -> Self {
+        UsageData {
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+        }
+    }
+}
+
+/// A reply to a Slack slash command's `response_url`, as Slack documents it
+/// (<https://api.slack.com/interactivity/handling#message_responses>).
+#[derive(Serialize)]
+struct SlackResponse<'a> {
+    response_type: &'static str,
+    text: &'a str,
+}
+
+/// Keeps the callback of a run just stored, `waiting` for the run's end.
+pub fn await_callback(conn: &Connection, run: &NewRun) -> rusqlite::Result<()> {
+    let (Some(url), Some(mapping)) = (&run.admitted.callback, &run.admitted.mapping_id) else {
+        return Ok(());
+    };
+    let to = Destination::Callback {
+        mapping: mapping.clone(),
+        url: url.clone(),
+    };
+    let message = WebhookMessage::new(to, "", String::new());
+    OutboxItem::Webhook(message).insert_waiting(conn, &run.run_id)
+}
+
+/// What a run's end sends, written in its transaction: its waiting callback made pending with
+/// the outcome, and a `run.finished` or `run.failed` message to each endpoint subscribed.
+/// Whether anything became pending.
+pub fn on_end(
+    conn: &Connection,
+    outbound: &OutboundSettings,
+    run: &NewRun,
+    outcome: &RunOutcome,
+) -> rusqlite::Result<bool> {
+    let event = match outcome.status {
+        RunStatus::Ok => Event::RunFinished,
+        _ => Event::RunFailed,
+    };
+    let admitted = &run.admitted;
+    let mapping = admitted.mapping_id.as_deref();
+    let waiting = waiting_callbacks(conn, &run.run_id)?;
+    let mut subscribers = outbound
+        .subscribers(event, mapping, &admitted.target_agent)
+        .peekable();
+    if waiting.is_empty() && subscribers.peek().is_none() {
+        return Ok(false);
+    }
+    let started_at: Option<String> = conn
+        .prepare_cached("SELECT started_at FROM runs WHERE run_id = ?1")?
+        .query_row(params![run.run_id], |row| row.get(0))
+        .optional()?
+        .flatten();
+    let now = now_rfc3339();
+    let data = RunData {
+        run_id: &run.run_id,
+        status: outcome.status,
+        agent: &admitted.target_agent,
+        mapping,
+        reply: outcome.reply.as_deref(),
+        error: outcome.error.as_deref(),
+        model: outcome.model.as_deref(),
+        usage: outcome.usage.map(UsageData::from),
+        created_at: &run.created_at,
+        started_at: started_at.as_deref(),
+        finished_at: Some(&outcome.finished_at),
+    };
+    let envelope = Envelope {
+        kind: event.as_str(),
+        timestamp: &now,
+        data,
+    };
+    let body = serde_json::to_string(&envelope).unwrap_or_default();
+    for (id, mut message) in waiting {
+        let format = match &message.to {
+            Destination::Callback { mapping, .. } => outbound.callbacks.get(mapping),
+            Destination::Endpoint { .. } => None,
+        }
+        .map_or(CallbackFormat::Outcome, |c| c.format);
+        message.event = event.as_str().to_string();
+        message.body = match format {
+            CallbackFormat::Outcome => body.clone(),
+            CallbackFormat::Slack => slack_body(outcome),
+        };
+        message.since_ms = now_ms();
+        OutboxItem::Webhook(message).release(conn, id)?;
+    }
+    for endpoint in subscribers {
+        let to = Destination::Endpoint {
+            id: endpoint.id.clone(),
+        };
+        let message = WebhookMessage::new(to, event.as_str(), body.clone());
+        OutboxItem::Webhook(message).insert(conn, Some(&run.run_id))?;
+    }
+    Ok(true)
+}
+
+/// A Slack `response_url` message: the reply for everyone in the channel, or why there is none
+/// for the one who asked.
+fn slack_body(outcome: &RunOutcome) -> String {
+    let (response_type, text) = match (&outcome.status, outcome.reply.as_deref()) {
+        (RunStatus::Ok, Some(reply)) => ("in_channel", reply),
+        _ => ("ephemeral", "The agent could not answer this time."),
+    };
+    serde_json::to_string(&SlackResponse {
+        response_type,
+        text,
+    })
+    .unwrap_or_default()
+}
+
+/// Sends an event of a run that is not its end (`run.started`, `run.held`) to the endpoints
+/// subscribed, written in the transaction that recorded it. Whether any was written.
+pub fn on_event(
+    conn: &Connection,
+    outbound: &OutboundSettings,
+    event: Event,
+    run: &NewRun,
+) -> rusqlite::Result<bool> {
+    let admitted = &run.admitted;
+    let mapping = admitted.mapping_id.as_deref();
+    let mut written = false;
+    let now = now_rfc3339();
+    for endpoint in outbound.subscribers(event, mapping, &admitted.target_agent) {
+        let status = match event {
+            Event::RunHeld => RunStatus::Held,
+            _ => RunStatus::Running,
+        };
+        let data = RunData {
+            run_id: &run.run_id,
+            status,
+            agent: &admitted.target_agent,
+            mapping,
+            reply: None,
+            error: None,
+            model: None,
+            usage: None,
+            created_at: &run.created_at,
+            started_at: (event == Event::RunStarted).then_some(now.as_str()),
+            finished_at: None,
+        };
+        let body = Envelope {
+            kind: event.as_str(),
+            timestamp: &now,
+            data,
+        };
+        let body = serde_json::to_string(&body).unwrap_or_default();
+        let to = Destination::Endpoint {
+            id: endpoint.id.clone(),
+        };
+        let message = WebhookMessage::new(to, event.as_str(), body);
+        OutboxItem::Webhook(message).insert(conn, Some(&run.run_id))?;
+        written = true;
+    }
+    Ok(written)
+}
+
+/// The waiting callbacks of `run_id`, by row id.
+fn waiting_callbacks(
+    conn: &Connection,
+    run_id: &str,
+) -> rusqlite::Result<Vec<(i64, WebhookMessage)>> {
+    let rows = conn
+        .prepare_cached(
+            "SELECT id, payload FROM outbox
+             WHERE run_id = ?1 AND kind = 'webhook' AND status = 'waiting'",
+        )?
+        .query_map(params![run_id], |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(id, payload)| Some((id, serde_json::from_str(&payload).ok()?)))
+        .collect())
+}
