@@ -110,8 +110,8 @@ impl From<Usage> for UsageData {
     }
 }
 
-/// A reply to a Slack slash command's `response_url`, as Slack documents it
-/// (<https://api.slack.com/interactivity/handling#message_responses>).
+/// A reply to a Slack slash command's `response_url`, in the form Slack documents for delayed
+/// responses (docs/outbound.md#callbacks cites the page).
 #[derive(Serialize)]
 struct SlackResponse<'a> {
     response_type: &'static str,
