@@ -9,6 +9,7 @@ mod api_outbound;
 mod api_overview;
 mod api_replay;
 mod api_requests;
+mod api_run_events;
 mod api_runs_bulk;
 mod api_spend;
 mod auth;
@@ -170,6 +171,7 @@ fn operator_routes() -> Router<AppState> {
         .route("/runs/retry", post(api_runs_bulk::retry))
         .route("/runs/{run_id}", get(api::run))
         .route("/runs/{run_id}/retry", post(api::retry_run))
+        .route("/runs/{run_id}/events", get(api_run_events::run_events))
         .route("/runs/{run_id}/release", post(api_held::release))
         .route("/runs/{run_id}/cancel", post(api_held::cancel))
         .route("/sessions/main/events", get(api::main_session_events))

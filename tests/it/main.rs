@@ -91,6 +91,7 @@ mod request_search;
 mod request_search_scale;
 mod requests;
 mod retention;
+mod run_events;
 mod runs_bulk;
 mod runtime;
 mod scaffold;
