@@ -87,6 +87,9 @@ enum Command {
     /// signing secret (create, list, show, test, pause, resume, rotate, delete, audit).
     #[command(subcommand, after_help = remote::ENVIRONMENT)]
     Hooks(remote::HooksCommand),
+    /// The callbacks and lifecycle webhooks of a running hookgate: list, retry a failed one.
+    #[command(subcommand, after_help = remote::ENVIRONMENT)]
+    Outbound(remote::OutboundCommand),
     /// Print a completion script for a shell: `hookgate completions bash > /etc/bash_completion.d/hookgate`.
     Completions {
         #[arg(value_enum)]
@@ -236,6 +239,7 @@ fn main() -> ExitCode {
         Command::Runs(command) => remote::runs(command),
         Command::Mcp(args) => remote::mcp::mcp(args),
         Command::Hooks(command) => remote::hooks(command),
+        Command::Outbound(command) => remote::outbound(command),
         Command::Transform(TransformCommand::New { name, lang, dir }) => {
             scaffold::new(&name, lang, dir)
         }

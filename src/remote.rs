@@ -1,4 +1,5 @@
-//! `hookgate requests …` and `hookgate runs …`: the operator API from a terminal
+//! `hookgate requests …`, `hookgate runs …` and `hookgate outbound …`: the operator API from a
+//! terminal
 //! (docs/cli.md). Part of the binary, not the library: these commands talk to a running hookgate
 //! over HTTP (`--url`, the gateway token from `HOOKGATE_GATEWAY_TOKEN`) and print a table for
 //! people, or the API's JSON with `--json`.
@@ -7,11 +8,13 @@ mod dry_run;
 mod filters;
 mod hooks;
 pub mod mcp;
+mod outbound;
 mod replay;
 mod runs;
 mod runs_bulk;
 
 pub use hooks::{HooksCommand, hooks};
+pub use outbound::{OutboundCommand, outbound};
 pub use runs::{RunsCommand, runs};
 
 use std::process::ExitCode;

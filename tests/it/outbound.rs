@@ -349,6 +349,22 @@ async fn a_callback_to_a_private_address_is_refused_unless_listed() {
     assert_eq!(retry("999999".into()).send().await.unwrap().status(), 404);
     let (status, _) = server.api_json("/api/outbound?status=lost").await;
     assert_eq!(status, 400);
+
+    // The same from a terminal.
+    let (ok, listed, _) =
+        crate::requests::cli(&server, &["outbound", "list", "--status", "failed"]);
+    assert!(ok, "{listed}");
+    assert_eq!(
+        listed.lines().filter(|l| l.contains("failed")).count(),
+        6,
+        "{listed}"
+    );
+    assert!(listed.contains("10.0.0.1 is a private address"), "{listed}");
+    let (ok, retried, _) = crate::requests::cli(&server, &["outbound", "retry", &id.to_string()]);
+    assert!(ok && retried.contains("pending again"), "{retried}");
+    let (ok, _, error) =
+        crate::requests::cli(&server, &["outbound", "retry", &done_id.to_string()]);
+    assert!(!ok && error.contains("has not failed"), "{error}");
     let log = server.terminate().1;
     assert!(log.contains("10.0.0.1 is a private address"), "{log}");
 }
@@ -432,7 +448,11 @@ async fn endpoints_get_the_events_they_subscribe_to_in_order_per_run() {
     );
     let (server, _dir) = Hookgate::start(&config);
     let mut runs = Vec::new();
-    for (path, text) in [("watched", "hello"), ("watched", "please fail"), ("other", "hi")] {
+    for (path, text) in [
+        ("watched", "hello"),
+        ("watched", "please fail"),
+        ("other", "hi"),
+    ] {
         let (status, reply) = server
             .hook_json(&format!("/hooks/{path}"), &json!({"text": text}))
             .await;
