@@ -37,7 +37,9 @@ pub use turns::retry::Retry;
 /// The clock the runtime and replay protection share.
 /// The operator's view of callbacks and lifecycle webhooks in the outbox.
 pub mod outbound_api {
-    pub use super::outbound::webhook_api::{OutboundRecord, OutboundStatus, Resent, list, retry};
+    pub use super::outbound::webhook_api::{
+        OutboundRecord, OutboundStatus, Resent, list, of_run, retry,
+    };
 }
 
 pub mod runtime_clock {

@@ -2,6 +2,7 @@
 //! configuration in force, behind the gateway token (the `/api` router's layer). The request log's
 //! endpoints are in `api_requests`.
 
+use crate::gateway::outbound_api::{self, OutboundRecord};
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -70,16 +71,21 @@ pub async fn run(
 ) -> Result<Response, ApiError> {
     let run = app.store.run(&run_id).await?;
     let run = run.ok_or(ApiError::NotFound("run"))?;
-    Ok(Json(RunView::of(&app, run)).into_response())
+    let mut view = RunView::of(&app, run);
+    view.outbound = outbound_api::of_run(&app.store, run_id).await?;
+    Ok(Json(view).into_response())
 }
 
 /// A run as the API shows it: the record, and what `POST /api/runs/<runId>/retry` would do to
-/// it (null: nothing), so that a client offers a retry only where one is taken.
+/// it (null: nothing), so that a client offers a retry only where one is taken; one run's view
+/// adds its callbacks and lifecycle webhooks, when it has any (docs/outbound.md).
 #[derive(Serialize)]
 struct RunView {
     #[serde(flatten)]
     run: RunRecord,
     retry: Option<Retry>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    outbound: Vec<OutboundRecord>,
 }
 
 impl RunView {
@@ -87,6 +93,7 @@ impl RunView {
         RunView {
             retry: app.runtime.retry_offered(&run),
             run,
+            outbound: Vec::new(),
         }
     }
 }

@@ -294,8 +294,9 @@ async fn a_callback_to_a_private_address_is_refused_unless_listed() {
             "host example.invalid is not in",
         ),
     ];
+    let mut refused_runs = Vec::new();
     for (n, (url, _)) in refused.iter().enumerate() {
-        start_run(&server, url, n).await;
+        refused_runs.push(start_run(&server, url, n).await);
     }
     let allowed = format!("http://127.0.0.2:{port}/allowed");
     start_run(&server, &allowed, 9).await;
@@ -319,6 +320,15 @@ async fn a_callback_to_a_private_address_is_refused_unless_listed() {
         // A refusal is final: not tried again.
         assert_eq!(message["attempts"], 1, "{message}");
     }
+    // The run's record shows its callback and why it was refused.
+    let (_, run) = server
+        .api_json(&format!("/api/runs/{}", refused_runs[0]))
+        .await;
+    assert_eq!(run["status"], "ok", "{run}");
+    assert_eq!(run["outbound"][0]["status"], "failed", "{run}");
+    assert_eq!(run["outbound"][0]["destination"], "callback:cb", "{run}");
+    let why = run["outbound"][0]["lastError"].as_str().unwrap();
+    assert!(why.contains("10.0.0.1 is a private address"), "{why}");
     eventually("the allowed callback to arrive", async || {
         receiver.received().await.len() == 1
     })

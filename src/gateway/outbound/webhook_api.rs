@@ -6,6 +6,7 @@ use rusqlite::{Connection, params};
 use serde::Serialize;
 
 use super::outbox_rows::OutboxItem;
+use super::webhooks::Destination;
 use crate::gateway::clock::{now_ms, rfc3339};
 use crate::gateway::store::{Store, StoreError};
 
@@ -73,44 +74,70 @@ pub async fn list(
         .await
 }
 
+/// The columns [`record`] reads (a macro, so that each statement is one literal).
+macro_rules! columns {
+    () => {
+        "id, run_id, payload, status, attempts, last_error, created_at, next_at_ms"
+    };
+}
+
 fn select(
     conn: &Connection,
     status: Option<&str>,
     limit: u32,
 ) -> rusqlite::Result<Vec<OutboundRecord>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, run_id, payload, status, attempts, last_error, created_at, next_at_ms
-         FROM outbox WHERE kind = 'webhook' AND (?1 IS NULL OR status = ?1)
-         ORDER BY id DESC LIMIT ?2",
-    )?;
-    let rows = stmt.query_map(params![status, limit], |row| {
-        let payload: String = row.get(2)?;
-        let message = match OutboxItem::decode("webhook", &payload) {
-            Some(OutboxItem::Webhook(message)) => Some(message),
-            _ => None,
-        };
-        let url = message.as_ref().and_then(|m| match &m.to {
-            super::webhooks::Destination::Callback { url, .. } => Some(url.clone()),
-            super::webhooks::Destination::Endpoint { .. } => None,
-        });
-        Ok(OutboundRecord {
-            id: row.get(0)?,
-            webhook_id: message.as_ref().map(|m| m.id.clone()).unwrap_or_default(),
-            event: message
-                .as_ref()
-                .map(|m| m.event.clone())
-                .unwrap_or_default(),
-            destination: message.as_ref().map(|m| m.to.label()).unwrap_or_default(),
-            url,
-            run_id: row.get(1)?,
-            status: row.get(3)?,
-            attempts: row.get(4)?,
-            last_error: row.get(5)?,
-            created_at: row.get(6)?,
-            next_at: rfc3339(row.get(7)?),
-        })
-    })?;
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        columns!(),
+        " FROM outbox WHERE kind = 'webhook' AND (?1 IS NULL OR status = ?1)
+         ORDER BY id DESC LIMIT ?2"
+    ))?;
+    let rows = stmt.query_map(params![status, limit], record)?;
     rows.collect()
+}
+
+/// The webhooks of the run `run_id`, oldest first (at most 100): what its record shows.
+pub async fn of_run(store: &Store, run_id: String) -> Result<Vec<OutboundRecord>, StoreError> {
+    store
+        .read(move |conn| {
+            let mut stmt = conn.prepare_cached(concat!(
+                "SELECT ",
+                columns!(),
+                " FROM outbox WHERE kind = 'webhook' AND run_id = ?1 ORDER BY id LIMIT 100"
+            ))?;
+            let rows = stmt.query_map(params![run_id], record)?;
+            rows.collect()
+        })
+        .await
+}
+
+/// A row of [`columns`] as the API shows it.
+fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<OutboundRecord> {
+    let payload: String = row.get(2)?;
+    let message = match OutboxItem::decode("webhook", &payload) {
+        Some(OutboxItem::Webhook(message)) => Some(message),
+        _ => None,
+    };
+    let url = message.as_ref().and_then(|m| match &m.to {
+        Destination::Callback { url, .. } => Some(url.clone()),
+        Destination::Endpoint { .. } => None,
+    });
+    Ok(OutboundRecord {
+        id: row.get(0)?,
+        webhook_id: message.as_ref().map(|m| m.id.clone()).unwrap_or_default(),
+        event: message
+            .as_ref()
+            .map(|m| m.event.clone())
+            .unwrap_or_default(),
+        destination: message.as_ref().map(|m| m.to.label()).unwrap_or_default(),
+        url,
+        run_id: row.get(1)?,
+        status: row.get(3)?,
+        attempts: row.get(4)?,
+        last_error: row.get(5)?,
+        created_at: row.get(6)?,
+        next_at: rfc3339(row.get(7)?),
+    })
 }
 
 /// Sends the failed webhook `id` again: pending now, its attempts reset and its retry window

@@ -286,10 +286,12 @@ CREATE TABLE heartbeat_turns (
 CREATE INDEX heartbeat_turns_by_agent ON heartbeat_turns (agent, finished_at);
 ";
 
-/// A run's callback waits in the outbox for the run's end (`outbound::webhooks`), found by its
-/// run; the operator lists failed messages (`GET /api/outbound?status=failed`).
+/// Webhooks by their run: a run's callback waits in the outbox for the run's end, a run's
+/// messages are sent in order, and its record lists them (`outbound::webhooks`); only webhook
+/// rows are in it, so replies and relays pay nothing for it. The operator lists messages by
+/// status (`GET /api/outbound?status=failed`).
 const SCHEMA_V23: &str = "
-CREATE INDEX outbox_waiting_by_run ON outbox (run_id) WHERE status = 'waiting';
+CREATE INDEX outbox_webhooks_by_run ON outbox (run_id) WHERE kind = 'webhook';
 CREATE INDEX outbox_by_kind ON outbox (kind, status, id);
 ";
 
