@@ -222,7 +222,7 @@ fn outbound_signatures_match_the_standard_webhooks_test_vector() {
     .unwrap();
     let body = br#"{"test": 2432232314}"#;
     let signed = standard_webhooks_signature(
-        &[secret.clone()],
+        std::slice::from_ref(&secret),
         "msg_p5jXN8AQM9LWM0D4loKWxJek",
         1614265330,
         body,
