@@ -41,16 +41,10 @@ pub(super) fn queue_with_callback(
     if matches!(queued, RunQueued::New { .. }) {
         webhooks::await_callback(conn, run)?;
         if let (Stored::Running, Some(outbound)) = (stored, outbound) {
-            webhooks::on_event(conn, outbound, Event::RunStarted, run)?;
+            webhooks::on_event(conn, outbound, Event::RunStarted, run, None)?;
         }
     }
     Ok((queued, stored))
-}
-
-/// The settings whose endpoints a run's events go to; `None` without endpoints, which
-/// spares the hot path a clone.
-pub(super) fn with_endpoints(settings: &Arc<Settings>) -> Option<Arc<Settings>> {
-    (!settings.outbound.endpoints.is_empty()).then(|| Arc::clone(settings))
 }
 
 impl Embedded {
@@ -148,7 +142,7 @@ impl Embedded {
         // the run is committed must not leave it stored `running` with nothing running it (and
         // its session key closed to later runs until a restart).
         let (ctx, signals) = (self.ctx.clone(), Arc::clone(&self.signals));
-        let endpoints = with_endpoints(&settings);
+        let endpoints = webhooks::with_endpoints(&settings);
         let admitted = tokio::spawn(async move {
             let started_at = now_rfc3339();
             let announced = endpoints.is_some();

@@ -11,7 +11,7 @@ use super::admission::lanes::{self, LaneError};
 use super::admission::replay::{self, Claim, RecordedAnswer};
 use super::clock::{now_ms, now_rfc3339};
 use super::context::{Context, Worker, WorkerName};
-use super::embedded::{Embedded, queue_with_callback, with_endpoints};
+use super::embedded::{Embedded, queue_with_callback};
 use super::forward::Forward;
 use super::nats::{Batches, Cluster, Fact};
 use super::outbound::webhooks;
@@ -269,7 +269,7 @@ impl Runtime {
         let endpoints = match &self.backend {
             Backend::Nats(cluster) => return Ok(Box::pin(cluster.hold_run(run, claim, by)).await?),
             Backend::Forward(forward) => return Box::pin(forward.hold_run(run, claim, by)).await,
-            Backend::Embedded(embedded) => with_endpoints(&embedded.settings()),
+            Backend::Embedded(embedded) => webhooks::with_endpoints(&embedded.settings()),
         };
         self.store
             .write(move |conn| {
@@ -277,7 +277,7 @@ impl Runtime {
                 if let RunQueued::New { run_id } = &queued {
                     held::hold(conn, run_id, &by)?;
                     if let Some(settings) = &endpoints {
-                        webhooks::on_event(conn, &settings.outbound, Event::RunHeld, &run)?;
+                        webhooks::on_event(conn, &settings.outbound, Event::RunHeld, &run, None)?;
                     }
                 }
                 Ok(queued)

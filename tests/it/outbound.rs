@@ -507,3 +507,56 @@ async fn endpoints_get_the_events_they_subscribe_to_in_order_per_run() {
         .unwrap();
     assert!(failed["payload"]["data"]["error"].is_string(), "{failed}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_hears_of_a_reply_that_could_not_be_delivered() {
+    let provider = Fake::start(|_, _| Answer::Json(200, chat_reply("the reply"))).await;
+    let telegram = Fake::start(|_, _| {
+        Answer::Json(
+            400,
+            json!({"ok": false, "description": "Bad Request: chat not found"}),
+        )
+    })
+    .await;
+    let port = free_port();
+    let receiver = Receiver::start(port, &[SECRET]);
+    let mut config = crate::runtime::with_provider(&provider);
+    set(
+        &mut config,
+        "channels.telegram",
+        json!({"botToken": "tg-token", "apiBase": telegram.base}),
+    );
+    set(
+        &mut config,
+        "outbound",
+        json!({
+            "allowHosts": ["127.0.0.1"],
+            "endpoints": [{
+                "id": "ops", "url": format!("http://127.0.0.1:{port}/events"),
+                "secret": SECRET, "events": ["delivery.failed"],
+            }],
+        }),
+    );
+    let (server, _dir) = Hookgate::start(&config);
+    let body = json!({"message": "hi", "channel": "telegram", "to": "42"});
+    let run_id = crate::runtime::agent(&server, body).await;
+    let received = eventually_within(
+        "delivery.failed to arrive",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        async || {
+            let received = receiver.received().await;
+            received.first().cloned().ok_or_else(String::new)
+        },
+    )
+    .await;
+    assert_eq!(received["verified"], true, "{received}");
+    assert_eq!(received["payload"]["type"], "delivery.failed");
+    let data = &received["payload"]["data"];
+    assert_eq!(data["runId"], run_id.as_str());
+    assert!(
+        data["error"].as_str().unwrap().contains("chat not found"),
+        "{data}"
+    );
+    assert_eq!(receiver.received().await.len(), 1);
+}

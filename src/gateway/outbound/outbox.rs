@@ -16,12 +16,14 @@ pub use super::outbox_rows::{Lane, OutboxItem, Row, due, next_due_ms, resend_del
 use super::outbox_rows::{RowStatus, abandon_in_flight, mark_sending, record_parts, settle};
 use super::relay::{Landed, Relayed, relay};
 use super::webhook_send;
+use super::webhooks;
 use crate::config::Settings;
+use crate::config::outbound::{Event, OutboundSettings};
 use crate::config::runtime::{GatewayMode, RetryPolicy};
 use crate::gateway::clock::{millis, now_ms};
 use crate::gateway::context::Context;
 use crate::gateway::signals::Signals;
-use crate::gateway::store::records::{DeliveryRecord, RunStatus};
+use crate::gateway::store::records::{DeliveryRecord, NewRun, RunStatus};
 use crate::gateway::store::runs;
 use crate::metrics::{DeliveryLabels, RelayLabels};
 
@@ -319,6 +321,7 @@ async fn give_up(ctx: &Context, signals: &Signals, row: &Row, error: &SendError)
     count_delivery(ctx, row, outcome);
     let (id, attempts) = (row.id, row.attempts + 1);
     let (run_id, item, error) = (row.run_id.clone(), row.item.clone(), error.clone());
+    let endpoints = webhooks::with_endpoints(&ctx.config.current());
     let result = ctx
         .store
         .write(move |conn| {
@@ -335,6 +338,9 @@ async fn give_up(ctx: &Context, signals: &Signals, row: &Row, error: &SendError)
                     if let Some(run_id) = run_id {
                         let record = chat::given_up(&job, attempts, &error);
                         runs::set_delivery(conn, run_id, &record)?;
+                        if let Some(settings) = &endpoints {
+                            delivery_failed(conn, &settings.outbound, run_id, &error)?;
+                        }
                     }
                     if let Some(summary) = &job.summary {
                         summary.insert(conn)?;
@@ -366,4 +372,18 @@ async fn give_up(ctx: &Context, signals: &Signals, row: &Row, error: &SendError)
         Ok(()) => {}
         Err(err) => tracing::error!(%err, id = row.id, "cannot record a failed send"),
     }
+}
+
+/// `delivery.failed` of the run `run_id` to the endpoints subscribed, with why.
+fn delivery_failed(
+    conn: &rusqlite::Connection,
+    outbound: &OutboundSettings,
+    run_id: &str,
+    error: &SendError,
+) -> rusqlite::Result<()> {
+    if let Some(run) = NewRun::select(conn, run_id)? {
+        let why = error.to_string();
+        webhooks::on_event(conn, outbound, Event::DeliveryFailed, &run, Some(&why))?;
+    }
+    Ok(())
 }

@@ -4,10 +4,13 @@
 //! A callback is written `waiting` with its run, its URL rendered from the request's payload,
 //! and made pending with the run's outcome when the run ends (docs/outbound.md).
 
+use std::sync::Arc;
+
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
 use super::outbox_rows::OutboxItem;
+use crate::config::Settings;
 use crate::config::outbound::{CallbackFormat, Event, OutboundSettings};
 use crate::gateway::clock::{now_ms, now_rfc3339};
 use crate::gateway::store::records::{NewRun, RunOutcome, RunStatus};
@@ -216,13 +219,21 @@ fn slack_body(outcome: &RunOutcome) -> String {
     .unwrap_or_default()
 }
 
-/// Sends an event of a run that is not its end (`run.started`, `run.held`) to the endpoints
-/// subscribed, written in the transaction that recorded it. Whether any was written.
+/// The settings whose endpoints a run's events go to; `None` without endpoints, which spares
+/// the hot path a clone.
+pub fn with_endpoints(settings: &Arc<Settings>) -> Option<Arc<Settings>> {
+    (!settings.outbound.endpoints.is_empty()).then(|| Arc::clone(settings))
+}
+
+/// Sends an event of a run that is not its end (`run.started`, `run.held`, `delivery.failed`
+/// with why) to the endpoints subscribed, written in the transaction that recorded it.
+/// Whether any was written.
 pub fn on_event(
     conn: &Connection,
     outbound: &OutboundSettings,
     event: Event,
     run: &NewRun,
+    error: Option<&str>,
 ) -> rusqlite::Result<bool> {
     let admitted = &run.admitted;
     let mapping = admitted.mapping_id.as_deref();
@@ -231,6 +242,8 @@ pub fn on_event(
     for endpoint in outbound.subscribers(event, mapping, &admitted.target_agent) {
         let status = match event {
             Event::RunHeld => RunStatus::Held,
+            // Only a run that ended with a reply has one to deliver.
+            Event::DeliveryFailed => RunStatus::Ok,
             _ => RunStatus::Running,
         };
         let data = RunData {
@@ -239,7 +252,7 @@ pub fn on_event(
             agent: &admitted.target_agent,
             mapping,
             reply: None,
-            error: None,
+            error,
             model: None,
             usage: None,
             created_at: &run.created_at,

@@ -14,7 +14,6 @@ use crate::config::Settings;
 use crate::config::outbound::Event;
 use crate::gateway::clock::now_rfc3339;
 use crate::gateway::context::Context;
-use crate::gateway::embedded::with_endpoints;
 use crate::gateway::outbound::outbox::OutboxItem;
 use crate::gateway::outbound::webhooks;
 use crate::gateway::signals::Signals;
@@ -180,14 +179,14 @@ async fn start_queued(
             continue;
         }
         let started_at = now_rfc3339();
-        let endpoints = with_endpoints(&settings);
+        let endpoints = webhooks::with_endpoints(&settings);
         let announced = endpoints.is_some();
         let claimed = ctx
             .store
             .write(move |conn| {
                 let run = runs::claim(conn, &run_id, &started_at)?;
                 if let (Some(run), Some(settings)) = (&run, &endpoints) {
-                    webhooks::on_event(conn, &settings.outbound, Event::RunStarted, run)?;
+                    webhooks::on_event(conn, &settings.outbound, Event::RunStarted, run, None)?;
                 }
                 Ok(run)
             })
