@@ -384,6 +384,8 @@ fn admit_notify(
         allow_unsafe_external_content: false,
         mapping_id: Some(mapping.id.clone()),
         action,
+        // Refused on a notify mapping at load (config/notify.rs).
+        callback: None,
     };
     let claim = idempotency::choose_key(keys).map(|key| IdempotencyClaim {
         fingerprint: idempotency::fingerprint(key, path, &admitted),

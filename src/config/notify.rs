@@ -30,6 +30,8 @@ pub(super) fn check_keys(i: usize, config: &MappingConfig, problems: &mut Vec<Co
             "allow_unsafe_external_content",
             config.allow_unsafe_external_content,
         ),
+        // A callback tells a run's outcome; a notification's is its delivery, on its record.
+        ("callback", config.callback.is_some()),
     ];
     for (field, _) in set.iter().filter(|(_, set)| *set) {
         problems.push(ConfigError::invalid(

@@ -212,6 +212,8 @@ fn a_retired_secret_verifies_until_its_window_closes() {
         verify(&gitlab, "gl", &token("old"), b"", 1_000),
         Err(SignatureError::Expired(_))
     ));
+}
+
 #[test]
 fn outbound_signatures_match_the_standard_webhooks_test_vector() {
     // The vector of the Standard Webhooks reference libraries' tests.
