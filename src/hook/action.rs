@@ -271,7 +271,10 @@ pub struct AdmittedRun {
     /// `POST {prefix}/agent`. What the mapping's batch, lane and budget apply to.
     pub mapping_id: Option<String>,
     /// Where the run's outcome is POSTed when it ends: its mapping's `callback.url` rendered
-    /// (docs/outbound.md). Kept in the outbox from admission, not in the stored run.
+    /// (docs/outbound.md). Kept in the outbox from admission, not in the stored run: so in none
+    /// of the run's forms (a rendered URL such as Slack's `response_url` is a capability, not
+    /// for the API's view, and OpenClaw takes no such key in a relay).
+    #[serde(skip)]
     pub callback: Option<String>,
 }
 
