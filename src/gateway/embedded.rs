@@ -11,9 +11,9 @@ use super::outbound::outbox::{self, Lane};
 use super::outbound::webhooks;
 use super::retention;
 use super::signals::Signals;
-use super::store::StoreError;
 use super::store::records::{EventOutcome, NewEvent, NewRun};
 use super::store::runs::{self, IdempotencyClaim, RunQueued, Stored};
+use super::store::{StoreError, edge_marks};
 use super::turns::retry::{self, Retry};
 use super::turns::runner::Places;
 use super::turns::{heartbeat, runner};
@@ -143,7 +143,7 @@ impl Embedded {
         // its session key closed to later runs until a restart).
         let (ctx, signals) = (self.ctx.clone(), Arc::clone(&self.signals));
         let endpoints = webhooks::with_endpoints(&settings);
-        let admitted = tokio::spawn(async move {
+        let admitted = tokio::spawn(edge_marks::carried(async move {
             let started_at = now_rfc3339();
             let announced = endpoints.is_some();
             let (queued, stored, run) = ctx
@@ -172,7 +172,7 @@ impl Embedded {
                 }
             }
             Ok(queued)
-        });
+        }));
         admitted.await.map_err(|_| StoreError::Closed)?
     }
 

@@ -35,6 +35,19 @@ pub(super) fn current() -> Option<EdgeMark> {
     MARK.try_with(EdgeMark::clone).ok()
 }
 
+/// `work` in the scope this is called in, for a task of its own: a task-local does not cross
+/// `tokio::spawn`, so work spawned for a delivery would otherwise commit without its mark (and
+/// run again when the delivery is pulled again after a crash).
+pub fn carried<F: Future>(work: F) -> impl Future<Output = F::Output> {
+    let mark = current();
+    async move {
+        match mark {
+            Some(mark) => MARK.scope(mark, work).await,
+            None => work.await,
+        }
+    }
+}
+
 /// The table, made where missing: only a private node has it.
 pub(super) fn create(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(
