@@ -25,7 +25,7 @@ use serde::Serialize;
 use super::AppState;
 use super::edge::{Ack, Acked, LinkView, Pulled, WireDelivery};
 use super::hooks;
-use super::reply::{HookError, Refused};
+use super::reply::{HookError, MappingFailure, Refused};
 use super::request_id::RequestId;
 use crate::config::EdgeLink;
 use crate::gateway::edge_queue::EdgeStatus;
@@ -284,7 +284,7 @@ async fn take(
     let dispatched = hooks::dispatch(app.clone(), routes.clone(), request);
     let answer = edge_marks::scope(mark.clone(), dispatched).await;
     if let Some(Refused(err)) = answer.extensions().get::<Refused>() {
-        if matches!(**err, HookError::StoreFull | HookError::TransformsBusy) {
+        if may_pass(err) {
             return Err(err.to_string());
         }
     }
@@ -299,6 +299,22 @@ async fn take(
         .map_err(|e| e.to_string())?;
     app.metrics.edge.took("run");
     Ok(())
+}
+
+/// Whether `err` left a delivery uncommitted for a reason that may pass: a full disk, busy
+/// transforms, a store failure, a lockout, a transform not loaded (yet). Such a delivery is
+/// pulled again, not acknowledged: the edge answered for it, so it must not be forgotten. A
+/// refusal the request earns itself (its signature, a condition, a lane, a transform's failure)
+/// is recorded here with its reason and final (docs/edge.md#what-the-sender-and-the-operator-see).
+fn may_pass(err: &HookError) -> bool {
+    matches!(
+        err,
+        HookError::StoreFull
+            | HookError::TransformsBusy
+            | HookError::Internal(_)
+            | HookError::LockedOut { .. }
+            | HookError::MappingFailed(MappingFailure::NotLoaded { .. })
+    )
 }
 
 /// The request as the edge received it: method, target, headers and body byte for byte; its
