@@ -2,8 +2,10 @@
 //! every node of a NATS cluster without a reload, their secrets shown once and sealed at rest,
 //! rotated without a gap, audited.
 
-use std::path::Path;
-use std::process::Command;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -12,7 +14,6 @@ use crate::cluster::node_config_at;
 use crate::fake::Fake;
 use crate::harness::*;
 use crate::nats::NatsCluster;
-use crate::signatures::sign;
 
 /// The sealing key, kept in a file beside the configuration (not in the state directory).
 const SECRETS_KEY: &str = "sealing-key-0123456789abcdef0123456789";
@@ -46,22 +47,56 @@ fn cli(node: &Hookgate, args: &[&str]) -> Result<Value, String> {
     }
 }
 
-/// A GitHub delivery to `hook` on `node`, signed with `secret`: the status and the request's
-/// id.
+/// The signer's directory, its packages installed once per test process (as CI does).
+fn octokit_signer() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/fixtures/octokit-signer");
+        if !dir.join("node_modules/@octokit/webhooks-methods").is_dir() {
+            let status = Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund"])
+                .current_dir(&dir)
+                .status()
+                .expect("run npm (is Node.js installed?)");
+            assert!(status.success(), "npm ci of the octokit signer failed");
+        }
+        dir
+    })
+}
+
+/// `X-Hub-Signature-256` of `body` under `secret`, as octokit (`@octokit/webhooks-methods`,
+/// GitHub's own JavaScript client) computes it.
+fn octokit_signature(secret: &str, body: &[u8]) -> String {
+    let mut child = Command::new("node")
+        .arg(octokit_signer().join("sign.mjs"))
+        .env("SECRET", secret)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run node");
+    child.stdin.take().unwrap().write_all(body).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "octokit's sign failed");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A GitHub delivery to `hook` on `node`, signed with `secret` by octokit: the status and the
+/// request's id.
 async fn deliver(node: &Hookgate, hook: &str, secret: &str) -> (u16, String) {
     let body = std::fs::read(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/fixtures/github/issues-opened.json"),
     )
     .unwrap();
-    let id = uuid::Uuid::new_v4().to_string();
     // As GitHub sends it: no hook token, the signature alone.
-    let mut request = client()
+    let response = client()
         .post(node.url(&format!("/hooks/{hook}")))
-        .body(body.clone());
-    for (name, value) in sign("github", secret, &body, 0, &id) {
-        request = request.header(name, value);
-    }
-    let response = request.send().await.unwrap();
+        .header("x-hub-signature-256", octokit_signature(secret, &body))
+        .header("x-github-delivery", uuid::Uuid::new_v4().to_string())
+        .header("x-github-event", "push")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
     (response.status().as_u16(), request_id(&response))
 }
 
