@@ -51,8 +51,8 @@ async fn announce_batch(js: &async_nats::jetstream::Context, window_ms: i64) -> 
     let mut fact: Value = serde_json::from_slice(&opened.payload).unwrap();
     let run_id = uuid::Uuid::now_v7().to_string();
     let closes_at_ms = chrono::Utc::now().timestamp_millis() + window_ms;
-    // A run is written in snake case (src/gateway/store/run_wire.rs), the fact around it not.
-    fact["run"]["run_id"] = json!(run_id);
+    // A run is written in its form 2 (src/gateway/store/run_wire.rs), camel case as the fact.
+    fact["run"]["runId"] = json!(run_id);
     fact["opened"]["closesAtMs"] = json!(closes_at_ms);
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(
