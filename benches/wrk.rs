@@ -15,14 +15,14 @@
 //! Run: `cargo bench --bench wrk`.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 mod support;
+use support::wrk::{Load, Measured, cpu_time, drive, machine, machine_ticks};
 use support::{
-    SERIAL, build_js, build_transforms, echo_router, example_payload, installed, selected,
+    SERIAL, build_js, build_transforms, echo_router, env_number, example_payload, selected,
     serve_in_thread, start_hookgate, stop, wait_for_empty_queue,
 };
 
@@ -70,6 +70,16 @@ impl Case {
     fn header(mut self, name: &'static str, value: &'static str) -> Case {
         self.headers.push((name, value));
         self
+    }
+
+    /// What wrk sends for this case.
+    fn load(&self) -> Load<'_> {
+        Load {
+            path: self.path,
+            body: &self.body,
+            token: HOOK_TOKEN,
+            headers: &self.headers,
+        }
     }
 
     fn target(mut self, of: &'static str, ratio: f64) -> Case {
@@ -215,59 +225,6 @@ fn prepare_dir(provider: Option<&str>, wasm: &Path, js: &Path) -> tempfile::Temp
     dir
 }
 
-/// What one wrk run measured.
-struct Measured {
-    rate: f64,
-    p50: Duration,
-    p99: Duration,
-    /// Answers that were not 2xx or 3xx, and socket errors.
-    failed: u64,
-    /// Requests answered in the measured run.
-    requests: u64,
-}
-
-/// Drives `url` with `case`'s request from `connections` connections for `seconds`.
-fn drive(url: &str, case: &Case, connections: usize, seconds: u64) -> Measured {
-    let script = tempfile::NamedTempFile::new().unwrap();
-    let mut lua = String::from("wrk.method = \"POST\"\n");
-    lua += "wrk.headers[\"Content-Type\"] = \"application/json\"\n";
-    lua += &format!("wrk.headers[\"Authorization\"] = \"Bearer {HOOK_TOKEN}\"\n");
-    for (name, value) in &case.headers {
-        lua += &format!("wrk.headers[\"{name}\"] = \"{value}\"\n");
-    }
-    lua += &body_script(&case.body);
-    std::fs::write(script.path(), lua).unwrap();
-    let output = Command::new(installed("wrk", "wrk"))
-        .args(["-t2", &format!("-c{connections}"), &format!("-d{seconds}s")])
-        .args(["--latency", "-s"])
-        .arg(script.path())
-        .arg(format!("{url}{}", case.path))
-        .output()
-        .expect("run wrk");
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "wrk failed: {text}");
-    parse(&text)
-}
-
-/// The Lua that gives wrk's requests their body: the same one every time, or, when `body` holds
-/// [`SERIAL`], a new number for each request (`<thread>.<count>`: each wrk thread has a Lua
-/// state of its own, numbered by `setup`).
-fn body_script(body: &str) -> String {
-    let Some((before, after)) = body.split_once(SERIAL) else {
-        return format!("wrk.body = [==[{body}]==]\n");
-    };
-    assert!(!after.contains(SERIAL), "one {SERIAL} per body");
-    format!(
-        "local threads = 0\n\
-         function setup(thread) threads = threads + 1; thread:set(\"id\", threads) end\n\
-         local count = 0\n\
-         function request()\n  \
-           count = count + 1\n  \
-           return wrk.format(nil, nil, nil, [==[{before}]==] .. id .. \".\" .. count .. [==[{after}]==])\n\
-         end\n"
-    )
-}
-
 /// One line of the table, kept for the ratios of the cases after it.
 struct Row {
     case: &'static str,
@@ -275,93 +232,6 @@ struct Row {
     measured: Measured,
     /// The server's CPU time per request, in µs.
     cpu_per_request: f64,
-}
-
-/// Reads wrk's `--latency` report.
-fn parse(text: &str) -> Measured {
-    let field = |prefix: &str| {
-        text.lines()
-            .map(str::trim)
-            .find_map(|l| l.strip_prefix(prefix))
-            .map(str::trim)
-    };
-    let percentile = |p: &str| field(p).map_or(Duration::ZERO, duration);
-    let errors: u64 = field("Socket errors:").map_or(0, |rest| {
-        rest.split(',')
-            .filter_map(|part| part.split_whitespace().last()?.parse::<u64>().ok())
-            .sum()
-    });
-    Measured {
-        rate: field("Requests/sec:")
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(0.0),
-        p50: percentile("50%"),
-        p99: percentile("99%"),
-        failed: field("Non-2xx or 3xx responses:")
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-            + errors,
-        requests: text
-            .lines()
-            .find_map(|l| l.trim().split_once(" requests in"))
-            .and_then(|(n, _)| n.parse().ok())
-            .unwrap_or(0),
-    }
-}
-
-/// CPU time the process `pid` has used so far (user + system), from `/proc/<pid>/stat`.
-///
-/// Requests per second on a shared two-core machine move with its neighbours; the server's CPU
-/// time per request moves much less, so each case reports both.
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces, inside parentheses); utime and stime
-    // are the 14th and 15th of the line, in ticks of 1/100 s (USER_HZ on Linux).
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
-    let ticks: u64 = fields
-        .get(11..13)
-        .map_or(0, |f| f.iter().filter_map(|t| t.parse::<u64>().ok()).sum());
-    Duration::from_millis(ticks * 10)
-}
-
-/// The machine's CPU time so far, all of it and what the hypervisor took for others (steal),
-/// in ticks, from the first line of `/proc/stat`.
-///
-/// On a shared virtual machine a case that ran while its neighbours were busy got a fraction of
-/// the two cores: its requests per second say little then, and the steal column says so.
-fn machine_ticks() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    // cpu  user nice system idle iowait irq softirq steal guest guest_nice
-    let ticks: Vec<u64> = stat
-        .lines()
-        .next()
-        .and_then(|line| line.strip_prefix("cpu "))
-        .map_or(vec![], |rest| {
-            rest.split_whitespace()
-                .filter_map(|t| t.parse().ok())
-                .collect()
-        });
-    // guest time is already counted in user time.
-    let total = ticks.iter().take(8).sum();
-    (total, ticks.get(7).copied().unwrap_or(0))
-}
-
-/// `276.00us`, `1.23ms`, `2.00s`.
-fn duration(text: &str) -> Duration {
-    let split = text
-        .find(|c: char| c.is_ascii_alphabetic())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().unwrap_or(0.0);
-    Duration::from_secs_f64(match unit {
-        "us" => number / 1e6,
-        "ms" => number / 1e3,
-        "s" => number,
-        "m" => number * 60.0,
-        _ => 0.0,
-    })
 }
 
 /// The bare axum server of the baseline: a JSON echo, on a runtime of two threads as hookgate's.
@@ -405,27 +275,9 @@ fn start_slow_provider() -> String {
     }))
 }
 
-fn env_seconds(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The machine, for the report.
-fn machine() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map_or("unknown CPU", |m| m.trim_start_matches([' ', '\t', ':']));
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{cores} cores, {model}")
-}
-
 fn main() {
-    let seconds = env_seconds("WRK_SECONDS", 10);
-    let warmup = env_seconds("WRK_WARMUP", 3);
+    let seconds = env_number("WRK_SECONDS", 10);
+    let warmup = env_number("WRK_WARMUP", 3);
     let cases: Vec<Case> = cases()
         .into_iter()
         .filter(|c| selected("WRK_CASE", c.name))
@@ -464,11 +316,11 @@ fn main() {
                 wait_for_empty_queue(url, GATEWAY_TOKEN);
             }
             if warmup > 0 {
-                drive(url, case, connections, warmup);
+                drive(url, &case.load(), connections, warmup);
             }
             let cpu_before = cpu_time(pid);
             let (total_before, steal_before) = machine_ticks();
-            let measured = drive(url, case, connections, seconds);
+            let measured = drive(url, &case.load(), connections, seconds);
             let cpu_per_request =
                 (cpu_time(pid) - cpu_before).as_secs_f64() * 1e6 / measured.requests.max(1) as f64;
             let (total_after, steal_after) = machine_ticks();

@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod wrk;
+
 /// Builds the transforms for `wasm32-wasip2`; returns the directory of the `.wasm` files.
 pub fn build_transforms() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("transforms");
@@ -34,6 +36,14 @@ pub fn build_transforms() -> PathBuf {
         .expect("cargo");
     assert!(status.success(), "building the transforms failed");
     target.join("wasm32-wasip2/release")
+}
+
+/// The number in the environment variable `name`, else `default`.
+pub fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
 }
 
 /// Seconds per case: `LOAD_SECONDS`, else 2.
