@@ -255,6 +255,15 @@ impl TransformRegistry {
         };
         let mut loaded = HashMap::new();
         let mut errors = Vec::new();
+        // Each file's stamp, taken before it is read: the refresh that follows the load then
+        // reads and digests only what changed since (a change during the read moves the stamp),
+        // rather than every module again at each start and reload.
+        let examined = handle.as_ref().map_or_else(HashMap::new, |handle| {
+            modules
+                .iter()
+                .filter_map(|m| Some((m.clone(), stamp(handle, m)?)))
+                .collect()
+        });
         if let Some(handle) = &handle {
             // Compiles run side by side: a configuration naming several JavaScript modules
             // (seconds each) starts in the time of the slowest.
@@ -279,7 +288,7 @@ impl TransformRegistry {
             path: dir.to_path_buf(),
             modules: RwLock::new(loaded),
             refused: RwLock::new(HashMap::new()),
-            examined: Mutex::new(HashMap::new()),
+            examined: Mutex::new(examined),
         }))
     }
 
@@ -326,10 +335,9 @@ impl TransformRegistry {
 
     /// Whether the file's (modification time, length) differs from when it was last examined.
     fn changed(&self, set: &TransformSet, dir: &Dir, module: &str) -> bool {
-        let Ok(meta) = dir.metadata(component_name(module).as_ref()) else {
+        let Some(stamp) = stamp(dir, module) else {
             return true;
         };
-        let stamp = (meta.modified().ok().map(|t| t.into_std()), meta.len());
         let mut examined = set.examined.lock().unwrap_or_else(|p| p.into_inner());
         examined.insert(module.to_string(), stamp) != Some(stamp)
     }
@@ -450,6 +458,12 @@ fn read_module(dir: &Dir, dir_path: &Path, module: &str, max: u64) -> Result<Vec
         .map_err(|e| format!("cannot open: {e}"))?;
     let meta = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
     module_file::read(file, meta.is_file(), meta.len(), max)
+}
+
+/// The (modification time, length) of the file `module` stands for, if it can be read.
+fn stamp(dir: &Dir, module: &str) -> Option<FileStamp> {
+    let meta = dir.metadata(component_name(module).as_ref()).ok()?;
+    Some((meta.modified().ok().map(|t| t.into_std()), meta.len()))
 }
 
 /// The file a module name stands for: itself, or the component built from a JavaScript source.
