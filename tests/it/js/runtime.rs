@@ -134,8 +134,8 @@ async fn async_work_replies_and_runaway_calls() {
 
 /// The module's state is loaded once at build time and shared by every instance's start, but
 /// what must differ does: each fresh instance draws its own random numbers. Module-level state
-/// lives as long as the instance: one call for a `.wasm` mapping, the mapping's calls for a
-/// JavaScript module's.
+/// and properties set on the global object live as long as the instance: one call for a `.wasm`
+/// mapping, the mapping's calls for a JavaScript module's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fresh_instances_start_clean_and_draw_their_own_randomness() {
     let (server, _dir) = start(
@@ -180,7 +180,13 @@ async fn fresh_instances_start_clean_and_draw_their_own_randomness() {
     );
     assert_eq!(
         texts[2..],
-        ["count 1 (2)", "count 1 (3)", "count 1 (4)", "count 2 (5)"]
+        [
+            "count 1/1 (2)",
+            "count 1/1 (3)",
+            "count 1/1 (4)",
+            "count 2/2 (5)"
+        ],
+        "a fresh instance saw what an earlier call left in the module or on the global object"
     );
 }
 
