@@ -12,6 +12,9 @@ use super::AuditEntry;
 use super::record::Subscription;
 use crate::gateway::nats::Cluster;
 
+/// How long the audit keeps an entry: 90 days (docs/subscriptions.md#the-audit).
+pub const AUDIT_RETENTION: std::time::Duration = std::time::Duration::from_secs(90 * 24 * 3600);
+
 /// A failure of the store itself, its cause kept for the log.
 #[derive(Debug, thiserror::Error)]
 #[error("subscription store: {0}")]
@@ -50,14 +53,15 @@ impl SubscriptionStore {
         Ok(SubscriptionStore::Sqlite(Arc::new(Mutex::new(connection))))
     }
 
-    /// Opens (creating where missing) the cluster's buckets. Their keys never expire.
+    /// Opens (creating where missing) the cluster's buckets: a subscription is kept until it
+    /// is deleted, an audit entry for [`AUDIT_RETENTION`].
     pub async fn nats(cluster: &Cluster) -> Result<SubscriptionStore, StoreFailure> {
         let (js, names) = (&cluster.js, &cluster.names);
-        let zero = std::time::Duration::ZERO;
-        let subscriptions = crate::gateway::nats::bucket(js, names, "subscriptions", zero)
+        let forever = std::time::Duration::ZERO;
+        let subscriptions = crate::gateway::nats::bucket(js, names, "subscriptions", forever)
             .await
             .map_err(failure)?;
-        let audit = crate::gateway::nats::bucket(js, names, "audit", zero)
+        let audit = crate::gateway::nats::bucket(js, names, "audit", AUDIT_RETENTION)
             .await
             .map_err(failure)?;
         Ok(SubscriptionStore::Nats {
@@ -180,14 +184,25 @@ impl SubscriptionStore {
         }
     }
 
-    /// Records `entry` in the audit.
+    /// Records `entry` in the audit, and forgets the entries older than [`AUDIT_RETENTION`]
+    /// (on NATS the bucket's keys expire by themselves).
     pub async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreFailure> {
         let text = serde_json::to_string(entry).map_err(failure)?;
         match self {
-            SubscriptionStore::Sqlite(db) => lock(db)
-                .execute("INSERT INTO audit (entry) VALUES (?1)", [text])
+            SubscriptionStore::Sqlite(db) => {
+                let cutoff = chrono::Utc::now() - AUDIT_RETENTION;
+                let cutoff = cutoff.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+                let db = lock(db);
+                db.execute("INSERT INTO audit (entry) VALUES (?1)", [text])
+                    .map_err(failure)?;
+                // `at` is RFC 3339 in UTC with milliseconds: its text sorts as its time.
+                db.execute(
+                    "DELETE FROM audit WHERE json_extract(entry, '$.at') < ?1",
+                    [cutoff],
+                )
                 .map(drop)
-                .map_err(failure),
+                .map_err(failure)
+            }
             SubscriptionStore::Nats { audit, .. } => {
                 // A UUIDv7 key: the keys sort as the entries were made, across nodes.
                 let key = uuid::Uuid::now_v7().simple().to_string();
