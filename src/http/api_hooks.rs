@@ -45,7 +45,8 @@ impl IntoResponse for HooksApiError {
             SubscriptionError::NotFound(_) => StatusCode::NOT_FOUND,
             SubscriptionError::Exists(_)
             | SubscriptionError::NoSecretsKey
-            | SubscriptionError::HooksDisabled => StatusCode::CONFLICT,
+            | SubscriptionError::HooksDisabled
+            | SubscriptionError::Conflict(_) => StatusCode::CONFLICT,
             SubscriptionError::Store(e) => {
                 tracing::error!(cause = %e, "subscription request failed");
                 StatusCode::INTERNAL_SERVER_ERROR

@@ -22,7 +22,7 @@ use crate::config::sealing::SecretsKey;
 use crate::config::{LiveConfig, Settings, SubscribedMapping};
 use crate::gateway::nats::Cluster;
 use record::{Provider, Retired, Spec, Subscription, View, rfc3339, valid_name};
-use store::{StoreFailure, SubscriptionStore};
+use store::{Changed, Revision, StoreFailure, SubscriptionStore};
 
 /// How long a rotated-out secret still verifies unless the operator says otherwise.
 pub const DEFAULT_ROTATION_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -46,6 +46,11 @@ pub enum SubscriptionError {
     NoSecretsKey,
     #[error("hooks are not enabled (hooks.enabled)")]
     HooksDisabled,
+    /// Another node changed or deleted the subscription while this change was made.
+    #[error(
+        "subscription {0} was changed by another node meanwhile; nothing was changed here: read it again and retry"
+    )]
+    Conflict(String),
     #[error(transparent)]
     Store(#[from] StoreFailure),
 }
@@ -161,11 +166,11 @@ impl Subscriptions {
 
     /// The subscription called `name`.
     pub async fn show(&self, name: &str, base: &str) -> Result<View, SubscriptionError> {
-        let found = self.find(name).await?;
+        let (found, _) = self.find(name).await?;
         Ok(found.view(url(&self.config.current(), base, name), now_unix()))
     }
 
-    async fn find(&self, name: &str) -> Result<Subscription, SubscriptionError> {
+    async fn find(&self, name: &str) -> Result<(Subscription, Revision), SubscriptionError> {
         self.store
             .get(name)
             .await?
@@ -208,7 +213,8 @@ impl Subscriptions {
             updated_at: at,
         };
         self.take(Some(&made), &spec.name).await?;
-        if !self.store.create(&made).await? {
+        let kept = self.store.create(&made).await.map_err(Changed::Failed);
+        if !self.kept(kept, &made.name).await? {
             self.apply().await;
             return Err(SubscriptionError::Exists(spec.name));
         }
@@ -233,7 +239,7 @@ impl Subscriptions {
         let _one = self.changes.lock().await;
         let settings = self.config.current();
         let key = usable(&settings)?;
-        let mut changed = self.find(name).await?;
+        let (mut changed, revision) = self.find(name).await?;
         let secret = given_or_new(given, changed.provider)?;
         let until_unix = now_unix().saturating_add(window.as_secs().min(i64::MAX as u64) as i64);
         changed.previous = Some(Retired {
@@ -242,7 +248,8 @@ impl Subscriptions {
         });
         changed.updated_at = rfc3339(now_unix());
         self.take(Some(&changed), name).await?;
-        self.store.update(&changed).await?;
+        let kept = self.store.update(&changed, revision).await;
+        self.kept(kept, name).await?;
         let detail = format!("previous secret valid until {}", rfc3339(until_unix));
         self.settle(by, "rotate", name, Some(detail)).await;
         Ok(Issued {
@@ -261,11 +268,12 @@ impl Subscriptions {
         base: &str,
     ) -> Result<View, SubscriptionError> {
         let _one = self.changes.lock().await;
-        let mut changed = self.find(name).await?;
+        let (mut changed, revision) = self.find(name).await?;
         changed.paused = paused;
         changed.updated_at = rfc3339(now_unix());
         self.take(Some(&changed), name).await?;
-        self.store.update(&changed).await?;
+        let kept = self.store.update(&changed, revision).await;
+        self.kept(kept, name).await?;
         let action = if paused { "pause" } else { "resume" };
         self.settle(by, action, name, None).await;
         Ok(changed.view(url(&self.config.current(), base, name), now_unix()))
@@ -274,9 +282,10 @@ impl Subscriptions {
     /// Deletes `name`: its hook name stops being served, its sealed secrets are gone.
     pub async fn delete(&self, name: &str, by: &Actor) -> Result<(), SubscriptionError> {
         let _one = self.changes.lock().await;
-        self.find(name).await?;
+        let (_, revision) = self.find(name).await?;
         self.take(None, name).await?;
-        self.store.delete(name).await?;
+        let kept = self.store.delete(name, revision).await;
+        self.kept(kept, name).await?;
         self.settle(by, "delete", name, None).await;
         Ok(())
     }
@@ -294,7 +303,7 @@ impl Subscriptions {
     ) -> Result<(Subscription, String), SubscriptionError> {
         let settings = self.config.current();
         let key = usable(&settings)?;
-        let found = self.find(name).await?;
+        let (found, _) = self.find(name).await?;
         let secret = key
             .open(name, &found.secret)
             .map_err(|e| SubscriptionError::Invalid(e.to_string()))?;
@@ -325,6 +334,22 @@ impl Subscriptions {
         self.put_in_force(mapped(&all, settings.secrets_key.as_ref()))
             .await
             .map_err(SubscriptionError::Refused)
+    }
+
+    /// What a store write of a change already in force came to: when it was not kept, the
+    /// stored set is put back in force (the change undone here, and another node's kept), so
+    /// that nothing serves what the store does not hold.
+    async fn kept<T>(&self, write: Result<T, Changed>, name: &str) -> Result<T, SubscriptionError> {
+        match write {
+            Ok(done) => Ok(done),
+            Err(failed) => {
+                self.apply().await;
+                Err(match failed {
+                    Changed::Conflict => SubscriptionError::Conflict(name.to_string()),
+                    Changed::Failed(e) => SubscriptionError::Store(e),
+                })
+            }
+        }
     }
 
     /// [`LiveConfig::set_subscribed`] off the async threads: it reads the file and may compile

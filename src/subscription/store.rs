@@ -103,8 +103,8 @@ impl SubscriptionStore {
         Ok(all)
     }
 
-    /// The subscription called `name`.
-    pub async fn get(&self, name: &str) -> Result<Option<Subscription>, StoreFailure> {
+    /// The subscription called `name`, with the revision a change of it must name.
+    pub async fn get(&self, name: &str) -> Result<Option<(Subscription, Revision)>, StoreFailure> {
         match self {
             SubscriptionStore::Sqlite(db) => {
                 let record: Option<String> = lock(db)
@@ -115,11 +115,16 @@ impl SubscriptionStore {
                     )
                     .optional()
                     .map_err(failure)?;
-                record.map(|r| decode(r.as_bytes())).transpose()
+                // One node's alone, its changes one at a time: nothing to compare.
+                let read = |r: String| Ok((decode(r.as_bytes())?, Revision(0)));
+                record.map(read).transpose()
             }
             SubscriptionStore::Nats { subscriptions, .. } => {
-                let bytes = subscriptions.get(name).await.map_err(failure)?;
-                bytes.map(|b| decode(&b)).transpose()
+                let entry = subscriptions.entry(name).await.map_err(failure)?;
+                entry
+                    .filter(|e| e.operation == kv::Operation::Put)
+                    .map(|e| Ok((decode(&e.value)?, Revision(e.revision))))
+                    .transpose()
             }
         }
     }
@@ -150,8 +155,13 @@ impl SubscriptionStore {
         }
     }
 
-    /// Replaces the subscription of `subscription`'s name.
-    pub async fn update(&self, subscription: &Subscription) -> Result<(), StoreFailure> {
+    /// Replaces the subscription of `subscription`'s name, read at `revision`: on a NATS store,
+    /// [`Changed::Conflict`] when another node changed or deleted it since.
+    pub async fn update(
+        &self,
+        subscription: &Subscription,
+        revision: Revision,
+    ) -> Result<(), Changed> {
         let record = serde_json::to_string(subscription).map_err(failure)?;
         match self {
             SubscriptionStore::Sqlite(db) => lock(db)
@@ -160,27 +170,28 @@ impl SubscriptionStore {
                     params![subscription.name, record],
                 )
                 .map(drop)
-                .map_err(failure),
+                .map_err(|e| Changed::Failed(failure(e))),
             SubscriptionStore::Nats { subscriptions, .. } => subscriptions
-                .put(&subscription.name, record.into())
+                .update(&subscription.name, record.into(), revision.0)
                 .await
                 .map(drop)
-                .map_err(failure),
+                .map_err(compared),
         }
     }
 
-    /// Removes the subscription called `name`.
-    pub async fn delete(&self, name: &str) -> Result<(), StoreFailure> {
+    /// Removes the subscription called `name`, read at `revision` (see [`Self::update`]).
+    pub async fn delete(&self, name: &str, revision: Revision) -> Result<(), Changed> {
         match self {
             SubscriptionStore::Sqlite(db) => lock(db)
                 .execute("DELETE FROM subscriptions WHERE name = ?1", [name])
                 .map(drop)
-                .map_err(failure),
+                .map_err(|e| Changed::Failed(failure(e))),
             // Purged, not marked deleted: the bucket denies deletes of its messages, and a
             // purge leaves one marker per name, not the record with its sealed secret.
-            SubscriptionStore::Nats { subscriptions, .. } => {
-                subscriptions.purge(name).await.map_err(failure)
-            }
+            SubscriptionStore::Nats { subscriptions, .. } => subscriptions
+                .purge_expect_revision(name, Some(revision.0))
+                .await
+                .map_err(compared),
         }
     }
 
@@ -274,10 +285,138 @@ impl SubscriptionStore {
     }
 }
 
+/// Where a subscription stood when it was read: on a NATS store its key's revision, which a
+/// change must still find (compare-and-set), so that two nodes' changes never silently
+/// overwrite each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Revision(u64);
+
+/// Why a change of a stored subscription was not kept.
+#[derive(Debug, thiserror::Error)]
+pub enum Changed {
+    /// Another node changed or deleted it after it was read.
+    #[error("changed by another node since it was read")]
+    Conflict,
+    #[error(transparent)]
+    Failed(#[from] StoreFailure),
+}
+
+/// A NATS compare-and-set's failure: a revision that no longer holds is a conflict.
+fn compared(e: kv::UpdateError) -> Changed {
+    match e.kind() {
+        kv::UpdateErrorKind::WrongLastRevision => Changed::Conflict,
+        _ => Changed::Failed(failure(e)),
+    }
+}
+
 fn lock(db: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
     db.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn decode(bytes: &[u8]) -> Result<Subscription, StoreFailure> {
     serde_json::from_slice(bytes).map_err(failure)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::{Child, Command};
+    use std::time::{Duration, Instant};
+
+    use serde_json::Map;
+
+    use super::*;
+    use crate::subscription::record::Provider;
+
+    /// A nats-server with JetStream on a free loopback port, killed when dropped.
+    struct Server(Child, #[allow(dead_code)] tempfile::TempDir);
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    async fn nats_store() -> (Server, SubscriptionStore) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new("nats-server")
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("run nats-server (the integration tests need it too)");
+        let server = Server(child, dir);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let client = loop {
+            match async_nats::connect(format!("127.0.0.1:{port}")).await {
+                Ok(client) => break client,
+                Err(e) if Instant::now() > deadline => panic!("nats-server: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        let js = async_nats::jetstream::new(client);
+        // As the gateway makes its buckets (gateway::nats::bucket): the stream first.
+        for name in ["subs", "audit"] {
+            let config = async_nats::jetstream::stream::Config {
+                name: format!("KV_{name}"),
+                subjects: vec![format!("$KV.{name}.>")],
+                max_messages_per_subject: 1,
+                allow_rollup: true,
+                deny_delete: true,
+                ..Default::default()
+            };
+            js.create_or_update_stream(config).await.unwrap();
+        }
+        let subscriptions = js.get_key_value("subs").await.unwrap();
+        let audit = js.get_key_value("audit").await.unwrap();
+        let store = SubscriptionStore::Nats {
+            subscriptions: Box::new(subscriptions),
+            audit: Box::new(audit),
+        };
+        (server, store)
+    }
+
+    fn subscription(name: &str) -> Subscription {
+        Subscription {
+            name: name.into(),
+            provider: Provider::Github,
+            events: Vec::new(),
+            mapping: Map::new(),
+            secret: "sealed".into(),
+            previous: None,
+            paused: false,
+            created_at: "2026-01-01T00:00:00Z".into(),
+            updated_at: "2026-01-01T00:00:00Z".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_change_read_before_another_nodes_is_a_conflict_not_an_overwrite() {
+        let (_server, store) = nats_store().await;
+        assert!(store.create(&subscription("gh")).await.unwrap());
+        let (mine, read) = store.get("gh").await.unwrap().unwrap();
+        // Another node reads the same revision and pauses it first.
+        let (mut theirs, same) = store.get("gh").await.unwrap().unwrap();
+        assert_eq!(read, same);
+        theirs.paused = true;
+        store.update(&theirs, same).await.unwrap();
+        let stale = store.update(&mine, read).await;
+        assert!(matches!(stale, Err(Changed::Conflict)), "{stale:?}");
+        let stale = store.delete("gh", read).await;
+        assert!(matches!(stale, Err(Changed::Conflict)), "{stale:?}");
+        let (kept, now) = store.get("gh").await.unwrap().unwrap();
+        assert!(kept.paused, "the other node's change stands");
+        store.delete("gh", now).await.unwrap();
+        assert!(store.get("gh").await.unwrap().is_none());
+        // A change of what another node deleted is a conflict too, not a resurrection.
+        let gone = store.update(&mine, now).await;
+        assert!(matches!(gone, Err(Changed::Conflict)), "{gone:?}");
+        assert!(store.get("gh").await.unwrap().is_none());
+    }
 }

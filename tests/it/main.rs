@@ -98,6 +98,7 @@ mod scaffold;
 mod security;
 mod sender_names;
 mod signatures;
+mod subscription_store;
 mod subscriptions;
 mod transforms;
 mod usage;
