@@ -4,6 +4,7 @@
 //! principal, and the request log must be able to say which.
 
 use super::ConfigError;
+use super::mcp_caps::{AgentCaps, agent_caps};
 use super::model::{McpConfig, McpTokenConfig};
 use super::secret::{ConfigFiles, secret};
 use crate::hook::token::TokenDigest;
@@ -15,7 +16,8 @@ pub enum Scope {
     Read,
     /// Replay a recorded request.
     Replay,
-    /// Manage runtime subscriptions (no tool needs it yet).
+    /// List, create, test, pause, resume and delete runtime subscriptions, within
+    /// `mcp.subscriptions`.
     Subscriptions,
 }
 
@@ -64,10 +66,12 @@ pub struct McpCredential {
     pub scopes: Scopes,
 }
 
-/// The credentials of the MCP endpoint; none leaves it closed.
+/// The credentials of the MCP endpoint (none leaves it closed), and the caps on what agents
+/// subscribe to (none: agents create no subscription).
 #[derive(Debug, Default)]
 pub struct McpSettings {
     pub credentials: Vec<McpCredential>,
+    pub subscriptions: Option<AgentCaps>,
 }
 
 impl McpSettings {
@@ -132,7 +136,11 @@ pub(super) fn mcp_settings(
         });
         tokens.push(token);
     }
-    McpSettings { credentials }
+    let subscriptions = agent_caps(mcp.subscriptions, problems);
+    McpSettings {
+        credentials,
+        subscriptions,
+    }
 }
 
 /// `mcp.tokens[index].scopes`: at least one, each a [`Scope`]'s name.

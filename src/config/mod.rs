@@ -34,6 +34,7 @@ mod limits;
 mod load;
 mod mapping;
 pub mod mcp;
+pub mod mcp_caps;
 pub mod model;
 mod notify;
 mod openclaw;

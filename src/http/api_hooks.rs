@@ -3,13 +3,14 @@
 //! [`crate::subscription::Subscriptions`] (docs/subscriptions.md, docs/http-contract.md).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use tower::ServiceExt;
 
@@ -43,6 +44,7 @@ impl IntoResponse for HooksApiError {
                 StatusCode::BAD_REQUEST
             }
             SubscriptionError::NotFound(_) => StatusCode::NOT_FOUND,
+            SubscriptionError::Forbidden(_) => StatusCode::FORBIDDEN,
             SubscriptionError::Exists(_)
             | SubscriptionError::NoSecretsKey
             | SubscriptionError::HooksDisabled
@@ -71,16 +73,30 @@ impl IntoResponse for HooksApiError {
 
 type Answer = Result<Response, HooksApiError>;
 
+/// An agent's call through the MCP credential named so: what an MCP tool's request to these
+/// handlers carries (`mcp::dispatch`), never a request from the network.
+#[derive(Debug, Clone)]
+pub struct AgentCredential(pub Arc<str>);
+
 /// The caller as the audit names it: the gateway token (the one credential the operator API
-/// takes) and the client it came from.
-fn actor(app: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Actor {
+/// takes), or the MCP credential of an agent's call; and the client it came from.
+fn actor(
+    app: &AppState,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    agent: Option<Extension<AgentCredential>>,
+) -> Actor {
     let settings = app.config.current();
-    Actor {
-        credential: "gateway-token".into(),
-        client: settings
-            .trusted_proxies
-            .client(peer.ip(), headers)
-            .map(|c| c.to_string()),
+    let client = settings
+        .trusted_proxies
+        .client(peer.ip(), headers)
+        .map(|c| c.to_string());
+    match agent {
+        Some(Extension(AgentCredential(name))) => Actor::agent(&name, client),
+        None => Actor {
+            credential: "gateway-token".into(),
+            client,
+        },
     }
 }
 
@@ -109,12 +125,13 @@ pub async fn list(State(app): State<AppState>, headers: HeaderMap) -> Answer {
 pub async fn create(
     State(app): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    agent: Option<Extension<AgentCredential>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Answer {
     let spec: Spec = serde_json::from_slice(&body)
         .map_err(|e| SubscriptionError::Invalid(format!("invalid body: {e}")))?;
-    let by = actor(&app, peer, &headers);
+    let by = actor(&app, peer, &headers, agent);
     let issued = app.subscriptions.create(spec, &by, &base(&headers)).await?;
     Ok((StatusCode::CREATED, Json(issued)).into_response())
 }
@@ -138,10 +155,11 @@ struct Deleted {
 pub async fn delete(
     State(app): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    agent: Option<Extension<AgentCredential>>,
     ApiPath(name): ApiPath<String>,
     headers: HeaderMap,
 ) -> Answer {
-    let by = actor(&app, peer, &headers);
+    let by = actor(&app, peer, &headers, agent);
     app.subscriptions.delete(&name, &by).await?;
     Ok(Json(Deleted {
         ok: true,
@@ -174,6 +192,7 @@ struct Rotation {
 pub async fn act(
     State(app): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    agent: Option<Extension<AgentCredential>>,
     ApiPath((name, action)): ApiPath<(String, String)>,
     headers: HeaderMap,
     body: Bytes,
@@ -181,7 +200,7 @@ pub async fn act(
     let action: Action = serde_json::from_value(action.into()).map_err(|_| {
         SubscriptionError::Invalid("the action must be test, pause, resume or rotate".into())
     })?;
-    let by = actor(&app, peer, &headers);
+    let by = actor(&app, peer, &headers, agent);
     let base = base(&headers);
     let subscriptions = &app.subscriptions;
     match action {
@@ -227,7 +246,7 @@ struct Tested {
 /// Sends a signed sample of the provider's own to the subscription's hook, through the very
 /// router senders reach, and reports what it became.
 async fn test(app: &AppState, name: &str, peer: SocketAddr, by: &Actor) -> Answer {
-    let (subscription, secret) = app.subscriptions.signing_secret(name).await?;
+    let (subscription, secret) = app.subscriptions.signing_secret(name, by).await?;
     let now = chrono::Utc::now().timestamp();
     let delivery = sample::delivery(subscription.provider, &subscription.events, &secret, now);
     let path = app

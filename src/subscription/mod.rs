@@ -8,6 +8,7 @@
 //! [`Subscriptions::rotate`] return; it is kept sealed with `gateway.secretsKey` and opened
 //! only to build the mapping in memory.
 
+pub mod caps;
 pub mod record;
 pub mod sample;
 pub mod store;
@@ -46,6 +47,10 @@ pub enum SubscriptionError {
     NoSecretsKey,
     #[error("hooks are not enabled (hooks.enabled)")]
     HooksDisabled,
+    /// What the caller may not do: an agent past `mcp.subscriptions`, or changing a
+    /// subscription the operator made.
+    #[error("{0}")]
+    Forbidden(String),
     /// Another node changed or deleted the subscription while this change was made.
     #[error(
         "subscription {0} was changed by another node meanwhile; nothing was changed here: read it again and retry"
@@ -59,10 +64,34 @@ pub enum SubscriptionError {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Actor {
-    /// The credential: `gateway-token` (the operator API's bearer token) or `cli-local`.
+    /// The credential: `gateway-token` (the operator API's bearer token), `cli-local`, or
+    /// `mcp:<name>` (an agent, through the MCP credential `mcp.tokens[].name`).
     pub credential: String,
     /// The client's address, as the lockout counts it.
     pub client: Option<String>,
+}
+
+/// How an agent's credential is named: `mcp:` and the MCP credential's name.
+const AGENT: &str = "mcp:";
+
+impl Actor {
+    /// An agent calling through the MCP credential `name`.
+    pub fn agent(name: &str, client: Option<String>) -> Actor {
+        Actor {
+            credential: format!("{AGENT}{name}"),
+            client,
+        }
+    }
+
+    /// Whether an agent made the call: `mcp.subscriptions` caps what it creates, and it may
+    /// change only subscriptions agents made.
+    pub fn is_agent(&self) -> bool {
+        is_agent(&self.credential)
+    }
+}
+
+fn is_agent(credential: &str) -> bool {
+    credential.starts_with(AGENT)
 }
 
 /// One change, as `GET /api/audit` lists it.
@@ -177,6 +206,22 @@ impl Subscriptions {
             .ok_or_else(|| SubscriptionError::NotFound(name.to_string()))
     }
 
+    /// [`Self::find`], for a change by `by`: an agent may change only what agents made.
+    async fn find_to_change(
+        &self,
+        name: &str,
+        by: &Actor,
+    ) -> Result<(Subscription, Revision), SubscriptionError> {
+        let found = self.find(name).await?;
+        if by.is_agent() && !found.0.created_by.as_deref().is_some_and(is_agent) {
+            return Err(SubscriptionError::Forbidden(format!(
+                "subscription {name} was not made by an agent: an MCP credential may change \
+                 only subscriptions agents made"
+            )));
+        }
+        Ok(found)
+    }
+
     /// Makes the subscription `spec` asks for, live at once, and returns it with its secret.
     pub async fn create(
         &self,
@@ -195,7 +240,19 @@ impl Subscriptions {
         let provider = Provider::named(&spec.provider).ok_or_else(|| {
             SubscriptionError::Invalid(format!("provider must be one of {}", record::PROVIDERS))
         })?;
-        let mapping = spec.mapping(provider)?;
+        let mut mapping = spec.mapping(provider)?;
+        if by.is_agent() {
+            let caps = settings.mcp.subscriptions.as_ref().ok_or_else(|| {
+                SubscriptionError::Forbidden(
+                    "agents may not create subscriptions: the operator has not set \
+                     mcp.subscriptions"
+                        .into(),
+                )
+            })?;
+            let all = self.store.list().await?;
+            let made = all.iter().filter(|s| s.agent_made()).count();
+            caps::admit(caps, &mut mapping, made)?;
+        }
         if self.store.get(&spec.name).await?.is_some() {
             return Err(SubscriptionError::Exists(spec.name));
         }
@@ -209,6 +266,7 @@ impl Subscriptions {
             secret: key.seal(&spec.name, &secret),
             previous: None,
             paused: false,
+            created_by: Some(by.credential.clone()),
             created_at: at.clone(),
             updated_at: at,
         };
@@ -239,7 +297,7 @@ impl Subscriptions {
         let _one = self.changes.lock().await;
         let settings = self.config.current();
         let key = usable(&settings)?;
-        let (mut changed, revision) = self.find(name).await?;
+        let (mut changed, revision) = self.find_to_change(name, by).await?;
         let secret = given_or_new(given, changed.provider)?;
         let until_unix = now_unix().saturating_add(window.as_secs().min(i64::MAX as u64) as i64);
         changed.previous = Some(Retired {
@@ -268,7 +326,7 @@ impl Subscriptions {
         base: &str,
     ) -> Result<View, SubscriptionError> {
         let _one = self.changes.lock().await;
-        let (mut changed, revision) = self.find(name).await?;
+        let (mut changed, revision) = self.find_to_change(name, by).await?;
         changed.paused = paused;
         changed.updated_at = rfc3339(now_unix());
         self.take(Some(&changed), name).await?;
@@ -282,7 +340,7 @@ impl Subscriptions {
     /// Deletes `name`: its hook name stops being served, its sealed secrets are gone.
     pub async fn delete(&self, name: &str, by: &Actor) -> Result<(), SubscriptionError> {
         let _one = self.changes.lock().await;
-        let (_, revision) = self.find(name).await?;
+        let (_, revision) = self.find_to_change(name, by).await?;
         self.take(None, name).await?;
         let kept = self.store.delete(name, revision).await;
         self.kept(kept, name).await?;
@@ -300,10 +358,11 @@ impl Subscriptions {
     pub async fn signing_secret(
         &self,
         name: &str,
+        by: &Actor,
     ) -> Result<(Subscription, String), SubscriptionError> {
         let settings = self.config.current();
         let key = usable(&settings)?;
-        let (found, _) = self.find(name).await?;
+        let (found, _) = self.find_to_change(name, by).await?;
         let secret = key
             .open(name, &found.secret)
             .map_err(|e| SubscriptionError::Invalid(e.to_string()))?;

@@ -1,6 +1,7 @@
 //! A subscription as it is asked for ([`Spec`]), kept ([`Subscription`], its secrets sealed) and
 //! shown ([`View`], no secret at all).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -74,27 +75,37 @@ impl Provider {
 
 /// What `create` is asked for: the shorthand of `hookgate hooks create`, and any other key of a
 /// file mapping in `mapping` (conditions, batch, runs, budget, capture, ...).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Spec {
+    /// The subscription's name, which is also its hook name (the URL's last segment): 1 to 64
+    /// of a-z, 0-9, `-` and `_`, starting with a letter or digit.
     pub name: String,
+    /// Who sends and signs its deliveries: `github`, `stripe`, `slack`, `gitlab` or `standard`
+    /// (Standard Webhooks).
+    #[schemars(extend("enum" = ["github", "stripe", "slack", "gitlab", "standard"]))]
     pub provider: String,
-    /// Event types admitted (GitHub's `X-GitHub-Event`, Stripe's `type`, ...); none: all.
+    /// Event types admitted (GitHub's `X-GitHub-Event` such as `issues`, Stripe's `type` such
+    /// as `invoice.paid`, ...); none: every event.
     #[serde(default)]
     pub events: Vec<String>,
-    /// The agent's message (`messageTemplate`).
+    /// The agent's message, a template over the payload (`{{issue.title}}`): the
+    /// mapping's `messageTemplate`.
     pub template: Option<String>,
-    /// The agent that runs it (`agentId`).
+    /// The agent that runs it (`agentId`); the default agent when absent.
     pub agent: Option<String>,
-    /// The channel the reply goes to (`channel`, with `deliver: true`).
+    /// The chat channel the reply goes to (`channel`, with `deliver: true`).
     pub deliver: Option<String>,
     /// The recipient on that channel (`to`).
     pub to: Option<String>,
-    /// A transform module (`transform.module`).
+    /// A transform module the operator installed (`transform.module`).
     pub transform: Option<String>,
-    /// The provider's own secret (Stripe and Slack make theirs); generated when absent.
+    /// The provider's own secret, for a provider that makes its own (Stripe, Slack); a new one
+    /// is generated when absent.
     pub secret: Option<String>,
-    /// More keys of a file mapping, as `hooks.mappings[]` takes them.
+    /// More keys of a file mapping, as `hooks.mappings[]` takes them (docs/configuration.md):
+    /// `action` (`agent`, `wake`, `notify`), `match` conditions, `budget`, `runs`, `batch`,
+    /// `capture`, ...
     #[serde(default)]
     pub mapping: Map<String, Value>,
 }
@@ -191,9 +202,20 @@ pub struct Subscription {
     /// The secret a rotation retired, sealed, and until when it still verifies.
     pub previous: Option<Retired>,
     pub paused: bool,
+    /// The credential that made it, as the audit names it (`gateway-token`, `cli-local`,
+    /// `mcp:<name>` for an agent); unset on a subscription made before it was kept.
+    #[serde(default)]
+    pub created_by: Option<String>,
     /// RFC 3339, UTC.
     pub created_at: String,
     pub updated_at: String,
+}
+
+impl Subscription {
+    /// Whether an agent made it (through an MCP credential).
+    pub fn agent_made(&self) -> bool {
+        self.created_by.as_deref().is_some_and(super::is_agent)
+    }
 }
 
 /// A rotated-out secret, sealed, and its window.
@@ -218,6 +240,8 @@ pub struct View {
     /// Until when the previous secret still verifies (RFC 3339), while a rotation's window
     /// is open.
     pub previous_secret_valid_until: Option<String>,
+    /// The credential that made it: `mcp:<name>` for an agent (docs/mcp.md).
+    pub created_by: Option<String>,
     pub created_at: String,
     pub updated_at: String,
     /// Its mapping, as a file mapping would be written (no secret).
@@ -238,6 +262,7 @@ impl Subscription {
                 .as_ref()
                 .filter(|p| p.until_unix > now_unix)
                 .map(|p| rfc3339(p.until_unix)),
+            created_by: self.created_by.clone(),
             created_at: self.created_at.clone(),
             updated_at: self.updated_at.clone(),
             mapping: self.mapping.clone(),

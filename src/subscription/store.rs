@@ -391,6 +391,7 @@ mod tests {
             secret: "sealed".into(),
             previous: None,
             paused: false,
+            created_by: None,
             created_at: "2026-01-01T00:00:00Z".into(),
             updated_at: "2026-01-01T00:00:00Z".into(),
         }

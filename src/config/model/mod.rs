@@ -40,7 +40,9 @@ pub use edge::{
     EdgeConfig, EdgeLinkConfig, EdgeServeConfig,
 };
 pub use lanes::RunsConfig;
-pub use mcp::{McpConfig, McpTokenConfig};
+pub use mcp::{
+    McpBudgetCapConfig, McpConfig, McpLaneCapConfig, McpSubscriptionsConfig, McpTokenConfig,
+};
 pub use outbound::{CallbackConfig, EndpointConfig, OutboundConfig, OutboundRetryConfig};
 pub use secret::{SecretFile, SecretValue};
 

@@ -16,7 +16,7 @@ use std::time::Instant;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -27,6 +27,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::api_error::ApiError;
+use super::api_hooks::AgentCredential;
 use super::auth::presented_bearer;
 use super::reply::{HookError, Refusal};
 use crate::client::ClientKey;
@@ -60,12 +61,16 @@ pub(super) fn routes(state: AppState) -> Router<AppState> {
         .route_layer(from_fn_with_state(state, require_credential))
 }
 
-/// Who made an MCP request: the credential's name and scopes, and the client it came from.
+/// Who made an MCP request: the credential's name and scopes, the client it came from, and
+/// where it reached the server (the peer and `Host`, which a subscription's URL is built from
+/// when `gateway.publicUrl` is unset).
 #[derive(Debug, Clone)]
 struct Caller {
     pub name: Arc<str>,
     pub scopes: Scopes,
     pub client: Option<ClientKey>,
+    pub peer: SocketAddr,
+    pub host: Option<HeaderValue>,
 }
 
 /// Admits a request bearing an `mcp.tokens` token, or answers 401 (429 when locked out) with
@@ -116,6 +121,8 @@ async fn require_credential(
         name: Arc::from(credential.name.as_str()),
         scopes: credential.scopes,
         client,
+        peer,
+        host: request.headers().get(header::HOST).cloned(),
     };
     drop(settings);
     request.extensions_mut().insert(caller);
@@ -185,17 +192,24 @@ struct ApiAnswer {
 
 /// Serves `request` with the operator API's own handlers, as if it came with the gateway
 /// token: the tool's scope was checked before, and the handlers are the API's, so the answer
-/// (its redactions included) is the API's.
-async fn dispatch(app: &AppState, request: ApiRequest) -> ApiAnswer {
+/// (its redactions included) is the API's. It carries the caller's peer and `Host`, and its
+/// credential as an [`AgentCredential`], so that a subscription change is capped and audited
+/// as the agent's.
+async fn dispatch(app: &AppState, caller: &Caller, request: ApiRequest) -> ApiAnswer {
     let body = match &request.body {
         Some(json) => Body::from(json.to_string()),
         None => Body::empty(),
     };
-    let built = axum::http::Request::builder()
+    let mut built = axum::http::Request::builder()
         .method(request.method)
         .uri(request.target)
-        .header(axum::http::header::CONTENT_TYPE, "application/json")
-        .body(body);
+        .header(header::CONTENT_TYPE, "application/json")
+        .extension(ConnectInfo(caller.peer))
+        .extension(AgentCredential(caller.name.clone()));
+    if let Some(host) = &caller.host {
+        built = built.header(header::HOST, host);
+    }
+    let built = built.body(body);
     let response = match built {
         Ok(built) => match super::operator_routes()
             .with_state(app.clone())

@@ -93,7 +93,7 @@ impl McpServer {
                 return CallToolResult::error(vec![ContentBlock::text(error)]);
             }
         };
-        let answer = dispatch(&self.app, api_request).await;
+        let answer = dispatch(&self.app, caller, api_request).await;
         let status = answer.status.as_u16();
         if answer.status.is_success() {
             record(&self.app, caller, &what, status, None);
@@ -202,7 +202,7 @@ impl ServerHandler for McpServer {
             target: (*target).into(),
             body: None,
         };
-        let answer = dispatch(&self.app, api_request).await;
+        let answer = dispatch(&self.app, &caller, api_request).await;
         record(&self.app, &caller, &what, answer.status.as_u16(), None);
         if !answer.status.is_success() {
             return Err(ErrorData::internal_error(answer.json.to_string(), None));
