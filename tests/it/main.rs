@@ -75,6 +75,7 @@ mod limits;
 mod mapped;
 mod mcp;
 mod mcp_agent;
+mod mcp_subscriptions;
 mod metrics;
 mod notify;
 mod openclaw;

@@ -20,7 +20,9 @@ use crate::config::mcp::Scope;
 const INSTRUCTIONS: &str = "hookgate receives webhooks and turns them into agent runs. Search \
     its request log (search_requests, show_request), its runs (list_runs, show_run) and spend; \
     replay a request whose delivery failed (replay_request); try a configuration change on \
-    recorded traffic (dry_run). The tools listed are those this credential's scopes allow.";
+    recorded traffic (dry_run); list, create, test, pause, resume and delete subscriptions, hooks \
+    made at runtime (create_subscription answers the URL and secret to give the sender, once). \
+    The tools listed are those this credential's scopes allow.";
 
 /// The resources: a URI, its name, what it holds, and the operator API request that reads it.
 const RESOURCES: &[(&str, &str, &str, &str)] = &[
@@ -62,7 +64,7 @@ fn caller(context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
 fn listed(spec: &ToolSpec) -> Tool {
     let annotations = ToolAnnotations::new()
         .read_only(spec.read_only)
-        .destructive(false);
+        .destructive(spec.destructive);
     Tool::new(spec.name, spec.description, (spec.schema)()).with_annotations(annotations)
 }
 

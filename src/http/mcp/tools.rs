@@ -2,8 +2,8 @@
 //! [`Scope`] a credential needs to see and call it, the JSON Schema of its arguments (derived
 //! from the argument struct) and how its arguments become a request to the operator API. A tool
 //! is a request to the API's own handlers ([`super::dispatch`]), so it answers what the API
-//! answers, redactions included: there is no second implementation. A new tool (the runtime
-//! subscriptions', under [`Scope::Subscriptions`]) is one more entry.
+//! answers, redactions included: there is no second implementation; a subscription tool's
+//! request carries the agent's credential, so the API caps and audits it as the agent's.
 
 use std::sync::Arc;
 
@@ -20,6 +20,7 @@ use super::super::dry_run::DryRunBody;
 use super::super::request_query::RequestsQuery;
 use super::super::run_query::RunsQuery;
 use crate::config::mcp::Scope;
+use crate::subscription::record::Spec;
 
 /// One tool of the MCP server.
 pub(super) struct ToolSpec {
@@ -29,6 +30,8 @@ pub(super) struct ToolSpec {
     pub scope: Scope,
     /// Whether the tool changes nothing (MCP's `readOnlyHint`).
     pub read_only: bool,
+    /// Whether what it changes is gone for good (MCP's `destructiveHint`).
+    pub destructive: bool,
     /// The JSON Schema of its arguments.
     pub schema: fn() -> Arc<JsonObject>,
     /// The operator API request its arguments make, or why they are invalid.
@@ -54,6 +57,7 @@ pub(super) const TOOLS: &[ToolSpec] = &[
             as `before`).",
         scope: Scope::Read,
         read_only: true,
+        destructive: false,
         schema: schema_for_type::<RequestsQuery>,
         request: |args| Ok(get("/requests", args)),
     },
@@ -64,6 +68,7 @@ pub(super) const TOOLS: &[ToolSpec] = &[
             (credential headers and secrets redacted), as the operator API shows it.",
         scope: Scope::Read,
         read_only: true,
+        destructive: false,
         schema: schema_for_type::<RequestId>,
         request: |args| {
             let RequestId { id } = parse(args)?;
@@ -82,6 +87,7 @@ pub(super) const TOOLS: &[ToolSpec] = &[
             back as `before`).",
         scope: Scope::Read,
         read_only: true,
+        destructive: false,
         schema: schema_for_type::<RunsQuery>,
         request: |args| Ok(get("/runs", args)),
     },
@@ -91,6 +97,7 @@ pub(super) const TOOLS: &[ToolSpec] = &[
             its reply and delivery.",
         scope: Scope::Read,
         read_only: true,
+        destructive: false,
         schema: schema_for_type::<RunId>,
         request: |args| {
             let RunId { run_id } = parse(args)?;
@@ -107,6 +114,7 @@ pub(super) const TOOLS: &[ToolSpec] = &[
             (default the last 24 hours), against their budgets.",
         scope: Scope::Read,
         read_only: true,
+        destructive: false,
         schema: schema_for_type::<SpendQuery>,
         request: |args| Ok(get("/spend", args)),
     },
@@ -117,6 +125,7 @@ pub(super) const TOOLS: &[ToolSpec] = &[
             cause is fixed. Answers the new request's id, its status and what the hook answered.",
         scope: Scope::Replay,
         read_only: false,
+        destructive: false,
         schema: schema_for_type::<RequestId>,
         request: |args| {
             let RequestId { id } = parse(args)?;
@@ -132,13 +141,101 @@ pub(super) const TOOLS: &[ToolSpec] = &[
             the server's environment or secrets.",
         scope: Scope::Read,
         read_only: true,
+        destructive: false,
         schema: schema_for_type::<DryRunBody>,
         request: |args| {
             let body = Some(Value::Object(args));
             Ok(call(Method::POST, "/requests/dry-run".into(), body))
         },
     },
+    ToolSpec {
+        name: "list_subscriptions",
+        description: "Subscriptions: hooks made at runtime, each with its own URL and signing \
+            secret, checked like the configuration's mappings. Each shows its name, provider, \
+            url, events, whether it is paused, its mapping and `createdBy` (`mcp:<credential>` \
+            when an agent made it). Never a secret.",
+        scope: Scope::Subscriptions,
+        read_only: true,
+        destructive: false,
+        schema: schema_for_type::<NoArguments>,
+        request: |args| {
+            let NoArguments {} = parse(args)?;
+            Ok(call(Method::GET, "/hooks".into(), None))
+        },
+    },
+    ToolSpec {
+        name: "create_subscription",
+        description: "Create a subscription, live at once: a hook whose deliveries from a \
+            provider (GitHub, Stripe, ...) become agent runs (or wakes or chat notifications). \
+            Answers its `url` and its signing `secret`: give both to the sender now (e.g. as the \
+            GitHub webhook's payload URL and secret). The secret is shown this once; no tool \
+            shows it again. The operator caps what an agent may create (mcp.subscriptions: how \
+            many, which actions, the highest budget and lane); a subscription that leaves its \
+            budget or lane unset gets the cap, and one asking for more is refused, naming the cap.",
+        scope: Scope::Subscriptions,
+        read_only: false,
+        destructive: false,
+        schema: schema_for_type::<Spec>,
+        request: |args| {
+            let body = Some(Value::Object(args));
+            Ok(call(Method::POST, "/hooks".into(), body))
+        },
+    },
+    ToolSpec {
+        name: "test_subscription",
+        description: "Send a signed sample delivery of the subscription's provider (GitHub's \
+            ping, or the first event it admits) through hookgate as a sender would, and answer \
+            what it became: the status, the answer and the request's record (filtered, refused \
+            and why, or the run it started). Only subscriptions agents made.",
+        scope: Scope::Subscriptions,
+        read_only: false,
+        destructive: false,
+        schema: schema_for_type::<SubscriptionName>,
+        request: |args| subscription_action(args, "test"),
+    },
+    ToolSpec {
+        name: "pause_subscription",
+        description: "Pause a subscription: its URL answers as an unknown hook until it is \
+            resumed; it is kept with its secret. Only subscriptions agents made.",
+        scope: Scope::Subscriptions,
+        read_only: false,
+        destructive: false,
+        schema: schema_for_type::<SubscriptionName>,
+        request: |args| subscription_action(args, "pause"),
+    },
+    ToolSpec {
+        name: "resume_subscription",
+        description: "Resume a paused subscription: its URL takes deliveries again, with the \
+            same secret. Only subscriptions agents made.",
+        scope: Scope::Subscriptions,
+        read_only: false,
+        destructive: false,
+        schema: schema_for_type::<SubscriptionName>,
+        request: |args| subscription_action(args, "resume"),
+    },
+    ToolSpec {
+        name: "delete_subscription",
+        description: "Delete a subscription: its URL stops taking deliveries and its secret is \
+            gone for good (the request log keeps what it received). Only subscriptions agents \
+            made.",
+        scope: Scope::Subscriptions,
+        read_only: false,
+        destructive: true,
+        schema: schema_for_type::<SubscriptionName>,
+        request: |args| {
+            let SubscriptionName { name } = parse(args)?;
+            let target = format!("/hooks/{}", segment(&name));
+            Ok(call(Method::DELETE, target, None))
+        },
+    },
 ];
+
+/// `POST /api/hooks/{name}/{action}` for the subscription `args` names.
+fn subscription_action(args: JsonObject, action: &str) -> Result<ApiRequest, String> {
+    let SubscriptionName { name } = parse(args)?;
+    let target = format!("/hooks/{}/{action}", segment(&name));
+    Ok(call(Method::POST, target, None))
+}
 
 /// The tool named `name`.
 pub(super) fn tool(name: &str) -> Option<&'static ToolSpec> {
@@ -152,6 +249,19 @@ pub(super) struct RequestId {
     /// The request's id, as search_requests lists it (`id`).
     id: String,
 }
+
+/// A subscription.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SubscriptionName {
+    /// The subscription's name, as list_subscriptions gives it (`name`).
+    name: String,
+}
+
+/// No arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct NoArguments {}
 
 /// An agent run.
 #[derive(Debug, Deserialize, JsonSchema)]
