@@ -12,6 +12,7 @@ use crate::gateway::admission::budget::HeldBy;
 use crate::gateway::admission::lanes::LaneError;
 use crate::gateway::requests::RequestOutcome;
 use crate::gateway::runtime_clock::{now_ms, now_rfc3339};
+use crate::gateway::store::edge_marks;
 use crate::gateway::{
     BatchOpening, EventKind, EventOutcome, IdempotencyClaim, NewEvent, NewNotice, NewRun,
     RunQueued, Runtime, StoreError,
@@ -148,7 +149,8 @@ pub struct Stopped {
 /// of a batch after the first has a key of its own (`key#i`), so that a retried batch finds each
 /// of its runs again, and two equal elements are two runs.
 ///
-/// Costs one store commit per action (wakes and runs each wait for theirs).
+/// Costs one store commit per action (wakes and runs each wait for theirs); for a private
+/// node's edge delivery, one read of its marks before them.
 pub async fn admit(
     runtime: &Runtime,
     hooks: &HookSettings,
@@ -161,26 +163,60 @@ pub async fn admit(
     };
     let admitted = admit_all(hooks, intake, actions).map_err(|e| stopped(e.into()))?;
     let mut committed = Committed::default();
-    for action in admitted {
-        let done = match action {
-            Admitted::Wake(wake) => commit_wake(runtime, hooks, &wake, intake)
-                .await
-                .map(|outcome| committed.woke(wake.mode, outcome)),
-            // Boxed: queueing a run (a batch, a lane, budgets) is a future many times the
-            // size of a wake's commit, and unboxed every wake would carry and move it.
-            Admitted::Agent(admission) => Box::pin(queue(runtime, hooks, *admission))
-                .await
-                .map(|run| committed.runs.push(run)),
-            Admitted::Notify(notice) => Box::pin(runtime.submit_notify(*notice))
-                .await
-                .map(|queued| committed.runs.push(QueuedRun::of(queued)))
-                .map_err(AdmitError::from),
+    // A private node's edge delivery marks each action in the action's own commit, and one
+    // pulled again after a crash makes only the actions not marked (docs/edge.md).
+    let (delivery, taken) = match edge_marks::current() {
+        None => (None, Vec::new()),
+        Some(delivery) => {
+            let taken = runtime.edge_actions_taken().await;
+            (Some(delivery), taken.map_err(|e| stopped(e.into()))?)
+        }
+    };
+    let of = u32::try_from(admitted.len()).unwrap_or(u32::MAX);
+    for (index, action) in (0..).zip(admitted) {
+        let done = match &delivery {
+            None => commit(runtime, hooks, intake, action).await,
+            Some(_) if taken.contains(&index) => continue,
+            Some(delivery) => {
+                let commit = commit(runtime, hooks, intake, action);
+                edge_marks::action_scope(delivery, index, of, commit).await
+            }
         };
-        if let Err(error) = done {
-            return Err(Stopped { committed, error });
+        match done {
+            Ok(Made::Woke(mode, outcome)) => committed.woke(mode, outcome),
+            Ok(Made::Run(run)) => committed.runs.push(run),
+            Err(error) => return Err(Stopped { committed, error }),
         }
     }
     Ok(committed)
+}
+
+/// What one action committed.
+enum Made {
+    Woke(WakeMode, EventOutcome),
+    Run(QueuedRun),
+}
+
+async fn commit(
+    runtime: &Runtime,
+    hooks: &HookSettings,
+    intake: &Intake<'_>,
+    action: Admitted,
+) -> Result<Made, AdmitError> {
+    match action {
+        Admitted::Wake(wake) => commit_wake(runtime, hooks, &wake, intake)
+            .await
+            .map(|outcome| Made::Woke(wake.mode, outcome)),
+        // Boxed: queueing a run (a batch, a lane, budgets) is a future many times the size of
+        // a wake's commit, and unboxed every wake would carry and move it.
+        Admitted::Agent(admission) => Box::pin(queue(runtime, hooks, *admission))
+            .await
+            .map(Made::Run),
+        Admitted::Notify(notice) => Box::pin(runtime.submit_notify(*notice))
+            .await
+            .map(|queued| Made::Run(QueuedRun::of(queued)))
+            .map_err(AdmitError::from),
+    }
 }
 
 /// What one action of a request would become, every policy applied.

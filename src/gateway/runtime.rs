@@ -192,6 +192,13 @@ impl Runtime {
         }
     }
 
+    /// The actions of the edge delivery being run (a private node's, docs/edge.md#exactly-once)
+    /// already committed, by index: a delivery pulled again makes only the others. None (and
+    /// no read) outside a delivery's scope.
+    pub async fn edge_actions_taken(&self) -> Result<Vec<u32>, StoreError> {
+        self.store.edge_actions_taken().await
+    }
+
     /// The run that an earlier request with `claim`'s idempotency key was answered with, within
     /// the key's window: a repeat is answered as before, never refused by a limit. Costs one
     /// read of the store, or on a NATS cluster of its idempotency bucket; none without a claim.

@@ -4,10 +4,11 @@
 //! idempotency), and acknowledges up to the last one committed. Requests of one hook name run
 //! one after another, in the edge's order; different names side by side.
 //!
-//! Exactly once: each request runs inside an [`edge_marks::scope`], so the commit of its work
-//! also marks its edge sequence number taken; a request pulled again (the link dropped before
-//! the acknowledgement, either side restarted) whose mark is there is acknowledged without
-//! running. One that committed no work (refused, filtered) is marked after its answer.
+//! Exactly once: each request runs inside an [`edge_marks::scope`], so the commit of each of
+//! its actions also marks that action taken; a request pulled again (the link dropped before
+//! the acknowledgement, either side restarted) whose actions are all marked, or which was
+//! answered, is acknowledged without running, and one that stopped part way makes only the
+//! actions not marked. Every request is marked answered after its answer.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -35,10 +36,6 @@ use crate::gateway::store::edge_marks::{self, EdgeMark};
 const PULL_WAIT_SECONDS: u64 = 25;
 /// The longest pause between attempts to reach an edge that does not answer.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
-
-/// Test-only (docs/edge.md#testing-the-crash-windows): the sequence number after whose commit
-/// the private node kills itself, before marking and acknowledging it.
-const DIE_AFTER_COMMIT_ENV: &str = "HOOKGATE_TEST_EDGE_DIE_AFTER_COMMIT";
 
 /// The link as a private node last saw it, for the overview and the metrics.
 #[derive(Clone, Default)]
@@ -103,13 +100,10 @@ async fn run(app: AppState, link: EdgeLink) {
     };
     app.edge_link
         .update(&app, |seen| seen.edge_url = link.url.clone());
-    let die_after = std::env::var(DIE_AFTER_COMMIT_ENV)
-        .ok()
-        .and_then(|v| v.parse::<i64>().ok());
     let routes = hooks::routes(app.clone());
     let mut cursor = Cursor::default();
     loop {
-        match round(&app, &routes, &client, &link, &mut cursor, die_after).await {
+        match round(&app, &routes, &client, &link, &mut cursor).await {
             Ok(()) => backoff = Duration::from_millis(200),
             Err(why) => {
                 tracing::warn!(error = %why, "edge link: pull failed; retrying");
@@ -140,7 +134,6 @@ async fn round(
     client: &reqwest::Client,
     link: &EdgeLink,
     cursor: &mut Cursor,
-    die_after: Option<i64>,
 ) -> Result<(), String> {
     let after = cursor.after;
     let url = format!(
@@ -175,7 +168,7 @@ async fn round(
     let Some(last) = pulled.deliveries.last().map(|d| d.seq) else {
         return Ok(());
     };
-    let committed = take_all(app, routes, &edge, pulled.deliveries, die_after).await;
+    let committed = take_all(app, routes, &edge, pulled.deliveries).await;
     if let Some(up_to) = committed {
         acknowledge(app, client, link, &edge, up_to).await?;
         cursor.after = up_to;
@@ -235,7 +228,6 @@ async fn take_all(
     routes: &hooks::HookRoutes,
     edge: &Arc<str>,
     deliveries: Vec<WireDelivery>,
-    die_after: Option<i64>,
 ) -> Option<i64> {
     let seqs: Vec<i64> = deliveries.iter().map(|d| d.seq).collect();
     let mut by_route: BTreeMap<String, Vec<WireDelivery>> = BTreeMap::new();
@@ -249,7 +241,7 @@ async fn take_all(
         let mut failed_at = None;
         for delivery in route {
             let seq = delivery.seq;
-            if let Err(why) = take(app, routes, edge, delivery, die_after).await {
+            if let Err(why) = take(app, routes, edge, delivery).await {
                 tracing::warn!(seq, error = %why, "edge link: not committed; will pull it again");
                 failed_at = Some(seq);
                 break;
@@ -269,12 +261,8 @@ async fn take(
     routes: &hooks::HookRoutes,
     edge: &Arc<str>,
     delivery: WireDelivery,
-    die_after: Option<i64>,
 ) -> Result<(), String> {
-    let mark = EdgeMark {
-        edge: Arc::clone(edge),
-        seq: delivery.seq,
-    };
+    let mark = EdgeMark::answered(Arc::clone(edge), delivery.seq);
     let taken = app.store.edge_taken(Arc::clone(edge), delivery.seq).await;
     if taken.map_err(|e| e.to_string())? {
         app.metrics.edge.took("repeat");
@@ -288,11 +276,8 @@ async fn take(
             return Err(err.to_string());
         }
     }
-    if die_after == Some(mark.seq) {
-        // Test-only: the crash window between the commit and the acknowledgement.
-        // SAFETY: kill(2) on our own process id has no memory effects.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-    }
+    // Test-only: the crash window between the commit and the acknowledgement.
+    edge_marks::die_if_told(&mark);
     app.store
         .mark_edge_taken(mark)
         .await

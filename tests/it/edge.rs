@@ -9,12 +9,12 @@ use serde_json::{Value, json};
 use crate::harness::*;
 use crate::signatures::sign;
 
-const PULL_TOKEN: &str = "edge-pull-token-5555";
+pub(super) const PULL_TOKEN: &str = "edge-pull-token-5555";
 const SECRET: &str = "github-webhook-secret";
 const GITHUB: usize = 500;
 const OTHER: usize = 20;
 
-fn edge_config() -> Value {
+pub(super) fn edge_config() -> Value {
     let mut config = base_config();
     set(
         &mut config,
@@ -44,7 +44,7 @@ fn private_config(edge: &str) -> Value {
 }
 
 /// A port free now, for an edge that must come back on the same address.
-fn free_port() -> u16 {
+pub(super) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -52,7 +52,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-async fn start_edge(dir: &ConfigDir, port: u16) -> Hookgate {
+pub(super) async fn start_edge(dir: &ConfigDir, port: u16) -> Hookgate {
     let (limit, every) = (Duration::from_secs(20), Duration::from_millis(100));
     eventually_within("the edge to start", limit, every, async || {
         Hookgate::try_start_on(dir, port)
@@ -71,10 +71,31 @@ async fn deliver(edge: &Hookgate, n: usize, id: &str) -> reqwest::Response {
 }
 
 /// The metric `name`'s value in `metrics`.
-fn metric(metrics: &str, name: &str) -> Option<f64> {
+pub(super) fn metric(metrics: &str, name: &str) -> Option<f64> {
     metrics
         .lines()
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Starts a private node in `dir` that SIGKILLs itself at `at` (test-only:
+/// docs/edge.md#testing-the-crash-windows), and waits for it to have done so.
+pub(super) fn dies_after_commit(dir: &ConfigDir, at: &str) {
+    let dying =
+        Hookgate::try_start_in(dir, &[("HOOKGATE_TEST_EDGE_DIE_AFTER_COMMIT", at)]).unwrap();
+    let (status, _) = dying.wait();
+    assert!(!status.success(), "the private node killed itself at {at}");
+}
+
+/// Waits until `edge` has nothing left to hand out.
+pub(super) async fn drained(edge: &Hookgate) {
+    let (limit, every) = (Duration::from_secs(60), Duration::from_millis(50));
+    eventually_within("the edge to be drained", limit, every, async || {
+        let backlog = metric(&edge.metrics().await, "hookgate_edge_backlog");
+        (backlog == Some(0.0))
+            .then_some(())
+            .ok_or(format!("backlog {backlog:?}"))
+    })
+    .await;
 }
 
 /// The numbers of the wakes of `prefix`, in the order the private node committed them.
@@ -139,16 +160,7 @@ async fn what_the_edge_stored_while_the_private_node_was_away_runs_there_exactly
     // 8, which no delivery id protects) and its acknowledgement (test-only:
     // docs/edge.md#testing-the-crash-windows).
     let private_dir = ConfigDir::new(&private_config(&edge.base));
-    let dying = Hookgate::try_start_in(
-        &private_dir,
-        &[("HOOKGATE_TEST_EDGE_DIE_AFTER_COMMIT", "510")],
-    )
-    .unwrap();
-    let (status, _) = dying.wait();
-    assert!(
-        !status.success(),
-        "the private node killed itself after 510's commit"
-    );
+    dies_after_commit(&private_dir, "510");
 
     // Back up; the edge is SIGKILLed mid-drain and comes back on its address.
     let private = Hookgate::start_in(&private_dir);
@@ -160,13 +172,7 @@ async fn what_the_edge_stored_while_the_private_node_was_away_runs_there_exactly
     .await;
     edge.kill();
     edge = start_edge(&edge_dir, port).await;
-    eventually_within("the edge to be drained", limit, every, async || {
-        let backlog = metric(&edge.metrics().await, "hookgate_edge_backlog");
-        (backlog == Some(0.0))
-            .then_some(())
-            .ok_or(format!("backlog {backlog:?}"))
-    })
-    .await;
+    drained(&edge).await;
 
     let texts = private.event_texts().await;
     let github = numbers(&texts, "github ");

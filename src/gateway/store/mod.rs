@@ -92,13 +92,17 @@ impl Store {
         match edge_marks::current() {
             None => self.db.write(op).await,
             Some(mark) => {
-                self.db
+                let marked = mark.clone();
+                let done = self
+                    .db
                     .write(move |conn| {
                         let done = op(conn)?;
-                        edge_marks::record(conn, &mark, super::clock::now_ms())?;
+                        edge_marks::record(conn, &marked, super::clock::now_ms())?;
                         Ok(done)
                     })
-                    .await
+                    .await?;
+                edge_marks::die_if_told(&mark);
+                Ok(done)
             }
         }
     }
@@ -122,15 +126,26 @@ impl Store {
             .await
     }
 
-    /// Whether delivery `seq` of `edge` was taken: its work, if any, is committed.
+    /// Whether delivery `seq` of `edge` was taken: answered, or every action it makes committed.
     pub async fn edge_taken(&self, edge: Arc<str>, seq: i64) -> Result<bool, StoreError> {
         self.db
             .read(move |conn| edge_marks::taken(conn, &edge, seq))
             .await
     }
 
-    /// Marks delivery `mark` taken on its own: for a delivery that committed no work (refused,
-    /// filtered), or whose work was committed elsewhere.
+    /// The actions of the delivery this is called for (inside an [`edge_marks::scope`]) that
+    /// are committed already, by index; none outside a scope.
+    pub async fn edge_actions_taken(&self) -> Result<Vec<u32>, StoreError> {
+        let Some(mark) = edge_marks::current() else {
+            return Ok(Vec::new());
+        };
+        self.db
+            .read(move |conn| edge_marks::actions_taken(conn, &mark.edge, mark.seq))
+            .await
+    }
+
+    /// Marks `mark` taken on its own: a delivery once answered, whatever it committed (nothing
+    /// when it was refused or filtered).
     pub async fn mark_edge_taken(&self, mark: edge_marks::EdgeMark) -> Result<(), StoreError> {
         self.db
             .write(move |conn| edge_marks::record(conn, &mark, super::clock::now_ms()))
