@@ -38,6 +38,9 @@ enum Server {
     Echo,
     /// hookgate without a model provider: runs end at once.
     Hookgate,
+    /// hookgate as an edge (docs/edge.md), on a configuration of its own ([`edge_dir`]): it
+    /// stores each hook request for a private node and answers `202`.
+    Edge,
 }
 
 /// One kind of request.
@@ -125,11 +128,20 @@ fn cases() -> Vec<Case> {
             "/hooks/title-fresh",
             title,
         ),
+        Case {
+            server: Server::Edge,
+            ..case(
+                "edge stores a wake",
+                "edge",
+                "/hooks/wake",
+                json!({"text": format!("benchmark event {SERIAL}"), "mode": "next-heartbeat"}),
+            )
+        },
     ]
 }
 
 /// The ratios issue 35 names: (what, numerator, denominator, its target when it has one).
-const RATIOS: [(&str, &str, &str, Option<f64>); 6] = [
+const RATIOS: [(&str, &str, &str, Option<f64>); 7] = [
     ("wake / echo", "/hooks/wake", "axum echo", Some(2.5)),
     ("agent / wake", "/hooks/agent", "/hooks/wake", Some(1.8)),
     (
@@ -156,6 +168,7 @@ const RATIOS: [(&str, &str, &str, Option<f64>); 6] = [
         "template → wake",
         Some(2.5),
     ),
+    ("edge / wake", "edge stores a wake", "/hooks/wake", Some(1.1)),
 ];
 
 /// A configuration directory with the github and JavaScript transforms in place. A `.wasm`
@@ -190,6 +203,20 @@ fn prepare_dir(wasm: &Path, js: &Path) -> tempfile::TempDir {
     });
     std::fs::write(dir.path().join("hookgate.json5"), config.to_string()).unwrap();
     dir
+}
+
+/// An edge's configuration directory inside `dir`, made on first use: the hook token, a pull
+/// token, and its own state directory (its `edge.db`).
+fn edge_dir(dir: &Path) -> PathBuf {
+    let edge = dir.join("edge");
+    std::fs::create_dir_all(&edge).unwrap();
+    let config = json!({
+        "gateway": {"auth": {"token": GATEWAY_TOKEN}},
+        "hooks": {"enabled": true, "token": HOOK_TOKEN},
+        "edge": {"serve": {"pullToken": "bench-pull-token-0123"}},
+    });
+    std::fs::write(edge.join("hookgate.json5"), config.to_string()).unwrap();
+    edge
 }
 
 /// One keep-alive HTTP/1.1 connection, written by hand so that every request of a case goes
@@ -304,6 +331,10 @@ fn start_under_callgrind(case: &Case, dir: &Path, profile: &Path) -> (Child, Str
     match case.server {
         Server::Hookgate => {
             let (child, base, _) = start_hookgate_under(dir, &wrapper);
+            (child, base)
+        }
+        Server::Edge => {
+            let (child, base, _) = start_hookgate_under(&edge_dir(dir), &wrapper);
             (child, base)
         }
         Server::Echo => {
