@@ -4,9 +4,10 @@
 use std::collections::HashSet;
 
 use super::ConfigError;
+use super::mcp::OtherTokens;
 use super::model::{
     DEFAULT_EDGE_MAX_PENDING, DEFAULT_EDGE_MAX_PENDING_BYTES, DEFAULT_EDGE_MAX_PENDING_PER_ROUTE,
-    EdgeConfig, EdgeLinkConfig, EdgeServeConfig, FileConfig,
+    EdgeConfig, EdgeLinkConfig, EdgeServeConfig,
 };
 use super::secret::{ConfigFiles, secret};
 use super::store::StoreSettings;
@@ -76,14 +77,16 @@ impl EdgeRole {
     }
 }
 
-/// Builds `file.edge`; each problem names its key, never a value.
+/// Builds `edge`; each problem names its key, never a value. A pull token equal to the gateway
+/// token or the hook token (`others`) is refused: it would be one credential doing both jobs.
 pub(super) fn edge_role(
-    file: &FileConfig,
+    edge: &EdgeConfig,
     store: &StoreSettings,
+    others: &OtherTokens<'_>,
     files: ConfigFiles<'_>,
     problems: &mut Vec<ConfigError>,
 ) -> EdgeRole {
-    let EdgeConfig { serve, link } = &file.edge;
+    let EdgeConfig { serve, link } = edge;
     match (serve, link) {
         (None, None) => EdgeRole::None,
         (Some(_), Some(_)) => {
@@ -94,7 +97,7 @@ pub(super) fn edge_role(
             EdgeRole::None
         }
         (Some(serve), None) => {
-            edge_serve(serve, files, problems).map_or(EdgeRole::None, EdgeRole::Serve)
+            edge_serve(serve, others, files, problems).map_or(EdgeRole::None, EdgeRole::Serve)
         }
         (None, Some(link)) => {
             if store.nats().is_some() {
@@ -103,13 +106,14 @@ pub(super) fn edge_role(
                     "needs the embedded store (gateway.store kind embedded): a private node records what it pulled in the same SQLite commit as its work",
                 ));
             }
-            edge_link(link, files, problems).map_or(EdgeRole::None, EdgeRole::Link)
+            edge_link(link, others, files, problems).map_or(EdgeRole::None, EdgeRole::Link)
         }
     }
 }
 
 fn edge_serve(
     serve: &EdgeServeConfig,
+    others: &OtherTokens<'_>,
     files: ConfigFiles<'_>,
     problems: &mut Vec<ConfigError>,
 ) -> Option<EdgeServe> {
@@ -122,6 +126,10 @@ fn edge_serve(
         ));
         return None;
     };
+    if reused(&token, others) {
+        problems.push(ConfigError::invalid(key, REUSED));
+        return None;
+    }
     let mut routes = HashSet::new();
     for (i, route) in serve.routes.iter().enumerate() {
         let name = route.trim_matches('/');
@@ -150,6 +158,7 @@ fn edge_serve(
 
 fn edge_link(
     link: &EdgeLinkConfig,
+    others: &OtherTokens<'_>,
     files: ConfigFiles<'_>,
     problems: &mut Vec<ConfigError>,
 ) -> Option<EdgeLink> {
@@ -175,16 +184,28 @@ fn edge_link(
     };
     let token_key = key!(EdgeLinkConfig.pull_token);
     let token = secret(link.pull_token.clone(), &token_key, files, problems);
-    if token.is_none() {
-        problems.push(ConfigError::invalid(
+    match &token {
+        None => problems.push(ConfigError::invalid(
             token_key,
             "is required: the edge's edge.serve.pullToken",
-        ));
+        )),
+        Some(token) if reused(token, others) => {
+            problems.push(ConfigError::invalid(token_key, REUSED));
+        }
+        Some(_) => {}
     }
     Some(EdgeLink {
         url: url?,
         pull_token: token?,
     })
+}
+
+/// What a pull token equal to another credential is told.
+const REUSED: &str = "must differ from the gateway token and the hook token: a credential that pulls must not also submit hooks or open the API";
+
+/// Whether `token` is the gateway token or the hook token.
+fn reused(token: &str, others: &OtherTokens<'_>) -> bool {
+    others.gateway == Some(token) || others.hooks.is_some_and(|hooks| hooks.matches(Some(token)))
 }
 
 /// `https`, or `http` to a loopback address: the pull token and every stored request cross it.

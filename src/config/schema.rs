@@ -8,8 +8,9 @@
 //! default, written with the constant the code applies; `extend("x-default" = "..")` a default
 //! that is no value (`half of maxConnections`); `range(..)` and `extend("exclusiveMinimum" = 0)`
 //! its bounds; `extend("x-reload" = ..)` one of [`RESTART`], [`RESTART_ON_NATS`],
-//! [`RESTART_IF_LARGER`] when a change needs a restart (the keys under it inherit it); a key
-//! that says nothing takes effect on reload.
+//! [`RESTART_IF_LARGER`] when a change needs a restart (the keys under it inherit it), or
+//! [`LIVE`] on a key under such a one that a reload does apply; a key that says nothing takes
+//! the class of the key it is under, and at the top, effect on reload.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -18,11 +19,7 @@ use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value};
 
 use super::model::FileConfig;
-pub use super::model::{RESTART, RESTART_IF_LARGER, RESTART_ON_NATS};
-
-/// What a key that says nothing of reload is: taken on the next request, run, send or
-/// connection.
-pub const LIVE: &str = "live";
+pub use super::model::{LIVE, RESTART, RESTART_IF_LARGER, RESTART_ON_NATS};
 
 /// The generator every schema here comes from: draft-07, which editors read.
 pub(super) fn generator() -> schemars::SchemaGenerator {
@@ -152,7 +149,9 @@ fn camel_case(field: &str) -> String {
 
 /// The keys whose own field says that a change needs a restart, with the class it says.
 pub fn restart_only() -> impl Iterator<Item = &'static Key> {
-    keys().iter().filter(|key| key.own_reload)
+    keys()
+        .iter()
+        .filter(|key| key.own_reload && key.reload != LIVE)
 }
 
 /// The keys the object at `path` reads (segments as in [`Key::path`]; a map's key may be given
@@ -282,7 +281,7 @@ fn describe(property: &Value, path: String, inherited: &'static str) -> Key {
         .collect::<Vec<_>>()
         .join(" ");
     let own = property.get("x-reload").and_then(Value::as_str);
-    let own = [RESTART, RESTART_ON_NATS, RESTART_IF_LARGER]
+    let own = [LIVE, RESTART, RESTART_ON_NATS, RESTART_IF_LARGER]
         .into_iter()
         .find(|class| Some(*class) == own);
     Key {

@@ -78,6 +78,20 @@ fn every_key_is_described_and_classified() {
     assert_eq!((port.reload, port.own_reload), (RESTART, false));
 }
 
+/// An edge's routes and pull token are read per request: a reload applies them, while the
+/// role and the queue's bounds, set up at start, need a restart.
+#[test]
+fn an_edges_routes_and_pull_token_are_live_under_a_restart_only_section() {
+    let class = |path: &str| keys().iter().find(|k| k.path == path).unwrap().reload;
+    assert_eq!(class("edge.serve"), RESTART);
+    assert_eq!(class("edge.serve.maxPending"), RESTART);
+    assert_eq!(class("edge.serve.routes"), LIVE);
+    assert_eq!(class("edge.serve.pullToken"), LIVE);
+    assert_eq!(class("edge.link.pullToken"), RESTART);
+    let restart: Vec<&str> = restart_only().map(|k| k.path.as_str()).collect();
+    assert!(!restart.contains(&"edge.serve.routes"), "{restart:?}");
+}
+
 #[test]
 fn timeouts_carry_their_cap() {
     let key = keys()

@@ -111,7 +111,6 @@ impl Settings {
         let agents = agent_directory(&file);
         let runtime = runtime_settings(&file, files, &mut problems);
         let store = super::store::store_settings(&file, &mut problems);
-        let edge = super::edge::edge_role(&file, &store, files, &mut problems);
         let mappings = &file.hooks.mappings;
         super::notify::check_routes(mappings, &runtime.channels, &mut problems);
         let outbound = super::outbound::outbound_settings(&file, files, &mut problems);
@@ -129,6 +128,7 @@ impl Settings {
             hooks: hooks.as_ref().map(|hooks| &hooks.token),
         };
         let mcp = super::mcp::mcp_settings(file.mcp, &others, files, &mut problems);
+        let edge = super::edge::edge_role(&file.edge, &store, &others, files, &mut problems);
         let public_url = super::subscribing::public_url(&file.gateway, &mut problems);
         let secrets_key = super::subscribing::secrets_key(&file.gateway, files, &mut problems);
         let bind = file.gateway.bind.unwrap_or_else(|| DEFAULT_BIND.into());

@@ -5,7 +5,7 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{RESTART, SecretValue};
+use super::{LIVE, RESTART, SecretValue};
 
 /// The most requests an edge keeps waiting for its private node, unless `edge.serve.maxPending`
 /// says otherwise.
@@ -36,11 +36,14 @@ pub struct EdgeConfig {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct EdgeServeConfig {
     /// The private node's credential (`Authorization: Bearer`) for `/edge/pull` and
-    /// `/edge/ack`; it submits no hook. Required.
+    /// `/edge/ack`; it submits no hook. Required. A reload applies it to the next pull.
+    #[schemars(extend("x-reload" = LIVE))]
     pub pull_token: Option<SecretValue>,
     /// Hook names stored without the hook token, for senders that sign instead (GitHub,
-    /// Stripe): the private node verifies their signature. Any other name needs the token.
+    /// Stripe): the private node verifies their signature. Any other name needs the token. A
+    /// reload applies it to the next request.
     #[serde(default)]
+    #[schemars(extend("x-reload" = LIVE))]
     pub routes: Vec<String>,
     /// The most requests kept waiting for the private node; past it, 503.
     #[schemars(extend("default" = DEFAULT_EDGE_MAX_PENDING), range(min = 1))]

@@ -46,6 +46,9 @@ pub use mcp::{
 pub use outbound::{CallbackConfig, EndpointConfig, OutboundConfig, OutboundRetryConfig};
 pub use secret::{SecretFile, SecretValue};
 
+/// What a key that says nothing of reload is: taken on the next request, run, send or
+/// connection. Said on a key under a restart-only one that a reload does apply.
+pub const LIVE: &str = "live";
 /// What a key's `x-reload` says when a change needs a restart (docs/configuration.md#reload).
 pub const RESTART: &str = "restart";
 /// A key a NATS store's consumers are set up from at start.
