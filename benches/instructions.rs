@@ -168,7 +168,12 @@ const RATIOS: [(&str, &str, &str, Option<f64>); 7] = [
         "template → wake",
         Some(2.5),
     ),
-    ("edge / wake", "edge stores a wake", "/hooks/wake", Some(1.1)),
+    (
+        "edge / wake",
+        "edge stores a wake",
+        "/hooks/wake",
+        Some(1.1),
+    ),
 ];
 
 /// A configuration directory with the github and JavaScript transforms in place. A `.wasm`

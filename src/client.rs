@@ -110,14 +110,17 @@ impl TrustedProxies {
     /// address would make every client behind the proxy one key, and let one of them lock the
     /// others out.
     pub fn client(&self, peer: IpAddr, headers: &HeaderMap) -> Option<ClientKey> {
+        self.client_address(peer, headers).map(ClientKey::of)
+    }
+
+    /// The address of the client [`TrustedProxies::client`] counts, whole (an IPv6 address is
+    /// not cut to its /64): what an edge records as a request's sender.
+    pub fn client_address(&self, peer: IpAddr, headers: &HeaderMap) -> Option<IpAddr> {
         if !self.contains(peer) {
-            return Some(ClientKey::of(peer));
+            return Some(peer);
         }
         let hops = self.hops(headers);
-        hops.iter()
-            .rev()
-            .find(|hop| !self.contains(**hop))
-            .map(|hop| ClientKey::of(*hop))
+        hops.iter().rev().find(|hop| !self.contains(**hop)).copied()
     }
 
     /// The addresses of the forwarding header, left to right; hops that are not addresses

@@ -5,11 +5,13 @@
 //! the file: a private node's marks name the edge by it.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rusqlite::{Connection, params};
+use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 use super::clock::now_ms;
@@ -24,7 +26,8 @@ CREATE TABLE IF NOT EXISTS pending (
     request_id  TEXT NOT NULL,
     route       TEXT NOT NULL,
     received_ms INTEGER NOT NULL,
-    peer        TEXT,
+    client      TEXT,
+    by_token    INTEGER NOT NULL,
     method      TEXT NOT NULL,
     target      TEXT NOT NULL,
     headers     BLOB NOT NULL,
@@ -42,8 +45,11 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     .map(drop)
 }
 
-/// One stored hook request, as it arrived.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One stored hook request, as it arrived: the row of the queue, and what `GET /edge/pull`
+/// sends (its headers' values and its body in base64 there, so that every byte arrives as it
+/// was received).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Delivery {
     pub seq: i64,
     /// The edge's `X-Request-Id` for it, and its request record's id.
@@ -51,13 +57,20 @@ pub struct Delivery {
     /// The hook name it was stored under (what its bounds count).
     pub route: String,
     pub received_ms: i64,
-    /// The address it came from, as the edge saw it.
-    pub peer: Option<String>,
+    /// The client's address as the edge's `gateway.trustedProxies` resolve it; `None` when a
+    /// trusted proxy named none.
+    pub client: Option<IpAddr>,
+    /// The edge admitted it by the hook token, which it left out of `headers`: the private
+    /// node takes it as token-authenticated.
+    pub by_token: bool,
     pub method: String,
     /// Path and query as received.
     pub target: String,
-    /// Its headers in order, each `name: value` (values as sent, bytes).
+    /// Its headers in order, each `name: value` (values as sent, bytes), without the headers
+    /// that carry the hook token or a session ([`crate::hook::credentials::TOKEN_HEADERS`]).
+    #[serde(with = "base64_headers")]
     pub headers: Vec<(String, Vec<u8>)>,
+    #[serde(with = "base64_bytes")]
     pub body: Vec<u8>,
 }
 
@@ -218,14 +231,15 @@ impl EdgeQueue {
             .write(move |conn| {
                 let headers = encode_headers(&delivery.headers);
                 conn.prepare_cached(
-                    "INSERT INTO pending (request_id, route, received_ms, peer, method, target,
-                         headers, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    "INSERT INTO pending (request_id, route, received_ms, client, by_token,
+                         method, target, headers, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 )?
                 .execute(params![
                     delivery.request_id,
                     delivery.route,
                     delivery.received_ms,
-                    delivery.peer,
+                    delivery.client.map(|ip| ip.to_string()),
+                    delivery.by_token,
                     delivery.method,
                     delivery.target,
                     headers,
@@ -287,21 +301,23 @@ impl EdgeQueue {
             .db
             .read(move |conn| {
                 let mut statement = conn.prepare_cached(
-                    "SELECT seq, request_id, route, received_ms, peer, method, target, headers,
-                         body FROM pending WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+                    "SELECT seq, request_id, route, received_ms, client, by_token, method, target,
+                         headers, body FROM pending WHERE seq > ?1 ORDER BY seq LIMIT ?2",
                 )?;
                 let rows = statement.query_map(params![after, limit], |row| {
-                    let headers: Vec<u8> = row.get(7)?;
+                    let client: Option<String> = row.get(4)?;
+                    let headers: Vec<u8> = row.get(8)?;
                     Ok(Delivery {
                         seq: row.get(0)?,
                         request_id: row.get(1)?,
                         route: row.get(2)?,
                         received_ms: row.get(3)?,
-                        peer: row.get(4)?,
-                        method: row.get(5)?,
-                        target: row.get(6)?,
+                        client: client.and_then(|ip| ip.parse().ok()),
+                        by_token: row.get(5)?,
+                        method: row.get(6)?,
+                        target: row.get(7)?,
                         headers: decode_headers(&headers),
-                        body: row.get(8)?,
+                        body: row.get(9)?,
                     })
                 })?;
                 rows.collect()
@@ -440,6 +456,51 @@ fn decode_headers(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
+/// `Vec<u8>` as one base64 string.
+mod base64_bytes {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD as BASE64;
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], out: S) -> Result<S::Ok, S::Error> {
+        out.serialize_str(&BASE64.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(input: D) -> Result<Vec<u8>, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(input)?;
+        BASE64.decode(text.as_bytes()).map_err(D::Error::custom)
+    }
+}
+
+/// Headers as `[[name, base64 of the value], ...]`.
+mod base64_headers {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD as BASE64;
+    use serde::ser::SerializeSeq;
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(
+        headers: &[(String, Vec<u8>)],
+        out: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut seq = out.serialize_seq(Some(headers.len()))?;
+        for (name, value) in headers {
+            seq.serialize_element(&(name, BASE64.encode(value)))?;
+        }
+        seq.end()
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        input: D,
+    ) -> Result<Vec<(String, Vec<u8>)>, D::Error> {
+        let headers = Vec::<(String, String)>::deserialize(input)?;
+        headers
+            .into_iter()
+            .map(|(name, value)| Ok((name, BASE64.decode(value).map_err(D::Error::custom)?)))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,7 +511,8 @@ mod tests {
             request_id: "r".into(),
             route: route.into(),
             received_ms: now_ms(),
-            peer: None,
+            client: Some([192, 0, 2, 1].into()),
+            by_token: true,
             method: "POST".into(),
             target: format!("/hooks/{route}"),
             headers: vec![
@@ -487,6 +549,14 @@ mod tests {
         assert_eq!(seqs, [2, 3]);
         assert_eq!(pulled[0].body, b"\x00two");
         assert_eq!(pulled[0].headers, delivery("a", b"").headers);
+        assert_eq!(pulled[0].client, delivery("a", b"").client);
+        // On the wire every byte of the headers and the body comes back as it was.
+        let wire = serde_json::to_string(&pulled[0]).unwrap();
+        assert!(
+            wire.contains(r#""headers":[["x-a","MQ=="],["x-b","/yA="]]"#),
+            "{wire}"
+        );
+        assert_eq!(serde_json::from_str::<Delivery>(&wire).unwrap(), pulled[0]);
         assert_eq!(queue.status().await.unwrap().backlog, 2);
         queue.ack(3).await.unwrap();
         assert_eq!(queue.push(delivery("a", b"five")).await.unwrap(), 4);

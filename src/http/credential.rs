@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::AppState;
 use super::body::{parse_json, parse_mapped, read_limited};
+use super::edge_link::FromEdge;
 use super::reply::HookError;
 use super::request::{HookContext, HookRequest, extension};
 use super::signed::{self, Attempt, DeliverySlot, SignedAttempt};
@@ -46,20 +47,26 @@ impl FromRequestParts<AppState> for Credential {
         if let Some(replay) = &context.replay {
             return Ok(Credential::Replay(replay.signed.clone()));
         }
-        let peer = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|ConnectInfo(peer)| *peer)
-            .ok_or_else(|| HookError::internal("no peer address"))?;
+        let client = match parts.extensions.get::<FromEdge>() {
+            // Its edge took the hook token (and left it out of what it stored).
+            Some(FromEdge { by_token: true }) => return Ok(Credential::Token),
+            // Its sender saw only the edge's answer: its failures lock no one out here, where
+            // a forged delivery would otherwise hold up the genuine ones queued behind it.
+            Some(FromEdge { by_token: false }) => None,
+            None => {
+                let peer = parts
+                    .extensions
+                    .get::<ConnectInfo<SocketAddr>>()
+                    .map(|ConnectInfo(peer)| *peer)
+                    .ok_or_else(|| HookError::internal("no peer address"))?;
+                context
+                    .settings
+                    .trusted_proxies
+                    .client(peer.ip(), &parts.headers)
+            }
+        };
         let hooks = context.hooks()?;
-        let attempt = signed::authenticate(
-            app,
-            &context.settings,
-            hooks,
-            peer,
-            &parts.headers,
-            &context.name,
-        )?;
+        let attempt = signed::authenticate(app, hooks, client, &parts.headers, &context.name)?;
         Ok(match attempt {
             None => Credential::Token,
             Some(Attempt::Signed(attempt)) => Credential::Signature(attempt),

@@ -7,24 +7,24 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Query, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
 use super::auth::{presented_bearer, presented_token};
 use super::body::read_limited;
-use super::reply::{HookError, json_error};
+use super::reply::{HookError, Refusal, json_error, retry_after_seconds};
 use super::request::HookContext;
 use super::signed::{self, Attempt};
 use super::trace::Trace;
+use crate::client::ClientKey;
 use crate::config::EdgeServe;
 use crate::gateway::edge_queue::{Delivery, EdgeQueue, EdgeStatus, PushError};
 use crate::gateway::runtime_clock::now_ms;
+use crate::hook::credentials::TOKEN_HEADERS;
 use crate::mapping;
 
 /// The longest a pull waits for a request to arrive.
@@ -91,17 +91,19 @@ async fn store(
     let peer = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(peer)| *peer);
+        .map(|ConnectInfo(peer)| *peer)
+        .ok_or_else(|| HookError::internal("no peer address"))?;
+    let client = (context.settings.trusted_proxies).client_address(peer.ip(), &parts.headers);
     let hooks = context.hooks()?;
     let open = serve.routes.contains(name)
         && presented_token(&parts.headers).is_none()
         && mapping::signature_for(&hooks.mappings, name).is_none();
-    let attempt = match (open, peer) {
-        (true, _) => None,
-        (false, Some(peer)) => {
-            signed::authenticate(app, &context.settings, hooks, peer, &parts.headers, name)?
+    let attempt = match open {
+        true => None,
+        false => {
+            let counted = client.map(ClientKey::of);
+            signed::authenticate(app, hooks, counted, &parts.headers, name)?
         }
-        (false, None) => return Err(HookError::internal("no peer address")),
     };
     let bytes = read_limited(
         &parts.headers,
@@ -111,6 +113,7 @@ async fn store(
         &context.settings.connections,
     )
     .await?;
+    let by_token = !open && attempt.is_none();
     match attempt {
         // Verified here, claimed at the private node, which keeps the delivery ids.
         Some(Attempt::Signed(attempt)) => drop(signed::check_signature(
@@ -118,7 +121,7 @@ async fn store(
         )?),
         // A form's origin rule admitted it; the private node applies the rule again.
         Some(Attempt::Form(_)) => trace.authenticated(),
-        None if !open => trace.authenticated(),
+        None if by_token => trace.authenticated(),
         None => {}
     }
     let delivery = Delivery {
@@ -126,10 +129,11 @@ async fn store(
         request_id: trace.record_id(),
         route: name.to_string(),
         received_ms: now_ms(),
-        peer: peer.map(|p| p.to_string()),
+        client,
+        by_token,
         method: parts.method.to_string(),
         target: context.uri.to_string(),
-        headers: headers_of(&parts.headers),
+        headers: stored_headers(&parts.headers),
         body: bytes.to_vec(),
     };
     match queue.push(delivery).await {
@@ -153,47 +157,15 @@ async fn store(
     }
 }
 
-fn headers_of(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
+/// The headers kept for the private node: all of them but those that carry the hook token or a
+/// session ([`TOKEN_HEADERS`]), which whoever holds the pull token must not read. A request the
+/// token admitted is marked so instead ([`Delivery::by_token`]).
+fn stored_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
     headers
         .iter()
+        .filter(|(name, _)| !TOKEN_HEADERS.contains(&name.as_str()))
         .map(|(name, value)| (name.as_str().to_string(), value.as_bytes().to_vec()))
         .collect()
-}
-
-/// One stored request as `GET /edge/pull` sends it: its headers' values and its body in
-/// base64, so that every byte arrives as it was received.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WireDelivery {
-    pub seq: i64,
-    pub request_id: String,
-    pub route: String,
-    pub received_ms: i64,
-    pub peer: Option<String>,
-    pub method: String,
-    pub target: String,
-    pub headers: Vec<(String, String)>,
-    pub body: String,
-}
-
-impl From<Delivery> for WireDelivery {
-    fn from(d: Delivery) -> Self {
-        WireDelivery {
-            seq: d.seq,
-            request_id: d.request_id,
-            route: d.route,
-            received_ms: d.received_ms,
-            peer: d.peer,
-            method: d.method,
-            target: d.target,
-            headers: d
-                .headers
-                .into_iter()
-                .map(|(name, value)| (name, BASE64.encode(value)))
-                .collect(),
-            body: BASE64.encode(d.body),
-        }
-    }
 }
 
 /// The link as the edge sees it, in every pull's answer and the overview.
@@ -226,7 +198,7 @@ pub struct Pulled {
     /// The edge's queue id: a private node's marks name the edge by it.
     pub edge_id: String,
     pub link: LinkView,
-    pub deliveries: Vec<WireDelivery>,
+    pub deliveries: Vec<Delivery>,
 }
 
 /// `GET /edge/pull`'s query.
@@ -243,16 +215,13 @@ pub(super) struct PullQuery {
 }
 
 /// `GET /edge/pull?after=&wait=&limit=`: the stored requests after `after`, in order; waits up
-/// to `wait` seconds for one when none is there (a long poll).
+/// to `wait` seconds for one when none is there (a long poll). The pull token is checked before
+/// the query is read.
 pub(super) async fn pull(
     State(app): State<AppState>,
-    parts: Parts,
+    PullCredential(queue): PullCredential,
     Query(query): Query<PullQuery>,
 ) -> Response {
-    let queue = match pull_credential(&app, &parts) {
-        Ok(queue) => queue,
-        Err(refused) => return refused.into_response(),
-    };
     let wait = Duration::from_secs(query.wait).min(MAX_PULL_WAIT);
     let limit = query
         .limit
@@ -267,7 +236,7 @@ pub(super) async fn pull(
     Json(Pulled {
         edge_id: queue.id().to_string(),
         link: link.into(),
-        deliveries: pulled.into_iter().map(WireDelivery::from).collect(),
+        deliveries: pulled,
     })
     .into_response()
 }
@@ -290,16 +259,13 @@ pub struct Acked {
 }
 
 /// `POST /edge/ack`: forgets every stored request up to `upTo`; `409` when `edgeId` is not this
-/// queue's (the private node then starts over from this queue's start).
+/// queue's (the private node then starts over from this queue's start). The pull token is
+/// checked before the body is read.
 pub(super) async fn ack(
     State(app): State<AppState>,
-    parts: Parts,
+    PullCredential(queue): PullCredential,
     Json(ack): Json<Ack>,
 ) -> Response {
-    let queue = match pull_credential(&app, &parts) {
-        Ok(queue) => queue,
-        Err(refused) => return refused.into_response(),
-    };
     if *ack.edge_id != **queue.id() {
         return json_error(
             StatusCode::CONFLICT,
@@ -317,50 +283,66 @@ pub(super) async fn ack(
     }
 }
 
-/// The queue, when the request presents the pull token of this edge: 404 on a node that is no
-/// edge, 401 (or 429 once locked out, counted as the operator API counts) otherwise.
-fn pull_credential(app: &AppState, parts: &Parts) -> Result<EdgeQueue, PullRefused> {
-    let headers = &parts.headers;
-    let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().copied();
-    let settings = app.config.current();
-    let (Some(serve), Some(queue)) = (settings.edge.serve(), app.edge_queue.as_ref()) else {
-        return Err(PullRefused::NotAnEdge);
-    };
-    let client =
-        peer.and_then(|ConnectInfo(peer)| settings.trusted_proxies.client(peer.ip(), headers));
-    let now = std::time::Instant::now();
-    if let Some(client) = &client {
-        if app.api_limiter.check(client, now).is_err() {
-            return Err(PullRefused::LockedOut);
-        }
+/// Proof that the request presented this edge's pull token, with the edge's queue. An
+/// extractor, so that it runs before the query or body is read: a request without the token is
+/// answered `401` and counted toward the lockout however malformed the rest of it is.
+pub(super) struct PullCredential(EdgeQueue);
+
+impl FromRequestParts<AppState> for PullCredential {
+    type Rejection = PullRefused;
+
+    /// `404` on a node that is no edge; `429` (with `Retry-After`) for a client locked out
+    /// after repeated failures, counted as the operator API counts them; `401` without the
+    /// pull token.
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, PullRefused> {
+        PullCredential::check(parts, app).map_err(PullRefused)
     }
-    if serve.pull_token.matches(presented_bearer(headers)) {
-        return Ok(queue.clone());
-    }
-    if let Some(client) = &client {
-        app.api_limiter.record_failure(client, now);
-    }
-    Err(PullRefused::Unauthorized)
 }
 
-/// Why `/edge/pull` or `/edge/ack` was refused before anything was read.
-#[derive(Debug, Clone, Copy)]
-enum PullRefused {
-    /// This node is no edge: 404.
-    NotAnEdge,
-    /// The pull token was missing or wrong: 401.
-    Unauthorized,
-    /// Too many wrong pull tokens from this client: 429.
-    LockedOut,
+impl PullCredential {
+    fn check(parts: &Parts, app: &AppState) -> Result<PullCredential, HookError> {
+        let settings = app.config.current();
+        let (Some(serve), Some(queue)) = (settings.edge.serve(), app.edge_queue.as_ref()) else {
+            return Err(HookError::NotFound);
+        };
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(peer)| *peer)
+            .ok_or_else(|| HookError::internal("no peer address"))?;
+        // A client whose proxy named no address is not counted: see `signed::authenticate`.
+        let client = settings.trusted_proxies.client(peer.ip(), &parts.headers);
+        let now = std::time::Instant::now();
+        if let Some(client) = &client {
+            app.api_limiter
+                .check(client, now)
+                .map_err(|retry_after| HookError::LockedOut { retry_after })?;
+        }
+        if serve.pull_token.matches(presented_bearer(&parts.headers)) {
+            if let Some(client) = &client {
+                app.api_limiter.clear(client);
+            }
+            return Ok(PullCredential(queue.clone()));
+        }
+        if let Some(client) = &client {
+            app.api_limiter.record_failure(client, now);
+        }
+        Err(HookError::Unauthorized(Refusal::WrongToken))
+    }
 }
+
+/// Why `/edge/pull` or `/edge/ack` was refused before anything else of it was read: JSON, as
+/// the rest of the link's answers are (`{"ok":false,"error":"Unauthorized"}`), with
+/// `Retry-After` once locked out.
+pub(super) struct PullRefused(HookError);
 
 impl IntoResponse for PullRefused {
     fn into_response(self) -> Response {
-        let (status, text) = match self {
-            PullRefused::NotAnEdge => (StatusCode::NOT_FOUND, "Not Found"),
-            PullRefused::Unauthorized => (StatusCode::UNAUTHORIZED, "Unauthorized"),
-            PullRefused::LockedOut => (StatusCode::TOO_MANY_REQUESTS, "Too Many Requests"),
-        };
-        json_error(status, text)
+        let mut response = json_error(self.0.status(), &self.0.client_message());
+        if let HookError::LockedOut { retry_after } = self.0 {
+            let seconds = HeaderValue::from(retry_after_seconds(retry_after));
+            response.headers_mut().insert(header::RETRY_AFTER, seconds);
+        }
+        response
     }
 }

@@ -11,25 +11,23 @@
 //! actions not marked. Every request is marked answered after its answer.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderName, HeaderValue, Method};
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD as BASE64;
 use futures_util::future::join_all;
 use serde::Serialize;
 
 use super::AppState;
-use super::edge::{Ack, Acked, LinkView, Pulled, WireDelivery};
+use super::edge::{Ack, Acked, LinkView, Pulled};
 use super::hooks;
 use super::reply::{HookError, MappingFailure, Refused};
 use super::request_id::RequestId;
 use crate::config::EdgeLink;
-use crate::gateway::edge_queue::EdgeStatus;
+use crate::gateway::edge_queue::{Delivery, EdgeStatus};
 use crate::gateway::store::edge_marks::{self, EdgeMark};
 
 /// How long a pull waits at the edge for a request to arrive.
@@ -227,10 +225,10 @@ async fn take_all(
     app: &AppState,
     routes: &hooks::HookRoutes,
     edge: &Arc<str>,
-    deliveries: Vec<WireDelivery>,
+    deliveries: Vec<Delivery>,
 ) -> Option<i64> {
     let seqs: Vec<i64> = deliveries.iter().map(|d| d.seq).collect();
-    let mut by_route: BTreeMap<String, Vec<WireDelivery>> = BTreeMap::new();
+    let mut by_route: BTreeMap<String, Vec<Delivery>> = BTreeMap::new();
     for delivery in deliveries {
         by_route
             .entry(delivery.route.clone())
@@ -260,7 +258,7 @@ async fn take(
     app: &AppState,
     routes: &hooks::HookRoutes,
     edge: &Arc<str>,
-    delivery: WireDelivery,
+    delivery: Delivery,
 ) -> Result<(), String> {
     let mark = EdgeMark::answered(Arc::clone(edge), delivery.seq);
     let taken = app.store.edge_taken(Arc::clone(edge), delivery.seq).await;
@@ -302,13 +300,21 @@ fn may_pass(err: &HookError) -> bool {
     )
 }
 
-/// The request as the edge received it: method, target, headers and body byte for byte; its
-/// peer the sender's address as the edge saw it, its `X-Request-Id` the edge's record id.
-fn request_of(delivery: WireDelivery) -> Result<Request, String> {
-    let body = BASE64
-        .decode(&delivery.body)
-        .map_err(|_| "a body not in base64".to_string())?;
-    let mut request = Request::new(Body::from(body));
+/// Marks a request pulled from the edge, for the hook pipeline's authentication
+/// (`credential::Credential`): one the edge took the hook token of is admitted as the token
+/// admits; any other is checked here (its signature, its form rule) with no lockout, since its
+/// sender only ever saw the edge's answer.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FromEdge {
+    /// [`Delivery::by_token`].
+    pub by_token: bool,
+}
+
+/// The request as the edge received it: method, target, headers (but the hook token's) and body
+/// byte for byte; its peer the sender's address as the edge resolved it, its `X-Request-Id` the
+/// edge's record id.
+fn request_of(delivery: Delivery) -> Result<Request, String> {
+    let mut request = Request::new(Body::from(delivery.body));
     *request.method_mut() =
         Method::from_bytes(delivery.method.as_bytes()).map_err(|_| "a bad method".to_string())?;
     *request.uri_mut() = delivery
@@ -317,9 +323,6 @@ fn request_of(delivery: WireDelivery) -> Result<Request, String> {
         .map_err(|_| "a bad target".to_string())?;
     let headers = request.headers_mut();
     for (name, value) in delivery.headers {
-        let value = BASE64
-            .decode(value)
-            .map_err(|_| "a header not in base64".to_string())?;
         let (Ok(name), Ok(value)) = (
             HeaderName::from_bytes(name.as_bytes()),
             HeaderValue::from_bytes(&value),
@@ -328,15 +331,13 @@ fn request_of(delivery: WireDelivery) -> Result<Request, String> {
         };
         headers.append(name, value);
     }
-    let peer = delivery
-        .peer
-        .as_deref()
-        .and_then(|p| p.parse::<SocketAddr>().ok())
-        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-    request.extensions_mut().insert(ConnectInfo(peer));
-    request
-        .extensions_mut()
-        .insert(RequestId::linked(&delivery.request_id));
+    let client = delivery.client.unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    let extensions = request.extensions_mut();
+    extensions.insert(ConnectInfo(SocketAddr::new(client, 0)));
+    extensions.insert(RequestId::linked(&delivery.request_id));
+    extensions.insert(FromEdge {
+        by_token: delivery.by_token,
+    });
     Ok(request)
 }
 

@@ -165,7 +165,7 @@ pub fn json_error(status: StatusCode, message: &str) -> Response {
 }
 
 /// Whole seconds, rounded up, at least 1.
-fn retry_after_seconds(left: Duration) -> u64 {
+pub(super) fn retry_after_seconds(left: Duration) -> u64 {
     left.as_secs_f64().ceil().max(1.0) as u64
 }
 

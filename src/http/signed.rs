@@ -1,7 +1,6 @@
 //! Authentication by hook token or, for mappings that declare one, by the provider's signature;
 //! and replay protection for signed deliveries. The extractors of `credential` call these.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -16,7 +15,7 @@ use super::reply::{HookError, Refusal, json_error};
 use super::request::HookContext;
 use super::trace::Trace;
 use crate::client::ClientKey;
-use crate::config::{HookSettings, Settings};
+use crate::config::HookSettings;
 use crate::gateway::admission::replay::{Claim, RecordedAnswer};
 use crate::gateway::requests::Repeat;
 use crate::gateway::runtime_clock::now_ms;
@@ -58,16 +57,20 @@ pub type SignatureFailureKey = (ClientKey, String);
 /// Without a token, on a form mapping's path (and no signed mapping's), the form rule decides:
 /// a refusal there counts toward no lockout (the rule guards no secret to guess).
 ///
+/// `client` is whom failures count against ([`TrustedProxies::client`]), `None` for none: a
+/// request a private node pulled from its edge counts against no one, since its sender saw
+/// only the edge's answer and learns nothing from this one.
+///
 /// `None` when the token admitted the request.
+///
+/// [`TrustedProxies::client`]: crate::client::TrustedProxies::client
 pub fn authenticate(
     app: &AppState,
-    settings: &Settings,
     hooks: &HookSettings,
-    peer: SocketAddr,
+    client: Option<ClientKey>,
     headers: &HeaderMap,
     name: &str,
 ) -> Result<Option<Attempt>, HookError> {
-    let client = settings.trusted_proxies.client(peer.ip(), headers);
     let now = Instant::now();
     let token = presented_token(headers);
     let signed = mapping::signature_for(&hooks.mappings, name);

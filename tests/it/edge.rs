@@ -2,15 +2,18 @@
 //! edge stored while the private node was away runs there exactly once, in order per mapping,
 //! through the private node's own pipeline, across a crash of either side.
 
+use std::io::Write;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::harness::*;
 use crate::signatures::sign;
+use crate::subscriptions::octokit_signer;
 
 pub(super) const PULL_TOKEN: &str = "edge-pull-token-5555";
-const SECRET: &str = "github-webhook-secret";
+pub(super) const SECRET: &str = "github-webhook-secret";
 const GITHUB: usize = 500;
 const OTHER: usize = 20;
 
@@ -24,7 +27,7 @@ pub(super) fn edge_config() -> Value {
     config
 }
 
-fn private_config(edge: &str) -> Value {
+pub(super) fn private_config(edge: &str) -> Value {
     let mut config = base_config();
     set(
         &mut config,
@@ -60,10 +63,61 @@ pub(super) async fn start_edge(dir: &ConfigDir, port: u16) -> Hookgate {
     .await
 }
 
-/// GitHub delivery `id` of `{"n": n}`, sent to the edge.
-async fn deliver(edge: &Hookgate, n: usize, id: &str) -> reqwest::Response {
+/// `{"n": n}` for each `n` of `ns`, with its `X-Hub-Signature-256` under [`SECRET`] as octokit
+/// (`@octokit/webhooks-methods`, GitHub's own JavaScript client) computes it: one Node.js process
+/// signs them all.
+fn octokit_signed(ns: std::ops::Range<usize>) -> Vec<(Vec<u8>, String)> {
+    let bodies: Vec<String> = ns.map(|n| json!({"n": n}).to_string()).collect();
+    let mut child = Command::new("node")
+        .arg(octokit_signer().join("sign-many.mjs"))
+        .env("SECRET", SECRET)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run node");
+    let input = serde_json::to_vec(&bodies).unwrap();
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "octokit's sign failed");
+    let signatures: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(signatures.len(), bodies.len());
+    bodies
+        .into_iter()
+        .map(String::into_bytes)
+        .zip(signatures)
+        .collect()
+}
+
+/// GitHub delivery `id` of `body` with its `signature`, sent to the edge as GitHub sends it.
+async fn deliver(
+    edge: &Hookgate,
+    (body, signature): &(Vec<u8>, String),
+    id: &str,
+) -> reqwest::Response {
+    client()
+        .post(edge.url("/hooks/github"))
+        .header("x-hub-signature-256", signature)
+        .header("x-github-delivery", id)
+        .header("x-github-event", "push")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap()
+}
+
+/// GitHub delivery `id` of `{"n": n}`, signed here, sent to the edge by `client` through a
+/// proxy (`X-Forwarded-For`, believed only where the edge trusts the proxy).
+pub(super) async fn deliver_from(
+    edge: &Hookgate,
+    n: usize,
+    id: &str,
+    client_address: &str,
+) -> reqwest::Response {
     let body = serde_json::to_vec(&json!({"n": n})).unwrap();
-    let mut request = client().post(edge.url("/hooks/github")).body(body.clone());
+    let mut request = client()
+        .post(edge.url("/hooks/github"))
+        .header("x-forwarded-for", client_address)
+        .body(body.clone());
     for (name, value) in sign("github", SECRET, &body, 0, id) {
         request = request.header(name, value);
     }
@@ -111,12 +165,14 @@ async fn what_the_edge_stored_while_the_private_node_was_away_runs_there_exactly
     let port = free_port();
     let edge_dir = ConfigDir::new(&edge_config());
     let mut edge = start_edge(&edge_dir, port).await;
-    for n in 0..GITHUB {
-        let response = deliver(&edge, n, &format!("delivery-{n}")).await;
+    let deliveries = octokit_signed(0..GITHUB);
+    for (n, delivery) in deliveries.iter().enumerate() {
+        let response = deliver(&edge, delivery, &format!("delivery-{n}")).await;
         assert_eq!(response.status(), 202, "delivery {n}");
     }
     // GitHub's redelivery of one: the same delivery id, the same bytes.
-    assert_eq!(deliver(&edge, 7, "delivery-7").await.status(), 202);
+    let redelivery = deliver(&edge, &deliveries[7], "delivery-7").await;
+    assert_eq!(redelivery.status(), 202);
     for n in 0..OTHER {
         let response = edge
             .hook("/hooks/other")
@@ -235,9 +291,10 @@ async fn an_edge_past_its_bounds_answers_503_and_counts_it() {
     set(&mut config, "edge.serve.maxPendingPerRoute", json!(2));
     let (edge, _dir) = Hookgate::start(&config);
     for n in 0..2 {
-        assert_eq!(deliver(&edge, n, &format!("d{n}")).await.status(), 202);
+        let response = deliver_from(&edge, n, &format!("d{n}"), "192.0.2.1").await;
+        assert_eq!(response.status(), 202);
     }
-    let refused = deliver(&edge, 2, "d2").await;
+    let refused = deliver_from(&edge, 2, "d2", "192.0.2.1").await;
     assert_eq!(refused.status(), 503);
     assert!(refused.headers().contains_key("retry-after"));
     // Another route still has room.

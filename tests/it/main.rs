@@ -60,6 +60,7 @@ mod dry_run_render;
 mod dry_run_unchanged;
 mod durability;
 mod edge;
+mod edge_guard;
 mod edge_windows;
 mod example;
 mod failover;

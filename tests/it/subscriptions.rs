@@ -48,7 +48,7 @@ fn cli(node: &Hookgate, args: &[&str]) -> Result<Value, String> {
 }
 
 /// The signer's directory, its packages installed once per test process (as CI does).
-fn octokit_signer() -> &'static Path {
+pub(crate) fn octokit_signer() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/fixtures/octokit-signer");
