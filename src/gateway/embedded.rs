@@ -143,7 +143,7 @@ impl Embedded {
         // its session key closed to later runs until a restart).
         let (ctx, signals) = (self.ctx.clone(), Arc::clone(&self.signals));
         let endpoints = webhooks::with_endpoints(&settings);
-        let admitted = tokio::spawn(edge_marks::carried(async move {
+        let admitted = edge_marks::spawn_carried(async move {
             let started_at = now_rfc3339();
             let announced = endpoints.is_some();
             let (queued, stored, run) = ctx
@@ -172,7 +172,7 @@ impl Embedded {
                 }
             }
             Ok(queued)
-        }));
+        });
         admitted.await.map_err(|_| StoreError::Closed)?
     }
 

@@ -15,6 +15,7 @@
 use std::sync::{Arc, OnceLock};
 
 use rusqlite::{Connection, params};
+use tokio::task::JoinHandle;
 
 tokio::task_local! {
     static MARK: EdgeMark;
@@ -87,16 +88,20 @@ pub async fn action_scope<F: Future>(
     MARK.scope(mark, work).await
 }
 
-/// `work` in the scope this is called in, for a task of its own: a task-local does not cross
-/// `tokio::spawn`, so work spawned for a delivery would otherwise commit without its mark (and
-/// run again when the delivery is pulled again after a crash).
-pub fn carried<F: Future>(work: F) -> impl Future<Output = F::Output> {
-    let mark = current();
-    async move {
-        match mark {
-            Some(mark) => MARK.scope(mark, work).await,
-            None => work.await,
-        }
+/// Spawns `work` in the scope this is called in: a task-local does not cross `tokio::spawn`, so
+/// work spawned for a delivery would otherwise commit without its mark (and run again when the
+/// delivery is pulled again after a crash). Outside a scope `work` is spawned as it is: an
+/// `async` block wrapping it held both `work` and its scoped form, twice its size, and tokio
+/// copies a task's whole future at its spawn and at each change of its stage (about 2k
+/// instructions per `/hooks/agent`, docs/performance.md).
+pub fn spawn_carried<F>(work: F) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    match current() {
+        Some(mark) => tokio::spawn(MARK.scope(mark, work)),
+        None => tokio::spawn(work),
     }
 }
 
@@ -214,5 +219,21 @@ mod tests {
         assert!(!taken(&conn, "other", 1).unwrap());
         forget(&conn, "e", 1).unwrap();
         assert!(!taken(&conn, "e", 1).unwrap());
+    }
+
+    /// Spawned work carries the scope's mark into its task.
+    #[tokio::test]
+    async fn spawned_work_inside_a_scope_sees_its_mark() {
+        let seen = scope(mark(42, Part::Answered), async { spawn_carried(async { current() }).await })
+            .await
+            .unwrap();
+        assert_eq!(seen.map(|m| m.seq), Some(42));
+    }
+
+    /// Outside a scope it carries none.
+    #[tokio::test]
+    async fn spawned_work_outside_a_scope_sees_no_mark() {
+        let seen = spawn_carried(async { current() }).await.unwrap();
+        assert!(seen.is_none());
     }
 }
