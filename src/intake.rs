@@ -34,6 +34,8 @@ pub struct Intake<'a> {
     pub path: &'a str,
     /// The source of a wake's event, e.g. `hook:wake`.
     pub event_source: String,
+    /// The request's id (its answer's `X-Request-Id`), which its runs' callbacks carry.
+    pub request_id: Option<&'a str>,
 }
 
 /// What a request asks for: its actions, in order.
@@ -209,9 +211,15 @@ async fn commit(
             .map(|outcome| Made::Woke(wake.mode, outcome)),
         // Boxed: queueing a run (a batch, a lane, budgets) is a future many times the size of
         // a wake's commit, and unboxed every wake would carry and move it.
-        Admitted::Agent(admission) => Box::pin(queue(runtime, hooks, *admission))
-            .await
-            .map(Made::Run),
+        Admitted::Agent(mut admission) => {
+            // Only a callback carries it: a run without one spares the copy.
+            if admission.run.admitted.callback.is_some() {
+                admission.run.admitted.request_id = intake.request_id.map(str::to_string);
+            }
+            Box::pin(queue(runtime, hooks, *admission))
+                .await
+                .map(Made::Run)
+        }
         Admitted::Notify(notice) => Box::pin(runtime.submit_notify(*notice))
             .await
             .map(|queued| Made::Run(QueuedRun::of(queued)))
@@ -422,6 +430,7 @@ fn admit_notify(
         action,
         // Refused on a notify mapping at load (config/notify.rs).
         callback: None,
+        request_id: None,
     };
     let claim = idempotency::choose_key(keys).map(|key| IdempotencyClaim {
         fingerprint: idempotency::fingerprint(key, path, &admitted),

@@ -276,6 +276,10 @@ pub struct AdmittedRun {
     /// for the API's view, and OpenClaw takes no such key in a relay).
     #[serde(skip)]
     pub callback: Option<String>,
+    /// The id of the request that admitted the run (its answer's `X-Request-Id`), which its
+    /// callback carries; like `callback`, in none of the run's stored forms.
+    #[serde(skip)]
+    pub request_id: Option<String>,
 }
 
 impl AdmittedRun {

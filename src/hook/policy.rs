@@ -328,6 +328,7 @@ impl HookPolicy {
             allow_unsafe_external_content,
             mapping_id: None,
             callback: None,
+            request_id: None,
         })
     }
 }

@@ -31,6 +31,7 @@ pub(super) async fn wake(
         keys: [None; 5],
         path: "",
         event_source: source,
+        request_id: None,
     };
     let committed = admit(app, hooks, &intake, Actions::Wake(wake), trace).await?;
     Ok(Json(Answer::of(&committed)).into_response())
@@ -234,5 +235,10 @@ pub(super) fn intake_of<'a>(request: &HookRequest<'a>) -> Intake<'a> {
         ],
         path: request.parts.uri.path(),
         event_source: format!("hook:{}", request.name),
+        request_id: request
+            .parts
+            .extensions
+            .get::<super::request_id::RequestId>()
+            .map(super::request_id::RequestId::as_str),
     }
 }

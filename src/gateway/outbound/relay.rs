@@ -176,6 +176,7 @@ mod tests {
             allow_unsafe_external_content: false,
             mapping_id: None,
             callback: None,
+            request_id: None,
         }
     }
 

@@ -587,6 +587,7 @@ impl NewRun {
                 allow_unsafe_external_content: false,
                 mapping_id: row.get(17)?,
                 callback: None,
+                request_id: None,
             },
             prompt: row.get(6)?,
             created_at: row.get(15)?,

@@ -154,6 +154,7 @@ impl From<Form1> for NewRun {
             allow_unsafe_external_content: false,
             mapping_id: run.mapping_id,
             callback: None,
+            request_id: None,
         };
         NewRun {
             priority: run.priority,

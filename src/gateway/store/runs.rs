@@ -406,6 +406,7 @@ pub(in crate::gateway) mod tests {
                 allow_unsafe_external_content: false,
                 mapping_id: None,
                 callback: None,
+                request_id: None,
             },
             prompt: "p".into(),
             created_at: "2026-01-01T00:00:00.000Z".into(),

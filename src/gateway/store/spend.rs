@@ -167,6 +167,7 @@ mod tests {
                 allow_unsafe_external_content: false,
                 mapping_id: mapping.map(String::from),
                 callback: None,
+                request_id: None,
             },
             prompt: "p".into(),
             created_at: created.into(),

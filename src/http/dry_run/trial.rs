@@ -126,6 +126,7 @@ async fn outcome(
                 keys: [None; 5],
                 path: "",
                 event_source: "hook:wake".into(),
+                request_id: None,
             };
             (None, intake::preview(hooks, &intake, Actions::Wake(wake))?)
         }
