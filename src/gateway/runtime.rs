@@ -14,6 +14,7 @@ use super::context::{Context, Worker, WorkerName};
 use super::embedded::{Embedded, queue_with_callback};
 use super::forward::Forward;
 use super::nats::{Batches, Cluster, Fact};
+use super::outbound::webhook_api::Resent;
 use super::outbound::webhooks;
 use super::signals::Signals;
 use super::store::records::{EventOutcome, NewEvent, NewRun};
@@ -274,7 +275,11 @@ impl Runtime {
         by: HeldBy,
     ) -> Result<RunQueued, StoreError> {
         let endpoints = match &self.backend {
-            Backend::Nats(cluster) => return Ok(Box::pin(cluster.hold_run(run, claim, by)).await?),
+            Backend::Nats(cluster) => {
+                let settings = self.config.current();
+                let held = cluster.hold_run(run, claim, by, &settings.outbound);
+                return Ok(Box::pin(held).await?);
+            }
             Backend::Forward(forward) => return Box::pin(forward.hold_run(run, claim, by)).await,
             Backend::Embedded(embedded) => webhooks::with_endpoints(&embedded.settings()),
         };
@@ -305,6 +310,24 @@ impl Runtime {
                 Ok(Box::pin(Batches::join_detached(cluster, view, item, open)).await?)
             }
         }
+    }
+
+    /// Sends the failed callback or webhook `id` again, its `webhook-id` unchanged and its
+    /// retry window restarted (`POST /api/outbound/{id}/retry`). On a NATS cluster the retry
+    /// is a fact every view applies, answered once this node's view has (or after 2 s).
+    pub async fn retry_outbound(&self, id: i64) -> Result<Resent, StoreError> {
+        let resent = match &self.backend {
+            Backend::Nats(cluster) => {
+                super::nats::webhooks::retry(cluster, &self.store, id).await?
+            }
+            Backend::Embedded(_) | Backend::Forward(_) => {
+                super::outbound::webhook_api::retry(&self.store, id).await?
+            }
+        };
+        if let (Resent::Resent, Backend::Embedded(embedded)) = (resent, &self.backend) {
+            embedded.signals().webhooks_ready.notify_one();
+        }
+        Ok(resent)
     }
 
     /// Recovers what failed of a run, once the operator mended the cause ([`Retry`]): its turn

@@ -56,7 +56,7 @@ pub async fn retry(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     let id: i64 = id.parse().map_err(|_| ApiError::NotFound("message"))?;
-    match outbound_api::retry(&app.store, id).await? {
+    match app.runtime.retry_outbound(id).await? {
         Resent::Resent => Ok(Json(Retried { ok: true, id }).into_response()),
         Resent::NotFound => Err(ApiError::NotFound("message")),
         Resent::NotFailed => Err(ApiError::Conflict("the message has not failed".into())),

@@ -330,7 +330,8 @@ async fn check_creates_the_stream_and_buckets_keeps_operator_limits_and_names_an
     assert!(status.success(), "{output}");
     assert!(
         output.contains("ok: nats: stream HOOKGATE")
-            && output.contains("buckets hookgate-{idempotency,replay,locks,sends,batches}")
+            && output
+                .contains("buckets hookgate-{idempotency,replay,locks,sends,batches,webhooks}")
             && output.contains("ack wait 7 s"),
         "{output}"
     );

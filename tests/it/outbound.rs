@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::fake::{Answer, Fake, chat_reply};
 use crate::harness::*;
 use crate::processes::dies_with_its_test;
-use crate::runtime::free_port;
+use crate::runtime::{Backend, free_port};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 /// The secret rotated to: messages carry a signature by each while both are configured.
@@ -131,12 +131,13 @@ async fn outbound(server: &Hookgate, query: &str) -> Vec<Value> {
     list["messages"].as_array().unwrap().clone()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn callbacks_of_runs_that_ended_while_the_receiver_was_down_arrive_once_each() {
+async fn callbacks_of_runs_that_ended_while_the_receiver_was_down_arrive_once_each(
+    backend: Backend,
+) {
     let provider = Fake::start(|_, _| Answer::Json(200, chat_reply("done"))).await;
     let port = free_port();
     let config = callback_config(&provider, json!([SECRET, NEXT_SECRET]));
-    let (server, _dir) = Hookgate::start(&config);
+    let (server, _kept) = backend.start(&config);
     let url = format!("http://127.0.0.1:{port}/callback");
     let mut runs = BTreeSet::new();
     for n in 0..100 {
@@ -190,6 +191,11 @@ async fn callbacks_of_runs_that_ended_while_the_receiver_was_down_arrive_once_ea
         assert_eq!(data["reply"], "done");
         assert_eq!(data["mapping"], "cb");
         assert!(data["finishedAt"].is_string() && data["createdAt"].is_string());
+        // The request that admitted the run, as its answer's X-Request-Id named it.
+        assert!(
+            data["requestId"].as_str().is_some_and(|id| !id.is_empty()),
+            "{data}"
+        );
         let id = message["id"].as_str().unwrap().to_string();
         let earlier = by_run.insert(data["runId"].as_str().unwrap().to_string(), id);
         assert!(
@@ -208,12 +214,11 @@ async fn callbacks_of_runs_that_ended_while_the_receiver_was_down_arrive_once_ea
     assert_eq!(receiver.received().await.len(), 100);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delivery_cut_by_a_kill_is_sent_again_with_the_same_webhook_id() {
+async fn a_delivery_cut_by_a_kill_is_sent_again_with_the_same_webhook_id(backend: Backend) {
     let provider = Fake::start(|_, _| Answer::Json(200, chat_reply("done"))).await;
     let port = free_port();
     let config = callback_config(&provider, json!([SECRET]));
-    let (server, dir) = Hookgate::start(&config);
+    let (server, kept) = backend.start(&config);
     let receiver = Receiver::start(port, &[SECRET]);
     receiver.hold().await;
     let url = format!("http://127.0.0.1:{port}/callback");
@@ -228,10 +233,11 @@ async fn a_delivery_cut_by_a_kill_is_sent_again_with_the_same_webhook_id() {
     receiver.stop();
 
     let receiver = Receiver::start(port, &[SECRET]);
-    let restarted = Hookgate::start_in(&dir);
+    let restarted = Hookgate::start_in(kept.dir());
     let received = eventually_within(
         "the callback to be sent again",
-        Duration::from_secs(30),
+        // On NATS, once the attempt the killed node took has expired (30 s).
+        Duration::from_secs(60),
         Duration::from_millis(100),
         async || {
             let received = receiver.received().await;
@@ -253,8 +259,7 @@ async fn a_delivery_cut_by_a_kill_is_sent_again_with_the_same_webhook_id() {
     assert_eq!(receiver.received().await.len(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_callback_to_a_private_address_is_refused_unless_listed() {
+async fn a_callback_to_a_private_address_is_refused_unless_listed(backend: Backend) {
     let provider = Fake::start(|_, _| Answer::Json(200, chat_reply("done"))).await;
     let port = free_port();
     // Another loopback address than the refused ones: the one the operator listed.
@@ -267,7 +272,7 @@ async fn a_callback_to_a_private_address_is_refused_unless_listed() {
         "outbound.allowHosts",
         json!(["127.0.0.2", "localhost"]),
     );
-    let (server, _dir) = Hookgate::start(&config);
+    let (server, _kept) = backend.start(&config);
     let refused = [
         (
             format!("http://10.0.0.1:{port}/x"),
@@ -421,8 +426,7 @@ async fn a_slack_slash_command_gets_the_reply_at_its_response_url() {
     assert!(sent.header("webhook-signature").unwrap().starts_with("v1,"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn endpoints_get_the_events_they_subscribe_to_in_order_per_run() {
+async fn endpoints_get_the_events_they_subscribe_to_in_order_per_run(backend: Backend) {
     let provider = Fake::start(|request, _| {
         if request.body.to_string().contains("please fail") {
             Answer::Json(400, json!({"error": {"message": "refused"}}))
@@ -456,7 +460,7 @@ async fn endpoints_get_the_events_they_subscribe_to_in_order_per_run() {
             }],
         }),
     );
-    let (server, _dir) = Hookgate::start(&config);
+    let (server, _kept) = backend.start(&config);
     let mut runs = Vec::new();
     for (path, text) in [
         ("watched", "hello"),
@@ -508,8 +512,7 @@ async fn endpoints_get_the_events_they_subscribe_to_in_order_per_run() {
     assert!(failed["payload"]["data"]["error"].is_string(), "{failed}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_endpoint_hears_of_a_reply_that_could_not_be_delivered() {
+async fn an_endpoint_hears_of_a_reply_that_could_not_be_delivered(backend: Backend) {
     let provider = Fake::start(|_, _| Answer::Json(200, chat_reply("the reply"))).await;
     let telegram = Fake::start(|_, _| {
         Answer::Json(
@@ -537,7 +540,7 @@ async fn an_endpoint_hears_of_a_reply_that_could_not_be_delivered() {
             }],
         }),
     );
-    let (server, _dir) = Hookgate::start(&config);
+    let (server, _kept) = backend.start(&config);
     let body = json!({"message": "hi", "channel": "telegram", "to": "42"});
     let run_id = crate::runtime::agent(&server, body).await;
     let received = eventually_within(
@@ -560,3 +563,11 @@ async fn an_endpoint_hears_of_a_reply_that_could_not_be_delivered() {
     );
     assert_eq!(receiver.received().await.len(), 1);
 }
+
+on_both_stores!(
+    callbacks_of_runs_that_ended_while_the_receiver_was_down_arrive_once_each,
+    a_delivery_cut_by_a_kill_is_sent_again_with_the_same_webhook_id,
+    a_callback_to_a_private_address_is_refused_unless_listed,
+    endpoints_get_the_events_they_subscribe_to_in_order_per_run,
+    an_endpoint_hears_of_a_reply_that_could_not_be_delivered,
+);

@@ -371,7 +371,13 @@ impl Batches<'_> {
         match run {
             Some(run) => self
                 .cluster
-                .publish(&Fact::Run { run }, run_id)
+                .publish(
+                    &Fact::Run {
+                        run,
+                        webhooks: Vec::new(),
+                    },
+                    run_id,
+                )
                 .await
                 .map(drop),
             // Closed in this view already: its run is on the stream.

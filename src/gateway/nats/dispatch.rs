@@ -6,10 +6,12 @@ use async_nats::jetstream::{Message, kv};
 
 use super::work::{VIEW_WAIT, done, later, next_period, position, with_progress};
 use super::{Cluster, Consumer, Fact};
+use crate::config::outbound::Event;
 use crate::gateway::clock::now_ms;
 use crate::gateway::context::Context;
 use crate::gateway::outbound::chat::{self, Next, SendError, next_attempt};
-use crate::gateway::store::records::{DeliveryJob, DeliveryRecord};
+use crate::gateway::outbound::webhooks::{self, WebhookMessage};
+use crate::gateway::store::records::{DeliveryJob, DeliveryRecord, NewRun};
 use crate::gateway::turns::agent;
 
 /// A send marker's value while the send is under way: a node finding it knows a send may have
@@ -104,7 +106,7 @@ pub(super) async fn deliver(ctx: Context, cluster: Cluster, message: Message) {
     if entry.as_ref().is_some_and(|e| e.value == SENDING) {
         // A node died while sending it: it may have arrived; it is not sent again.
         let error = SendError::Interrupted;
-        return give_up(&cluster, &message, &job, &marker, attempts, &error).await;
+        return give_up(&ctx, &cluster, &message, &job, &marker, attempts, &error).await;
     }
     let Some(mut parts) = mark_sending(sends, &marker, entry).await else {
         return later(&message, Duration::from_secs(1)).await;
@@ -136,7 +138,7 @@ pub(super) async fn deliver(ctx: Context, cluster: Cluster, message: Message) {
                         }
                         _ => tracing::warn!(sequence, attempts, %error, "giving up a send"),
                     }
-                    give_up(&cluster, &message, &job, &marker, attempts, &error).await;
+                    give_up(&ctx, &cluster, &message, &job, &marker, attempts, &error).await;
                 }
                 Next::RetryAfter(backoff) => {
                     tracing::info!(sequence, attempts, %error, ?backoff, "send failed; will retry");
@@ -207,6 +209,7 @@ async fn settle(cluster: &Cluster, message: &Message, fact: &Fact, marker: &str)
 
 /// Ends a delivery without success; a run's reply that was not delivered becomes its summary.
 async fn give_up(
+    ctx: &Context,
     cluster: &Cluster,
     message: &Message,
     job: &DeliveryJob,
@@ -215,13 +218,41 @@ async fn give_up(
     error: &SendError,
 ) {
     let record = chat::given_up(job, attempts, error);
-    let fact = delivered_fact(job, record, true);
+    let mut fact = delivered_fact(job, record, true);
+    if let Fact::Delivered { webhooks, .. } = &mut fact {
+        *webhooks = delivery_failed(ctx, job, error).await;
+    }
     if settle(cluster, message, &fact, marker).await && job.wake_now && job.summary.is_some() {
         // The run's summary was just recorded: its heartbeat need not wait for the next period.
         if let Err(err) = cluster.request_beat().await {
             tracing::warn!(%err, "cannot request a heartbeat");
         }
     }
+}
+
+/// The `delivery.failed` messages of a run's reply given up with `error`, to the endpoints
+/// subscribed (none without endpoints, at no cost).
+async fn delivery_failed(
+    ctx: &Context,
+    job: &DeliveryJob,
+    error: &SendError,
+) -> Vec<WebhookMessage> {
+    let settings = ctx.config.current();
+    let Some(run_id) = job.run_id.clone() else {
+        return Vec::new();
+    };
+    if settings.outbound.endpoints.is_empty() {
+        return Vec::new();
+    }
+    let run = ctx
+        .store
+        .read(move |conn| NewRun::select(conn, &run_id))
+        .await;
+    let Ok(Some(run)) = run else {
+        return Vec::new();
+    };
+    let why = error.to_string();
+    webhooks::event_messages(&settings.outbound, Event::DeliveryFailed, &run, Some(&why))
 }
 
 /// The fact of a settled delivery; a reply given up carries its run's summary.
@@ -231,6 +262,7 @@ fn delivered_fact(job: &DeliveryJob, delivery: DeliveryRecord, given_up: bool) -
         agent: job.agent.clone(),
         delivery,
         summary: job.summary.clone().filter(|_| given_up),
+        webhooks: Vec::new(),
     }
 }
 

@@ -13,6 +13,9 @@ use crate::config::runtime::Route;
 use crate::gateway::admission::batches::{self, Opened};
 use crate::gateway::admission::budget::{HeldBy, held};
 use crate::gateway::notify;
+use crate::gateway::outbound::outbox::WebhookAttempt;
+use crate::gateway::outbound::webhook_api as outbound_api;
+use crate::gateway::outbound::webhooks::{self as outbound_webhooks, WebhookMessage};
 use crate::gateway::store::records::RunStatus;
 use crate::gateway::store::records::{
     DeliveryJob, DeliveryRecord, NewEvent, NewRun, RunOutcome, SummaryEvent,
@@ -30,11 +33,22 @@ pub enum Fact {
     Wake { event: NewEvent },
     /// An accepted agent run; the runner consumer hands it to one node. For a batch's run, its
     /// closing: the run with the prompt of every item (docs/runtime.md "Batches").
-    Run { run: NewRun },
+    Run {
+        run: NewRun,
+        /// Callbacks and lifecycle webhooks written with it (`outbound::webhooks::write`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        webhooks: Vec<WebhookMessage>,
+    },
     /// An accepted run a budget held (`gateway::budget`): stored `held`, on a subject the runner
     /// consumer does not read.
     #[serde(rename_all = "camelCase")]
-    Held { run: NewRun, held_by: HeldBy },
+    Held {
+        run: NewRun,
+        held_by: HeldBy,
+        /// Callbacks and lifecycle webhooks written with it (`outbound::webhooks::write`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        webhooks: Vec<WebhookMessage>,
+    },
     /// A held run released, by its budget's window or the operator: queued from `released_at`
     /// on, and handed to the runner consumer like a new run (under `release-<run id>`, so that
     /// nodes releasing it at once make one release).
@@ -64,7 +78,13 @@ pub enum Fact {
     },
     /// A node began the run.
     #[serde(rename_all = "camelCase")]
-    Started { run_id: String, started_at: String },
+    Started {
+        run_id: String,
+        started_at: String,
+        /// Callbacks and lifecycle webhooks written with it (`outbound::webhooks::write`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        webhooks: Vec<WebhookMessage>,
+    },
     /// A run's outcome, with its summary event or the delivery to make, which the delivery
     /// consumer hands to one node.
     #[serde(rename_all = "camelCase")]
@@ -75,6 +95,9 @@ pub enum Fact {
         summary: Option<SummaryEvent>,
         /// Boxed: a reply is the bulk of the fact, and most facts carry none.
         job: Option<Box<DeliveryJob>>,
+        /// Callbacks and lifecycle webhooks written with it (`outbound::webhooks::write`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        webhooks: Vec<WebhookMessage>,
     },
     /// A notification (`gateway::notify`): its run, stored finished with its outcome and its
     /// delivery pending, and the delivery, which the delivery consumer hands to one node.
@@ -119,6 +142,19 @@ pub enum Fact {
         agent: String,
         delivery: DeliveryRecord,
         summary: Option<SummaryEvent>,
+        /// Callbacks and lifecycle webhooks written with it (`outbound::webhooks::write`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        webhooks: Vec<WebhookMessage>,
+    },
+    /// A node's attempt at the webhook `webhookId` (outbox row `row` in every view): sent,
+    /// to be tried again at `nextAtMs`, or given up.
+    WebhookAttempted(WebhookAttempt),
+    /// The operator sent the failed webhook `webhookId` (row `row`) again from `atMs`.
+    #[serde(rename_all = "camelCase")]
+    WebhookRetried {
+        row: i64,
+        webhook_id: String,
+        at_ms: i64,
     },
 }
 
@@ -141,6 +177,8 @@ impl Fact {
             Fact::Beat { .. } => "out.beat",
             Fact::Delivered { .. } => "delivered",
             Fact::RouteSet { .. } => "route",
+            Fact::WebhookAttempted(_) => "webhook.attempted",
+            Fact::WebhookRetried { .. } => "webhook.retried",
         }
         .to_string()
     }
@@ -167,15 +205,23 @@ impl Fact {
                 // Every view applies the stream in one order, so every view coalesces alike.
                 event.append_wake(conn)?;
             }
-            Fact::Run { run } => match runs::status(conn, &run.run_id)? {
-                None => run.insert(conn)?,
+            Fact::Run { run, webhooks } => match runs::status(conn, &run.run_id)? {
+                None => {
+                    run.insert(conn)?;
+                    outbound_webhooks::write(conn, &run.run_id, webhooks)?;
+                }
                 Some(RunStatus::Batching) => batches::queue_closed(conn, run)?,
                 Some(_) => {}
             },
-            Fact::Held { run, held_by } => {
+            Fact::Held {
+                run,
+                held_by,
+                webhooks,
+            } => {
                 if runs::status(conn, &run.run_id)?.is_none() {
                     run.insert(conn)?;
                     held::hold(conn, &run.run_id, held_by)?;
+                    outbound_webhooks::write(conn, &run.run_id, webhooks)?;
                 }
             }
             Fact::Released { run, released_at } => {
@@ -194,19 +240,28 @@ impl Fact {
                 position,
                 message,
             } => batches::insert_item(conn, run_id, *position, message, None)?,
-            Fact::Started { run_id, started_at } => {
-                runs::claim(conn, run_id, started_at)?;
+            Fact::Started {
+                run_id,
+                started_at,
+                webhooks,
+            } => {
+                // A repeated start (a run handed to another node) announces nothing again.
+                if runs::claim(conn, run_id, started_at)?.is_some() {
+                    outbound_webhooks::write(conn, run_id, webhooks)?;
+                }
             }
             Fact::Finished {
                 run_id,
                 outcome,
                 delivery,
                 summary,
+                webhooks,
                 ..
             } => {
                 let status = runs::status(conn, run_id)?;
                 if status.is_some_and(|s| s.is_pending()) {
                     runs::finish(conn, run_id, outcome, delivery, summary.as_ref())?;
+                    outbound_webhooks::write(conn, run_id, webhooks)?;
                 }
             }
             Fact::Notified { run, outcome, job } => notify::store(conn, run, outcome, job)?,
@@ -230,14 +285,24 @@ impl Fact {
                 run_id,
                 delivery,
                 summary,
+                webhooks,
                 ..
             } => {
                 if let Some(run_id) = run_id {
                     runs::set_delivery(conn, run_id, delivery)?;
+                    outbound_webhooks::write(conn, run_id, webhooks)?;
                 }
                 if let Some(summary) = summary {
                     summary.insert(conn)?;
                 }
+            }
+            Fact::WebhookAttempted(attempt) => attempt.apply(conn)?,
+            Fact::WebhookRetried {
+                row,
+                webhook_id,
+                at_ms,
+            } => {
+                outbound_api::resend(conn, *row, Some(webhook_id), *at_ms)?;
             }
         }
         Ok(())
@@ -253,6 +318,7 @@ mod tests {
         let fact = Fact::Started {
             run_id: "r".into(),
             started_at: "t".into(),
+            webhooks: Vec::new(),
         };
         let text = String::from_utf8(fact.to_bytes().to_vec()).unwrap();
         assert_eq!(text, r#"{"fact":"started","runId":"r","startedAt":"t"}"#);
@@ -284,6 +350,7 @@ mod tests {
             },
             summary: None,
             job: None,
+            webhooks: Vec::new(),
         };
         let text = String::from_utf8(fact.to_bytes().to_vec()).unwrap();
         assert!(
@@ -309,7 +376,8 @@ mod tests {
         assert_eq!(
             Fact::Started {
                 run_id: "r".into(),
-                started_at: "t".into()
+                started_at: "t".into(),
+                webhooks: Vec::new(),
             }
             .subject(),
             "started"

@@ -10,9 +10,11 @@ use serde::{Deserialize, Serialize};
 
 use super::claims::ClaimValue;
 use super::{Cluster, ClusterError, Fact, key_of};
+use crate::config::outbound::{Event, OutboundSettings};
 use crate::gateway::admission::budget::HeldBy;
 use crate::gateway::admission::replay::{Claim, RecordedAnswer, STALE_CLAIM};
 use crate::gateway::clock::now_ms;
+use crate::gateway::outbound::webhooks;
 use crate::gateway::store::records::{NewEvent, NewRun};
 use crate::gateway::store::runs::{IdempotencyClaim, RunQueued};
 use crate::hook::WakeMode;
@@ -37,7 +39,7 @@ enum ReplayEntry {
     },
 }
 
-fn is_already_exists(err: &kv::CreateError) -> bool {
+pub(super) fn is_already_exists(err: &kv::CreateError) -> bool {
     err.kind() == kv::CreateErrorKind::AlreadyExists
 }
 
@@ -81,19 +83,38 @@ impl Cluster {
         run: NewRun,
         claim: Option<IdempotencyClaim>,
     ) -> Result<RunQueued, ClusterError> {
-        self.submit(run, claim, |run| Fact::Run { run }).await
+        self.submit(run, claim, |run| {
+            let webhooks = webhooks::callback_of(&run).into_iter().collect();
+            Fact::Run { run, webhooks }
+        })
+        .await
     }
 
     /// Publishes a run a budget held, as [`Cluster::submit_run`] publishes a run: the views
-    /// store it `held`, and the runner consumer never sees it until it is released.
+    /// store it `held`, and the runner consumer never sees it until it is released. Its
+    /// callback waits with it, and its `run.held` goes to the endpoints of `outbound`.
     pub async fn hold_run(
         &self,
         run: NewRun,
         claim: Option<IdempotencyClaim>,
         held_by: HeldBy,
+        outbound: &OutboundSettings,
     ) -> Result<RunQueued, ClusterError> {
-        self.submit(run, claim, |run| Fact::Held { run, held_by })
-            .await
+        self.submit(run, claim, |run| {
+            let mut webhooks: Vec<_> = webhooks::callback_of(&run).into_iter().collect();
+            webhooks.extend(webhooks::event_messages(
+                outbound,
+                Event::RunHeld,
+                &run,
+                None,
+            ));
+            Fact::Held {
+                run,
+                held_by,
+                webhooks,
+            }
+        })
+        .await
     }
 
     /// Publishes a notification's run, stored finished with its delivery (`gateway::notify`),

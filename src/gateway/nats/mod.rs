@@ -25,6 +25,7 @@ mod projection;
 mod request_log;
 pub(crate) mod run;
 mod session_lock;
+pub(crate) mod webhooks;
 mod work;
 mod workers;
 
@@ -121,6 +122,8 @@ pub struct Buckets {
     /// Mapping and session key → its batch, open or last closed (`batches`), for two days:
     /// longer than the longest window.
     pub batches: kv::Store,
+    /// A webhook's attempt → the node sending it (`webhooks`), for [`webhooks::CLAIM_TTL`].
+    pub webhooks: kv::Store,
 }
 
 /// A connection to the cluster's stream and buckets. Cheap to clone.
@@ -441,6 +444,7 @@ async fn ensure_buckets(
         locks: bucket(js, names, "locks", ack_wait.saturating_mul(2)).await?,
         sends: bucket(js, names, "sends", day).await?,
         batches: bucket(js, names, "batches", day.saturating_mul(2)).await?,
+        webhooks: bucket(js, names, "webhooks", webhooks::CLAIM_TTL).await?,
     })
 }
 
@@ -507,7 +511,7 @@ pub async fn check(settings: &NatsSettings, run_timeout: Duration) -> Result<Str
     let last = cluster.last_sequence().await?;
     let consumers = Consumer::ALL.map(Consumer::durable_name).join(", ");
     Ok(format!(
-        "nats: stream {} (last sequence {}, {} replica(s)), buckets {}-{{idempotency,replay,locks,sends,batches}}, consumers {consumers} (ack wait {} s)",
+        "nats: stream {} (last sequence {}, {} replica(s)), buckets {}-{{idempotency,replay,locks,sends,batches,webhooks}}, consumers {consumers} (ack wait {} s)",
         settings.stream,
         last,
         settings.replicas,

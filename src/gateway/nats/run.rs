@@ -10,8 +10,11 @@ use super::lanes;
 use super::session_lock::SessionLock;
 use super::work::{RETRY, VIEW_WAIT, done, later, position, with_progress};
 use super::{Cluster, ClusterError, Consumer, Fact};
+use crate::config::Settings;
+use crate::config::outbound::{Event, OutboundSettings};
 use crate::gateway::clock::now_rfc3339;
 use crate::gateway::context::Context;
+use crate::gateway::outbound::webhooks::{self, WebhookMessage};
 use crate::gateway::store::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus, SkipReason};
 use crate::gateway::store::run_view::RunRecord;
 use crate::gateway::store::runs;
@@ -30,7 +33,7 @@ const HISTORY_CATCH_UP: Duration = Duration::from_secs(2);
 pub(super) async fn run(ctx: Context, cluster: Cluster, message: Message) {
     let (sequence, delivered) = position(&message);
     let (work, attempt) = match serde_json::from_slice::<Fact>(&message.payload) {
-        Ok(Fact::Run { run } | Fact::Released { run, .. }) => (run, Attempt(1)),
+        Ok(Fact::Run { run, .. } | Fact::Released { run, .. }) => (run, Attempt(1)),
         Ok(Fact::Retried { run, attempt }) => (run, Attempt(attempt)),
         _ => {
             tracing::warn!(
@@ -44,8 +47,8 @@ pub(super) async fn run(ctx: Context, cluster: Cluster, message: Message) {
         return give_up(&ctx, &cluster, &message, &work, attempt, delivered).await;
     }
     let prepare = prepare(&ctx, &cluster, &work, attempt, sequence, delivered);
-    let lock = match with_progress(&cluster, &message, || async {}, prepare).await {
-        Prepared::Run(lock) => lock,
+    let (lock, started_at) = match with_progress(&cluster, &message, || async {}, prepare).await {
+        Prepared::Run(lock, started_at) => (lock, started_at),
         Prepared::Done => return done(&message).await,
         Prepared::Later(delay) => return later(&message, delay).await,
     };
@@ -65,7 +68,11 @@ pub(super) async fn run(ctx: Context, cluster: Cluster, message: Message) {
     let owner = agent::owner_route_for(&ctx.store, &settings, &work, &outcome).await;
     let conclusion = agent::conclude(&settings, &work, outcome, owner);
     let wakes_now = conclusion.wakes_now(&work);
-    let record = record_outcome(&cluster, &work.run_id, attempt, conclusion);
+    let waiting = waiting_callbacks(&ctx, &settings, &work).await;
+    let outbound = &settings.outbound;
+    let make =
+        |outcome: &RunOutcome| end_messages(outbound, &work, outcome, Some(&started_at), &waiting);
+    let record = record_outcome(&cluster, &work.run_id, attempt, conclusion, &make);
     if !with_progress(&cluster, &message, refresh, record).await {
         // Left unacknowledged: offered again after the ack wait, its lock taken over then.
         return;
@@ -80,8 +87,8 @@ pub(super) async fn run(ctx: Context, cluster: Cluster, message: Message) {
 /// What to do with a run that was offered.
 enum Prepared<'a> {
     /// Run it: its session (and a slot of its mapping's lane) is this run's now, and its start
-    /// is on the stream.
-    Run(Held<'a>),
+    /// (at the time given) is on the stream.
+    Run(Held<'a>, String),
     /// It is finished already.
     Done,
     /// Not now: offered again after the delay.
@@ -135,9 +142,12 @@ async fn prepare<'a>(
         lock.release().await;
         return busy;
     }
+    let started_at = now_rfc3339();
+    let outbound = &ctx.config.current().outbound;
     let started = Fact::Started {
         run_id: work.run_id.clone(),
-        started_at: now_rfc3339(),
+        started_at: started_at.clone(),
+        webhooks: webhooks::event_messages(outbound, Event::RunStarted, work, None),
     };
     let started_id = format!("started-{}{attempt}-{delivered}", work.run_id);
     if let Err(err) = cluster.publish(&started, &started_id).await {
@@ -145,7 +155,7 @@ async fn prepare<'a>(
         lock.release().await;
         return Prepared::Later(RETRY);
     }
-    Prepared::Run(lock)
+    Prepared::Run(lock, started_at)
 }
 
 /// The last offer of a run: the server drops the message after it, so the run gets an error
@@ -175,7 +185,10 @@ async fn give_up(
     // An error outcome: nothing is delivered, no route is needed.
     let conclusion = agent::conclude(&settings, work, outcome, None);
     let wakes_now = conclusion.wakes_now(work);
-    let record = record_outcome(cluster, &work.run_id, attempt, conclusion);
+    let waiting = waiting_callbacks(ctx, &settings, work).await;
+    let make =
+        |outcome: &RunOutcome| end_messages(&settings.outbound, work, outcome, None, &waiting);
+    let record = record_outcome(cluster, &work.run_id, attempt, conclusion, &make);
     if !with_progress(cluster, message, || async {}, record).await {
         tracing::error!(run_id = %work.run_id, "a run given up could not be recorded; it stays queued");
     }
@@ -200,9 +213,10 @@ async fn record_outcome(
     run_id: &str,
     attempt: Attempt,
     conclusion: Conclusion,
+    make: &(dyn Fn(&RunOutcome) -> Vec<WebhookMessage> + Sync),
 ) -> bool {
     let limit = cluster.max_payload().saturating_sub(1024);
-    let mut fact = finished(run_id, conclusion, limit);
+    let mut fact = finished(run_id, conclusion, limit, make);
     let id = format!("finished-{run_id}{attempt}");
     let deadline = tokio::time::Instant::now() + cluster.ack_wait;
     let mut stripped = false;
@@ -215,10 +229,12 @@ async fn record_outcome(
                     outcome,
                     job,
                     delivery,
+                    webhooks,
                     ..
                 } = &mut fact
                 {
                     outcome.reply = None;
+                    *webhooks = make(outcome);
                     *job = None;
                     *delivery = DeliveryRecord::Skipped {
                         reason: SkipReason::TooLarge,
@@ -235,29 +251,84 @@ async fn record_outcome(
     false
 }
 
-/// The outcome as a fact the servers take in one message: a reply too long for it is cut, in
-/// the record and in the delivery alike, and says so.
-fn finished(run_id: &str, conclusion: Conclusion, limit: usize) -> Fact {
+/// The outcome as a fact the servers take in one message, with the callbacks and webhooks
+/// `make` makes of it: a reply too long for it is cut, in the record, the delivery and the
+/// messages alike, and says so.
+fn finished(
+    run_id: &str,
+    conclusion: Conclusion,
+    limit: usize,
+    make: &(dyn Fn(&RunOutcome) -> Vec<WebhookMessage> + Sync),
+) -> Fact {
+    let webhooks = make(&conclusion.outcome);
     let mut fact = Fact::Finished {
         run_id: run_id.to_string(),
         outcome: conclusion.outcome,
         delivery: conclusion.delivery,
         summary: conclusion.summary_now,
         job: conclusion.job.map(Box::new),
+        webhooks,
     };
     let mut keep = limit / 2;
     while fact.to_bytes().len() > limit && keep > 0 {
-        if let Fact::Finished { outcome, job, .. } = &mut fact {
+        if let Fact::Finished {
+            outcome,
+            job,
+            webhooks,
+            ..
+        } = &mut fact
+        {
             if let Some(reply) = &mut outcome.reply {
                 cut(reply, keep);
             }
             if let Some(job) = job {
                 cut(&mut job.text, keep);
             }
+            *webhooks = make(outcome);
         }
         keep /= 2;
     }
     fact
+}
+
+/// The callbacks of `work` waiting in this node's view for its end: none (and no read) when
+/// its mapping has no callback.
+async fn waiting_callbacks(
+    ctx: &Context,
+    settings: &Settings,
+    work: &NewRun,
+) -> Vec<WebhookMessage> {
+    let mapping = work.admitted.mapping_id.as_deref();
+    if !mapping.is_some_and(|m| settings.outbound.callbacks.contains_key(m)) {
+        return Vec::new();
+    }
+    let run_id = work.run_id.clone();
+    let read = ctx
+        .store
+        .read(move |conn| webhooks::waiting_callbacks(conn, &run_id));
+    read.await.unwrap_or_else(|err| {
+        tracing::error!(%err, run_id = %work.run_id, "cannot read a run's callback");
+        Vec::new()
+    })
+}
+
+/// The messages of a run's end ([`webhooks::end_messages`]); none, at no cost, when nothing
+/// waits and no endpoint listens.
+fn end_messages(
+    outbound: &OutboundSettings,
+    work: &NewRun,
+    outcome: &RunOutcome,
+    started_at: Option<&str>,
+    waiting: &[WebhookMessage],
+) -> Vec<WebhookMessage> {
+    let event = match outcome.status {
+        RunStatus::Ok => Event::RunFinished,
+        _ => Event::RunFailed,
+    };
+    if waiting.is_empty() && !webhooks::has_subscribers(outbound, event, work) {
+        return Vec::new();
+    }
+    webhooks::end_messages(outbound, work, outcome, started_at, waiting.to_vec())
 }
 
 /// Cuts `text` to at most `keep` bytes (at a character boundary) and says so.

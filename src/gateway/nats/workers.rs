@@ -58,6 +58,10 @@ pub fn start_workers(ctx: &Context, cluster: &Cluster) -> Vec<Worker> {
             WorkerName::Batches,
             super::batches::closer(ctx.clone(), cluster.clone()),
         ),
+        Worker::spawn(
+            WorkerName::Webhooks,
+            super::webhooks::sender(ctx.clone(), cluster.clone()),
+        ),
     ]
 }
 

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::chat::{self, Next, SendError, next_attempt};
-pub use super::outbox_rows::{Lane, OutboxItem, Row, due, next_due_ms, resend_delivery};
+pub use super::outbox_rows::{
+    Lane, OutboxItem, Row, WebhookAttempt, due, next_due_ms, resend_delivery,
+};
 use super::outbox_rows::{RowStatus, abandon_in_flight, mark_sending, record_parts, settle};
 use super::relay::{Landed, Relayed, relay};
 use super::webhook_send;
@@ -75,7 +77,7 @@ pub async fn run(ctx: Context, signals: Arc<Signals>, lane: Lane) {
 }
 
 /// How long the worker of `lane` may sleep: until its next row is due, at most [`POLL`].
-pub(super) async fn next_wait(ctx: &Context, lane: Lane) -> Duration {
+pub async fn next_wait(ctx: &Context, lane: Lane) -> Duration {
     ctx.store
         .read(move |conn| next_due_ms(conn, lane))
         .await
@@ -386,4 +388,42 @@ fn delivery_failed(
         webhooks::on_event(conn, outbound, Event::DeliveryFailed, &run, Some(&why))?;
     }
     Ok(())
+}
+
+/// Sends the webhook of `row` once, as the worker does, and says what came of it without
+/// writing it: `None` for a row that is not a webhook. The caller decided this node sends it.
+pub async fn attempt_webhook(ctx: &Context, row: &Row) -> Option<WebhookAttempt> {
+    let Some(OutboxItem::Webhook(message)) = &row.item else {
+        return None;
+    };
+    let settings = ctx.config.current();
+    let attempts = row.attempts + 1;
+    let item = OutboxItem::Webhook(message.clone());
+    let (result, policy, max_delay) = send(ctx, &settings, &item, &mut 0).await;
+    let (status, last_error, next_at_ms) = match result {
+        Ok(_) => ("done", None, now_ms()),
+        Err(error) => {
+            let expired =
+                now_ms().saturating_sub(message.since_ms) >= millis(settings.outbound.retry_for);
+            match next_attempt(&policy, attempts, &error, max_delay) {
+                Next::RetryAfter(backoff) if !expired => {
+                    tracing::info!(id = row.id, attempts, %error, ?backoff, "send failed; will retry");
+                    let next = now_ms().saturating_add(millis(backoff));
+                    ("pending", Some(error.to_string()), next)
+                }
+                _ => {
+                    tracing::warn!(id = row.id, attempts, %error, "giving up a send");
+                    ("failed", Some(error.to_string()), now_ms())
+                }
+            }
+        }
+    };
+    Some(WebhookAttempt {
+        row: row.id,
+        webhook_id: message.id.clone(),
+        status: status.to_string(),
+        attempts,
+        last_error,
+        next_at_ms,
+    })
 }

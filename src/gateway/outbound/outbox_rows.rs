@@ -268,6 +268,68 @@ pub(super) fn settle(
     Ok(())
 }
 
+/// What one attempt at a webhook came to, for a store that records it as a fact (a NATS
+/// cluster): every view applies it to the row of the same id alike ([`WebhookAttempt::apply`]).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookAttempt {
+    pub row: i64,
+    pub webhook_id: String,
+    /// `done`, `pending` (tried again at `next_at_ms`) or `failed`.
+    pub status: String,
+    pub attempts: u32,
+    pub last_error: Option<String>,
+    pub next_at_ms: i64,
+}
+
+impl WebhookAttempt {
+    /// Records the attempt on its row, unless the row moved on (settled by an earlier fact).
+    pub fn apply(&self, conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+        let status = match self.status.as_str() {
+            "done" => RowStatus::Done,
+            "failed" => RowStatus::Failed,
+            _ => RowStatus::Pending,
+        };
+        settle_webhook(conn, self, status)
+    }
+}
+
+/// Records a webhook's attempt as a NATS view applies it: on its row while the row is still
+/// to send and still the same message.
+fn settle_webhook(
+    conn: &Connection,
+    attempt: &WebhookAttempt,
+    status: RowStatus,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "UPDATE outbox SET status = ?3, last_error = ?4, attempts = ?5, next_at_ms = ?6
+         WHERE id = ?1 AND kind = 'webhook' AND status IN ('pending', 'sending')
+           AND json_extract(payload, '$.id') = ?2",
+    )?
+    .execute(params![
+        attempt.row,
+        attempt.webhook_id,
+        status.as_str(),
+        attempt.last_error,
+        attempt.attempts,
+        attempt.next_at_ms
+    ])?;
+    Ok(())
+}
+
+impl Row {
+    /// The key under which one node of a cluster takes this attempt at a webhook: its
+    /// `webhook-id`, its retry window and its attempt (`None` for another kind of row).
+    pub fn webhook_claim_key(&self) -> Option<String> {
+        match &self.item {
+            Some(OutboxItem::Webhook(m)) => {
+                Some(format!("{}-{}-{}", m.id, m.since_ms, self.attempts))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Records how many parts of a split reply went out, before they are known to be all.
 pub(super) fn record_parts(conn: &Connection, id: i64, parts_sent: usize) -> rusqlite::Result<()> {
     conn.prepare_cached("UPDATE outbox SET parts_sent = ?2 WHERE id = ?1")?

@@ -2,7 +2,7 @@
 //! (`GET /api/outbound?status=failed`) and a failed one sent again (`POST
 //! /api/outbound/{id}/retry`), with its `webhook-id` unchanged and its retry window restarted.
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use super::outbox_rows::OutboxItem;
@@ -144,24 +144,40 @@ fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<OutboundRecord> {
 /// starting again, its `webhook-id` and body unchanged.
 pub async fn retry(store: &Store, id: i64) -> Result<Resent, StoreError> {
     store
-        .write(move |conn| {
-            let status: Option<String> = conn
-                .prepare_cached("SELECT status FROM outbox WHERE id = ?1 AND kind = 'webhook'")?
-                .query_row(params![id], |row| row.get(0))
-                .ok();
-            match status.as_deref() {
-                None => return Ok(Resent::NotFound),
-                Some("failed") => {}
-                Some(_) => return Ok(Resent::NotFailed),
-            }
-            let now = now_ms();
-            conn.prepare_cached(
-                "UPDATE outbox SET status = 'pending', attempts = 0, last_error = NULL,
-                     next_at_ms = ?2, payload = json_set(payload, '$.sinceMs', ?2)
-                 WHERE id = ?1",
-            )?
-            .execute(params![id, now])?;
-            Ok(Resent::Resent)
-        })
+        .write(move |conn| resend(conn, id, None, now_ms()))
         .await
+}
+
+/// The status and `webhook-id` of the webhook row `id`, if there is one.
+pub fn status_of(conn: &Connection, id: i64) -> rusqlite::Result<Option<(String, String)>> {
+    conn.prepare_cached(
+        "SELECT status, json_extract(payload, '$.id') FROM outbox WHERE id = ?1 AND kind = 'webhook'",
+    )?
+    .query_row(params![id], |row| Ok((row.get(0)?, row.get(1)?)))
+    .optional()
+}
+
+/// Makes the failed webhook row `id` (with the `webhook-id` `webhook_id`, when given) pending
+/// from `now`, as [`retry`] does; a NATS view applies an operator's retry this way.
+pub fn resend(
+    conn: &Connection,
+    id: i64,
+    webhook_id: Option<&str>,
+    now: i64,
+) -> rusqlite::Result<Resent> {
+    match status_of(conn, id)? {
+        None => return Ok(Resent::NotFound),
+        Some((_, found)) if webhook_id.is_some_and(|w| w != found) => {
+            return Ok(Resent::NotFound);
+        }
+        Some((status, _)) if status != "failed" => return Ok(Resent::NotFailed),
+        Some(_) => {}
+    }
+    conn.prepare_cached(
+        "UPDATE outbox SET status = 'pending', attempts = 0, last_error = NULL,
+             next_at_ms = ?2, payload = json_set(payload, '$.sinceMs', ?2)
+         WHERE id = ?1",
+    )?
+    .execute(params![id, now])?;
+    Ok(Resent::Resent)
 }

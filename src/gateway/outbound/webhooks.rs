@@ -29,6 +29,9 @@ pub struct WebhookMessage {
     pub body: String,
     /// When it was written (Unix ms): retries stop `outbound.retry.for` after it.
     pub since_ms: i64,
+    /// A callback's request (its `X-Request-Id`), kept from admission for its body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 /// Where a message goes.
@@ -59,6 +62,7 @@ impl WebhookMessage {
             event: event.to_string(),
             body,
             since_ms: now_ms(),
+            request_id: None,
         }
     }
 }
@@ -78,6 +82,9 @@ struct Envelope<'a, T: Serialize> {
 #[serde(rename_all = "camelCase")]
 struct RunData<'a> {
     run_id: &'a str,
+    /// The request that admitted the run (`X-Request-Id` of its answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_id: Option<&'a str>,
     status: RunStatus,
     agent: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -121,17 +128,27 @@ struct SlackResponse<'a> {
     text: &'a str,
 }
 
-/// Keeps the callback of a run just stored, `waiting` for the run's end.
-pub fn await_callback(conn: &Connection, run: &NewRun) -> rusqlite::Result<()> {
+/// The callback of a run just admitted, waiting for the run's end (its body empty); `None`
+/// when the run has none.
+pub fn callback_of(run: &NewRun) -> Option<WebhookMessage> {
     let (Some(url), Some(mapping)) = (&run.admitted.callback, &run.admitted.mapping_id) else {
-        return Ok(());
+        return None;
     };
     let to = Destination::Callback {
         mapping: mapping.clone(),
         url: url.clone(),
     };
-    let message = WebhookMessage::new(to, "", String::new());
-    OutboxItem::Webhook(message).insert_waiting(conn, &run.run_id)
+    let mut message = WebhookMessage::new(to, "", String::new());
+    message.request_id = run.admitted.request_id.clone();
+    Some(message)
+}
+
+/// Keeps the callback of a run just stored, `waiting` for the run's end.
+pub fn await_callback(conn: &Connection, run: &NewRun) -> rusqlite::Result<()> {
+    match callback_of(run) {
+        Some(message) => write(conn, &run.run_id, &[message]),
+        None => Ok(()),
+    }
 }
 
 /// What a run's end sends, written in its transaction: its waiting callback made pending with
@@ -143,17 +160,8 @@ pub fn on_end(
     run: &NewRun,
     outcome: &RunOutcome,
 ) -> rusqlite::Result<bool> {
-    let event = match outcome.status {
-        RunStatus::Ok => Event::RunFinished,
-        _ => Event::RunFailed,
-    };
-    let admitted = &run.admitted;
-    let mapping = admitted.mapping_id.as_deref();
     let waiting = waiting_callbacks(conn, &run.run_id)?;
-    let mut subscribers = outbound
-        .subscribers(event, mapping, &admitted.target_agent)
-        .peekable();
-    if waiting.is_empty() && subscribers.peek().is_none() {
+    if waiting.is_empty() && !has_subscribers(outbound, end_event(outcome), run) {
         return Ok(false);
     }
     let started_at: Option<String> = conn
@@ -161,27 +169,67 @@ pub fn on_end(
         .query_row(params![run.run_id], |row| row.get(0))
         .optional()?
         .flatten();
+    let messages = end_messages(outbound, run, outcome, started_at.as_deref(), waiting);
+    write(conn, &run.run_id, &messages)?;
+    Ok(!messages.is_empty())
+}
+
+/// `run.finished` for a run that ended `ok`, `run.failed` otherwise.
+fn end_event(outcome: &RunOutcome) -> Event {
+    match outcome.status {
+        RunStatus::Ok => Event::RunFinished,
+        _ => Event::RunFailed,
+    }
+}
+
+/// Whether an endpoint subscribes to `event` of `run`.
+pub fn has_subscribers(outbound: &OutboundSettings, event: Event, run: &NewRun) -> bool {
+    let admitted = &run.admitted;
+    let mapping = admitted.mapping_id.as_deref();
+    outbound
+        .subscribers(event, mapping, &admitted.target_agent)
+        .next()
+        .is_some()
+}
+
+/// The messages of a run's end: each of its `waiting` callbacks with the outcome as its body
+/// (its `webhook-id` kept), and a `run.finished` or `run.failed` message to each endpoint
+/// subscribed. `started_at` is when the run began, if it did.
+pub fn end_messages(
+    outbound: &OutboundSettings,
+    run: &NewRun,
+    outcome: &RunOutcome,
+    started_at: Option<&str>,
+    waiting: Vec<WebhookMessage>,
+) -> Vec<WebhookMessage> {
+    let event = end_event(outcome);
+    let admitted = &run.admitted;
+    let mapping = admitted.mapping_id.as_deref();
     let now = now_rfc3339();
-    let data = RunData {
-        run_id: &run.run_id,
-        status: outcome.status,
-        agent: &admitted.target_agent,
-        mapping,
-        reply: outcome.reply.as_deref(),
-        error: outcome.error.as_deref(),
-        model: outcome.model.as_deref(),
-        usage: outcome.usage.map(UsageData::from),
-        created_at: &run.created_at,
-        started_at: started_at.as_deref(),
-        finished_at: Some(&outcome.finished_at),
+    let body_of = |request_id: Option<&str>| {
+        let data = RunData {
+            run_id: &run.run_id,
+            request_id,
+            status: outcome.status,
+            agent: &admitted.target_agent,
+            mapping,
+            reply: outcome.reply.as_deref(),
+            error: outcome.error.as_deref(),
+            model: outcome.model.as_deref(),
+            usage: outcome.usage.map(UsageData::from),
+            created_at: &run.created_at,
+            started_at,
+            finished_at: Some(&outcome.finished_at),
+        };
+        let envelope = Envelope {
+            kind: event.as_str(),
+            timestamp: &now,
+            data,
+        };
+        serde_json::to_string(&envelope).unwrap_or_default()
     };
-    let envelope = Envelope {
-        kind: event.as_str(),
-        timestamp: &now,
-        data,
-    };
-    let body = serde_json::to_string(&envelope).unwrap_or_default();
-    for (id, mut message) in waiting {
+    let mut messages = Vec::new();
+    for mut message in waiting {
         let format = match &message.to {
             Destination::Callback { mapping, .. } => outbound.callbacks.get(mapping),
             Destination::Endpoint { .. } => None,
@@ -189,20 +237,54 @@ pub fn on_end(
         .map_or(CallbackFormat::Outcome, |c| c.format);
         message.event = event.as_str().to_string();
         message.body = match format {
-            CallbackFormat::Outcome => body.clone(),
+            CallbackFormat::Outcome => body_of(message.request_id.as_deref()),
             CallbackFormat::Slack => slack_body(outcome),
         };
         message.since_ms = now_ms();
-        OutboxItem::Webhook(message).release(conn, id)?;
+        messages.push(message);
     }
-    for endpoint in subscribers {
-        let to = Destination::Endpoint {
-            id: endpoint.id.clone(),
-        };
-        let message = WebhookMessage::new(to, event.as_str(), body.clone());
-        OutboxItem::Webhook(message).insert(conn, Some(&run.run_id))?;
+    let mut subscribers = outbound
+        .subscribers(event, mapping, &admitted.target_agent)
+        .peekable();
+    if subscribers.peek().is_some() {
+        let body = body_of(admitted.request_id.as_deref());
+        for endpoint in subscribers {
+            let to = Destination::Endpoint {
+                id: endpoint.id.clone(),
+            };
+            messages.push(WebhookMessage::new(to, event.as_str(), body.clone()));
+        }
     }
-    Ok(true)
+    messages
+}
+
+/// Writes `messages` of the run `run_id` to the outbox: a callback without a body waits for
+/// its run's end; a callback with one makes its waiting row (the same `webhook-id`) pending
+/// with it, or is pending itself when there is none (and not at all when that row was made
+/// pending already); any other is pending. A NATS view writes what a fact carries this way.
+pub fn write(conn: &Connection, run_id: &str, messages: &[WebhookMessage]) -> rusqlite::Result<()> {
+    for message in messages {
+        let item = OutboxItem::Webhook(message.clone());
+        match (&message.to, message.body.is_empty()) {
+            (Destination::Callback { .. }, true) => item.insert_waiting(conn, run_id)?,
+            (Destination::Callback { .. }, false) => {
+                let row: Option<(i64, String)> = conn
+                    .prepare_cached(
+                        "SELECT id, status FROM outbox WHERE run_id = ?1 AND kind = 'webhook'
+                           AND json_extract(payload, '$.id') = ?2",
+                    )?
+                    .query_row(params![run_id, message.id], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()?;
+                match row {
+                    Some((id, status)) if status == "waiting" => item.release(conn, id)?,
+                    Some(_) => {}
+                    None => item.insert(conn, Some(run_id))?,
+                }
+            }
+            (Destination::Endpoint { .. }, _) => item.insert(conn, Some(run_id))?,
+        }
+    }
+    Ok(())
 }
 
 /// A Slack `response_url` message: the reply for everyone in the channel, or why there is none
@@ -235,10 +317,22 @@ pub fn on_event(
     run: &NewRun,
     error: Option<&str>,
 ) -> rusqlite::Result<bool> {
+    let messages = event_messages(outbound, event, run, error);
+    write(conn, &run.run_id, &messages)?;
+    Ok(!messages.is_empty())
+}
+
+/// The messages of an event of a run that is not its end, one to each endpoint subscribed.
+pub fn event_messages(
+    outbound: &OutboundSettings,
+    event: Event,
+    run: &NewRun,
+    error: Option<&str>,
+) -> Vec<WebhookMessage> {
     let admitted = &run.admitted;
     let mapping = admitted.mapping_id.as_deref();
-    let mut written = false;
     let now = now_rfc3339();
+    let mut messages = Vec::new();
     for endpoint in outbound.subscribers(event, mapping, &admitted.target_agent) {
         let status = match event {
             Event::RunHeld => RunStatus::Held,
@@ -248,6 +342,7 @@ pub fn on_event(
         };
         let data = RunData {
             run_id: &run.run_id,
+            request_id: admitted.request_id.as_deref(),
             status,
             agent: &admitted.target_agent,
             mapping,
@@ -268,29 +363,22 @@ pub fn on_event(
         let to = Destination::Endpoint {
             id: endpoint.id.clone(),
         };
-        let message = WebhookMessage::new(to, event.as_str(), body);
-        OutboxItem::Webhook(message).insert(conn, Some(&run.run_id))?;
-        written = true;
+        messages.push(WebhookMessage::new(to, event.as_str(), body));
     }
-    Ok(written)
+    messages
 }
 
-/// The waiting callbacks of `run_id`, by row id.
-fn waiting_callbacks(
-    conn: &Connection,
-    run_id: &str,
-) -> rusqlite::Result<Vec<(i64, WebhookMessage)>> {
+/// The waiting callbacks of `run_id`.
+pub fn waiting_callbacks(conn: &Connection, run_id: &str) -> rusqlite::Result<Vec<WebhookMessage>> {
     let rows = conn
         .prepare_cached(
-            "SELECT id, payload FROM outbox
+            "SELECT payload FROM outbox
              WHERE run_id = ?1 AND kind = 'webhook' AND status = 'waiting'",
         )?
-        .query_map(params![run_id], |row| {
-            Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
-        })?
+        .query_map(params![run_id], |row| row.get::<_, String>(0))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows
         .into_iter()
-        .filter_map(|(id, payload)| Some((id, serde_json::from_str(&payload).ok()?)))
+        .filter_map(|payload| serde_json::from_str(&payload).ok())
         .collect())
 }
