@@ -3,7 +3,7 @@
 //! secrets (decoded `whsec_` keys, several during a rotation) and the retry bounds.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use super::ConfigError;
@@ -137,39 +137,74 @@ impl AllowHosts {
     }
 }
 
-/// An IPv4 address mapped into IPv6 is the IPv4 address.
+/// An IPv4 address mapped into IPv6 (`::ffff:a.b.c.d`) or written IPv4-compatible
+/// (`::a.b.c.d`) is the IPv4 address.
 fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .or_else(|| compatible(v6))
+            .map_or(ip, IpAddr::V4),
         v4 => v4,
     }
 }
 
+/// The IPv4 address of an IPv4-compatible IPv6 address (`::a.b.c.d`, not `::` or `::1`).
+fn compatible(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = v6.segments();
+    let v4 = Ipv4Addr::from((u32::from(s[6]) << 16) | u32::from(s[7]));
+    (s[..6] == [0; 6] && u32::from(v4) > 1).then_some(v4)
+}
+
+/// The IPv4 address a translating IPv6 address leads to: NAT64's well-known prefix
+/// (`64:ff9b::/96`, RFC 6052) and 6to4 (`2002::/16`, RFC 3056). A gateway on the way turns it
+/// into that IPv4 address, so it is judged by it.
+fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = v6.segments();
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    match s {
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(v4(hi, lo)),
+        [0x2002, hi, lo, ..] => Some(v4(hi, lo)),
+        _ => None,
+    }
+}
+
 /// Whether `ip` is reachable on the public internet: not loopback, private, link-local
-/// (cloud metadata), shared (CGNAT), unique local, multicast, broadcast or unspecified.
+/// (cloud metadata), shared (CGNAT), benchmarking (198.18/15), reserved (240/4), unique local,
+/// multicast, broadcast or unspecified. An IPv6 address that leads to an IPv4 address (NAT64,
+/// 6to4) is judged by that address; NAT64's local-use prefix (`64:ff9b:1::/48`, RFC 8215),
+/// whose IPv4 part the operator places, is never public.
 fn is_public(ip: IpAddr) -> bool {
     match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            !(v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || v4.is_documentation()
-                || a == 0
-                || (a == 100 && (64..128).contains(&b)))
-        }
+        IpAddr::V4(v4) => is_public_v4(v4),
         IpAddr::V6(v6) => {
-            let first = v6.segments()[0];
+            if let Some(v4) = embedded_v4(v6) {
+                return is_public_v4(v4);
+            }
+            let [first, second, third, ..] = v6.segments();
             !(v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
                 || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80)
+                || (first & 0xffc0) == 0xfe80
+                || (first, second, third) == (0x64, 0xff9b, 1))
         }
     }
+}
+
+fn is_public_v4(v4: Ipv4Addr) -> bool {
+    let [a, b, ..] = v4.octets();
+    !(v4.is_loopback()
+        || v4.is_private()
+        || v4.is_link_local()
+        || v4.is_unspecified()
+        || v4.is_broadcast()
+        || v4.is_multicast()
+        || v4.is_documentation()
+        || a == 0
+        || a >= 240
+        || (a == 198 && (b == 18 || b == 19))
+        || (a == 100 && (64..128).contains(&b)))
 }
 
 /// Builds `outbound` and the mappings' callbacks, reporting each problem by its key.
@@ -399,13 +434,39 @@ mod tests {
             "fe80::1",
             "fd00::1",
             "0.0.0.0",
+            // Benchmarking and reserved IPv4.
+            "198.18.0.1",
+            "198.19.255.254",
+            "240.0.0.1",
+            "255.255.255.254",
+            // IPv4 inside IPv6: mapped, compatible, NAT64, 6to4.
+            "::ffff:10.0.0.1",
+            "::10.0.0.1",
+            "::127.0.0.2",
+            "64:ff9b::a00:1",
+            "64:ff9b::7f00:1",
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::5db8:d822",
+            "2002:a00:1::1",
+            "2002:7f00:1::",
+            "2002:c0a8:101::1",
         ] {
             assert!(
                 !allow.address_allowed(private.parse().unwrap()),
                 "{private}"
             );
         }
-        assert!(allow.address_allowed("93.184.216.34".parse().unwrap()));
+        for public in [
+            "93.184.216.34",
+            "198.20.0.1",
+            "223.255.255.1",
+            "64:ff9b::5db8:d822",
+            "2002:5db8:d822::1",
+            "::ffff:93.184.216.34",
+            "2606:4700::1111",
+        ] {
+            assert!(allow.address_allowed(public.parse().unwrap()), "{public}");
+        }
     }
 
     #[test]
