@@ -23,7 +23,7 @@ use crate::hook::signature::standard_webhooks_signature;
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
 /// How much of a refusing answer's body is kept in the outbox row.
 const ERROR_BODY_CHARS: usize = 200;
-const SERVICE: &str = "webhook";
+const SERVICE: &str = super::chat::WEBHOOK_SERVICE;
 
 /// The client of outbound webhooks: its names resolved by [`GuardedResolver`], no redirects,
 /// no proxy.

@@ -56,11 +56,21 @@ pub enum SendError {
     Interrupted,
 }
 
+/// The `service` of a callback's or webhook's errors.
+pub const WEBHOOK_SERVICE: &str = "webhook";
+
 impl SendError {
     /// Whether sending the same thing again cannot help: a missing channel or recipient, a
-    /// refusal, or a 4xx other than 408 (timeout) and 429 (slow down).
+    /// refusal, or a 4xx other than 408 (timeout) and 429 (slow down). A callback or webhook
+    /// follows Standard Webhooks' guidance instead: any non-2xx is retried with backoff, except
+    /// 410 Gone, which says the receiver wants no more (docs/outbound.md#retries-and-failures).
     pub fn is_permanent(&self) -> bool {
         match self {
+            SendError::Status {
+                service: WEBHOOK_SERVICE,
+                status,
+                ..
+            } => *status == 410,
             SendError::NotConfigured(_) | SendError::NoRecipient(_) | SendError::Refused { .. } => {
                 true
             }
@@ -355,6 +365,22 @@ fn resolve(
 mod tests {
     use super::*;
     use crate::config::runtime::BotConfig;
+
+    /// A chat API's 4xx is final; a webhook receiver's is retried, as Standard Webhooks asks,
+    /// except 410 Gone.
+    #[test]
+    fn a_webhooks_non_2xx_is_retried_except_gone() {
+        let status = |service, status| SendError::status(service, status, "");
+        assert!(status("telegram", 404).is_permanent());
+        assert!(!status("telegram", 429).is_permanent());
+        for retried in [400, 401, 403, 404, 409, 422, 429, 500, 503] {
+            assert!(
+                !status(WEBHOOK_SERVICE, retried).is_permanent(),
+                "{retried}"
+            );
+        }
+        assert!(status(WEBHOOK_SERVICE, 410).is_permanent());
+    }
 
     /// A request as it would go out, without sending it.
     pub(crate) struct Built {
