@@ -407,11 +407,33 @@ async fn a_slack_slash_command_gets_the_reply_at_its_response_url() {
     set(&mut config, "outbound.allowHosts", json!(["127.0.0.1"]));
     let (server, _dir) = Hookgate::start(&config);
     let response_url = format!("{}/commands/T1/42/xyz", slack.base);
-    let command = json!({
-        "command": "/deploy", "text": "staging", "user_name": "ada",
-        "response_url": response_url,
-    });
-    let (status, reply) = server.hook_json("/hooks/slack/command", &command).await;
+    // The form Slack posts a slash command as (its documented fields, URL-encoded), which a
+    // mapped hook reads as an object of strings (docs/hooks.md#website-forms).
+    let command = [
+        ("token", "gIkuvaNzQIHg97ATvDxqgjtO"),
+        ("team_id", "T0001"),
+        ("team_domain", "example"),
+        ("channel_id", "C2147483705"),
+        ("channel_name", "test"),
+        ("user_id", "U2147483697"),
+        ("user_name", "ada"),
+        ("command", "/deploy"),
+        ("text", "staging now"),
+        ("api_app_id", "A123456"),
+        ("response_url", response_url.as_str()),
+        ("trigger_id", "13345224609.738474920.8088930838d88f008e0"),
+    ];
+    let body = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(command)
+        .finish();
+    let answer = server
+        .hook("/hooks/slack/command")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let (status, reply) = (answer.status(), answer.text().await.unwrap());
     assert_eq!(status, 200, "{reply}");
     eventually("the reply to reach the response_url", async || {
         !slack.requests().is_empty()
@@ -424,6 +446,9 @@ async fn a_slack_slash_command_gets_the_reply_at_its_response_url() {
         json!({"response_type": "in_channel", "text": "Deployed to staging."})
     );
     assert!(sent.header("webhook-signature").unwrap().starts_with("v1,"));
+    // The prompt was made of the form's fields.
+    let asked = provider.requests()[0].body.to_string();
+    assert!(asked.contains("ada asks: staging now"), "{asked}");
 }
 
 async fn endpoints_get_the_events_they_subscribe_to_in_order_per_run(backend: Backend) {
