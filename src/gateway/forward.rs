@@ -2,7 +2,8 @@
 //! relay to the upstream gateway (one transaction); accepted runs are queued, held or batched
 //! as on the embedded runtime, and forward mode's worker ([`relays`]) relays each queued run
 //! when its lane has room, with retries. Nothing runs here; the upstream runs agents and
-//! heartbeats.
+//! heartbeats. A run's callback and lifecycle webhooks are written as on the embedded runtime,
+//! its end's from the upstream's completion (docs/outbound.md#forward-mode).
 
 use std::sync::Arc;
 
@@ -13,10 +14,12 @@ use super::context::{Context, Worker, WorkerName};
 use super::outbound::outbox::{self, Lane, OutboxItem};
 use super::outbound::relay::{AgentBody, Relayed, WakeBody};
 use super::outbound::relays;
+use super::outbound::webhooks;
 use super::signals::Signals;
 use super::store::StoreError;
 use super::store::records::{EventOutcome, NewEvent, NewRun};
 use super::store::runs::{self, IdempotencyClaim, RunQueued};
+use crate::config::outbound::Event;
 use crate::config::runtime::GatewayMode;
 use crate::hook::WakeMode;
 
@@ -48,6 +51,11 @@ impl Forward {
                 batches::closer(ctx.clone(), Arc::clone(&signals)),
             ),
             Worker::spawn(WorkerName::Retention, super::retention::run(ctx.clone())),
+            // Callbacks and lifecycle webhooks of the relayed runs' completions.
+            Worker::spawn(
+                WorkerName::Webhooks,
+                outbox::run(ctx.clone(), Arc::clone(&signals), Lane::Webhooks),
+            ),
         ];
         let forward = Forward {
             ctx,
@@ -109,6 +117,7 @@ impl Forward {
                 let queued = runs::queue_run(conn, &run, claim.as_ref())?;
                 if let RunQueued::New { run_id } = &queued {
                     relay.insert_waiting(conn, run_id)?;
+                    webhooks::await_callback(conn, &run)?;
                 }
                 Ok(queued)
             })
@@ -126,6 +135,7 @@ impl Forward {
         by: HeldBy,
     ) -> Result<RunQueued, StoreError> {
         let relay = self.relay_of(&run);
+        let endpoints = webhooks::with_endpoints(&self.ctx.config.current());
         self.ctx
             .store
             .write(move |conn| {
@@ -133,6 +143,10 @@ impl Forward {
                 if let RunQueued::New { run_id } = &queued {
                     held::hold(conn, run_id, &by)?;
                     relay.insert_waiting(conn, run_id)?;
+                    webhooks::await_callback(conn, &run)?;
+                    if let Some(settings) = &endpoints {
+                        webhooks::on_event(conn, &settings.outbound, Event::RunHeld, &run, None)?;
+                    }
                 }
                 Ok(queued)
             })

@@ -17,7 +17,7 @@ use crate::harness::*;
 use crate::processes::dies_with_its_test;
 use crate::runtime::{Backend, free_port};
 
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+pub(crate) const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 /// The secret rotated to: messages carry a signature by each while both are configured.
 const NEXT_SECRET: &str = "whsec_c2VjcmV0LW9mLXRoZS1uZXh0LWtleS0xMjM0NTY=";
 
@@ -39,13 +39,13 @@ fn receiver_dir() -> &'static Path {
 }
 
 /// The Node.js receiver on `port`, verifying under each of `secrets`.
-struct Receiver {
+pub(crate) struct Receiver {
     child: Child,
     base: String,
 }
 
 impl Receiver {
-    fn start(port: u16, secrets: &[&str]) -> Receiver {
+    pub(crate) fn start(port: u16, secrets: &[&str]) -> Receiver {
         Receiver::start_on("127.0.0.1", port, secrets)
     }
 
@@ -71,7 +71,7 @@ impl Receiver {
     }
 
     /// Every message received, in order.
-    async fn received(&self) -> Vec<Value> {
+    pub(crate) async fn received(&self) -> Vec<Value> {
         let url = format!("{}/_received", self.base);
         let answer = client().get(url).send().await.unwrap();
         answer.json::<Vec<Value>>().await.unwrap()

@@ -25,7 +25,7 @@ use crate::config::runtime::{GatewayMode, RetryPolicy};
 use crate::gateway::clock::{millis, now_ms};
 use crate::gateway::context::Context;
 use crate::gateway::signals::Signals;
-use crate::gateway::store::records::{DeliveryRecord, NewRun, RunStatus};
+use crate::gateway::store::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus};
 use crate::gateway::store::runs;
 use crate::metrics::{DeliveryLabels, RelayLabels};
 
@@ -270,6 +270,8 @@ async fn retry_later(
 async fn succeed(ctx: &Context, signals: &Signals, row: &Row, landed: Landed) {
     let (id, attempts) = (row.id, row.attempts + 1);
     let (run_id, item) = (row.run_id.clone(), row.item.clone());
+    let outbound = active_outbound(ctx);
+    let announced = outbound.is_some();
     let result = ctx
         .store
         .write(move |conn| {
@@ -284,10 +286,14 @@ async fn succeed(ctx: &Context, signals: &Signals, row: &Row, landed: Landed) {
                     // upstream took (it is not relayed again).
                     let ended = landed
                         .completion
-                        .filter(|status| status != "ok")
+                        .as_deref()
+                        .filter(|status| *status != "ok")
                         .map(|status| format!("the upstream's run ended {status}"));
                     let status = RunStatus::Forwarded;
                     runs::set_forwarded(conn, run_id, status, upstream, ended.as_deref())?;
+                    if let Some(settings) = &outbound {
+                        relay_ended(conn, &settings.outbound, run_id, &landed)?;
+                    }
                 }
                 _ => {}
             }
@@ -296,6 +302,9 @@ async fn succeed(ctx: &Context, signals: &Signals, row: &Row, landed: Landed) {
         .await;
     if let Err(err) = result {
         tracing::error!(%err, id = row.id, "cannot record a completed send");
+    }
+    if announced {
+        signals.webhooks_ready.notify_one();
     }
     // A relayed run ended: its lane slot is free for the next.
     signals.outbox_ready.notify_one();
@@ -324,6 +333,10 @@ async fn give_up(ctx: &Context, signals: &Signals, row: &Row, error: &SendError)
     let (id, attempts) = (row.id, row.attempts + 1);
     let (run_id, item, error) = (row.run_id.clone(), row.item.clone(), error.clone());
     let endpoints = webhooks::with_endpoints(&ctx.config.current());
+    let outbound = active_outbound(ctx);
+    if outbound.is_some() && matches!(&row.item, Some(OutboxItem::Relay(_))) {
+        signals.webhooks_ready.notify_one();
+    }
     let result = ctx
         .store
         .write(move |conn| {
@@ -357,6 +370,9 @@ async fn give_up(ctx: &Context, signals: &Signals, row: &Row, error: &SendError)
                         None,
                         Some(&error),
                     )?;
+                    if let Some(settings) = &outbound {
+                        relay_failed(conn, &settings.outbound, run_id, &error)?;
+                    }
                 }
                 _ => {}
             }
@@ -373,6 +389,72 @@ async fn give_up(ctx: &Context, signals: &Signals, row: &Row, error: &SendError)
         Ok(()) if wake_now => signals.heartbeat.request(),
         Ok(()) => {}
         Err(err) => tracing::error!(%err, id = row.id, "cannot record a failed send"),
+    }
+}
+
+/// The settings in force when `outbound` has a callback or an endpoint; `None` spares the
+/// rest a look at the outbox.
+fn active_outbound(ctx: &Context) -> Option<Arc<Settings>> {
+    let settings = ctx.config.current();
+    settings.outbound.is_active().then_some(settings)
+}
+
+/// What a relayed run's end sends (forward mode): its callback and `run.finished` or
+/// `run.failed`, made of the upstream's completion as the upstream answered it.
+fn relay_ended(
+    conn: &rusqlite::Connection,
+    outbound: &OutboundSettings,
+    run_id: &str,
+    landed: &Landed,
+) -> rusqlite::Result<()> {
+    let status = match landed.completion.as_deref() {
+        Some("ok") | None => RunStatus::Ok,
+        Some("timeout") => RunStatus::Timeout,
+        Some(_) => RunStatus::Error,
+    };
+    let error = match (status, &landed.error) {
+        (RunStatus::Ok, _) => None,
+        (_, Some(error)) => Some(error.clone()),
+        (_, None) => landed
+            .completion
+            .as_ref()
+            .map(|s| format!("the upstream's run ended {s}")),
+    };
+    let outcome = relay_outcome(status, landed.reply.clone(), error);
+    if let Some(run) = NewRun::select(conn, run_id)? {
+        webhooks::on_end(conn, outbound, &run, &outcome)?;
+    }
+    Ok(())
+}
+
+/// What a relay given up sends (forward mode): `relay.failed` with why, and the run's callback
+/// and `run.failed`, since the run ends there.
+fn relay_failed(
+    conn: &rusqlite::Connection,
+    outbound: &OutboundSettings,
+    run_id: &str,
+    error: &str,
+) -> rusqlite::Result<()> {
+    let Some(run) = NewRun::select(conn, run_id)? else {
+        return Ok(());
+    };
+    webhooks::on_event(conn, outbound, Event::RelayFailed, &run, Some(error))?;
+    let outcome = relay_outcome(RunStatus::Error, None, Some(error.to_string()));
+    webhooks::on_end(conn, outbound, &run, &outcome)?;
+    Ok(())
+}
+
+/// A relayed run's outcome as this gateway knows it: no model, usage or calls of its own.
+fn relay_outcome(status: RunStatus, reply: Option<String>, error: Option<String>) -> RunOutcome {
+    RunOutcome {
+        status,
+        summary: None,
+        reply,
+        error,
+        model: None,
+        usage: None,
+        calls: Vec::new(),
+        finished_at: crate::gateway::clock::now_rfc3339(),
     }
 }
 

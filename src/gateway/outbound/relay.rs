@@ -110,6 +110,10 @@ pub struct Landed {
     /// How the upstream's run ended (`completion.status`: `ok`, `error`, `skipped`), when it
     /// waited for it.
     pub completion: Option<String>,
+    /// The upstream run's reply (`completion.reply`), which callbacks carry.
+    pub reply: Option<String>,
+    /// Why the upstream's run failed (`completion.error`), when it says.
+    pub error: Option<String>,
 }
 
 /// One attempt at relaying: what the upstream answered. An agent run's answer comes once the
@@ -153,6 +157,8 @@ pub async fn relay(
     Ok(Landed {
         upstream_run_id: body["runId"].as_str().map(String::from),
         completion: body["completion"]["status"].as_str().map(String::from),
+        reply: body["completion"]["reply"].as_str().map(String::from),
+        error: body["completion"]["error"].as_str().map(String::from),
     })
 }
 

@@ -19,7 +19,9 @@ use tokio::task::JoinSet;
 
 use super::outbox::{self, Lane, OutboxItem};
 use super::relay::{AgentBody, Relayed};
+use super::webhooks;
 use crate::config::Settings;
+use crate::config::outbound::Event;
 use crate::config::runtime::GatewayMode;
 use crate::gateway::clock::{now_ms, now_rfc3339};
 use crate::gateway::context::Context;
@@ -121,6 +123,10 @@ pub fn dispatch(conn: &Connection, settings: &Settings) -> rusqlite::Result<usiz
             continue;
         };
         relay_queued(conn, &run, upstream.relay_session_key)?;
+        if !settings.outbound.endpoints.is_empty() {
+            // Relayed now: for this gateway, the run starts.
+            webhooks::on_event(conn, &settings.outbound, Event::RunStarted, &run, None)?;
+        }
         busy.take(startable.mapping_id, Some(startable.session_key));
         relayed += 1;
     }
