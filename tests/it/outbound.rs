@@ -95,9 +95,24 @@ impl Drop for Receiver {
     }
 }
 
+/// A receiver on a free port of 127.0.0.1 verifying under [`SECRET`], and the `outbound`
+/// settings of an endpoint `ops` there (`/events`) subscribed to `events`, 127.0.0.1 allowed.
+pub(crate) fn endpoint_receiver(events: &[&str]) -> (Receiver, Value) {
+    let port = free_port();
+    let receiver = Receiver::start(port, &[SECRET]);
+    let outbound = json!({
+        "allowHosts": ["127.0.0.1"],
+        "endpoints": [{
+            "id": "ops", "url": format!("http://127.0.0.1:{port}/events"),
+            "secret": SECRET, "events": events,
+        }],
+    });
+    (receiver, outbound)
+}
+
 /// A configuration whose mapping `cb` runs against `provider` and posts each run's outcome to
 /// the payload's `callbackUrl`; 127.0.0.1 allowed, retries at most a second apart.
-fn callback_config(provider: &Fake, secrets: Value) -> Value {
+pub(crate) fn callback_config(provider: &Fake, secrets: Value) -> Value {
     let mut config = crate::runtime::with_provider(provider);
     set(
         &mut config,
@@ -118,7 +133,7 @@ fn callback_config(provider: &Fake, secrets: Value) -> Value {
     config
 }
 
-async fn start_run(server: &Hookgate, url: &str, n: usize) -> String {
+pub(crate) async fn start_run(server: &Hookgate, url: &str, n: usize) -> String {
     let body = json!({"callbackUrl": url, "n": n});
     let (status, reply) = server.hook_json("/hooks/cb", &body).await;
     assert_eq!(status, 200, "{reply}");
@@ -460,8 +475,9 @@ async fn endpoints_get_the_events_they_subscribe_to_in_order_per_run(backend: Ba
         }
     })
     .await;
-    let port = free_port();
-    let receiver = Receiver::start(port, &[SECRET]);
+    let events = ["run.started", "run.finished", "run.failed"];
+    let (receiver, mut outbound) = endpoint_receiver(&events);
+    outbound["endpoints"][0]["mappings"] = json!(["watched"]);
     let mut config = crate::runtime::with_provider(&provider);
     set(
         &mut config,
@@ -471,20 +487,7 @@ async fn endpoints_get_the_events_they_subscribe_to_in_order_per_run(backend: Ba
             {"id": "other", "match": {"path": "other"}, "messageTemplate": "{{text}}", "deliver": false},
         ]),
     );
-    set(
-        &mut config,
-        "outbound",
-        json!({
-            "allowHosts": ["127.0.0.1"],
-            "endpoints": [{
-                "id": "ops",
-                "url": format!("http://127.0.0.1:{port}/events"),
-                "secret": SECRET,
-                "events": ["run.started", "run.finished", "run.failed"],
-                "mappings": ["watched"],
-            }],
-        }),
-    );
+    set(&mut config, "outbound", outbound);
     let (server, _kept) = backend.start(&config);
     let mut runs = Vec::new();
     for (path, text) in [
@@ -546,25 +549,14 @@ async fn an_endpoint_hears_of_a_reply_that_could_not_be_delivered(backend: Backe
         )
     })
     .await;
-    let port = free_port();
-    let receiver = Receiver::start(port, &[SECRET]);
+    let (receiver, outbound) = endpoint_receiver(&["delivery.failed"]);
     let mut config = crate::runtime::with_provider(&provider);
     set(
         &mut config,
         "channels.telegram",
         json!({"botToken": "tg-token", "apiBase": telegram.base}),
     );
-    set(
-        &mut config,
-        "outbound",
-        json!({
-            "allowHosts": ["127.0.0.1"],
-            "endpoints": [{
-                "id": "ops", "url": format!("http://127.0.0.1:{port}/events"),
-                "secret": SECRET, "events": ["delivery.failed"],
-            }],
-        }),
-    );
+    set(&mut config, "outbound", outbound);
     let (server, _kept) = backend.start(&config);
     let body = json!({"message": "hi", "channel": "telegram", "to": "42"});
     let run_id = crate::runtime::agent(&server, body).await;

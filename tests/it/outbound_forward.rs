@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::fake::{Answer, Fake, chat_reply};
 use crate::harness::*;
-use crate::outbound::{Receiver, SECRET};
+use crate::outbound::{SECRET, endpoint_receiver};
 use crate::runtime::free_port;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -19,8 +19,12 @@ async fn forward_mode_sends_callbacks_and_events_from_the_upstreams_completion()
     // The upstream runs agents, and refuses a request's session key (its default).
     let upstream_dir = ConfigDir::new(&crate::runtime::with_provider(&provider));
     let _upstream = Hookgate::try_start_on(&upstream_dir, port).unwrap();
-    let receiver_port = free_port();
-    let receiver = Receiver::start(receiver_port, &[SECRET]);
+    let events = ["run.started", "run.finished", "run.failed", "relay.failed"];
+    let (receiver, outbound) = endpoint_receiver(&events);
+    let callback_url = outbound["endpoints"][0]["url"]
+        .as_str()
+        .unwrap()
+        .replace("/events", "/callback");
     let mut config = base_config();
     set(&mut config, "hooks.allowRequestSessionKey", json!(true));
     set(&mut config, "gateway.mode", json!("forward"));
@@ -35,21 +39,10 @@ async fn forward_mode_sends_callbacks_and_events_from_the_upstreams_completion()
         "hooks.mappings",
         json!([{
             "id": "cb", "match": {"path": "cb"}, "messageTemplate": "Do {{n}}", "deliver": false,
-            "callback": {"url": format!("http://127.0.0.1:{receiver_port}/callback"), "secret": SECRET},
+            "callback": {"url": callback_url, "secret": SECRET},
         }]),
     );
-    set(
-        &mut config,
-        "outbound",
-        json!({
-            "allowHosts": ["127.0.0.1"],
-            "endpoints": [{
-                "id": "ops", "url": format!("http://127.0.0.1:{receiver_port}/events"),
-                "secret": SECRET,
-                "events": ["run.started", "run.finished", "run.failed", "relay.failed"],
-            }],
-        }),
-    );
+    set(&mut config, "outbound", outbound);
     let (forwarder, _dir) = Hookgate::start(&config);
     let (status, reply) = forwarder.hook_json("/hooks/cb", &json!({"n": 1})).await;
     assert_eq!(status, 200, "{reply}");
