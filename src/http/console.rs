@@ -16,6 +16,7 @@ const REPLAY_SCRIPT: &str = include_str!("console/replay.js");
 const RUNS_BULK_SCRIPT: &str = include_str!("console/runs_bulk.js");
 const OVERVIEW_SCRIPT: &str = include_str!("console/overview.js");
 const HOOKS_SCRIPT: &str = include_str!("console/hooks.js");
+const OUTBOUND_SCRIPT: &str = include_str!("console/outbound.js");
 
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
      img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
@@ -49,6 +50,12 @@ pub async fn overview_script() -> Response {
 /// `GET /console/hooks.js`: subscriptions (docs/subscriptions.md) and their audit.
 pub async fn hooks_script() -> Response {
     asset("text/javascript; charset=utf-8", HOOKS_SCRIPT)
+}
+
+/// `GET /console/outbound.js`: callbacks and lifecycle webhooks (docs/outbound.md), and
+/// sending a failed one again.
+pub async fn outbound_script() -> Response {
+    asset("text/javascript; charset=utf-8", OUTBOUND_SCRIPT)
 }
 
 /// `GET /console/console.css`.

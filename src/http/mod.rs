@@ -130,6 +130,7 @@ pub fn router(state: AppState) -> Router {
         .route("/console/console.css", get(console::style))
         .route("/console/overview.css", get(console::overview_style))
         .route("/console/hooks.js", get(console::hooks_script))
+        .route("/console/outbound.js", get(console::outbound_script))
         .route("/edge/pull", get(edge::pull))
         .route("/edge/ack", post(edge::ack))
         .nest("/api", operator_api(state.clone()))

@@ -84,6 +84,7 @@ mod openclaw;
 mod openclaw_config;
 mod openclaw_controls;
 mod outbound;
+mod outbound_console;
 mod outbound_forward;
 mod parity;
 mod pipeline;

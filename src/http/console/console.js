@@ -103,7 +103,7 @@ function became(record) {
 function show(view) {
   state.view = view;
   state.paged = false;
-  for (const name of ["overview", "requests", "runs", "events", "system", "dryrun", "hooks"]) {
+  for (const name of ["overview", "requests", "runs", "events", "system", "dryrun", "hooks", "outbound"]) {
     $(`${name}-view`).hidden = name !== view;
     const tab = document.querySelector(`nav button[data-view="${name}"]`);
     if (name === view) tab.setAttribute("aria-current", "page");
@@ -130,6 +130,7 @@ async function refresh() {
     if (state.view === "events") await loadEvents();
     if (state.view === "system") await loadSystem();
     if (state.view === "hooks") await loadHooks();
+    if (state.view === "outbound") await loadOutbound();
     say("");
   } catch (error) {
     if (error.message !== "unauthorized") say(`Could not load: ${error.message}`);
