@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use super::ConfigError;
 use super::model::{CallbackConfig, FileConfig, SecretValue};
-use super::secret::{ConfigFiles, secret};
-use crate::hook::signature::{Scheme, decode_secret};
+use super::secret::ConfigFiles;
+use super::signature::SecretList;
+use crate::hook::signature::Scheme;
 
 /// The default of `outbound.retry.for`.
 pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(24 * 3600);
@@ -377,7 +378,8 @@ fn check_url(url: &str, key: &str, problems: &mut Vec<ConfigError>) {
     }
 }
 
-/// `secret` and `secrets` of `key`, decoded; at least one is required.
+/// `secret` and `secrets` of `key`, decoded as Standard Webhooks keys; at least one is
+/// required.
 fn secrets(
     one: &Option<SecretValue>,
     many: &Option<Vec<SecretValue>>,
@@ -385,34 +387,13 @@ fn secrets(
     files: ConfigFiles<'_>,
     problems: &mut Vec<ConfigError>,
 ) -> Vec<Vec<u8>> {
-    let listed = one
-        .iter()
-        .map(|s| (format!("{key}.secret"), s.clone()))
-        .chain(
-            many.iter()
-                .flatten()
-                .enumerate()
-                .map(|(j, s)| (format!("{key}.secrets[{j}]"), s.clone())),
-        )
-        .collect::<Vec<_>>();
-    if listed.is_empty() {
-        problems.push(ConfigError::invalid(key, "needs secret or secrets"));
-    }
-    let mut decoded = Vec::new();
-    for (secret_key, value) in listed {
-        let Some(text) = secret(Some(value), &secret_key, files, problems) else {
-            problems.push(ConfigError::invalid(&secret_key, "must not be blank"));
-            continue;
-        };
-        match decode_secret(&Scheme::StandardWebhooks, text.trim()) {
-            Some(bytes) => decoded.push(bytes),
-            None => problems.push(ConfigError::invalid(
-                &secret_key,
-                "is malformed (signing secrets are whsec_<base64>)",
-            )),
-        }
-    }
-    decoded
+    let read = SecretList {
+        one,
+        many,
+        scheme: &Scheme::StandardWebhooks,
+        malformed: "is malformed (signing secrets are whsec_<base64>)",
+    };
+    read.decode(key, files, problems).unwrap_or_default()
 }
 
 #[cfg(test)]

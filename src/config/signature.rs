@@ -85,38 +85,64 @@ fn secrets(
     files: ConfigFiles<'_>,
     problems: &mut Vec<ConfigError>,
 ) -> Option<Vec<Vec<u8>>> {
-    let listed: Vec<(String, SecretValue)> = config
-        .secret
-        .iter()
-        .map(|s| (format!("{key}.secret"), s.clone()))
-        .chain(
-            config
-                .secrets
-                .iter()
-                .flatten()
-                .enumerate()
-                .map(|(j, s)| (format!("{key}.secrets[{j}]"), s.clone())),
-        )
-        .collect();
-    if listed.is_empty() {
-        problems.push(ConfigError::invalid(key, "needs secret or secrets"));
-        return None;
-    }
-    let mut secrets = Vec::new();
-    for (secret_key, value) in listed {
-        let Some(text) = secret(Some(value), &secret_key, files, problems) else {
-            problems.push(ConfigError::invalid(&secret_key, "must not be blank"));
-            continue;
-        };
-        match decode_secret(scheme, text.trim()) {
-            Some(bytes) => secrets.push(bytes),
-            None => problems.push(ConfigError::invalid(
-                &secret_key,
-                "is malformed (standard-webhooks secrets are whsec_<base64>)",
-            )),
+    let read = SecretList {
+        one: &config.secret,
+        many: &config.secrets,
+        scheme,
+        malformed: "is malformed (standard-webhooks secrets are whsec_<base64>)",
+    };
+    read.decode(key, files, problems)
+}
+
+/// A `secret` and `secrets` pair of keys: every signing secret's one reader (a mapping's
+/// signature, a callback's, an outbound endpoint's).
+pub(super) struct SecretList<'a> {
+    pub one: &'a Option<SecretValue>,
+    pub many: &'a Option<Vec<SecretValue>>,
+    pub scheme: &'a Scheme,
+    /// What a secret that does not decode is said to be.
+    pub malformed: &'static str,
+}
+
+impl SecretList<'_> {
+    /// The secrets of `key`, read (`${ENV}`, files) and decoded for the scheme, in order;
+    /// `None` when neither key is given (reported). A secret that cannot be read or decoded
+    /// is reported, naming its key and never its value, and left out.
+    pub(super) fn decode(
+        &self,
+        key: &str,
+        files: ConfigFiles<'_>,
+        problems: &mut Vec<ConfigError>,
+    ) -> Option<Vec<Vec<u8>>> {
+        let listed: Vec<(String, SecretValue)> = self
+            .one
+            .iter()
+            .map(|s| (format!("{key}.secret"), s.clone()))
+            .chain(
+                self.many
+                    .iter()
+                    .flatten()
+                    .enumerate()
+                    .map(|(j, s)| (format!("{key}.secrets[{j}]"), s.clone())),
+            )
+            .collect();
+        if listed.is_empty() {
+            problems.push(ConfigError::invalid(key, "needs secret or secrets"));
+            return None;
         }
+        let mut secrets = Vec::new();
+        for (secret_key, value) in listed {
+            let Some(text) = secret(Some(value), &secret_key, files, problems) else {
+                problems.push(ConfigError::invalid(&secret_key, "must not be blank"));
+                continue;
+            };
+            match decode_secret(self.scheme, text.trim()) {
+                Some(bytes) => secrets.push(bytes),
+                None => problems.push(ConfigError::invalid(&secret_key, self.malformed)),
+            }
+        }
+        Some(secrets)
     }
-    Some(secrets)
 }
 
 /// `toleranceSeconds`: from 1 to 3600, else reported and the default.
