@@ -364,6 +364,13 @@ fn print_table(header: &[&str], rows: impl Iterator<Item = Vec<String>>) {
     }
 }
 
+/// A page of an API listing as a table: a row (made by `row`) per item under `key`, then the
+/// next page's `--before` when the page has one.
+fn print_page(page: &Value, key: &str, header: &[&str], row: impl Fn(&Value) -> Vec<String>) {
+    print_table(header, page[key].as_array().into_iter().flatten().map(row));
+    print_next(page);
+}
+
 fn print_next(page: &Value) {
     if let Some(next) = page["next"].as_str() {
         println!("\nmore: --before {next}");

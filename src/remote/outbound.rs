@@ -6,9 +6,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use super::{
-    ENVIRONMENT, ERROR_COLUMN_CHARS, Remote, print_table, query, segment, shortened, text,
-};
+use super::{ENVIRONMENT, ERROR_COLUMN_CHARS, Remote, print_page, query, segment, shortened, text};
 
 #[derive(Subcommand)]
 pub enum OutboundCommand {
@@ -41,22 +39,7 @@ pub fn outbound(command: OutboundCommand) -> ExitCode {
             limit,
         } => {
             let query = query(&[("status", status), ("limit", Some(limit.to_string()))]);
-            remote.call("GET", &format!("/api/outbound?{query}"), |page| {
-                print_table(
-                    &["ID", "STATUS", "EVENT", "TO", "ATTEMPTS", "RUN", "ERROR"],
-                    page["messages"].as_array().into_iter().flatten().map(|m| {
-                        vec![
-                            text(&m["id"]),
-                            text(&m["status"]),
-                            text(&m["event"]),
-                            text(&m["destination"]),
-                            text(&m["attempts"]),
-                            text(&m["runId"]),
-                            shortened(&m["lastError"], ERROR_COLUMN_CHARS),
-                        ]
-                    }),
-                );
-            })
+            remote.call("GET", &format!("/api/outbound?{query}"), print_messages)
         }
         OutboundCommand::Retry { id, remote } => remote.call(
             "POST",
@@ -64,4 +47,20 @@ pub fn outbound(command: OutboundCommand) -> ExitCode {
             |r| println!("message {} pending again", text(&r["id"])),
         ),
     }
+}
+
+/// A page of `GET /api/outbound` as a table.
+fn print_messages(page: &serde_json::Value) {
+    let header = ["ID", "STATUS", "EVENT", "TO", "ATTEMPTS", "RUN", "ERROR"];
+    print_page(page, "messages", &header, |m| {
+        vec![
+            text(&m["id"]),
+            text(&m["status"]),
+            text(&m["event"]),
+            text(&m["destination"]),
+            text(&m["attempts"]),
+            text(&m["runId"]),
+            shortened(&m["lastError"], ERROR_COLUMN_CHARS),
+        ]
+    });
 }

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
-    ENVIRONMENT, ERROR_COLUMN_CHARS, Remote, print_fields, print_next, print_table, query,
+    ENVIRONMENT, ERROR_COLUMN_CHARS, Remote, print_fields, print_page, print_table, query,
     runs_bulk, segment, shortened, text,
 };
 
@@ -196,23 +196,20 @@ fn held(remote: &Remote, id: &str, action: &str) -> ExitCode {
 
 /// A page of `GET /api/runs` as a table.
 fn print_runs(page: &Value) {
-    print_table(
-        &[
-            "CREATED", "STATUS", "HOOK", "SESSION", "RUN", "TOKENS", "ERROR",
-        ],
-        page["runs"].as_array().into_iter().flatten().map(|r| {
-            vec![
-                text(&r["createdAt"]),
-                text(&r["status"]),
-                text(&r["hookName"]),
-                text(&r["sessionKey"]),
-                text(&r["runId"]),
-                tokens(&r["usage"]),
-                shortened(&r["error"], ERROR_COLUMN_CHARS),
-            ]
-        }),
-    );
-    print_next(page);
+    let header = [
+        "CREATED", "STATUS", "HOOK", "SESSION", "RUN", "TOKENS", "ERROR",
+    ];
+    print_page(page, "runs", &header, |r| {
+        vec![
+            text(&r["createdAt"]),
+            text(&r["status"]),
+            text(&r["hookName"]),
+            text(&r["sessionKey"]),
+            text(&r["runId"]),
+            tokens(&r["usage"]),
+            shortened(&r["error"], ERROR_COLUMN_CHARS),
+        ]
+    });
 }
 
 /// What a retry of one run did.
