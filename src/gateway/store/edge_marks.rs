@@ -224,9 +224,11 @@ mod tests {
     /// Spawned work carries the scope's mark into its task.
     #[tokio::test]
     async fn spawned_work_inside_a_scope_sees_its_mark() {
-        let seen = scope(mark(42, Part::Answered), async { spawn_carried(async { current() }).await })
-            .await
-            .unwrap();
+        let seen = scope(mark(42, Part::Answered), async {
+            spawn_carried(async { current() }).await
+        })
+        .await
+        .unwrap();
         assert_eq!(seen.map(|m| m.seq), Some(42));
     }
 
