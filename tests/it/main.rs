@@ -61,6 +61,7 @@ mod dry_run_unchanged;
 mod durability;
 mod edge;
 mod edge_guard;
+mod edge_openclaw;
 mod edge_windows;
 mod example;
 mod failover;

@@ -15,7 +15,7 @@ use crate::openclaw::{OPENCLAW_HOOK_TOKEN, OpenClaw};
 
 /// A model provider that answers each chat call once the test adds a permit to `gate`, and
 /// OpenClaw in front of it, ready.
-async fn openclaw_behind(gate: &Arc<Semaphore>) -> (OpenClaw, Fake) {
+pub(crate) async fn openclaw_behind(gate: &Arc<Semaphore>) -> (OpenClaw, Fake) {
     let gate = Arc::clone(gate);
     let provider = Fake::start(move |call, _| {
         let reply = Box::new(Answer::Json(200, chat_reply("done")));
@@ -33,7 +33,7 @@ async fn openclaw_behind(gate: &Arc<Semaphore>) -> (OpenClaw, Fake) {
 }
 
 /// hookgate in forward mode in front of `openclaw`, with `mappings`.
-fn forwarding(openclaw: &OpenClaw, mappings: Value) -> Value {
+pub(crate) fn forwarding(openclaw: &OpenClaw, mappings: Value) -> Value {
     let mut config = base_config();
     set(
         &mut config,
@@ -69,7 +69,7 @@ async fn becomes(server: &Hookgate, run_id: &str, status: &str) -> Value {
 }
 
 /// The model calls OpenClaw made.
-fn model_calls(provider: &Fake) -> Vec<Value> {
+pub(crate) fn model_calls(provider: &Fake) -> Vec<Value> {
     let calls = provider.requests().into_iter();
     calls
         .filter(|call| call.path.ends_with("/chat/completions"))
@@ -95,7 +95,7 @@ async fn operator(server: &Hookgate, run_id: &str, action: &str) -> u16 {
 }
 
 /// `hookgate_forward_relays_total{kind="agent",outcome="forwarded"}`: agent relays that landed.
-async fn relayed_runs(server: &Hookgate) -> u64 {
+pub(crate) async fn relayed_runs(server: &Hookgate) -> u64 {
     let metrics = server.metrics().await;
     let line = r#"hookgate_forward_relays_total{kind="agent",outcome="forwarded"} "#;
     metrics
