@@ -88,5 +88,5 @@ async fn a_module_over_64_mib_loads_when_a_mapping_grants_the_memory() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(server.wake_texts().await, ["count 1 (7)"]);
+    assert_eq!(server.wake_texts().await, ["count 1/1 (7)"]);
 }
