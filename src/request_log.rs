@@ -197,10 +197,9 @@ impl RequestLog {
             .queue
             .send(Entry::Record(Box::new((record, capture))))
             .await
+            && let Entry::Record(entry) = refused.0
         {
-            if let Entry::Record(entry) = refused.0 {
-                self.release(entry.1.as_ref());
-            }
+            self.release(entry.1.as_ref());
         }
         self.flush().await;
     }

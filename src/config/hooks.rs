@@ -151,10 +151,10 @@ impl HookSettings {
     pub fn transform_modules(&self) -> Vec<(String, String)> {
         let mut seen = Vec::<(String, String)>::new();
         for (i, mapping) in self.mappings.iter().enumerate() {
-            if let Some(spec) = &mapping.transform {
-                if !seen.iter().any(|(m, _)| *m == spec.module) {
-                    seen.push((spec.module.clone(), key!(TransformConfig[i].module)));
-                }
+            if let Some(spec) = &mapping.transform
+                && !seen.iter().any(|(m, _)| *m == spec.module)
+            {
+                seen.push((spec.module.clone(), key!(TransformConfig[i].module)));
             }
         }
         seen
@@ -330,10 +330,11 @@ fn transforms_dir(
         .transforms_dir
         .as_deref()
         .is_some_and(|d| !d.trim().is_empty());
-    if named && hooks.mappings.iter().any(|m| m.transform.is_some()) {
-        if let Err(e) = confine::transforms_dir_exists(config_dir, &dir) {
-            problems.push(e);
-        }
+    if named
+        && hooks.mappings.iter().any(|m| m.transform.is_some())
+        && let Err(e) = confine::transforms_dir_exists(config_dir, &dir)
+    {
+        problems.push(e);
     }
     for (i, mapping) in hooks.mappings.iter().enumerate() {
         if let Some(transform) = &mapping.transform {

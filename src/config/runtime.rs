@@ -194,10 +194,10 @@ impl RuntimeSettings {
         agent: &'a AgentRuntime,
         id: &'a str,
     ) -> Option<(&'a Provider, &'a str)> {
-        if let Some((name, model)) = id.split_once('/') {
-            if let Some(provider) = self.providers.get(name) {
-                return Some((provider, model));
-            }
+        if let Some((name, model)) = id.split_once('/')
+            && let Some(provider) = self.providers.get(name)
+        {
+            return Some((provider, model));
         }
         agent.provider.as_ref().map(|provider| (provider, id))
     }

@@ -184,10 +184,10 @@ impl Embedded {
             .store
             .write(move |conn| batches::join(conn, item, open, now_ms()))
             .await?;
-        if let Joined::Added(added) = &join.joined {
-            if added.opened {
-                self.signals.batch_opened.notify_one();
-            }
+        if let Joined::Added(added) = &join.joined
+            && added.opened
+        {
+            self.signals.batch_opened.notify_one();
         }
         // Filled, or one past its window closed on the way: its run is queued. Otherwise the
         // runner has nothing new to start, and waking it would cost a pass over the queue.

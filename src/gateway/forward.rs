@@ -164,10 +164,10 @@ impl Forward {
             .store
             .write(move |conn| {
                 let join = batches::join(conn, item, open, now_ms())?;
-                if let Joined::Added(added) = &join.joined {
-                    if added.opened {
-                        relay.insert_waiting(conn, &added.run_id)?;
-                    }
+                if let Joined::Added(added) = &join.joined
+                    && added.opened
+                {
+                    relay.insert_waiting(conn, &added.run_id)?;
                 }
                 Ok(join)
             })

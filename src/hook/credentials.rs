@@ -61,10 +61,10 @@ impl CredentialHeaders {
             .collect();
         let proofs = SIGNATURE_HEADERS.iter().map(|h| h.to_string()).collect();
         for rule in rules {
-            if let Scheme::HmacSha256 { header, .. } = &rule.scheme {
-                if !secrets.contains(header) {
-                    secrets.push(header.clone());
-                }
+            if let Scheme::HmacSha256 { header, .. } = &rule.scheme
+                && !secrets.contains(header)
+            {
+                secrets.push(header.clone());
             }
         }
         CredentialHeaders { secrets, proofs }

@@ -53,10 +53,10 @@ pub fn fingerprint(key: &str, hook_path: &str, run: &AdmittedRun) -> String {
         run.allow_unsafe_external_content,
     ]);
     // Appended only when set, so that the fingerprints of isolated runs stay what they were.
-    if action.session_mode == SessionMode::Persistent {
-        if let Some(fields) = material.as_array_mut() {
-            fields.push(serde_json::Value::from(action.session_mode.as_str()));
-        }
+    if action.session_mode == SessionMode::Persistent
+        && let Some(fields) = material.as_array_mut()
+    {
+        fields.push(serde_json::Value::from(action.session_mode.as_str()));
     }
     hex::encode(Sha256::digest(material.to_string().as_bytes()))
 }

@@ -283,10 +283,10 @@ pub async fn metrics(
         app.metrics.queue_depth.set(waiting);
     }
     show_configured(&app);
-    if let Some(queue) = &app.edge_queue {
-        if let Ok(link) = queue.status().await {
-            app.metrics.edge.show(&link);
-        }
+    if let Some(queue) = &app.edge_queue
+        && let Ok(link) = queue.status().await
+    {
+        app.metrics.edge.show(&link);
     }
     if let Ok(by_mapping) = app.store.queued_by_mapping().await {
         // A mapping whose queue drained drops out of the query: start from an empty family.

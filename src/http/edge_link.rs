@@ -269,10 +269,10 @@ async fn take(
     let request = request_of(delivery)?;
     let dispatched = hooks::dispatch(app.clone(), routes.clone(), request);
     let answer = edge_marks::scope(mark.clone(), dispatched).await;
-    if let Some(Refused(err)) = answer.extensions().get::<Refused>() {
-        if may_pass(err) {
-            return Err(err.to_string());
-        }
+    if let Some(Refused(err)) = answer.extensions().get::<Refused>()
+        && may_pass(err)
+    {
+        return Err(err.to_string());
     }
     // Test-only: the crash window between the commit and the acknowledgement.
     edge_marks::die_if_told(&mark);

@@ -40,10 +40,10 @@ pub(super) fn reason_if_admitted(
     considered: &[(&Mapping, Unmet<'_>)],
     refusal: impl Fn(&Mapping) -> Result<(), HookError>,
 ) -> Result<String, HookError> {
-    if let [(first, _), ..] = considered {
-        if considered.iter().all(|(m, _)| refusal(m).is_err()) {
-            refusal(first)?;
-        }
+    if let [(first, _), ..] = considered
+        && considered.iter().all(|(m, _)| refusal(m).is_err())
+    {
+        refusal(first)?;
     }
     Ok(reason(considered))
 }

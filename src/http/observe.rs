@@ -86,10 +86,10 @@ fn hook_outcome(response: &Response) -> HookOutcome {
     if extensions.get::<Filtered>().is_some() {
         return HookOutcome::Filtered;
     }
-    if let Some(Refused(refusal)) = extensions.get::<Refused>() {
-        if matches!(**refusal, HookError::LimitReached(_)) {
-            return HookOutcome::Limited;
-        }
+    if let Some(Refused(refusal)) = extensions.get::<Refused>()
+        && matches!(**refusal, HookError::LimitReached(_))
+    {
+        return HookOutcome::Limited;
     }
     HookOutcome::of_status(response.status().as_u16())
 }

@@ -75,10 +75,10 @@ pub fn authenticate(
     let token = presented_token(headers);
     let signed = mapping::signature_for(&hooks.mappings, name);
     let by_token = token.is_some() || signed.is_none();
-    if let (Some(client), true) = (client, by_token) {
-        if let Err(retry_after) = app.limiter.check(&client, now) {
-            return Err(HookError::LockedOut { retry_after });
-        }
+    if let (Some(client), true) = (client, by_token)
+        && let Err(retry_after) = app.limiter.check(&client, now)
+    {
+        return Err(HookError::LockedOut { retry_after });
     }
     if hooks.token.matches(token) {
         if let Some(client) = client {
@@ -105,10 +105,10 @@ pub fn authenticate(
         return Err(HookError::Unauthorized(refusal));
     };
     let failures = client.map(|client| (client, mapping.id.clone()));
-    if let Some(key) = &failures {
-        if let Err(retry_after) = app.signature_limiter.check(key, now) {
-            return Err(HookError::LockedOut { retry_after });
-        }
+    if let Some(key) = &failures
+        && let Err(retry_after) = app.signature_limiter.check(key, now)
+    {
+        return Err(HookError::LockedOut { retry_after });
     }
     let header = |name: &str| {
         headers

@@ -98,7 +98,7 @@ struct Answered {
 /// Sends the `n`th request of the mix: a wake with a text of its own, or an agent request.
 async fn send(server: &Hookgate, n: usize) -> Answered {
     let text = format!("disk-full-{n}");
-    let (path, body, wake) = if n % 2 == 0 {
+    let (path, body, wake) = if n.is_multiple_of(2) {
         (
             "/hooks/wake",
             json!({"text": text, "mode": "next-heartbeat"}),

@@ -41,12 +41,11 @@ pub(super) fn adopt(channels: &mut Map<String, Value>, notices: &mut Vec<ConfigN
             Channel::Mattermost => Some(("botToken", "token")),
             _ => None,
         };
-        if let Some((theirs, ours)) = rename {
-            if !channel.contains_key(ours) {
-                if let Some(token) = channel.shift_remove(theirs) {
-                    channel.insert(ours.into(), token);
-                }
-            }
+        if let Some((theirs, ours)) = rename
+            && !channel.contains_key(ours)
+            && let Some(token) = channel.shift_remove(theirs)
+        {
+            channel.insert(ours.into(), token);
         }
         // The rest of an OpenClaw channel (policies for reading chats, accounts, webhooks for
         // incoming messages) has no use here; a near miss of one of hookgate's own keys is kept,

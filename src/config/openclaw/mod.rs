@@ -440,19 +440,17 @@ fn adopt_gateway(
         }
         None => {}
     }
-    if let Some(Value::Object(auth)) = gateway.get_mut("auth") {
-        if let Some(mode) = auth.shift_remove("mode") {
-            let message = match mode.as_str() {
-                Some("token") => "\"token\" is implied: the operator API takes the gateway token",
-                _ => {
-                    "ignored: the operator API takes the gateway token only (none configured: closed)"
-                }
-            };
-            notices.push(ConfigNotice {
-                key: "gateway.auth.mode".into(),
-                message: message.into(),
-            });
-        }
+    if let Some(Value::Object(auth)) = gateway.get_mut("auth")
+        && let Some(mode) = auth.shift_remove("mode")
+    {
+        let message = match mode.as_str() {
+            Some("token") => "\"token\" is implied: the operator API takes the gateway token",
+            _ => "ignored: the operator API takes the gateway token only (none configured: closed)",
+        };
+        notices.push(ConfigNotice {
+            key: "gateway.auth.mode".into(),
+            message: message.into(),
+        });
     }
 }
 

@@ -119,21 +119,21 @@ pub enum Joined {
 /// its window. A retry (`item.claim` seen within its window) changes nothing and gets the
 /// position it got. Runs in one write of the store.
 pub fn join(conn: &Connection, item: BatchItem, open: bool, now_ms: i64) -> rusqlite::Result<Join> {
-    if let Some(claim) = &item.claim {
-        if let Some(run_id) = runs::repeat_of(conn, claim)? {
-            let position = position_of(conn, &run_id, &claim.fingerprint)?;
-            let joined = Joined::Added(Added {
-                run_id,
-                position,
-                repeated: true,
-                opened: false,
-                closed: false,
-            });
-            return Ok(Join {
-                joined,
-                queued: false,
-            });
-        }
+    if let Some(claim) = &item.claim
+        && let Some(run_id) = runs::repeat_of(conn, claim)?
+    {
+        let position = position_of(conn, &run_id, &claim.fingerprint)?;
+        let joined = Joined::Added(Added {
+            run_id,
+            position,
+            repeated: true,
+            opened: false,
+            closed: false,
+        });
+        return Ok(Join {
+            joined,
+            queued: false,
+        });
     }
     let (open_now, stale_closed) = open_batch(conn, &item, now_ms)?;
     let (run_id, position, max_items, opened) = match open_now {

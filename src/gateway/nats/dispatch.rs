@@ -70,10 +70,8 @@ pub(super) async fn beat(ctx: Context, cluster: Cluster, message: Message) {
             return later(&message, Duration::from_secs(1)).await;
         }
     }
-    if more {
-        if let Err(err) = cluster.request_beat().await {
-            tracing::warn!(%err, "cannot request a heartbeat");
-        }
+    if more && let Err(err) = cluster.request_beat().await {
+        tracing::warn!(%err, "cannot request a heartbeat");
     }
 }
 

@@ -53,11 +53,11 @@ impl Cluster {
     pub async fn submit_wake(&self, event: NewEvent, mode: WakeMode) -> Result<(), ClusterError> {
         let id = format!("wake-{}", uuid::Uuid::new_v4());
         self.publish(&Fact::Wake { event }, &id).await?;
-        if mode == WakeMode::Now {
-            if let Err(err) = self.request_beat().await {
-                // The event is stored; the next periodic heartbeat takes it.
-                tracing::warn!(%err, "cannot request a heartbeat");
-            }
+        if mode == WakeMode::Now
+            && let Err(err) = self.request_beat().await
+        {
+            // The event is stored; the next periodic heartbeat takes it.
+            tracing::warn!(%err, "cannot request a heartbeat");
         }
         Ok(())
     }

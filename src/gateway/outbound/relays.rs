@@ -114,10 +114,10 @@ pub fn dispatch(conn: &Connection, settings: &Settings) -> rusqlite::Result<usiz
             break;
         }
         // A lane with room for fewer than its heads here: the rest wait for the next pass.
-        if let Some(mapping) = &startable.mapping_id {
-            if busy.lane_full(settings, mapping) {
-                continue;
-            }
+        if let Some(mapping) = &startable.mapping_id
+            && busy.lane_full(settings, mapping)
+        {
+            continue;
         }
         let Some(run) = NewRun::select(conn, &startable.run_id)? else {
             continue;

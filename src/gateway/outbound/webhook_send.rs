@@ -125,12 +125,12 @@ pub async fn check_url(allow: &AllowHosts, url: &str) -> Result<reqwest::Url, Se
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_ascii_lowercase();
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        if !allow.address_allowed(ip) {
-            return Err(refused(format!(
-                "{ip} is a private address not in outbound.allowHosts"
-            )));
-        }
+    if let Ok(ip) = host.parse::<IpAddr>()
+        && !allow.address_allowed(ip)
+    {
+        return Err(refused(format!(
+            "{ip} is a private address not in outbound.allowHosts"
+        )));
     }
     if !allow.host_allowed(&host) {
         return Err(refused(format!(

@@ -92,10 +92,10 @@ async fn require_credential(
         .trusted_proxies
         .client(peer.ip(), request.headers());
     let now = Instant::now();
-    if let Some(client) = &client {
-        if let Err(retry_after) = app.api_limiter.check(client, now) {
-            return ApiError::from(HookError::LockedOut { retry_after }).into_response();
-        }
+    if let Some(client) = &client
+        && let Err(retry_after) = app.api_limiter.check(client, now)
+    {
+        return ApiError::from(HookError::LockedOut { retry_after }).into_response();
     }
     let presented = presented_bearer(request.headers());
     let Some(credential) = settings.mcp.credential(presented) else {

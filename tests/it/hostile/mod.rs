@@ -332,11 +332,11 @@ struct Outcomes {
 impl Outcomes {
     fn record(&mut self, theme: &Theme, case: &Case, outcome: Result<(), String>) {
         self.runs += 1;
-        if let Err(problem) = outcome {
-            if self.failed.insert((theme.name, case.name.clone())) {
-                self.failures
-                    .push(format!("[{}] {}: {problem}", theme.name, case.name));
-            }
+        if let Err(problem) = outcome
+            && self.failed.insert((theme.name, case.name.clone()))
+        {
+            self.failures
+                .push(format!("[{}] {}: {problem}", theme.name, case.name));
         }
     }
 
