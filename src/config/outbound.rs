@@ -16,6 +16,8 @@ use crate::hook::signature::Scheme;
 pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(24 * 3600);
 /// The default of `outbound.retry.maxDelay`.
 pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(600);
+/// The default of `outbound.endpoints[].refusedPerMinute`.
+pub const DEFAULT_REFUSED_PER_MINUTE: u32 = 60;
 
 /// What `outbound` and the mappings' callbacks make.
 #[derive(Debug, Clone, Default)]
@@ -28,6 +30,9 @@ pub struct OutboundSettings {
     pub retry_for: Duration,
     /// The longest wait between two attempts.
     pub max_delay: Duration,
+    /// Whether any endpoint subscribes to `request.refused`: read once per refused hook
+    /// request, so that a refusal nobody subscribes to costs nothing more.
+    pub refusals_wanted: bool,
 }
 
 impl OutboundSettings {
@@ -47,6 +52,18 @@ impl OutboundSettings {
         self.endpoints
             .iter()
             .filter(move |e| e.wants(event, mapping, agent))
+    }
+
+    /// The endpoints subscribed to `request.refused` of a refusal attributed to `mapping`
+    /// (`None`: refused before any mapping matched). A refusal made no run, so it has no agent:
+    /// an endpoint with an `agents` filter gets none.
+    pub fn refused_subscribers<'a>(
+        &'a self,
+        mapping: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a Endpoint> {
+        self.endpoints.iter().filter(move |e| {
+            e.events.contains(&Event::RequestRefused) && e.agents.is_none() && e.covers(mapping)
+        })
     }
 }
 
@@ -81,15 +98,21 @@ pub struct Endpoint {
     pub events: Vec<Event>,
     pub mappings: Option<Vec<String>>,
     pub agents: Option<Vec<String>>,
+    /// `request.refused` messages written per minute at most (`refusedPerMinute`).
+    pub refused_per_minute: u32,
 }
 
 impl Endpoint {
+    /// Whether its `mappings` filter lets through what `mapping` (`None`: no mapping) did.
+    fn covers(&self, mapping: Option<&str>) -> bool {
+        self.mappings
+            .as_ref()
+            .is_none_or(|m| mapping.is_some_and(|id| m.iter().any(|x| x == id)))
+    }
+
     fn wants(&self, event: Event, mapping: Option<&str>, agent: &str) -> bool {
         self.events.contains(&event)
-            && self
-                .mappings
-                .as_ref()
-                .is_none_or(|m| mapping.is_some_and(|id| m.iter().any(|x| x == id)))
+            && self.covers(mapping)
             && self
                 .agents
                 .as_ref()
@@ -283,12 +306,16 @@ pub(super) fn outbound_settings(
         "outbound.retry.maxDelay",
         DEFAULT_MAX_DELAY,
     );
+    let refusals_wanted = endpoints
+        .iter()
+        .any(|e| e.events.contains(&Event::RequestRefused));
     OutboundSettings {
         allow,
         endpoints,
         callbacks,
         retry_for,
         max_delay,
+        refusals_wanted,
     }
 }
 
@@ -332,6 +359,17 @@ fn endpoint(
         ));
     }
     let secrets = secrets(&config.secret, &config.secrets, &key, files, problems);
+    let refused_per_minute = match config.refused_per_minute {
+        None => DEFAULT_REFUSED_PER_MINUTE,
+        Some(0) => {
+            problems.push(ConfigError::invalid(
+                format!("{key}.refusedPerMinute"),
+                "must be at least 1",
+            ));
+            DEFAULT_REFUSED_PER_MINUTE
+        }
+        Some(n) => n,
+    };
     Some(Endpoint {
         id,
         url: config.url.trim().to_string(),
@@ -339,6 +377,7 @@ fn endpoint(
         events,
         mappings: config.mappings.clone(),
         agents: config.agents.clone(),
+        refused_per_minute,
     })
 }
 

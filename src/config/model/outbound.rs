@@ -37,10 +37,18 @@ pub struct EndpointConfig {
     /// The events sent: `run.started`, `run.finished`, `run.failed`, `run.held`,
     /// `delivery.failed`, `request.refused`, `relay.failed`.
     pub events: Vec<String>,
-    /// Only events of runs of these mappings (by id).
+    /// Only events of runs of these mappings (by id); a `request.refused` only when the
+    /// refusal is attributed to one of them (a refusal before any mapping matched has none).
     pub mappings: Option<Vec<String>>,
-    /// Only events of runs of these agents.
+    /// Only events of runs of these agents. A refused request made no run: an endpoint with
+    /// this filter gets no `request.refused`.
     pub agents: Option<Vec<String>>,
+    /// At most this many `request.refused` messages written for this endpoint per minute (per
+    /// node); beyond it refusals are counted, not written, and the next message written says how
+    /// many were left out (`data.suppressed`). What keeps refused requests from making the
+    /// store write per request.
+    #[schemars(extend("default" = 60), range(min = 1))]
+    pub refused_per_minute: Option<u32>,
 }
 
 /// `outbound.retry`.
