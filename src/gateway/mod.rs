@@ -17,6 +17,7 @@ mod held_runs;
 pub mod nats;
 mod notify;
 mod outbound;
+mod refused;
 pub mod requests;
 mod retention;
 mod runtime;

@@ -14,6 +14,7 @@ use super::context::{Context, Worker, WorkerName};
 use super::embedded::{Embedded, queue_with_callback};
 use super::forward::Forward;
 use super::nats::{Batches, Cluster, Fact};
+use super::outbound::refusals::RefusalGate;
 use super::outbound::webhook_api::Resent;
 use super::outbound::webhooks;
 use super::signals::Signals;
@@ -38,6 +39,8 @@ pub struct Runtime {
     pub(super) metrics: Metrics,
     /// The configuration in force: where a notification goes (`gateway::notify`).
     pub(super) config: LiveConfig,
+    /// The bound on `request.refused` messages per endpoint (`gateway::refused`).
+    pub(super) refusals: RefusalGate,
 }
 
 /// Which backend a [`Runtime`] runs on. The methods a hook request calls (admission, wakes,
@@ -95,6 +98,7 @@ impl Runtime {
             workers: Mutex::new(workers),
             metrics,
             config,
+            refusals: RefusalGate::default(),
         }
     }
 

@@ -33,8 +33,9 @@ use super::request_id::RequestId;
 
 /// The hook endpoints' outermost step: begins the request's record and puts it in the request's
 /// extensions as a [`Trace`], answers with what `next` makes of the request, and once the
-/// answer is known, notes a refusal (the answer's [`Refused`] extension), finishes the record
-/// and hands it to the request log. A replay's record is committed before its answer is
+/// answer is known, notes a refusal (the answer's [`Refused`] extension), finishes the record,
+/// tells a refusal to the endpoints subscribed to `request.refused` (without waiting for it)
+/// and hands the record to the request log. A replay's record is committed before its answer is
 /// returned, so that the answer's id finds it.
 pub(super) async fn record<F, Fut>(
     app: &AppState,
@@ -82,10 +83,20 @@ where
     }
     request.extensions_mut().insert(trace.clone());
     let response = next(request).await;
-    if let Some(Refused(err)) = response.extensions().get::<Refused>() {
-        trace.refused(err);
-    }
+    let refused = match response.extensions().get::<Refused>() {
+        Some(Refused(err)) => {
+            trace.refused(err);
+            true
+        }
+        None => false,
+    };
     let (record, client, capture) = trace.finish(hooks, response.status());
+    // An operator's replay is not a sender's refusal; with no endpoint subscribed, a
+    // refusal costs nothing more.
+    let outbound = &context.settings.outbound;
+    if refused && outbound.refusals_wanted && context.replay.is_none() {
+        app.runtime.refused(outbound, &record);
+    }
     match &context.replay {
         Some(_) => app.request_log.record_replay(record, capture).await,
         None => app.request_log.record(record, client, capture),

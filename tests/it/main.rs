@@ -87,6 +87,7 @@ mod openclaw_controls;
 mod outbound;
 mod outbound_console;
 mod outbound_forward;
+mod outbound_refused;
 mod parity;
 mod pipeline;
 mod reload;

@@ -14,6 +14,7 @@ use crate::gateway::admission::batches::{self, Opened};
 use crate::gateway::admission::budget::{HeldBy, held};
 use crate::gateway::notify;
 use crate::gateway::outbound::outbox::WebhookAttempt;
+use crate::gateway::outbound::refusals;
 use crate::gateway::outbound::webhook_api as outbound_api;
 use crate::gateway::outbound::webhooks::{self as outbound_webhooks, WebhookMessage};
 use crate::gateway::store::records::RunStatus;
@@ -149,6 +150,10 @@ pub enum Fact {
     /// A node's attempt at the webhook `webhookId` (outbox row `row` in every view): sent,
     /// to be tried again at `nextAtMs`, or given up.
     WebhookAttempted(WebhookAttempt),
+    /// A hook request was refused and endpoints subscribe to `request.refused`: its messages
+    /// (within each endpoint's bound, `outbound::refusals`), which every view writes once.
+    /// Nodes of earlier versions do not read it.
+    Refused { webhooks: Vec<WebhookMessage> },
     /// The operator sent the failed webhook `webhookId` (row `row`) again from `atMs`.
     #[serde(rename_all = "camelCase")]
     WebhookRetried {
@@ -179,6 +184,7 @@ impl Fact {
             Fact::RouteSet { .. } => "route",
             Fact::WebhookAttempted(_) => "webhook.attempted",
             Fact::WebhookRetried { .. } => "webhook.retried",
+            Fact::Refused { .. } => "refused",
         }
         .to_string()
     }
@@ -297,6 +303,7 @@ impl Fact {
                 }
             }
             Fact::WebhookAttempted(attempt) => attempt.apply(conn)?,
+            Fact::Refused { webhooks } => refusals::write(conn, webhooks)?,
             Fact::WebhookRetried {
                 row,
                 webhook_id,

@@ -55,7 +55,8 @@ impl Destination {
 }
 
 impl WebhookMessage {
-    fn new(to: Destination, event: &str, body: String) -> WebhookMessage {
+    /// A message pending now, with a fresh `webhook-id`.
+    pub(super) fn new(to: Destination, event: &str, body: String) -> WebhookMessage {
         WebhookMessage {
             id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
             to,
@@ -70,11 +71,11 @@ impl WebhookMessage {
 /// The envelope every body has: the event's `type`, when it happened and its `data`, the shape
 /// Standard Webhooks recommends.
 #[derive(Serialize)]
-struct Envelope<'a, T: Serialize> {
+pub(super) struct Envelope<'a, T: Serialize> {
     #[serde(rename = "type")]
-    kind: &'a str,
-    timestamp: &'a str,
-    data: T,
+    pub(super) kind: &'a str,
+    pub(super) timestamp: &'a str,
+    pub(super) data: T,
 }
 
 /// A run's outcome as a callback and the `run.*` events carry it.

@@ -1,0 +1,171 @@
+//! `request.refused`: a hook request refused (any 4xx or 5xx answer made of a refusal,
+//! docs/http-contract.md) told to the endpoints that subscribe to it (docs/outbound.md). Its
+//! messages are written in a transaction of their own once the answer is made, never in the
+//! answer's way, and at most `outbound.endpoints[].refusedPerMinute` per endpoint and minute on
+//! each node ([`RefusalGate`]): beyond it a refusal is counted, not written, and the next message
+//! written says how many were left out, so that whoever reaches the hooks cannot make the store
+//! write per request.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use rusqlite::{Connection, params};
+use serde::Serialize;
+
+use super::outbox_rows::OutboxItem;
+use super::webhooks::{Destination, Envelope, WebhookMessage};
+use crate::config::outbound::{Endpoint, Event, OutboundSettings};
+use crate::gateway::clock::now_rfc3339;
+use crate::gateway::requests::RequestRecord;
+
+/// The `data` of a `request.refused` message: what the sender was answered and where it
+/// knocked, never a credential, a header's value or the body.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RefusedData<'a> {
+    /// The `X-Request-Id` of the refusal's answer.
+    request_id: &'a str,
+    status: u16,
+    /// The refusal's text as the sender got it.
+    error: &'a str,
+    /// The mapping the refusal is attributed to, when one matched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mapping: Option<&'a str>,
+    /// The path only, bounded as the request log keeps it.
+    path: &'a str,
+    method: &'a str,
+    /// The client as the request log counts it (an IPv6 client by its /64).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_address: Option<&'a str>,
+    /// Refusals for this endpoint left out since its last message, beyond its bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    suppressed: Option<u64>,
+}
+
+/// One endpoint's count in the current minute.
+#[derive(Debug, Default)]
+struct Window {
+    /// The minute (Unix ms / 60 000) that `written` counts in.
+    minute: i64,
+    written: u32,
+    /// Refusals counted, not written, since this endpoint's last message.
+    suppressed: u64,
+}
+
+/// The per-endpoint bound on `request.refused` messages written, on this node: a fixed
+/// one-minute window per endpoint id. Held for as long as a refusal's messages take to build.
+#[derive(Debug, Default)]
+pub struct RefusalGate {
+    windows: Mutex<HashMap<String, Window>>,
+}
+
+impl RefusalGate {
+    /// The messages the refusal `record` (finished, with its status and error) makes at
+    /// `now_ms`: one to each endpoint subscribed ([`OutboundSettings::refused_subscribers`])
+    /// whose bound has room this minute; each other endpoint counts it as suppressed.
+    pub fn messages(
+        &self,
+        outbound: &OutboundSettings,
+        record: &RequestRecord,
+        now_ms: i64,
+    ) -> Vec<WebhookMessage> {
+        let mapping = record.mapping_id.as_deref();
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let now = now_rfc3339();
+        let mut messages = Vec::new();
+        for endpoint in outbound.refused_subscribers(mapping) {
+            let window = windows.entry(endpoint.id.clone()).or_default();
+            let Some(suppressed) = admit(window, endpoint, now_ms) else {
+                continue;
+            };
+            let data = RefusedData {
+                request_id: &record.request_id,
+                status: record.status,
+                error: record.error.as_deref().unwrap_or_default(),
+                mapping,
+                path: &record.target,
+                method: &record.method,
+                client_address: record.client.as_deref(),
+                suppressed: (suppressed > 0).then_some(suppressed),
+            };
+            let body = Envelope {
+                kind: Event::RequestRefused.as_str(),
+                timestamp: &now,
+                data,
+            };
+            let body = serde_json::to_string(&body).unwrap_or_default();
+            let to = Destination::Endpoint {
+                id: endpoint.id.clone(),
+            };
+            messages.push(WebhookMessage::new(
+                to,
+                Event::RequestRefused.as_str(),
+                body,
+            ));
+        }
+        messages
+    }
+}
+
+/// Counts one refusal in `window`: `Some(suppressed)` (how many were left out before it) when
+/// it is written, `None` when the endpoint's bound for this minute is reached.
+fn admit(window: &mut Window, endpoint: &Endpoint, now_ms: i64) -> Option<u64> {
+    let minute = now_ms.div_euclid(60_000);
+    if window.minute != minute {
+        window.minute = minute;
+        window.written = 0;
+    }
+    if window.written >= endpoint.refused_per_minute {
+        window.suppressed += 1;
+        return None;
+    }
+    window.written += 1;
+    Some(std::mem::take(&mut window.suppressed))
+}
+
+/// Writes refusals' `messages`, pending, to the outbox; one whose `webhook-id` is there already
+/// is not written again (a NATS view applying a fact it has seen).
+pub fn write(conn: &Connection, messages: &[WebhookMessage]) -> rusqlite::Result<()> {
+    for message in messages {
+        let known = conn
+            .prepare_cached(
+                "SELECT 1 FROM outbox WHERE run_id IS NULL AND kind = 'webhook'
+                   AND json_extract(payload, '$.id') = ?1",
+            )?
+            .exists(params![message.id])?;
+        if !known {
+            OutboxItem::Webhook(message.clone()).insert(conn, None)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint(bound: u32) -> Endpoint {
+        Endpoint {
+            id: "ops".into(),
+            url: "http://127.0.0.1/events".into(),
+            secrets: Vec::new(),
+            events: vec![Event::RequestRefused],
+            mappings: None,
+            agents: None,
+            refused_per_minute: bound,
+        }
+    }
+
+    #[test]
+    fn beyond_the_bound_refusals_are_counted_and_told_with_the_next_message() {
+        let (mut window, endpoint) = (Window::default(), endpoint(2));
+        let minute = 60_000 * 1000;
+        assert_eq!(admit(&mut window, &endpoint, minute), Some(0));
+        assert_eq!(admit(&mut window, &endpoint, minute + 1), Some(0));
+        assert_eq!(admit(&mut window, &endpoint, minute + 2), None);
+        assert_eq!(admit(&mut window, &endpoint, minute + 3), None);
+        // The next minute writes again, and its first message tells of the two left out.
+        assert_eq!(admit(&mut window, &endpoint, minute + 60_000), Some(2));
+        assert_eq!(admit(&mut window, &endpoint, minute + 60_001), Some(0));
+    }
+}

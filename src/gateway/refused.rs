@@ -1,0 +1,53 @@
+//! A refused hook request told to the endpoints subscribed to `request.refused`
+//! (docs/outbound.md): its messages, bounded per endpoint ([`refusals::RefusalGate`]), are written in a
+//! transaction of their own on a task of their own, so that the sender's answer never waits for
+//! them and their failure never changes it. On a NATS cluster they ride on a fact of their own
+//! ([`Fact::Refused`]), which every view writes once.
+
+use std::sync::Arc;
+
+use super::clock::now_ms;
+use super::nats::Fact;
+use super::outbound::refusals;
+use super::outbound::webhooks::WebhookMessage;
+use super::requests::RequestRecord;
+use super::runtime::{Backend, Runtime};
+use super::store::StoreError;
+use crate::config::outbound::OutboundSettings;
+
+impl Runtime {
+    /// Tells the endpoints of `outbound` subscribed to `request.refused` of the refusal
+    /// `record` (finished: its status and the error the sender got), within each endpoint's
+    /// bound. Returns at once: the messages are written by a task of their own, and a failure
+    /// to write them is logged, nothing more.
+    pub fn refused(self: &Arc<Self>, outbound: &OutboundSettings, record: &RequestRecord) {
+        let messages = self.refusals.messages(outbound, record, now_ms());
+        if messages.is_empty() {
+            return;
+        }
+        let runtime = Arc::clone(self);
+        tokio::spawn(async move {
+            if let Err(err) = runtime.write_refusals(messages).await {
+                tracing::error!(%err, "cannot write a request.refused message");
+            }
+        });
+    }
+
+    /// Writes `messages` to the outbox (on a NATS cluster, publishes them as a fact every view
+    /// writes) and wakes the webhook sender.
+    async fn write_refusals(&self, messages: Vec<WebhookMessage>) -> Result<(), StoreError> {
+        if let Backend::Nats(cluster) = &self.backend {
+            let msg_id = format!("refused-{}", messages[0].id);
+            let fact = Fact::Refused { webhooks: messages };
+            cluster.publish(&fact, &msg_id).await?;
+            return Ok(());
+        }
+        self.store
+            .write(move |conn| refusals::write(conn, &messages))
+            .await?;
+        if let Some(signals) = self.signals() {
+            signals.webhooks_ready.notify_one();
+        }
+        Ok(())
+    }
+}
