@@ -237,7 +237,8 @@ pub fn recorded_method(text: &str) -> String {
     cut(text, MAX_RECORDED_METHOD)
 }
 
-fn cut(text: &str, max: usize) -> String {
+/// `text`, or its first `max` bytes (on a character's boundary) marked `…` when longer.
+pub(crate) fn cut(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_string();
     }

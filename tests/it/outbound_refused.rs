@@ -300,6 +300,21 @@ async fn without_a_subscriber_a_refusal_writes_nothing(backend: Backend) {
     assert_eq!(receiver.received().await.len(), 1);
 }
 
+/// A bound of 0 would silence the endpoint while it looks subscribed: refused by its key.
+#[test]
+fn a_bound_of_zero_is_refused_by_its_key() {
+    let outbound = json!({"allowHosts": ["127.0.0.1"], "endpoints": [{
+        "id": "ops", "url": "http://127.0.0.1:9/events", "secret": SECRET,
+        "events": ["request.refused"], "refusedPerMinute": 0,
+    }]});
+    let (status, output, _dir) = check(&config(outbound));
+    assert!(!status.success(), "check accepted it: {output}");
+    assert!(
+        output.contains("outbound.endpoints[0].refusedPerMinute") && output.contains("at least 1"),
+        "{output}"
+    );
+}
+
 on_both_stores!(
     a_subscribed_endpoint_hears_of_each_refused_request,
     an_endpoints_mappings_filter_picks_the_refusals_it_hears_of,

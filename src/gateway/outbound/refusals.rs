@@ -16,7 +16,11 @@ use super::outbox_rows::OutboxItem;
 use super::webhooks::{Destination, Envelope, WebhookMessage};
 use crate::config::outbound::{Endpoint, Event, OutboundSettings};
 use crate::gateway::clock::now_rfc3339;
-use crate::gateway::requests::RequestRecord;
+use crate::gateway::requests::{RequestRecord, cut};
+
+/// The most of a refusal's text a message carries: a field rule's answer may name what the
+/// sender sent (`model not allowed: …`), which is the sender's to make long.
+const MAX_ERROR: usize = 256;
 
 /// The `data` of a `request.refused` message: what the sender was answered and where it
 /// knocked, never a credential, a header's value or the body.
@@ -26,8 +30,8 @@ struct RefusedData<'a> {
     /// The `X-Request-Id` of the refusal's answer.
     request_id: &'a str,
     status: u16,
-    /// The refusal's text as the sender got it.
-    error: &'a str,
+    /// The refusal's text as the sender got it, at most [`MAX_ERROR`] bytes.
+    error: String,
     /// The mapping the refusal is attributed to, when one matched.
     #[serde(skip_serializing_if = "Option::is_none")]
     mapping: Option<&'a str>,
@@ -81,7 +85,7 @@ impl RefusalGate {
             let data = RefusedData {
                 request_id: &record.request_id,
                 status: record.status,
-                error: record.error.as_deref().unwrap_or_default(),
+                error: cut(record.error.as_deref().unwrap_or_default(), MAX_ERROR),
                 mapping,
                 path: &record.target,
                 method: &record.method,
