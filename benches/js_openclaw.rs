@@ -13,7 +13,8 @@
 //! `JS_ROUNDS` rounds (default 3) each run the three sides one after the other, every side given
 //! `WRK_WARMUP` seconds of load (default 3, not measured) and then `WRK_SECONDS` (default 10) at
 //! `WRK_CONNECTIONS` connections (default 32); a side's CPU time per request is the change of its
-//! process's user + system time (`/proc/<pid>/stat`) over the requests wrk counted. It prints each
+//! process's user + system time (`/proc/<pid>/stat`) over the requests wrk counted, printed with
+//! its user and system shares and the process's minor page faults per request. It prints each
 //! round, then the medians and the ratios with their targets.
 //!
 //! Needs the OpenClaw gateway (`scripts/install-openclaw`, into `$OPENCLAW_HOME`, by default
@@ -28,7 +29,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod support;
-use support::wrk::{Load, cpu_time, drive, machine};
+use support::wrk::{Load, Usage, drive, machine};
 use support::{SERIAL, TITLE_MJS, build_js, env_number, start_hookgate, stop};
 
 const HOOK_TOKEN: &str = "bench-hook-token-0123456789abcdef";
@@ -193,9 +194,12 @@ struct Side<'a> {
     path: &'static str,
 }
 
-/// One side's figures in one round.
+/// One side's figures in one round; the per-request ones in µs and faults.
 struct Figures {
     cpu_per_request: f64,
+    user_per_request: f64,
+    system_per_request: f64,
+    faults_per_request: f64,
     rate: f64,
     failed: u64,
 }
@@ -210,11 +214,16 @@ fn measure(side: &Side, body: &str, connections: usize, warmup: u64, seconds: u6
     if warmup > 0 {
         drive(side.base, &load, connections, warmup);
     }
-    let before = cpu_time(side.pid);
+    let before = Usage::of(side.pid);
     let measured = drive(side.base, &load, connections, seconds);
-    let spent = cpu_time(side.pid) - before;
+    let spent = Usage::of(side.pid) - before;
+    let requests = measured.requests.max(1) as f64;
+    let micros = |time: Duration| time.as_secs_f64() * 1e6 / requests;
     Figures {
-        cpu_per_request: spent.as_secs_f64() * 1e6 / measured.requests.max(1) as f64,
+        cpu_per_request: micros(spent.user + spent.system),
+        user_per_request: micros(spent.user),
+        system_per_request: micros(spent.system),
+        faults_per_request: spent.minor_faults as f64 / requests,
         rate: measured.rate,
         failed: measured.failed,
     }
@@ -261,31 +270,48 @@ fn main() {
         machine()
     );
     println!(
-        "{:<6} {:<28} {:>9} {:>7} {:>9}",
-        "round", "side", "req/s", "failed", "cpu/req"
+        "{:<6} {:<28} {:>9} {:>7} {:>9} {:>9} {:>9} {:>10}",
+        "round", "side", "req/s", "failed", "cpu/req", "user", "system", "faults/req"
     );
-    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
+    // Per side, each round's CPU, user and system time and faults per request.
+    let mut figures: Vec<[Vec<f64>; 4]> = (0..sides.len()).map(|_| Default::default()).collect();
     for round in 1..=rounds {
         for (i, side) in sides.iter().enumerate() {
-            let figures = measure(side, &body, connections, warmup, seconds);
+            let f = measure(side, &body, connections, warmup, seconds);
             println!(
-                "{round:<6} {:<28} {:>9.0} {:>7} {:>7.1}µs",
-                side.name, figures.rate, figures.failed, figures.cpu_per_request
+                "{round:<6} {:<28} {:>9.0} {:>7} {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>10.1}",
+                side.name,
+                f.rate,
+                f.failed,
+                f.cpu_per_request,
+                f.user_per_request,
+                f.system_per_request,
+                f.faults_per_request
             );
-            assert_eq!(
-                figures.failed, 0,
-                "{}: answers that were not 2xx",
-                side.name
-            );
-            cpu[i].push(figures.cpu_per_request);
+            assert_eq!(f.failed, 0, "{}: answers that were not 2xx", side.name);
+            let row = [
+                f.cpu_per_request,
+                f.user_per_request,
+                f.system_per_request,
+                f.faults_per_request,
+            ];
+            for (column, value) in figures[i].iter_mut().zip(row) {
+                column.push(value);
+            }
         }
     }
-    let medians: Vec<f64> = cpu.into_iter().map(median).collect();
-    for (side, median) in sides.iter().zip(&medians) {
-        println!("median {:<28} {median:>17.1}µs", side.name);
+    let medians: Vec<[f64; 4]> = figures
+        .into_iter()
+        .map(|columns| columns.map(median))
+        .collect();
+    for (side, [cpu, user, system, faults]) in sides.iter().zip(&medians) {
+        println!(
+            "median {:<28} {:>17.1}µs {user:>7.1}µs {system:>7.1}µs {faults:>10.1}",
+            side.name, cpu
+        );
     }
     for (i, target) in [(1, KEPT_TARGET), (2, FRESH_TARGET)] {
-        let ratio = medians[i] / medians[0];
+        let ratio = medians[i][0] / medians[0][0];
         let verdict = if ratio <= target { "met" } else { "NOT met" };
         println!(
             "{} / OpenClaw: {ratio:.2} (target ≤ {target}: {verdict})",
