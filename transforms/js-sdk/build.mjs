@@ -2,15 +2,17 @@
 // Builds a hookgate transform component from a JavaScript or TypeScript module:
 // esbuild bundles adapter.js with the module (and whatever it imports from npm) into one ES
 // module; wizer loads it into hookgate's QuickJS runtime (hookgate-js-runtime.wasm, built from
-// ../js-runtime) and saves the loaded state; jco wraps that into a component of the WIT world
-// `transform`.
+// ../js-runtime) and saves the loaded state; binaryen merges into it the few WASI preview 1
+// functions it calls, written over WASI 0.2 (PREVIEW1 below); jco wraps that into a component of
+// the WIT world `transform`.
 // Everything runs offline. Usage: see USAGE below, or `node build.mjs --help`.
 
 import { build } from 'esbuild';
-import { componentNew, preview1AdapterReactorPath } from '@bytecodealliance/jco';
+import { componentEmbed, componentNew, parse } from '@bytecodealliance/jco';
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { basename, dirname, extname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -47,6 +49,194 @@ const SDK_SECTION = 'hookgate-js-sdk';
 
 /** How long a module's top level may run at build time: a loop there would hang the build. */
 const LOAD_TIMEOUT_MS = 60_000;
+
+/**
+ * The WASI preview 1 functions the runtime imports (wasi-libc's and Rust's standard library's),
+ * written over the WASI 0.2 interfaces hookgate's host provides, merged into the loaded module in
+ * place of jco's preview 1 adapter. The adapter is a module of its own that implements all of
+ * preview 1 over 0.2 with state of its own: in a component it is one more core instance, 26
+ * lowered imports instead of 8 and 31 entries of the shim's table instead of 3 for wasmtime to
+ * wire on every instantiation, and its state is set up again in every fresh instance
+ * (docs/performance.md, "A fresh JavaScript instance"). After loading, the runtime needs only
+ * randomness, the clocks, stdout and stderr (a panic's message; console output goes to the `log`
+ * import) and exit; what only loading used (stdin, the environment) answers EBADF or nothing.
+ * The 16 bytes that the wall clock's and a write's results are lowered into are taken once per
+ * instance from the runtime's allocator (`cabi_realloc`).
+ */
+const PREVIEW1 = `(module
+  ;; preview 1's answers: 0 success, 8 EBADF, 28 EINVAL, 29 EIO.
+  (import "main" "memory" (memory 0))
+  (import "main" "cabi_realloc" (func $realloc (param i32 i32 i32 i32) (result i32)))
+  (import "wasi:random/random@0.2.3" "get-random-u64" (func $random (result i64)))
+  (import "wasi:clocks/wall-clock@0.2.3" "now" (func $wall_now (param i32)))
+  (import "wasi:clocks/monotonic-clock@0.2.3" "now" (func $monotonic_now (result i64)))
+  (import "wasi:cli/stdout@0.2.3" "get-stdout" (func $get_stdout (result i32)))
+  (import "wasi:cli/stderr@0.2.3" "get-stderr" (func $get_stderr (result i32)))
+  (import "wasi:io/streams@0.2.3" "[method]output-stream.blocking-write-and-flush"
+    (func $write (param i32 i32 i32 i32)))
+  (import "wasi:io/streams@0.2.3" "[resource-drop]output-stream" (func $drop_stream (param i32)))
+  (import "wasi:io/error@0.2.3" "[resource-drop]error" (func $drop_error (param i32)))
+  (import "wasi:cli/exit@0.2.3" "exit" (func $exit (param i32)))
+
+  ;; Where results too large for a core value are lowered: taken at the first use.
+  (global $scratch (mut i32) (i32.const 0))
+
+  (func $scratch (result i32)
+    global.get $scratch
+    i32.eqz
+    if
+      (global.set $scratch (call $realloc (i32.const 0) (i32.const 0) (i32.const 8) (i32.const 16)))
+    end
+    global.get $scratch)
+
+  ;; Eight random bytes a call, then the tail from one more draw.
+  (func (export "random_get") (param $buf i32) (param $len i32) (result i32)
+    (local $v i64)
+    (block $done
+      (loop $words
+        (br_if $done (i32.lt_u (local.get $len) (i32.const 8)))
+        (i64.store align=1 (local.get $buf) (call $random))
+        (local.set $buf (i32.add (local.get $buf) (i32.const 8)))
+        (local.set $len (i32.sub (local.get $len) (i32.const 8)))
+        (br $words)))
+    (if (local.get $len)
+      (then
+        (local.set $v (call $random))
+        (loop $bytes
+          (i64.store8 (local.get $buf) (local.get $v))
+          (local.set $v (i64.shr_u (local.get $v) (i64.const 8)))
+          (local.set $buf (i32.add (local.get $buf) (i32.const 1)))
+          (local.set $len (i32.sub (local.get $len) (i32.const 1)))
+          (br_if $bytes (local.get $len)))))
+    i32.const 0)
+
+  ;; Clock 0 is real time (datetime to nanoseconds), 1 monotonic; the CPU-time clocks do not exist.
+  (func (export "clock_time_get") (param $id i32) (param $precision i64) (param $out i32) (result i32)
+    (local $at i32)
+    (if (i32.eqz (local.get $id))
+      (then
+        (local.set $at (call $scratch))
+        (call $wall_now (local.get $at))
+        (i64.store (local.get $out)
+          (i64.add
+            (i64.mul (i64.load (local.get $at)) (i64.const 1000000000))
+            (i64.extend_i32_u (i32.load offset=8 (local.get $at)))))
+        (return (i32.const 0))))
+    (if (i32.eq (local.get $id) (i32.const 1))
+      (then
+        (i64.store (local.get $out) (call $monotonic_now))
+        (return (i32.const 0))))
+    i32.const 28)
+
+  ;; stdout and stderr only, in chunks of 4096 bytes (blocking-write-and-flush's most); a
+  ;; stream's error is dropped and answered EIO with what was written before it.
+  (func (export "fd_write") (param $fd i32) (param $iovs i32) (param $count i32) (param $written i32) (result i32)
+    (local $stream i32) (local $ptr i32) (local $len i32) (local $n i32) (local $total i32) (local $at i32) (local $errno i32)
+    (if (i32.eq (local.get $fd) (i32.const 1))
+      (then (local.set $stream (call $get_stdout)))
+      (else
+        (if (i32.eq (local.get $fd) (i32.const 2))
+          (then (local.set $stream (call $get_stderr)))
+          (else (return (i32.const 8))))))
+    (local.set $at (call $scratch))
+    (block $done
+      (loop $iov
+        (br_if $done (i32.eqz (local.get $count)))
+        (local.set $ptr (i32.load (local.get $iovs)))
+        (local.set $len (i32.load offset=4 (local.get $iovs)))
+        (block $next
+          (loop $chunk
+            (br_if $next (i32.eqz (local.get $len)))
+            (local.set $n
+              (select (local.get $len) (i32.const 4096) (i32.lt_u (local.get $len) (i32.const 4096))))
+            (call $write (local.get $stream) (local.get $ptr) (local.get $n) (local.get $at))
+            (if (i32.load8_u (local.get $at))
+              (then
+                (if (i32.eqz (i32.load8_u offset=4 (local.get $at)))
+                  (then (call $drop_error (i32.load offset=8 (local.get $at)))))
+                (local.set $errno (i32.const 29))
+                (br $done)))
+            (local.set $ptr (i32.add (local.get $ptr) (local.get $n)))
+            (local.set $len (i32.sub (local.get $len) (local.get $n)))
+            (local.set $total (i32.add (local.get $total) (local.get $n)))
+            (br $chunk)))
+        (local.set $iovs (i32.add (local.get $iovs) (i32.const 8)))
+        (local.set $count (i32.sub (local.get $count) (i32.const 1)))
+        (br $iov)))
+    (call $drop_stream (local.get $stream))
+    (i32.store (local.get $written) (local.get $total))
+    local.get $errno)
+
+  (func (export "proc_exit") (param $code i32)
+    (call $exit (i32.ne (local.get $code) (i32.const 0)))
+    unreachable)
+
+  (func (export "environ_sizes_get") (param $count i32) (param $size i32) (result i32)
+    (i32.store (local.get $count) (i32.const 0))
+    (i32.store (local.get $size) (i32.const 0))
+    i32.const 0)
+  (func (export "environ_get") (param i32 i32) (result i32) i32.const 0)
+  (func (export "fd_close") (param i32) (result i32) i32.const 8)
+  (func (export "fd_fdstat_get") (param i32 i32) (result i32) i32.const 8)
+  (func (export "fd_read") (param i32 i32 i32 i32) (result i32) i32.const 8)
+  (func (export "fd_seek") (param i32 i64 i32 i32) (result i32) i32.const 8)
+)`;
+
+/** The world PREVIEW1's imports belong to: the parts of WASI 0.2 it calls, as hookgate's host has them. */
+const PREVIEW1_WIT = `package hookgate:js-runtime;
+
+world wasi-imports {
+  import wasi:random/random@0.2.3;
+  import wasi:clocks/wall-clock@0.2.3;
+  import wasi:clocks/monotonic-clock@0.2.3;
+  import wasi:cli/stdout@0.2.3;
+  import wasi:cli/stderr@0.2.3;
+  import wasi:cli/exit@0.2.3;
+}
+
+package wasi:random@0.2.3 {
+  interface random {
+    get-random-u64: func() -> u64;
+  }
+}
+
+package wasi:clocks@0.2.3 {
+  interface wall-clock {
+    record datetime { seconds: u64, nanoseconds: u32 }
+    now: func() -> datetime;
+  }
+  interface monotonic-clock {
+    type instant = u64;
+    now: func() -> instant;
+  }
+}
+
+package wasi:io@0.2.3 {
+  interface error {
+    resource error;
+  }
+  interface streams {
+    use error.{error};
+    variant stream-error { last-operation-failed(error), closed }
+    resource output-stream {
+      blocking-write-and-flush: func(contents: list<u8>) -> result<_, stream-error>;
+    }
+  }
+}
+
+package wasi:cli@0.2.3 {
+  interface stdout {
+    use wasi:io/streams@0.2.3.{output-stream};
+    get-stdout: func() -> output-stream;
+  }
+  interface stderr {
+    use wasi:io/streams@0.2.3.{output-stream};
+    get-stderr: func() -> output-stream;
+  }
+  interface exit {
+    exit: func(status: result);
+  }
+}`;
 
 function parseArgs(argv) {
   const opts = { entry: undefined, out: undefined };
@@ -128,7 +318,8 @@ async function bundle(entry, outfile) {
 
 /**
  * The component: the runtime pre-initialised with the bundle by wizer (the bundle's top level
- * runs now, once), then wrapped as a component with the WASI preview 1 adapter.
+ * runs now, once, with wizer's own WASI preview 1), its preview 1 imports then satisfied inside
+ * the module (PREVIEW1), wrapped as a component.
  */
 async function compile(bundlePath, work) {
   if (!existsSync(RUNTIME)) throw new Error(`the JavaScript runtime is missing: ${RUNTIME}`);
@@ -165,8 +356,29 @@ async function compile(bundlePath, work) {
   }
   // What the module's top level printed.
   process.stderr.write(stderr);
-  const adapter = await readFile(preview1AdapterReactorPath());
-  return withRevision(await componentNew(await readFile(initialised), [['wasi_snapshot_preview1', adapter]]));
+  const merged = await mergePreview1(initialised, work);
+  return withRevision(await componentNew(merged, []));
+}
+
+/**
+ * The loaded module with PREVIEW1 merged into it (binaryen's wasm-merge resolves the module's
+ * `wasi_snapshot_preview1` imports to PREVIEW1's exports), and PREVIEW1_WIT's world embedded, so
+ * that jco types its WASI imports.
+ */
+async function mergePreview1(initialised, work) {
+  const preview1 = join(work, 'preview1.wasm');
+  await writeFile(preview1, await parse(PREVIEW1));
+  const merged = join(work, 'merged.wasm');
+  const wasmMerge = join(dirname(createRequire(import.meta.url).resolve('binaryen/package.json')), 'bin', 'wasm-merge');
+  const merge = spawnSync(
+    process.execPath,
+    [wasmMerge, initialised, 'main', preview1, 'wasi_snapshot_preview1', '--all-features', '-o', merged],
+    { stdio: ['ignore', 'inherit', 'pipe'], maxBuffer: 64 * 1024 * 1024 },
+  );
+  if (merge.error || merge.status !== 0) {
+    throw new Error(`cannot merge WASI preview 1 into the runtime: ${merge.error?.message ?? merge.stderr.toString().trim()}`);
+  }
+  return componentEmbed({ binary: await readFile(merged), witSource: PREVIEW1_WIT, world: 'wasi-imports' });
 }
 
 /** `n` as an unsigned LEB128, as WebAssembly writes sizes. */

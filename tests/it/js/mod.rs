@@ -3,7 +3,7 @@
 //! examples, and the time limit on a loop; the runtime itself in `runtime`; what a transform's
 //! own bugs must not do to other senders or to the runtime in `hostile`; the headers and body a
 //! transform receives in `received`; a module over 64 MiB in `large_module`; a component built by
-//! an older SDK in `outdated`.
+//! an older SDK in `outdated`; the WASI a component imports in `wiring`.
 
 mod build;
 mod hostile;
@@ -12,6 +12,7 @@ mod outdated;
 mod partial;
 mod received;
 mod runtime;
+mod wiring;
 
 use serde_json::{Value, json};
 
