@@ -79,6 +79,7 @@ fn load(bundle: String) -> Result<Loaded, String> {
     let context = Context::full(&runtime).map_err(|err| format!("cannot start QuickJS: {err}"))?;
     rejections::track(&runtime);
     let transform = context.with(|ctx| -> Result<_, String> {
+        fast_paths(&ctx)?;
         globals::install(&ctx).map_err(|err| thrown(&ctx, err))?;
         let (module, evaluated) = rquickjs::Module::declare(ctx.clone(), "transform.js", bundle)
             .and_then(|module| module.eval())
@@ -106,6 +107,26 @@ fn load(bundle: String) -> Result<Loaded, String> {
         context,
         transform,
     })
+}
+
+/// Installs the engine's own fast paths (`quickjs-split.c`), before any JavaScript runs. They
+/// are compiled into the WebAssembly build only (zig-cc swaps that file in); natively QuickJS
+/// runs as rquickjs-sys builds it.
+fn fast_paths(ctx: &Ctx<'_>) -> Result<(), String> {
+    #[cfg(target_family = "wasm")]
+    {
+        unsafe extern "C" {
+            fn hookgate_quickjs_install(ctx: *mut rquickjs::qjs::JSContext) -> std::ffi::c_int;
+        }
+        // SAFETY: the context is live for the call, and the function only defines a property on
+        // its RegExp.prototype and takes atoms from it.
+        if unsafe { hookgate_quickjs_install(ctx.as_raw().as_ptr()) } < 0 {
+            return Err(thrown(ctx, rquickjs::Error::Exception));
+        }
+    }
+    #[cfg(not(target_family = "wasm"))]
+    let _ = ctx;
+    Ok(())
 }
 
 /// Runs the job queue until `promise` settles: a transform has no timers or I/O to wait for, so

@@ -1,0 +1,263 @@
+/*
+ * QuickJS with a fast path for RegExp.prototype[Symbol.split], compiled in place of rquickjs-sys's
+ * quickjs.c (zig-cc swaps this file in for it, so QuickJS's internals are in scope here).
+ *
+ * The specification's split (ECMA-262, RegExp.prototype[@@split]) builds a new sticky RegExp from
+ * the separator through its species constructor, reads its `flags` through eight getters, and
+ * then runs `exec` at every position of the string. QuickJS does exactly that, so
+ * `title.split(/\s+/)` compiled a regular expression and tried it at each character: a quarter
+ * of a small transform's call (docs/performance.md, "A fresh JavaScript instance (issue 50)").
+ * When none of those steps can be observed (the separator is a plain RegExp and the built-ins
+ * they go through are the original ones) the result is the same as matching the separator's own
+ * compiled pattern forward from each position, which is what engines do (V8's fast path); any
+ * other separator takes QuickJS's own implementation, step by step as the specification has it.
+ */
+#include "quickjs.c"
+
+/* Atoms of the flag getters that QuickJS does not predefine; taken once, when installed. */
+static JSAtom hookgate_flag_atoms[6];
+
+/* Whether `obj`'s own property `atom` is still the getter QuickJS defined: a C function `fn`
+   with `magic`. */
+static bool hookgate_is_getter(JSObject *obj, JSAtom atom, JSCFunctionType fn, int magic)
+{
+    JSProperty *pr;
+    JSShapeProperty *prs = find_own_property(&pr, obj, atom);
+    JSObject *getter;
+
+    if (!prs || (prs->flags & JS_PROP_TMASK) != JS_PROP_GETSET || !pr->u.getset.getter)
+        return false;
+    getter = pr->u.getset.getter;
+    return getter->class_id == JS_CLASS_C_FUNCTION &&
+           getter->u.cfunc.c_function.generic == fn.generic &&
+           getter->u.cfunc.magic == magic;
+}
+
+/* Whether `obj`'s own property `atom` is still the method QuickJS defined, `fn` (or not yet
+   instantiated, which no one can have changed). */
+static bool hookgate_is_method(JSObject *obj, JSAtom atom, JSCFunction *fn)
+{
+    JSProperty *pr;
+    JSShapeProperty *prs = find_own_property(&pr, obj, atom);
+    JSObject *f;
+
+    if (!prs)
+        return false;
+    if ((prs->flags & JS_PROP_TMASK) == JS_PROP_AUTOINIT)
+        return true;
+    if ((prs->flags & JS_PROP_TMASK) != JS_PROP_NORMAL ||
+        JS_VALUE_GET_TAG(pr->u.value) != JS_TAG_OBJECT)
+        return false;
+    f = JS_VALUE_GET_OBJ(pr->u.value);
+    return f->class_id == JS_CLASS_C_FUNCTION && f->u.cfunc.c_function.generic == fn;
+}
+
+/* Whether splitting with `rx` runs no code but QuickJS's own, reads nothing a program set, and
+   so can match `rx`'s pattern directly: `rx` is a RegExp with no own property but `lastIndex`
+   and RegExp.prototype as its prototype, and what the specification's steps read (its
+   `constructor`, RegExp[@@species], `flags` and the eight flag getters, @@match, `exec`) is as
+   QuickJS defined it. */
+static bool hookgate_split_is_plain(JSContext *ctx, JSValueConst rx)
+{
+    JSObject *p, *proto, *ctor;
+    JSShape *sh;
+    JSProperty *pr;
+    JSShapeProperty *prs;
+    JSCFunctionType flag = { .getter_magic = js_regexp_get_flag };
+    JSCFunctionType flags = { .getter = js_regexp_get_flags };
+    JSCFunctionType this_getter = { .getter = js_get_this };
+
+    if (JS_VALUE_GET_TAG(rx) != JS_TAG_OBJECT)
+        return false;
+    p = JS_VALUE_GET_OBJ(rx);
+    if (p->class_id != JS_CLASS_REGEXP)
+        return false;
+    proto = JS_VALUE_GET_OBJ(ctx->class_proto[JS_CLASS_REGEXP]);
+    sh = p->shape;
+    if (sh != ctx->regexp_shape &&
+        !(sh->proto == proto && sh->prop_count == 1 && sh->deleted_prop_count == 0 &&
+          get_shape_prop(sh)[0].atom == JS_ATOM_lastIndex))
+        return false;
+    /* SpeciesConstructor: rx.constructor is RegExp, and RegExp[@@species] returns it. */
+    prs = find_own_property(&pr, proto, JS_ATOM_constructor);
+    if (!prs || (prs->flags & JS_PROP_TMASK) != JS_PROP_NORMAL ||
+        !js_same_value(ctx, pr->u.value, ctx->regexp_ctor))
+        return false;
+    ctor = JS_VALUE_GET_OBJ(ctx->regexp_ctor);
+    if (!hookgate_is_getter(ctor, JS_ATOM_Symbol_species, this_getter, 0))
+        return false;
+    /* rx.flags, through the getters it reads. */
+    if (!hookgate_is_getter(proto, JS_ATOM_flags, flags, 0) ||
+        !hookgate_is_getter(proto, JS_ATOM_global, flag, LRE_FLAG_GLOBAL) ||
+        !hookgate_is_getter(proto, JS_ATOM_unicode, flag, LRE_FLAG_UNICODE) ||
+        !hookgate_is_getter(proto, hookgate_flag_atoms[0], flag, LRE_FLAG_INDICES) ||
+        !hookgate_is_getter(proto, hookgate_flag_atoms[1], flag, LRE_FLAG_IGNORECASE) ||
+        !hookgate_is_getter(proto, hookgate_flag_atoms[2], flag, LRE_FLAG_MULTILINE) ||
+        !hookgate_is_getter(proto, hookgate_flag_atoms[3], flag, LRE_FLAG_DOTALL) ||
+        !hookgate_is_getter(proto, hookgate_flag_atoms[4], flag, LRE_FLAG_UNICODE_SETS) ||
+        !hookgate_is_getter(proto, hookgate_flag_atoms[5], flag, LRE_FLAG_STICKY))
+        return false;
+    /* new RegExp(rx, flags) reads rx[@@match] (a data property is read without running code,
+       and the pattern is rx's whatever it says); the splitter's exec is RegExp.prototype.exec. */
+    prs = find_own_property(&pr, proto, JS_ATOM_Symbol_match);
+    if (!prs || (prs->flags & JS_PROP_TMASK) == JS_PROP_GETSET)
+        return false;
+    return hookgate_is_method(proto, JS_ATOM_exec, js_regexp_exec);
+}
+
+/* Appends `value` (taken) to `array`; false on an exception. */
+static bool hookgate_push(JSContext *ctx, JSValueConst array, int64_t *length, JSValue value)
+{
+    if (JS_IsException(value))
+        return false;
+    return JS_DefinePropertyValueInt64(ctx, array, (*length)++, value,
+                                       JS_PROP_C_W_E | JS_PROP_THROW) >= 0;
+}
+
+/* The specification's split loop (steps 19-24) with a plain separator: where it tries the sticky
+   splitter at q, q+1, ... until one matches, the separator's own pattern searches forward from q
+   once (a pattern without the sticky flag is compiled as a search), which finds the same first
+   position and the same match there. */
+static JSValue hookgate_split_plain(JSContext *ctx, JSValueConst rx, JSValueConst str,
+                                    JSValueConst limit)
+{
+    JSRegExp *re = &JS_VALUE_GET_OBJ(rx)->u.regexp;
+    JSString *strp = JS_VALUE_GET_STRING(str);
+    uint8_t *bc = str8(re->bytecode), *buf = str8(strp), **capture = NULL;
+    int re_flags = lre_get_flags(bc), shift = strp->is_wide_char;
+    int captures = lre_get_capture_count(bc), alloc_count = lre_get_alloc_count(bc);
+    bool unicode = (re_flags & (LRE_FLAG_UNICODE | LRE_FLAG_UNICODE_SETS)) != 0;
+    bool sticky = (re_flags & LRE_FLAG_STICKY) != 0;
+    uint32_t lim, size = strp->len;
+    int64_t p = 0, q = 0, start, e, length = 0;
+    int rc, i;
+    JSValue A;
+
+    A = JS_NewArray(ctx);
+    if (JS_IsException(A))
+        return A;
+    if (JS_IsUndefined(limit)) {
+        lim = 0xffffffff;
+    } else if (JS_ToUint32(ctx, &lim, limit) < 0) {
+        goto exception;
+    }
+    if (lim == 0)
+        return A;
+    if (alloc_count > 0) {
+        capture = js_malloc(ctx, sizeof(capture[0]) * alloc_count);
+        if (!capture)
+            goto exception;
+    }
+    if (size == 0) {
+        /* The splitter is sticky: only a match at 0 counts. */
+        rc = lre_exec(capture, bc, buf, 0, 0, shift, ctx);
+        if (rc < 0)
+            goto exec_error;
+        if (rc == 0 || capture[0] != buf)
+            goto add_tail;
+        goto done;
+    }
+    while (q < size) {
+        rc = lre_exec(capture, bc, buf, q, size, shift, ctx);
+        if (rc < 0)
+            goto exec_error;
+        if (rc == 0) {
+            if (!sticky)
+                break; /* no position from q on matches */
+            q = string_advance_index(strp, q, unicode);
+            continue;
+        }
+        start = (capture[0] - buf) >> shift;
+        e = (capture[1] - buf) >> shift;
+        if (start >= size)
+            break; /* the specification tries no position at the end */
+        if (e > size)
+            e = size;
+        if (e == p) {
+            q = string_advance_index(strp, start, unicode);
+            continue;
+        }
+        if (!hookgate_push(ctx, A, &length, js_sub_string(ctx, strp, p, start)))
+            goto exception;
+        if (length == lim)
+            goto done;
+        p = e;
+        for (i = 1; i < captures; i++) {
+            JSValue sub = JS_UNDEFINED;
+            if (capture[2 * i] && capture[2 * i + 1]) {
+                sub = js_sub_string(ctx, strp, (capture[2 * i] - buf) >> shift,
+                                    (capture[2 * i + 1] - buf) >> shift);
+            }
+            if (!hookgate_push(ctx, A, &length, sub))
+                goto exception;
+            if (length == lim)
+                goto done;
+        }
+        q = p;
+    }
+add_tail:
+    if (!hookgate_push(ctx, A, &length, js_sub_string(ctx, strp, p, size)))
+        goto exception;
+done:
+    js_free(ctx, capture);
+    return A;
+exec_error:
+    if (rc == LRE_RET_TIMEOUT)
+        JS_ThrowInterrupted(ctx);
+    else
+        JS_ThrowInternalError(ctx, "out of memory in regexp execution");
+exception:
+    js_free(ctx, capture);
+    JS_FreeValue(ctx, A);
+    return JS_EXCEPTION;
+}
+
+/* RegExp.prototype[Symbol.split](string, limit). */
+static JSValue hookgate_regexp_split(JSContext *ctx, JSValueConst this_val, int argc,
+                                     JSValueConst *argv)
+{
+    JSValueConst args[2];
+    JSValue str, ret;
+
+    if (!JS_IsObject(this_val))
+        return JS_ThrowTypeErrorNotAnObject(ctx);
+    /* First, as in the specification: a `toString` run here may change what is checked next. */
+    str = JS_ToString(ctx, argv[0]);
+    if (JS_IsException(str))
+        return str;
+    /* The limit is converted after the steps checked: one that runs code (an object's valueOf,
+       which could change RegExp.prototype.exec) goes the specification's way. */
+    if (!JS_IsObject(argv[1]) && hookgate_split_is_plain(ctx, this_val)) {
+        ret = hookgate_split_plain(ctx, this_val, str, argv[1]);
+    } else {
+        /* QuickJS's own, given the string already converted (converting it again runs nothing). */
+        args[0] = str;
+        args[1] = argv[1];
+        ret = js_regexp_Symbol_split(ctx, this_val, 2, args);
+    }
+    JS_FreeValue(ctx, str);
+    return ret;
+}
+
+/* Installs the fast path on `ctx`'s RegExp.prototype: once, before any program runs (the
+   runtime calls it right after creating the context). Returns 0, or -1 on an exception. */
+int hookgate_quickjs_install(JSContext *ctx)
+{
+    static const char *const names[] = {
+        "hasIndices", "ignoreCase", "multiline", "dotAll", "unicodeSets", "sticky",
+    };
+    JSValue split;
+    int i;
+
+    for (i = 0; i < 6; i++) {
+        hookgate_flag_atoms[i] = JS_NewAtom(ctx, names[i]);
+        if (hookgate_flag_atoms[i] == JS_ATOM_NULL)
+            return -1;
+    }
+    split = JS_NewCFunction2(ctx, hookgate_regexp_split, "[Symbol.split]", 2,
+                             JS_CFUNC_generic, 0);
+    if (JS_IsException(split))
+        return -1;
+    return JS_DefinePropertyValue(ctx, ctx->class_proto[JS_CLASS_REGEXP], JS_ATOM_Symbol_split,
+                                  split, JS_PROP_WRITABLE | JS_PROP_CONFIGURABLE);
+}
