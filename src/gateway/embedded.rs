@@ -177,12 +177,18 @@ impl Embedded {
     }
 
     /// Adds a batch mapping's request to its open batch, opening one with `open` (see
-    /// [`batches::join`]); answers once durable.
+    /// [`batches::join`]), with its callback waiting for the batch's run to end; answers once
+    /// durable.
     pub async fn join_batch(&self, item: BatchItem, open: bool) -> Result<Joined, StoreError> {
+        let callback = webhooks::callback_of(&item.run);
         let join = self
             .ctx
             .store
-            .write(move |conn| batches::join(conn, item, open, now_ms()))
+            .write(move |conn| {
+                let join = batches::join(conn, item, open, now_ms())?;
+                webhooks::await_joined(conn, callback, &join.joined)?;
+                Ok(join)
+            })
             .await?;
         if let Joined::Added(added) = &join.joined
             && added.opened

@@ -156,14 +156,16 @@ impl Forward {
     /// Adds a batch mapping's request to its open batch, opening one with `open` (see
     /// [`batches::join`]); answers once durable. The request that opens a batch stores the
     /// batch's relay, waiting: the closed batch is relayed as one agent request with the
-    /// batch's prompt.
+    /// batch's prompt. Each request's callback waits for the relay's completion.
     pub async fn join_batch(&self, item: BatchItem, open: bool) -> Result<Joined, StoreError> {
         let relay = self.relay_of(&item.run);
+        let callback = webhooks::callback_of(&item.run);
         let join = self
             .ctx
             .store
             .write(move |conn| {
                 let join = batches::join(conn, item, open, now_ms())?;
+                webhooks::await_joined(conn, callback, &join.joined)?;
                 if let Joined::Added(added) = &join.joined
                     && added.opened
                 {

@@ -33,6 +33,7 @@ mod processes;
 mod admission;
 mod agent;
 mod api;
+mod batch_callbacks;
 mod batch_cluster;
 mod batch_failures;
 mod batches;

@@ -266,35 +266,37 @@ fn add_item(
     item: &BatchItem,
 ) -> rusqlite::Result<()> {
     let fingerprint = item.claim.as_ref().map(|claim| claim.fingerprint.as_str());
-    insert_item(conn, run_id, position, &item.message(), fingerprint)
+    insert_item(conn, run_id, position, &item.message(), fingerprint).map(drop)
 }
 
-/// Stores `message` at `position` of batch `run_id`; one stored there already is kept.
+/// Stores `message` at `position` of batch `run_id`; one stored there already is kept. Whether
+/// it was stored now (not there already).
 pub fn insert_item(
     conn: &Connection,
     run_id: &str,
     position: u32,
     message: &BatchMessage,
     fingerprint: Option<&str>,
-) -> rusqlite::Result<()> {
-    conn.prepare_cached(
-        "INSERT OR IGNORE INTO batch_items
+) -> rusqlite::Result<bool> {
+    let stored = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO batch_items
              (run_id, position, message, source, received, fingerprint, allow_unsafe, name)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?
-    .execute(params![
-        run_id,
-        position,
-        message.message,
-        message.source,
-        message.received,
-        fingerprint,
-        message.allow_unsafe,
-        message.name,
-    ])?;
+        )?
+        .execute(params![
+            run_id,
+            position,
+            message.message,
+            message.source,
+            message.received,
+            fingerprint,
+            message.allow_unsafe,
+            message.name,
+        ])?;
     conn.prepare_cached("UPDATE batches SET items = MAX(items, ?2) WHERE run_id = ?1")?
         .execute(params![run_id, position])?;
-    Ok(())
+    Ok(stored > 0)
 }
 
 /// The position of the item of batch `run_id` with this idempotency fingerprint.

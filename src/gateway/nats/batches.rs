@@ -18,6 +18,7 @@ use super::{Cluster, ClusterError, Fact};
 use crate::gateway::admission::batches::{self, Added, BatchItem, Joined};
 use crate::gateway::clock::now_ms;
 use crate::gateway::context::Context;
+use crate::gateway::outbound::webhooks;
 use crate::gateway::store::Store;
 
 /// Attempts at an update by revision before the join gives up with an error: each failed
@@ -263,8 +264,9 @@ impl Batches<'_> {
         }
     }
 
-    /// Publishes `item` at the last position `entry` took, and confirms its idempotency claim
-    /// (`claimed`) at once: a retry is answered with the position from then on.
+    /// Publishes `item` at the last position `entry` took, with its callback waiting for the
+    /// batch's run to end, and confirms its idempotency claim (`claimed`) at once: a retry is
+    /// answered with the position from then on.
     async fn publish_item(
         &self,
         item: &BatchItem,
@@ -273,10 +275,15 @@ impl Batches<'_> {
         claimed: Option<u64>,
     ) -> Result<Added, ClusterError> {
         let position = entry.items;
+        let callback = webhooks::callback_of(&item.run);
         let fact = Fact::BatchItem {
             run_id: entry.run_id.clone(),
             position,
             message: item.message(),
+            webhooks: callback
+                .map(|callback| webhooks::member_callback(callback, position))
+                .into_iter()
+                .collect(),
         };
         let id = format!("batch-{}-{position}", entry.run_id);
         self.cluster.publish(&fact, &id).await?;

@@ -76,6 +76,9 @@ pub enum Fact {
         run_id: String,
         position: u32,
         message: BatchMessage,
+        /// The request's callback, waiting with the batch's run (`outbound::webhooks::write`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        webhooks: Vec<WebhookMessage>,
     },
     /// A node began the run.
     #[serde(rename_all = "camelCase")]
@@ -245,7 +248,13 @@ impl Fact {
                 run_id,
                 position,
                 message,
-            } => batches::insert_item(conn, run_id, *position, message, None)?,
+                webhooks,
+            } => {
+                // An item applied twice keeps its callback once.
+                if batches::insert_item(conn, run_id, *position, message, None)? {
+                    outbound_webhooks::write(conn, run_id, webhooks)?;
+                }
+            }
             Fact::Started {
                 run_id,
                 started_at,

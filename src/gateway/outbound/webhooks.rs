@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::outbox_rows::OutboxItem;
 use crate::config::Settings;
 use crate::config::outbound::{CallbackFormat, Event, OutboundSettings};
+use crate::gateway::admission::batches::Joined;
 use crate::gateway::clock::{now_ms, now_rfc3339};
 use crate::gateway::store::records::{NewRun, RunOutcome, RunStatus};
 use crate::gateway::store::turn_record::Usage;
@@ -32,6 +33,10 @@ pub struct WebhookMessage {
     /// A callback's request (its `X-Request-Id`), kept from admission for its body.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+    /// The callback of a request that joined a batch: its position in the batch (from 1, the
+    /// `batched` of its answer), kept for its body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batched: Option<u32>,
 }
 
 /// Where a message goes.
@@ -64,6 +69,7 @@ impl WebhookMessage {
             body,
             since_ms: now_ms(),
             request_id: None,
+            batched: None,
         }
     }
 }
@@ -86,6 +92,9 @@ struct RunData<'a> {
     /// The request that admitted the run (`X-Request-Id` of its answer).
     #[serde(skip_serializing_if = "Option::is_none")]
     request_id: Option<&'a str>,
+    /// A batch's run: the request's position in the batch (its answer's `batched`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    batched: Option<u32>,
     status: RunStatus,
     agent: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -142,6 +151,31 @@ pub fn callback_of(run: &NewRun) -> Option<WebhookMessage> {
     let mut message = WebhookMessage::new(to, "", String::new());
     message.request_id = run.admitted.request_id.clone();
     Some(message)
+}
+
+/// Keeps `callback` ([`callback_of`] the request, taken before it joined its batch) `waiting`
+/// with the batch's run for its end, in the transaction of the join: each request of a batch
+/// gets the run's outcome at the URL its own payload rendered, with its own request id and
+/// position. A retry of a request that joined (nothing written) keeps none: the first one's
+/// waits.
+pub fn await_joined(
+    conn: &Connection,
+    callback: Option<WebhookMessage>,
+    joined: &Joined,
+) -> rusqlite::Result<()> {
+    if let (Some(message), Joined::Added(added)) = (callback, joined)
+        && !added.repeated
+        && let Some(position) = added.position
+    {
+        write(conn, &added.run_id, &[member_callback(message, position)])?;
+    }
+    Ok(())
+}
+
+/// A batch's request's callback ([`callback_of`] it) with its `position` in the batch.
+pub fn member_callback(mut callback: WebhookMessage, position: u32) -> WebhookMessage {
+    callback.batched = Some(position);
+    callback
 }
 
 /// Keeps the callback of a run just stored, `waiting` for the run's end.
@@ -207,10 +241,11 @@ pub fn end_messages(
     let admitted = &run.admitted;
     let mapping = admitted.mapping_id.as_deref();
     let now = now_rfc3339();
-    let body_of = |request_id: Option<&str>| {
+    let body_of = |request_id: Option<&str>, batched: Option<u32>| {
         let data = RunData {
             run_id: &run.run_id,
             request_id,
+            batched,
             status: outcome.status,
             agent: &admitted.target_agent,
             mapping,
@@ -238,7 +273,7 @@ pub fn end_messages(
         .map_or(CallbackFormat::Outcome, |c| c.format);
         message.event = event.as_str().to_string();
         message.body = match format {
-            CallbackFormat::Outcome => body_of(message.request_id.as_deref()),
+            CallbackFormat::Outcome => body_of(message.request_id.as_deref(), message.batched),
             CallbackFormat::Slack => slack_body(outcome),
         };
         message.since_ms = now_ms();
@@ -248,7 +283,7 @@ pub fn end_messages(
         .subscribers(event, mapping, &admitted.target_agent)
         .peekable();
     if subscribers.peek().is_some() {
-        let body = body_of(admitted.request_id.as_deref());
+        let body = body_of(admitted.request_id.as_deref(), None);
         for endpoint in subscribers {
             let to = Destination::Endpoint {
                 id: endpoint.id.clone(),
@@ -344,6 +379,7 @@ pub fn event_messages(
         let data = RunData {
             run_id: &run.run_id,
             request_id: admitted.request_id.as_deref(),
+            batched: None,
             status,
             agent: &admitted.target_agent,
             mapping,
