@@ -85,6 +85,7 @@ mod notify;
 mod openclaw;
 mod openclaw_config;
 mod openclaw_controls;
+mod openclaw_outbound;
 mod outbound;
 mod outbound_console;
 mod outbound_forward;

@@ -328,7 +328,11 @@ fn end_messages(
     if waiting.is_empty() && !webhooks::has_subscribers(outbound, event, work) {
         return Vec::new();
     }
-    webhooks::end_messages(outbound, work, outcome, started_at, waiting.to_vec())
+    let ran = webhooks::Ran {
+        started_at,
+        upstream_run_id: None,
+    };
+    webhooks::end_messages(outbound, work, outcome, ran, waiting.to_vec())
 }
 
 /// Cuts `text` to at most `keep` bytes (at a character boundary) and says so.

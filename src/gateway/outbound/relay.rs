@@ -110,9 +110,11 @@ pub struct Landed {
     /// How the upstream's run ended (`completion.status`: `ok`, `error`, `skipped`), when it
     /// waited for it.
     pub completion: Option<String>,
-    /// The upstream run's reply (`completion.reply`), which callbacks carry.
+    /// The upstream run's reply (`completion.reply`), which callbacks carry; OpenClaw never
+    /// sends it (its `completion` says only whether there was one, `replyDisposition`),
+    /// another hookgate does.
     pub reply: Option<String>,
-    /// Why the upstream's run failed (`completion.error`), when it says.
+    /// Why the upstream's run failed (`completion.error`), when it says (OpenClaw does not).
     pub error: Option<String>,
 }
 

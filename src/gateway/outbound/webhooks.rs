@@ -112,6 +112,9 @@ struct RunData<'a> {
     started_at: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     finished_at: Option<&'a str>,
+    /// Forward mode: the run the upstream gateway ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upstream_run_id: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -199,12 +202,16 @@ pub fn on_end(
     if waiting.is_empty() && !has_subscribers(outbound, end_event(outcome), run) {
         return Ok(false);
     }
-    let started_at: Option<String> = conn
-        .prepare_cached("SELECT started_at FROM runs WHERE run_id = ?1")?
-        .query_row(params![run.run_id], |row| row.get(0))
+    let (started_at, upstream_run_id): (Option<String>, Option<String>) = conn
+        .prepare_cached("SELECT started_at, upstream_run_id FROM runs WHERE run_id = ?1")?
+        .query_row(params![run.run_id], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?
-        .flatten();
-    let messages = end_messages(outbound, run, outcome, started_at.as_deref(), waiting);
+        .unwrap_or_default();
+    let ran = Ran {
+        started_at: started_at.as_deref(),
+        upstream_run_id: upstream_run_id.as_deref(),
+    };
+    let messages = end_messages(outbound, run, outcome, ran, waiting);
     write(conn, &run.run_id, &messages)?;
     Ok(!messages.is_empty())
 }
@@ -227,14 +234,24 @@ pub fn has_subscribers(outbound: &OutboundSettings, event: Event, run: &NewRun) 
         .is_some()
 }
 
+/// What the store knows of a run that ended beyond its admission, which its end's messages
+/// carry.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Ran<'a> {
+    /// When the run began, if it did.
+    pub started_at: Option<&'a str>,
+    /// Forward mode: the upstream's run id, when the relay landed.
+    pub upstream_run_id: Option<&'a str>,
+}
+
 /// The messages of a run's end: each of its `waiting` callbacks with the outcome as its body
 /// (its `webhook-id` kept), and a `run.finished` or `run.failed` message to each endpoint
-/// subscribed. `started_at` is when the run began, if it did.
+/// subscribed.
 pub fn end_messages(
     outbound: &OutboundSettings,
     run: &NewRun,
     outcome: &RunOutcome,
-    started_at: Option<&str>,
+    ran: Ran<'_>,
     waiting: Vec<WebhookMessage>,
 ) -> Vec<WebhookMessage> {
     let event = end_event(outcome);
@@ -254,8 +271,9 @@ pub fn end_messages(
             model: outcome.model.as_deref(),
             usage: outcome.usage.map(UsageData::from),
             created_at: &run.created_at,
-            started_at,
+            started_at: ran.started_at,
             finished_at: Some(&outcome.finished_at),
+            upstream_run_id: ran.upstream_run_id,
         };
         let envelope = Envelope {
             kind: event.as_str(),
@@ -390,6 +408,7 @@ pub fn event_messages(
             created_at: &run.created_at,
             started_at: (event == Event::RunStarted).then_some(now.as_str()),
             finished_at: None,
+            upstream_run_id: None,
         };
         let body = Envelope {
             kind: event.as_str(),
