@@ -1,12 +1,14 @@
 //! Builds the JavaScript and TypeScript transforms (the examples and the test fixtures) with the
 //! SDK in `transforms/js-sdk`, once per test process: `npm ci` when its packages are missing, then
-//! one `build.mjs` per module, in parallel. A component newer than its source and the SDK is
-//! reused.
+//! one `build.mjs` per module, in parallel. A component is reused only when it was built from
+//! the same bytes (its source's and the SDK's, recorded beside it): the build directory may be a
+//! cache that another checkout filled, where a newer file is not the same source.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::OnceLock;
-use std::time::SystemTime;
+
+use sha2::{Digest, Sha256};
 
 /// Each module: its source under `transforms/` and its component's name.
 const MODULES: &[(&str, &str)] = &[
@@ -40,34 +42,36 @@ pub fn js_transforms() -> &'static Path {
                 .args(["ci", "--no-audit", "--no-fund"])
                 .current_dir(&sdk));
         }
-        let sdk_changed = newest(&[
+        let sdk_digest = digest(&[
             sdk.join("build.mjs"),
             sdk.join("adapter.js"),
             sdk.join("hookgate-js-runtime.wasm"),
             sdk.join("package-lock.json"),
         ]);
-        let builds: Vec<(&str, Child)> = MODULES
+        let builds: Vec<(&str, PathBuf, String, Child)> = MODULES
             .iter()
-            .filter(|(source, name)| {
-                let built = modified(&out.join(format!("{name}.wasm")));
-                built.is_none() || built < newest(&[root.join(source)]).max(sdk_changed)
-            })
-            .map(|(source, name)| {
+            .filter_map(|(source, name)| {
+                let stamp = out.join(format!("{name}.wasm.built-from"));
+                let from = format!("{sdk_digest} {}", digest(&[root.join(source)]));
+                let built = out.join(format!("{name}.wasm")).is_file()
+                    && std::fs::read_to_string(&stamp).is_ok_and(|was| was == from);
+                if built {
+                    return None;
+                }
                 let mut build = Command::new("node");
                 build
                     .arg(sdk.join("build.mjs"))
                     .arg(root.join(source))
                     .arg("-o")
                     .arg(out.join(format!("{name}.wasm")));
-                (
-                    *name,
-                    build.spawn().expect("run node (is Node.js installed?)"),
-                )
+                let child = build.spawn().expect("run node (is Node.js installed?)");
+                Some((*name, stamp, from, child))
             })
             .collect();
-        for (name, mut build) in builds {
+        for (name, stamp, from, mut build) in builds {
             let status = build.wait().unwrap();
             assert!(status.success(), "building the {name} transform failed");
+            std::fs::write(stamp, from).unwrap();
         }
         for (source, name) in MODULES {
             let source = root.join(source);
@@ -114,10 +118,12 @@ fn run(command: &mut Command) {
     assert!(status.success(), "{command:?} failed");
 }
 
-fn modified(path: &Path) -> Option<SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
-fn newest(paths: &[PathBuf]) -> Option<SystemTime> {
-    paths.iter().filter_map(|p| modified(p)).max()
+/// The SHA-256 of `paths`' contents, one after the other, in hex.
+fn digest(paths: &[PathBuf]) -> String {
+    let mut hasher = Sha256::new();
+    for path in paths {
+        let bytes = std::fs::read(path).unwrap_or_else(|err| panic!("read {path:?}: {err}"));
+        hasher.update(bytes);
+    }
+    hex::encode(hasher.finalize())
 }
