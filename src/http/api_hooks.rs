@@ -16,6 +16,7 @@ use tower::ServiceExt;
 
 use super::AppState;
 use super::api_error::{ApiPath, ApiQuery};
+use super::request::Origin;
 use crate::gateway::requests::RequestRecord;
 use crate::subscription::record::{Spec, View};
 use crate::subscription::{Actor, AuditEntry, DEFAULT_ROTATION_WINDOW, SubscriptionError, sample};
@@ -263,6 +264,8 @@ async fn test(app: &AppState, name: &str, peer: SocketAddr, by: &Actor) -> Answe
         .body(Body::from(delivery.body))
         .map_err(|e| SubscriptionError::Invalid(e.to_string()))?;
     request.extensions_mut().insert(ConnectInfo(peer));
+    // An operator's test: its refusal is told to no `request.refused` endpoint.
+    request.extensions_mut().insert(Origin::Test);
     let response = super::router(app.clone())
         .oneshot(request)
         .await

@@ -44,7 +44,7 @@ impl FromRequestParts<AppState> for Credential {
         if !context.name.is_empty() {
             trace.hook(&context.name);
         }
-        if let Some(replay) = &context.replay {
+        if let Some(replay) = context.origin.replay() {
             return Ok(Credential::Replay(replay.signed.clone()));
         }
         let client = match parts.extensions.get::<FromEdge>() {

@@ -25,6 +25,7 @@ use super::AppState;
 use super::edge::{Ack, Acked, LinkView, Pulled};
 use super::hooks;
 use super::reply::{HookError, MappingFailure, Refused};
+use super::request::Origin;
 use super::request_id::RequestId;
 use crate::config::EdgeLink;
 use crate::gateway::edge_queue::{Delivery, EdgeStatus};
@@ -338,6 +339,8 @@ fn request_of(delivery: Delivery) -> Result<Request, String> {
     extensions.insert(FromEdge {
         by_token: delivery.by_token,
     });
+    // Its sender was answered by the edge: a refusal here is no sender's to be told.
+    extensions.insert(Origin::EdgePull);
     Ok(request)
 }
 

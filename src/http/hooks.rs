@@ -18,7 +18,7 @@ use tower::ServiceExt;
 use super::AppState;
 use super::credential::{Authenticated, Credential};
 use super::reply::{HookError, Refused};
-use super::request::{ContextParts, HookContext, Replay, mapping_by_id};
+use super::request::{ContextParts, HookContext, Origin, Replay, mapping_by_id};
 use super::request_id::RequestId;
 use super::trace::{self, Trace};
 use super::{mapped, signed, submit};
@@ -61,7 +61,10 @@ pub(super) async fn dispatch(app: AppState, routes: HookRoutes, mut request: Req
     };
     let label = HookLabel::of(hooks, name);
     let name = name.to_string();
-    let Some(context) = aim(&mut request, settings, name, None) else {
+    // Our own callers (an edge's link, an operator's test) say who the request is from.
+    let origin = request.extensions_mut().remove::<Origin>();
+    let origin = origin.unwrap_or(Origin::Sender);
+    let Some(context) = aim(&mut request, settings, name, origin) else {
         return HookError::NotFound.into_response();
     };
     let mut response = serve(&app, routes, &context, request).await;
@@ -76,7 +79,7 @@ fn aim(
     request: &mut Request,
     settings: Arc<Settings>,
     name: String,
-    replay: Option<Replay>,
+    origin: Origin,
 ) -> Option<HookContext> {
     let routed = routed_uri(&name)?;
     let uri = std::mem::replace(request.uri_mut(), routed);
@@ -84,7 +87,7 @@ fn aim(
         settings,
         uri,
         name,
-        replay,
+        origin,
     };
     let context = HookContext::new(context);
     request.extensions_mut().insert(context.clone());
@@ -220,7 +223,8 @@ pub(super) async fn replay(
         of: original.id.clone(),
         signed,
     };
-    let context = aim(&mut request, settings, name, Some(replay)).ok_or(ReplayError::Gone)?;
+    let context =
+        aim(&mut request, settings, name, Origin::Replay(replay)).ok_or(ReplayError::Gone)?;
     let response = serve(app, routes(app.clone()), &context, request).await;
     let refused = response.extensions().get::<Refused>();
     if refused.is_some_and(|Refused(err)| matches!(**err, HookError::StoreFull)) {

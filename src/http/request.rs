@@ -28,8 +28,34 @@ pub(super) struct ContextParts {
     pub uri: Uri,
     /// What follows the prefix, as [`super::hooks`] reads it: not percent-decoded, possibly empty.
     pub name: String,
-    /// Set for an operator's replay, which carries its original's admission.
-    pub replay: Option<Replay>,
+    /// Who sent the request, and an operator's replay's admission.
+    pub origin: Origin,
+}
+
+/// Who a hook request came from: it decides whether a refusal is told to the endpoints
+/// subscribed to `request.refused` (docs/outbound.md#refused-requests), which only a sender's
+/// own request is. [`super::hooks::dispatch`] takes it from the request's extensions, where only
+/// our own callers put it (a request from the network has none: [`Origin::Sender`]).
+#[derive(Clone)]
+pub(super) enum Origin {
+    /// A sender on the network, answered with this refusal.
+    Sender,
+    /// An operator's replay, which carries its original's admission.
+    Replay(Replay),
+    /// A request pulled from an edge: its sender was answered by the edge.
+    EdgePull,
+    /// An operator's `POST /api/hooks/{name}/test`.
+    Test,
+}
+
+impl Origin {
+    /// The replay this request is, when it is one.
+    pub fn replay(&self) -> Option<&Replay> {
+        match self {
+            Origin::Replay(replay) => Some(replay),
+            _ => None,
+        }
+    }
 }
 
 impl std::ops::Deref for HookContext {

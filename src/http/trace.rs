@@ -28,7 +28,7 @@ use crate::hook::signature::{AdmittingSignature, SecretUsed};
 
 use super::AppState;
 use super::reply::{HookError, Refused};
-use super::request::{HookContext, extension};
+use super::request::{HookContext, Origin, extension};
 use super::request_id::RequestId;
 
 /// The hook endpoints' outermost step: begins the request's record and puts it in the request's
@@ -56,10 +56,10 @@ where
         .get::<RequestId>()
         .cloned()
         .unwrap_or_default();
-    let (client, keep_headers) = match &context.replay {
+    let (client, keep_headers) = match &context.origin {
         // A replay counts under no client, and its headers are the ones captured already.
-        Some(_) => (None, true),
-        None => {
+        Origin::Replay(_) => (None, true),
+        Origin::Sender | Origin::EdgePull | Origin::Test => {
             let peer = request.extensions().get::<ConnectInfo<SocketAddr>>();
             let client = peer.and_then(|ConnectInfo(peer)| {
                 context
@@ -78,7 +78,7 @@ where
         client,
         keep_headers,
     );
-    if let Some(replay) = &context.replay {
+    if let Some(replay) = context.origin.replay() {
         trace.replay_of(&replay.of);
     }
     request.extensions_mut().insert(trace.clone());
@@ -91,17 +91,25 @@ where
         None => false,
     };
     let (record, client, capture) = trace.finish(hooks, response.status());
-    // An operator's replay is not a sender's refusal; with no endpoint subscribed, a
-    // refusal costs nothing more.
+    // With no endpoint subscribed, a refusal costs nothing more.
     let outbound = &context.settings.outbound;
-    if refused && outbound.refusals_wanted && context.replay.is_none() {
+    if refused && outbound.refusals_wanted && tells_refusal(&context.origin, &record) {
         app.runtime.refused(outbound, &record);
     }
-    match &context.replay {
-        Some(_) => app.request_log.record_replay(record, capture).await,
-        None => app.request_log.record(record, client, capture),
+    match &context.origin {
+        Origin::Replay(_) => app.request_log.record_replay(record, capture).await,
+        _ => app.request_log.record(record, client, capture),
     }
     response
+}
+
+/// Whether the finished `record` of a refused request from `origin` is told to the endpoints
+/// subscribed to `request.refused`: only a sender's own request (not an edge's, whose sender the
+/// edge answered, nor an operator's replay or test), and only when it made no run and no event
+/// (an answer that failed after its work was committed, such as a completion that could not be
+/// read, refused nothing).
+fn tells_refusal(origin: &Origin, record: &RequestRecord) -> bool {
+    matches!(origin, Origin::Sender) && record.run_ids.is_empty() && record.event_outcome.is_none()
 }
 
 /// One hook request's record in the making, shared by the layer that begins and finishes it
@@ -319,5 +327,39 @@ impl Trace {
             )
         });
         (std::mem::take(&mut draft.record), draft.client, job)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::request::Replay;
+
+    /// A refusal is told only of a sender's own request, and only when it committed nothing.
+    #[test]
+    fn only_a_senders_request_that_made_nothing_is_told_refused() {
+        let refused = RequestRecord {
+            status: 500,
+            ..RequestRecord::default()
+        };
+        assert!(tells_refusal(&Origin::Sender, &refused));
+        let replay = Origin::Replay(Replay {
+            of: "r-1".into(),
+            signed: None,
+        });
+        for origin in [Origin::EdgePull, Origin::Test, replay] {
+            assert!(!tells_refusal(&origin, &refused));
+        }
+        // Its run committed, its completion unread: a 500 that refused nothing.
+        let ran = RequestRecord {
+            run_ids: vec!["run-1".into()],
+            ..RequestRecord::default()
+        };
+        assert!(!tells_refusal(&Origin::Sender, &ran));
+        let woke = RequestRecord {
+            event_outcome: Some(EventOutcome::Queued),
+            ..RequestRecord::default()
+        };
+        assert!(!tells_refusal(&Origin::Sender, &woke));
     }
 }
