@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 use serde::Serialize;
 
 use super::outbox_rows::OutboxItem;
@@ -127,19 +127,12 @@ fn admit(window: &mut Window, endpoint: &Endpoint, now_ms: i64) -> Option<u64> {
     Some(std::mem::take(&mut window.suppressed))
 }
 
-/// Writes refusals' `messages`, pending, to the outbox; one whose `webhook-id` is there already
-/// is not written again (a NATS view applying a fact it has seen).
+/// Writes refusals' `messages`, pending, to the outbox. None is there already: each has a
+/// fresh UUIDv7 id, and a NATS view applies a fact once (it commits the fact's sequence as
+/// `applied` in the transaction that applies it, src/gateway/nats/projection.rs).
 pub fn write(conn: &Connection, messages: &[WebhookMessage]) -> rusqlite::Result<()> {
     for message in messages {
-        let known = conn
-            .prepare_cached(
-                "SELECT 1 FROM outbox WHERE run_id IS NULL AND kind = 'webhook'
-                   AND json_extract(payload, '$.id') = ?1",
-            )?
-            .exists(params![message.id])?;
-        if !known {
-            OutboxItem::Webhook(message.clone()).insert(conn, None)?;
-        }
+        OutboxItem::Webhook(message.clone()).insert(conn, None)?;
     }
     Ok(())
 }
