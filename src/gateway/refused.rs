@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use super::clock::now_ms;
 use super::nats::Fact;
 use super::outbound::refusals;
 use super::outbound::webhooks::WebhookMessage;
@@ -18,17 +17,19 @@ use crate::config::outbound::OutboundSettings;
 impl Runtime {
     /// Tells the endpoints of `outbound` subscribed to `request.refused` of the refusal
     /// `record` (finished: its status and the error the sender got), within each endpoint's
-    /// bound. Returns at once: the messages are written by a task of their own, and a failure
-    /// to write them is logged, nothing more.
+    /// bound. Returns at once: the messages are written by a task of their own. Messages that
+    /// cannot be written are counted as suppressed, told with each endpoint's next message
+    /// ([`refusals::RefusalGate::give_back`]); messages not written yet when the node stops are
+    /// lost.
     pub fn refused(self: &Arc<Self>, outbound: &OutboundSettings, record: &RequestRecord) {
-        let messages = self.refusals.messages(outbound, record, now_ms());
-        if messages.is_empty() {
+        let made = self.refusals.messages(outbound, record);
+        if made.messages.is_empty() {
             return;
         }
         let runtime = Arc::clone(self);
         tokio::spawn(async move {
-            if let Err(err) = runtime.write_refusals(messages).await {
-                tracing::error!(%err, "cannot write a request.refused message");
+            if let Err(err) = runtime.write_refusals(made.messages.clone()).await {
+                runtime.refusals.give_back(&made, &err);
             }
         });
     }
