@@ -17,7 +17,7 @@ mod held_runs;
 pub mod nats;
 mod notify;
 mod outbound;
-mod refused;
+mod request_refused;
 pub mod requests;
 mod retention;
 mod runtime;

@@ -156,7 +156,7 @@ pub enum Fact {
     /// A hook request was refused and endpoints subscribe to `request.refused`: its messages
     /// (within each endpoint's bound, `outbound::refusals`), which every view writes once.
     /// Nodes of earlier versions do not read it.
-    Refused { webhooks: Vec<WebhookMessage> },
+    RequestRefused { webhooks: Vec<WebhookMessage> },
     /// The operator sent the failed webhook `webhookId` (row `row`) again from `atMs`.
     #[serde(rename_all = "camelCase")]
     WebhookRetried {
@@ -187,7 +187,7 @@ impl Fact {
             Fact::RouteSet { .. } => "route",
             Fact::WebhookAttempted(_) => "webhook.attempted",
             Fact::WebhookRetried { .. } => "webhook.retried",
-            Fact::Refused { .. } => "refused",
+            Fact::RequestRefused { .. } => "request.refused",
         }
         .to_string()
     }
@@ -312,7 +312,7 @@ impl Fact {
                 }
             }
             Fact::WebhookAttempted(attempt) => attempt.apply(conn)?,
-            Fact::Refused { webhooks } => refusals::write(conn, webhooks)?,
+            Fact::RequestRefused { webhooks } => refusals::write(conn, webhooks)?,
             Fact::WebhookRetried {
                 row,
                 webhook_id,

@@ -2,7 +2,7 @@
 //! (docs/outbound.md): its messages, bounded per endpoint ([`refusals::RefusalGate`]), are written in a
 //! transaction of their own on a task of their own, so that the sender's answer never waits for
 //! them and their failure never changes it. On a NATS cluster they ride on a fact of their own
-//! ([`Fact::Refused`]), which every view writes once.
+//! ([`Fact::RequestRefused`]), which every view writes once.
 
 use std::sync::Arc;
 
@@ -39,7 +39,7 @@ impl Runtime {
     async fn write_refusals(&self, messages: Vec<WebhookMessage>) -> Result<(), StoreError> {
         if let Backend::Nats(cluster) = &self.backend {
             let msg_id = format!("refused-{}", messages[0].id);
-            let fact = Fact::Refused { webhooks: messages };
+            let fact = Fact::RequestRefused { webhooks: messages };
             cluster.publish(&fact, &msg_id).await?;
             return Ok(());
         }
