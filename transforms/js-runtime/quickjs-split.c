@@ -202,10 +202,20 @@ done:
     js_free(ctx, capture);
     return A;
 exec_error:
-    if (rc == LRE_RET_TIMEOUT)
+    /* As js_regexp_exec answers each of lre_exec's failures. */
+    switch (rc) {
+    case LRE_RET_TIMEOUT:
         JS_ThrowInterrupted(ctx);
-    else
+        break;
+    case LRE_RET_MEMORY_ERROR:
         JS_ThrowInternalError(ctx, "out of memory in regexp execution");
+        break;
+    case LRE_RET_BYTECODE_ERROR:
+        JS_ThrowInternalError(ctx, "corrupted bytecode in regexp execution");
+        break;
+    default:
+        abort();
+    }
 exception:
     js_free(ctx, capture);
     JS_FreeValue(ctx, A);
