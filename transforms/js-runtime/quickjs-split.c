@@ -11,11 +11,25 @@
  * they go through are the original ones) the result is the same as matching the separator's own
  * compiled pattern forward from each position, which is what engines do (V8's fast path); any
  * other separator takes QuickJS's own implementation, step by step as the specification has it.
+ *
+ * Tied to the QuickJS of rquickjs-sys 0.14.0 (quickjs-ng, QJS_VERSION 0.16.2): it reads
+ * QuickJS's internals (shapes, properties, the flag getters' C functions and magics, lre_exec's
+ * results). After an upgrade of rquickjs-sys, check them against the new quickjs.c, above all
+ * the `flags` getter (js_regexp_get_flags): one that reads a flag not checked in
+ * hookgate_split_is_plain would let a program change that flag's getter unseen.
  */
 #include "quickjs.c"
 
-/* Atoms of the flag getters that QuickJS does not predefine; taken once, when installed. */
+/* Atoms of the flag getters that QuickJS does not predefine, taken when the fast path is
+   installed on `hookgate_flag_atoms_ctx`, and kept for good: a held atom cannot be freed and
+   reused for another name while RegExp.prototype's properties come and go. A static is safe
+   because a WebAssembly instance's memory is its own and the runtime makes one runtime and one
+   context in it (lib.rs, `load`); should another context be installed, the atoms and the
+   context they were taken for are replaced together, and a context whose atoms they are not
+   takes QuickJS's own split (hookgate_split_is_plain checks the context first). The atoms live
+   as long as the instance: its runtime is never freed. */
 static JSAtom hookgate_flag_atoms[6];
+static JSContext *hookgate_flag_atoms_ctx;
 
 /* Whether `obj`'s own property `atom` is still the getter QuickJS defined: a C function `fn`
    with `magic`. */
@@ -67,7 +81,7 @@ static bool hookgate_split_is_plain(JSContext *ctx, JSValueConst rx)
     JSCFunctionType flags = { .getter = js_regexp_get_flags };
     JSCFunctionType this_getter = { .getter = js_get_this };
 
-    if (JS_VALUE_GET_TAG(rx) != JS_TAG_OBJECT)
+    if (ctx != hookgate_flag_atoms_ctx || JS_VALUE_GET_TAG(rx) != JS_TAG_OBJECT)
         return false;
     p = JS_VALUE_GET_OBJ(rx);
     if (p->class_id != JS_CLASS_REGEXP)
@@ -259,11 +273,13 @@ int hookgate_quickjs_install(JSContext *ctx)
     JSValue split;
     int i;
 
+    hookgate_flag_atoms_ctx = NULL;
     for (i = 0; i < 6; i++) {
         hookgate_flag_atoms[i] = JS_NewAtom(ctx, names[i]);
         if (hookgate_flag_atoms[i] == JS_ATOM_NULL)
             return -1;
     }
+    hookgate_flag_atoms_ctx = ctx;
     split = JS_NewCFunction2(ctx, hookgate_regexp_split, "[Symbol.split]", 2,
                              JS_CFUNC_generic, 0);
     if (JS_IsException(split))
