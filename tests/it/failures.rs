@@ -11,7 +11,7 @@ use crate::signatures::sign;
 const SECRET: &str = "gh-secret";
 
 /// The record of the request answered with `response`, once the log has it.
-async fn record_of(server: &Hookgate, response: &reqwest::Response) -> Value {
+pub(crate) async fn record_of(server: &Hookgate, response: &reqwest::Response) -> Value {
     let id = request_id(response);
     let mut record = Value::Null;
     eventually(&format!("the record of {id}"), async || {

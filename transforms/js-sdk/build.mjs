@@ -60,13 +60,14 @@ const LOAD_TIMEOUT_MS = 60_000;
  * (docs/performance.md, "A fresh JavaScript instance"). After loading, the runtime needs only
  * randomness, the clocks, stdout and stderr (a panic's message; console output goes to the `log`
  * import) and exit; what only loading used (stdin, the environment) answers EBADF or nothing.
- * The 16 bytes that the wall clock's and a write's results are lowered into are taken once per
- * instance from the runtime's allocator (`cabi_realloc`).
+ * The wall clock's and a write's results are lowered into 16 static bytes of the runtime's
+ * (`hookgate_preview1_scratch`), not into memory allocated: the message of a failed allocation
+ * is a write, and must not need one.
  */
 const PREVIEW1 = `(module
   ;; preview 1's answers: 0 success, 8 EBADF, 28 EINVAL, 29 EIO.
   (import "main" "memory" (memory 0))
-  (import "main" "cabi_realloc" (func $realloc (param i32 i32 i32 i32) (result i32)))
+  (import "main" "hookgate_preview1_scratch" (func $scratch (result i32)))
   (import "wasi:random/random@0.2.3" "get-random-u64" (func $random (result i64)))
   (import "wasi:clocks/wall-clock@0.2.3" "now" (func $wall_now (param i32)))
   (import "wasi:clocks/monotonic-clock@0.2.3" "now" (func $monotonic_now (result i64)))
@@ -77,17 +78,6 @@ const PREVIEW1 = `(module
   (import "wasi:io/streams@0.2.3" "[resource-drop]output-stream" (func $drop_stream (param i32)))
   (import "wasi:io/error@0.2.3" "[resource-drop]error" (func $drop_error (param i32)))
   (import "wasi:cli/exit@0.2.3" "exit" (func $exit (param i32)))
-
-  ;; Where results too large for a core value are lowered: taken at the first use.
-  (global $scratch (mut i32) (i32.const 0))
-
-  (func $scratch (result i32)
-    global.get $scratch
-    i32.eqz
-    if
-      (global.set $scratch (call $realloc (i32.const 0) (i32.const 0) (i32.const 8) (i32.const 16)))
-    end
-    global.get $scratch)
 
   ;; Eight random bytes a call, then the tail from one more draw.
   (func (export "random_get") (param $buf i32) (param $len i32) (result i32)

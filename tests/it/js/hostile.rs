@@ -8,6 +8,7 @@
 use serde_json::{Value, json};
 
 use super::start;
+use crate::failures::record_of;
 use crate::harness::*;
 
 /// A mapping of the hostile fixture, named by its `.mjs` source: instances are kept between
@@ -133,4 +134,39 @@ async fn a_result_with_millions_of_elements_is_read_for_its_fields() {
         .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(server.wake_texts().await, ["an array of 4000000"]);
+}
+
+/// A call that fills its instance's memory to the cap and then needs the runtime's Rust code to
+/// allocate: Rust prints "memory allocation of N bytes failed" and aborts. The operator sees that
+/// message in the log and the memory limit in the request record, not a stack overflow: the
+/// message's write allocates nothing (the WASI shim lowers its result into a static buffer), so it
+/// cannot fail for want of memory and print its own failure again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_at_its_memory_cap_is_reported_as_a_memory_breach() {
+    let (server, _dir) = start(json!([hostile("exhaust", json!({}))]), &["js-hostile"]);
+    let response = server
+        .hook("/hooks/exhaust")
+        .json(&json!({"length": 4_000_000}))
+        .send()
+        .await
+        .unwrap();
+    let record = record_of(&server, &response).await;
+    assert_eq!(
+        json_of(response).await,
+        (500, json!({"ok": false, "error": "hook mapping failed"}))
+    );
+    assert_eq!(record["transform"]["failure"], "memory", "{record}");
+    let reason = record["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("memory limit of 67108864 bytes exceeded"),
+        "{record}"
+    );
+    let (_, log) = server.terminate();
+    assert!(
+        log.lines().any(|l| l.contains("mapping=exhaust")
+            && l.contains("stream=\"stderr\"")
+            && l.contains("memory allocation of")),
+        "no memory message from the runtime:\n{log}"
+    );
+    assert!(!log.contains("stack overflow"), "{log}");
 }

@@ -73,6 +73,23 @@ pub extern "C" fn initialize() {
     INITIALISING.with(|i| i.set(false));
 }
 
+/// Where the SDK's WASI preview 1 functions (`PREVIEW1` in transforms/js-sdk/build.mjs) lower
+/// a write's result and the wall clock's datetime: static, so that no write needs an allocation.
+/// Rust's message that an allocation failed is such a write; were its buffer allocated, it
+/// would fail again and recurse until the stack overflowed.
+#[cfg(target_family = "wasm")]
+static PREVIEW1_SCRATCH: [std::sync::atomic::AtomicU64; 2] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 2];
+
+/// The address of [`PREVIEW1_SCRATCH`]'s 16 bytes, 8-aligned, the same for the instance's life.
+// SAFETY: `export_name` is unsafe because a symbol name can clash with another definition;
+// nothing else in the module defines this one.
+#[cfg(target_family = "wasm")]
+#[unsafe(export_name = "hookgate_preview1_scratch")]
+pub extern "C" fn preview1_scratch() -> *mut u8 {
+    PREVIEW1_SCRATCH.as_ptr().cast_mut().cast()
+}
+
 /// Starts the engine with the prelude and evaluates `bundle`, an ES module exporting `handler`.
 fn load(bundle: String) -> Result<Loaded, String> {
     let runtime = Runtime::new().map_err(|err| format!("cannot start QuickJS: {err}"))?;
