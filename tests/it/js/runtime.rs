@@ -80,9 +80,10 @@ async fn web_globals_work_as_on_the_web() {
 /// What `split` gives with a regular expression, line by line as V8 gives it: a plain separator
 /// (captures, empty matches, a limit, the unicode, sticky and global flags, an empty string) goes
 /// through the runtime's fast path, and a separator whose built-ins a program changed (`exec`, a
-/// subclass, `flags`, a flag's getter, RegExp[Symbol.species], even from inside the string's
-/// `toString` or the limit's `valueOf`) through QuickJS's own, step by step; neither touches the
-/// separator's `lastIndex`.
+/// subclass, `flags`, each flag's getter, `Symbol.match`, `constructor`, RegExp[Symbol.species],
+/// even from inside the string's `toString` or the limit's `valueOf`) through QuickJS's own, step
+/// by step; neither touches the separator's `lastIndex`. A lone surrogate splits as UTF-16 code
+/// units with the unicode flag too, and a limit given as a string is converted.
 const SPLIT: &[&str] = &[
     r#"["a","b","c"]"#,
     r#"["","a","b",""]"#,
@@ -113,6 +114,13 @@ const SPLIT: &[&str] = &[
     r#"["","","",""]"#,
     r#"["","","",""]"#,
     r#"["a","b"]"#,
+    r#"["\ud83d"]"#,
+    r#"["a","b"]"#,
+    r#"["😀"]"#,
+    r#"["","\ude00"]"#,
+    r#"["x","\ude00","\ud83d"]"#,
+    r#"["a"]"#,
+    r#"["a","b"]"#,
     r#"["a","b"] exec 3"#,
     r#"["a","b"] exec 3"#,
     r#"["a","b"]"#,
@@ -122,6 +130,17 @@ const SPLIT: &[&str] = &[
     r#"["a","b"]"#,
     r#"["a","b"] lastIndex 5"#,
     r#"["a","b"] exec 3"#,
+    r#"["a","b"] hasIndices read 1"#,
+    r#"["a","b"] global read 1"#,
+    r#"["a","b"] multiline read 1"#,
+    r#"["a","b"] dotAll read 1"#,
+    r#"["a","b"] unicode read 1"#,
+    r#"["a","b"] unicodeSets read 1"#,
+    r#"["a","b"] sticky read 1"#,
+    r#"["a","b"] Symbol(Symbol.match) read 1"#,
+    r#"["a","b"]"#,
+    r#"["a","b"] exec 3"#,
+    r#"["a","b"] constructor read 1"#,
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
