@@ -10,7 +10,7 @@
 import { build } from 'esbuild';
 import { componentEmbed, componentNew, parse } from '@bytecodealliance/jco';
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, realpathSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -368,7 +368,113 @@ async function mergePreview1(initialised, work) {
   if (merge.error || merge.status !== 0) {
     throw new Error(`cannot merge WASI preview 1 into the runtime: ${merge.error?.message ?? merge.stderr.toString().trim()}`);
   }
-  return componentEmbed({ binary: await readFile(merged), witSource: PREVIEW1_WIT, world: 'wasi-imports' });
+  const binary = await readFile(merged);
+  const unresolved = importsOf(binary).filter(([module]) => module === 'wasi_snapshot_preview1');
+  if (unresolved.length > 0) {
+    const names = unresolved.map(([, name]) => name).join(', ');
+    throw new Error(`the runtime imports WASI preview 1 functions that PREVIEW1 lacks: ${names}`);
+  }
+  return componentEmbed({ binary: withoutExports(binary, MERGED_ONLY), witSource: PREVIEW1_WIT, world: 'wasi-imports' });
+}
+
+/**
+ * What wasm-merge leaves exported that only PREVIEW1 calls: PREVIEW1's own functions (their
+ * callers are now inside the module) and the runtime's scratch buffer.
+ */
+const MERGED_ONLY = new Set([
+  ...[...PREVIEW1.matchAll(/\(export "([^"]+)"\)/g)].map((m) => m[1]),
+  'hookgate_preview1_scratch',
+]);
+
+/** An unsigned LEB128 in `bytes` at `at`: its value and the offset after it. */
+function readLeb(bytes, at) {
+  let value = 0;
+  let shift = 0;
+  let byte;
+  do {
+    byte = bytes[at++];
+    value += (byte & 0x7f) * 2 ** shift;
+    shift += 7;
+  } while (byte & 0x80);
+  return [value, at];
+}
+
+/** A WebAssembly name (a length and UTF-8) in `bytes` at `at`: the name and the offset after it. */
+function readName(bytes, at) {
+  const [length, start] = readLeb(bytes, at);
+  return [bytes.toString('utf8', start, start + length), start + length];
+}
+
+/** The sections of a core module: `{ id, start, body, end }`, `start` at its id byte. */
+function* sections(bytes) {
+  for (let at = 8; at < bytes.length; ) {
+    const [size, body] = readLeb(bytes, at + 1);
+    yield { id: bytes[at], start: at, body, end: body + size };
+    at = body + size;
+  }
+}
+
+/** Skips a value type at `at` (a reference type with a heap type is two parts). */
+function skipValueType(bytes, at) {
+  const type = bytes[at];
+  return type === 0x63 || type === 0x64 ? readLeb(bytes, at + 1)[1] : at + 1;
+}
+
+/** Skips a table's or memory's limits at `at`: flags, minimum, then maximum and page size if flagged. */
+function skipLimits(bytes, at) {
+  const flags = bytes[at];
+  at = readLeb(bytes, at + 1)[1];
+  if (flags & 1) at = readLeb(bytes, at)[1];
+  if (flags & 8) at = readLeb(bytes, at)[1];
+  return at;
+}
+
+/** A core module's imports, as [module, name] pairs. */
+function importsOf(bytes) {
+  const imports = [];
+  for (const section of sections(bytes)) {
+    if (section.id !== 2) continue;
+    let [count, at] = readLeb(bytes, section.body);
+    for (; count > 0; count--) {
+      let module, name;
+      [module, at] = readName(bytes, at);
+      [name, at] = readName(bytes, at);
+      const kind = bytes[at++];
+      if (kind === 0x00) at = readLeb(bytes, at)[1];
+      else if (kind === 0x01) at = skipLimits(bytes, skipValueType(bytes, at));
+      else if (kind === 0x02) at = skipLimits(bytes, at);
+      else if (kind === 0x03) at = skipValueType(bytes, at) + 1;
+      else if (kind === 0x04) at = readLeb(bytes, at + 1)[1];
+      else throw new Error(`the merged module has an import of unknown kind ${kind}`);
+      imports.push([module, name]);
+    }
+  }
+  return imports;
+}
+
+/** `bytes`, a core module, with its exports named in `names` removed. */
+function withoutExports(bytes, names) {
+  for (const section of sections(bytes)) {
+    if (section.id !== 7) continue;
+    let [count, at] = readLeb(bytes, section.body);
+    const kept = [];
+    for (; count > 0; count--) {
+      const entry = at;
+      let name;
+      [name, at] = readName(bytes, at);
+      at = readLeb(bytes, at + 1)[1];
+      if (!names.has(name)) kept.push(bytes.subarray(entry, at));
+    }
+    const body = Buffer.concat([leb128(kept.length), ...kept]);
+    return Buffer.concat([
+      bytes.subarray(0, section.start),
+      Buffer.from([7]),
+      leb128(body.length),
+      body,
+      bytes.subarray(section.end),
+    ]);
+  }
+  return bytes;
 }
 
 /** `n` as an unsigned LEB128, as WebAssembly writes sizes. */
@@ -421,7 +527,12 @@ async function main() {
   }
 }
 
-main().catch((e) => {
-  console.error(`build.mjs: ${e.message ?? e}`);
-  process.exit(1);
-});
+// Run as a script; imported (by test/preview1.test.mjs), it only lends its parts.
+if (process.argv[1] && realpathSync(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  main().catch((e) => {
+    console.error(`build.mjs: ${e.message ?? e}`);
+    process.exit(1);
+  });
+}
+
+export { PREVIEW1, importsOf, withoutExports };
