@@ -25,6 +25,24 @@ const MODULES: &[(&str, &str)] = &[
     ("fixtures/js/counter.mjs", "js-counter"),
 ];
 
+/// `transforms/js-sdk`, with its packages installed (`npm ci` when they are missing), once per
+/// test process: tests that need it run in parallel, and two `npm ci` in one directory would
+/// undo each other.
+pub fn installed_sdk() -> PathBuf {
+    static INSTALLED: OnceLock<PathBuf> = OnceLock::new();
+    INSTALLED
+        .get_or_init(|| {
+            let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("transforms/js-sdk");
+            if !sdk.join("node_modules").is_dir() {
+                run(Command::new("npm")
+                    .args(["ci", "--no-audit", "--no-fund"])
+                    .current_dir(&sdk));
+            }
+            sdk
+        })
+        .clone()
+}
+
 /// The directory holding `<name>.wasm` for every module of [`MODULES`], and a copy of its source
 /// (`<name>.mjs`, `.ts`), for gateways that run the source itself.
 pub fn js_transforms() -> &'static Path {
@@ -37,11 +55,7 @@ pub fn js_transforms() -> &'static Path {
             None => root.join("target/js-transforms"),
         };
         std::fs::create_dir_all(&out).unwrap();
-        if !sdk.join("node_modules").is_dir() {
-            run(Command::new("npm")
-                .args(["ci", "--no-audit", "--no-fund"])
-                .current_dir(&sdk));
-        }
+        installed_sdk();
         let sdk_digest = digest(&[
             sdk.join("build.mjs"),
             sdk.join("adapter.js"),

@@ -3,13 +3,15 @@
 //! examples, and the time limit on a loop; the runtime itself in `runtime`; what a transform's
 //! own bugs must not do to other senders or to the runtime in `hostile`; the headers and body a
 //! transform receives in `received`; a module over 64 MiB in `large_module`; a component built by
-//! an older SDK in `outdated`; the WASI a component imports in `wiring`.
+//! an older SDK in `outdated`; the WASI a component imports in `wiring`; the SDK's WASI preview 1
+//! functions, in Node, in `preview1`.
 
 mod build;
 mod hostile;
 mod large_module;
 mod outdated;
 mod partial;
+mod preview1;
 mod received;
 mod runtime;
 mod wiring;
