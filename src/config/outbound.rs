@@ -128,7 +128,8 @@ pub struct Callback {
 }
 
 /// What a callback's body is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum CallbackFormat {
     /// hookgate's run outcome (docs/outbound.md).
     Outcome,

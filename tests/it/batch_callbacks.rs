@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::fake::Fake;
+use crate::fake::{Answer, Fake, chat_reply};
 use crate::harness::*;
 use crate::outbound::{Receiver, SECRET};
 use crate::runtime::{Backend, free_port, with_provider};
@@ -144,4 +144,52 @@ async fn forward_mode_sends_each_request_of_a_batch_the_relayed_outcome() {
     );
     let (forwarder, _dir) = Hookgate::start(&with_batch_callbacks(config));
     three_joined_requests_get_three_callbacks(&forwarder, "relayed standup").await;
+}
+
+/// NATS store: a batch of 50 requests whose run replies 30 KB. The callbacks' bodies together
+/// (1.5 MB) pass a NATS message's 1 MB, yet neither they nor the run record lose the reply:
+/// the outcome's fact carries it once and each view fills its waiting callbacks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_batchs_callbacks_and_record_carry_the_whole_reply() {
+    const MEMBERS: usize = 50;
+    let reply = format!("Noted.\n{}", "z".repeat(30 * 1024));
+    let answer = reply.clone();
+    let provider = Fake::start(move |_, _| Answer::Json(200, chat_reply(&answer))).await;
+    let mut config = with_batch_callbacks(with_provider(&provider));
+    config["hooks"]["mappings"][0]["batch"] = json!({"window": "1h", "maxItems": MEMBERS});
+    let (server, _kept) = Backend::Nats.start(&config);
+    let port = free_port();
+    let receiver = Receiver::start(port, &[SECRET]);
+    let mut run_id = Value::Null;
+    for n in 1..=MEMBERS {
+        let (answer, _) = join(&server, port, n, &format!("big-{n}")).await;
+        run_id = answer["runId"].clone();
+    }
+    let received = eventually_within(
+        "a callback for each request of the big batch",
+        Duration::from_secs(90),
+        Duration::from_millis(200),
+        async || {
+            let received = receiver.received().await;
+            match received.len() {
+                MEMBERS.. => Ok(received),
+                n => Err(format!("{n} received")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(received.len(), MEMBERS);
+    for message in &received {
+        let data = &message["payload"]["data"];
+        assert_eq!(message["verified"], true, "{}", message["path"]);
+        assert_eq!(data["runId"], run_id, "{}", message["path"]);
+        assert!(data["reply"] == reply.as_str(), "{}: cut", message["path"]);
+    }
+    let run_id = run_id.as_str().unwrap();
+    let (status, record) = server.api_json(&format!("/api/runs/{run_id}")).await;
+    assert_eq!(status, 200, "{record}");
+    assert!(
+        record["reply"] == reply.as_str(),
+        "the record's reply is cut"
+    );
 }

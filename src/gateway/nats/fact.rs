@@ -16,7 +16,7 @@ use crate::gateway::notify;
 use crate::gateway::outbound::outbox::WebhookAttempt;
 use crate::gateway::outbound::refusals;
 use crate::gateway::outbound::webhook_api as outbound_api;
-use crate::gateway::outbound::webhooks::{self as outbound_webhooks, WebhookMessage};
+use crate::gateway::outbound::webhooks::{self as outbound_webhooks, RunEndStamp, WebhookMessage};
 use crate::gateway::store::records::RunStatus;
 use crate::gateway::store::records::{
     DeliveryJob, DeliveryRecord, NewEvent, NewRun, RunOutcome, SummaryEvent,
@@ -99,9 +99,16 @@ pub enum Fact {
         summary: Option<SummaryEvent>,
         /// Boxed: a reply is the bulk of the fact, and most facts carry none.
         job: Option<Box<DeliveryJob>>,
-        /// Callbacks and lifecycle webhooks written with it (`outbound::webhooks::write`).
+        /// Lifecycle webhooks written with it (`outbound::webhooks::write`); facts of earlier
+        /// versions also carry the run's callbacks here, bodies and all.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         webhooks: Vec<WebhookMessage>,
+        /// When the run's mapping has a callback: what its callbacks say besides the outcome.
+        /// Each view makes the callbacks waiting in it pending with bodies built from its own
+        /// rows, alike in every view, so that the fact carries the reply once however many
+        /// requests a batch's run answers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        callbacks: Option<RunEndStamp>,
     },
     /// A notification (`gateway::notify`): its run, stored finished with its outcome and its
     /// delivery pending, and the delivery, which the delivery consumer hands to one node.
@@ -271,11 +278,17 @@ impl Fact {
                 delivery,
                 summary,
                 webhooks,
+                callbacks,
                 ..
             } => {
                 let status = runs::status(conn, run_id)?;
                 if status.is_some_and(|s| s.is_pending()) {
                     runs::finish(conn, run_id, outcome, delivery, summary.as_ref())?;
+                    if let Some(stamp) = callbacks {
+                        let waiting = outbound_webhooks::waiting_callbacks(conn, run_id)?;
+                        let pending = stamp.callbacks(run_id, outcome, waiting);
+                        outbound_webhooks::write(conn, run_id, &pending)?;
+                    }
                     outbound_webhooks::write(conn, run_id, webhooks)?;
                 }
             }
@@ -367,6 +380,7 @@ mod tests {
             summary: None,
             job: None,
             webhooks: Vec::new(),
+            callbacks: None,
         };
         let text = String::from_utf8(fact.to_bytes().to_vec()).unwrap();
         assert!(

@@ -10,11 +10,10 @@ use super::lanes;
 use super::session_lock::SessionLock;
 use super::work::{RETRY, VIEW_WAIT, done, later, position, with_progress};
 use super::{Cluster, ClusterError, Consumer, Fact};
-use crate::config::Settings;
 use crate::config::outbound::{Event, OutboundSettings};
 use crate::gateway::clock::now_rfc3339;
 use crate::gateway::context::Context;
-use crate::gateway::outbound::webhooks::{self, WebhookMessage};
+use crate::gateway::outbound::webhooks::{self, RunEndStamp, WebhookMessage};
 use crate::gateway::store::records::{DeliveryRecord, NewRun, RunOutcome, RunStatus, SkipReason};
 use crate::gateway::store::run_view::RunRecord;
 use crate::gateway::store::runs;
@@ -68,11 +67,8 @@ pub(super) async fn run(ctx: Context, cluster: Cluster, message: Message) {
     let owner = agent::owner_route_for(&ctx.store, &settings, &work, &outcome).await;
     let conclusion = agent::conclude(&settings, &work, outcome, owner);
     let wakes_now = conclusion.wakes_now(&work);
-    let waiting = waiting_callbacks(&ctx, &settings, &work).await;
-    let outbound = &settings.outbound;
-    let make =
-        |outcome: &RunOutcome| end_messages(outbound, &work, outcome, Some(&started_at), &waiting);
-    let record = record_outcome(&cluster, &work.run_id, attempt, conclusion, &make);
+    let end = RunEnd::new(&settings.outbound, &work, Some(&started_at));
+    let record = record_outcome(&cluster, &work.run_id, attempt, conclusion, &end);
     if !with_progress(&cluster, &message, refresh, record).await {
         // Left unacknowledged: offered again after the ack wait, its lock taken over then.
         return;
@@ -185,10 +181,8 @@ async fn give_up(
     // An error outcome: nothing is delivered, no route is needed.
     let conclusion = agent::conclude(&settings, work, outcome, None);
     let wakes_now = conclusion.wakes_now(work);
-    let waiting = waiting_callbacks(ctx, &settings, work).await;
-    let make =
-        |outcome: &RunOutcome| end_messages(&settings.outbound, work, outcome, None, &waiting);
-    let record = record_outcome(cluster, &work.run_id, attempt, conclusion, &make);
+    let end = RunEnd::new(&settings.outbound, work, None);
+    let record = record_outcome(cluster, &work.run_id, attempt, conclusion, &end);
     if !with_progress(cluster, message, || async {}, record).await {
         tracing::error!(run_id = %work.run_id, "a run given up could not be recorded; it stays queued");
     }
@@ -213,10 +207,10 @@ async fn record_outcome(
     run_id: &str,
     attempt: Attempt,
     conclusion: Conclusion,
-    make: &(dyn Fn(&RunOutcome) -> Vec<WebhookMessage> + Sync),
+    end: &RunEnd<'_>,
 ) -> bool {
     let limit = cluster.max_payload().saturating_sub(1024);
-    let mut fact = finished(run_id, conclusion, limit, make);
+    let mut fact = finished(run_id, conclusion, limit, end);
     let id = format!("finished-{run_id}{attempt}");
     let deadline = tokio::time::Instant::now() + cluster.ack_wait;
     let mut stripped = false;
@@ -234,7 +228,7 @@ async fn record_outcome(
                 } = &mut fact
                 {
                     outcome.reply = None;
-                    *webhooks = make(outcome);
+                    *webhooks = end.endpoint_messages(outcome);
                     *job = None;
                     *delivery = DeliveryRecord::Skipped {
                         reason: SkipReason::TooLarge,
@@ -251,16 +245,12 @@ async fn record_outcome(
     false
 }
 
-/// The outcome as a fact the servers take in one message, with the callbacks and webhooks
-/// `make` makes of it: a reply too long for it is cut, in the record, the delivery and the
-/// messages alike, and says so.
-fn finished(
-    run_id: &str,
-    conclusion: Conclusion,
-    limit: usize,
-    make: &(dyn Fn(&RunOutcome) -> Vec<WebhookMessage> + Sync),
-) -> Fact {
-    let webhooks = make(&conclusion.outcome);
+/// The outcome as a fact the servers take in one message, with the webhooks `end` makes of
+/// it and the stamp of the run's callbacks (each view fills its own: they take no room in the
+/// fact). A reply too long for it is cut, in the record, the delivery and the webhooks alike,
+/// and says so.
+fn finished(run_id: &str, conclusion: Conclusion, limit: usize, end: &RunEnd<'_>) -> Fact {
+    let webhooks = end.endpoint_messages(&conclusion.outcome);
     let mut fact = Fact::Finished {
         run_id: run_id.to_string(),
         outcome: conclusion.outcome,
@@ -268,6 +258,7 @@ fn finished(
         summary: conclusion.summary_now,
         job: conclusion.job.map(Box::new),
         webhooks,
+        callbacks: end.callbacks.clone(),
     };
     let mut keep = limit / 2;
     while fact.to_bytes().len() > limit && keep > 0 {
@@ -284,55 +275,55 @@ fn finished(
             if let Some(job) = job {
                 cut(&mut job.text, keep);
             }
-            *webhooks = make(outcome);
+            *webhooks = end.endpoint_messages(outcome);
         }
         keep /= 2;
     }
     fact
 }
 
-/// The callbacks of `work` waiting in this node's view for its end: none (and no read) when
-/// its mapping has no callback.
-async fn waiting_callbacks(
-    ctx: &Context,
-    settings: &Settings,
-    work: &NewRun,
-) -> Vec<WebhookMessage> {
-    let mapping = work.admitted.mapping_id.as_deref();
-    if !mapping.is_some_and(|m| settings.outbound.callbacks.contains_key(m)) {
-        return Vec::new();
-    }
-    let run_id = work.run_id.clone();
-    let read = ctx
-        .store
-        .read(move |conn| webhooks::waiting_callbacks(conn, &run_id));
-    read.await.unwrap_or_else(|err| {
-        tracing::error!(%err, run_id = %work.run_id, "cannot read a run's callback");
-        Vec::new()
-    })
+/// What a run's end sends besides its record: the stamp of its callbacks when its mapping has
+/// one, and the `run.finished` or `run.failed` webhooks of the endpoints subscribed. Nothing,
+/// at no cost, when neither.
+struct RunEnd<'a> {
+    outbound: &'a OutboundSettings,
+    work: &'a NewRun,
+    stamp: Option<RunEndStamp>,
+    callbacks: Option<RunEndStamp>,
 }
 
-/// The messages of a run's end ([`webhooks::end_messages`]); none, at no cost, when nothing
-/// waits and no endpoint listens.
-fn end_messages(
-    outbound: &OutboundSettings,
-    work: &NewRun,
-    outcome: &RunOutcome,
-    started_at: Option<&str>,
-    waiting: &[WebhookMessage],
-) -> Vec<WebhookMessage> {
-    let event = match outcome.status {
-        RunStatus::Ok => Event::RunFinished,
-        _ => Event::RunFailed,
-    };
-    if waiting.is_empty() && !webhooks::has_subscribers(outbound, event, work) {
-        return Vec::new();
+impl<'a> RunEnd<'a> {
+    fn new(outbound: &'a OutboundSettings, work: &'a NewRun, started_at: Option<&str>) -> Self {
+        let mapping = work.admitted.mapping_id.as_deref();
+        let has_callback = mapping.is_some_and(|m| outbound.callbacks.contains_key(m));
+        let listened = [Event::RunFinished, Event::RunFailed]
+            .into_iter()
+            .any(|event| webhooks::has_subscribers(outbound, event, work));
+        let stamp = (has_callback || listened).then(|| {
+            let ran = webhooks::Ran {
+                started_at,
+                upstream_run_id: None,
+            };
+            RunEndStamp::new(outbound, work, ran)
+        });
+        let callbacks = stamp.clone().filter(|_| has_callback);
+        RunEnd {
+            outbound,
+            work,
+            stamp,
+            callbacks,
+        }
     }
-    let ran = webhooks::Ran {
-        started_at,
-        upstream_run_id: None,
-    };
-    webhooks::end_messages(outbound, work, outcome, ran, waiting.to_vec())
+
+    /// The `run.finished` or `run.failed` webhooks of `outcome`.
+    fn endpoint_messages(&self, outcome: &RunOutcome) -> Vec<WebhookMessage> {
+        match &self.stamp {
+            Some(stamp) => {
+                webhooks::endpoint_end_messages(self.outbound, self.work, outcome, stamp)
+            }
+            None => Vec::new(),
+        }
+    }
 }
 
 /// Cuts `text` to at most `keep` bytes (at a character boundary) and says so.

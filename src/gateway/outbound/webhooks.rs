@@ -254,62 +254,139 @@ pub fn end_messages(
     ran: Ran<'_>,
     waiting: Vec<WebhookMessage>,
 ) -> Vec<WebhookMessage> {
-    let event = end_event(outcome);
-    let admitted = &run.admitted;
-    let mapping = admitted.mapping_id.as_deref();
-    let now = now_rfc3339();
-    let body_of = |request_id: Option<&str>, batched: Option<u32>| {
+    let stamp = RunEndStamp::new(outbound, run, ran);
+    let mut messages = stamp.callbacks(&run.run_id, outcome, waiting);
+    messages.extend(endpoint_end_messages(outbound, run, outcome, &stamp));
+    messages
+}
+
+/// What the messages of a run's end say besides its outcome and each callback's request, fixed
+/// once by the node that ends the run. A NATS fact of a run's end carries it with the outcome
+/// once, and every view fills the callbacks waiting in it ([`RunEndStamp::callbacks`]) with the
+/// same bodies: a batch's hundreds of callbacks do not each carry the reply in the fact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunEndStamp {
+    /// The body of the run's mapping's callbacks.
+    format: CallbackFormat,
+    /// The envelope's `timestamp`.
+    timestamp: String,
+    /// When the callbacks became pending (Unix ms).
+    since_ms: i64,
+    agent: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mapping: Option<String>,
+    created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    upstream_run_id: Option<String>,
+}
+
+impl RunEndStamp {
+    /// The stamp of `run`'s end now.
+    pub fn new(outbound: &OutboundSettings, run: &NewRun, ran: Ran<'_>) -> RunEndStamp {
+        let admitted = &run.admitted;
+        let mapping = admitted.mapping_id.clone();
+        let format = mapping
+            .as_deref()
+            .and_then(|m| outbound.callbacks.get(m))
+            .map_or(CallbackFormat::Outcome, |c| c.format);
+        RunEndStamp {
+            format,
+            timestamp: now_rfc3339(),
+            since_ms: now_ms(),
+            agent: admitted.target_agent.clone(),
+            mapping,
+            created_at: run.created_at.clone(),
+            started_at: ran.started_at.map(str::to_string),
+            upstream_run_id: ran.upstream_run_id.map(str::to_string),
+        }
+    }
+
+    /// The `waiting` callbacks of run `run_id` made pending with `outcome` as their bodies,
+    /// each with its own request id and position; their `webhook-id`s kept.
+    pub fn callbacks(
+        &self,
+        run_id: &str,
+        outcome: &RunOutcome,
+        waiting: Vec<WebhookMessage>,
+    ) -> Vec<WebhookMessage> {
+        let event = end_event(outcome);
+        let mut messages = Vec::with_capacity(waiting.len());
+        for mut message in waiting {
+            message.event = event.as_str().to_string();
+            message.body = match self.format {
+                CallbackFormat::Outcome => {
+                    let (request_id, batched) = (message.request_id.as_deref(), message.batched);
+                    self.body(run_id, outcome, request_id, batched)
+                }
+                CallbackFormat::Slack => slack_body(outcome),
+            };
+            message.since_ms = self.since_ms;
+            messages.push(message);
+        }
+        messages
+    }
+
+    /// The outcome body of run `run_id`'s end, for the request `request_id`.
+    fn body(
+        &self,
+        run_id: &str,
+        outcome: &RunOutcome,
+        request_id: Option<&str>,
+        batched: Option<u32>,
+    ) -> String {
         let data = RunData {
-            run_id: &run.run_id,
+            run_id,
             request_id,
             batched,
             status: outcome.status,
-            agent: &admitted.target_agent,
-            mapping,
+            agent: &self.agent,
+            mapping: self.mapping.as_deref(),
             reply: outcome.reply.as_deref(),
             error: outcome.error.as_deref(),
             model: outcome.model.as_deref(),
             usage: outcome.usage.map(UsageData::from),
-            created_at: &run.created_at,
-            started_at: ran.started_at,
+            created_at: &self.created_at,
+            started_at: self.started_at.as_deref(),
             finished_at: Some(&outcome.finished_at),
-            upstream_run_id: ran.upstream_run_id,
+            upstream_run_id: self.upstream_run_id.as_deref(),
         };
         let envelope = Envelope {
-            kind: event.as_str(),
-            timestamp: &now,
+            kind: end_event(outcome).as_str(),
+            timestamp: &self.timestamp,
             data,
         };
         serde_json::to_string(&envelope).unwrap_or_default()
-    };
-    let mut messages = Vec::new();
-    for mut message in waiting {
-        let format = match &message.to {
-            Destination::Callback { mapping, .. } => outbound.callbacks.get(mapping),
-            Destination::Endpoint { .. } => None,
-        }
-        .map_or(CallbackFormat::Outcome, |c| c.format);
-        message.event = event.as_str().to_string();
-        message.body = match format {
-            CallbackFormat::Outcome => body_of(message.request_id.as_deref(), message.batched),
-            CallbackFormat::Slack => slack_body(outcome),
-        };
-        message.since_ms = now_ms();
-        messages.push(message);
     }
+}
+
+/// A `run.finished` or `run.failed` message of `run`'s end to each endpoint subscribed.
+pub fn endpoint_end_messages(
+    outbound: &OutboundSettings,
+    run: &NewRun,
+    outcome: &RunOutcome,
+    stamp: &RunEndStamp,
+) -> Vec<WebhookMessage> {
+    let event = end_event(outcome);
+    let admitted = &run.admitted;
+    let mapping = admitted.mapping_id.as_deref();
     let mut subscribers = outbound
         .subscribers(event, mapping, &admitted.target_agent)
         .peekable();
-    if subscribers.peek().is_some() {
-        let body = body_of(admitted.request_id.as_deref(), None);
-        for endpoint in subscribers {
+    if subscribers.peek().is_none() {
+        return Vec::new();
+    }
+    let body = stamp.body(&run.run_id, outcome, admitted.request_id.as_deref(), None);
+    subscribers
+        .map(|endpoint| {
             let to = Destination::Endpoint {
                 id: endpoint.id.clone(),
             };
-            messages.push(WebhookMessage::new(to, event.as_str(), body.clone()));
-        }
-    }
-    messages
+            WebhookMessage::new(to, event.as_str(), body.clone())
+        })
+        .collect()
 }
 
 /// Writes `messages` of the run `run_id` to the outbox: a callback without a body waits for
