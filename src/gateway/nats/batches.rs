@@ -281,7 +281,10 @@ impl Batches<'_> {
             position,
             message: item.message(),
             webhooks: callback
-                .map(|callback| webhooks::member_callback(callback, position))
+                .map(|callback| {
+                    let fingerprint = item.claim.as_ref().map(|c| c.fingerprint.as_str());
+                    webhooks::member_callback(callback, position, &entry.run_id, fingerprint)
+                })
                 .into_iter()
                 .collect(),
         };

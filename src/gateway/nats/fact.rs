@@ -76,7 +76,8 @@ pub enum Fact {
         run_id: String,
         position: u32,
         message: BatchMessage,
-        /// The request's callback, waiting with the batch's run (`outbound::webhooks::write`).
+        /// The request's callback, if it has one (at most one), waiting with the batch's run
+        /// (`outbound::webhooks::await_member`).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         webhooks: Vec<WebhookMessage>,
     },
@@ -259,7 +260,7 @@ impl Fact {
             } => {
                 // An item applied twice keeps its callback once.
                 if batches::insert_item(conn, run_id, *position, message, None)? {
-                    outbound_webhooks::write(conn, run_id, webhooks)?;
+                    outbound_webhooks::await_member(conn, run_id, webhooks)?;
                 }
             }
             Fact::Started {
@@ -391,6 +392,66 @@ mod tests {
             panic!("not an outcome");
         };
         assert_eq!(outcome.usage.map(|u| u.input_tokens), Some(12));
+    }
+
+    /// A batch item's callback is kept once however often its item comes: applied twice, or
+    /// published again at another position by a retry of its request (same idempotency
+    /// fingerprint); and not at all once the batch's run is closed, where it would wait forever.
+    #[test]
+    fn a_batch_items_callback_is_kept_once_and_only_while_batching() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join("view.db")).unwrap();
+        crate::gateway::store::schema::migrate(&conn).unwrap();
+        let mut run = crate::gateway::store::runs::tests::run("batch-1");
+        run.admitted.mapping_id = Some("standup".into());
+        run.admitted.callback = Some("http://127.0.0.1:9/cb".into());
+        let opened = Opened {
+            batch_key: String::new(),
+            closes_at_ms: i64::MAX,
+            max_items: 10,
+            held_by: None,
+        };
+        let open = Fact::BatchOpened {
+            run: run.clone(),
+            opened,
+        };
+        open.apply(&conn).unwrap();
+        let item = |position: u32, fingerprint: &str| {
+            let callback = outbound_webhooks::callback_of(&run).unwrap();
+            let callback = outbound_webhooks::member_callback(
+                callback,
+                position,
+                "batch-1",
+                Some(fingerprint),
+            );
+            Fact::BatchItem {
+                run_id: "batch-1".into(),
+                position,
+                message: BatchMessage {
+                    received: "2026-01-01T00:00:00Z".into(),
+                    source: crate::hook::envelope::ContentSource::Webhook,
+                    message: format!("item {position}"),
+                    allow_unsafe: false,
+                    name: None,
+                },
+                webhooks: vec![callback],
+            }
+        };
+        let rows = || -> i64 {
+            conn.query_row("SELECT COUNT(*) FROM outbox", [], |row| row.get(0))
+                .unwrap()
+        };
+        item(1, "first").apply(&conn).unwrap();
+        item(1, "first").apply(&conn).unwrap();
+        item(2, "first").apply(&conn).unwrap();
+        assert_eq!(rows(), 1);
+        let close = Fact::Run {
+            run: run.clone(),
+            webhooks: Vec::new(),
+        };
+        close.apply(&conn).unwrap();
+        item(3, "late").apply(&conn).unwrap();
+        assert_eq!(rows(), 1);
     }
 
     #[test]

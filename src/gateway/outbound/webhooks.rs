@@ -15,6 +15,7 @@ use crate::config::outbound::{CallbackFormat, Event, OutboundSettings};
 use crate::gateway::admission::batches::Joined;
 use crate::gateway::clock::{now_ms, now_rfc3339};
 use crate::gateway::store::records::{NewRun, RunOutcome, RunStatus};
+use crate::gateway::store::runs;
 use crate::gateway::store::turn_record::Usage;
 
 /// One message to send: its `webhook-id`, where it goes, and its body.
@@ -170,15 +171,64 @@ pub fn await_joined(
         && !added.repeated
         && let Some(position) = added.position
     {
-        write(conn, &added.run_id, &[member_callback(message, position)])?;
+        let callback = member_callback(message, position, &added.run_id, None);
+        write(conn, &added.run_id, &[callback])?;
     }
     Ok(())
 }
 
-/// A batch's request's callback ([`callback_of`] it) with its `position` in the batch.
-pub fn member_callback(mut callback: WebhookMessage, position: u32) -> WebhookMessage {
+/// A batch's request's callback ([`callback_of`] it) with its `position` in the batch. With
+/// the request's idempotency `fingerprint`, its `webhook-id` is the batch run's and the
+/// fingerprint's: a retry that took another position (its first publish landed after it timed
+/// out) names the same callback, which [`await_member`] keeps once.
+pub fn member_callback(
+    mut callback: WebhookMessage,
+    position: u32,
+    run_id: &str,
+    fingerprint: Option<&str>,
+) -> WebhookMessage {
+    use sha2::{Digest, Sha256};
     callback.batched = Some(position);
+    if let Some(fingerprint) = fingerprint {
+        let digest = Sha256::new()
+            .chain_update(run_id.as_bytes())
+            .chain_update([0])
+            .chain_update(fingerprint.as_bytes())
+            .finalize();
+        let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+        callback.id = format!("msg_{hex}");
+    }
     callback
+}
+
+/// Keeps the callbacks of a request that joined batch `run_id` (a NATS batch item's) waiting
+/// for the run's end, each once by its `webhook-id`, and only while the batch is still
+/// `batching`: a callback that came after the batch's run was closed would wait forever, so it
+/// is logged and dropped.
+pub fn await_member(
+    conn: &Connection,
+    run_id: &str,
+    callbacks: &[WebhookMessage],
+) -> rusqlite::Result<()> {
+    if callbacks.is_empty() {
+        return Ok(());
+    }
+    if runs::status(conn, run_id)? != Some(RunStatus::Batching) {
+        tracing::warn!(%run_id, "a batch item's callback came after its batch closed; it is not kept");
+        return Ok(());
+    }
+    for callback in callbacks {
+        let known: bool = conn
+            .prepare_cached(
+                "SELECT EXISTS(SELECT 1 FROM outbox WHERE run_id = ?1 AND kind = 'webhook'
+                   AND json_extract(payload, '$.id') = ?2)",
+            )?
+            .query_row(params![run_id, callback.id], |row| row.get(0))?;
+        if !known {
+            OutboxItem::Webhook(callback.clone()).insert_waiting(conn, run_id)?;
+        }
+    }
+    Ok(())
 }
 
 /// Keeps the callback of a run just stored, `waiting` for the run's end.
