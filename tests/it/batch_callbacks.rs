@@ -55,7 +55,7 @@ async fn join(server: &Hookgate, port: u16, n: usize, key: &str) -> (Value, Stri
 /// Three requests join one batch (the second one sent twice), and each gets one verified
 /// callback with the run's outcome `reply`, its own request id and position; the outbox
 /// holds those three and nothing else once they are done.
-async fn three_joined_requests_get_three_callbacks(server: &Hookgate, reply: &str) {
+async fn three_joined_requests_get_three_callbacks(server: &Hookgate, reply: &str) -> Vec<Value> {
     let port = free_port();
     let receiver = Receiver::start(port, &[SECRET]);
     let mut requests = Vec::new();
@@ -117,6 +117,7 @@ async fn three_joined_requests_get_three_callbacks(server: &Hookgate, reply: &st
     let (status, all) = server.api_json("/api/outbound?limit=1000").await;
     assert_eq!(status, 200, "{all}");
     assert_eq!(all["messages"].as_array().unwrap().len(), 3, "{all}");
+    received
 }
 
 async fn each_request_of_a_batch_gets_the_runs_outcome_at_its_own_callback(backend: Backend) {
@@ -124,8 +125,6 @@ async fn each_request_of_a_batch_gets_the_runs_outcome_at_its_own_callback(backe
     let (server, _kept) = backend.start(&with_batch_callbacks(with_provider(&provider)));
     three_joined_requests_get_three_callbacks(&server, "standup noted").await;
 }
-
-on_both_stores!(each_request_of_a_batch_gets_the_runs_outcome_at_its_own_callback);
 
 /// Forward mode: the closed batch is relayed as one request, and its completion is each
 /// request's callback.
@@ -143,7 +142,18 @@ async fn forward_mode_sends_each_request_of_a_batch_the_relayed_outcome() {
         json!({"url": format!("http://127.0.0.1:{port}"), "token": HOOK_TOKEN}),
     );
     let (forwarder, _dir) = Hookgate::start(&with_batch_callbacks(config));
-    three_joined_requests_get_three_callbacks(&forwarder, "relayed standup").await;
+    let received = three_joined_requests_get_three_callbacks(&forwarder, "relayed standup").await;
+    // Each names the one run the upstream ran, as the run record does.
+    let run_id = received[0]["payload"]["data"]["runId"].as_str().unwrap();
+    let (_, record) = forwarder.api_json(&format!("/api/runs/{run_id}")).await;
+    let upstream = record["upstreamRunId"].as_str().unwrap_or_default();
+    assert!(!upstream.is_empty(), "{record}");
+    for message in &received {
+        assert_eq!(
+            message["payload"]["data"]["upstreamRunId"], upstream,
+            "{message}"
+        );
+    }
 }
 
 /// NATS store: a batch of 50 requests whose run replies 30 KB. The callbacks' bodies together
@@ -193,3 +203,110 @@ async fn a_big_batchs_callbacks_and_record_carry_the_whole_reply() {
         "the record's reply is cut"
     );
 }
+
+/// Waits for `count` messages at `receiver` and answers them.
+async fn received(receiver: &Receiver, count: usize) -> Vec<Value> {
+    eventually_within(
+        "the batch's messages",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        async || {
+            let received = receiver.received().await;
+            match received.len() {
+                n if n >= count => Ok(received),
+                n => Err(format!("{n} of {count} received")),
+            }
+        },
+    )
+    .await
+}
+
+/// Waits for the outbox to hold `count` messages done, and checks it holds nothing else.
+async fn outbox_holds_done(server: &Hookgate, count: usize) {
+    eventually("the outbox to record every message done", async || {
+        let (_, done) = server.api_json("/api/outbound?status=done").await;
+        done["messages"].as_array().map(Vec::len) == Some(count)
+    })
+    .await;
+    let (_, all) = server.api_json("/api/outbound?limit=1000").await;
+    assert_eq!(all["messages"].as_array().unwrap().len(), count, "{all}");
+}
+
+/// A request whose callback URL renders blank joins the batch without one: the others get
+/// theirs, it gets none, and no row waits for it.
+async fn a_member_whose_callback_renders_blank_gets_none(backend: Backend) {
+    let provider = Fake::provider("noted").await;
+    let (server, _kept) = backend.start(&with_batch_callbacks(with_provider(&provider)));
+    let port = free_port();
+    let receiver = Receiver::start(port, &[SECRET]);
+    join(&server, port, 1, "blank-1").await;
+    let body = json!({"text": "update 2"});
+    let response = server
+        .hook("/hooks/standup")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let (status, answer) = json_of(response).await;
+    assert_eq!((status, &answer["batched"]), (200, &json!(2)), "{answer}");
+    join(&server, port, 3, "blank-3").await;
+    let received = received(&receiver, 2).await;
+    let mut paths: Vec<_> = received.iter().map(|m| m["path"].to_string()).collect();
+    paths.sort();
+    assert_eq!(paths, [r#""/cb/1""#, r#""/cb/3""#], "{received:?}");
+    outbox_holds_done(&server, 2).await;
+}
+
+/// A batch closed by its window, not by `maxItems`, sends each of its requests its callback.
+async fn a_batch_closed_by_its_window_sends_its_callbacks(backend: Backend) {
+    let provider = Fake::provider("window noted").await;
+    let mut config = with_batch_callbacks(with_provider(&provider));
+    config["hooks"]["mappings"][0]["batch"] = json!({"window": "3s", "maxItems": 100});
+    let (server, _kept) = backend.start(&config);
+    let port = free_port();
+    let receiver = Receiver::start(port, &[SECRET]);
+    let (first, _) = join(&server, port, 1, "window-1").await;
+    let (second, _) = join(&server, port, 2, "window-2").await;
+    assert_eq!(first["runId"], second["runId"], "{second}");
+    let received = received(&receiver, 2).await;
+    for message in &received {
+        let data = &message["payload"]["data"];
+        assert_eq!(data["runId"], first["runId"], "{message}");
+        assert_eq!(data["reply"], "window noted", "{message}");
+    }
+    outbox_holds_done(&server, 2).await;
+}
+
+/// Lifecycle webhooks are the batch's run's: one endpoint gets one `run.started` and one
+/// `run.finished` for a batch of three requests, beside their three callbacks.
+async fn an_endpoint_gets_one_start_and_one_end_of_a_batchs_run(backend: Backend) {
+    let provider = Fake::provider("once").await;
+    let (events, outbound) =
+        crate::outbound::endpoint_receiver(&["run.started", "run.finished", "run.failed"]);
+    let mut config = with_batch_callbacks(with_provider(&provider));
+    config["outbound"]["endpoints"] = outbound["endpoints"].clone();
+    let (server, _kept) = backend.start(&config);
+    let port = free_port();
+    let callbacks = Receiver::start(port, &[SECRET]);
+    for n in 1..=3 {
+        join(&server, port, n, &format!("events-{n}")).await;
+    }
+    received(&callbacks, 3).await;
+    received(&events, 2).await;
+    outbox_holds_done(&server, 5).await;
+    let mut types: Vec<_> = events
+        .received()
+        .await
+        .iter()
+        .map(|m| m["payload"]["type"].to_string())
+        .collect();
+    types.sort();
+    assert_eq!(types, [r#""run.finished""#, r#""run.started""#]);
+}
+
+on_both_stores!(
+    each_request_of_a_batch_gets_the_runs_outcome_at_its_own_callback,
+    a_member_whose_callback_renders_blank_gets_none,
+    a_batch_closed_by_its_window_sends_its_callbacks,
+    an_endpoint_gets_one_start_and_one_end_of_a_batchs_run,
+);
