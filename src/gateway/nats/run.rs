@@ -300,11 +300,11 @@ impl<'a> RunEnd<'a> {
             .into_iter()
             .any(|event| webhooks::has_subscribers(outbound, event, work));
         let stamp = (has_callback || listened).then(|| {
-            let ran = webhooks::Ran {
+            let start = webhooks::RunStart {
                 started_at,
                 upstream_run_id: None,
             };
-            RunEndStamp::new(outbound, work, ran)
+            RunEndStamp::new(outbound, work, start)
         });
         let callbacks = stamp.clone().filter(|_| has_callback);
         RunEnd {

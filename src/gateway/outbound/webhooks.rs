@@ -257,11 +257,11 @@ pub fn on_end(
         .query_row(params![run.run_id], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?
         .unwrap_or_default();
-    let ran = Ran {
+    let start = RunStart {
         started_at: started_at.as_deref(),
         upstream_run_id: upstream_run_id.as_deref(),
     };
-    let messages = end_messages(outbound, run, outcome, ran, waiting);
+    let messages = end_messages(outbound, run, outcome, start, waiting);
     write(conn, &run.run_id, &messages)?;
     Ok(!messages.is_empty())
 }
@@ -284,10 +284,10 @@ pub fn has_subscribers(outbound: &OutboundSettings, event: Event, run: &NewRun) 
         .is_some()
 }
 
-/// What the store knows of a run that ended beyond its admission, which its end's messages
-/// carry.
+/// A run's start as the store recorded it, which the messages of its end carry: when it
+/// began, and in forward mode the upstream's run id.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Ran<'a> {
+pub struct RunStart<'a> {
     /// When the run began, if it did.
     pub started_at: Option<&'a str>,
     /// Forward mode: the upstream's run id, when the relay landed.
@@ -301,10 +301,10 @@ pub fn end_messages(
     outbound: &OutboundSettings,
     run: &NewRun,
     outcome: &RunOutcome,
-    ran: Ran<'_>,
+    start: RunStart<'_>,
     waiting: Vec<WebhookMessage>,
 ) -> Vec<WebhookMessage> {
-    let stamp = RunEndStamp::new(outbound, run, ran);
+    let stamp = RunEndStamp::new(outbound, run, start);
     let mut messages = stamp.callbacks(&run.run_id, outcome, waiting);
     messages.extend(endpoint_end_messages(outbound, run, outcome, &stamp));
     messages
@@ -335,7 +335,7 @@ pub struct RunEndStamp {
 
 impl RunEndStamp {
     /// The stamp of `run`'s end now.
-    pub fn new(outbound: &OutboundSettings, run: &NewRun, ran: Ran<'_>) -> RunEndStamp {
+    pub fn new(outbound: &OutboundSettings, run: &NewRun, start: RunStart<'_>) -> RunEndStamp {
         let admitted = &run.admitted;
         let mapping = admitted.mapping_id.clone();
         let format = mapping
@@ -349,8 +349,8 @@ impl RunEndStamp {
             agent: admitted.target_agent.clone(),
             mapping,
             created_at: run.created_at.clone(),
-            started_at: ran.started_at.map(str::to_string),
-            upstream_run_id: ran.upstream_run_id.map(str::to_string),
+            started_at: start.started_at.map(str::to_string),
+            upstream_run_id: start.upstream_run_id.map(str::to_string),
         }
     }
 
