@@ -22,14 +22,10 @@ import { log } from 'hookgate:transform/host@0.2.0';
 import * as userModule from 'user-module';
 
 const LEVELS = ['debug', 'info', 'warn', 'error'];
-// The result's fields the adapter reads (overridesOf, replyOf), as a list and as the keys of an
-// object without a prototype.
+// The result's fields the adapter reads (fieldsOf, overridesOf, replyOf).
 const FIELD_NAMES = Object.freeze(['kind', 'text', 'message', 'mode', 'wakeMode', 'name', 'agentId',
   'sessionKey', 'sessionMode', 'channel', 'to', 'model', 'thinking', 'deliver',
   'allowUnsafeExternalContent', 'sessionKeySource', 'timeoutSeconds', 'status', 'contentType', 'body']);
-const FIELDS = Object.freeze(Object.assign(Object.create(null), Object.fromEntries(
-  FIELD_NAMES.map((field) => [field, true]),
-)));
 // Taken before any call runs: a transform's own code may replace the global during a call.
 const ownNames = Object.getOwnPropertyNames;
 const hasOwn = Object.hasOwn;
@@ -127,26 +123,48 @@ function outcomeOf(result) {
     if (result !== false && result !== 0 && result !== '') ignored('the result', result, 'an object, null or undefined');
     return { tag: 'keep' };
   }
-  const r = ownFields(result);
+  const r = fieldsOf(result, isArray(result) || isView(result) ? namedFieldsOf(result) : ownNames(result));
   if (r.kind === 'respond') return { tag: 'respond', val: replyOf(r) };
   return { tag: 'merge', val: overridesOf(r) };
 }
 
 /**
- * The fields of `result` the adapter reads, from its own properties only (see the top of the
- * file), each read once, in the order of the result's own names. One listing of the result's
- * names, then a read of each field it has: testing and reading each of the twenty fields by
- * name cost more than half of what the adapter spent on a call. An array or a typed array may
- * have millions of own names (its indices): for those the twenty are tested by name instead.
+ * The fields of a result the adapter reads, from its own properties only (see the top of the
+ * file), each read once, in the order of the result's own names: one listing of the result's
+ * names, then a read of each field it has (testing and reading each of the twenty by name cost
+ * more than half of what the adapter spent on a call). Each field is set by a `switch` on the
+ * name and read with its name in the code: no string becomes a property key on the way. An
+ * array or a typed array may have millions of own names (its indices): for those the twenty are
+ * tested by name instead (namedFieldsOf).
  */
-function ownFields(result) {
-  const fields = createObject(null);
-  const names = isArray(result) || isView(result) ? namedFieldsOf(result) : ownNames(result);
+function fieldsOf(result, names) {
+  // No prototype: a setter a transform defined on Object.prototype cannot catch a field.
+  const r = createObject(null);
   for (let i = 0; i < names.length; i++) {
-    const name = names[i];
-    if (FIELDS[name] === true) fields[name] = result[name];
+    switch (names[i]) {
+      case 'kind': r.kind = result.kind; break;
+      case 'text': r.text = result.text; break;
+      case 'message': r.message = result.message; break;
+      case 'mode': r.mode = result.mode; break;
+      case 'wakeMode': r.wakeMode = result.wakeMode; break;
+      case 'name': r.name = result.name; break;
+      case 'agentId': r.agentId = result.agentId; break;
+      case 'sessionKey': r.sessionKey = result.sessionKey; break;
+      case 'sessionMode': r.sessionMode = result.sessionMode; break;
+      case 'channel': r.channel = result.channel; break;
+      case 'to': r.to = result.to; break;
+      case 'model': r.model = result.model; break;
+      case 'thinking': r.thinking = result.thinking; break;
+      case 'deliver': r.deliver = result.deliver; break;
+      case 'allowUnsafeExternalContent': r.allowUnsafeExternalContent = result.allowUnsafeExternalContent; break;
+      case 'sessionKeySource': r.sessionKeySource = result.sessionKeySource; break;
+      case 'timeoutSeconds': r.timeoutSeconds = result.timeoutSeconds; break;
+      case 'status': r.status = result.status; break;
+      case 'contentType': r.contentType = result.contentType; break;
+      case 'body': r.body = result.body; break;
+    }
   }
-  return fields;
+  return r;
 }
 
 /** The names of FIELD_NAMES that are own properties of `result`, in that list's order. */
@@ -159,7 +177,7 @@ function namedFieldsOf(result) {
 }
 
 /**
- * The fields of `r` (from ownFields) as OpenClaw's merge reads them; the WIT record wants exact
+ * The fields of `r` (fieldsOf) as OpenClaw's merge reads them; the WIT record wants exact
  * types. A field the result does not give is left out rather than set to undefined, since the
  * runtime reads every field it finds (../js-runtime/src/convert.rs).
  */
