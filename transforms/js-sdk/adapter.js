@@ -49,10 +49,12 @@ function userFunction(exportName) {
 
 /** The component's export: never throws; the user's exceptions become the call's error. */
 export const handler = {
-  async transform(req) {
+  // The request's fields as arguments, in this order (../js-runtime/src/convert.rs): an object
+  // would cost a property defined and read for each.
+  async transform(name, url, headers, bodyText, body, mappingId, config, exportName) {
     try {
-      const fn = userFunction(req.exportName);
-      const result = await fn(inputOf(req), contextOf(req));
+      const fn = userFunction(exportName);
+      const result = await fn(inputOf(name, url, headers, bodyText), contextOf(mappingId, config, body));
       return { tag: 'ok', val: outcomeOf(result) };
     } catch (e) {
       return { tag: 'err', val: errorText(e) };
@@ -62,22 +64,22 @@ export const handler = {
 
 // ---- request -> ({ payload, headers, url, path }, ctx) ----
 
-function inputOf(req) {
+function inputOf(name, target, headers, bodyText) {
   let url;
   return {
-    payload: parsePayload(req.bodyText),
+    payload: parsePayload(bodyText),
     // Lower-case names, a repeated header's values joined with ', ' as in HTTP: the runtime
     // builds the object (../js-runtime/src/convert.rs) for a fraction of what doing it here cost.
-    headers: req.headers,
+    headers,
     // As OpenClaw builds it: the request target against http://localhost. Built when first read,
     // since most transforms never read it.
     get url() {
-      return (url ??= new URL(req.url, 'http://localhost'));
+      return (url ??= new URL(target, 'http://localhost'));
     },
     set url(value) {
       url = value;
     },
-    path: req.name,
+    path: name,
   };
 }
 
@@ -98,11 +100,11 @@ function parsePayload(text) {
   return typeof value === 'object' && value !== null ? value : {};
 }
 
-function contextOf(req) {
+function contextOf(mappingId, config, body) {
   return {
-    mappingId: req.mappingId,
-    config: req.config === undefined ? undefined : JSON.parse(req.config),
-    body: req.body,
+    mappingId,
+    config: config === undefined ? undefined : JSON.parse(config),
+    body,
     log: ctxLog,
   };
 }

@@ -18,6 +18,7 @@
 
 use std::collections::BTreeMap;
 
+use rquickjs::function::Args;
 use rquickjs::object::{Filter, Property};
 use rquickjs::{Ctx, Exception, FromJs, Object, TypedArray, Value};
 
@@ -25,21 +26,21 @@ use crate::hookgate::transform::types::{
     Action, ActionKind, KeySource, Outcome, Overrides, Reply, Request, WakeMode,
 };
 
-/// `req` as the object `handler.transform` takes.
-pub fn request<'js>(ctx: &Ctx<'js>, req: Request) -> rquickjs::Result<Object<'js>> {
-    let object = Object::new(ctx.clone())?;
-    object.set("name", req.name)?;
-    object.set("url", req.url)?;
-    object.set("headers", headers(ctx, req.headers)?)?;
-    object.set(
-        "bodyText",
-        crate::globals::utf8_text(&req.body, false).as_ref(),
-    )?;
-    object.set("body", TypedArray::<u8>::new(ctx.clone(), req.body)?)?;
-    object.set("mappingId", req.mapping_id)?;
-    object.set("config", req.config)?;
-    object.set("exportName", req.export_name)?;
-    Ok(object)
+/// `req` as the arguments `handler.transform` takes, in the order of its parameters (`name`,
+/// `url`, `headers`, `bodyText`, `body`, `mappingId`, `config`, `exportName`): arguments rather
+/// than an object, since each field of an object cost a property key made from its name and a
+/// property defined, and the adapter a read of each.
+pub fn request<'js>(ctx: &Ctx<'js>, req: Request) -> rquickjs::Result<Args<'js>> {
+    let mut args = Args::new(ctx.clone(), 8);
+    args.push_arg(req.name)?;
+    args.push_arg(req.url)?;
+    args.push_arg(headers(ctx, req.headers)?)?;
+    args.push_arg(crate::globals::utf8_text(&req.body, false).as_ref())?;
+    args.push_arg(TypedArray::<u8>::new(ctx.clone(), req.body)?)?;
+    args.push_arg(req.mapping_id)?;
+    args.push_arg(req.config)?;
+    args.push_arg(req.export_name)?;
+    Ok(args)
 }
 
 /// The transform's `headers`: names in lower case, a repeated header's values joined with `, ` in
@@ -187,35 +188,38 @@ fn enum_field<T>(
         .ok_or_else(|| unexpected(object.ctx(), field, &name))
 }
 
-/// An object of the result with the names of its own properties, read once: what it inherits
+/// An object of the result with its own properties, listed and read once: what it inherits
 /// reads as unset.
 struct Own<'js> {
-    object: Object<'js>,
-    names: Vec<String>,
+    ctx: Ctx<'js>,
+    fields: Vec<(String, Value<'js>)>,
 }
 
 impl<'js> Own<'js> {
     /// `value`, which must be an object. Costs one list of its own property names (a Proxy's
-    /// `ownKeys` trap runs here).
+    /// `ownKeys` trap runs here) and one read of each: the adapter's objects hold only the
+    /// fields the runtime reads, so reading each as it is listed spares making its key again.
     fn of(value: &Value<'js>) -> rquickjs::Result<Self> {
         let object = Object::from_js(value.ctx(), value.clone())?;
-        let names = object
-            .own_keys::<String>(Filter::new().string())
+        let fields = object
+            .own_props::<String, Value>(Filter::new().string())
             .collect::<rquickjs::Result<_>>()?;
-        Ok(Own { object, names })
+        Ok(Own {
+            ctx: value.ctx().clone(),
+            fields,
+        })
     }
 
     /// The own property `name` as a `V`; an absent or inherited one is `undefined`.
     fn get<V: FromJs<'js>>(&self, name: &str) -> rquickjs::Result<V> {
-        if self.names.iter().any(|own| own == name) {
-            self.object.get(name)
-        } else {
-            V::from_js(self.ctx(), Value::new_undefined(self.ctx().clone()))
+        match self.fields.iter().find(|(own, _)| own == name) {
+            Some((_, value)) => V::from_js(&self.ctx, value.clone()),
+            None => V::from_js(&self.ctx, Value::new_undefined(self.ctx.clone())),
         }
     }
 
     fn ctx(&self) -> &Ctx<'js> {
-        self.object.ctx()
+        &self.ctx
     }
 
     fn tag(&self) -> rquickjs::Result<String> {

@@ -233,8 +233,8 @@ fn call(loaded: &Loaded, req: Request) -> Result<Outcome, String> {
             .clone()
             .restore(&ctx)
             .map_err(|err| thrown(&ctx, err))?;
-        let req = convert::request(&ctx, req).map_err(|err| thrown(&ctx, err))?;
-        let pending: Promise = transform.call((req,)).map_err(|err| thrown(&ctx, err))?;
+        let args = convert::request(&ctx, req).map_err(|err| thrown(&ctx, err))?;
+        let pending: Promise = transform.call_arg(args).map_err(|err| thrown(&ctx, err))?;
         let result: Object = settle(&ctx, &pending)?;
         for reason in rejections::take(&ctx) {
             host_log(
