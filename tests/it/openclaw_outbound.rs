@@ -12,7 +12,7 @@ use crate::fake::{Answer, Fake, chat_reply};
 use crate::harness::*;
 use crate::openclaw::OpenClaw;
 use crate::openclaw_controls::{forwarding, model_calls};
-use crate::outbound::{SECRET, endpoint_receiver};
+use crate::outbound::{SECRET, endpoint_receiver, payloads_of};
 
 /// What the stand-in model answers a prompt that does not ask it to fail.
 const REPLY: &str = "Deployed to staging from OpenClaw's model.";
@@ -72,13 +72,7 @@ async fn forward_mode_sends_callbacks_and_events_from_the_real_openclaws_complet
     for message in &received {
         assert_eq!(message["verified"], true, "{message}");
     }
-    let of = |run: &str, path: &str| -> Vec<Value> {
-        received
-            .iter()
-            .filter(|m| m["payload"]["data"]["runId"] == run && m["path"] == path)
-            .map(|m| m["payload"].clone())
-            .collect()
-    };
+    let of = |run: &str, path: &str| payloads_of(&received, run, path);
     let types = |payloads: &[Value]| -> Vec<String> {
         payloads
             .iter()

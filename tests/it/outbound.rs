@@ -88,6 +88,15 @@ impl Receiver {
     }
 }
 
+/// The payloads among `received` of run `run` that reached `path`, in the order received.
+pub(crate) fn payloads_of(received: &[Value], run: &str, path: &str) -> Vec<Value> {
+    received
+        .iter()
+        .filter(|m| m["payload"]["data"]["runId"] == run && m["path"] == path)
+        .map(|m| m["payload"].clone())
+        .collect()
+}
+
 impl Drop for Receiver {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::fake::{Answer, Fake, chat_reply};
 use crate::harness::*;
-use crate::outbound::{SECRET, endpoint_receiver};
+use crate::outbound::{SECRET, endpoint_receiver, payloads_of};
 use crate::runtime::free_port;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,13 +72,7 @@ async fn forward_mode_sends_callbacks_and_events_from_the_upstreams_completion()
     for message in &received {
         assert_eq!(message["verified"], true, "{message}");
     }
-    let of = |run: &str, path: &str| -> Vec<Value> {
-        received
-            .iter()
-            .filter(|m| m["payload"]["data"]["runId"] == run && m["path"] == path)
-            .map(|m| m["payload"].clone())
-            .collect()
-    };
+    let of = |run: &str, path: &str| payloads_of(&received, run, path);
     let callback = of(&relayed, "/callback");
     assert_eq!(callback.len(), 1, "{received:?}");
     assert_eq!(callback[0]["type"], "run.finished");
