@@ -23,6 +23,7 @@ const MODULES: &[(&str, &str)] = &[
     ("fixtures/js/globals.mjs", "js-globals"),
     ("fixtures/js/hostile.mjs", "js-hostile"),
     ("fixtures/js/counter.mjs", "js-counter"),
+    ("fixtures/js/settling.mjs", "js-settling"),
 ];
 
 /// `transforms/js-sdk`, with its packages installed (`npm ci` when they are missing), once per
@@ -96,10 +97,10 @@ pub fn js_transforms() -> &'static Path {
     })
 }
 
-/// The directory holding `js-counter-unrevised.wasm`: `fixtures/js/counter.mjs` built by the SDK
-/// as it was before builds recorded their adapter revision (`fixtures/js-sdk-unrevised`, whose
-/// README says where it comes from), beside the runtime and the packages of `js-sdk`; built
-/// once per test process, after [`js_transforms`] (which installs the packages).
+/// The directory holding `js-counter-unrevised.wasm`: `fixtures/js/counter.mjs` built by the SDK's
+/// `build.mjs` as it was before builds recorded their adapter revision (`fixtures/js-sdk-unrevised`,
+/// whose README says where it comes from), beside the adapter, the runtime and the packages of
+/// `js-sdk`; built once per test process, after [`js_transforms`] (which installs the packages).
 pub fn unrevised_js_transform() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -107,12 +108,15 @@ pub fn unrevised_js_transform() -> &'static Path {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("transforms");
         let sdk = out.join("sdk-unrevised");
         std::fs::create_dir_all(&sdk).unwrap();
-        for file in ["build.mjs", "adapter.js"] {
-            let from = root.join("fixtures/js-sdk-unrevised").join(file);
-            std::fs::copy(from, sdk.join(file)).unwrap();
+        let build = "build.mjs";
+        std::fs::copy(
+            root.join("fixtures/js-sdk-unrevised").join(build),
+            sdk.join(build),
+        )
+        .unwrap();
+        for file in ["adapter.js", "hookgate-js-runtime.wasm"] {
+            std::fs::copy(root.join("js-sdk").join(file), sdk.join(file)).unwrap();
         }
-        let runtime = "hookgate-js-runtime.wasm";
-        std::fs::copy(root.join("js-sdk").join(runtime), sdk.join(runtime)).unwrap();
         // The link is made anew: the build directory may be a cache that another checkout
         // used, whose packages may be gone.
         let packages = sdk.join("node_modules");

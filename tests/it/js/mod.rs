@@ -2,9 +2,10 @@
 //! HTTP: the existing-style contract (an override, `null`, `undefined`, a throw), the two
 //! examples, and the time limit on a loop; the runtime itself in `runtime`; what a transform's
 //! own bugs must not do to other senders or to the runtime in `hostile`; the headers and body a
-//! transform receives in `received`; a module over 64 MiB in `large_module`; a component built by
-//! an older SDK in `outdated`; the WASI a component imports in `wiring`; the SDK's WASI preview 1
-//! functions, in Node, in `preview1`.
+//! transform receives in `received`; what a function's value is read or awaited as in `settling`;
+//! a module over 64 MiB in `large_module`; a component built by an older SDK in `outdated`; the
+//! WASI a component imports in `wiring`; the SDK's WASI preview 1 functions, in Node, in
+//! `preview1`.
 
 mod build;
 mod hostile;
@@ -14,6 +15,7 @@ mod partial;
 mod preview1;
 mod received;
 mod runtime;
+mod settling;
 mod wiring;
 
 use serde_json::{Value, json};

@@ -1,9 +1,9 @@
 //! A fuzzer of the glue between QuickJS and the host, run natively: generated hostile programs
 //! (rejections, `toJSON`, getters, Proxies, console and `log` calls, thrown values of every type,
 //! a polluted `Object.prototype`) are loaded and called as the component loads and calls a
-//! bundle ([`crate::load`], [`crate::call`]), through the SDK's real adapter or straight into the
-//! result conversion. A call may succeed or fail; the runtime must not panic, and must keep
-//! answering.
+//! bundle ([`crate::load`], [`crate::call`]), through the SDK's real adapter, the runtime reading
+//! each outcome from what the generated function returned. A call may succeed or fail; the
+//! runtime must not panic, and must keep answering.
 //!
 //! `cargo test --release fuzz -- --nocapture` in `transforms/js-runtime` runs
 //! `HOOKGATE_JS_FUZZ_CASES` programs (default 300) from seed `HOOKGATE_JS_FUZZ_SEED` (default
@@ -139,7 +139,8 @@ fn object(rng: &mut Rng, depth: u32) -> String {
     format!("{{ {fields} }}")
 }
 
-/// What the adapter hands the runtime, `{ tag, val }`, with hostile values inside.
+/// An object shaped as the adapter's results once were, `{ tag, val }`, with hostile values
+/// inside.
 fn outcome(rng: &mut Rng, depth: u32) -> String {
     let tag = rng.pick(&["keep", "skip", "run", "respond", "merge", "bogus"]);
     let inner = match tag {
@@ -249,33 +250,23 @@ fn statements(rng: &mut Rng) -> String {
     body
 }
 
-/// A bundle: the SDK's adapter around a generated transform, or a generated `handler` of its own
-/// that returns what the result conversion reads.
+/// A bundle: the SDK's adapter around a generated transform, async or plain (what a plain one
+/// returns is read at once unless it is a promise or a thenable or jobs are queued; what it
+/// throws reaches the runtime as is), returning hostile values of every shape the outcome is read
+/// from.
 fn bundle(rng: &mut Rng) -> String {
     const HOST: &str = "const HOST = globalThis[Symbol.for('hookgate:transform/host@0.2.0')];\n\
                         const BUF = new Uint8Array(16);\n";
     let body = statements(rng);
-    if rng.below(2) == 0 {
-        let result = if rng.below(2) == 0 {
-            outcome(rng, 3)
-        } else {
-            value(rng, 3)
-        };
-        // A plain function too: what it throws reaches the runtime as is, and what it returns
-        // need not be a promise.
-        let (kind, body) = if rng.below(3) == 0 {
-            ("", body.replace("await ", "void "))
-        } else {
-            ("async ", body)
-        };
-        return format!(
-            "{HOST}export const handler = {{ {kind}transform(req) {{\n{body}return {result};\n}} }};\n"
-        );
-    }
-    let result = if rng.below(2) == 0 {
-        object(rng, 3)
+    let result = match rng.below(3) {
+        0 => outcome(rng, 3),
+        1 => object(rng, 3),
+        _ => value(rng, 3),
+    };
+    let (kind, body) = if rng.below(2) == 0 {
+        ("", body.replace("await ", "void "))
     } else {
-        value(rng, 3)
+        ("async ", body)
     };
     let adapter = include_str!("../../js-sdk/adapter.js")
         .replace(
@@ -285,7 +276,7 @@ fn bundle(rng: &mut Rng) -> String {
         .replace(
             "import * as userModule from 'user-module';",
             &format!(
-                "const userModule = {{ async default(input, ctx) {{\n{body}return {result};\n}} }};"
+                "const userModule = {{ {kind}default(input, ctx) {{\n{body}return {result};\n}} }};"
             ),
         );
     format!("{HOST}{adapter}")
@@ -356,14 +347,7 @@ fn run_case(source: &str, rng: &mut Rng, tally: &mut Tally) {
     loaded
         .context
         .with(|ctx| drop(crate::rejections::take(&ctx)));
-    let crate::Loaded {
-        _runtime,
-        context,
-        transform,
-    } = loaded;
-    drop(transform);
-    drop(context);
-    drop(_runtime);
+    drop(loaded);
     crate::NATIVE_LOG.with(|lines| lines.borrow_mut().clear());
 }
 

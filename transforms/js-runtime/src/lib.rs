@@ -21,6 +21,7 @@ use rquickjs::{Context, Ctx, Function, Object, Persistent, Promise, Runtime, Val
 
 mod convert;
 mod globals;
+mod outcome;
 mod rejections;
 
 wit_bindgen::generate!({ path: "../../wit", world: "transform" });
@@ -29,12 +30,21 @@ use exports::hookgate::transform::handler::{Guest, Outcome, Request};
 use hookgate::transform::types::Level;
 
 /// The engine with the bundle loaded: created once, by [`initialize`], and part of the snapshot.
+/// Its fields drop in their order: what points into the engine before the engine.
 struct Loaded {
+    /// The adapter's `handler.transform`: calls the user's function.
+    transform: Persistent<Function<'static>>,
+    /// The adapter's `handler.settle`: `await` for a value that is not yet an outcome.
+    settle: Persistent<Function<'static>>,
+    /// The adapter's `handler.errorText`: the message of what a transform threw.
+    error_text: Persistent<Function<'static>>,
+    /// The adapter's helpers for reading an outcome.
+    helpers: outcome::Helpers,
+    /// The names the runtime reads from a transform's values, as the engine's atoms.
+    names: outcome::Names,
+    context: Context,
     /// Kept alive for `context`, which needs it.
     _runtime: Runtime,
-    context: Context,
-    /// The adapter's `handler.transform`.
-    transform: Persistent<Function<'static>>,
 }
 
 thread_local! {
@@ -95,9 +105,16 @@ fn load(bundle: String) -> Result<Loaded, String> {
     let runtime = Runtime::new().map_err(|err| format!("cannot start QuickJS: {err}"))?;
     let context = Context::full(&runtime).map_err(|err| format!("cannot start QuickJS: {err}"))?;
     rejections::track(&runtime);
-    let transform = context.with(|ctx| -> Result<_, String> {
+    let entries = context.with(|ctx| -> Result<_, String> {
         fast_paths(&ctx)?;
         globals::install(&ctx).map_err(|err| thrown(&ctx, err))?;
+        // Taken before the bundle runs, which may replace it.
+        let is_array: Function = ctx
+            .globals()
+            .get::<_, Object>("Array")
+            .and_then(|array| array.get("isArray"))
+            .map_err(|err| thrown(&ctx, err))?;
+        let names = outcome::Names::new(&ctx).map_err(|err| thrown(&ctx, err))?;
         let (module, evaluated) = rquickjs::Module::declare(ctx.clone(), "transform.js", bundle)
             .and_then(|module| module.eval())
             .map_err(|err| thrown(&ctx, err))?;
@@ -114,15 +131,34 @@ fn load(bundle: String) -> Result<Loaded, String> {
             .namespace()
             .and_then(|ns| ns.get("handler"))
             .map_err(|_| "the bundle exports no `handler` (build it with the SDK)".to_string())?;
-        let transform: Function = handler
-            .get("transform")
-            .map_err(|_| "the bundle's `handler` has no `transform` function".to_string())?;
-        Ok(Persistent::save(&ctx, transform))
+        let entry = |name: &str| {
+            handler
+                .get::<_, Function>(name)
+                .map(|function| Persistent::save(&ctx, function))
+                .map_err(|_| format!("the bundle's `handler` has no `{name}` function"))
+        };
+        let helpers = outcome::Helpers {
+            ignored: entry("ignored")?,
+            reply: entry("reply")?,
+            is_array: Persistent::save(&ctx, is_array),
+        };
+        Ok((
+            entry("transform")?,
+            entry("settle")?,
+            entry("errorText")?,
+            helpers,
+            names,
+        ))
     })?;
+    let (transform, settle, error_text, helpers, names) = entries;
     Ok(Loaded {
-        _runtime: runtime,
-        context,
         transform,
+        settle,
+        error_text,
+        helpers,
+        names,
+        context,
+        _runtime: runtime,
     })
 }
 
@@ -211,8 +247,7 @@ thread_local! {
 struct Transform;
 
 impl Guest for Transform {
-    /// Calls the adapter's `handler.transform`, which never throws: a JavaScript error here is
-    /// the runtime's own (the adapter returns the user's errors as `err`).
+    /// Calls the transform's function and reads its outcome; what it throws is the call's error.
     fn transform(req: Request) -> Result<Outcome, String> {
         LOADED.with(|slot| {
             let slot = slot.borrow();
@@ -224,26 +259,97 @@ impl Guest for Transform {
     }
 }
 
-/// One call of the adapter's `handler.transform`: its outcome or error, and the rejections it
-/// left unhandled logged as warnings.
+/// One call of the transform: its outcome or the error it threw, and the rejections it left
+/// unhandled logged as warnings.
 fn call(loaded: &Loaded, req: Request) -> Result<Outcome, String> {
     loaded.context.with(|ctx| {
-        let transform = loaded
-            .transform
-            .clone()
-            .restore(&ctx)
-            .map_err(|err| thrown(&ctx, err))?;
+        let transform = restore(&ctx, &loaded.transform)?;
         let args = convert::request(&ctx, req).map_err(|err| thrown(&ctx, err))?;
-        let pending: Promise = transform.call_arg(args).map_err(|err| thrown(&ctx, err))?;
-        let result: Object = settle(&ctx, &pending)?;
+        let outcome = transform
+            .call_arg(args)
+            .and_then(|value| settled(&ctx, loaded, value))
+            .and_then(|value| outcome::read(&ctx, &loaded.names, &loaded.helpers, value));
+        let outcome = match outcome {
+            Ok(outcome) => Ok(outcome),
+            Err(err) if err.is_exception() => Err(user_error(&ctx, loaded)?),
+            Err(rquickjs::Error::WouldBlock) => return Err(NEVER_SETTLES.into()),
+            Err(err) => return Err(thrown(&ctx, err)),
+        };
         for reason in rejections::take(&ctx) {
             host_log(
                 Level::Warn,
                 &format!("a promise was rejected and nothing handled it: {reason}"),
             );
         }
-        convert::result(&result).map_err(|err| thrown(&ctx, err))?
+        outcome
     })
+}
+
+const NEVER_SETTLES: &str =
+    "the transform's promise never settles (no timers or I/O exist to settle it)";
+
+/// `value`, what the transform's function returned, as an async function that awaited it would
+/// see it: at once when awaiting changes nothing (neither a promise nor a thenable, and no job
+/// queued that would run before the awaiting function went on), else through the adapter's
+/// `settle`, which awaits it. A thenable's `then` is read once, as `await` reads it.
+fn settled<'js>(
+    ctx: &Ctx<'js>,
+    loaded: &Loaded,
+    value: Value<'js>,
+) -> rquickjs::Result<Value<'js>> {
+    let then = if value.is_promise() {
+        Value::new_undefined(ctx.clone())
+    } else {
+        let then = if value.is_object() {
+            outcome::then_of(ctx, &loaded.names, &value)?
+        } else {
+            Value::new_undefined(ctx.clone())
+        };
+        if then.is_function() {
+            then
+        } else if !jobs_pending(ctx) {
+            return Ok(value);
+        } else {
+            Value::new_null(ctx.clone())
+        }
+    };
+    let settling: Promise = loaded.settle.clone().restore(ctx)?.call((value, then))?;
+    let settled: Object = settling.finish()?;
+    let value = settled.get("value")?;
+    if settled.get::<_, Option<bool>>("threw")? == Some(true) {
+        // What the awaited promise was rejected with, thrown as the transform's exception.
+        return Err(ctx.throw(value));
+    }
+    Ok(value)
+}
+
+/// Whether the engine has jobs queued (promise reactions, `queueMicrotask`).
+fn jobs_pending(ctx: &Ctx<'_>) -> bool {
+    // SAFETY: the context, and so its runtime, is live.
+    unsafe { rquickjs::qjs::JS_IsJobPending(rquickjs::qjs::JS_GetRuntime(ctx.as_raw().as_ptr())) }
+}
+
+/// The call's error for the exception pending: the message of what the transform threw, by the
+/// adapter's `errorText`. An uncatchable one (the engine's interrupt) is the runtime's own.
+fn user_error(ctx: &Ctx<'_>, loaded: &Loaded) -> Result<String, String> {
+    let exception = ctx.catch();
+    if exception.is_uncatchable_error() {
+        return Err(describe(ctx, exception));
+    }
+    restore(ctx, &loaded.error_text)?
+        .call((exception,))
+        .map_err(|err| thrown(ctx, err))
+}
+
+/// One of the adapter's functions, in this context.
+fn restore<'js>(
+    ctx: &Ctx<'js>,
+    function: &Persistent<Function<'static>>,
+) -> Result<Function<'js>, String> {
+    function
+        .clone()
+        .restore(ctx)
+        .map_err(|err| thrown(ctx, err))
 }
 
 // Natively (the runtime's tests) the export's symbol names are of no use.
