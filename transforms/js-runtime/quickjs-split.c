@@ -287,3 +287,17 @@ int hookgate_quickjs_install(JSContext *ctx)
     return JS_DefinePropertyValue(ctx, ctx->class_proto[JS_CLASS_REGEXP], JS_ATOM_Symbol_split,
                                   split, JS_PROP_WRITABLE | JS_PROP_CONFIGURABLE);
 }
+
+/* Leaves the loaded heap room for a call: doubles the atom and shape hash tables. QuickJS grows
+   each when it is half full, rehashing every entry into a new table, and never shrinks it, so a
+   snapshot that sat near the limit had every fresh instance's first call grow it again (and call
+   QuickJS's malloc functions through its table, a function reference each). Doubled, a call
+   would have to make as many atoms or shapes as the whole snapshot holds. Called once, at the
+   end of loading (lib.rs, `load`). */
+int hookgate_quickjs_leave_room(JSRuntime *rt)
+{
+    if (JS_ResizeAtomHash(rt, rt->atom_hash_size * 2) < 0 ||
+        resize_shape_hash(rt, rt->shape_hash_bits + 1) < 0)
+        return -1;
+    return 0;
+}

@@ -108,6 +108,8 @@ fn load(bundle: String) -> Result<Loaded, String> {
     let entries = context.with(|ctx| -> Result<_, String> {
         fast_paths(&ctx)?;
         globals::install(&ctx).map_err(|err| thrown(&ctx, err))?;
+        ctx.eval::<(), _>(INSTANTIATE_BUILTINS)
+            .map_err(|err| thrown(&ctx, err))?;
         // Taken before the bundle runs, which may replace it.
         let is_array: Function = ctx
             .globals()
@@ -151,6 +153,7 @@ fn load(bundle: String) -> Result<Loaded, String> {
         ))
     })?;
     let (transform, settle, error_text, helpers, names) = entries;
+    leave_room(&context)?;
     Ok(Loaded {
         transform,
         settle,
@@ -161,6 +164,30 @@ fn load(bundle: String) -> Result<Loaded, String> {
         _runtime: runtime,
     })
 }
+
+/// Reads every property of the built-ins (from `globalThis`, through their values, accessors and
+/// prototypes) by its descriptor, which calls no getter. QuickJS defines most built-in functions
+/// and `JSON`, `Reflect` and `Atomics` lazily, created when first read: read here, before the
+/// bundle's top level runs, they are in the snapshot, and an instance's first call does not make
+/// again the ones it uses (`JSON.parse`, `Object.create`, `String.prototype.trim`, ...). Only
+/// QuickJS's objects and the prelude's are reachable yet, so no getter or Proxy of the bundle's
+/// can run. A loop rather than a recursive closure, which would be a cycle that only the garbage
+/// collector frees, left in the snapshot with the set of everything it saw.
+const INSTANTIATE_BUILTINS: &str = r#"(() => {
+  const seen = new Set();
+  const pending = [globalThis];
+  while (pending.length > 0) {
+    const value = pending.pop();
+    if ((typeof value !== 'object' && typeof value !== 'function') || value === null) continue;
+    if (seen.has(value)) continue;
+    seen.add(value);
+    for (const key of Reflect.ownKeys(value)) {
+      const property = Object.getOwnPropertyDescriptor(value, key);
+      pending.push(property.value, property.get, property.set);
+    }
+    pending.push(Object.getPrototypeOf(value));
+  }
+})()"#;
 
 /// Installs the engine's own fast paths (`quickjs-split.c`), before any JavaScript runs. They
 /// are compiled into the WebAssembly build only (zig-cc swaps that file in); natively QuickJS
@@ -179,6 +206,30 @@ fn fast_paths(ctx: &Ctx<'_>) -> Result<(), String> {
     }
     #[cfg(not(target_family = "wasm"))]
     let _ = ctx;
+    Ok(())
+}
+
+/// Leaves the loaded heap room for a call (`hookgate_quickjs_leave_room` in `quickjs-split.c`:
+/// QuickJS's atom and shape tables doubled), so that no fresh instance's first call grows them
+/// again. Compiled into the WebAssembly build only, as [`fast_paths`] is.
+fn leave_room(context: &Context) -> Result<(), String> {
+    #[cfg(target_family = "wasm")]
+    context.with(|ctx| {
+        unsafe extern "C" {
+            fn hookgate_quickjs_leave_room(rt: *mut rquickjs::qjs::JSRuntime) -> std::ffi::c_int;
+        }
+        // SAFETY: the runtime is live for the call, no JavaScript runs, and the function only
+        // resizes two of the runtime's tables.
+        let done = unsafe {
+            hookgate_quickjs_leave_room(rquickjs::qjs::JS_GetRuntime(ctx.as_raw().as_ptr()))
+        };
+        if done < 0 {
+            return Err("cannot leave QuickJS room for a call: out of memory".to_string());
+        }
+        Ok(())
+    })?;
+    #[cfg(not(target_family = "wasm"))]
+    let _ = context;
     Ok(())
 }
 
@@ -356,5 +407,9 @@ fn restore<'js>(
 #[cfg(target_family = "wasm")]
 export!(Transform);
 
+
 #[cfg(test)]
 mod fuzz;
+
+#[cfg(test)]
+mod first_call;
