@@ -328,6 +328,9 @@ fn answer(
 ) -> Result<Returned, TransformFailure> {
     match result {
         Err(err) => Err(classify(store, &err, limits, memory_cap)),
+        // A guest refused memory at the cap may say so in its own words (QuickJS's allocator
+        // failing becomes an "out of memory" error): the cap is still why the call failed.
+        Ok(Err(_)) if store.data().memory.exceeded => Err(TransformFailure::Memory(memory_cap)),
         // The guest's own words: escaped and bounded before they reach a log line.
         Ok(Err(message)) => Err(TransformFailure::Error(guest_text(
             &message,

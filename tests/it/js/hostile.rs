@@ -170,3 +170,28 @@ async fn a_call_at_its_memory_cap_is_reported_as_a_memory_breach() {
     );
     assert!(!log.contains("stack overflow"), "{log}");
 }
+
+/// The same breach when the text is not ASCII: QuickJS converts it to UTF-8 with an allocation of
+/// its own, which fails at the cap, and the runtime returns QuickJS's "out of memory" as the call's
+/// error. The call hit the cap all the same: the record says so, not that the transform erred.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_text_cannot_be_converted_at_the_cap_is_a_memory_breach() {
+    let (server, _dir) = start(json!([hostile("exhaust", json!({}))]), &["js-hostile"]);
+    let response = server
+        .hook("/hooks/exhaust")
+        .json(&json!({"length": 4_000_000, "letter": "\u{e9}"}))
+        .send()
+        .await
+        .unwrap();
+    let record = record_of(&server, &response).await;
+    assert_eq!(
+        json_of(response).await,
+        (500, json!({"ok": false, "error": "hook mapping failed"}))
+    );
+    assert_eq!(record["transform"]["failure"], "memory", "{record}");
+    let reason = record["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("memory limit of 67108864 bytes exceeded"),
+        "{record}"
+    );
+}
