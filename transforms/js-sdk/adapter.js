@@ -44,9 +44,9 @@ export const handler = {
    * (../js-runtime/src/convert.rs: an object would cost a property defined and read for each),
    * and returns what it returns; what it throws reaches the runtime as is.
    */
-  transform(name, url, headers, bodyText, body, mappingId, config, exportName) {
+  transform(name, url, headers, payload, body, mappingId, config, exportName) {
     const fn = userFunction(exportName);
-    return fn(inputOf(name, url, headers, bodyText), contextOf(mappingId, config, body));
+    return fn(inputOf(name, url, headers, payload), contextOf(mappingId, config, body));
   },
 
   /**
@@ -85,10 +85,13 @@ export const handler = {
 
 // ---- request -> ({ payload, headers, url, path }, ctx) ----
 
-function inputOf(name, target, headers, bodyText) {
+function inputOf(name, target, headers, payload) {
   let url;
   return {
-    payload: parsePayload(bodyText),
+    // The body as OpenClaw hands it over (a JSON object or array, `{}` for a blank body or another
+    // JSON value, `null` for one that is not JSON), parsed by the runtime straight from the body's
+    // bytes (../js-runtime/src/convert.rs, `payload`).
+    payload,
     // Lower-case names, a repeated header's values joined with ', ' as in HTTP: the runtime
     // builds the object (../js-runtime/src/convert.rs) for a fraction of what doing it here cost.
     headers,
@@ -102,23 +105,6 @@ function inputOf(name, target, headers, bodyText) {
     },
     path: name,
   };
-}
-
-/**
- * The body as OpenClaw hands it over: a JSON object or array as parsed, `{}` for a blank body or
- * another JSON value. hookgate answers a body that is not JSON with 400 before any transform;
- * only `hookgate transform run` can pass one, which is `null` here. `text` is the body as
- * `TextDecoder` decodes it (a byte-order mark dropped, as hookgate does), decoded by the runtime.
- */
-function parsePayload(text) {
-  let value;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    // A blank body does not parse: looked for only then, rather than trimming every body.
-    return text.trim() === '' ? {} : null;
-  }
-  return typeof value === 'object' && value !== null ? value : {};
 }
 
 function contextOf(mappingId, config, body) {
