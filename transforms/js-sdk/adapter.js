@@ -19,9 +19,6 @@ import { log } from 'hookgate:transform/host@0.2.0';
 import * as userModule from 'user-module';
 
 const LEVELS = ['debug', 'info', 'warn', 'error'];
-// Taken before any call runs: a transform's own code may replace the global during a call.
-const createObject = Object.create;
-const apply = Reflect.apply;
 
 /** The function to call: the named export, else the default export, else `transform`. */
 function userFunction(exportName) {
@@ -54,11 +51,13 @@ export const handler = {
    * runtime calls this when the value is a promise (`then` undefined), a thenable (`then` the
    * function its `then` read as, not read again), or a value that jobs queued before it may
    * still change (`then` null). Never rejects: a rejection is the call's error (`threw`), not one
-   * that nothing handled. The value is returned in an object without a prototype, which settling
-   * reads no `then` from.
+   * that nothing handled. The value is returned in an object without a prototype (a literal's,
+   * which no global the module replaces can change), which settling reads no `then` from and
+   * the runtime reads no inherited field from. `apply` is `Reflect.apply` as the runtime took it
+   * before the module's top level ran, which may replace the global.
    */
-  async settle(value, then) {
-    const settled = createObject(null);
+  async settle(value, then, apply) {
+    const settled = { __proto__: null };
     try {
       if (then === undefined) {
         settled.value = await value;

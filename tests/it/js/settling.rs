@@ -58,7 +58,7 @@ async fn values_read_at_once_and_values_awaited_give_what_await_gives() {
         [
             "sync 0".to_string(),
             "async 1".into(),
-            "thenable 2: then read 1 time(s)".into(),
+            "thenable 2: then read 1 time(s), through the module's Reflect.apply 0".into(),
             "changed by a queued job 3".into(),
             "changed by a job its then queued 4".into(),
             "proxy 5: get then, ownKeys, get kind, get text".into(),

@@ -102,20 +102,14 @@ fn is_blank(text: &str) -> bool {
     text.chars().all(|c| {
         matches!(
             c,
-            '\t' | '\n'
-                | '\u{B}'
-                | '\u{C}'
-                | '\r'
-                | ' '
-                | '\u{A0}'
-                | '\u{1680}'
-                | '\u{2000}'..='\u{200A}'
-                | '\u{2028}'
-                | '\u{2029}'
-                | '\u{202F}'
-                | '\u{205F}'
-                | '\u{3000}'
-                | '\u{FEFF}'
+            '\t' | '\n' | '\u{B}' | '\u{C}' | '\r' | ' ' | '\u{A0}' | '\u{1680}' | '\u{2000}'
+                ..='\u{200A}'
+                    | '\u{2028}'
+                    | '\u{2029}'
+                    | '\u{202F}'
+                    | '\u{205F}'
+                    | '\u{3000}'
+                    | '\u{FEFF}'
         )
     })
 }
@@ -182,12 +176,40 @@ mod tests {
 
     fn bodies() -> Vec<Vec<u8>> {
         let mut bodies: Vec<Vec<u8>> = [
-            "", " ", "\n\t\r ", "\u{B}\u{C}", "\u{A0}\u{1680}\u{2000}\u{200A}\u{202F}\u{205F}",
-            "\u{3000}\u{2028}\u{2029}", "\u{FEFF}", "\u{FEFF}\u{FEFF}", "\u{FEFF} ", "\u{85}",
-            "\u{180E}", "null", "1", "-0", "1e400", "\"text\"", "true", "false", "[]", "[1, [2]]",
-            "{}", "{\"a\": 1, \"b\": [true, null]}", " {\"a\": 1} ", "{\"__proto__\": {\"x\": 1}}",
-            "{\"a\": \"\\ud800\"}", "{\"a\": 1}\u{0}", "\u{0}", "{\"a\": \"x\u{0}y\"}", "{", "}",
-            "not json", "{\"a\": 1,}", "[1] [2]", "{\"é\": \"ü\"}",
+            "",
+            " ",
+            "\n\t\r ",
+            "\u{B}\u{C}",
+            "\u{A0}\u{1680}\u{2000}\u{200A}\u{202F}\u{205F}",
+            "\u{3000}\u{2028}\u{2029}",
+            "\u{FEFF}",
+            "\u{FEFF}\u{FEFF}",
+            "\u{FEFF} ",
+            "\u{85}",
+            "\u{180E}",
+            "null",
+            "1",
+            "-0",
+            "1e400",
+            "\"text\"",
+            "true",
+            "false",
+            "[]",
+            "[1, [2]]",
+            "{}",
+            "{\"a\": 1, \"b\": [true, null]}",
+            " {\"a\": 1} ",
+            "{\"__proto__\": {\"x\": 1}}",
+            "{\"a\": \"\\ud800\"}",
+            "{\"a\": 1}\u{0}",
+            "\u{0}",
+            "{\"a\": \"x\u{0}y\"}",
+            "{",
+            "}",
+            "not json",
+            "{\"a\": 1,}",
+            "[1] [2]",
+            "{\"é\": \"ü\"}",
         ]
         .iter()
         .map(|text| text.as_bytes().to_vec())
@@ -239,7 +261,11 @@ mod tests {
                 let expected = describe(&ctx, &is_array, old.call((text,)).unwrap());
                 let mut bytes = body.clone();
                 let payload = payload(&ctx, &mut bytes).unwrap();
-                assert_eq!(describe(&ctx, &is_array, payload), expected, "body {body:?}");
+                assert_eq!(
+                    describe(&ctx, &is_array, payload),
+                    expected,
+                    "body {body:?}"
+                );
                 assert_eq!(bytes, body, "the body's bytes");
                 assert!(!ctx.has_exception(), "body {body:?} left an exception");
             }

@@ -36,6 +36,9 @@ struct Loaded {
     transform: Persistent<Function<'static>>,
     /// The adapter's `handler.settle`: `await` for a value that is not yet an outcome.
     settle: Persistent<Function<'static>>,
+    /// `Reflect.apply` as it was before the bundle ran: `settle` calls a thenable's `then` with
+    /// it, as `await` would, whatever the module's top level did to the global.
+    apply: Persistent<Function<'static>>,
     /// The adapter's `handler.errorText`: the message of what a transform threw.
     error_text: Persistent<Function<'static>>,
     /// The adapter's helpers for reading an outcome.
@@ -110,12 +113,15 @@ fn load(bundle: String) -> Result<Loaded, String> {
         globals::install(&ctx).map_err(|err| thrown(&ctx, err))?;
         ctx.eval::<(), _>(INSTANTIATE_BUILTINS)
             .map_err(|err| thrown(&ctx, err))?;
-        // Taken before the bundle runs, which may replace it.
-        let is_array: Function = ctx
-            .globals()
-            .get::<_, Object>("Array")
-            .and_then(|array| array.get("isArray"))
-            .map_err(|err| thrown(&ctx, err))?;
+        // Taken before the bundle runs, which may replace them.
+        let builtin = |object: &str, name: &str| -> Result<Function, String> {
+            ctx.globals()
+                .get::<_, Object>(object)
+                .and_then(|object| object.get(name))
+                .map_err(|err| thrown(&ctx, err))
+        };
+        let is_array = builtin("Array", "isArray")?;
+        let apply = Persistent::save(&ctx, builtin("Reflect", "apply")?);
         let names = outcome::Names::new(&ctx).map_err(|err| thrown(&ctx, err))?;
         let (module, evaluated) = rquickjs::Module::declare(ctx.clone(), "transform.js", bundle)
             .and_then(|module| module.eval())
@@ -147,16 +153,18 @@ fn load(bundle: String) -> Result<Loaded, String> {
         Ok((
             entry("transform")?,
             entry("settle")?,
+            apply,
             entry("errorText")?,
             helpers,
             names,
         ))
     })?;
-    let (transform, settle, error_text, helpers, names) = entries;
+    let (transform, settle, apply, error_text, helpers, names) = entries;
     leave_room(&context)?;
     Ok(Loaded {
         transform,
         settle,
+        apply,
         error_text,
         helpers,
         names,
@@ -364,7 +372,12 @@ fn settled<'js>(
             Value::new_null(ctx.clone())
         }
     };
-    let settling: Promise = loaded.settle.clone().restore(ctx)?.call((value, then))?;
+    let apply = loaded.apply.clone().restore(ctx)?;
+    let settling: Promise = loaded
+        .settle
+        .clone()
+        .restore(ctx)?
+        .call((value, then, apply))?;
     let settled: Object = settling.finish()?;
     let value = settled.get("value")?;
     if settled.get::<_, Option<bool>>("threw")? == Some(true) {
@@ -406,7 +419,6 @@ fn restore<'js>(
 // Natively (the runtime's tests) the export's symbol names are of no use.
 #[cfg(target_family = "wasm")]
 export!(Transform);
-
 
 #[cfg(test)]
 mod fuzz;
