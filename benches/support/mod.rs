@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use sha2::Digest;
+
 pub mod wrk;
 
 /// Builds the transforms for `wasm32-wasip2`; returns the directory of the `.wasm` files.
@@ -268,7 +270,9 @@ export default function ({ payload, headers, path }) {
 "#;
 
 /// The JavaScript transform's component, built with the SDK unless an earlier run built it from
-/// the same source with the same SDK.
+/// the same source with the same SDK. Judged by content, not by file dates: the build directory
+/// is shared by every checkout that benches with the same target directory, and a component
+/// newer than this checkout's SDK may have been built from another one's.
 pub fn build_js() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = std::env::var_os("CARGO_TARGET_DIR")
@@ -277,19 +281,21 @@ pub fn build_js() -> PathBuf {
     std::fs::create_dir_all(&out).unwrap();
     let source = out.join("title.mjs");
     let component = out.join("title.wasm");
+    let stamp = out.join("title.wasm.built-from");
     let sdk = root.join("transforms/js-sdk");
-    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    let sdk_changed = [
+    let mut hasher = sha2::Sha256::new();
+    for file in [
         "build.mjs",
         "adapter.js",
         "hookgate-js-runtime.wasm",
         "package-lock.json",
-    ]
-    .iter()
-    .filter_map(|file| modified(&sdk.join(file)))
-    .max();
-    let unchanged = std::fs::read_to_string(&source).is_ok_and(|s| s == TITLE_MJS);
-    if unchanged && modified(&component).is_some_and(|built| Some(built) > sdk_changed) {
+    ] {
+        let path = sdk.join(file);
+        hasher.update(std::fs::read(&path).unwrap_or_else(|e| panic!("read {path:?}: {e}")));
+    }
+    hasher.update(TITLE_MJS);
+    let from = hex::encode(hasher.finalize());
+    if component.is_file() && std::fs::read_to_string(&stamp).is_ok_and(|was| was == from) {
         return component;
     }
     std::fs::write(&source, TITLE_MJS).unwrap();
@@ -303,6 +309,7 @@ pub fn build_js() -> PathBuf {
         .arg(&source)
         .arg("-o")
         .arg(&component));
+    std::fs::write(&stamp, from).unwrap();
     component
 }
 
