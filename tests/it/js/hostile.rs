@@ -143,24 +143,7 @@ async fn a_result_with_millions_of_elements_is_read_for_its_fields() {
 /// cannot fail for want of memory and print its own failure again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_at_its_memory_cap_is_reported_as_a_memory_breach() {
-    let (server, _dir) = start(json!([hostile("exhaust", json!({}))]), &["js-hostile"]);
-    let response = server
-        .hook("/hooks/exhaust")
-        .json(&json!({"length": 4_000_000}))
-        .send()
-        .await
-        .unwrap();
-    let record = record_of(&server, &response).await;
-    assert_eq!(
-        json_of(response).await,
-        (500, json!({"ok": false, "error": "hook mapping failed"}))
-    );
-    assert_eq!(record["transform"]["failure"], "memory", "{record}");
-    let reason = record["reason"].as_str().unwrap_or_default();
-    assert!(
-        reason.contains("memory limit of 67108864 bytes exceeded"),
-        "{record}"
-    );
+    let (server, _dir) = exhausted(json!({"length": 4_000_000})).await;
     let (_, log) = server.terminate();
     assert!(
         log.lines().any(|l| l.contains("mapping=exhaust")
@@ -176,10 +159,16 @@ async fn a_call_at_its_memory_cap_is_reported_as_a_memory_breach() {
 /// error. The call hit the cap all the same: the record says so, not that the transform erred.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_whose_text_cannot_be_converted_at_the_cap_is_a_memory_breach() {
-    let (server, _dir) = start(json!([hostile("exhaust", json!({}))]), &["js-hostile"]);
+    exhausted(json!({"length": 4_000_000, "letter": "\u{e9}"})).await;
+}
+
+/// Sends `payload` to the `exhaust` mode and checks that the sender got the terse 500 and the
+/// request record names the breached memory limit; the server is returned for its log.
+async fn exhausted(payload: Value) -> (Hookgate, ConfigDir) {
+    let (server, dir) = start(json!([hostile("exhaust", json!({}))]), &["js-hostile"]);
     let response = server
         .hook("/hooks/exhaust")
-        .json(&json!({"length": 4_000_000, "letter": "\u{e9}"}))
+        .json(&payload)
         .send()
         .await
         .unwrap();
@@ -194,4 +183,5 @@ async fn a_call_whose_text_cannot_be_converted_at_the_cap_is_a_memory_breach() {
         reason.contains("memory limit of 67108864 bytes exceeded"),
         "{record}"
     );
+    (server, dir)
 }
