@@ -1,6 +1,8 @@
 /*
- * QuickJS with a fast path for RegExp.prototype[Symbol.split], compiled in place of rquickjs-sys's
- * quickjs.c (zig-cc swaps this file in for it, so QuickJS's internals are in scope here).
+ * QuickJS with a fast path for RegExp.prototype[Symbol.split] and an allocator that keeps an
+ * emptied arena for the next call, compiled in place of rquickjs-sys's quickjs.c (zig-cc swaps
+ * this file in for it, so QuickJS's internals are in scope here). docs/performance.md, "QuickJS's
+ * own costs", has what each saves.
  *
  * The specification's split (ECMA-262, RegExp.prototype[@@split]) builds a new sticky RegExp from
  * the separator through its species constructor, reads its `flags` through eight getters, and
@@ -273,6 +275,115 @@ static JSValue hookgate_regexp_split(JSContext *ctx, JSValueConst this_val, int 
     return ret;
 }
 
+/* QuickJS serves blocks of up to 512 bytes from 4 KB arenas, one list per size class, and hands
+   an arena back to malloc as soon as its last block is freed (js_arena_free). A call that needs
+   one block of a class whose arenas are all full so made a new arena and freed it at its end:
+   every call, in a kept instance as in a fresh one (from the snapshot, where the arenas are as
+   loading left them). The runtime's allocator below keeps the last arena that empties in each
+   class, linked back in as an empty arena, and loading ends with one such arena in every class
+   (hookgate_quickjs_leave_room): a call's blocks then come from arenas it finds, and an arena it
+   empties stays for the next call.
+
+   A kept arena must not make QuickJS's allocation fail where QuickJS alone would not, since at
+   its memory cap a call must fail in the runtime's own allocation, which traps and is reported
+   as a memory breach, rather than in QuickJS's, which throws (and then `null`, when the error
+   itself cannot be made). So when malloc fails, every kept empty arena is handed back and the
+   allocation tried again: QuickJS then finds what it would have found had it freed them.
+
+   The arena is recognised by how js_arena_free gives it: unlinked from both of its lists by
+   list_del, which leaves their links NULL, and with no block used. Nothing else reaches the
+   runtime's free with its first word zero: a large block starts with its header's block_idx,
+   JS_ARENA_FREE_NIL, and the runtime itself with its malloc functions (and js_arena_free_all,
+   at the runtime's end, which the instance never reaches, gives arenas still linked or with
+   blocks used). Check these after an upgrade of rquickjs-sys.
+   A static, as the flag atoms are: the instance has one runtime (lib.rs, `load`). */
+static JSArena *hookgate_kept_arena[JS_ARENA_BLOCK_SIZE_COUNT];
+
+/* Hands every kept arena that is still empty back to malloc; whether any was. */
+static bool hookgate_release_kept_arenas(void)
+{
+    bool released = false;
+    int i;
+
+    for (i = 0; i < JS_ARENA_BLOCK_SIZE_COUNT; i++) {
+        JSArena *ar = hookgate_kept_arena[i];
+        hookgate_kept_arena[i] = NULL;
+        if (ar && ar->n_used_blocks == 0) {
+            list_del(&ar->link);
+            list_del(&ar->free_link);
+            free(ar);
+            released = true;
+        }
+    }
+    return released;
+}
+
+/* Links `ar`, an empty arena, into its class's lists as the one kept: behind the arenas that
+   have free blocks, so that those are filled first and it stays empty as long as they last. */
+static void hookgate_keep_arena(JSRuntime *rt, JSArena *ar)
+{
+    int idx = ar->block_size_idx;
+
+    list_add_tail(&ar->link, &rt->arena_state.arena_list[idx]);
+    list_add_tail(&ar->free_link, &rt->arena_state.free_arena_list[idx]);
+    hookgate_kept_arena[idx] = ar;
+}
+
+static void *hookgate_calloc(void *opaque, size_t count, size_t size)
+{
+    void *ptr = calloc(count, size);
+    if (!ptr && hookgate_release_kept_arenas())
+        ptr = calloc(count, size);
+    return ptr;
+}
+
+static void *hookgate_malloc(void *opaque, size_t size)
+{
+    void *ptr = malloc(size);
+    if (!ptr && hookgate_release_kept_arenas())
+        ptr = malloc(size);
+    return ptr;
+}
+
+static void *hookgate_realloc(void *opaque, void *ptr, size_t size)
+{
+    void *grown = realloc(ptr, size);
+    if (!grown && hookgate_release_kept_arenas())
+        grown = realloc(ptr, size);
+    return grown;
+}
+
+/* free, but an arena js_arena_free emptied is kept when its class keeps no other empty one. */
+static void hookgate_free(void *opaque, void *ptr)
+{
+    JSRuntime *rt = opaque;
+    JSArena *ar = ptr, *kept;
+
+    if (ptr && ar->free_link.prev == NULL && ar->link.prev == NULL && ar->n_used_blocks == 0) {
+        kept = hookgate_kept_arena[ar->block_size_idx];
+        if (!kept || kept == ar || kept->n_used_blocks != 0) {
+            hookgate_keep_arena(rt, ar);
+            return;
+        }
+    }
+    free(ptr);
+}
+
+/* Makes QuickJS's runtime allocate through the functions above. They call the same malloc as
+   QuickJS's own (js_def_malloc and the rest), so blocks allocated before are freed alike. */
+static void hookgate_allocate_through_kept_arenas(JSRuntime *rt)
+{
+    int i;
+
+    for (i = 0; i < JS_ARENA_BLOCK_SIZE_COUNT; i++)
+        hookgate_kept_arena[i] = NULL;
+    rt->mf.js_calloc = hookgate_calloc;
+    rt->mf.js_malloc = hookgate_malloc;
+    rt->mf.js_free = hookgate_free;
+    rt->mf.js_realloc = hookgate_realloc;
+    rt->malloc_state.opaque = rt;
+}
+
 /* Installs the fast path on `ctx`'s RegExp.prototype: once, before any program runs (the
    runtime calls it right after creating the context). Returns 0, or -1 on an exception. */
 int hookgate_quickjs_install(JSContext *ctx)
@@ -283,6 +394,7 @@ int hookgate_quickjs_install(JSContext *ctx)
     JSValue split;
     int i;
 
+    hookgate_allocate_through_kept_arenas(ctx->rt);
     hookgate_flag_atoms_ctx = NULL;
     for (i = 0; i < 6; i++) {
         hookgate_flag_atoms[i] = JS_NewAtom(ctx, names[i]);
@@ -302,12 +414,28 @@ int hookgate_quickjs_install(JSContext *ctx)
    each when it is half full, rehashing every entry into a new table, and never shrinks it, so a
    snapshot that sat near the limit had every fresh instance's first call grow it again (and call
    QuickJS's malloc functions through its table, a function reference each). Doubled, a call
-   would have to make as many atoms or shapes as the whole snapshot holds. Called once, at the
-   end of loading (lib.rs, `load`). */
+   would have to make as many atoms or shapes as the whole snapshot holds. And keeps an empty
+   arena in every size class (hookgate_keep_arena), so that a fresh instance's call finds one
+   wherever the snapshot's arenas are full or nearly, rather than making one through malloc and
+   freeing it. Called once, at the end of loading (lib.rs, `load`). */
 int hookgate_quickjs_leave_room(JSRuntime *rt)
 {
+    int i;
+
     if (JS_ResizeAtomHash(rt, rt->atom_hash_size * 2) < 0 ||
         resize_shape_hash(rt, rt->shape_hash_bits + 1) < 0)
         return -1;
+    /* A kept empty arena in every class. */
+    for (i = 0; i < JS_ARENA_BLOCK_SIZE_COUNT; i++) {
+        JSArena *ar;
+        if (hookgate_kept_arena[i] && hookgate_kept_arena[i]->n_used_blocks == 0)
+            continue;
+        ar = arena_new(rt, i);
+        if (!ar)
+            return -1;
+        list_del(&ar->link);
+        list_del(&ar->free_link);
+        hookgate_keep_arena(rt, ar);
+    }
     return 0;
 }

@@ -162,17 +162,42 @@ async fn a_call_whose_text_cannot_be_converted_at_the_cap_is_a_memory_breach() {
     exhausted(json!({"length": 4_000_000, "letter": "\u{e9}"})).await;
 }
 
+/// The same breach on a kept instance whose earlier call emptied arenas of every small size,
+/// which the runtime's QuickJS keeps for the next call rather than freeing
+/// (docs/performance.md, "QuickJS's own costs"): at the cap it hands them back before its own
+/// allocation fails, so the call still ends in the runtime's allocation, not in an exception.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_at_its_cap_after_arenas_were_kept_is_a_memory_breach() {
+    let (server, _dir) = start(json!([hostile("exhaust", json!({}))]), &["js-hostile"]);
+    let warm = server
+        .hook("/hooks/exhaust")
+        .json(&json!({"warm": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(warm.status(), 200);
+    assert_eq!(server.wake_texts().await, ["warm 128"]);
+    exhaust(&server, json!({"length": 4_000_000})).await;
+}
+
 /// Sends `payload` to the `exhaust` mode and checks that the sender got the terse 500 and the
 /// request record names the breached memory limit; the server is returned for its log.
 async fn exhausted(payload: Value) -> (Hookgate, ConfigDir) {
     let (server, dir) = start(json!([hostile("exhaust", json!({}))]), &["js-hostile"]);
+    exhaust(&server, payload).await;
+    (server, dir)
+}
+
+/// Sends `payload` to `server`'s `exhaust` mapping and checks that the sender got the terse 500
+/// and the request record names the breached memory limit.
+async fn exhaust(server: &Hookgate, payload: Value) {
     let response = server
         .hook("/hooks/exhaust")
         .json(&payload)
         .send()
         .await
         .unwrap();
-    let record = record_of(&server, &response).await;
+    let record = record_of(server, &response).await;
     assert_eq!(
         json_of(response).await,
         (500, json!({"ok": false, "error": "hook mapping failed"}))
@@ -183,5 +208,4 @@ async fn exhausted(payload: Value) -> (Hookgate, ConfigDir) {
         reason.contains("memory limit of 67108864 bytes exceeded"),
         "{record}"
     );
-    (server, dir)
 }

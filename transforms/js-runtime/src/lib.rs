@@ -197,9 +197,11 @@ const INSTANTIATE_BUILTINS: &str = r#"(() => {
   }
 })()"#;
 
-/// Installs the engine's own fast paths (`quickjs-split.c`), before any JavaScript runs. They
-/// are compiled into the WebAssembly build only (zig-cc swaps that file in); natively QuickJS
-/// runs as rquickjs-sys builds it.
+/// Installs the engine's own fast paths (`quickjs-split.c`), before any JavaScript runs: the
+/// split, and QuickJS's runtime allocating through functions that keep an emptied arena for the
+/// next call (and hand kept arenas back before an allocation fails). They are compiled into the
+/// WebAssembly build only (zig-cc swaps that file in); natively QuickJS runs as rquickjs-sys
+/// builds it.
 fn fast_paths(ctx: &Ctx<'_>) -> Result<(), String> {
     #[cfg(target_family = "wasm")]
     {
@@ -207,7 +209,8 @@ fn fast_paths(ctx: &Ctx<'_>) -> Result<(), String> {
             fn hookgate_quickjs_install(ctx: *mut rquickjs::qjs::JSContext) -> std::ffi::c_int;
         }
         // SAFETY: the context is live for the call, and the function only defines a property on
-        // its RegExp.prototype and takes atoms from it.
+        // its RegExp.prototype, takes atoms from it and replaces its runtime's malloc functions
+        // with ones over the same malloc.
         if unsafe { hookgate_quickjs_install(ctx.as_raw().as_ptr()) } < 0 {
             return Err(thrown(ctx, rquickjs::Error::Exception));
         }
@@ -218,8 +221,9 @@ fn fast_paths(ctx: &Ctx<'_>) -> Result<(), String> {
 }
 
 /// Leaves the loaded heap room for a call (`hookgate_quickjs_leave_room` in `quickjs-split.c`:
-/// QuickJS's atom and shape tables doubled), so that no fresh instance's first call grows them
-/// again. Compiled into the WebAssembly build only, as [`fast_paths`] is.
+/// QuickJS's atom and shape tables doubled, and an empty arena kept in every size class), so
+/// that no fresh instance's first call grows them again or makes an arena. Compiled into the
+/// WebAssembly build only, as [`fast_paths`] is.
 fn leave_room(context: &Context) -> Result<(), String> {
     #[cfg(target_family = "wasm")]
     context.with(|ctx| {
@@ -227,7 +231,7 @@ fn leave_room(context: &Context) -> Result<(), String> {
             fn hookgate_quickjs_leave_room(rt: *mut rquickjs::qjs::JSRuntime) -> std::ffi::c_int;
         }
         // SAFETY: the runtime is live for the call, no JavaScript runs, and the function only
-        // resizes two of the runtime's tables.
+        // resizes two of the runtime's tables and adds empty arenas to its allocator's lists.
         let done = unsafe {
             hookgate_quickjs_leave_room(rquickjs::qjs::JS_GetRuntime(ctx.as_raw().as_ptr()))
         };
