@@ -140,6 +140,73 @@ static bool hookgate_push(JSContext *ctx, JSValueConst array, int64_t *length, J
     return add_fast_array_element(ctx, p, value, JS_PROP_THROW) >= 0;
 }
 
+/* libregexp.c's opcodes and header, which it keeps to itself: the same list of ops, numbered
+   the same way, and the offsets of the header's fields that bytecode starts with. */
+enum {
+#define DEF(id, size) HOOKGATE_REOP_##id,
+#include "libregexp-opcode.h"
+#undef DEF
+};
+#define HOOKGATE_RE_HEADER_BYTECODE_LEN 4
+#define HOOKGATE_RE_HEADER_LEN 8
+
+/* The test of one character that every match of the search pattern `bc` starts with: a search
+   pattern (not sticky) is compiled as a loop that tries each position in turn, each attempt
+   starting with the pattern's first op; when that op is `\s`, `\S` or one character, no
+   position whose character fails it can start a match. Returns the op (space, not_space or
+   char), or 0 when the pattern starts otherwise. */
+static int hookgate_first_test(const uint8_t *bc, uint16_t *c)
+{
+    /* split_goto_first +6; any; goto -11; save_start 0: the search loop (lre_compile). */
+    static const uint8_t search[] = {
+        HOOKGATE_REOP_split_goto_first, 6, 0, 0, 0, HOOKGATE_REOP_any, HOOKGATE_REOP_goto, 0xf5, 0xff, 0xff, 0xff,
+        HOOKGATE_REOP_save_start, 0,
+    };
+    const uint8_t *op = bc + HOOKGATE_RE_HEADER_LEN;
+
+    if (get_u32(bc + HOOKGATE_RE_HEADER_BYTECODE_LEN) < sizeof(search) + 3 ||
+        memcmp(op, search, sizeof(search)) != 0)
+        return 0;
+    op += sizeof(search);
+    switch (op[0]) {
+    case HOOKGATE_REOP_space:
+    case HOOKGATE_REOP_not_space:
+        return op[0];
+    case HOOKGATE_REOP_char:
+        *c = get_u16(op + 1);
+        return HOOKGATE_REOP_char;
+    default:
+        return 0;
+    }
+}
+
+/* The first position from `q` on whose code unit passes `test` (hookgate_first_test), else
+   `size`. Tested by code unit, which is what the op tests wherever a match can start: a
+   surrogate is never white space, and a character of the pattern equals a code point only where
+   its code unit does. */
+static int64_t hookgate_next_candidate(const uint8_t *buf, int shift, int64_t q, uint32_t size,
+                                       int test, uint16_t c)
+{
+    for (; q < size; q++) {
+        uint32_t unit = shift ? ((const uint16_t *)buf)[q] : buf[q];
+        switch (test) {
+        case HOOKGATE_REOP_space:
+            if (lre_is_space(unit))
+                return q;
+            break;
+        case HOOKGATE_REOP_not_space:
+            if (!lre_is_space(unit))
+                return q;
+            break;
+        default:
+            if (unit == c)
+                return q;
+            break;
+        }
+    }
+    return size;
+}
+
 /* The specification's split loop (steps 19-24) with a plain separator: where it tries the sticky
    splitter at q, q+1, ... until one matches, the separator's own pattern searches forward from q
    once (a pattern without the sticky flag is compiled as a search), which finds the same first
@@ -156,7 +223,8 @@ static JSValue hookgate_split_plain(JSContext *ctx, JSValueConst rx, JSValueCons
     bool sticky = (re_flags & LRE_FLAG_STICKY) != 0;
     uint32_t lim, size = strp->len;
     int64_t p = 0, q = 0, start, e, length = 0;
-    int rc, i;
+    int rc, i, test;
+    uint16_t test_char = 0;
     JSValue A;
 
     A = JS_NewArray(ctx);
@@ -183,7 +251,14 @@ static JSValue hookgate_split_plain(JSContext *ctx, JSValueConst rx, JSValueCons
             goto add_tail;
         goto done;
     }
+    test = sticky ? 0 : hookgate_first_test(bc, &test_char);
     while (q < size) {
+        /* Where no match can start, the search need not try: it starts at the first candidate. */
+        if (test) {
+            q = hookgate_next_candidate(buf, shift, q, size, test, test_char);
+            if (q == size)
+                break;
+        }
         rc = lre_exec(capture, bc, buf, q, size, shift, ctx);
         if (rc < 0)
             goto exec_error;

@@ -83,7 +83,9 @@ async fn web_globals_work_as_on_the_web() {
 /// subclass, `flags`, each flag's getter, `Symbol.match`, `constructor`, RegExp[Symbol.species],
 /// even from inside the string's `toString` or the limit's `valueOf`) through QuickJS's own, step
 /// by step; neither touches the separator's `lastIndex`. A lone surrogate splits as UTF-16 code
-/// units with the unicode flag too, and a limit given as a string is converted.
+/// units with the unicode flag too, and a limit given as a string is converted. A pattern whose
+/// every match starts with `\s`, `\S` or one character (which the fast path searches for first,
+/// by code unit) splits wide strings, white space outside ASCII and surrogate pairs as V8 does.
 const SPLIT: &[&str] = &[
     r#"["a","b","c"]"#,
     r#"["","a","b",""]"#,
@@ -121,6 +123,16 @@ const SPLIT: &[&str] = &[
     r#"["x","\ude00","\ud83d"]"#,
     r#"["a"]"#,
     r#"["a","b"]"#,
+    r#"["x😀","a","b","c","d","e"]"#,
+    r#"["","","",""]"#,
+    r#"["a",""]"#,
+    r#"[""," "," ",""]"#,
+    r#"[""," ",""]"#,
+    r#"["",""," ","",""]"#,
+    r#"["é","ü","","😀",""]"#,
+    r#"["a","b"]"#,
+    r#"["a","b","c"]"#,
+    r#"["aXb","x","c"]"#,
     r#"["a","b"] exec 3"#,
     r#"["a","b"] exec 3"#,
     r#"["a","b"]"#,
