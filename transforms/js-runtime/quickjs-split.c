@@ -183,7 +183,9 @@ static int hookgate_first_test(const uint8_t *bc, uint16_t *c)
 /* The first position from `q` on whose code unit passes `test` (hookgate_first_test), else
    `size`. Tested by code unit, which is what the op tests wherever a match can start: a
    surrogate is never white space, and a character of the pattern equals a code point only where
-   its code unit does. */
+   its code unit does. The one candidate that can lie inside a surrogate pair, a lone low
+   surrogate searched for with the unicode flag, is still right: lre_exec, started inside a pair,
+   steps back to its start, where the pattern then fails against the whole code point. */
 static int64_t hookgate_next_candidate(const uint8_t *buf, int shift, int64_t q, uint32_t size,
                                        int test, uint16_t c)
 {
@@ -368,9 +370,11 @@ static JSValue hookgate_regexp_split(JSContext *ctx, JSValueConst this_val, int 
    The arena is recognised by how js_arena_free gives it: unlinked from both of its lists by
    list_del, which leaves their links NULL, and with no block used. Nothing else reaches the
    runtime's free with its first word zero: a large block starts with its header's block_idx,
-   JS_ARENA_FREE_NIL, and the runtime itself with its malloc functions (and js_arena_free_all,
-   at the runtime's end, which the instance never reaches, gives arenas still linked or with
-   blocks used). Check these after an upgrade of rquickjs-sys.
+   JS_ARENA_FREE_NIL, and the runtime itself with its malloc functions. js_arena_free_all, at
+   the runtime's end (only when loading fails: a loaded instance's runtime lives as long as the
+   instance), gives arenas still linked, kept ones included, and the slots below are not read
+   again: a new runtime resets them when it installs these functions. Check these after an
+   upgrade of rquickjs-sys.
    A static, as the flag atoms are: the instance has one runtime (lib.rs, `load`). */
 static JSArena *hookgate_kept_arena[JS_ARENA_BLOCK_SIZE_COUNT];
 

@@ -85,7 +85,8 @@ async fn web_globals_work_as_on_the_web() {
 /// by step; neither touches the separator's `lastIndex`. A lone surrogate splits as UTF-16 code
 /// units with the unicode flag too, and a limit given as a string is converted. A pattern whose
 /// every match starts with `\s`, `\S` or one character (which the fast path searches for first,
-/// by code unit) splits wide strings, white space outside ASCII and surrogate pairs as V8 does.
+/// by code unit) splits wide strings, white space outside ASCII and surrogate pairs as V8 does,
+/// a lone low surrogate with the unicode flag included, which never splits a pair.
 const SPLIT: &[&str] = &[
     r#"["a","b","c"]"#,
     r#"["","a","b",""]"#,
@@ -133,6 +134,7 @@ const SPLIT: &[&str] = &[
     r#"["a","b"]"#,
     r#"["a","b","c"]"#,
     r#"["aXb","x","c"]"#,
+    r#"["😀"]"#,
     r#"["a","b"] exec 3"#,
     r#"["a","b"] exec 3"#,
     r#"["a","b"]"#,
