@@ -1,11 +1,14 @@
 // The glue between a hookgate transform written in JavaScript and hookgate's WIT world
 // `transform` (wit/transform.wit, hookgate:transform@0.2.0). build.mjs bundles this file with the
 // user's module (imported as 'user-module') and loads the bundle into hookgate's QuickJS runtime
-// (../js-runtime), which calls `handler.transform` for each request.
+// (../js-runtime), which takes `handler`'s entries once, when it loads.
 //
-// It runs the module as the OpenClaw gateway runs a hook transform: the export the mapping names
+// The module runs as the OpenClaw gateway runs a hook transform: the export the mapping names
 // (`transform.export`), else the default export, else `transform`, is called as
-// fn({ payload, headers, url, path }, ctx), `url` a URL. What it returns is merged into the
+// fn({ payload, headers, url, path }, ctx), `url` a URL. The runtime finds the function in
+// `handler.userModule`, builds both arguments and calls it itself (../js-runtime/src/arguments.rs,
+// which says what each holds), for a fraction of what building them here cost; the adapter gives
+// the errors of a module without the function, and `ctx.log`. What it returns is merged into the
 // mapping's action as OpenClaw merges it, by the runtime (../js-runtime/src/outcome.rs, whose top
 // says how each kind of value reads): it reads the result's own fields straight into the WIT
 // outcome, where building objects for them here cost a third of a call. The runtime calls the
@@ -37,14 +40,18 @@ function userFunction(exportName) {
 /** The entry points of the runtime (../js-runtime/src/lib.rs), taken once when it loads. */
 export const handler = {
   /**
-   * Calls the user's function with the request, whose fields are the arguments in this order
-   * (../js-runtime/src/convert.rs: an object would cost a property defined and read for each),
-   * and returns what it returns; what it throws reaches the runtime as is.
+   * The user's module: the runtime reads the function a call asks for from it
+   * (../js-runtime/src/arguments.rs, `Made::function`: the export the mapping names, else the
+   * default export, else `transform`) and calls it with the input and `ctx` it builds, without a
+   * frame of the adapter's around the call.
    */
-  transform(name, url, headers, payload, body, mappingId, config, exportName) {
-    const fn = userFunction(exportName);
-    return fn(inputOf(name, url, headers, payload), contextOf(mappingId, config, body));
-  },
+  userModule,
+
+  /** The function `userModule` lacked, by its name: throws the call's error for it. */
+  userFunction,
+
+  /** `ctx.log`, the same function for every call. */
+  ctxLog,
 
   /**
    * What `await value` gives, as an async function that awaits its function's value sees it: the
@@ -82,38 +89,7 @@ export const handler = {
   errorText,
 };
 
-// ---- request -> ({ payload, headers, url, path }, ctx) ----
-
-function inputOf(name, target, headers, payload) {
-  let url;
-  return {
-    // The body as OpenClaw hands it over (a JSON object or array, `{}` for a blank body or another
-    // JSON value, `null` for one that is not JSON), parsed by the runtime straight from the body's
-    // bytes (../js-runtime/src/convert.rs, `payload`).
-    payload,
-    // Lower-case names, a repeated header's values joined with ', ' as in HTTP: the runtime
-    // builds the object (../js-runtime/src/convert.rs) for a fraction of what doing it here cost.
-    headers,
-    // As OpenClaw builds it: the request target against http://localhost. Built when first read,
-    // since most transforms never read it.
-    get url() {
-      return (url ??= new URL(target, 'http://localhost'));
-    },
-    set url(value) {
-      url = value;
-    },
-    path: name,
-  };
-}
-
-function contextOf(mappingId, config, body) {
-  return {
-    mappingId,
-    config: config === undefined ? undefined : JSON.parse(config),
-    body,
-    log: ctxLog,
-  };
-}
+// ---- ctx.log ----
 
 function ctxLog(level, message) {
   if (!LEVELS.includes(level)) {

@@ -1,43 +1,49 @@
-//! The WIT request as the adapter receives it (what the transform returns is read by
-//! `outcome.rs`).
+//! The WIT request as the transform's function receives it (what the transform returns is read
+//! by `outcome.rs`; the two objects it is called with are built by `arguments.rs`).
 //!
-//! It follows the shapes jco gives JavaScript, which the adapter (`transforms/js-sdk/adapter.js`)
-//! is written against: strings, `option` as the value or `undefined`, `list<u8>` as a
-//! `Uint8Array`. Two parts of the request arrive as the transform sees them, which Rust makes for
-//! a fraction of what the adapter's JavaScript spent on them per call: `headers` as the
-//! transform's object (names in lower case, a repeated header's values joined), and the body
-//! also as the transform's `payload`, parsed straight from its bytes as `JSON.parse` parses the
-//! text `TextDecoder` decodes from them. `query` is not passed: the transform reads the query
-//! from `url`.
+//! Strings arrive as strings, `option` as the value or `undefined`, `list<u8>` as a
+//! `Uint8Array`, the shapes jco gives JavaScript. Two parts of the request arrive as the transform
+//! sees them, which Rust makes for a fraction of what the adapter's JavaScript spent on them per
+//! call: `headers` as the transform's object (names in lower case, a repeated header's values
+//! joined), and the body also as the transform's `payload`, parsed straight from its bytes as
+//! `JSON.parse` parses the text `TextDecoder` decodes from them. `query` is not passed: the
+//! transform reads the query from `url`.
 
 use std::collections::BTreeMap;
 
-use rquickjs::function::Args;
 use rquickjs::object::Property;
 use rquickjs::{Ctx, Object, TypedArray, Value, qjs};
 
+use crate::arguments::{self, Made};
 use crate::hookgate::transform::types::Request;
 
 /// Past this many headers, repeated names are found through an index rather than by comparing
 /// each name with those before it.
 const HEADERS_SCANNED: usize = 32;
 
-/// `req` as the arguments `handler.transform` takes, in the order of its parameters (`name`,
-/// `url`, `headers`, `payload`, `body`, `mappingId`, `config`, `exportName`): arguments rather
-/// than an object, since each field of an object cost a property key made from its name and a
-/// property defined, and the adapter a read of each.
-pub fn request<'js>(ctx: &Ctx<'js>, req: Request) -> rquickjs::Result<Args<'js>> {
+/// A call of the transform's function: its input, built here ([`arguments::input`]), and what
+/// its `ctx` is built from ([`arguments::context`]) once the function is found.
+pub struct Call<'js> {
+    pub input: Value<'js>,
+    pub body: TypedArray<'js, u8>,
+    pub mapping_id: String,
+    pub config: Option<String>,
+    pub export_name: Option<String>,
+}
+
+/// `req` as the call of the transform's function.
+pub fn request<'js>(ctx: &Ctx<'js>, made: &Made, req: Request) -> rquickjs::Result<Call<'js>> {
     let mut body = req.body;
-    let mut args = Args::new(ctx.clone(), 8);
-    args.push_arg(req.name)?;
-    args.push_arg(req.url)?;
-    args.push_arg(headers(ctx, req.headers)?)?;
-    args.push_arg(payload(ctx, &mut body)?)?;
-    args.push_arg(TypedArray::<u8>::new(ctx.clone(), body)?)?;
-    args.push_arg(req.mapping_id)?;
-    args.push_arg(req.config)?;
-    args.push_arg(req.export_name)?;
-    Ok(args)
+    let payload = payload(ctx, &mut body)?;
+    let headers = headers(ctx, req.headers)?;
+    let input = arguments::input(ctx, made, req.name, req.url, headers, payload)?;
+    Ok(Call {
+        input,
+        body: TypedArray::<u8>::new(ctx.clone(), body)?,
+        mapping_id: req.mapping_id,
+        config: req.config,
+        export_name: req.export_name,
+    })
 }
 
 /// The body as OpenClaw hands it to a transform: a JSON object or array as parsed, `{}` for a

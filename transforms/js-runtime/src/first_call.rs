@@ -16,12 +16,7 @@ fn bundle() -> String {
         return { kind: 'wake', text: `${path}: ${title} (${words} words, from ${from})`,
                  mode: 'next-heartbeat' };
     } };";
-    include_str!("../../js-sdk/adapter.js")
-        .replace(
-            "import { log } from 'hookgate:transform/host@0.2.0';",
-            "const { log } = globalThis[Symbol.for('hookgate:transform/host@0.2.0')];",
-        )
-        .replace("import * as userModule from 'user-module';", TRANSFORM)
+    crate::arguments::tests::bundle(TRANSFORM)
 }
 
 fn request() -> Request {

@@ -19,6 +19,7 @@ use std::io::Read;
 
 use rquickjs::{Context, Ctx, Function, Object, Persistent, Promise, Runtime, Value};
 
+mod arguments;
 mod convert;
 mod globals;
 mod outcome;
@@ -32,8 +33,9 @@ use hookgate::transform::types::Level;
 /// The engine with the bundle loaded: created once, by [`initialize`], and part of the snapshot.
 /// Its fields drop in their order: what points into the engine before the engine.
 struct Loaded {
-    /// The adapter's `handler.transform`: calls the user's function.
-    transform: Persistent<Function<'static>>,
+    /// The adapter's `handler.userFunction`: throws the error of a module without the function
+    /// a call asks for.
+    user_function: Persistent<Function<'static>>,
     /// The adapter's `handler.settle`: `await` for a value that is not yet an outcome.
     settle: Persistent<Function<'static>>,
     /// `Reflect.apply` as it was before the bundle ran: `settle` calls a thenable's `then` with
@@ -45,6 +47,8 @@ struct Loaded {
     helpers: outcome::Helpers,
     /// The names the runtime reads from a transform's values, as the engine's atoms.
     names: outcome::Names,
+    /// What the transform's arguments are built from.
+    made: arguments::Made,
     context: Context,
     /// Kept alive for `context`, which needs it.
     _runtime: Runtime,
@@ -63,7 +67,7 @@ fn initialising() -> bool {
 }
 
 /// Loads the bundle read from stdin. Called once, by wizer, at build time; a failure (a syntax
-/// error, a top-level `throw`, a bundle without `handler.transform`) is printed and ends the
+/// error, a top-level `throw`, a bundle without the adapter's `handler`) is printed and ends the
 /// build.
 // SAFETY: `export_name` is unsafe because a symbol name can clash with another definition;
 // `wizer.initialize` is the one name wizer calls, and nothing else in the module defines it.
@@ -121,6 +125,7 @@ fn load(bundle: String) -> Result<Loaded, String> {
                 .map_err(|err| thrown(&ctx, err))
         };
         let is_array = builtin("Array", "isArray")?;
+        let url_class: Value = ctx.globals().get("URL").map_err(|err| thrown(&ctx, err))?;
         let apply = Persistent::save(&ctx, builtin("Reflect", "apply")?);
         let names = outcome::Names::new(&ctx).map_err(|err| thrown(&ctx, err))?;
         let (module, evaluated) = rquickjs::Module::declare(ctx.clone(), "transform.js", bundle)
@@ -145,29 +150,40 @@ fn load(bundle: String) -> Result<Loaded, String> {
                 .map(|function| Persistent::save(&ctx, function))
                 .map_err(|_| format!("the bundle's `handler` has no `{name}` function"))
         };
+        let log = entry("ctxLog")?
+            .restore(&ctx)
+            .map_err(|err| thrown(&ctx, err))?;
+        let user_module: Object = handler
+            .get("userModule")
+            .map_err(|_| "the bundle's `handler` has no `userModule` (build it with the SDK)")?;
+        let made =
+            arguments::Made::new(&ctx, url_class, log.into_value(), user_module.into_value())
+                .map_err(|err| thrown(&ctx, err))?;
         let helpers = outcome::Helpers {
             ignored: entry("ignored")?,
             reply: entry("reply")?,
             is_array: Persistent::save(&ctx, is_array),
         };
         Ok((
-            entry("transform")?,
+            entry("userFunction")?,
             entry("settle")?,
             apply,
             entry("errorText")?,
             helpers,
             names,
+            made,
         ))
     })?;
-    let (transform, settle, apply, error_text, helpers, names) = entries;
+    let (user_function, settle, apply, error_text, helpers, names, made) = entries;
     leave_room(&context)?;
     Ok(Loaded {
-        transform,
+        user_function,
         settle,
         apply,
         error_text,
         helpers,
         names,
+        made,
         context,
         _runtime: runtime,
     })
@@ -326,10 +342,8 @@ impl Guest for Transform {
 /// unhandled logged as warnings.
 fn call(loaded: &Loaded, req: Request) -> Result<Outcome, String> {
     loaded.context.with(|ctx| {
-        let transform = restore(&ctx, &loaded.transform)?;
-        let args = convert::request(&ctx, req).map_err(|err| thrown(&ctx, err))?;
-        let outcome = transform
-            .call_arg(args)
+        let call = convert::request(&ctx, &loaded.made, req).map_err(|err| thrown(&ctx, err))?;
+        let outcome = call_function(&ctx, loaded, call)
             .and_then(|value| settled(&ctx, loaded, value))
             .and_then(|value| outcome::read(&ctx, &loaded.names, &loaded.helpers, value));
         let outcome = match outcome {
@@ -346,6 +360,27 @@ fn call(loaded: &Loaded, req: Request) -> Result<Outcome, String> {
         }
         outcome
     })
+}
+
+/// Calls the module's function as the adapter called it, `fn(input, ctx)`: found first (a
+/// module without it fails the call with the adapter's `userFunction`'s error), then `ctx`
+/// built. The runtime calls it itself: a frame of the adapter's around it cost more than the
+/// look-up.
+fn call_function<'js>(
+    ctx: &Ctx<'js>,
+    loaded: &Loaded,
+    call: convert::Call<'js>,
+) -> rquickjs::Result<Value<'js>> {
+    let function = match loaded.made.function(ctx, call.export_name.as_deref())? {
+        Some(function) => function,
+        None => loaded
+            .user_function
+            .clone()
+            .restore(ctx)?
+            .call((call.export_name,))?,
+    };
+    let context = arguments::context(ctx, &loaded.made, call.mapping_id, call.config, call.body)?;
+    function.call((call.input, context))
 }
 
 const NEVER_SETTLES: &str =

@@ -92,23 +92,14 @@ pub struct Names {
 
 impl Names {
     pub fn new(ctx: &Ctx<'_>) -> rquickjs::Result<Names> {
-        let raw = ctx.as_raw().as_ptr();
-        let atom = |name: &str| {
-            // SAFETY: the context is live, and the pointer and length are those of `name`.
-            let atom = unsafe { qjs::JS_NewAtomLen(raw, name.as_ptr().cast(), name.len() as _) };
-            if atom == qjs::JS_ATOM_NULL {
-                return Err(rquickjs::Error::Exception);
-            }
-            Ok(atom)
-        };
         let mut names = Names {
             // SAFETY: the context is live.
-            runtime: unsafe { qjs::JS_GetRuntime(raw) },
+            runtime: unsafe { qjs::JS_GetRuntime(ctx.as_raw().as_ptr()) },
             fields: [qjs::JS_ATOM_NULL; FIELDS.len()],
-            then: atom("then")?,
+            then: atom(ctx, "then")?,
         };
         for (slot, name) in names.fields.iter_mut().zip(FIELDS) {
-            *slot = atom(name)?;
+            *slot = atom(ctx, name)?;
         }
         Ok(names)
     }
@@ -117,6 +108,17 @@ impl Names {
     fn field(&self, atom: qjs::JSAtom) -> Option<usize> {
         self.fields.iter().position(|&field| field == atom)
     }
+}
+
+/// The engine's atom for `name`, owned by the caller (freed with `JS_FreeAtomRT`).
+pub fn atom(ctx: &Ctx<'_>, name: &str) -> rquickjs::Result<qjs::JSAtom> {
+    // SAFETY: the context is live, and the pointer and length are those of `name`.
+    let atom =
+        unsafe { qjs::JS_NewAtomLen(ctx.as_raw().as_ptr(), name.as_ptr().cast(), name.len() as _) };
+    if atom == qjs::JS_ATOM_NULL {
+        return Err(rquickjs::Error::Exception);
+    }
+    Ok(atom)
 }
 
 impl Drop for Names {
@@ -140,7 +142,7 @@ pub struct Helpers {
 }
 
 /// The value of `object[atom]`, as `object.name` reads it (through a getter or a Proxy's trap).
-fn get<'js>(
+pub fn get<'js>(
     ctx: &Ctx<'js>,
     object: &Value<'js>,
     atom: qjs::JSAtom,
