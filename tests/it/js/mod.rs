@@ -1,12 +1,14 @@
 //! Transforms written in JavaScript and TypeScript, built with `transforms/js-sdk`, through real
 //! HTTP: the existing-style contract (an override, `null`, `undefined`, a throw), the two
-//! examples, and the time limit on a loop; the runtime itself in `runtime`; what a transform's
+//! examples, and the time limit on a loop; the input and `ctx` a function is called with in
+//! `arguments`; the runtime itself in `runtime`; what a transform's
 //! own bugs must not do to other senders or to the runtime in `hostile`; the headers and body a
 //! transform receives in `received`; what a function's value is read or awaited as in `settling`;
 //! a module over 64 MiB in `large_module`; a component built by an older SDK in `outdated`; the
 //! WASI a component imports in `wiring`; the SDK's WASI preview 1 functions, in Node, in
 //! `preview1`.
 
+mod arguments;
 mod build;
 mod hostile;
 mod large_module;

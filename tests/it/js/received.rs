@@ -28,20 +28,20 @@ export default function observe({ payload, headers }) {
 }
 "#;
 
-/// Builds [`OBSERVER`] with the SDK into the config's transforms as `observer.wasm`.
-fn install_observer(dir: &ConfigDir) {
+/// Builds the module `source` with the SDK into the config's transforms as `<name>.wasm`.
+pub(super) fn install_module(dir: &ConfigDir, name: &str, source: &str) {
     let sdk = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("transforms/js-sdk");
     js_transforms(); // installs the SDK's packages
-    let source = tempfile::tempdir().unwrap();
-    let module = source.path().join("observer.mjs");
-    std::fs::write(&module, OBSERVER).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let module = scratch.path().join(format!("{name}.mjs"));
+    std::fs::write(&module, source).unwrap();
     let root = dir.path().join("hooks/transforms");
     std::fs::create_dir_all(&root).unwrap();
     let output = Command::new("node")
         .arg(sdk.join("build.mjs"))
         .arg(&module)
         .arg("-o")
-        .arg(root.join("observer.wasm"))
+        .arg(root.join(format!("{name}.wasm")))
         .output()
         .expect("run node (is Node.js installed?)");
     assert!(
@@ -64,7 +64,7 @@ async fn headers_and_body_reach_a_transform_as_the_runtime_builds_them() {
                 "transform": {"module": "observer.wasm", "limits": js_limits(2000)}}]),
     );
     let dir = ConfigDir::new(&config);
-    install_observer(&dir);
+    install_module(&dir, "observer", OBSERVER);
     let server = Hookgate::start_in(&dir);
 
     let sent = json!({"note": "behind a BOM", "n": [1, 2]});
