@@ -13,7 +13,7 @@
 //! `http://localhost` by the `URL` class the prelude defined (taken before the bundle ran, so a
 //! module that replaces the global changes nothing), built when first read and then kept, and
 //! what a set stored once set. The getter and the setter are native functions of the input
-//! (`JS_NewCFunctionData`): the state lives in the getter's own data, which no JavaScript can
+//! (`JS_NewCFunctionData2`): the state lives in the getter's own data, which no JavaScript can
 //! read, so the getter answers for its own input however it is reached (through a spread copy,
 //! a descriptor, `get.call(other)`), and an input a transform keeps on a kept instance keeps its
 //! own URL. The setter stores through its getter with a key only the runtime holds.
@@ -162,7 +162,7 @@ impl Made {
         let get = |atom| crate::outcome::get(ctx, &module, atom);
         let found = match export_name {
             Some(name) => {
-                let atom = atom(ctx, name)?;
+                let atom = export_atom(ctx, name)?;
                 let found = get(atom);
                 // SAFETY: the atom was made above, and is freed once.
                 unsafe { qjs::JS_FreeAtom(ctx.as_raw().as_ptr(), atom) };
@@ -179,6 +179,20 @@ impl Made {
         };
         Ok(found.into_function())
     }
+}
+
+/// The atom of an export's name (`transform.export`), made from a JavaScript string: QuickJS's
+/// `JS_NewAtomLen` first looks its UTF-8 bytes up among the atoms of 8-bit strings as if they
+/// were Latin-1, so `"é"` (C3 A9) would find an export named `"Ã©"`. The runtime's own names
+/// are ASCII, where the two agree.
+fn export_atom(ctx: &Ctx<'_>, name: &str) -> rquickjs::Result<qjs::JSAtom> {
+    let name = rquickjs::String::from_str(ctx.clone(), name)?;
+    // SAFETY: the context is live and `name` a string of it, borrowed for the call.
+    let atom = unsafe { qjs::JS_ValueToAtom(ctx.as_raw().as_ptr(), name.as_raw()) };
+    if atom == qjs::JS_ATOM_NULL {
+        return Err(rquickjs::Error::Exception);
+    }
+    Ok(atom)
 }
 
 impl Drop for Made {

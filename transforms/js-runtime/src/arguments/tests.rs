@@ -113,7 +113,8 @@ fn the_arguments_are_what_the_adapters_literals_made() {
           const native = report(input) + report(ctx);
           const expected = report(former[0]) + report(former[1]);
           if (native !== expected) return {{ kind: 'wake', text: `differs: ${{native}} against ${{expected}}` }};
-          return {{ kind: 'wake', text: [native, 'config' in ctx, ctx.log === firstLog,
+          return {{ kind: 'wake', text: [native, `config=${{JSON.stringify(ctx.config)}}`,
+            'config' in ctx, ctx.log === firstLog,
             input.url instanceof URL, input.url === input.url].join(' ') }};
         }} }};"
     );
@@ -125,6 +126,9 @@ fn the_arguments_are_what_the_adapters_literals_made() {
         ));
         assert!(!text.starts_with("differs"), "{config:?}: {text}");
         assert!(text.ends_with(" true true true true"), "{config:?}: {text}");
+        // The configuration parsed, not handed over as its text: `7` would be `"7"`.
+        let parsed = format!(" config={} ", config.unwrap_or("undefined"));
+        assert!(text.contains(&parsed), "{config:?}: {parsed} in {text}");
         for part in [
             r#"["url",["accessor",["get url",0,["length","name"]],["set url",1,["length","name"]]],true,true]"#,
             r#"\"url\":\"http://localhost/hooks/shape?page=2&q=a%20b\""#,
@@ -220,4 +224,23 @@ fn a_configuration_that_is_not_json_is_the_calls_error() {
         text(crate::call(&loaded, request("/hooks/shape", Some("{}")))),
         "ran"
     );
+}
+
+/// An export's name is looked up as the string it is: `é` (UTF-8 C3 A9) does not find an export
+/// named `Ã©`, whose Latin-1 bytes are the same, and finds its own.
+#[test]
+fn an_export_name_outside_ascii_finds_only_its_own_export() {
+    let module = "const userModule = {
+        'Ã©': () => ({ kind: 'wake', text: 'the Latin-1 look-alike' }),
+        'ü': () => ({ kind: 'wake', text: 'its own' }),
+    };";
+    let loaded = crate::load(bundle(module)).unwrap();
+    let named = |name: &str| {
+        let mut request = request("/hooks/shape", None);
+        request.export_name = Some(name.into());
+        crate::call(&loaded, request)
+    };
+    let missing = named("é").expect_err("no export named é");
+    assert!(missing.contains("no function export \"é\""), "{missing}");
+    assert_eq!(text(named("ü")), "its own");
 }
