@@ -3,9 +3,12 @@
 //! name: a component of a contract it does not know would otherwise link whenever its function
 //! types happen to match, and mean something else.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use wasmtime::Store;
 use wasmtime::component::types::ComponentItem;
-use wasmtime::component::{Component, InstancePre};
+use wasmtime::component::{Component, ComponentExportIndex, Func, InstancePre, TypedFunc};
 
 use super::bindings::{types, v0_1, v0_2};
 use super::host::HostState;
@@ -85,7 +88,19 @@ impl Contract {
 #[derive(Clone)]
 pub enum TransformPre {
     V0_1(v0_1::TransformPre<HostState>),
-    V0_2(v0_2::TransformPre<HostState>),
+    V0_2(HandlerPre),
+}
+
+/// A 0.2 component pre-instantiated, with the index of its `handler#transform` export looked up
+/// once. The bindings would check that export's type on every instance they make; it is the
+/// component's, the same in each of its instances, so it is checked on the first instance only
+/// (`checked`), and an instance of a component whose check failed is never called.
+#[derive(Clone)]
+pub struct HandlerPre {
+    bindings: v0_2::TransformPre<HostState>,
+    transform: ComponentExportIndex,
+    /// Whether an instance of this component passed the bindings' check of `transform`'s type.
+    checked: Arc<AtomicBool>,
 }
 
 impl TransformPre {
@@ -93,7 +108,19 @@ impl TransformPre {
     pub fn new(contract: Contract, pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
         Ok(match contract {
             Contract::V0_1 => TransformPre::V0_1(v0_1::TransformPre::new(pre)?),
-            Contract::V0_2 => TransformPre::V0_2(v0_2::TransformPre::new(pre)?),
+            Contract::V0_2 => {
+                let bindings = v0_2::TransformPre::new(pre)?;
+                let component = bindings.instance_pre().component();
+                let transform = component
+                    .get_export_index(None, HANDLER)
+                    .and_then(|handler| component.get_export_index(Some(&handler), "transform"))
+                    .ok_or_else(|| wasmtime::format_err!("no `{HANDLER}#transform` export"))?;
+                TransformPre::V0_2(HandlerPre {
+                    bindings,
+                    transform,
+                    checked: Arc::default(),
+                })
+            }
         })
     }
 
@@ -115,10 +142,32 @@ impl TransformPre {
     }
 }
 
-/// An instance of a transform, of either version.
+/// The 0.2 handler interface's name, as the bindings look it up (a 0.2.x export matches).
+const HANDLER: &str = "hookgate:transform/handler@0.2.0";
+
+impl HandlerPre {
+    async fn instantiate_async(&self, store: &mut Store<HostState>) -> wasmtime::Result<Func> {
+        let instance = self
+            .bindings
+            .instance_pre()
+            .instantiate_async(&mut *store)
+            .await?;
+        if !self.checked.load(Ordering::Acquire) {
+            // The bindings' own load: fails unless the export has the contract's type.
+            v0_2::Transform::new(&mut *store, &instance)?;
+            self.checked.store(true, Ordering::Release);
+        }
+        instance
+            .get_func(&mut *store, self.transform)
+            .ok_or_else(|| wasmtime::format_err!("no `{HANDLER}#transform` function"))
+    }
+}
+
+/// An instance of a transform, of either version: a 0.2 instance is its `transform` function,
+/// of the type its component was checked for.
 pub enum TransformInstance {
     V0_1(v0_1::Transform),
-    V0_2(v0_2::Transform),
+    V0_2(Func),
 }
 
 impl TransformInstance {
@@ -134,11 +183,16 @@ impl TransformInstance {
                 let outcome = instance.call_transform(store, &request.into()).await?;
                 Ok(outcome.map(Into::into))
             }
-            TransformInstance::V0_2(instance) => {
-                instance
-                    .hookgate_transform_handler()
-                    .call_transform(store, &request)
-                    .await
+            TransformInstance::V0_2(transform) => {
+                // SAFETY: `transform` is the `handler#transform` export of an instance that a
+                // `HandlerPre` returned, and it returns none until an instance of the same
+                // component passed the bindings' check that this export has this type. Every
+                // instance of one component has the same export types (the contract defines no
+                // resources), so this is the call the bindings make after their check.
+                let typed: TypedFunc<(&types::Request,), (Result<types::Outcome, String>,)> =
+                    unsafe { TypedFunc::new_unchecked(*transform) };
+                let (outcome,) = typed.call_async(&mut *store, (&request,)).await?;
+                Ok(outcome)
             }
         }
     }
