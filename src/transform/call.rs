@@ -18,7 +18,7 @@ use super::host::HostState;
 use super::limits::TransformLimits;
 use super::pipe::PipeOverflow;
 use super::registry::LoadedTransform;
-use super::warm::{IdleCount, IdleInstance, WarmInstance};
+use super::warm::{IdleCount, IdleInstance, WarmInstance, WarmLimits};
 use crate::hook::{Channel, Named, SessionMode, Thinking, WakeMode};
 use crate::mapping::{ActionKind, Overrides, TransformAction, non_blank};
 
@@ -142,11 +142,16 @@ impl TransformEngine {
                 "transform.export needs a component built against hookgate:transform@0.2; this one is 0.1".into(),
             ));
         }
-        let wait = slot_wait(limits.timeout);
-        let Ok(_slot) =
-            tokio::time::timeout(wait, self.slots.acquire(share, &input.mapping_id)).await
-        else {
-            return Err(TransformFailure::Busy(wait));
+        // Only a call that finds no free slot sets a timer for its wait.
+        let _slot = match self.slots.claim(share, &input.mapping_id) {
+            Ok(slot) => slot,
+            Err(queued) => {
+                let wait = slot_wait(limits.timeout);
+                let Ok(slot) = tokio::time::timeout(wait, queued.wait()).await else {
+                    return Err(TransformFailure::Busy(wait));
+                };
+                slot
+            }
         };
         let clock = GuestClock::new();
         let call = async {
@@ -175,8 +180,8 @@ impl TransformEngine {
         clock: &Arc<GuestClock>,
     ) -> Result<Returned, TransformFailure> {
         let memory_cap = limits.memory_bytes.min(self.memory_bytes);
-        let mut state = HostState::new(&input.mapping_id, memory_cap, limits.log_bytes);
-        state.charge_to(Arc::clone(clock), limits.timeout);
+        let charge = (Arc::clone(clock), limits.timeout);
+        let state = HostState::new(&input.mapping_id, memory_cap, limits.log_bytes, charge);
         let mut store = self.store(state);
         let request = request(input);
         let result = match transform.pre.instantiate_async(&mut store).await {
@@ -201,14 +206,17 @@ impl TransformEngine {
         clock: &Arc<GuestClock>,
     ) -> Result<Returned, TransformFailure> {
         let memory_cap = limits.memory_bytes.min(self.memory_bytes);
-        // Limits are part of the key, so a call never gets an instance made for other limits.
-        let key = format!("{}/{memory_cap}/{}", input.mapping_id, limits.log_bytes);
-        let mut warm = match self.take_warm(transform, &key) {
+        // A call never gets an instance made for other limits.
+        let made_for = WarmLimits {
+            memory_cap,
+            log_bytes: limits.log_bytes,
+        };
+        let mut warm = match self.take_warm(transform, &input.mapping_id, made_for) {
             Some(warm) => warm,
             None => {
-                let mut state =
-                    HostState::for_reuse(&input.mapping_id, memory_cap, limits.log_bytes);
-                state.charge_to(Arc::clone(clock), limits.timeout);
+                let charge = (Arc::clone(clock), limits.timeout);
+                let state =
+                    HostState::for_reuse(&input.mapping_id, memory_cap, limits.log_bytes, charge);
                 let mut store = self.store(state);
                 let instance = transform
                     .pre
@@ -219,6 +227,7 @@ impl TransformEngine {
                     store,
                     instance,
                     calls: 0,
+                    made_for,
                 }
             }
         };
@@ -229,11 +238,11 @@ impl TransformEngine {
         warm.store.set_epoch_deadline(1);
         let request = request(input);
         let result = warm.instance.call_transform(&mut warm.store, request).await;
-        warm.store.data().flush_output();
+        let output = warm.store.data().flush_output();
         warm.calls += 1;
         // A reused store's pipes hold several calls' output, so a call that wrote more than its
         // own budget was not stopped by a full pipe: it fails here instead.
-        let answer = if result.is_ok() && warm.store.data().output_full(limits.log_bytes) {
+        let answer = if result.is_ok() && output.reached(limits.log_bytes) {
             Err(TransformFailure::Output(format!(
                 "stdout/stderr over {} bytes",
                 limits.log_bytes
@@ -249,9 +258,10 @@ impl TransformEngine {
         let reusable = answer.is_ok()
             && !state.memory.exceeded
             && warm.calls < limits.reuse
-            && state.room_for_another_call(limits.log_bytes);
+            && output.room_for_another_call(limits.log_bytes);
         if reusable {
-            self.put_warm(transform, key, warm);
+            warm.store.data_mut().end_call(&output);
+            self.put_warm(transform, warm);
         }
         answer
     }
@@ -275,14 +285,24 @@ impl TransformEngine {
         store
     }
 
-    fn take_warm(&self, transform: &LoadedTransform, key: &str) -> Option<WarmInstance> {
-        let idle = lock(&transform.warm).get_mut(key)?.pop()?;
-        Some(idle.instance)
+    /// An idle instance of `mapping` made for `made_for`, the one that went idle last.
+    fn take_warm(
+        &self,
+        transform: &LoadedTransform,
+        mapping: &str,
+        made_for: WarmLimits,
+    ) -> Option<WarmInstance> {
+        let mut warm = lock(&transform.warm);
+        let idle = warm.get_mut(mapping)?;
+        let at = idle
+            .iter()
+            .rposition(|idle| idle.instance.made_for == made_for)?;
+        Some(idle.swap_remove(at).instance)
     }
 
     /// Keeps `warm` for the mapping's next call, unless idle instances already hold their share
     /// of the pool (then it is dropped, and the next call instantiates).
-    fn put_warm(&self, transform: &LoadedTransform, key: String, warm: WarmInstance) {
+    fn put_warm(&self, transform: &LoadedTransform, warm: WarmInstance) {
         let Some(count) = IdleCount::claim(&self.idle, self.max_idle) else {
             return;
         };
@@ -290,7 +310,14 @@ impl TransformEngine {
             instance: warm,
             _count: count,
         };
-        lock(&transform.warm).entry(key).or_default().push(idle);
+        let mut warm = lock(&transform.warm);
+        // The mapping's name is copied once, for its first idle instance.
+        if let Some(same_mapping) = warm.get_mut(idle.instance.store.data().mapping_id()) {
+            same_mapping.push(idle);
+        } else {
+            let mapping = idle.instance.store.data().mapping_id().to_owned();
+            warm.insert(mapping, vec![idle]);
+        }
     }
 }
 

@@ -86,31 +86,49 @@ impl CallSlots {
     /// Waits for a slot for a call of `mapping`, in the lane `share` names. Cancel-safe:
     /// dropping the future gives up the place in the queue, and a slot handed to it meanwhile
     /// goes back.
+    #[cfg(test)]
     pub async fn acquire(&self, share: SlotShare, mapping: &str) -> CallSlot {
+        match self.claim(share, mapping) {
+            Ok(slot) => slot,
+            Err(queued) => queued.wait().await,
+        }
+    }
+
+    /// A slot for a call of `mapping` at once if the lane `share` names may take a free one,
+    /// else a place in its queue.
+    pub fn claim(&self, share: SlotShare, mapping: &str) -> Result<CallSlot, Queued> {
         let key = LaneKey::of(share, mapping);
-        let waiting = {
-            let mut state = lock(&self.state);
-            let state = &mut *state;
-            let free = state.free;
-            let per_mapping = state.per_mapping;
-            let lane = state.lanes.entry(key.clone()).or_default();
-            if free > 0 && lane.in_use < per_mapping && lane.waiting.is_empty() {
-                lane.in_use += 1;
-                state.free -= 1;
-                return CallSlot {
-                    held: Some((Arc::clone(&self.state), key)),
-                };
-            }
-            if lane.waiting.len() >= 2 * per_mapping {
-                lane.waiting.retain(|waiter| !waiter.is_closed());
-            }
-            let (sender, receiver) = oneshot::channel();
-            lane.waiting.push_back(sender);
-            receiver
-        };
+        let mut state = lock(&self.state);
+        let state = &mut *state;
+        let free = state.free;
+        let per_mapping = state.per_mapping;
+        let lane = state.lanes.entry(key.clone()).or_default();
+        if free > 0 && lane.in_use < per_mapping && lane.waiting.is_empty() {
+            lane.in_use += 1;
+            state.free -= 1;
+            return Ok(CallSlot {
+                held: Some((Arc::clone(&self.state), key)),
+            });
+        }
+        if lane.waiting.len() >= 2 * per_mapping {
+            lane.waiting.retain(|waiter| !waiter.is_closed());
+        }
+        let (sender, receiver) = oneshot::channel();
+        lane.waiting.push_back(sender);
+        Err(Queued(receiver))
+    }
+}
+
+/// A call's place in its lane's queue. Dropping it gives the place up, and a slot handed to it
+/// meanwhile goes back.
+pub struct Queued(oneshot::Receiver<CallSlot>);
+
+impl Queued {
+    /// Waits for the slot.
+    pub async fn wait(self) -> CallSlot {
         // The sender is dropped unsent only by `dispatch`, which never does so for an open
         // receiver: every waiter is either handed a slot or still queued.
-        waiting
+        self.0
             .await
             .expect("a queued call is handed a slot before its sender is dropped")
     }

@@ -82,7 +82,9 @@ pub struct Budgeted<F> {
     clock: Arc<GuestClock>,
     limit: Duration,
     inner: Pin<Box<F>>,
-    timer: Pin<Box<tokio::time::Sleep>>,
+    /// Made the first time the call waits on something other than its turn: most calls finish
+    /// in their first poll, and never need one.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl<F: Future> Budgeted<F> {
@@ -91,7 +93,7 @@ impl<F: Future> Budgeted<F> {
             clock,
             limit,
             inner: Box::pin(inner),
-            timer: Box::pin(tokio::time::sleep(limit)),
+            timer: None,
         }
     }
 }
@@ -112,8 +114,16 @@ impl<F: Future> Future for Budgeted<F> {
             return Poll::Ready(Err(OutOfTime));
         };
         let deadline = tokio::time::Instant::now() + left;
-        self.timer.as_mut().reset(deadline);
-        match self.timer.as_mut().poll(cx) {
+        let timer = match &mut self.timer {
+            Some(timer) => {
+                timer.as_mut().reset(deadline);
+                timer
+            }
+            None => self
+                .timer
+                .insert(Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        match timer.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(Err(OutOfTime)),
             Poll::Pending => Poll::Pending,
         }

@@ -42,17 +42,40 @@ pub struct HostState {
 impl HostState {
     /// A context with no preopened directories, no environment, no arguments, stdin closed,
     /// (wasmtime-wasi's default) no network, and clocks that tick in whole milliseconds; stdout
-    /// and stderr captured up to `log_bytes` each.
-    pub fn new(mapping_id: &str, memory_bytes: usize, log_bytes: usize) -> Self {
-        Self::with_pipes(mapping_id, memory_bytes, log_bytes, log_bytes)
+    /// and stderr captured up to `log_bytes` each; its call charged to `clock`, within `limit`.
+    pub fn new(
+        mapping_id: &str,
+        memory_bytes: usize,
+        log_bytes: usize,
+        (clock, limit): (Arc<GuestClock>, Duration),
+    ) -> Self {
+        Self::with_pipes(
+            mapping_id,
+            memory_bytes,
+            log_bytes,
+            log_bytes,
+            (clock, limit),
+        )
     }
 
     /// Like [`HostState::new`], for a store that serves several calls: its pipes hold
     /// [`REUSED_PIPE_CALLS`] calls' worth of output; a call that writes `log_bytes` or more to
-    /// either fails when it returns ([`HostState::output_full`]).
-    pub fn for_reuse(mapping_id: &str, memory_bytes: usize, log_bytes: usize) -> Self {
+    /// either fails when it returns ([`HostState::output_full`]). Its first call is charged to
+    /// `clock`, within `limit`.
+    pub fn for_reuse(
+        mapping_id: &str,
+        memory_bytes: usize,
+        log_bytes: usize,
+        (clock, limit): (Arc<GuestClock>, Duration),
+    ) -> Self {
         let pipe_bytes = log_bytes.saturating_mul(REUSED_PIPE_CALLS);
-        Self::with_pipes(mapping_id, memory_bytes, log_bytes, pipe_bytes)
+        Self::with_pipes(
+            mapping_id,
+            memory_bytes,
+            log_bytes,
+            pipe_bytes,
+            (clock, limit),
+        )
     }
 
     fn with_pipes(
@@ -60,6 +83,7 @@ impl HostState {
         memory_bytes: usize,
         log_bytes: usize,
         pipe_bytes: usize,
+        (clock, time_limit): (Arc<GuestClock>, Duration),
     ) -> Self {
         let stdout = BoundedPipe::new(pipe_bytes);
         let stderr = BoundedPipe::new(pipe_bytes);
@@ -86,9 +110,14 @@ impl HostState {
             stdout,
             stderr,
             output_at_call: [0, 0],
-            clock: GuestClock::new(),
-            time_limit: Duration::MAX,
+            clock,
+            time_limit,
         }
+    }
+
+    /// The id of the mapping whose calls this store serves.
+    pub fn mapping_id(&self) -> &str {
+        &self.log.mapping_id
     }
 
     /// Charges the calls to come to `clock`, within `limit`.
@@ -102,44 +131,39 @@ impl HostState {
         self.clock.spent() >= self.time_limit
     }
 
-    /// Starts another call on a reused store: a fresh log budget, output counted from here, and
-    /// no memory breach remembered (a call that breached was not reused).
+    /// Starts another call on a reused store: a fresh log budget and no memory breach
+    /// remembered (a call that breached was not reused). Its output is counted from where the
+    /// previous call's ended ([`HostState::end_call`]).
     pub fn begin_call(&mut self, log_bytes: usize) {
         self.log.budget = log_bytes;
         self.log.dropped = 0;
         self.memory.exceeded = false;
-        self.output_at_call = [self.stdout.contents().len(), self.stderr.contents().len()];
+    }
+
+    /// Ends a call on a reused store whose instance serves another: the next call's output is
+    /// counted from what the pipes hold now (nothing writes to them between calls).
+    pub fn end_call(&mut self, output: &CallOutput) {
+        self.output_at_call = output.held;
     }
 
     /// Whether stdout or stderr took `capacity` bytes or more in this call: on a fresh store the
     /// guest's next write failed, which usually ends it; a reused store's larger pipes let the
     /// call go on, and this is how it is caught.
     pub fn output_full(&self, capacity: usize) -> bool {
-        self.call_output()
-            .iter()
-            .any(|(_, bytes)| bytes.len() >= capacity)
+        [&self.stdout, &self.stderr]
+            .into_iter()
+            .zip(self.output_at_call)
+            .any(|(pipe, at)| pipe.contents().len().saturating_sub(at) >= capacity)
     }
 
-    /// Whether the pipes can take another call's `log_bytes`.
-    pub fn room_for_another_call(&self, log_bytes: usize) -> bool {
-        [&self.stdout, &self.stderr].iter().all(|pipe| {
-            pipe.contents().len().saturating_add(log_bytes)
-                <= log_bytes.saturating_mul(REUSED_PIPE_CALLS)
-        })
-    }
-
-    /// What this call wrote to stdout and stderr.
-    fn call_output(&self) -> [(&'static str, bytes::Bytes); 2] {
-        let since = |pipe: &BoundedPipe, at: usize| pipe.contents().slice(at..);
-        [
-            ("stdout", since(&self.stdout, self.output_at_call[0])),
-            ("stderr", since(&self.stderr, self.output_at_call[1])),
-        ]
-    }
-
-    /// Sends what the guest wrote to stdout and stderr in this call to the server log.
-    pub fn flush_output(&self) {
-        for (stream, bytes) in self.call_output() {
+    /// Sends what the guest wrote to stdout and stderr in this call to the server log, and
+    /// says how much that was: the pipes are read once per call.
+    pub fn flush_output(&self) -> CallOutput {
+        let held = [self.stdout.contents(), self.stderr.contents()];
+        let mut written = [0; 2];
+        for (i, stream) in ["stdout", "stderr"].into_iter().enumerate() {
+            let bytes = held[i].slice(self.output_at_call[i]..);
+            written[i] = bytes.len();
             if !bytes.is_empty() {
                 let text = String::from_utf8_lossy(&bytes);
                 let text = guest_text(text.trim_end(), bytes.len());
@@ -149,6 +173,31 @@ impl HostState {
         if self.log.dropped > 0 {
             tracing::warn!(mapping = %self.log.mapping_id, dropped = self.log.dropped, "transform log lines dropped over the per-call budget");
         }
+        CallOutput {
+            written,
+            held: held.map(|bytes| bytes.len()),
+        }
+    }
+}
+
+/// What a call wrote to stdout and stderr, and what the store's pipes hold after it, in bytes.
+pub struct CallOutput {
+    written: [usize; 2],
+    held: [usize; 2],
+}
+
+impl CallOutput {
+    /// Whether the call wrote `capacity` bytes or more to stdout or stderr (as
+    /// [`HostState::output_full`]).
+    pub fn reached(&self, capacity: usize) -> bool {
+        self.written.iter().any(|&bytes| bytes >= capacity)
+    }
+
+    /// Whether a reused store's pipes can take another call's `log_bytes`.
+    pub fn room_for_another_call(&self, log_bytes: usize) -> bool {
+        self.held.iter().all(|&bytes| {
+            bytes.saturating_add(log_bytes) <= log_bytes.saturating_mul(REUSED_PIPE_CALLS)
+        })
     }
 }
 

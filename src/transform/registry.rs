@@ -41,8 +41,8 @@ pub struct LoadedTransform {
     /// What built it: a JavaScript component of an older SDK keeps no instance between calls.
     pub builder: Builder,
     /// Idle instances of mappings with `transform.reuse` above 1 (JavaScript modules' by
-    /// default), by mapping and limits: never shared between mappings, and dropped with this
-    /// module's version.
+    /// default), by mapping id, each with the limits it was made for: never shared between
+    /// mappings, and dropped with this module's version.
     pub(super) warm: std::sync::Mutex<HashMap<String, Vec<IdleInstance>>>,
     /// Calls of this version of the file, kept across reloads that keep its code.
     pub(super) stats: Arc<CallStats>,

@@ -14,6 +14,16 @@ pub(crate) struct WarmInstance {
     pub(super) store: Store<HostState>,
     pub(super) instance: TransformInstance,
     pub(super) calls: u32,
+    /// The limits its store was made with: only a call with the same limits takes it.
+    pub(super) made_for: WarmLimits,
+}
+
+/// The limits a kept instance's store holds for all its calls: the memory cap of its limiter and
+/// the size of its output pipes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WarmLimits {
+    pub(super) memory_cap: usize,
+    pub(super) log_bytes: usize,
 }
 
 /// An instance waiting for its mapping's next call, counted as idle for as long as it waits:
