@@ -1,19 +1,19 @@
 //! The state a transform's store holds, for one call or for the calls of a reused instance: an
-//! empty WASI context, the memory cap, and the bounded sinks for stdout, stderr and the `log`
-//! import, each with a budget of its own per call.
+//! empty WASI context (made at the guest's first WASI call), the memory cap, and the bounded
+//! sinks for stdout, stderr and the `log` import, each with a budget of its own per call.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{WasiCtxView, WasiView};
 
 use super::bindings::{types, v0_1, v0_2};
 use super::guest_clock::GuestClock;
 use super::guest_text::guest_text;
 use super::limits::{CORE_INSTANCES_PER_COMPONENT, MEMORIES_PER_COMPONENT, TABLES_PER_COMPONENT};
-use super::pipe::BoundedPipe;
+use super::wasi::GuestWasi;
 
 /// Tables may not grow past this many elements (function tables of ordinary guests are far
 /// smaller); keeps a hostile `table.grow` from taking host memory outside the memory cap.
@@ -26,12 +26,10 @@ const REUSED_PIPE_CALLS: usize = 4;
 /// Everything one call's store owns (or, with `transform.reuse`, the calls of one mapping that
 /// share it). Dropped with the store, so nothing outlives it.
 pub struct HostState {
-    wasi: WasiCtx,
+    wasi: GuestWasi,
     table: ResourceTable,
     pub(super) memory: MemoryCap,
     pub(super) log: LogSink,
-    stdout: BoundedPipe,
-    stderr: BoundedPipe,
     /// How much of stdout and stderr was there when the current call began.
     output_at_call: [usize; 2],
     /// The current call's running time, and the limit it is held to (`timeoutMs`).
@@ -40,9 +38,8 @@ pub struct HostState {
 }
 
 impl HostState {
-    /// A context with no preopened directories, no environment, no arguments, stdin closed,
-    /// (wasmtime-wasi's default) no network, and clocks that tick in whole milliseconds; stdout
-    /// and stderr captured up to `log_bytes` each; its call charged to `clock`, within `limit`.
+    /// A WASI context ([`GuestWasi::ctx`]) with stdout and stderr captured up to `log_bytes`
+    /// each; its call charged to `clock`, within `limit`.
     pub fn new(
         mapping_id: &str,
         memory_bytes: usize,
@@ -85,17 +82,8 @@ impl HostState {
         pipe_bytes: usize,
         (clock, time_limit): (Arc<GuestClock>, Duration),
     ) -> Self {
-        let stdout = BoundedPipe::new(pipe_bytes);
-        let stderr = BoundedPipe::new(pipe_bytes);
-        let wasi = WasiCtx::builder()
-            .stdout(stdout.clone())
-            .stderr(stderr.clone())
-            .wall_clock(MillisecondWallClock)
-            .monotonic_clock(MillisecondMonotonicClock::new())
-            .max_random_size(MAX_RANDOM_BYTES)
-            .build();
         HostState {
-            wasi,
+            wasi: GuestWasi::new(pipe_bytes),
             table: ResourceTable::new(),
             memory: MemoryCap {
                 limit: memory_bytes,
@@ -107,8 +95,6 @@ impl HostState {
                 budget: log_bytes,
                 dropped: 0,
             },
-            stdout,
-            stderr,
             output_at_call: [0, 0],
             clock,
             time_limit,
@@ -150,16 +136,17 @@ impl HostState {
     /// guest's next write failed, which usually ends it; a reused store's larger pipes let the
     /// call go on, and this is how it is caught.
     pub fn output_full(&self, capacity: usize) -> bool {
-        [&self.stdout, &self.stderr]
+        self.wasi
+            .output()
             .into_iter()
             .zip(self.output_at_call)
-            .any(|(pipe, at)| pipe.contents().len().saturating_sub(at) >= capacity)
+            .any(|(held, at)| held.len().saturating_sub(at) >= capacity)
     }
 
     /// Sends what the guest wrote to stdout and stderr in this call to the server log, and
     /// says how much that was: the pipes are read once per call.
     pub fn flush_output(&self) -> CallOutput {
-        let held = [self.stdout.contents(), self.stderr.contents()];
+        let held = self.wasi.output();
         let mut written = [0; 2];
         for (i, stream) in ["stdout", "stderr"].into_iter().enumerate() {
             let bytes = held[i].slice(self.output_at_call[i]..);
@@ -201,56 +188,10 @@ impl CallOutput {
     }
 }
 
-/// Wall time in whole milliseconds. A transform may know the time of day, but a nanosecond clock
-/// is a timer for measuring the host (cache and speculative-execution side channels); a
-/// millisecond is coarse enough to blunt that and fine enough for any timestamp a webhook needs.
-struct MillisecondWallClock;
-
-const MILLISECOND: Duration = Duration::from_millis(1);
-
-impl HostWallClock for MillisecondWallClock {
-    fn resolution(&self) -> Duration {
-        MILLISECOND
-    }
-
-    fn now(&self) -> Duration {
-        let since_epoch = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        Duration::from_millis(u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX))
-    }
-}
-
-/// Time since the store was made (the call, or a reused instance's first call), in whole
-/// milliseconds: no finer than the wall clock, for the same
-/// reason, and it still advances, so a guest that waits for time to pass is not stuck.
-struct MillisecondMonotonicClock {
-    start: Instant,
-}
-
-impl MillisecondMonotonicClock {
-    fn new() -> Self {
-        MillisecondMonotonicClock {
-            start: Instant::now(),
-        }
-    }
-}
-
-impl HostMonotonicClock for MillisecondMonotonicClock {
-    fn resolution(&self) -> u64 {
-        1_000_000
-    }
-
-    fn now(&self) -> u64 {
-        let millis = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        millis.saturating_mul(1_000_000)
-    }
-}
-
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
-            ctx: &mut self.wasi,
+            ctx: self.wasi.ctx(),
             table: &mut self.table,
         }
     }
@@ -303,12 +244,6 @@ impl ResourceLimiter for MemoryCap {
         Ok(desired <= MAX_TABLE_ELEMENTS)
     }
 }
-
-/// The most bytes one `wasi:random` call may ask for; a larger request traps. The call is
-/// synchronous, out of reach of the epoch deadline and outside the guest's memory cap (the
-/// default, 64 MiB, held a runtime worker for 700 ms and 64 MiB per call); 64 KiB takes
-/// microseconds, and a guest that wants more asks again, interruptibly.
-const MAX_RANDOM_BYTES: u64 = 64 * 1024;
 
 /// What the host adds to each guest log line (time, level, target, mapping id), counted against
 /// the budget with the line.

@@ -28,6 +28,7 @@ mod pipe;
 mod registry;
 mod shown;
 mod warm;
+mod wasi;
 
 pub use builder::{Builder, JS_ADAPTER_REVISION, JS_SDK_SECTION};
 pub use cache::CompileCache;
