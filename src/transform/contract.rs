@@ -3,9 +3,6 @@
 //! name: a component of a contract it does not know would otherwise link whenever its function
 //! types happen to match, and mean something else.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use wasmtime::Store;
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, ComponentExportIndex, Func, InstancePre, TypedFunc};
@@ -91,16 +88,16 @@ pub enum TransformPre {
     V0_2(HandlerPre),
 }
 
-/// A 0.2 component pre-instantiated, with the index of its `handler#transform` export looked up
-/// once. The bindings would check that export's type on every instance they make; it is the
-/// component's, the same in each of its instances, so it is checked on the first instance only
-/// (`checked`), and an instance of a component whose check failed is never called.
+/// A 0.2 component pre-instantiated, with its `handler#transform` export looked up and its type
+/// checked once, when the component loads: a component whose handler has another type is
+/// refused then, as a 0.1 component's is by its bindings, rather than failing every call. The
+/// bindings would check that type again on every instance they make; it is the component's, the
+/// same in each of its instances (the contract defines no resources), so an instance's export is
+/// called as the type checked here.
 #[derive(Clone)]
 pub struct HandlerPre {
     bindings: v0_2::TransformPre<HostState>,
     transform: ComponentExportIndex,
-    /// Whether an instance of this component passed the bindings' check of `transform`'s type.
-    checked: Arc<AtomicBool>,
 }
 
 impl TransformPre {
@@ -110,15 +107,10 @@ impl TransformPre {
             Contract::V0_1 => TransformPre::V0_1(v0_1::TransformPre::new(pre)?),
             Contract::V0_2 => {
                 let bindings = v0_2::TransformPre::new(pre)?;
-                let component = bindings.instance_pre().component();
-                let transform = component
-                    .get_export_index(None, HANDLER)
-                    .and_then(|handler| component.get_export_index(Some(&handler), "transform"))
-                    .ok_or_else(|| wasmtime::format_err!("no `{HANDLER}#transform` export"))?;
+                let transform = handler_transform(&bindings)?;
                 TransformPre::V0_2(HandlerPre {
                     bindings,
                     transform,
-                    checked: Arc::default(),
                 })
             }
         })
@@ -145,6 +137,27 @@ impl TransformPre {
 /// The 0.2 handler interface's name, as the bindings look it up (a 0.2.x export matches).
 const HANDLER: &str = "hookgate:transform/handler@0.2.0";
 
+/// The index of `pre`'s `handler#transform` export, checked to be a function of the contract's
+/// type, as the bindings check it on an instance.
+fn handler_transform(
+    pre: &v0_2::TransformPre<HostState>,
+) -> wasmtime::Result<ComponentExportIndex> {
+    let instance_pre = pre.instance_pre();
+    let component = instance_pre.component();
+    let (item, transform) = component
+        .get_export_index(None, HANDLER)
+        .and_then(|handler| component.get_export(Some(&handler), "transform"))
+        .ok_or_else(|| wasmtime::format_err!("no `{HANDLER}#transform` export"))?;
+    let ComponentItem::ComponentFunc(func) = item else {
+        wasmtime::bail!("`{HANDLER}#transform` is not a function");
+    };
+    func.typecheck::<(&types::Request,), (Result<types::Outcome, String>,)>(
+        &instance_pre.instance_type(),
+    )
+    .map_err(|err| err.context(format!("type-checking `{HANDLER}#transform`")))?;
+    Ok(transform)
+}
+
 impl HandlerPre {
     async fn instantiate_async(&self, store: &mut Store<HostState>) -> wasmtime::Result<Func> {
         let instance = self
@@ -152,11 +165,6 @@ impl HandlerPre {
             .instance_pre()
             .instantiate_async(&mut *store)
             .await?;
-        if !self.checked.load(Ordering::Acquire) {
-            // The bindings' own load: fails unless the export has the contract's type.
-            v0_2::Transform::new(&mut *store, &instance)?;
-            self.checked.store(true, Ordering::Release);
-        }
         instance
             .get_func(&mut *store, self.transform)
             .ok_or_else(|| wasmtime::format_err!("no `{HANDLER}#transform` function"))
@@ -185,10 +193,10 @@ impl TransformInstance {
             }
             TransformInstance::V0_2(transform) => {
                 // SAFETY: `transform` is the `handler#transform` export of an instance that a
-                // `HandlerPre` returned, and it returns none until an instance of the same
-                // component passed the bindings' check that this export has this type. Every
-                // instance of one component has the same export types (the contract defines no
-                // resources), so this is the call the bindings make after their check.
+                // `HandlerPre` returned, whose component was checked when it loaded to export
+                // it with this type (`handler_transform`). Every instance of one component has
+                // the same export types (the contract defines no resources), so this is the
+                // call the bindings make after their check.
                 let typed: TypedFunc<(&types::Request,), (Result<types::Outcome, String>,)> =
                     unsafe { TypedFunc::new_unchecked(*transform) };
                 let (outcome,) = typed.call_async(&mut *store, (&request,)).await?;

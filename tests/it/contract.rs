@@ -3,7 +3,7 @@
 //! refused at load naming both versions, whether its exports carry the version (0.2 on) or only
 //! its imports do (a root `transform` export, as in 0.1), and `transform.export` is refused on a
 //! 0.1 component, which has one entry point. A component with the 0.2 handler's names whose
-//! `transform` has another type fails each call on the type check, and is never called.
+//! `transform` has another type is refused at load too.
 
 use serde_json::{Value, json};
 
@@ -87,38 +87,22 @@ fn transform_export_on_a_0_1_component_is_refused_at_load() {
     );
 }
 
-/// The handler's type is checked on a component's first instance, and later instances are called
-/// as the type that check accepted: one that failed it must fail every call the same way, the
-/// second as the first, and never be called as the contract's type.
-#[tokio::test]
-async fn a_handler_of_another_type_fails_every_call_on_its_type() {
+/// A 0.2 component whose `handler#transform` has another type than the contract's is refused
+/// at load, naming the mapping and the module, as a 0.1 component's root export is: never
+/// loaded to fail every call.
+#[test]
+fn a_handler_of_another_type_is_refused_at_load() {
     let dir = ConfigDir::new(&config_with(json!([mapping("mistyped.wasm")])));
     install_transforms(&dir, &["mistyped"]);
-    let server = Hookgate::start_in(&dir);
-    for n in 1..=2 {
-        let (status, reply) = json_of(
-            server
-                .hook("/hooks/mistyped")
-                .json(&json!({"n": n}))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
-        assert_eq!(
-            (status, reply),
-            (500, json!({"ok": false, "error": "hook mapping failed"})),
-            "call {n}"
-        );
-    }
-    assert!(server.wake_texts().await.is_empty());
-    let (_, log) = server.terminate();
-    let failures: Vec<&str> = log
-        .lines()
-        .filter(|line| line.contains("transform failed") && line.contains("mapping=mistyped"))
-        .collect();
-    assert_eq!(failures.len(), 2, "{log}");
-    for line in failures {
-        assert!(line.contains("type mismatch"), "{line}");
-    }
+    let (status, output) = check_in(&dir);
+    assert!(!status.success(), "{output}");
+    assert!(
+        output.contains("hooks.mappings[0].transform.module: mistyped.wasm:")
+            && output.contains("type-checking `hookgate:transform/handler@0.2.0#transform`"),
+        "{output}"
+    );
+    let refused = Hookgate::try_start_in(&dir, &[])
+        .err()
+        .expect("serve refuses it too");
+    assert!(refused.contains("mistyped.wasm"), "{refused}");
 }
