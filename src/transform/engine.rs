@@ -141,8 +141,10 @@ fn config(limits: &TransformLimits, pooled: bool) -> Config {
 /// unmap, but wasmtime queues that empty region all the same, and a batch of them costs a
 /// `process_madvise` that unmaps nothing (0.375 per fresh JavaScript instance: three regions an
 /// instance, eight a batch) while keeping the slots out of the pool until it runs. Batches of one
-/// return such a slot at once, with no call (an empty region alone is skipped); only a guest that
-/// touched more than [`KEEP_RESIDENT`] still unmaps, once per slot.
+/// return such a slot at once, with no call (an empty region alone is skipped). A scan stops
+/// early when the slot holds more than [`KEEP_RESIDENT`] of private pages (the union of what
+/// its calls wrote) or finds more dirty regions than wasmtime's scan takes (32); what lies past
+/// it is unmapped, with one `madvise` per freed slot where a batch shared one.
 fn decommit_batch() -> usize {
     if PoolingAllocationConfig::is_pagemap_scan_available() {
         1

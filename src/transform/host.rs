@@ -57,7 +57,7 @@ impl HostState {
 
     /// Like [`HostState::new`], for a store that serves several calls: its pipes hold
     /// [`REUSED_PIPE_CALLS`] calls' worth of output; a call that writes `log_bytes` or more to
-    /// either fails when it returns ([`HostState::output_full`]). Its first call is charged to
+    /// either fails when it returns ([`CallOutput::reached`]). Its first call is charged to
     /// `clock`, within `limit`.
     pub fn for_reuse(
         mapping_id: &str,
