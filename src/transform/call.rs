@@ -297,7 +297,8 @@ impl TransformEngine {
         let at = idle
             .iter()
             .rposition(|idle| idle.instance.made_for == made_for)?;
-        Some(idle.swap_remove(at).instance)
+        // `remove`, not `swap_remove`: the others keep the order they went idle in.
+        Some(idle.remove(at).instance)
     }
 
     /// Keeps `warm` for the mapping's next call, unless idle instances already hold their share
