@@ -279,7 +279,10 @@ async fn a_killed_node_s_runs_are_finished_by_the_other_once_each() {
     let nats = NatsServer::start();
     // Until the first node is killed its runs are in flight; afterwards they end at once.
     let (provider, killed) = provider_stalling_until_told().await;
-    let config = node_config(&nats, &provider);
+    let mut config = node_config(&nats, &provider);
+    // Long enough that no run times out on the first node before the last one reaches the
+    // provider, however slowly the three are accepted: the node is killed with all in flight.
+    set(&mut config, "agents.defaults.timeoutSeconds", json!(10));
     let (a, _dir_a) = Hookgate::start(&config);
     // Two runs of one session key: the second waits for the first, across the handover.
     let mut run_ids = Vec::new();
@@ -300,8 +303,8 @@ async fn a_killed_node_s_runs_are_finished_by_the_other_once_each() {
     a.kill();
 
     let (b, _dir_b) = Hookgate::start(&config);
-    // The runs come back after the ack wait (run timeout 2 s + 5 s).
-    all_ok(&b, &run_ids, Duration::from_secs(40)).await;
+    // The runs come back after the ack wait (run timeout 10 s + 5 s).
+    all_ok(&b, &run_ids, Duration::from_secs(60)).await;
     let events = all_events(&b).await;
     let summaries = summaries_per_run(&events);
     assert_eq!(
