@@ -571,6 +571,41 @@ fn transform_run_prints_the_outcome_as_json() {
     assert_eq!(outcome["action"]["name"], "GitHub");
 }
 
+/// `transform run` makes one call at a time and sizes the engine's pool for that: in an address
+/// space of 32 GiB its instance still comes from the pool, as a server's do. Sized for a
+/// server's default 32 calls at once, the pool's reservation (516 GiB) failed there, and under
+/// valgrind (about 64 GiB in one mapping), so the engine allocated on demand and a call counted
+/// there was not the call a server makes (docs/performance.md, "Profiling").
+#[test]
+fn transform_run_takes_its_instance_from_the_pool_in_a_small_address_space() {
+    use std::os::unix::process::CommandExt;
+    let mut command = transform_run("github.wasm", "github-push.json");
+    command.args(["--name", "github", "--header", "X-GitHub-Event: push"]);
+    // SAFETY: between fork and exec the closure only calls setrlimit, which is
+    // async-signal-safe, and allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            let bytes = 32 << 30;
+            let limit = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let out = command.output().unwrap();
+    assert_succeeded(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("pooling allocator unavailable"),
+        "the engine fell back to allocating on demand: {stderr}"
+    );
+}
+
 /// `transform run` shows what the transform returned, not what hookgate reads from it: names
 /// as the transform spelled them, texts untrimmed, blanks as they are.
 #[test]
