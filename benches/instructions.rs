@@ -12,6 +12,14 @@
 //! runs the cases whose name contains that text; `INSTR_CASE=echo,wake` those that contain
 //! either. valgrind is installed with apt-get when missing and the user may.
 //!
+//! hookgate's transforms run in the pooling allocator, as in production: the configuration caps
+//! `hooks.transformLimits.maxConcurrent` at [`MAX_CONCURRENT`], so that the pool's one reservation
+//! of address space fits in what valgrind gives a process ([`MAX_CONCURRENT`] says how much).
+//! A hookgate server that logs that it fell back to allocating on demand fails the case, so a
+//! figure is never the count of a path production does not take. `INSTR_ON_DEMAND=1` leaves the
+//! default `maxConcurrent`, whose pool valgrind cannot reserve, and checks that the servers did
+//! allocate on demand: the path the figures counted before, for comparison.
+//!
 //! Run: `cargo bench --bench instructions`.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -27,6 +35,23 @@ use support::{
     SERIAL, build_js, build_transforms, echo_router, example_payload, installed, listening,
     selected, serve_in_thread, start_hookgate, start_hookgate_under, stop, wait_for_empty_queue,
 };
+
+/// Transform calls at once (`hooks.transformLimits.maxConcurrent`) in the benchmark's
+/// configuration. The pool reserves, in one mapping, 4 GiB and a 32 MiB guard for each of two
+/// memories per slot, and two slots per call at once (calls and idle kept instances): 516 GiB at
+/// the default 32, where valgrind 3.19 maps at most about 63.9 GiB in one piece (126 GiB in
+/// all), so the engine fell back to allocating on demand. Two calls at once is 32.3 GiB; the
+/// requests are sent one at a time, so no call waits for a slot. What a call costs does not
+/// depend on how many slots the pool has.
+const MAX_CONCURRENT: u32 = 2;
+
+/// What hookgate logs when it cannot reserve the pool (`src/transform/engine.rs`).
+const POOL_FALLBACK: &str = "pooling allocator unavailable";
+
+/// Whether the transforms run in the pool (unless `INSTR_ON_DEMAND` is set).
+fn pooled() -> bool {
+    std::env::var_os("INSTR_ON_DEMAND").is_none()
+}
 
 const HOOK_TOKEN: &str = "bench-hook-token-0123";
 const GATEWAY_TOKEN: &str = "bench-gateway-token-0123";
@@ -186,11 +211,16 @@ fn prepare_dir(wasm: &Path, js: &Path) -> tempfile::TempDir {
     std::fs::create_dir_all(&root).unwrap();
     std::fs::copy(wasm.join("github.wasm"), root.join("github.wasm")).unwrap();
     std::fs::copy(js, root.join("title.wasm")).unwrap();
+    // Under callgrind a call runs some 50 times slower, and a transform's time limit is wall
+    // time: a minute keeps the limit out of the way without changing what it costs. Few enough
+    // slots for valgrind to reserve the pool ([`MAX_CONCURRENT`]).
+    let mut limits = json!({"timeoutMs": 60_000});
+    if pooled() {
+        limits["maxConcurrent"] = json!(MAX_CONCURRENT);
+    }
     let config = json!({
         "gateway": {"auth": {"token": GATEWAY_TOKEN}},
-        // Under callgrind a call runs some 50 times slower, and a transform's time limit is
-        // wall time: a minute keeps the limit out of the way without changing what it costs.
-        "hooks": {"enabled": true, "token": HOOK_TOKEN, "transformLimits": {"timeoutMs": 60_000},
+        "hooks": {"enabled": true, "token": HOOK_TOKEN, "transformLimits": limits,
          "mappings": [
             {"id": "deploy", "match": {"path": "deploy"}, "action": "wake", "wakeMode": "next-heartbeat",
              "textTemplate": "Deployed {{service}} {{version}}"},
@@ -327,20 +357,22 @@ fn dumped_instructions(dump: &Path) -> u64 {
         .unwrap_or_else(|| panic!("no summary in {}", dump.display()))
 }
 
-/// Starts `case`'s server under callgrind writing to `profile`; returns it and its base URL.
-fn start_under_callgrind(case: &Case, dir: &Path, profile: &Path) -> (Child, String) {
+/// Starts `case`'s server under callgrind writing to `profile`, its standard error to `log`;
+/// returns it and its base URL.
+fn start_under_callgrind(case: &Case, dir: &Path, profile: &Path, log: &Path) -> (Child, String) {
     let wrapper = vec![
         installed("valgrind", "valgrind").to_string(),
         "--tool=callgrind".to_string(),
         format!("--callgrind-out-file={}", profile.display()),
     ];
+    let stderr = || Stdio::from(std::fs::File::create(log).unwrap());
     match case.server {
         Server::Hookgate => {
-            let (child, base, _) = start_hookgate_under(dir, &wrapper);
+            let (child, base, _) = start_hookgate_under(dir, &wrapper, stderr());
             (child, base)
         }
         Server::Edge => {
-            let (child, base, _) = start_hookgate_under(&edge_dir(dir), &wrapper);
+            let (child, base, _) = start_hookgate_under(&edge_dir(dir), &wrapper, stderr());
             (child, base)
         }
         Server::Echo => {
@@ -391,7 +423,8 @@ fn measure(case: &Case, dir: &Path, out: &Path, plan: &mut Plan) -> u64 {
     // callgrind numbers the dumps it is asked for: the first is `<file>.1`.
     let dump = PathBuf::from(format!("{}.1", profile.display()));
     let _ = std::fs::remove_file(&dump);
-    let (child, base) = start_under_callgrind(case, dir, &profile);
+    let log = out.join(format!("{}.stderr", case.file));
+    let (child, base) = start_under_callgrind(case, dir, &profile, &log);
     let server = Running(Some(child));
     let pid = server.0.as_ref().unwrap().id();
     let mut connection = Connection::open(&base);
@@ -411,9 +444,31 @@ fn measure(case: &Case, dir: &Path, out: &Path, plan: &mut Plan) -> u64 {
     let instructions = dumped_instructions(&dump);
     drop(connection);
     server.stop();
+    assert_pooled(case, &log);
     // The file the server wrote at its exit counts its shutdown; the measured dump replaces it.
     std::fs::rename(&dump, &profile).unwrap();
     instructions
+}
+
+/// Panics when `case`'s hookgate, configured by [`prepare_dir`], allocated its transforms'
+/// instances otherwise than [`pooled`] asks, as it logged to `log`.
+fn assert_pooled(case: &Case, log: &Path) {
+    if case.server != Server::Hookgate {
+        return;
+    }
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let on_demand = text.contains(POOL_FALLBACK);
+    assert!(
+        on_demand != pooled(),
+        "{}: hookgate's instances were {} under valgrind, not as asked (see {})",
+        case.name,
+        if on_demand {
+            "allocated on demand"
+        } else {
+            "pooled"
+        },
+        log.display()
+    );
 }
 
 /// Where the profiles are kept: `instructions/` in the target directory.
@@ -461,9 +516,10 @@ fn main() {
     let out = profile_dir();
     println!(
         "instructions per request under callgrind: {} warm-up, {} measured over one connection; \
-         profiles in {}",
+         transform instances {}; profiles in {}",
         plan.warmup,
         plan.requests,
+        if pooled() { "pooled" } else { "on demand" },
         out.display()
     );
     let mut figures: Vec<(&str, f64)> = Vec::new();

@@ -73,12 +73,17 @@ pub fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
 pub fn start_hookgate(dir: &Path) -> (Child, String, Duration) {
     let wrapper = std::env::var("HOOKGATE_WRAPPER").unwrap_or_default();
     let wrapper: Vec<String> = wrapper.split_whitespace().map(String::from).collect();
-    start_hookgate_under(dir, &wrapper)
+    start_hookgate_under(dir, &wrapper, Stdio::null())
 }
 
-/// Starts hookgate under `wrapper` (a program and its arguments; none runs it directly);
-/// returns the child (the wrapper's process), its base URL and the time until `listening`.
-pub fn start_hookgate_under(dir: &Path, wrapper: &[String]) -> (Child, String, Duration) {
+/// Starts hookgate under `wrapper` (a program and its arguments; none runs it directly), its
+/// standard error (the log's lines, and the wrapper's) to `stderr`; returns the child (the
+/// wrapper's process), its base URL and the time until `listening`.
+pub fn start_hookgate_under(
+    dir: &Path,
+    wrapper: &[String],
+    stderr: Stdio,
+) -> (Child, String, Duration) {
     let started = Instant::now();
     let mut command = wrapper.iter();
     let mut child = match command.next() {
@@ -93,7 +98,7 @@ pub fn start_hookgate_under(dir: &Path, wrapper: &[String]) -> (Child, String, D
     .arg(dir.join("hookgate.json5"))
     .env("RUST_LOG", "hookgate=warn")
     .stdout(Stdio::piped())
-    .stderr(Stdio::null())
+    .stderr(stderr)
     .spawn()
     .unwrap();
     let base = listening(&mut child);
