@@ -41,8 +41,9 @@ use support::{
 /// memories per slot, and two slots per call at once (calls and idle kept instances): 516 GiB at
 /// the default 32, where valgrind 3.19 maps at most about 63.9 GiB in one piece (126 GiB in
 /// all), so the engine fell back to allocating on demand. Two calls at once is 32.3 GiB; the
-/// requests are sent one at a time, so no call waits for a slot. What a call costs does not
-/// depend on how many slots the pool has.
+/// requests are sent one at a time, so no call waits for a slot. Only the pool's bookkeeping
+/// depends on how many slots it has (wasmtime shards an index of 128 slots or more); the
+/// instantiation, the call and the slot's reset do not.
 const MAX_CONCURRENT: u32 = 2;
 
 /// What hookgate logs when it cannot reserve the pool (`src/transform/engine.rs`).
