@@ -20,7 +20,18 @@
  * the `flags` getter (js_regexp_get_flags): one that reads a flag not checked in
  * hookgate_split_is_plain would let a program change that flag's getter unseen.
  */
+/* QuickJS's js_free_shape0, which frees a shape whose last reference went, is compiled as
+   quickjs_free_shape0, and its one caller, js_free_shape, calls hookgate_free_shape0 instead
+   (below: it may keep the shape). The macro tells the two apart by the first token of the first
+   argument: the definition's `JSRuntime *rt`, the call's `rt`. */
+struct JSRuntime;
+struct JSShape;
+static void hookgate_free_shape0(struct JSRuntime *rt, struct JSShape *sh);
+#define js_free_shape0(rt, sh) HOOKGATE_FREE_SHAPE0_##rt, sh)
+#define HOOKGATE_FREE_SHAPE0_JSRuntime quickjs_free_shape0(JSRuntime
+#define HOOKGATE_FREE_SHAPE0_rt hookgate_free_shape0(rt
 #include "quickjs.c"
+#undef js_free_shape0
 
 /* Atoms of the flag getters that QuickJS does not predefine, taken when the fast path is
    installed on `hookgate_flag_atoms_ctx`, and kept for good: a held atom cannot be freed and
@@ -408,10 +419,118 @@ static void hookgate_keep_arena(JSRuntime *rt, JSArena *ar)
     hookgate_kept_arena[idx] = ar;
 }
 
+/* QuickJS looks a shape up by its prototype and properties (find_hashed_shape_proto and _prop)
+   before it makes one, but frees a shape with its last object, so the shapes of the objects a
+   call makes (the transform's result, the input's objects, their chains of one, two, ...
+   properties) were made again in every call: cloned, grown a property at a time, freed. The
+   runtime keeps the last HOOKGATE_KEPT_SHAPES hashed shapes whose last reference went, each held
+   by one reference of its own, so that the next call finds them; the oldest is let go when a
+   newer one is kept. Shapes are QuickJS's own and not observable: property order, enumeration
+   and prototypes are the objects' as before. Kept only when keeping it holds nothing a program
+   could see go: its prototype is Object.prototype, Array.prototype or none (the context holds
+   those for good), its keys are strings (no symbol kept alive), and not while the garbage
+   collector frees cycles, whose shapes' prototypes may be freed with them. Kept from the end of
+   loading (hookgate_quickjs_leave_room) on, by the runtime the instance keeps for its life.
+   Only shapes with room for at most HOOKGATE_KEPT_SHAPE_PROPERTIES properties are kept, a block
+   of at most 240 bytes each, so all of them hold under 8 KB. When malloc fails they are let go
+   (hookgate_release_kept_shapes) before the kept arenas. */
+#define HOOKGATE_KEPT_SHAPES 32
+#define HOOKGATE_KEPT_SHAPE_PROPERTIES 16
+static JSShape *hookgate_kept_shape[HOOKGATE_KEPT_SHAPES];
+static unsigned hookgate_kept_shape_next;
+static JSRuntime *hookgate_shapes_rt;
+
+/* Whether keeping `sh` (a hashed shape) holds only what the context holds anyway. */
+static bool hookgate_shape_keepable(JSRuntime *rt, JSShape *sh)
+{
+    JSContext *ctx = hookgate_flag_atoms_ctx;
+    JSShapeProperty *pr = get_shape_prop(sh);
+    uint32_t i;
+
+    if (rt != hookgate_shapes_rt || !ctx || rt->gc_phase == JS_GC_PHASE_REMOVE_CYCLES ||
+        sh->prop_size > HOOKGATE_KEPT_SHAPE_PROPERTIES)
+        return false;
+    if (sh->proto && sh->proto != JS_VALUE_GET_OBJ(ctx->class_proto[JS_CLASS_OBJECT]) &&
+        sh->proto != JS_VALUE_GET_OBJ(ctx->class_proto[JS_CLASS_ARRAY]))
+        return false;
+    for (i = 0; i < sh->prop_count; i++, pr++) {
+        if (!__JS_AtomIsConst(pr->atom) &&
+            rt->atom_array[pr->atom]->atom_type != JS_ATOM_TYPE_STRING)
+            return false;
+    }
+    return true;
+}
+
+/* Drops the reference the runtime held on `sh`, freeing it when it was the last. */
+static void hookgate_let_go_shape(JSRuntime *rt, JSShape *sh)
+{
+    if (--JS_REF_COUNT(sh) <= 0)
+        quickjs_free_shape0(rt, sh);
+}
+
+/* js_free_shape0's replacement: `sh`'s last reference went. */
+static void hookgate_free_shape0(JSRuntime *rt, JSShape *sh)
+{
+    JSShape *oldest;
+
+    if (!sh->is_hashed || !hookgate_shape_keepable(rt, sh)) {
+        quickjs_free_shape0(rt, sh);
+        return;
+    }
+    JS_REF_COUNT(sh) = 1;
+    oldest = hookgate_kept_shape[hookgate_kept_shape_next];
+    hookgate_kept_shape[hookgate_kept_shape_next] = sh;
+    hookgate_kept_shape_next = (hookgate_kept_shape_next + 1) % HOOKGATE_KEPT_SHAPES;
+    if (oldest)
+        hookgate_let_go_shape(rt, oldest);
+}
+
+/* Whether freeing `sh` now frees only its own block: no atom or prototype goes with it. Inside
+   an allocation that failed, QuickJS may be changing its atom table, which freeing an atom
+   changes too; the prototypes kept are the context's (hookgate_shape_keepable). */
+static bool hookgate_shape_frees_only_itself(JSRuntime *rt, JSShape *sh)
+{
+    JSShapeProperty *pr = get_shape_prop(sh);
+    uint32_t i;
+
+    for (i = 0; i < sh->prop_count; i++, pr++) {
+        if (!__JS_AtomIsConst(pr->atom) && JS_REF_COUNT(rt->atom_array[pr->atom]) <= 1)
+            return false;
+    }
+    return true;
+}
+
+/* Lets go of every kept shape that can be freed inside a failed allocation (those still used by
+   an object are only unheld); whether any was. */
+static bool hookgate_release_kept_shapes(void)
+{
+    JSRuntime *rt = hookgate_shapes_rt;
+    bool released = false;
+    int i;
+
+    for (i = 0; i < HOOKGATE_KEPT_SHAPES; i++) {
+        JSShape *sh = hookgate_kept_shape[i];
+        if (!sh || (JS_REF_COUNT(sh) == 1 && !hookgate_shape_frees_only_itself(rt, sh)))
+            continue;
+        hookgate_kept_shape[i] = NULL;
+        released |= JS_REF_COUNT(sh) == 1;
+        hookgate_let_go_shape(rt, sh);
+    }
+    return released;
+}
+
+/* Hands back what the runtime keeps (shapes, then the arenas they may have emptied) when an
+   allocation failed; whether anything was. */
+static bool hookgate_release_kept(void)
+{
+    bool shapes = hookgate_release_kept_shapes();
+    return hookgate_release_kept_arenas() || shapes;
+}
+
 static void *hookgate_calloc(void *opaque, size_t count, size_t size)
 {
     void *ptr = calloc(count, size);
-    if (!ptr && hookgate_release_kept_arenas())
+    if (!ptr && hookgate_release_kept())
         ptr = calloc(count, size);
     return ptr;
 }
@@ -419,7 +538,7 @@ static void *hookgate_calloc(void *opaque, size_t count, size_t size)
 static void *hookgate_malloc(void *opaque, size_t size)
 {
     void *ptr = malloc(size);
-    if (!ptr && hookgate_release_kept_arenas())
+    if (!ptr && hookgate_release_kept())
         ptr = malloc(size);
     return ptr;
 }
@@ -427,7 +546,7 @@ static void *hookgate_malloc(void *opaque, size_t size)
 static void *hookgate_realloc(void *opaque, void *ptr, size_t size)
 {
     void *grown = realloc(ptr, size);
-    if (!grown && hookgate_release_kept_arenas())
+    if (!grown && hookgate_release_kept())
         grown = realloc(ptr, size);
     return grown;
 }
@@ -456,6 +575,10 @@ static void hookgate_allocate_through_kept_arenas(JSRuntime *rt)
 
     for (i = 0; i < JS_ARENA_BLOCK_SIZE_COUNT; i++)
         hookgate_kept_arena[i] = NULL;
+    for (i = 0; i < HOOKGATE_KEPT_SHAPES; i++)
+        hookgate_kept_shape[i] = NULL;
+    hookgate_kept_shape_next = 0;
+    hookgate_shapes_rt = NULL;
     rt->mf.js_calloc = hookgate_calloc;
     rt->mf.js_malloc = hookgate_malloc;
     rt->mf.js_free = hookgate_free;
@@ -516,5 +639,7 @@ int hookgate_quickjs_leave_room(JSRuntime *rt)
         list_del(&ar->free_link);
         hookgate_keep_arena(rt, ar);
     }
+    /* From here on the runtime lives as long as the instance: shapes can be kept. */
+    hookgate_shapes_rt = rt;
     return 0;
 }
