@@ -168,11 +168,53 @@ async fn split_with_a_regular_expression_follows_the_specification() {
     );
     // The kept instance twice: what a call changed and put back must not stay changed.
     let texts = numbered_wakes(&server, &["split", "split-kept", "split-kept"]).await;
+    assert_each_lists(&texts, SPLIT);
+}
+
+/// Checks that each of `texts`, the wakes of `numbered_wakes`, is `call <n>` and then `lines`.
+fn assert_each_lists(texts: &[String], lines: &[&str]) {
     for (n, text) in texts.iter().enumerate() {
-        let mut lines = text.split('\n');
-        assert_eq!(lines.next(), Some(format!("call {n}").as_str()));
-        assert_eq!(lines.collect::<Vec<_>>(), SPLIT, "call {n}");
+        let mut listed = text.split('\n');
+        assert_eq!(listed.next(), Some(format!("call {n}").as_str()));
+        assert_eq!(listed.collect::<Vec<_>>(), lines, "call {n}");
     }
+}
+
+/// What the shapes fixture lists after its `call <n>` line, as V8 gives it.
+const SHAPES: &[&str] = &[
+    r#"["kind","text","mode"] object"#,
+    r#"["mode","kind","text"] object"#,
+    r#"["a","c","b"] object"#,
+    r#"{"a":1,"c":3,"b":4}"#,
+    r#"["kind","text"] null"#,
+    r#"["0","1","extra"]"#,
+    r#"["kind"] object 1"#,
+    r#"["kind","text"] other 1 ["kind","text"]"#,
+    "za az za",
+    "01ba",
+];
+
+/// Objects a kept instance makes alike in every call find the shapes QuickJS kept from the
+/// calls before (docs/performance.md, "QuickJS's own costs"), and their keys, order and
+/// prototypes stay as a fresh instance has them: four calls of one kept instance, in which the
+/// kept shapes take over step by step, against a fresh instance's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_made_alike_in_every_call_keep_their_keys_and_prototypes() {
+    let (server, _dir) = start(
+        json!([
+            globals("shapes", "js-globals.wasm", "shapes", None),
+            globals("shapes-kept", "js-globals.mjs", "shapes", None),
+        ]),
+        &["js-globals"],
+    );
+    let paths = [
+        "shapes",
+        "shapes-kept",
+        "shapes-kept",
+        "shapes-kept",
+        "shapes-kept",
+    ];
+    assert_each_lists(&numbered_wakes(&server, &paths).await, SHAPES);
 }
 
 /// Posts `{"n": <index>}` to each of `paths` in turn (`n` keeps equal texts apart: equal wake
