@@ -427,9 +427,10 @@ static void hookgate_keep_arena(JSRuntime *rt, JSArena *ar)
    by one reference of its own, so that the next call finds them; the oldest is let go when a
    newer one is kept. Shapes are QuickJS's own and not observable: property order, enumeration
    and prototypes are the objects' as before. Kept only when keeping it holds nothing a program
-   could see go: its prototype is Object.prototype, Array.prototype or none (the context holds
-   those for good), its keys are strings (no symbol kept alive), and not while the garbage
-   collector frees cycles, whose shapes' prototypes may be freed with them. Kept from the end of
+   could see go: its prototype is none or a built-in class's prototype (the context holds those
+   for good; Object.prototype and Array.prototype checked first, the rest by a search), its
+   keys are strings (no symbol kept alive), and not while the garbage collector frees cycles,
+   whose shapes' prototypes may be freed with them. Kept from the end of
    loading (hookgate_quickjs_leave_room) on, by the runtime the instance keeps for its life.
    Only shapes with room for at most HOOKGATE_KEPT_SHAPE_PROPERTIES properties are kept, a block
    of at most 240 bytes each, so all of them hold under 8 KB. When malloc fails they are let go
@@ -451,8 +452,16 @@ static bool hookgate_shape_keepable(JSRuntime *rt, JSShape *sh)
         sh->prop_size > HOOKGATE_KEPT_SHAPE_PROPERTIES)
         return false;
     if (sh->proto && sh->proto != JS_VALUE_GET_OBJ(ctx->class_proto[JS_CLASS_OBJECT]) &&
-        sh->proto != JS_VALUE_GET_OBJ(ctx->class_proto[JS_CLASS_ARRAY]))
-        return false;
+        sh->proto != JS_VALUE_GET_OBJ(ctx->class_proto[JS_CLASS_ARRAY])) {
+        int k;
+        for (k = 0; k < JS_CLASS_INIT_COUNT; k++) {
+            if (JS_VALUE_GET_TAG(ctx->class_proto[k]) == JS_TAG_OBJECT &&
+                JS_VALUE_GET_OBJ(ctx->class_proto[k]) == sh->proto)
+                break;
+        }
+        if (k == JS_CLASS_INIT_COUNT)
+            return false;
+    }
     for (i = 0; i < sh->prop_count; i++, pr++) {
         if (!__JS_AtomIsConst(pr->atom) &&
             rt->atom_array[pr->atom]->atom_type != JS_ATOM_TYPE_STRING)
