@@ -433,10 +433,15 @@ static void hookgate_keep_arena(JSRuntime *rt, JSArena *ar)
    whose shapes' prototypes may be freed with them. Kept from the end of
    loading (hookgate_quickjs_leave_room) on, by the runtime the instance keeps for its life.
    Only shapes with room for at most HOOKGATE_KEPT_SHAPE_PROPERTIES properties are kept, a block
-   of at most 240 bytes each, so all of them hold under 8 KB. When malloc fails they are let go
-   (hookgate_release_kept_shapes) before the kept arenas. */
+   of at most 240 bytes each, so all of them hold under 8 KB; and a kept shape holds its keys'
+   atoms, names a sender chose (a payload's keys, a header's), so only shapes whose keys are at
+   most HOOKGATE_KEPT_SHAPE_KEY_BYTES long are kept: the atoms they may hold alone stay under
+   48 KB (512 of them, in blocks of at most 96 bytes), where a 256 KB key per call held 8 MB of
+   a kept instance's memory. When malloc fails they are let go (hookgate_release_kept_shapes)
+   before the kept arenas. */
 #define HOOKGATE_KEPT_SHAPES 32
 #define HOOKGATE_KEPT_SHAPE_PROPERTIES 16
+#define HOOKGATE_KEPT_SHAPE_KEY_BYTES 64
 static JSShape *hookgate_kept_shape[HOOKGATE_KEPT_SHAPES];
 static unsigned hookgate_kept_shape_next;
 static JSRuntime *hookgate_shapes_rt;
@@ -463,8 +468,12 @@ static bool hookgate_shape_keepable(JSRuntime *rt, JSShape *sh)
             return false;
     }
     for (i = 0; i < sh->prop_count; i++, pr++) {
-        if (!__JS_AtomIsConst(pr->atom) &&
-            rt->atom_array[pr->atom]->atom_type != JS_ATOM_TYPE_STRING)
+        JSAtomStruct *name;
+        if (__JS_AtomIsConst(pr->atom))
+            continue;
+        name = rt->atom_array[pr->atom];
+        if (name->atom_type != JS_ATOM_TYPE_STRING ||
+            ((size_t)name->len << name->is_wide_char) > HOOKGATE_KEPT_SHAPE_KEY_BYTES)
             return false;
     }
     return true;

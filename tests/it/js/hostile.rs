@@ -180,6 +180,49 @@ async fn a_call_at_its_cap_after_arenas_were_kept_is_a_memory_breach() {
     exhaust(&server, json!({"length": 4_000_000})).await;
 }
 
+/// A kept instance holds none of its memory for the names senders chose: the shapes the
+/// runtime's QuickJS keeps for the next call hold their keys' atoms (docs/performance.md,
+/// "QuickJS's own costs"), so only shapes with short keys are kept. After 40 calls whose payloads
+/// each have a 200 KB key of their own, a call takes as much memory before its cap as on an
+/// instance that saw none (the first measure's, replaced since: it reached its cap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_keys_of_earlier_calls_hold_no_memory_of_a_kept_instance() {
+    let (server, _dir) = start(json!([hostile("hoard", json!({}))]), &["js-hostile"]);
+    let before = hoarded(&server).await;
+    for n in 0..40 {
+        let key = format!("{n}{}", "k".repeat(200_000));
+        let response = server
+            .hook("/hooks/hoard")
+            .json(&json!({ key: 1 }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "call {n}");
+    }
+    let after = hoarded(&server).await;
+    assert!(
+        before.abs_diff(after) < 2048,
+        "a call could take {before} KiB, after 40 long keys {after} KiB"
+    );
+}
+
+/// How many KiB a call of `server`'s `hoard` mapping took before its instance's cap.
+async fn hoarded(server: &Hookgate) -> u64 {
+    let response = server
+        .hook("/hooks/hoard")
+        .json(&json!({"measure": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let texts = server.wake_texts().await;
+    texts
+        .last()
+        .and_then(|text| text.strip_prefix("hoarded "))
+        .and_then(|kib| kib.parse().ok())
+        .unwrap_or_else(|| panic!("no measure in {texts:?}"))
+}
+
 /// Sends `payload` to the `exhaust` mode and checks that the sender got the terse 500 and the
 /// request record names the breached memory limit; the server is returned for its log.
 async fn exhausted(payload: Value) -> (Hookgate, ConfigDir) {
