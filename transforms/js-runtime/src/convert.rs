@@ -16,6 +16,7 @@ use rquickjs::{Ctx, Object, TypedArray, Value, qjs};
 
 use crate::arguments::{self, Made};
 use crate::hookgate::transform::types::Request;
+use crate::lowering;
 
 /// Past this many headers, repeated names are found through an index rather than by comparing
 /// each name with those before it.
@@ -33,7 +34,9 @@ pub struct Call<'js> {
 
 /// `req` as the call of the transform's function.
 pub fn request<'js>(ctx: &Ctx<'js>, made: &Made, req: Request) -> rquickjs::Result<Call<'js>> {
-    let mut body = req.body;
+    // `ctx.body` keeps the buffer, which may outlive the call: out of the region the request
+    // was lowered into, with room for the NUL `payload` adds.
+    let mut body = lowering::owned(req.body, 1);
     let payload = payload(ctx, &mut body)?;
     let headers = headers(ctx, req.headers)?;
     let input = arguments::input(ctx, made, req.name, req.url, headers, payload)?;
