@@ -123,15 +123,14 @@ impl Made {
         for (slot, name) in made.names.iter_mut().zip(NAMES) {
             *slot = atom(ctx, name)?;
         }
-        let undefined = Value::new_undefined(ctx.clone());
         for names in [INPUT, CONTEXT] {
             for len in 1..=names.len() {
                 let object = object(ctx)?;
                 for &name in &names[..len] {
                     if name == Name::Url {
-                        define_url(ctx, &made, &object, &undefined, &undefined)?;
+                        define_url(ctx, &made, &object, qjs::JS_UNDEFINED, qjs::JS_UNDEFINED)?;
                     } else {
-                        define(ctx, &object, made.name(name), &undefined)?;
+                        define_owned(ctx, &object, made.name(name), qjs::JS_UNDEFINED)?;
                     }
                 }
                 made.shapes.push(dup(&object));
@@ -213,7 +212,9 @@ impl Drop for Made {
 }
 
 /// The input `{ payload, headers, url, path }`: `url` the lazily built URL of `target`, `path`
-/// the hook's `name`.
+/// the hook's `name`. The values made here are handed to QuickJS as they are made, with no
+/// rquickjs `Value` around them (each of those holds a reference to the context, taken and
+/// dropped through QuickJS, and one to the value).
 pub fn input<'js>(
     ctx: &Ctx<'js>,
     made: &Made,
@@ -223,25 +224,29 @@ pub fn input<'js>(
     payload: Value<'js>,
 ) -> rquickjs::Result<Value<'js>> {
     let input = object(ctx)?;
-    let target = rquickjs::String::from_str(ctx.clone(), &target)?.into_value();
     define(ctx, &input, made.name(Name::Payload), &payload)?;
     define(ctx, &input, made.name(Name::Headers), headers.as_value())?;
     let (getter, setter) = accessor(ctx, made, &target)?;
-    define_url(ctx, made, &input, &getter, &setter)?;
-    let path = rquickjs::String::from_str(ctx.clone(), &name)?.into_value();
-    define(ctx, &input, made.name(Name::Path), &path)?;
+    define_url(ctx, made, &input, getter, setter)?;
+    define_owned(ctx, &input, made.name(Name::Path), string(ctx, &name))?;
     Ok(input)
 }
 
-/// The `url` accessor of an input whose request target is `target`: its getter and its setter.
-fn accessor<'js>(
-    ctx: &Ctx<'js>,
+/// The `url` accessor of an input whose request target is `target`: its getter and its setter,
+/// owned by the caller.
+fn accessor(
+    ctx: &Ctx<'_>,
     made: &Made,
-    target: &Value<'js>,
-) -> rquickjs::Result<(Value<'js>, Value<'js>)> {
+    target: &str,
+) -> rquickjs::Result<(qjs::JSValue, qjs::JSValue)> {
     let raw = ctx.as_raw().as_ptr();
+    let target = string(ctx, target);
+    // SAFETY: only the tag is read.
+    if unsafe { qjs::JS_IsException(target) } {
+        return Err(rquickjs::Error::Exception);
+    }
     let mut getter_data = [
-        target.as_raw(),
+        target,
         qjs::JS_UNDEFINED,
         made.url_class,
         made.base,
@@ -249,8 +254,9 @@ fn accessor<'js>(
     ];
     // SAFETY: the context is live, the data (which QuickJS duplicates) are live values, and
     // the function returned is owned. Its name's atom is one of `made`'s, found, not made.
-    let getter = owned(ctx, unsafe {
-        qjs::JS_NewCFunctionData2(
+    // The target, held by the getter's data now, is freed once.
+    let getter = unsafe {
+        let getter = qjs::JS_NewCFunctionData2(
             raw,
             Some(url_get),
             c"get url".as_ptr(),
@@ -258,11 +264,17 @@ fn accessor<'js>(
             0,
             getter_data.len() as _,
             getter_data.as_mut_ptr(),
-        )
-    })?;
-    let mut setter_data = [getter.as_raw(), made.key];
+        );
+        qjs::JS_FreeValue(raw, target);
+        getter
+    };
+    // SAFETY: only the tag is read.
+    if unsafe { qjs::JS_IsException(getter) } {
+        return Err(rquickjs::Error::Exception);
+    }
+    let mut setter_data = [getter, made.key];
     // SAFETY: as for the getter.
-    let setter = owned(ctx, unsafe {
+    let setter = unsafe {
         qjs::JS_NewCFunctionData2(
             raw,
             Some(url_set),
@@ -272,28 +284,34 @@ fn accessor<'js>(
             setter_data.len() as _,
             setter_data.as_mut_ptr(),
         )
-    })?;
+    };
+    // SAFETY: only the tag is read; the getter is owned here, and freed once.
+    if unsafe { qjs::JS_IsException(setter) } {
+        unsafe { qjs::JS_FreeValue(raw, getter) };
+        return Err(rquickjs::Error::Exception);
+    }
     Ok((getter, setter))
 }
 
 /// Defines `object.url` as the literal's `get url()` and `set url(value)` defined it: an
-/// accessor, enumerable and configurable.
-fn define_url<'js>(
-    ctx: &Ctx<'js>,
+/// accessor, enumerable and configurable. Takes `getter` and `setter`, owned values (or
+/// `undefined`).
+fn define_url(
+    ctx: &Ctx<'_>,
     made: &Made,
-    object: &Value<'js>,
-    getter: &Value<'js>,
-    setter: &Value<'js>,
+    object: &Value<'_>,
+    getter: qjs::JSValue,
+    setter: qjs::JSValue,
 ) -> rquickjs::Result<()> {
-    // SAFETY: the context and the object are live; the getter and the setter passed are
-    // references of their own, which the definition takes.
+    // SAFETY: the context and the object are live; QuickJS takes the getter and the setter,
+    // freed whatever the definition's outcome.
     let status = unsafe {
         qjs::JS_DefinePropertyGetSet(
             ctx.as_raw().as_ptr(),
             object.as_raw(),
             made.name(Name::Url),
-            dup(getter),
-            dup(setter),
+            getter,
+            setter,
             (qjs::JS_PROP_ENUMERABLE | qjs::JS_PROP_CONFIGURABLE) as _,
         )
     };
@@ -305,7 +323,7 @@ fn define_url<'js>(
 
 /// `ctx` `{ mappingId, config, body, log }`: `config` the mapping's configuration as `JSON.parse`
 /// gives it (its error thrown, as the adapter's `JSON.parse` threw it), `undefined` when the
-/// mapping has none.
+/// mapping has none. Values handed to QuickJS as [`input`]'s are.
 pub fn context<'js>(
     ctx: &Ctx<'js>,
     made: &Made,
@@ -315,9 +333,14 @@ pub fn context<'js>(
 ) -> rquickjs::Result<Value<'js>> {
     let raw = ctx.as_raw().as_ptr();
     let context = object(ctx)?;
-    let mapping_id = rquickjs::String::from_str(ctx.clone(), &mapping_id)?.into_value();
+    define_owned(
+        ctx,
+        &context,
+        made.name(Name::MappingId),
+        string(ctx, &mapping_id),
+    )?;
     let config = match config {
-        None => Value::new_undefined(ctx.clone()),
+        None => qjs::JS_UNDEFINED,
         Some(text) => {
             let mut text = text.into_bytes();
             let len = text.len();
@@ -325,17 +348,14 @@ pub fn context<'js>(
             text.push(0);
             // SAFETY: the context is live, and `text` holds `len` bytes followed by a NUL; the
             // value returned is owned.
-            owned(ctx, unsafe {
-                qjs::JS_ParseJSON(raw, text.as_ptr().cast(), len as _, c"<input>".as_ptr())
-            })?
+            unsafe { qjs::JS_ParseJSON(raw, text.as_ptr().cast(), len as _, c"<input>".as_ptr()) }
         }
     };
-    define(ctx, &context, made.name(Name::MappingId), &mapping_id)?;
-    define(ctx, &context, made.name(Name::Config), &config)?;
+    define_owned(ctx, &context, made.name(Name::Config), config)?;
     define(ctx, &context, made.name(Name::Body), body.as_value())?;
-    // SAFETY: `made.log` is live for as long as `made`; the reference is duplicated for `Value`.
-    let log = unsafe { Value::from_raw(ctx.clone(), qjs::JS_DupValue(raw, made.log)) };
-    define(ctx, &context, made.name(Name::Log), &log)?;
+    // SAFETY: `made.log` is live for as long as `made`; the reference is the definition's.
+    let log = unsafe { qjs::JS_DupValue(raw, made.log) };
+    define_owned(ctx, &context, made.name(Name::Log), log)?;
     Ok(context)
 }
 
@@ -440,6 +460,41 @@ fn define<'js>(
         return Err(rquickjs::Error::Exception);
     }
     Ok(())
+}
+
+/// Defines `object[atom]` as [`define`] does, taking `value`: an owned value, or the exception
+/// that making it returned (then the error, with nothing defined).
+fn define_owned(
+    ctx: &Ctx<'_>,
+    object: &Value<'_>,
+    atom: qjs::JSAtom,
+    value: qjs::JSValue,
+) -> rquickjs::Result<()> {
+    // SAFETY: only the tag is read.
+    if unsafe { qjs::JS_IsException(value) } {
+        return Err(rquickjs::Error::Exception);
+    }
+    // SAFETY: the context and the object are live; QuickJS takes the value, freed whatever the
+    // definition's outcome.
+    let status = unsafe {
+        qjs::JS_DefinePropertyValue(
+            ctx.as_raw().as_ptr(),
+            object.as_raw(),
+            atom,
+            value,
+            qjs::JS_PROP_C_W_E as _,
+        )
+    };
+    if status < 0 {
+        return Err(rquickjs::Error::Exception);
+    }
+    Ok(())
+}
+
+/// A new string of `text`, owned by the caller, or the exception.
+fn string(ctx: &Ctx<'_>, text: &str) -> qjs::JSValue {
+    // SAFETY: the context is live, and the pointer and length are those of `text`, UTF-8.
+    unsafe { qjs::JS_NewStringLen(ctx.as_raw().as_ptr(), text.as_ptr().cast(), text.len() as _) }
 }
 
 /// A new object, as `{}` makes it.
