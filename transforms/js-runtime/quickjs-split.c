@@ -437,8 +437,7 @@ static void hookgate_keep_arena(JSRuntime *rt, JSArena *ar)
    atoms, names a sender chose (a payload's keys, a header's), so only shapes whose keys are at
    most HOOKGATE_KEPT_SHAPE_KEY_BYTES long are kept: the atoms they may hold alone stay under
    48 KB (512 of them, in blocks of at most 96 bytes), where a 256 KB key per call held 8 MB of
-   a kept instance's memory. When malloc fails they are let go (hookgate_release_kept_shapes)
-   before the kept arenas. */
+   a kept instance's memory. When malloc fails they stay held (hookgate_release_kept). */
 #define HOOKGATE_KEPT_SHAPES 32
 #define HOOKGATE_KEPT_SHAPE_PROPERTIES 16
 #define HOOKGATE_KEPT_SHAPE_KEY_BYTES 64
@@ -503,46 +502,15 @@ static void hookgate_free_shape0(JSRuntime *rt, JSShape *sh)
         hookgate_let_go_shape(rt, oldest);
 }
 
-/* Whether freeing `sh` now frees only its own block: no atom or prototype goes with it. Inside
-   an allocation that failed, QuickJS may be changing its atom table, which freeing an atom
-   changes too; the prototypes kept are the context's (hookgate_shape_keepable). */
-static bool hookgate_shape_frees_only_itself(JSRuntime *rt, JSShape *sh)
-{
-    JSShapeProperty *pr = get_shape_prop(sh);
-    uint32_t i;
-
-    for (i = 0; i < sh->prop_count; i++, pr++) {
-        if (!__JS_AtomIsConst(pr->atom) && JS_REF_COUNT(rt->atom_array[pr->atom]) <= 1)
-            return false;
-    }
-    return true;
-}
-
-/* Lets go of every kept shape that can be freed inside a failed allocation (those still used by
-   an object are only unheld); whether any was. */
-static bool hookgate_release_kept_shapes(void)
-{
-    JSRuntime *rt = hookgate_shapes_rt;
-    bool released = false;
-    int i;
-
-    for (i = 0; i < HOOKGATE_KEPT_SHAPES; i++) {
-        JSShape *sh = hookgate_kept_shape[i];
-        if (!sh || (JS_REF_COUNT(sh) == 1 && !hookgate_shape_frees_only_itself(rt, sh)))
-            continue;
-        hookgate_kept_shape[i] = NULL;
-        released |= JS_REF_COUNT(sh) == 1;
-        hookgate_let_go_shape(rt, sh);
-    }
-    return released;
-}
-
-/* Hands back what the runtime keeps (shapes, then the arenas they may have emptied) when an
-   allocation failed; whether anything was. */
+/* Hands back what the runtime keeps when an allocation failed: the kept arenas that are still
+   empty; whether any was. The kept shapes stay: inside a failed allocation QuickJS may hold one
+   that only the runtime holds, by a bare pointer (add_property finds the shape an object moves
+   to, grows the object's property array, and takes its reference only after), or be changing
+   its atom table, which freeing a shape's atoms would change too. They are 32 blocks of at most
+   240 bytes and their keys' atoms, and newer shapes take their places as before. */
 static bool hookgate_release_kept(void)
 {
-    bool shapes = hookgate_release_kept_shapes();
-    return hookgate_release_kept_arenas() || shapes;
+    return hookgate_release_kept_arenas();
 }
 
 static void *hookgate_calloc(void *opaque, size_t count, size_t size)

@@ -22,8 +22,8 @@ const REGION_BYTES: usize = 16 * 1024;
 #[repr(C, align(16))]
 struct Region(UnsafeCell<[u8; REGION_BYTES]>);
 
-// SAFETY: a WebAssembly instance has one thread; natively (the tests) the region is only bumped
-// through the atomic offset, each allocation a range of its own.
+// SAFETY: a WebAssembly instance has one thread; natively only one test bumps the region (the
+// offset's load and store are not one atomic step, so two threads could share a range).
 unsafe impl Sync for Region {}
 
 static REGION: Region = Region(UnsafeCell::new([0; REGION_BYTES]));
