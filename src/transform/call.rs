@@ -218,11 +218,14 @@ impl TransformEngine {
                 let state =
                     HostState::for_reuse(&input.mapping_id, memory_cap, limits.log_bytes, charge);
                 let mut store = self.store(state);
-                let instance = transform
-                    .pre
-                    .instantiate_async(&mut store)
-                    .await
-                    .map_err(|err| classify(&store, &err, limits, memory_cap))?;
+                let instance = match transform.pre.instantiate_async(&mut store).await {
+                    Ok(instance) => instance,
+                    Err(err) => {
+                        // What a start function wrote before it failed explains the failure.
+                        store.data().flush_output();
+                        return Err(classify(&store, &err, limits, memory_cap));
+                    }
+                };
                 WarmInstance {
                     store,
                     instance,

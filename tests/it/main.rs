@@ -109,6 +109,7 @@ mod sender_names;
 mod signatures;
 mod subscription_store;
 mod subscriptions;
+mod transform_output;
 mod transforms;
 mod usage;
 mod wake;
