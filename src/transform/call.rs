@@ -14,7 +14,7 @@ use super::contract::Contract;
 use super::engine::TransformEngine;
 use super::guest_clock::{Budgeted, GuestClock};
 use super::guest_text::{MAX_ERROR_BYTES, guest_text};
-use super::host::HostState;
+use super::host::{CallOutput, HostState};
 use super::limits::TransformLimits;
 use super::pipe::PipeOverflow;
 use super::registry::LoadedTransform;
@@ -188,8 +188,8 @@ impl TransformEngine {
             Ok(instance) => instance.call_transform(&mut store, request).await,
             Err(err) => Err(err),
         };
-        store.data().flush_output();
-        answer(&store, result, limits, memory_cap)
+        let output = store.data().flush_output();
+        answer(&store, result, &output, limits, memory_cap)
     }
 
     /// A call on an idle instance of this mapping, or on a new one that is kept afterwards.
@@ -222,8 +222,8 @@ impl TransformEngine {
                     Ok(instance) => instance,
                     Err(err) => {
                         // What a start function wrote before it failed explains the failure.
-                        store.data().flush_output();
-                        return Err(classify(&store, &err, limits, memory_cap));
+                        let output = store.data().flush_output();
+                        return Err(classify(&store, &err, &output, limits, memory_cap));
                     }
                 };
                 WarmInstance {
@@ -251,7 +251,7 @@ impl TransformEngine {
                 limits.log_bytes
             )))
         } else {
-            answer(&warm.store, result, limits, memory_cap)
+            answer(&warm.store, result, &output, limits, memory_cap)
         };
         let state = warm.store.data();
         // A failed call may have left its state half-changed (a JavaScript global set before a
@@ -354,11 +354,12 @@ fn request(input: TransformInput) -> types::Request {
 fn answer(
     store: &Store<HostState>,
     result: wasmtime::Result<Result<types::Outcome, String>>,
+    output: &CallOutput,
     limits: &TransformLimits,
     memory_cap: usize,
 ) -> Result<Returned, TransformFailure> {
     match result {
-        Err(err) => Err(classify(store, &err, limits, memory_cap)),
+        Err(err) => Err(classify(store, &err, output, limits, memory_cap)),
         // A guest refused memory at the cap may say so in its own words (QuickJS's allocator
         // failing becomes an "out of memory" error): the cap is still why the call failed.
         Ok(Err(_)) if store.data().memory.exceeded => Err(TransformFailure::Memory(memory_cap)),
@@ -371,9 +372,12 @@ fn answer(
     }
 }
 
+/// Why a call failed; `output` is what [`HostState::flush_output`] read of its pipes, which are
+/// not read again.
 fn classify(
     store: &Store<HostState>,
     err: &wasmtime::Error,
+    output: &CallOutput,
     limits: &TransformLimits,
     memory_cap: usize,
 ) -> TransformFailure {
@@ -383,7 +387,7 @@ fn classify(
     // A full pipe closes the stream (the guest then usually panics); one oversized write is refused
     // with a `PipeOverflow` trap.
     let oversized_write = err.downcast_ref::<PipeOverflow>().is_some();
-    if oversized_write || store.data().output_full(limits.log_bytes) {
+    if oversized_write || output.reached(limits.log_bytes) {
         return TransformFailure::Output(format!("stdout/stderr over {} bytes", limits.log_bytes));
     }
     if let Some(trap) = err.downcast_ref::<Trap>() {

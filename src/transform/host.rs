@@ -132,19 +132,9 @@ impl HostState {
         self.output_at_call = output.held;
     }
 
-    /// Whether stdout or stderr took `capacity` bytes or more in this call: on a fresh store the
-    /// guest's next write failed, which usually ends it; a reused store's larger pipes let the
-    /// call go on, and this is how it is caught.
-    pub fn output_full(&self, capacity: usize) -> bool {
-        self.wasi
-            .output()
-            .into_iter()
-            .zip(self.output_at_call)
-            .any(|(held, at)| held.len().saturating_sub(at) >= capacity)
-    }
-
     /// Sends what the guest wrote to stdout and stderr in this call to the server log, and
-    /// says how much that was: the pipes are read once per call.
+    /// says how much that was: the pipes are read once per call, here (each read copies them),
+    /// and what classifying a failure needs of them is in the [`CallOutput`] this returns.
     pub fn flush_output(&self) -> CallOutput {
         let held = self.wasi.output();
         let mut written = [0; 2];
@@ -174,8 +164,9 @@ pub struct CallOutput {
 }
 
 impl CallOutput {
-    /// Whether the call wrote `capacity` bytes or more to stdout or stderr (as
-    /// [`HostState::output_full`]).
+    /// Whether the call wrote `capacity` bytes or more to stdout or stderr: on a fresh store the
+    /// guest's next write failed, which usually ends it; a reused store's larger pipes let the
+    /// call go on, and this is how it is caught.
     pub fn reached(&self, capacity: usize) -> bool {
         self.written.iter().any(|&bytes| bytes >= capacity)
     }

@@ -21,7 +21,7 @@ impl BoundedPipe {
         BoundedPipe(MemoryOutputPipe::new(capacity))
     }
 
-    /// Everything written so far (a cheap, shared copy).
+    /// Everything written so far: a copy, made under the pipe's lock.
     pub fn contents(&self) -> Bytes {
         self.0.contents()
     }

@@ -68,7 +68,7 @@ impl GuestWasi {
         &mut made.ctx
     }
 
-    /// Everything written to stdout and to stderr so far (cheap, shared copies); nothing if the
+    /// Everything written to stdout and to stderr so far (a copy of each pipe); nothing if the
     /// guest never called WASI.
     pub fn output(&self) -> [Bytes; 2] {
         match &self.made {
