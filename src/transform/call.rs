@@ -114,7 +114,8 @@ impl TransformEngine {
     /// less its waits for a turn (`guest_clock`); the guest yields to other tasks every epoch
     /// tick and is interrupted at the first tick past `limits.timeout`. A call past its limit
     /// while blocked in a host call is stopped too: its future, and with it the store, the
-    /// instance and the host call, is dropped, so nothing of a stopped call lives on.
+    /// instance and the host call, is dropped, so nothing of a stopped call lives on but what
+    /// it wrote to stdout and stderr, which goes to the log as its store is dropped.
     pub async fn call(
         &self,
         transform: &LoadedTransform,
@@ -188,7 +189,7 @@ impl TransformEngine {
             Ok(instance) => instance.call_transform(&mut store, request).await,
             Err(err) => Err(err),
         };
-        let output = store.data().flush_output();
+        let output = store.data_mut().flush_output();
         answer(&store, result, &output, limits, memory_cap)
     }
 
@@ -222,7 +223,7 @@ impl TransformEngine {
                     Ok(instance) => instance,
                     Err(err) => {
                         // What a start function wrote before it failed explains the failure.
-                        let output = store.data().flush_output();
+                        let output = store.data_mut().flush_output();
                         return Err(classify(&store, &err, &output, limits, memory_cap));
                     }
                 };
@@ -241,7 +242,7 @@ impl TransformEngine {
         warm.store.set_epoch_deadline(1);
         let request = request(input);
         let result = warm.instance.call_transform(&mut warm.store, request).await;
-        let output = warm.store.data().flush_output();
+        let output = warm.store.data_mut().flush_output();
         warm.calls += 1;
         // A reused store's pipes hold several calls' output, so a call that wrote more than its
         // own budget was not stopped by a full pipe: it fails here instead.

@@ -24,7 +24,8 @@ const MAX_TABLE_ELEMENTS: usize = 100_000;
 const REUSED_PIPE_CALLS: usize = 4;
 
 /// Everything one call's store owns (or, with `transform.reuse`, the calls of one mapping that
-/// share it). Dropped with the store, so nothing outlives it.
+/// share it). Dropped with the store, so nothing outlives it; what the current call wrote to
+/// stdout and stderr reaches the log at the latest then.
 pub struct HostState {
     wasi: GuestWasi,
     table: ResourceTable,
@@ -35,6 +36,10 @@ pub struct HostState {
     /// The current call's running time, and the limit it is held to (`timeoutMs`).
     pub(super) clock: Arc<GuestClock>,
     pub(super) time_limit: Duration,
+    /// Whether the current call's output went to the log ([`HostState::flush_output`]). A store
+    /// dropped before that (its call stopped at its time limit inside a host call, where the
+    /// call's future goes with the store) sends it as it goes.
+    flushed: bool,
 }
 
 impl HostState {
@@ -98,6 +103,7 @@ impl HostState {
             output_at_call: [0, 0],
             clock,
             time_limit,
+            flushed: false,
         }
     }
 
@@ -124,6 +130,7 @@ impl HostState {
         self.log.budget = log_bytes;
         self.log.dropped = 0;
         self.memory.exceeded = false;
+        self.flushed = false;
     }
 
     /// Ends a call on a reused store whose instance serves another: the next call's output is
@@ -135,7 +142,8 @@ impl HostState {
     /// Sends what the guest wrote to stdout and stderr in this call to the server log, and
     /// says how much that was: the pipes are read once per call, here (each read copies them),
     /// and what classifying a failure needs of them is in the [`CallOutput`] this returns.
-    pub fn flush_output(&self) -> CallOutput {
+    pub fn flush_output(&mut self) -> CallOutput {
+        self.flushed = true;
         let held = self.wasi.output();
         let mut written = [0; 2];
         for (i, stream) in ["stdout", "stderr"].into_iter().enumerate() {
@@ -161,6 +169,16 @@ impl HostState {
 pub struct CallOutput {
     written: [usize; 2],
     held: [usize; 2],
+}
+
+impl Drop for HostState {
+    /// A call whose store goes before its output went to the log (its future dropped at the
+    /// time limit, mid host call) still leaves there what it wrote up to then.
+    fn drop(&mut self) {
+        if !self.flushed {
+            self.flush_output();
+        }
+    }
 }
 
 impl CallOutput {
