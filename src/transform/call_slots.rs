@@ -11,9 +11,10 @@
 //! try: they never take a slot of a mapping's share from its live requests, and all of them
 //! together hold no more than one mapping may.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 
 /// Whose share of the slots a call takes.
@@ -52,8 +53,8 @@ struct State {
     /// The most slots one mapping may hold.
     per_mapping: usize,
     /// Lanes with calls in progress or waiting; a lane with neither is removed, so the map is
-    /// bounded by the calls in flight.
-    lanes: HashMap<LaneKey, Lane>,
+    /// bounded by the calls in flight. Keyed by configured mapping ids, hashed without SipHash.
+    lanes: FxHashMap<LaneKey, Lane>,
 }
 
 #[derive(Default)]
@@ -78,7 +79,7 @@ impl CallSlots {
             state: Arc::new(Mutex::new(State {
                 free: total,
                 per_mapping: total.div_ceil(2),
-                lanes: HashMap::new(),
+                lanes: FxHashMap::default(),
             })),
         }
     }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptionsExt as _};
+use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
@@ -42,8 +43,9 @@ pub struct LoadedTransform {
     pub builder: Builder,
     /// Idle instances of mappings with `transform.reuse` above 1 (JavaScript modules' by
     /// default), by mapping id, each with the limits it was made for: never shared between
-    /// mappings, and dropped with this module's version.
-    pub(super) warm: std::sync::Mutex<HashMap<String, Vec<IdleInstance>>>,
+    /// mappings, and dropped with this module's version. Keyed by configured mapping ids,
+    /// hashed without SipHash: no key comes from a sender.
+    pub(super) warm: std::sync::Mutex<FxHashMap<String, Vec<IdleInstance>>>,
     /// Calls of this version of the file, kept across reloads that keep its code.
     pub(super) stats: Arc<CallStats>,
 }
@@ -110,7 +112,8 @@ pub struct TransformSet {
     dir: Option<Dir>,
     /// Where `dir` is, for messages.
     path: PathBuf,
-    modules: RwLock<HashMap<String, Arc<LoadedTransform>>>,
+    /// By the module paths the configuration names (looked up per call: no SipHash).
+    modules: RwLock<FxHashMap<String, Arc<LoadedTransform>>>,
     /// Why the latest change of a module's file was refused, until a later change loads.
     refused: RwLock<HashMap<String, String>>,
     /// The (modification time, length) of each file when last examined: unchanged files are not
@@ -253,7 +256,7 @@ impl TransformRegistry {
             })?;
             Some(handle)
         };
-        let mut loaded = HashMap::new();
+        let mut loaded = FxHashMap::default();
         let mut errors = Vec::new();
         // Each file's stamp, taken before it is read: the refresh that follows the load then
         // reads and digests only what changed since (a change during the read moves the stamp),
