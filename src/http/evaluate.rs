@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 use std::time::Instant;
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, Uri};
 use serde_json::Value;
 
 use super::filtered;
@@ -92,13 +92,13 @@ pub(super) async fn evaluate<'m>(
             fan_out.payloads.into_iter().map(Cow::Owned).collect()
         }
     };
-    let headers = transform_headers(&request.parts.headers, &hooks.credentials);
-    let query = query_pairs(request.parts.uri.query());
+    let mut headers = transform_headers(&request.parts.headers, &hooks.credentials);
+    let mut query = query_pairs(request.parts.uri.query());
     let now = now_rfc3339();
     let mut actions = Vec::with_capacity(payloads.len());
     // One budget for the whole request: a `forEach` list must not multiply it.
     let mut budget = RenderBudget::for_request(hooks.render_limit);
-    for payload in &payloads {
+    for (index, payload) in payloads.iter().enumerate() {
         let ctx = TemplateContext {
             name: request.name,
             now: &now,
@@ -115,11 +115,17 @@ pub(super) async fn evaluate<'m>(
                 Cow::Owned(one) => one.to_string().into_bytes(),
                 Cow::Borrowed(_) => request.body.to_vec(),
             };
+            // The last payload's call takes the headers and query: no template renders after it.
+            let (headers, query) = if index + 1 == payloads.len() {
+                (std::mem::take(&mut headers), std::mem::take(&mut query))
+            } else {
+                (headers.clone(), query.clone())
+            };
             let input = TransformInput {
                 name: request.name.to_string(),
-                url: request.parts.uri.to_string(),
-                headers: headers.clone(),
-                query: query.clone(),
+                url: request_target(&request.parts.uri),
+                headers,
+                query,
                 body,
                 mapping_id: mapping.id.clone(),
                 config: spec.config.clone(),
@@ -275,8 +281,37 @@ fn transform_headers(
         .collect()
 }
 
+/// The request target as received, path and query: for the origin form a server is sent
+/// (`/hooks/x?y`), the text `http` already holds, copied as it is rather than formatted again.
+fn request_target(uri: &Uri) -> String {
+    match (uri.scheme(), uri.path_and_query()) {
+        (None, Some(target)) => target.as_str().to_owned(),
+        _ => uri.to_string(),
+    }
+}
+
 fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
     form_urlencoded::parse(query.unwrap_or("").as_bytes())
         .into_owned()
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The target a transform sees as `url` is the one `Uri` formats, whichever form it came in.
+    #[test]
+    fn the_request_target_is_the_uri_as_received() {
+        for target in [
+            "/hooks/github",
+            "/hooks/github?x=1&y=%20z",
+            "/hooks/github?",
+            "http://example.test/hooks/github?x=1",
+            "example.test:443",
+        ] {
+            let uri: Uri = target.parse().unwrap();
+            assert_eq!(request_target(&uri), uri.to_string(), "{target}");
+        }
+    }
 }

@@ -118,3 +118,45 @@ async fn a_transform_is_called_with_the_input_and_ctx_it_always_had() {
     assert_eq!(status, 200, "{bare}");
     assert_eq!(bare["config"], "undefined", "own, and undefined: {bare}");
 }
+
+/// Each element of a `forEach` list is a call of its own (its payload the list of that element), and every call gets the request's
+/// headers and target, the last one included (it takes them where the others get copies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_element_of_a_for_each_list_gets_the_headers_and_the_target() {
+    let mut config = base_config();
+    let transform = json!({"module": "each.wasm", "reuse": 10, "limits": js_limits(2000)});
+    set(
+        &mut config,
+        "hooks.mappings",
+        json!([{"id": "each", "match": {"path": "each"}, "forEach": "items",
+                "action": "wake", "textTemplate": "unused", "transform": transform}]),
+    );
+    let dir = ConfigDir::new(&config);
+    install_module(
+        &dir,
+        "each",
+        "export default ({ payload, headers, url }) => \
+         ({ text: `${payload.items[0].name} ${headers['x-tag']} ${url.pathname}${url.search}` });",
+    );
+    let server = Hookgate::start_in(&dir);
+    let items = json!({"items": [{"name": "a"}, {"name": "b"}, {"name": "c"}]});
+    let response = server
+        .hook("/hooks/each?q=1")
+        .header("x-tag", "t")
+        .json(&items)
+        .send()
+        .await
+        .unwrap();
+    let (status, reply) = json_of(response).await;
+    assert_eq!(status, 200, "{reply}");
+    let expected = [
+        "a t /hooks/each?q=1",
+        "b t /hooks/each?q=1",
+        "c t /hooks/each?q=1",
+    ];
+    eventually("the three wakes", async || {
+        server.wake_texts().await.len() >= 3
+    })
+    .await;
+    assert_eq!(server.wake_texts().await, expected);
+}
