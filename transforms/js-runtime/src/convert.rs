@@ -16,7 +16,6 @@ use rquickjs::{Ctx, Object, TypedArray, Value, qjs};
 
 use crate::arguments::{self, Made};
 use crate::hookgate::transform::types::Request;
-use crate::lowering;
 
 /// Past this many headers, repeated names are found through an index rather than by comparing
 /// each name with those before it.
@@ -34,9 +33,7 @@ pub struct Call<'js> {
 
 /// `req` as the call of the transform's function.
 pub fn request<'js>(ctx: &Ctx<'js>, made: &Made, req: Request) -> rquickjs::Result<Call<'js>> {
-    // `ctx.body` keeps the buffer, which may outlive the call: out of the region the request
-    // was lowered into, with room for the NUL `payload` adds.
-    let mut body = lowering::owned(req.body, 1);
+    let mut body = req.body;
     let payload = payload(ctx, &mut body)?;
     let headers = headers(ctx, req.headers)?;
     let input = arguments::input(ctx, made, req.name, req.url, headers, payload)?;

@@ -22,7 +22,6 @@ use rquickjs::{Context, Ctx, Function, Object, Persistent, Promise, Runtime, Val
 mod arguments;
 mod convert;
 mod globals;
-mod lowering;
 mod outcome;
 mod rejections;
 
@@ -328,18 +327,14 @@ struct Transform;
 
 impl Guest for Transform {
     /// Calls the transform's function and reads its outcome; what it throws is the call's error.
-    /// The request, lowered into [`lowering`]'s region, is dropped by then, so the region is
-    /// emptied for the next call's.
     fn transform(req: Request) -> Result<Outcome, String> {
-        let outcome = LOADED.with(|slot| {
+        LOADED.with(|slot| {
             let slot = slot.borrow();
             let loaded = slot
                 .as_ref()
                 .ok_or("the JavaScript runtime was not initialised with a bundle")?;
             call(loaded, req)
-        });
-        lowering::empty();
-        outcome
+        })
     }
 }
 
