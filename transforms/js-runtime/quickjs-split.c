@@ -30,7 +30,83 @@ static void hookgate_free_shape0(struct JSRuntime *rt, struct JSShape *sh);
 #define js_free_shape0(rt, sh) HOOKGATE_FREE_SHAPE0_##rt, sh)
 #define HOOKGATE_FREE_SHAPE0_JSRuntime quickjs_free_shape0(JSRuntime
 #define HOOKGATE_FREE_SHAPE0_rt hookgate_free_shape0(rt
+
+/* QuickJS's copies of a length known only at run time (a string's characters into a new or
+   longer string, mostly) compile to WebAssembly's `memory.copy`, which wasmtime runs as a call
+   out of the guest into the host's memcpy: about 70 instructions whatever the length, where a
+   call copies tens of bytes at a time, some thirty times. hookgate_copy copies up to
+   HOOKGATE_INLINE_COPY bytes in place, every byte loaded before any is stored (so overlapping
+   copies are as memmove's), and leaves longer ones to `memory.copy`. A copy of a constant length
+   stays the compiler's (a load and a store). Only quickjs.c's `memcpy` is this one: string.h is
+   included first, so its declaration is the C library's. */
+#include <stdint.h>
+#include <string.h>
+#define HOOKGATE_INLINE_COPY 64
+
+static inline __attribute__((always_inline)) uint64_t hookgate_load8(const unsigned char *p)
+{
+    uint64_t v;
+    __builtin_memcpy(&v, p, 8);
+    return v;
+}
+
+static inline __attribute__((always_inline)) void hookgate_store8(unsigned char *p, uint64_t v)
+{
+    __builtin_memcpy(p, &v, 8);
+}
+
+static inline __attribute__((always_inline)) void *hookgate_copy(void *dst, const void *src,
+                                                                   size_t n)
+{
+    unsigned char *d = dst;
+    const unsigned char *s = src;
+
+    if (n > HOOKGATE_INLINE_COPY)
+        return __builtin_memmove(dst, src, n);
+    if (n > 32) {
+        /* 33 to 64: 32 bytes from each end, overlapping in the middle. */
+        uint64_t a0 = hookgate_load8(s), a1 = hookgate_load8(s + 8);
+        uint64_t a2 = hookgate_load8(s + 16), a3 = hookgate_load8(s + 24);
+        uint64_t z0 = hookgate_load8(s + n - 32), z1 = hookgate_load8(s + n - 24);
+        uint64_t z2 = hookgate_load8(s + n - 16), z3 = hookgate_load8(s + n - 8);
+        hookgate_store8(d, a0);
+        hookgate_store8(d + 8, a1);
+        hookgate_store8(d + 16, a2);
+        hookgate_store8(d + 24, a3);
+        hookgate_store8(d + n - 32, z0);
+        hookgate_store8(d + n - 24, z1);
+        hookgate_store8(d + n - 16, z2);
+        hookgate_store8(d + n - 8, z3);
+    } else if (n > 16) {
+        uint64_t a0 = hookgate_load8(s), a1 = hookgate_load8(s + 8);
+        uint64_t z0 = hookgate_load8(s + n - 16), z1 = hookgate_load8(s + n - 8);
+        hookgate_store8(d, a0);
+        hookgate_store8(d + 8, a1);
+        hookgate_store8(d + n - 16, z0);
+        hookgate_store8(d + n - 8, z1);
+    } else if (n >= 8) {
+        uint64_t a = hookgate_load8(s), z = hookgate_load8(s + n - 8);
+        hookgate_store8(d, a);
+        hookgate_store8(d + n - 8, z);
+    } else if (n >= 4) {
+        uint32_t a, z;
+        __builtin_memcpy(&a, s, 4);
+        __builtin_memcpy(&z, s + n - 4, 4);
+        __builtin_memcpy(d, &a, 4);
+        __builtin_memcpy(d + n - 4, &z, 4);
+    } else if (n > 0) {
+        unsigned char a = s[0], m = s[n / 2], z = s[n - 1];
+        d[0] = a;
+        d[n / 2] = m;
+        d[n - 1] = z;
+    }
+    return dst;
+}
+
+#define memcpy(dst, src, n) \
+    (__builtin_constant_p(n) ? __builtin_memcpy(dst, src, n) : hookgate_copy(dst, src, n))
 #include "quickjs.c"
+#undef memcpy
 #undef js_free_shape0
 
 /* Atoms of the flag getters that QuickJS does not predefine, taken when the fast path is

@@ -217,6 +217,23 @@ async fn objects_made_alike_in_every_call_keep_their_keys_and_prototypes() {
     assert_each_lists(&numbered_wakes(&server, &paths).await, SHAPES);
 }
 
+/// Strings of every length up to 140 characters, of one byte or two each, copied by QuickJS
+/// (sliced, concatenated, through JSON and a join) keep every character in its place, across the
+/// runtime's copies made in place (up to 64 bytes) and `memory.copy` past them
+/// (docs/performance.md, "QuickJS's own costs"): in a fresh instance and twice in a kept one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strings_copied_at_every_length_keep_every_character() {
+    let (server, _dir) = start(
+        json!([
+            globals("copies", "js-globals.wasm", "copies", None),
+            globals("copies-kept", "js-globals.mjs", "copies", None),
+        ]),
+        &["js-globals"],
+    );
+    let texts = numbered_wakes(&server, &["copies", "copies-kept", "copies-kept"]).await;
+    assert_each_lists(&texts, &["10716 strings checked, 0 wrong"]);
+}
+
 /// Posts `{"n": <index>}` to each of `paths` in turn (`n` keeps equal texts apart: equal wake
 /// texts would be one pending event) and returns the texts of the wakes, one per path.
 async fn numbered_wakes(server: &Hookgate, paths: &[&str]) -> Vec<String> {
