@@ -30,6 +30,17 @@ static void hookgate_free_shape0(struct JSRuntime *rt, struct JSShape *sh);
 #define js_free_shape0(rt, sh) HOOKGATE_FREE_SHAPE0_##rt, sh)
 #define HOOKGATE_FREE_SHAPE0_JSRuntime quickjs_free_shape0(JSRuntime
 #define HOOKGATE_FREE_SHAPE0_rt hookgate_free_shape0(rt
+/* QuickJS's JS_DefinePropertyValue likewise: compiled as quickjs_define_property_value, its
+   callers in quickjs.c (`ctx` first) calling hookgate_define_property_value (below), and
+   JS_DefinePropertyValue defined again after the include. quickjs.h first, for its types. */
+#include "quickjs.h"
+int quickjs_define_property_value(JSContext *ctx, JSValueConst this_obj, JSAtom prop,
+                                  JSValue val, int flags);
+static int hookgate_define_property_value(JSContext *ctx, JSValueConst this_obj, JSAtom prop,
+                                          JSValue val, int flags);
+#define JS_DefinePropertyValue(ctx, ...) HOOKGATE_DEFINE_VALUE_##ctx, __VA_ARGS__)
+#define HOOKGATE_DEFINE_VALUE_JSContext quickjs_define_property_value(JSContext
+#define HOOKGATE_DEFINE_VALUE_ctx hookgate_define_property_value(ctx
 
 /* QuickJS's copies of a length known only at run time (a string's characters into a new or
    longer string, mostly) compile to WebAssembly's `memory.copy`, which wasmtime runs as a call
@@ -108,6 +119,54 @@ static inline __attribute__((always_inline)) void *hookgate_copy(void *dst, cons
 #include "quickjs.c"
 #undef memcpy
 #undef js_free_shape0
+
+
+#undef JS_DefinePropertyValue
+
+/* JS_DefinePropertyValue of a property that an ordinary object (no exotic behaviour: not an
+   array, a typed array, a Proxy, a string's or an arguments object) does not have, while it is
+   extensible: what QuickJS's own does then, through JS_DefineProperty and JS_CreateProperty, is
+   add the property with the attributes asked for and store the value, which the caller hands
+   over (QuickJS takes a reference to it and drops the caller's). The objects a call makes get
+   their properties this way: the arguments, the result's literal, JSON.parse's objects, a new
+   function's `length` and `name`. Anything else is QuickJS's own, step by step. */
+static inline __attribute__((always_inline)) int
+hookgate_define_value(JSContext *ctx, JSValueConst this_obj, JSAtom prop, JSValue val, int flags)
+{
+    JSObject *p;
+    JSProperty *pr;
+
+    if (JS_VALUE_GET_TAG(this_obj) == JS_TAG_OBJECT &&
+        !(flags & (JS_PROP_HAS_GET | JS_PROP_HAS_SET))) {
+        p = JS_VALUE_GET_OBJ(this_obj);
+        if (!p->is_exotic && !p->fast_array && p->extensible &&
+            !find_own_property(&pr, p, prop)) {
+            pr = add_property(ctx, p, prop, flags & JS_PROP_C_W_E);
+            if (unlikely(!pr)) {
+                JS_FreeValue(ctx, val);
+                return -1;
+            }
+            pr->u.value = val;
+            return true;
+        }
+    }
+    return quickjs_define_property_value(ctx, this_obj, prop, val, flags);
+}
+
+/* For quickjs.c's callers. */
+static int hookgate_define_property_value(JSContext *ctx, JSValueConst this_obj, JSAtom prop,
+                                          JSValue val, int flags)
+{
+    return hookgate_define_value(ctx, this_obj, prop, val, flags);
+}
+
+/* The public JS_DefinePropertyValue, for the runtime's Rust (rquickjs, arguments.rs): the same,
+   compiled into it rather than called. */
+int JS_DefinePropertyValue(JSContext *ctx, JSValueConst this_obj, JSAtom prop, JSValue val,
+                           int flags)
+{
+    return hookgate_define_value(ctx, this_obj, prop, val, flags);
+}
 
 /* Atoms of the flag getters that QuickJS does not predefine, taken when the fast path is
    installed on `hookgate_flag_atoms_ctx`, and kept for good: a held atom cannot be freed and

@@ -234,6 +234,39 @@ async fn strings_copied_at_every_length_keep_every_character() {
     assert_each_lists(&texts, &["10716 strings checked, 0 wrong"]);
 }
 
+/// What the define fixture lists after its `call <n>` line, as V8 gives it.
+const DEFINED: &[&str] = &[
+    r#"{"a":3,"b":2}"#,
+    r#"{"value":2,"writable":true,"enumerable":true,"configurable":true}"#,
+    r#"{"a":3,"b":2}"#,
+    "TypeError",
+    "TypeError",
+    r#"{"value":1,"writable":true,"enumerable":true,"configurable":true}"#,
+    "x=1",
+    "1 a",
+    "TypeError",
+    "TypeError",
+    r#"named 0 {"value":"named","writable":false,"enumerable":false,"configurable":true}"#,
+];
+
+/// Defining a property (a literal's, JSON.parse's, a class field's) where the runtime's direct
+/// path for a new property of an ordinary extensible object does not apply (docs/performance.md,
+/// "QuickJS's own costs") gives what V8 gives: a key given twice, an accessor replaced, an object
+/// not extensible, sealed or with the property already, a Proxy's trap, an array's index, a
+/// String's `length`; in a fresh instance and twice in a kept one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn properties_defined_where_an_object_refuses_or_has_them_follow_the_specification() {
+    let (server, _dir) = start(
+        json!([
+            globals("define", "js-globals.wasm", "define", None),
+            globals("define-kept", "js-globals.mjs", "define", None),
+        ]),
+        &["js-globals"],
+    );
+    let texts = numbered_wakes(&server, &["define", "define-kept", "define-kept"]).await;
+    assert_each_lists(&texts, DEFINED);
+}
+
 /// Posts `{"n": <index>}` to each of `paths` in turn (`n` keeps equal texts apart: equal wake
 /// texts would be one pending event) and returns the texts of the wakes, one per path.
 async fn numbered_wakes(server: &Hookgate, paths: &[&str]) -> Vec<String> {
