@@ -1,8 +1,9 @@
 /*
- * QuickJS with a fast path for RegExp.prototype[Symbol.split] and an allocator that keeps an
- * emptied arena for the next call, compiled in place of rquickjs-sys's quickjs.c (zig-cc swaps
- * this file in for it, so QuickJS's internals are in scope here). docs/performance.md, "QuickJS's
- * own costs", has what each saves.
+ * QuickJS with a fast path for RegExp.prototype[Symbol.split], an allocator that keeps an
+ * emptied arena for the next call, shapes kept past their last object, short copies made in place
+ * and new properties of ordinary objects added directly, compiled in place of rquickjs-sys's
+ * quickjs.c (zig-cc swaps this file in for it, so QuickJS's internals are in scope here).
+ * docs/performance.md, "QuickJS's own costs", has what each saves.
  *
  * The specification's split (ECMA-262, RegExp.prototype[@@split]) builds a new sticky RegExp from
  * the separator through its species constructor, reads its `flags` through eight getters, and
