@@ -18,25 +18,10 @@ use super::host::{CallOutput, HostState};
 use super::limits::TransformLimits;
 use super::pipe::PipeOverflow;
 use super::registry::LoadedTransform;
+use super::request::TransformInput;
 use super::warm::{IdleCount, IdleInstance, WarmInstance, WarmLimits};
 use crate::hook::{Channel, Named, SessionMode, Thinking, WakeMode};
 use crate::mapping::{ActionKind, Overrides, TransformAction, non_blank};
-
-/// The request as a transform sees it.
-#[derive(Debug, Clone, Default)]
-pub struct TransformInput {
-    pub name: String,
-    /// The request target as received, path and query.
-    pub url: String,
-    /// Lower-cased names, credentials removed.
-    pub headers: Vec<(String, String)>,
-    pub query: Vec<(String, String)>,
-    pub body: Vec<u8>,
-    pub mapping_id: String,
-    pub config: Option<String>,
-    /// The mapping's `transform.export`.
-    pub export_name: Option<String>,
-}
 
 /// What a transform decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,9 +144,9 @@ impl TransformEngine {
             // An older SDK's adapter may leave something of one call for the next (it read
             // fields a result inherits, from a prototype an earlier call polluted): no reuse.
             if limits.reuse > 1 && !transform.builder.is_outdated() {
-                self.call_reused(transform, input, limits, &clock).await
+                self.call_reused(transform, &input, limits, &clock).await
             } else {
-                self.call_in_fresh_store(transform, input, limits, &clock)
+                self.call_in_fresh_store(transform, &input, limits, &clock)
                     .await
             }
         };
@@ -176,7 +161,7 @@ impl TransformEngine {
     async fn call_in_fresh_store(
         &self,
         transform: &LoadedTransform,
-        input: TransformInput,
+        input: &TransformInput,
         limits: &TransformLimits,
         clock: &Arc<GuestClock>,
     ) -> Result<Returned, TransformFailure> {
@@ -184,9 +169,8 @@ impl TransformEngine {
         let charge = (Arc::clone(clock), limits.timeout);
         let state = HostState::new(&input.mapping_id, memory_cap, limits.log_bytes, charge);
         let mut store = self.store(state);
-        let request = request(input);
         let result = match transform.pre.instantiate_async(&mut store).await {
-            Ok(instance) => instance.call_transform(&mut store, request).await,
+            Ok(instance) => instance.call_transform(&mut store, input).await,
             Err(err) => Err(err),
         };
         let output = store.data_mut().flush_output();
@@ -202,7 +186,7 @@ impl TransformEngine {
     async fn call_reused(
         &self,
         transform: &LoadedTransform,
-        input: TransformInput,
+        input: &TransformInput,
         limits: &TransformLimits,
         clock: &Arc<GuestClock>,
     ) -> Result<Returned, TransformFailure> {
@@ -240,8 +224,7 @@ impl TransformEngine {
             .data_mut()
             .charge_to(Arc::clone(clock), limits.timeout);
         warm.store.set_epoch_deadline(1);
-        let request = request(input);
-        let result = warm.instance.call_transform(&mut warm.store, request).await;
+        let result = warm.instance.call_transform(&mut warm.store, input).await;
         let output = warm.store.data_mut().flush_output();
         warm.calls += 1;
         // A reused store's pipes hold several calls' output, so a call that wrote more than its
@@ -336,19 +319,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn request(input: TransformInput) -> types::Request {
-    types::Request {
-        name: input.name,
-        url: input.url,
-        headers: input.headers,
-        query: input.query,
-        body: input.body,
-        mapping_id: input.mapping_id,
-        config: input.config,
-        export_name: input.export_name,
-    }
 }
 
 /// What a finished call means: its outcome, or why it failed.

@@ -7,8 +7,10 @@ use wasmtime::Store;
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, ComponentExportIndex, Func, InstancePre, TypedFunc};
 
+use super::answer::Answer;
 use super::bindings::{types, v0_1, v0_2};
 use super::host::HostState;
+use super::request::{RequestArg, TransformInput};
 
 /// The package every version of the contract belongs to.
 const PACKAGE: &str = "hookgate:transform";
@@ -151,10 +153,8 @@ fn handler_transform(
     let ComponentItem::ComponentFunc(func) = item else {
         wasmtime::bail!("`{HANDLER}#transform` is not a function");
     };
-    func.typecheck::<(&types::Request,), (Result<types::Outcome, String>,)>(
-        &instance_pre.instance_type(),
-    )
-    .map_err(|err| err.context(format!("type-checking `{HANDLER}#transform`")))?;
+    func.typecheck::<(RequestArg<'_>,), (Answer,)>(&instance_pre.instance_type())
+        .map_err(|err| err.context(format!("type-checking `{HANDLER}#transform`")))?;
     Ok(transform)
 }
 
@@ -184,11 +184,12 @@ impl TransformInstance {
     pub async fn call_transform(
         &self,
         store: &mut Store<HostState>,
-        request: types::Request,
+        input: &TransformInput,
     ) -> wasmtime::Result<Result<types::Outcome, String>> {
         match self {
             TransformInstance::V0_1(instance) => {
-                let outcome = instance.call_transform(store, &request.into()).await?;
+                let request = types::Request::from(input.clone()).into();
+                let outcome = instance.call_transform(store, &request).await?;
                 Ok(outcome.map(Into::into))
             }
             TransformInstance::V0_2(transform) => {
@@ -197,9 +198,10 @@ impl TransformInstance {
                 // it with this type (`handler_transform`). Every instance of one component has
                 // the same export types (the contract defines no resources), so this is the
                 // call the bindings make after their check.
-                let typed: TypedFunc<(&types::Request,), (Result<types::Outcome, String>,)> =
+                let typed: TypedFunc<(RequestArg<'_>,), (Answer,)> =
                     unsafe { TypedFunc::new_unchecked(*transform) };
-                let (outcome,) = typed.call_async(&mut *store, (&request,)).await?;
+                let (Answer(outcome),) =
+                    typed.call_async(&mut *store, (RequestArg(input),)).await?;
                 Ok(outcome)
             }
         }

@@ -12,6 +12,7 @@
 //! limiter) and output size; a transform that breaks a limit fails its own request and nothing
 //! else.
 
+mod answer;
 mod bindings;
 mod builder;
 mod cache;
@@ -26,15 +27,17 @@ mod limits;
 mod module_file;
 mod pipe;
 mod registry;
+mod request;
 mod shown;
 mod warm;
 mod wasi;
 
 pub use builder::{Builder, JS_ADAPTER_REVISION, JS_SDK_SECTION};
 pub use cache::CompileCache;
-pub use call::{CallOutcome, Reply, Returned, TransformFailure, TransformInput};
+pub use call::{CallOutcome, Reply, Returned, TransformFailure};
 pub use call_slots::SlotShare;
 pub use contract::Contract;
 pub use engine::TransformEngine;
 pub use limits::TransformLimits;
 pub use registry::{LoadError, LoadedTransform, TransformRegistry, TransformSet, TransformStatus};
+pub use request::TransformInput;
