@@ -3,6 +3,8 @@
 //! an instance kept from its earlier calls); and what the answer means for the request.
 
 use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -41,6 +43,9 @@ pub struct Reply {
     pub content_type: String,
     pub body: Vec<u8>,
 }
+
+/// A call's future, of either kind.
+type CallFuture<'a> = Pin<Box<dyn Future<Output = Result<Returned, TransformFailure>> + Send + 'a>>;
 
 /// Why a call failed. Each is the transform's failure alone: the request gets a 500.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -133,24 +138,27 @@ impl TransformEngine {
             Ok(slot) => slot,
             Err(queued) => {
                 let wait = slot_wait(limits.timeout);
-                let Ok(slot) = tokio::time::timeout(wait, queued.wait()).await else {
+                // Boxed: a timer is large, and the future of a call that finds a slot free
+                // need not carry room for one.
+                let Ok(slot) = Box::pin(tokio::time::timeout(wait, queued.wait())).await else {
                     return Err(TransformFailure::Busy(wait));
                 };
                 slot
             }
         };
         let clock = GuestClock::new();
-        let call = async {
+        // The call's future is boxed where it is made, and only its box moves: the outer future
+        // stays small for whatever awaits it, and a kept instance's call, which makes no
+        // instance, does not carry room for making one.
+        let call: CallFuture<'_> = if limits.reuse > 1 && !transform.builder.is_outdated() {
+            Box::pin(self.call_reused(transform, &input, limits, &clock))
+        } else {
             // An older SDK's adapter may leave something of one call for the next (it read
             // fields a result inherits, from a prototype an earlier call polluted): no reuse.
-            if limits.reuse > 1 && !transform.builder.is_outdated() {
-                self.call_reused(transform, &input, limits, &clock).await
-            } else {
-                self.call_in_fresh_store(transform, &input, limits, &clock)
-                    .await
-            }
+            Box::pin(self.call_in_fresh_store(transform, &input, limits, &clock))
         };
-        let result = match Budgeted::new(Arc::clone(&clock), limits.timeout, call).await {
+        let call = Budgeted::new(Arc::clone(&clock), limits.timeout, call);
+        let result = match call.await {
             Err(_) => Err(TransformFailure::Timeout(limits.timeout)),
             Ok(result) => result,
         };
@@ -203,7 +211,9 @@ impl TransformEngine {
                 let state =
                     HostState::for_reuse(&input.mapping_id, memory_cap, limits.log_bytes, charge);
                 let mut store = self.store(state);
-                let instance = match transform.pre.instantiate_async(&mut store).await {
+                // Boxed: the future that makes an instance is twice the size of the one that
+                // calls it, and only the first of an instance's calls needs it.
+                let instance = match Box::pin(transform.pre.instantiate_async(&mut store)).await {
                     Ok(instance) => instance,
                     Err(err) => {
                         // What a start function wrote before it failed explains the failure.

@@ -78,7 +78,7 @@ pub struct OutOfTime;
 
 /// A call's future, charged to a [`GuestClock`] and stopped when the clock passes `limit`
 /// while the future waits on something other than its turn.
-pub struct Budgeted<F> {
+pub struct Budgeted<F: ?Sized> {
     clock: Arc<GuestClock>,
     limit: Duration,
     inner: Pin<Box<F>>,
@@ -87,18 +87,20 @@ pub struct Budgeted<F> {
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
-impl<F: Future> Budgeted<F> {
-    pub fn new(clock: Arc<GuestClock>, limit: Duration, inner: F) -> Self {
+impl<F: Future + ?Sized> Budgeted<F> {
+    /// `inner` comes boxed: a call's future is large, and is boxed where it is made rather than
+    /// moved here first.
+    pub fn new(clock: Arc<GuestClock>, limit: Duration, inner: Pin<Box<F>>) -> Self {
         Budgeted {
             clock,
             limit,
-            inner: Box::pin(inner),
+            inner,
             timer: None,
         }
     }
 }
 
-impl<F: Future> Future for Budgeted<F> {
+impl<F: Future + ?Sized> Future for Budgeted<F> {
     type Output = Result<F::Output, OutOfTime>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -163,7 +165,7 @@ mod tests {
         let mut budgeted = Box::pin(Budgeted::new(
             Arc::clone(&clock),
             Duration::from_millis(100),
-            call,
+            Box::pin(call),
         ));
         let waker = std::task::Waker::noop();
         let mut cx = Context::from_waker(waker);
@@ -177,7 +179,12 @@ mod tests {
     async fn a_wait_of_the_calls_own_is_charged_and_stopped_at_the_limit() {
         let clock = GuestClock::new();
         let blocked = std::future::pending::<()>();
-        let outcome = Budgeted::new(Arc::clone(&clock), Duration::from_millis(50), blocked).await;
+        let outcome = Budgeted::new(
+            Arc::clone(&clock),
+            Duration::from_millis(50),
+            Box::pin(blocked),
+        )
+        .await;
         assert_eq!(outcome, Err(OutOfTime));
         assert!(clock.spent() >= Duration::from_millis(50));
     }
