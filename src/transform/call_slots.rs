@@ -33,28 +33,51 @@ enum LaneKey {
     Trials,
 }
 
-impl LaneKey {
-    fn of(share: SlotShare, mapping: &str) -> LaneKey {
-        match share {
-            SlotShare::Mapping => LaneKey::Mapping(Arc::from(mapping)),
-            SlotShare::Trials => LaneKey::Trials,
-        }
-    }
-}
-
 /// The slots. Cheap to clone.
 #[derive(Clone)]
 pub struct CallSlots {
     state: Arc<Mutex<State>>,
 }
 
+/// Idle mappings' lanes kept: a mapping's next call finds its lane, and takes a slot without
+/// making a key for it. Past this many lanes, idle ones are dropped when another is made.
+const KEPT_LANES: usize = 64;
+
 struct State {
     free: usize,
     /// The most slots one mapping may hold.
     per_mapping: usize,
-    /// Lanes with calls in progress or waiting; a lane with neither is removed, so the map is
-    /// bounded by the calls in flight. Keyed by configured mapping ids, hashed without SipHash.
-    lanes: FxHashMap<LaneKey, Lane>,
+    /// Calls waiting in all lanes, those that gave up included until their turn skips them:
+    /// while there are none, a freed slot goes back to the pool without a search.
+    waiting: usize,
+    /// The mappings' lanes: those with calls in progress or waiting, and idle ones up to
+    /// [`KEPT_LANES`] in all, so the map is bounded by the calls in flight and that. Keyed by
+    /// configured mapping ids, hashed without SipHash.
+    lanes: FxHashMap<Arc<str>, Lane>,
+    /// The dry runs' lane.
+    trials: Lane,
+}
+
+impl State {
+    fn lane(&mut self, key: &LaneKey) -> Option<&mut Lane> {
+        match key {
+            LaneKey::Mapping(mapping) => self.lanes.get_mut(&**mapping),
+            LaneKey::Trials => Some(&mut self.trials),
+        }
+    }
+
+    /// The key of `mapping`'s lane, made (with the lane) if it has none.
+    fn mapping_key(&mut self, mapping: &str) -> LaneKey {
+        if let Some((key, _)) = self.lanes.get_key_value(mapping) {
+            return LaneKey::Mapping(Arc::clone(key));
+        }
+        if self.lanes.len() >= KEPT_LANES {
+            self.lanes.retain(|_, lane| !lane.is_idle());
+        }
+        let key: Arc<str> = Arc::from(mapping);
+        self.lanes.insert(Arc::clone(&key), Lane::default());
+        LaneKey::Mapping(key)
+    }
 }
 
 #[derive(Default)]
@@ -63,6 +86,12 @@ struct Lane {
     /// Calls waiting for a slot, oldest first. A waiter that gave up (its call timed out) leaves
     /// a closed sender, skipped when its turn comes.
     waiting: VecDeque<oneshot::Sender<CallSlot>>,
+}
+
+impl Lane {
+    fn is_idle(&self) -> bool {
+        self.in_use == 0 && self.waiting.is_empty()
+    }
 }
 
 /// One slot, held for one call; given back (to the next waiter, or to the pool) when dropped.
@@ -79,7 +108,9 @@ impl CallSlots {
             state: Arc::new(Mutex::new(State {
                 free: total,
                 per_mapping: total.div_ceil(2),
+                waiting: 0,
                 lanes: FxHashMap::default(),
+                trials: Lane::default(),
             })),
         }
     }
@@ -98,12 +129,16 @@ impl CallSlots {
     /// A slot for a call of `mapping` at once if the lane `share` names may take a free one,
     /// else a place in its queue.
     pub fn claim(&self, share: SlotShare, mapping: &str) -> Result<CallSlot, Queued> {
-        let key = LaneKey::of(share, mapping);
         let mut state = lock(&self.state);
         let state = &mut *state;
-        let free = state.free;
-        let per_mapping = state.per_mapping;
-        let lane = state.lanes.entry(key.clone()).or_default();
+        let key = match share {
+            SlotShare::Mapping => state.mapping_key(mapping),
+            SlotShare::Trials => LaneKey::Trials,
+        };
+        let (free, per_mapping) = (state.free, state.per_mapping);
+        let lane = state
+            .lane(&key)
+            .expect("the key's lane was just found or made");
         if free > 0 && lane.in_use < per_mapping && lane.waiting.is_empty() {
             lane.in_use += 1;
             state.free -= 1;
@@ -111,11 +146,15 @@ impl CallSlots {
                 held: Some((Arc::clone(&self.state), key)),
             });
         }
+        let mut gave_up = 0;
         if lane.waiting.len() >= 2 * per_mapping {
+            let before = lane.waiting.len();
             lane.waiting.retain(|waiter| !waiter.is_closed());
+            gave_up = before - lane.waiting.len();
         }
         let (sender, receiver) = oneshot::channel();
         lane.waiting.push_back(sender);
+        state.waiting = state.waiting + 1 - gave_up;
         Err(Queued(receiver))
     }
 }
@@ -142,42 +181,48 @@ impl Drop for CallSlot {
         };
         let mut guard = lock(&state);
         guard.free += 1;
-        if let Some(lane) = guard.lanes.get_mut(&key) {
+        if let Some(lane) = guard.lane(&key) {
             lane.in_use -= 1;
         }
-        dispatch(&mut guard, &state);
+        if guard.waiting > 0 {
+            dispatch(&mut guard, &state);
+        }
     }
 }
 
-/// Hands free slots to waiting calls, the mapping with the fewest calls in progress first, and
-/// forgets lanes with nothing in progress or waiting. Runs under the lock; a slot whose waiter
-/// has gone is taken back without being dropped (its drop would take the lock again).
+/// Hands free slots to waiting calls, the mapping with the fewest calls in progress first. Runs
+/// under the lock; a slot whose waiter has gone is taken back without being dropped (its drop
+/// would take the lock again).
 fn dispatch(state: &mut State, shared: &Arc<Mutex<State>>) {
-    while state.free > 0 {
+    while state.free > 0 && state.waiting > 0 {
         let per_mapping = state.per_mapping;
+        let ready = |lane: &Lane| !lane.waiting.is_empty() && lane.in_use < per_mapping;
+        let trials = ready(&state.trials).then_some((LaneKey::Trials, state.trials.in_use));
         let next = state
             .lanes
             .iter()
-            .filter(|(_, lane)| !lane.waiting.is_empty() && lane.in_use < per_mapping)
-            .min_by_key(|(_, lane)| lane.in_use)
-            .map(|(key, _)| key.clone());
+            .filter(|(_, lane)| ready(lane))
+            .map(|(key, lane)| (LaneKey::Mapping(Arc::clone(key)), lane.in_use))
+            .chain(trials)
+            .min_by_key(|(_, in_use)| *in_use)
+            .map(|(key, _)| key);
         let Some(key) = next else { break };
-        let lane = state.lanes.get_mut(&key).expect("just found");
+        let lane = state.lane(&key).expect("just found");
         let waiter = lane.waiting.pop_front().expect("has waiters");
         lane.in_use += 1;
         state.free -= 1;
+        state.waiting -= 1;
         let slot = CallSlot {
             held: Some((Arc::clone(shared), key)),
         };
         if let Err(mut unclaimed) = waiter.send(slot) {
-            unclaimed.held = None;
-            lane.in_use -= 1;
+            let (_, key) = unclaimed.held.take().expect("made held");
+            if let Some(lane) = state.lane(&key) {
+                lane.in_use -= 1;
+            }
             state.free += 1;
         }
     }
-    state
-        .lanes
-        .retain(|_, lane| lane.in_use > 0 || !lane.waiting.is_empty());
 }
 
 fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
@@ -190,17 +235,15 @@ mod tests {
     use super::*;
 
     fn counts(slots: &CallSlots) -> (usize, Vec<(String, usize, usize)>) {
+        // Idle lanes are kept, but not counted: they hold nothing.
         let state = lock(&slots.state);
         let mut lanes: Vec<_> = state
             .lanes
             .iter()
-            .map(|(key, l)| {
-                let name = match key {
-                    LaneKey::Mapping(mapping) => mapping.to_string(),
-                    LaneKey::Trials => "(trials)".into(),
-                };
-                (name, l.in_use, l.waiting.len())
-            })
+            .map(|(key, l)| (key.to_string(), l))
+            .chain([("(trials)".to_string(), &state.trials)])
+            .filter(|(_, l)| !l.is_idle())
+            .map(|(name, l)| (name, l.in_use, l.waiting.len()))
             .collect();
         lanes.sort();
         (state.free, lanes)
