@@ -326,4 +326,26 @@ mod tests {
         assert!(!t3.is_finished());
         t3.abort();
     }
+    #[test]
+    fn an_idle_lane_is_kept_for_its_mappings_next_call_and_idle_lanes_are_bounded() {
+        let slots = CallSlots::new(4);
+        let lanes = |slots: &CallSlots| lock(&slots.state).lanes.len();
+        drop(slots.claim(SlotShare::Mapping, "a").ok().unwrap());
+        drop(slots.claim(SlotShare::Mapping, "a").ok().unwrap());
+        assert_eq!(lanes(&slots), 1, "the second call found the first's lane");
+        let held = slots.claim(SlotShare::Mapping, "busy").ok().unwrap();
+        for i in 0..3 * KEPT_LANES {
+            drop(
+                slots
+                    .claim(SlotShare::Mapping, &format!("m{i}"))
+                    .ok()
+                    .unwrap(),
+            );
+        }
+        assert!(lanes(&slots) <= KEPT_LANES + 1, "{}", lanes(&slots));
+        // A lane with a call in progress is never dropped with the idle ones.
+        assert_eq!(counts(&slots), (3, vec![("busy".into(), 1, 0)]));
+        drop(held);
+        assert_eq!(counts(&slots), (4, vec![]));
+    }
 }
