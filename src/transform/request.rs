@@ -3,7 +3,8 @@
 //! derive, which looks up the guest's memory two or three times per string, and computes each
 //! field's offset, on every call (docs/performance.md, "The host's side of a call"). What the
 //! guest sees is what the canonical ABI gives it: the same `realloc` calls in the same order,
-//! the same bytes. A component that asks for strings in another encoding than UTF-8 gets the
+//! the same values in every field (padding, and the payload of an unset option, are zeros where
+//! wasmtime leaves what `realloc` gave). A component that asks for strings in another encoding than UTF-8 gets the
 //! request through the generated bindings.
 //!
 //! [`RequestArg`] takes its type, and the check of it, from the generated `request`: a
