@@ -1,8 +1,9 @@
 /*
  * QuickJS with a fast path for RegExp.prototype[Symbol.split], an allocator that keeps an
- * emptied arena for the next call, shapes kept past their last object, short copies made in place
- * and new properties of ordinary objects added directly, compiled in place of rquickjs-sys's
- * quickjs.c (zig-cc swaps this file in for it, so QuickJS's internals are in scope here).
+ * emptied arena for the next call, shapes kept past their last object, short copies made in place,
+ * new properties of ordinary objects added directly and a leaner js_free_rt, compiled in place of
+ * rquickjs-sys's quickjs.c (zig-cc swaps this file in for it, so QuickJS's internals are in scope
+ * here).
  * docs/performance.md, "QuickJS's own costs", has what each saves.
  *
  * The specification's split (ECMA-262, RegExp.prototype[@@split]) builds a new sticky RegExp from
@@ -31,6 +32,14 @@ static void hookgate_free_shape0(struct JSRuntime *rt, struct JSShape *sh);
 #define js_free_shape0(rt, sh) HOOKGATE_FREE_SHAPE0_##rt, sh)
 #define HOOKGATE_FREE_SHAPE0_JSRuntime quickjs_free_shape0(JSRuntime
 #define HOOKGATE_FREE_SHAPE0_rt hookgate_free_shape0(rt
+/* QuickJS's js_free_rt likewise: compiled as quickjs_free_rt, its callers in quickjs.c (whose
+   first argument is `rt` or `ctx->rt`) calling hookgate_free_rt (below: the same, leaner), and
+   js_free_rt defined again after the include. */
+static void hookgate_free_rt(struct JSRuntime *rt, void *ptr);
+#define js_free_rt(rt, ptr) HOOKGATE_FREE_RT_##rt, ptr)
+#define HOOKGATE_FREE_RT_JSRuntime quickjs_free_rt(JSRuntime
+#define HOOKGATE_FREE_RT_rt hookgate_free_rt(rt
+#define HOOKGATE_FREE_RT_ctx hookgate_free_rt(ctx
 /* QuickJS's JS_DefinePropertyValue likewise: compiled as quickjs_define_property_value, its
    callers in quickjs.c (`ctx` first) calling hookgate_define_property_value (below), and
    JS_DefinePropertyValue defined again after the include. quickjs.h first, for its types. */
@@ -120,6 +129,57 @@ static inline __attribute__((always_inline)) void *hookgate_copy(void *dst, cons
 #include "quickjs.c"
 #undef memcpy
 #undef js_free_shape0
+#undef js_free_rt
+
+/* js_free_rt as QuickJS's (the accounting, then js_arena_free), for a block of an arena, the
+   kind a call frees by the dozen: QuickJS's own is compiled into a function that makes a stack
+   frame on every call (for its underflow check's printf) and reads the block's header twice
+   (js_arena_usable_size, then js_arena_free). The same count and size are taken off the same
+   state, so QuickJS's memory limit and its collector's threshold see what they saw. A large
+   block, the zero-size one and an underflow (QuickJS's message and abort) go to QuickJS's own. */
+static void hookgate_free_rt(JSRuntime *rt, void *ptr)
+{
+    JSMallocState *s = &rt->malloc_state;
+    JSMallocBlockHeader *b;
+    JSArena *ar;
+    unsigned int block_idx, block_size_idx, block_size;
+    size_t free_size;
+
+    if (!ptr)
+        return;
+    b = container_of(ptr, JSMallocBlockHeader, user_data);
+    block_idx = b->u.block_idx;
+    block_size_idx = b->block_size_idx;
+    if (unlikely(block_idx == JS_ARENA_FREE_NIL)) {
+        quickjs_free_rt(rt, ptr);
+        return;
+    }
+    block_size = arena_block_sizes[block_size_idx];
+    free_size = block_size - sizeof(JSMallocBlockHeader) + MALLOC_OVERHEAD;
+    if (unlikely(free_size > s->malloc_size)) {
+        quickjs_free_rt(rt, ptr);
+        return;
+    }
+    s->malloc_count--;
+    s->malloc_size -= free_size;
+    ar = (JSArena *)((uint8_t *)b - (size_t)block_size * block_idx - sizeof(JSArena));
+    b->u.free_next = ar->first_free_block;
+    ar->first_free_block = block_idx;
+    if (unlikely(ar->n_used_blocks == ar->n_blocks))
+        list_add(&ar->free_link, &rt->arena_state.free_arena_list[block_size_idx]);
+    if (unlikely(--ar->n_used_blocks == 0)) {
+        list_del(&ar->link);
+        list_del(&ar->free_link);
+        rt->mf.js_free(rt->malloc_state.opaque, ar);
+    }
+}
+
+/* The public js_free_rt, for code outside quickjs.c (quickjs.h declared quickjs_free_rt). */
+void js_free_rt(JSRuntime *rt, void *ptr);
+void js_free_rt(JSRuntime *rt, void *ptr)
+{
+    hookgate_free_rt(rt, ptr);
+}
 
 
 #undef JS_DefinePropertyValue
