@@ -21,7 +21,9 @@
 //! The runtime also finds the module's function ([`Made::function`]) and calls it itself, where
 //! the adapter's `transform` called it from a frame of its own.
 
-use rquickjs::{Ctx, Function, Object, TypedArray, Value, qjs};
+use std::marker::PhantomData;
+
+use rquickjs::{Ctx, Function, Value, qjs};
 
 use crate::outcome::atom;
 
@@ -107,15 +109,14 @@ impl Made {
     ) -> rquickjs::Result<Made> {
         let raw = ctx.as_raw().as_ptr();
         let base = rquickjs::String::from_str(ctx.clone(), "http://localhost")?.into_value();
-        // SAFETY: the context is live; the object is owned, and handed to `Value`.
-        let key = owned(ctx, unsafe { qjs::JS_NewObject(raw) })?;
+        let key = object(ctx)?;
         let mut made = Made {
             // SAFETY: the context is live.
             runtime: unsafe { qjs::JS_GetRuntime(raw) },
             names: [qjs::JS_ATOM_NULL; NAMES.len()],
             url_class: dup(&url_class),
             base: dup(&base),
-            key: dup(&key),
+            key: key.dup(),
             log: dup(&log),
             module: dup(&module),
             shapes: Vec::new(),
@@ -133,7 +134,7 @@ impl Made {
                         define_owned(ctx, &object, made.name(name), qjs::JS_UNDEFINED)?;
                     }
                 }
-                made.shapes.push(dup(&object));
+                made.shapes.push(object.dup());
             }
         }
         Ok(made)
@@ -151,14 +152,8 @@ impl Made {
         ctx: &Ctx<'js>,
         export_name: Option<&str>,
     ) -> rquickjs::Result<Option<Function<'js>>> {
-        // SAFETY: the module lives as long as `self`; the reference is duplicated for `Value`.
-        let module = unsafe {
-            Value::from_raw(
-                ctx.clone(),
-                qjs::JS_DupValue(ctx.as_raw().as_ptr(), self.module),
-            )
-        };
-        let get = |atom| crate::outcome::get(ctx, &module, atom);
+        // The module lives as long as `self`.
+        let get = |atom| crate::outcome::get(ctx, self.module, atom);
         let found = match export_name {
             Some(name) => {
                 let atom = export_atom(ctx, name)?;
@@ -220,12 +215,12 @@ pub fn input<'js>(
     made: &Made,
     name: String,
     target: String,
-    headers: Object<'js>,
-    payload: Value<'js>,
-) -> rquickjs::Result<Value<'js>> {
+    headers: Owned<'js>,
+    payload: Owned<'js>,
+) -> rquickjs::Result<Owned<'js>> {
     let input = object(ctx)?;
-    define(ctx, &input, made.name(Name::Payload), &payload)?;
-    define(ctx, &input, made.name(Name::Headers), headers.as_value())?;
+    define_owned(ctx, &input, made.name(Name::Payload), payload.into_raw())?;
+    define_owned(ctx, &input, made.name(Name::Headers), headers.into_raw())?;
     let (getter, setter) = accessor(ctx, made, &target)?;
     define_url(ctx, made, &input, getter, setter)?;
     define_owned(ctx, &input, made.name(Name::Path), string(ctx, &name))?;
@@ -299,7 +294,7 @@ fn accessor(
 fn define_url(
     ctx: &Ctx<'_>,
     made: &Made,
-    object: &Value<'_>,
+    object: &Owned<'_>,
     getter: qjs::JSValue,
     setter: qjs::JSValue,
 ) -> rquickjs::Result<()> {
@@ -329,8 +324,8 @@ pub fn context<'js>(
     made: &Made,
     mapping_id: String,
     config: Option<String>,
-    body: TypedArray<'js, u8>,
-) -> rquickjs::Result<Value<'js>> {
+    body: Owned<'js>,
+) -> rquickjs::Result<Owned<'js>> {
     let raw = ctx.as_raw().as_ptr();
     let context = object(ctx)?;
     define_owned(
@@ -352,7 +347,7 @@ pub fn context<'js>(
         }
     };
     define_owned(ctx, &context, made.name(Name::Config), config)?;
-    define(ctx, &context, made.name(Name::Body), body.as_value())?;
+    define_owned(ctx, &context, made.name(Name::Body), body.into_raw())?;
     // SAFETY: `made.log` is live for as long as `made`; the reference is the definition's.
     let log = unsafe { qjs::JS_DupValue(raw, made.log) };
     define_owned(ctx, &context, made.name(Name::Log), log)?;
@@ -437,36 +432,12 @@ fn same_object(a: qjs::JSValue, b: qjs::JSValue) -> bool {
     }
 }
 
-/// Defines `object[atom]` as a literal does: an own data property, writable, enumerable and
-/// configurable.
-fn define<'js>(
-    ctx: &Ctx<'js>,
-    object: &Value<'js>,
-    atom: qjs::JSAtom,
-    value: &Value<'js>,
-) -> rquickjs::Result<()> {
-    // SAFETY: the context and the object are live; the value passed is a reference of its own,
-    // which the definition takes.
-    let status = unsafe {
-        qjs::JS_DefinePropertyValue(
-            ctx.as_raw().as_ptr(),
-            object.as_raw(),
-            atom,
-            dup(value),
-            qjs::JS_PROP_C_W_E as _,
-        )
-    };
-    if status < 0 {
-        return Err(rquickjs::Error::Exception);
-    }
-    Ok(())
-}
-
-/// Defines `object[atom]` as [`define`] does, taking `value`: an owned value, or the exception
-/// that making it returned (then the error, with nothing defined).
-fn define_owned(
+/// Defines `object[atom]` as a literal does, an own data property, writable, enumerable and
+/// configurable, taking `value`: an owned value, or the exception that making it returned (then
+/// the error, with nothing defined).
+pub fn define_owned(
     ctx: &Ctx<'_>,
-    object: &Value<'_>,
+    object: &Owned<'_>,
     atom: qjs::JSAtom,
     value: qjs::JSValue,
 ) -> rquickjs::Result<()> {
@@ -492,15 +463,15 @@ fn define_owned(
 }
 
 /// A new string of `text`, owned by the caller, or the exception.
-fn string(ctx: &Ctx<'_>, text: &str) -> qjs::JSValue {
+pub fn string(ctx: &Ctx<'_>, text: &str) -> qjs::JSValue {
     // SAFETY: the context is live, and the pointer and length are those of `text`, UTF-8.
     unsafe { qjs::JS_NewStringLen(ctx.as_raw().as_ptr(), text.as_ptr().cast(), text.len() as _) }
 }
 
 /// A new object, as `{}` makes it.
-fn object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Value<'js>> {
-    // SAFETY: the context is live; the object is owned, and handed to `Value`.
-    owned(ctx, unsafe { qjs::JS_NewObject(ctx.as_raw().as_ptr()) })
+pub fn object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Owned<'js>> {
+    // SAFETY: the context is live; the object returned is owned.
+    Owned::new(ctx, unsafe { qjs::JS_NewObject(ctx.as_raw().as_ptr()) })
 }
 
 /// A new reference to `value`, which the caller owns.
@@ -509,14 +480,60 @@ fn dup(value: &Value<'_>) -> qjs::JSValue {
     unsafe { qjs::JS_DupValue(value.ctx().as_raw().as_ptr(), value.as_raw()) }
 }
 
-/// `value`, owned, as a `Value`; an exception is the pending one.
-fn owned<'js>(ctx: &Ctx<'js>, value: qjs::JSValue) -> rquickjs::Result<Value<'js>> {
-    // SAFETY: the caller passes an owned value of this context.
-    let value = unsafe { Value::from_raw(ctx.clone(), value) };
-    if value.is_exception() {
-        return Err(rquickjs::Error::Exception);
+/// A value of the context that the runtime owns, freed when dropped: what an rquickjs `Value`
+/// is without the reference to the context that each `Value` takes and drops through QuickJS
+/// (`JS_DupContext`, `JS_FreeContext`). For the values a call makes and hands to QuickJS.
+pub struct Owned<'js> {
+    ctx: *mut qjs::JSContext,
+    value: qjs::JSValue,
+    context: PhantomData<Ctx<'js>>,
+}
+
+impl<'js> Owned<'js> {
+    /// `value`, an owned value of `ctx` (QuickJS's result that the caller holds), or the error
+    /// for the exception pending when it is one.
+    pub fn new(ctx: &Ctx<'js>, value: qjs::JSValue) -> rquickjs::Result<Owned<'js>> {
+        // SAFETY: only the tag is read.
+        if unsafe { qjs::JS_IsException(value) } {
+            return Err(rquickjs::Error::Exception);
+        }
+        Ok(Owned {
+            ctx: ctx.as_raw().as_ptr(),
+            value,
+            context: PhantomData,
+        })
     }
-    Ok(value)
+
+    /// The value, borrowed.
+    pub fn as_raw(&self) -> qjs::JSValue {
+        self.value
+    }
+
+    /// The value, its reference now the caller's.
+    pub fn into_raw(self) -> qjs::JSValue {
+        let value = self.value;
+        std::mem::forget(self);
+        value
+    }
+
+    /// A new reference to the value, which the caller owns.
+    fn dup(&self) -> qjs::JSValue {
+        // SAFETY: the context lives for `'js`, and the value with it.
+        unsafe { qjs::JS_DupValue(self.ctx, self.value) }
+    }
+
+    /// The value as an rquickjs `Value` (which takes a reference to the context).
+    pub fn into_value(self, ctx: &Ctx<'js>) -> Value<'js> {
+        // SAFETY: the value is an owned value of this context, handed over.
+        unsafe { Value::from_raw(ctx.clone(), self.into_raw()) }
+    }
+}
+
+impl Drop for Owned<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the context lives for `'js`; the value is owned, and freed once.
+        unsafe { qjs::JS_FreeValue(self.ctx, self.value) };
+    }
 }
 
 #[cfg(test)]

@@ -11,10 +11,9 @@
 
 use std::collections::BTreeMap;
 
-use rquickjs::object::Property;
-use rquickjs::{Ctx, Object, TypedArray, Value, qjs};
+use rquickjs::{ArrayBuffer, Ctx, qjs};
 
-use crate::arguments::{self, Made};
+use crate::arguments::{self, Made, Owned};
 use crate::hookgate::transform::types::Request;
 
 /// Past this many headers, repeated names are found through an index rather than by comparing
@@ -24,8 +23,9 @@ const HEADERS_SCANNED: usize = 32;
 /// A call of the transform's function: its input, built here ([`arguments::input`]), and what
 /// its `ctx` is built from ([`arguments::context`]) once the function is found.
 pub struct Call<'js> {
-    pub input: Value<'js>,
-    pub body: TypedArray<'js, u8>,
+    pub input: Owned<'js>,
+    /// A `Uint8Array` of the body.
+    pub body: Owned<'js>,
     pub mapping_id: String,
     pub config: Option<String>,
     pub export_name: Option<String>,
@@ -39,11 +39,34 @@ pub fn request<'js>(ctx: &Ctx<'js>, made: &Made, req: Request) -> rquickjs::Resu
     let input = arguments::input(ctx, made, req.name, req.url, headers, payload)?;
     Ok(Call {
         input,
-        body: TypedArray::<u8>::new(ctx.clone(), body)?,
+        body: bytes(ctx, body)?,
         mapping_id: req.mapping_id,
         config: req.config,
         export_name: req.export_name,
     })
+}
+
+/// A `Uint8Array` over `body`'s bytes, as rquickjs's `TypedArray::new` makes it (an
+/// `ArrayBuffer` that takes the vector, and a view of all of it), with no rquickjs `Value` around
+/// the view.
+fn bytes<'js>(ctx: &Ctx<'js>, body: Vec<u8>) -> rquickjs::Result<Owned<'js>> {
+    let buffer = ArrayBuffer::new(ctx.clone(), body)?;
+    let mut args = [
+        buffer.as_value().as_raw(),
+        qjs::JS_UNDEFINED,
+        qjs::JS_UNDEFINED,
+    ];
+    // SAFETY: the context and the buffer are live (QuickJS takes its own reference to the
+    // buffer); the view returned is owned.
+    let view = unsafe {
+        qjs::JS_NewTypedArray(
+            ctx.as_raw().as_ptr(),
+            args.len() as _,
+            args.as_mut_ptr(),
+            qjs::JSTypedArrayEnum_JS_TYPED_ARRAY_UINT8,
+        )
+    };
+    Owned::new(ctx, view)
 }
 
 /// The body as OpenClaw hands it to a transform: a JSON object or array as parsed, `{}` for a
@@ -52,7 +75,7 @@ pub fn request<'js>(ctx: &Ctx<'js>, made: &Made, req: Request) -> rquickjs::Resu
 /// what `TextDecoder` decodes (a byte-order mark dropped, invalid bytes as U+FFFD); valid UTF-8,
 /// the common case, is parsed in place, with no JavaScript string made of it. `body` is left as
 /// it came.
-pub fn payload<'js>(ctx: &Ctx<'js>, body: &mut Vec<u8>) -> rquickjs::Result<Value<'js>> {
+pub fn payload<'js>(ctx: &Ctx<'js>, body: &mut Vec<u8>) -> rquickjs::Result<Owned<'js>> {
     let start = if body.starts_with(&[0xEF, 0xBB, 0xBF]) {
         3
     } else {
@@ -72,18 +95,19 @@ pub fn payload<'js>(ctx: &Ctx<'js>, body: &mut Vec<u8>) -> rquickjs::Result<Valu
         parse_json(ctx, text.as_bytes(), len).ok_or_else(|| is_blank(&text[..len]))
     };
     match parsed {
-        Ok(value) if value.is_object() => Ok(value),
-        Ok(_) | Err(true) => Ok(Object::new(ctx.clone())?.into_value()),
-        Err(false) => Ok(Value::new_null(ctx.clone())),
+        // SAFETY: only the tag is read.
+        Ok(value) if unsafe { qjs::JS_IsObject(value.as_raw()) } => Ok(value),
+        Ok(_) | Err(true) => arguments::object(ctx),
+        Err(false) => Owned::new(ctx, qjs::JS_NULL),
     }
 }
 
 /// `text[..len]` parsed as `JSON.parse` parses it, or `None` (its exception cleared) when it is
 /// not JSON. `text[len]` must be NUL.
-fn parse_json<'js>(ctx: &Ctx<'js>, text: &[u8], len: usize) -> Option<Value<'js>> {
+fn parse_json<'js>(ctx: &Ctx<'js>, text: &[u8], len: usize) -> Option<Owned<'js>> {
     debug_assert_eq!(text.get(len), Some(&0));
     // SAFETY: the context is live, and `text` holds `len` bytes followed by the NUL QuickJS's
-    // parser stops at; the value returned is owned and handed to `Value`.
+    // parser stops at; the value returned is owned and handed to `Owned`.
     let value = unsafe {
         qjs::JS_ParseJSON(
             ctx.as_raw().as_ptr(),
@@ -92,13 +116,12 @@ fn parse_json<'js>(ctx: &Ctx<'js>, text: &[u8], len: usize) -> Option<Value<'js>
             c"<payload>".as_ptr(),
         )
     };
-    // SAFETY: `value` is the owned result of the call above.
-    let value = unsafe { Value::from_raw(ctx.clone(), value) };
-    if value.is_exception() {
+    // `value` is the owned result of the call above.
+    let Ok(value) = Owned::new(ctx, value) else {
         // The SyntaxError is not the call's: the payload is `null` or `{}` instead.
         ctx.catch();
         return None;
-    }
+    };
     Some(value)
 }
 
@@ -125,7 +148,7 @@ fn is_blank(text: &str) -> bool {
 /// header named `__proto__` stays a plain entry, as `Object.fromEntries` would define it). Names
 /// arrive from hookgate in lower case already: one is lowered in place, without a new string, when
 /// it is ASCII.
-fn headers<'js>(ctx: &Ctx<'js>, list: Vec<(String, String)>) -> rquickjs::Result<Object<'js>> {
+fn headers<'js>(ctx: &Ctx<'js>, list: Vec<(String, String)>) -> rquickjs::Result<Owned<'js>> {
     let mut joined: Vec<(String, String)> = Vec::with_capacity(list.len());
     // Only for many headers; a BTreeMap rather than a HashMap: no random keys to draw, which a
     // fresh instance would draw from the host on every call.
@@ -155,19 +178,22 @@ fn headers<'js>(ctx: &Ctx<'js>, list: Vec<(String, String)>) -> rquickjs::Result
             }
         }
     }
-    let object = Object::new(ctx.clone())?;
+    let object = arguments::object(ctx)?;
     for (name, value) in joined {
-        object.prop(
-            name,
-            Property::from(value).writable().enumerable().configurable(),
-        )?;
+        // The atom of the name's UTF-8 bytes, as rquickjs's `Atom::from_str` made it.
+        let atom = crate::outcome::atom(ctx, &name)?;
+        let value = arguments::string(ctx, &value);
+        let defined = arguments::define_owned(ctx, &object, atom, value);
+        // SAFETY: the atom was made above, and is freed once.
+        unsafe { qjs::JS_FreeAtom(ctx.as_raw().as_ptr(), atom) };
+        defined?;
     }
     Ok(object)
 }
 
 #[cfg(test)]
 mod tests {
-    use rquickjs::{Array, Context, Function, Runtime};
+    use rquickjs::{Array, Context, Function, Runtime, Value};
 
     use super::*;
 
@@ -268,7 +294,7 @@ mod tests {
                 let mut bytes = body.clone();
                 let payload = payload(&ctx, &mut bytes).unwrap();
                 assert_eq!(
-                    describe(&ctx, &is_array, payload),
+                    describe(&ctx, &is_array, payload.into_value(&ctx)),
                     expected,
                     "body {body:?}"
                 );
@@ -298,7 +324,7 @@ mod tests {
                 list.push(("X-a".into(), "3".into()));
                 let object = headers(&ctx, list).unwrap();
                 let entries: Function = ctx.eval("(o) => Object.entries(o)").unwrap();
-                let entries: Array = entries.call((object,)).unwrap();
+                let entries: Array = entries.call((object.into_value(&ctx),)).unwrap();
                 let entries: Vec<(String, String)> = entries
                     .iter::<Array>()
                     .map(|pair| {

@@ -17,7 +17,7 @@
 use std::cell::{Cell, RefCell};
 use std::io::Read;
 
-use rquickjs::{Context, Ctx, Function, Object, Persistent, Promise, Runtime, Value};
+use rquickjs::{Context, Ctx, Function, Object, Persistent, Promise, Runtime, Value, qjs};
 
 mod arguments;
 mod convert;
@@ -380,7 +380,22 @@ fn call_function<'js>(
             .call((call.export_name,))?,
     };
     let context = arguments::context(ctx, &loaded.made, call.mapping_id, call.config, call.body)?;
-    function.call((call.input, context))
+    // Called through QuickJS rather than rquickjs's `call`, which takes a reference to the context
+    // for its arguments. (rquickjs's `call` also resumes the panic of a Rust function that the
+    // call reached; the built runtime aborts on a panic, `panic = "abort"`.)
+    let mut args = [call.input.as_raw(), context.as_raw()];
+    // SAFETY: the context, the function and the arguments are live; QuickJS borrows the
+    // arguments, and the value returned is owned.
+    let value = unsafe {
+        qjs::JS_Call(
+            ctx.as_raw().as_ptr(),
+            function.as_raw(),
+            qjs::JS_UNDEFINED,
+            args.len() as _,
+            args.as_mut_ptr(),
+        )
+    };
+    Ok(arguments::Owned::new(ctx, value)?.into_value(ctx))
 }
 
 const NEVER_SETTLES: &str =
@@ -398,17 +413,20 @@ fn settled<'js>(
     let then = if value.is_promise() {
         Value::new_undefined(ctx.clone())
     } else {
-        let then = if value.is_object() {
-            outcome::then_of(ctx, &loaded.names, &value)?
-        } else {
-            Value::new_undefined(ctx.clone())
+        let then = match value.is_object() {
+            true => Some(arguments::Owned::new(
+                ctx,
+                outcome::then_of(ctx, &loaded.names, &value),
+            )?),
+            false => None,
         };
-        if then.is_function() {
-            then
-        } else if !jobs_pending(ctx) {
-            return Ok(value);
-        } else {
-            Value::new_null(ctx.clone())
+        match then {
+            // SAFETY: the context and the value are live.
+            Some(then) if unsafe { qjs::JS_IsFunction(ctx.as_raw().as_ptr(), then.as_raw()) } => {
+                then.into_value(ctx)
+            }
+            _ if !jobs_pending(ctx) => return Ok(value),
+            _ => Value::new_null(ctx.clone()),
         }
     };
     let apply = loaded.apply.clone().restore(ctx)?;

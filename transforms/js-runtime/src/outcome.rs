@@ -144,14 +144,14 @@ pub struct Helpers {
 /// The value of `object[atom]`, as `object.name` reads it (through a getter or a Proxy's trap).
 pub fn get<'js>(
     ctx: &Ctx<'js>,
-    object: &Value<'js>,
+    object: qjs::JSValue,
     atom: qjs::JSAtom,
 ) -> rquickjs::Result<Value<'js>> {
     // SAFETY: the context and the object are live, and the returned value is owned.
     let value = unsafe {
         Value::from_raw(
             ctx.clone(),
-            qjs::JS_GetProperty(ctx.as_raw().as_ptr(), object.as_raw(), atom),
+            qjs::JS_GetProperty(ctx.as_raw().as_ptr(), object, atom),
         )
     };
     if value.is_exception() {
@@ -160,13 +160,11 @@ pub fn get<'js>(
     Ok(value)
 }
 
-/// The `then` of `value`, an object, read once as `await` reads it.
-pub fn then_of<'js>(
-    ctx: &Ctx<'js>,
-    names: &Names,
-    value: &Value<'js>,
-) -> rquickjs::Result<Value<'js>> {
-    get(ctx, value, names.then)
+/// The `then` of `value`, an object, read once as `await` reads it: owned by the caller, or the
+/// exception.
+pub fn then_of(ctx: &Ctx<'_>, names: &Names, value: &Value<'_>) -> qjs::JSValue {
+    // SAFETY: the context and the object are live, and the returned value is owned.
+    unsafe { qjs::JS_GetProperty(ctx.as_raw().as_ptr(), value.as_raw(), names.then) }
 }
 
 /// The outcome `result` means (see the top of the file); an exception is one the transform's
@@ -234,7 +232,7 @@ fn fields<'js>(
         }
         for (at, &atom) in names.fields.iter().enumerate() {
             if own[at] {
-                fields[at] = Some(get(ctx, result, atom)?);
+                fields[at] = Some(get(ctx, result.as_raw(), atom)?);
             }
         }
         return Ok(fields);
@@ -242,7 +240,7 @@ fn fields<'js>(
     let listed = OwnNames::of(ctx, result)?;
     for property in listed.names() {
         if let Some(at) = names.field(property.atom) {
-            fields[at] = Some(get(ctx, result, property.atom)?);
+            fields[at] = Some(get(ctx, result.as_raw(), property.atom)?);
         }
     }
     Ok(fields)
