@@ -23,7 +23,7 @@
 
 use std::marker::PhantomData;
 
-use rquickjs::{Ctx, Function, Value, qjs};
+use rquickjs::{Ctx, Value, qjs};
 
 use crate::outcome::atom;
 
@@ -151,27 +151,31 @@ impl Made {
         &self,
         ctx: &Ctx<'js>,
         export_name: Option<&str>,
-    ) -> rquickjs::Result<Option<Function<'js>>> {
-        // The module lives as long as `self`.
-        let get = |atom| crate::outcome::get(ctx, self.module, atom);
+    ) -> rquickjs::Result<Option<Owned<'js>>> {
+        let raw = ctx.as_raw().as_ptr();
+        // SAFETY: the context and the module (which lives as long as `self`) are live, and the
+        // value returned is owned.
+        let get = |atom| Owned::new(ctx, unsafe { qjs::JS_GetProperty(raw, self.module, atom) });
+        // SAFETY: the context and the value are live.
+        let is_function = |value: &Owned<'js>| unsafe { qjs::JS_IsFunction(raw, value.as_raw()) };
         let found = match export_name {
             Some(name) => {
                 let atom = export_atom(ctx, name)?;
                 let found = get(atom);
                 // SAFETY: the atom was made above, and is freed once.
-                unsafe { qjs::JS_FreeAtom(ctx.as_raw().as_ptr(), atom) };
+                unsafe { qjs::JS_FreeAtom(raw, atom) };
                 found?
             }
             None => {
                 let found = get(self.name(Name::Default))?;
-                if found.is_function() {
+                if is_function(&found) {
                     found
                 } else {
                     get(self.name(Name::Transform))?
                 }
             }
         };
-        Ok(found.into_function())
+        Ok(is_function(&found).then_some(found))
     }
 }
 
@@ -502,6 +506,15 @@ impl<'js> Owned<'js> {
             value,
             context: PhantomData,
         })
+    }
+
+    /// A new reference to `value`.
+    pub fn of(value: &Value<'js>) -> Owned<'js> {
+        Owned {
+            ctx: value.ctx().as_raw().as_ptr(),
+            value: dup(value),
+            context: PhantomData,
+        }
     }
 
     /// The value, borrowed.

@@ -373,11 +373,14 @@ fn call_function<'js>(
 ) -> rquickjs::Result<Value<'js>> {
     let function = match loaded.made.function(ctx, call.export_name.as_deref())? {
         Some(function) => function,
-        None => loaded
-            .user_function
-            .clone()
-            .restore(ctx)?
-            .call((call.export_name,))?,
+        None => {
+            let function: Function = loaded
+                .user_function
+                .clone()
+                .restore(ctx)?
+                .call((call.export_name,))?;
+            arguments::Owned::of(function.as_value())
+        }
     };
     let context = arguments::context(ctx, &loaded.made, call.mapping_id, call.config, call.body)?;
     // Called through QuickJS rather than rquickjs's `call`, which takes a reference to the context

@@ -142,7 +142,7 @@ pub struct Helpers {
 }
 
 /// The value of `object[atom]`, as `object.name` reads it (through a getter or a Proxy's trap).
-pub fn get<'js>(
+fn get<'js>(
     ctx: &Ctx<'js>,
     object: qjs::JSValue,
     atom: qjs::JSAtom,
