@@ -25,8 +25,6 @@ use std::marker::PhantomData;
 
 use rquickjs::{Ctx, Value, qjs};
 
-use crate::outcome::atom;
-
 /// The properties of the input and of `ctx`, in the order of each object; the exports a
 /// module's function is looked up by; and, last, the names of the `url` accessor's functions,
 /// never read: held so that naming a function finds its atom rather than making it again.
@@ -464,6 +462,17 @@ pub fn define_owned(
         return Err(rquickjs::Error::Exception);
     }
     Ok(())
+}
+
+/// The engine's atom for `name`, owned by the caller (freed with `JS_FreeAtomRT`).
+pub fn atom(ctx: &Ctx<'_>, name: &str) -> rquickjs::Result<qjs::JSAtom> {
+    // SAFETY: the context is live, and the pointer and length are those of `name`.
+    let atom =
+        unsafe { qjs::JS_NewAtomLen(ctx.as_raw().as_ptr(), name.as_ptr().cast(), name.len() as _) };
+    if atom == qjs::JS_ATOM_NULL {
+        return Err(rquickjs::Error::Exception);
+    }
+    Ok(atom)
 }
 
 /// A new string of `text`, owned by the caller, or the exception.

@@ -181,7 +181,7 @@ fn headers<'js>(ctx: &Ctx<'js>, list: Vec<(String, String)>) -> rquickjs::Result
     let object = arguments::object(ctx)?;
     for (name, value) in joined {
         // The atom of the name's UTF-8 bytes, as rquickjs's `Atom::from_str` made it.
-        let atom = crate::outcome::atom(ctx, &name)?;
+        let atom = arguments::atom(ctx, &name)?;
         let value = arguments::string(ctx, &value);
         let defined = arguments::define_owned(ctx, &object, atom, value);
         // SAFETY: the atom was made above, and is freed once.

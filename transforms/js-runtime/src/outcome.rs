@@ -29,6 +29,7 @@ use std::ptr;
 
 use rquickjs::{Array, Ctx, Function, Persistent, TypedArray, Value, qjs};
 
+use crate::arguments::{Owned, atom};
 use crate::hookgate::transform::types::{
     ActionKind, KeySource, Outcome, Overrides, Reply, WakeMode,
 };
@@ -110,17 +111,6 @@ impl Names {
     }
 }
 
-/// The engine's atom for `name`, owned by the caller (freed with `JS_FreeAtomRT`).
-pub fn atom(ctx: &Ctx<'_>, name: &str) -> rquickjs::Result<qjs::JSAtom> {
-    // SAFETY: the context is live, and the pointer and length are those of `name`.
-    let atom =
-        unsafe { qjs::JS_NewAtomLen(ctx.as_raw().as_ptr(), name.as_ptr().cast(), name.len() as _) };
-    if atom == qjs::JS_ATOM_NULL {
-        return Err(rquickjs::Error::Exception);
-    }
-    Ok(atom)
-}
-
 impl Drop for Names {
     fn drop(&mut self) {
         for &atom in self.fields.iter().chain([&self.then]) {
@@ -144,20 +134,12 @@ pub struct Helpers {
 /// The value of `object[atom]`, as `object.name` reads it (through a getter or a Proxy's trap).
 fn get<'js>(
     ctx: &Ctx<'js>,
-    object: qjs::JSValue,
+    object: &Value<'js>,
     atom: qjs::JSAtom,
-) -> rquickjs::Result<Value<'js>> {
+) -> rquickjs::Result<Owned<'js>> {
     // SAFETY: the context and the object are live, and the returned value is owned.
-    let value = unsafe {
-        Value::from_raw(
-            ctx.clone(),
-            qjs::JS_GetProperty(ctx.as_raw().as_ptr(), object, atom),
-        )
-    };
-    if value.is_exception() {
-        return Err(rquickjs::Error::Exception);
-    }
-    Ok(value)
+    let value = unsafe { qjs::JS_GetProperty(ctx.as_raw().as_ptr(), object.as_raw(), atom) };
+    Owned::new(ctx, value)
 }
 
 /// The `then` of `value`, an object, read once as `await` reads it: owned by the caller, or the
@@ -185,7 +167,7 @@ pub fn read<'js>(
     if !result.is_object() || result.is_function() {
         let silent = result.as_bool() == Some(false)
             || result.as_number() == Some(0.0)
-            || (result.is_string() && text_is(ctx, &result, "")?);
+            || (result.is_string() && text_is(ctx, result.as_raw(), "")?);
         if !silent {
             ignored(
                 ctx,
@@ -200,16 +182,18 @@ pub fn read<'js>(
     let fields = fields(ctx, names, helpers, &result)?;
     let kind = &fields[Field::Kind as usize];
     if let Some(kind) = kind
-        && kind.is_string()
-        && text_is(ctx, kind, "respond")?
+        && is_string(kind.as_raw())
+        && text_is(ctx, kind.as_raw(), "respond")?
     {
         return reply(ctx, helpers, &fields).map(Outcome::Respond);
     }
     overrides(ctx, helpers, &fields).map(Outcome::Merge)
 }
 
-/// A result's fields: each present one's value, read in the order of its own names.
-type Fields<'js> = [Option<Value<'js>>; FIELDS.len()];
+/// A result's fields: each present one's value, read in the order of its own names. QuickJS's
+/// values rather than rquickjs's (each of which takes a reference to the context): most are
+/// only tested.
+type Fields<'js> = [Option<Owned<'js>>; FIELDS.len()];
 
 fn fields<'js>(
     ctx: &Ctx<'js>,
@@ -232,7 +216,7 @@ fn fields<'js>(
         }
         for (at, &atom) in names.fields.iter().enumerate() {
             if own[at] {
-                fields[at] = Some(get(ctx, result.as_raw(), atom)?);
+                fields[at] = Some(get(ctx, result, atom)?);
             }
         }
         return Ok(fields);
@@ -240,7 +224,7 @@ fn fields<'js>(
     let listed = OwnNames::of(ctx, result)?;
     for property in listed.names() {
         if let Some(at) = names.field(property.atom) {
-            fields[at] = Some(get(ctx, result.as_raw(), property.atom)?);
+            fields[at] = Some(get(ctx, result, property.atom)?);
         }
     }
     Ok(fields)
@@ -372,19 +356,21 @@ struct Given<'a, 'js> {
 
 impl<'js> Given<'_, 'js> {
     /// The field's value, if the result gives it (not null or undefined).
-    fn get(&self, field: Field) -> Option<&Value<'js>> {
+    fn get(&self, field: Field) -> Option<qjs::JSValue> {
         self.fields[field as usize]
             .as_ref()
-            .filter(|v| !v.is_null() && !v.is_undefined())
+            .map(Owned::as_raw)
+            // SAFETY: each only reads the value's tag.
+            .filter(|&v| unsafe { !qjs::JS_IsNull(v) && !qjs::JS_IsUndefined(v) })
     }
 
     /// Logs that `field`'s `value` was ignored, not being `expected`.
-    fn ignored(&self, field: Field, value: &Value<'js>, expected: &str) -> rquickjs::Result<()> {
+    fn ignored(&self, field: Field, value: qjs::JSValue, expected: &str) -> rquickjs::Result<()> {
         ignored(
             self.ctx,
             self.helpers,
             FIELDS[field as usize],
-            value,
+            &borrowed(self.ctx, value),
             expected,
         )
     }
@@ -392,7 +378,7 @@ impl<'js> Given<'_, 'js> {
     /// Whether the field is the string `name`.
     fn is(&self, field: Field, name: &str) -> rquickjs::Result<bool> {
         match self.get(field) {
-            Some(v) if v.is_string() => text_is(self.ctx, v, name),
+            Some(v) if is_string(v) => text_is(self.ctx, v, name),
             _ => Ok(false),
         }
     }
@@ -413,7 +399,7 @@ impl<'js> Given<'_, 'js> {
 
     fn string(&self, field: Field) -> rquickjs::Result<Option<String>> {
         match self.get(field) {
-            Some(v) if v.is_string() => well_formed(self.ctx, v).map(Some),
+            Some(v) if is_string(v) => well_formed(self.ctx, v).map(Some),
             Some(v) => self.ignored(field, v, "a string").map(|()| None),
             None => Ok(None),
         }
@@ -421,7 +407,7 @@ impl<'js> Given<'_, 'js> {
 
     fn boolean(&self, field: Field) -> rquickjs::Result<Option<bool>> {
         match self.get(field) {
-            Some(v) => match v.as_bool() {
+            Some(v) => match borrowed(self.ctx, v).as_bool() {
                 Some(b) => Ok(Some(b)),
                 None => self.ignored(field, v, "true or false").map(|()| None),
             },
@@ -438,7 +424,7 @@ impl<'js> Given<'_, 'js> {
 
     fn seconds(&self, field: Field) -> rquickjs::Result<Option<u32>> {
         match self.get(field) {
-            Some(v) => match seconds(v) {
+            Some(v) => match seconds(&borrowed(self.ctx, v)) {
                 Some(seconds) => Ok(Some(seconds)),
                 None => self
                     .ignored(field, v, "a whole number of seconds")
@@ -462,10 +448,9 @@ fn seconds(v: &Value<'_>) -> Option<u32> {
 
 /// The response of a `{ kind: 'respond' }` result, from the adapter's `reply`.
 fn reply<'js>(ctx: &Ctx<'js>, helpers: &Helpers, fields: &Fields<'js>) -> rquickjs::Result<Reply> {
-    let field = |field: Field| {
-        fields[field as usize]
-            .clone()
-            .unwrap_or_else(|| Value::new_undefined(ctx.clone()))
+    let field = |field: Field| match &fields[field as usize] {
+        Some(value) => borrowed(ctx, value.as_raw()),
+        None => Value::new_undefined(ctx.clone()),
     };
     let reply = helpers.reply.clone().restore(ctx)?;
     let parts: Array = reply.call((
@@ -499,14 +484,27 @@ fn ignored<'js>(
     ignored.call((field, value.clone(), expected))
 }
 
+/// `value` as an rquickjs `Value`, with a reference of its own: for the rare paths, where
+/// rquickjs's conversions serve.
+fn borrowed<'js>(ctx: &Ctx<'js>, value: qjs::JSValue) -> Value<'js> {
+    // SAFETY: the context and the value are live; the new reference is the `Value`'s.
+    unsafe { Value::from_raw(ctx.clone(), qjs::JS_DupValue(ctx.as_raw().as_ptr(), value)) }
+}
+
+/// Whether `value` is a string.
+fn is_string(value: qjs::JSValue) -> bool {
+    // SAFETY: only the tag is read.
+    unsafe { qjs::JS_IsString(value) }
+}
+
 /// Whether the string `value` is `text`.
-fn text_is(ctx: &Ctx<'_>, value: &Value<'_>, text: &str) -> rquickjs::Result<bool> {
+fn text_is(ctx: &Ctx<'_>, value: qjs::JSValue, text: &str) -> rquickjs::Result<bool> {
     with_utf8(ctx, value, |bytes| bytes == text.as_bytes())
 }
 
 /// The string `value` as Rust text, each lone surrogate (half an emoji cut by `slice`) as
 /// U+FFFD, as `toWellFormed` and the web give it.
-fn well_formed(ctx: &Ctx<'_>, value: &Value<'_>) -> rquickjs::Result<String> {
+fn well_formed(ctx: &Ctx<'_>, value: qjs::JSValue) -> rquickjs::Result<String> {
     with_utf8(ctx, value, |bytes| {
         let mut text = String::with_capacity(bytes.len());
         let mut rest = bytes;
@@ -538,13 +536,13 @@ fn well_formed(ctx: &Ctx<'_>, value: &Value<'_>) -> rquickjs::Result<String> {
 /// the string itself when it is ASCII.
 fn with_utf8<R>(
     ctx: &Ctx<'_>,
-    value: &Value<'_>,
+    value: qjs::JSValue,
     f: impl FnOnce(&[u8]) -> R,
 ) -> rquickjs::Result<R> {
     let raw = ctx.as_raw().as_ptr();
     let mut len = 0;
     // SAFETY: the context and the string are live; the bytes are freed below, after their use.
-    let bytes = unsafe { qjs::JS_ToCStringLen2(raw, &mut len, value.as_raw(), false) };
+    let bytes = unsafe { qjs::JS_ToCStringLen2(raw, &mut len, value, false) };
     if bytes.is_null() {
         return Err(rquickjs::Error::Exception);
     }
