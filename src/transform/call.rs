@@ -123,7 +123,7 @@ impl TransformEngine {
     pub async fn call_as_returned(
         &self,
         transform: &LoadedTransform,
-        input: TransformInput,
+        mut input: TransformInput,
         limits: &TransformLimits,
         share: SlotShare,
     ) -> Result<Returned, TransformFailure> {
@@ -151,11 +151,11 @@ impl TransformEngine {
         // stays small for whatever awaits it, and a kept instance's call, which makes no
         // instance, does not carry room for making one.
         let call: CallFuture<'_> = if limits.reuse > 1 && !transform.builder.is_outdated() {
-            Box::pin(self.call_reused(transform, &input, limits, &clock))
+            Box::pin(self.call_reused(transform, &mut input, limits, &clock))
         } else {
             // An older SDK's adapter may leave something of one call for the next (it read
             // fields a result inherits, from a prototype an earlier call polluted): no reuse.
-            Box::pin(self.call_in_fresh_store(transform, &input, limits, &clock))
+            Box::pin(self.call_in_fresh_store(transform, &mut input, limits, &clock))
         };
         let call = Budgeted::new(Arc::clone(&clock), limits.timeout, call);
         let result = match call.await {
@@ -169,7 +169,7 @@ impl TransformEngine {
     async fn call_in_fresh_store(
         &self,
         transform: &LoadedTransform,
-        input: &TransformInput,
+        input: &mut TransformInput,
         limits: &TransformLimits,
         clock: &Arc<GuestClock>,
     ) -> Result<Returned, TransformFailure> {
@@ -194,7 +194,7 @@ impl TransformEngine {
     async fn call_reused(
         &self,
         transform: &LoadedTransform,
-        input: &TransformInput,
+        input: &mut TransformInput,
         limits: &TransformLimits,
         clock: &Arc<GuestClock>,
     ) -> Result<Returned, TransformFailure> {

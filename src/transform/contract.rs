@@ -180,15 +180,17 @@ pub enum TransformInstance {
 
 impl TransformInstance {
     /// Calls the component's `transform`; a 0.1 component gets the request without what 0.2
-    /// added, and its outcome is returned as the 0.2 outcome it equals.
+    /// added, and its outcome is returned as the 0.2 outcome it equals. A 0.2 call reads
+    /// `input` where it is; a 0.1 call moves its fields into the bindings' request, leaving
+    /// `input` empty (its caller, which owns it, has no use for it after the call).
     pub async fn call_transform(
         &self,
         store: &mut Store<HostState>,
-        input: &TransformInput,
+        input: &mut TransformInput,
     ) -> wasmtime::Result<Result<types::Outcome, String>> {
         match self {
             TransformInstance::V0_1(instance) => {
-                let request = types::Request::from(input.clone()).into();
+                let request = types::Request::from(std::mem::take(input)).into();
                 let outcome = instance.call_transform(store, &request).await?;
                 Ok(outcome.map(Into::into))
             }
@@ -200,8 +202,9 @@ impl TransformInstance {
                 // call the bindings make after their check.
                 let typed: TypedFunc<(RequestArg<'_>,), (Answer,)> =
                     unsafe { TypedFunc::new_unchecked(*transform) };
-                let (Answer(outcome),) =
-                    typed.call_async(&mut *store, (RequestArg(input),)).await?;
+                let (Answer(outcome),) = typed
+                    .call_async(&mut *store, (RequestArg(&*input),))
+                    .await?;
                 Ok(outcome)
             }
         }

@@ -4,8 +4,9 @@
 //! field's offset, on every call (docs/performance.md, "The host's side of a call"). What the
 //! guest sees is what the canonical ABI gives it: the same `realloc` calls in the same order,
 //! the same values in every field (padding, and the payload of an unset option, are zeros where
-//! wasmtime leaves what `realloc` gave). A component that asks for strings in another encoding than UTF-8 gets the
-//! request through the generated bindings.
+//! wasmtime leaves what `realloc` gave). A component that asks for strings in another encoding
+//! than UTF-8 gets each field lowered, still borrowed, by wasmtime's own `Lower` of its type,
+//! which encodes it.
 //!
 //! [`RequestArg`] takes its type, and the check of it, from the generated `request`: a
 //! component's handler is checked against it when the component loads
@@ -116,6 +117,7 @@ unsafe impl Lower for RequestArg<'_> {
         types::Request::from(self.0.clone()).linear_lower_to_flat(cx, ty, dst)
     }
 
+    /// Writes the record at `offset`, as the contract passes it.
     fn linear_lower_to_memory<T>(
         &self,
         cx: &mut LowerContext<'_, T>,
@@ -123,34 +125,68 @@ unsafe impl Lower for RequestArg<'_> {
         offset: usize,
     ) -> wasmtime::Result<()> {
         if cx.options().string_encoding != StringEncoding::Utf8 {
-            return types::Request::from(self.0.clone()).linear_lower_to_memory(cx, ty, offset);
+            return lower_encoded(self.0, cx, ty, offset);
         }
-        let input = self.0;
-        // Each string and list in the order of the fields, as the canonical ABI copies them;
-        // the record itself written once, at the end.
-        let mut record = [0u8; REQUEST_SIZE];
-        put_pair(&mut record, REQUEST[0], lower_string(cx, &input.name)?);
-        put_pair(&mut record, REQUEST[1], lower_string(cx, &input.url)?);
-        put_pair(&mut record, REQUEST[2], lower_pairs(cx, &input.headers)?);
-        put_pair(&mut record, REQUEST[3], lower_pairs(cx, &input.query)?);
-        put_pair(&mut record, REQUEST[4], lower_bytes(cx, &input.body)?);
-        put_pair(
-            &mut record,
-            REQUEST[5],
-            lower_string(cx, &input.mapping_id)?,
-        );
-        for (at, text) in [
-            (REQUEST[6], &input.config),
-            (REQUEST[7], &input.export_name),
-        ] {
-            if let Some(text) = text {
-                record[at] = 1;
-                put_pair(&mut record, at + SOME_STRING, lower_string(cx, text)?);
-            }
-        }
-        guest_bytes(cx, offset, REQUEST_SIZE)?.copy_from_slice(&record);
-        Ok(())
+        lower_utf8(self.0, cx, offset)
     }
+}
+
+/// Lowers `input` for a component whose strings are UTF-8: each string and list in the order of
+/// the fields, as the canonical ABI copies them; the record itself written once, at the end.
+fn lower_utf8<T>(
+    input: &TransformInput,
+    cx: &mut LowerContext<'_, T>,
+    offset: usize,
+) -> wasmtime::Result<()> {
+    let mut record = [0u8; REQUEST_SIZE];
+    put_pair(&mut record, REQUEST[0], lower_string(cx, &input.name)?);
+    put_pair(&mut record, REQUEST[1], lower_string(cx, &input.url)?);
+    put_pair(&mut record, REQUEST[2], lower_pairs(cx, &input.headers)?);
+    put_pair(&mut record, REQUEST[3], lower_pairs(cx, &input.query)?);
+    put_pair(&mut record, REQUEST[4], lower_bytes(cx, &input.body)?);
+    put_pair(
+        &mut record,
+        REQUEST[5],
+        lower_string(cx, &input.mapping_id)?,
+    );
+    for (at, text) in [
+        (REQUEST[6], &input.config),
+        (REQUEST[7], &input.export_name),
+    ] {
+        if let Some(text) = text {
+            record[at] = 1;
+            put_pair(&mut record, at + SOME_STRING, lower_string(cx, text)?);
+        }
+    }
+    guest_bytes(cx, offset, REQUEST_SIZE)?.copy_from_slice(&record);
+    Ok(())
+}
+
+/// Lowers `input` for a component whose strings are UTF-16 or Latin-1+UTF-16: each field, in
+/// order, by wasmtime's `Lower` of its type, which encodes strings as the component asked.
+fn lower_encoded<T>(
+    input: &TransformInput,
+    cx: &mut LowerContext<'_, T>,
+    ty: InterfaceType,
+    offset: usize,
+) -> wasmtime::Result<()> {
+    let InterfaceType::Record(record) = ty else {
+        wasmtime::bail!("a request is lowered as a record");
+    };
+    let fields = &cx.types[record].fields;
+    if fields.len() != REQUEST.len() {
+        wasmtime::bail!("a request has {} fields", REQUEST.len());
+    }
+    let ty: [InterfaceType; 8] = std::array::from_fn(|i| fields[i].ty);
+    let at = |i: usize| offset + REQUEST[i];
+    input.name.linear_lower_to_memory(cx, ty[0], at(0))?;
+    input.url.linear_lower_to_memory(cx, ty[1], at(1))?;
+    (input.headers[..]).linear_lower_to_memory(cx, ty[2], at(2))?;
+    (input.query[..]).linear_lower_to_memory(cx, ty[3], at(3))?;
+    (input.body[..]).linear_lower_to_memory(cx, ty[4], at(4))?;
+    input.mapping_id.linear_lower_to_memory(cx, ty[5], at(5))?;
+    input.config.linear_lower_to_memory(cx, ty[6], at(6))?;
+    input.export_name.linear_lower_to_memory(cx, ty[7], at(7))
 }
 
 fn lower_string<T>(cx: &mut LowerContext<'_, T>, text: &str) -> wasmtime::Result<(u32, u32)> {
