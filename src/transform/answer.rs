@@ -8,7 +8,11 @@
 //! [`Answer`] takes its type, and the check of it, from the generated `result<outcome,
 //! string>`: a component's handler is checked against it when the component loads
 //! (`contract::handler_transform`), and the layout read here is the one wasmtime computes for
-//! that type (`tests::the_layout_is_the_canonical_abis`).
+//! that type (`tests::the_layout_is_the_canonical_abis`), and `tests/it/js/every_field.rs`
+//! reads every field of a merge, each a distinct value, through a real component.
+//!
+//! `wasmtime::component::__internal` is exempt from semver: the wasmtime dependency is pinned to
+//! one version (`=` in Cargo.toml), and an upgrade that moves a layout fails those tests.
 
 use wasmtime::component::__internal::wasmtime_environ::component::StringEncoding;
 use wasmtime::component::__internal::{CanonicalAbiInfo, InstanceType, InterfaceType, LiftContext};

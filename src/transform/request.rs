@@ -8,6 +8,11 @@
 //! than UTF-8 gets each field lowered, still borrowed, by wasmtime's own `Lower` of its type,
 //! which encodes it.
 //!
+//! `wasmtime::component::__internal` is exempt from semver: the wasmtime dependency is pinned to
+//! one version (`=` in Cargo.toml), and an upgrade that moves a layout fails the layout tests
+//! here and in `answer.rs` (`tests/it/js/every_field.rs` reads every field of a merge through a
+//! real component).
+//!
 //! [`RequestArg`] takes its type, and the check of it, from the generated `request`: a
 //! component's handler is checked against it when the component loads
 //! (`contract::handler_transform`), and the layout written here is the one wasmtime computes for
