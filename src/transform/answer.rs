@@ -8,8 +8,9 @@
 //! [`Answer`] takes its type, and the check of it, from the generated `result<outcome,
 //! string>`: a component's handler is checked against it when the component loads
 //! (`contract::handler_transform`), and the layout read here is the one wasmtime computes for
-//! that type (`tests::the_layout_is_the_canonical_abis`), and `tests/it/js/every_field.rs`
-//! reads every field of a merge, each a distinct value, through a real component.
+//! that type (`tests::the_layout_is_the_canonical_abis`); `tests/it/transforms_abi.rs` (UTF-8
+//! and UTF-16 components in WAT) and `tests/it/js/every_field.rs` read every field of a merge,
+//! each a distinct value, through real components.
 //!
 //! `wasmtime::component::__internal` is exempt from semver: the wasmtime dependency is pinned to
 //! one version (`=` in Cargo.toml), and an upgrade that moves a layout fails those tests.

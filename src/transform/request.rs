@@ -10,8 +10,8 @@
 //!
 //! `wasmtime::component::__internal` is exempt from semver: the wasmtime dependency is pinned to
 //! one version (`=` in Cargo.toml), and an upgrade that moves a layout fails the layout tests
-//! here and in `answer.rs` (`tests/it/js/every_field.rs` reads every field of a merge through a
-//! real component).
+//! here and in `answer.rs`, and the merge and request that `tests/it/transforms_abi.rs` and
+//! `tests/it/js/every_field.rs` pass through real components, every field a distinct value.
 //!
 //! [`RequestArg`] takes its type, and the check of it, from the generated `request`: a
 //! component's handler is checked against it when the component loads

@@ -111,5 +111,6 @@ mod subscription_store;
 mod subscriptions;
 mod transform_output;
 mod transforms;
+mod transforms_abi;
 mod usage;
 mod wake;

@@ -24,6 +24,7 @@ const MODULES: &[(&str, &str)] = &[
     ("fixtures/js/hostile.mjs", "js-hostile"),
     ("fixtures/js/counter.mjs", "js-counter"),
     ("fixtures/js/settling.mjs", "js-settling"),
+    ("fixtures/js/every-field.mjs", "js-every-field"),
 ];
 
 /// `transforms/js-sdk`, with its packages installed (`npm ci` when they are missing), once per

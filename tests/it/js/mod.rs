@@ -6,10 +6,11 @@
 //! transform receives in `received`; what a function's value is read or awaited as in `settling`;
 //! a module over 64 MiB in `large_module`; a component built by an older SDK in `outdated`; the
 //! WASI a component imports in `wiring`; the SDK's WASI preview 1 functions, in Node, in
-//! `preview1`.
+//! `preview1`; every field of a merge, read where the contract puts it, in `every_field`.
 
 mod arguments;
 mod build;
+mod every_field;
 mod hostile;
 mod large_module;
 mod outdated;
