@@ -9,7 +9,9 @@
 //!
 //! A dry run's calls ([`SlotShare::Trials`]) are one lane of their own, whatever mapping they
 //! try: they never take a slot of a mapping's share from its live requests, and all of them
-//! together hold no more than one mapping may.
+//! together hold no more than one mapping may. Between lanes with as many calls in progress, the
+//! freed slot goes to the call that has waited longest, whichever lane it is in: the dry runs'
+//! lane wins its ties as often as a mapping's does.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -40,8 +42,15 @@ pub struct CallSlots {
 }
 
 /// Idle mappings' lanes kept: a mapping's next call finds its lane, and takes a slot without
-/// making a key for it. Past this many lanes, idle ones are dropped when another is made.
+/// making a key for it. Idle lanes are dropped only as a new lane is made while there are this
+/// many or more: the map holds at most this many lanes, or, past that, as many as had calls in
+/// progress or waiting at once when a lane was last made, plus that one. (Mapping ids are the
+/// configured ones: the map never outgrows the configuration either.)
 const KEPT_LANES: usize = 64;
+
+/// The capacity a lane's queue keeps once it empties: a burst's queue is given back, so an idle
+/// lane holds no more than this.
+const KEPT_QUEUE: usize = 8;
 
 struct State {
     free: usize,
@@ -50,9 +59,10 @@ struct State {
     /// Calls waiting in all lanes, those that gave up included until their turn skips them:
     /// while there are none, a freed slot goes back to the pool without a search.
     waiting: usize,
-    /// The mappings' lanes: those with calls in progress or waiting, and idle ones up to
-    /// [`KEPT_LANES`] in all, so the map is bounded by the calls in flight and that. Keyed by
-    /// configured mapping ids, hashed without SipHash.
+    /// The number the next call to wait is given: the order calls queued in, across lanes.
+    queued: u64,
+    /// The mappings' lanes: those with calls in progress or waiting, and idle ones as
+    /// [`KEPT_LANES`] says. Keyed by configured mapping ids, hashed without SipHash.
     lanes: FxHashMap<Arc<str>, Lane>,
     /// The dry runs' lane.
     trials: Lane,
@@ -83,14 +93,23 @@ impl State {
 #[derive(Default)]
 struct Lane {
     in_use: usize,
-    /// Calls waiting for a slot, oldest first. A waiter that gave up (its call timed out) leaves
-    /// a closed sender, skipped when its turn comes.
-    waiting: VecDeque<oneshot::Sender<CallSlot>>,
+    /// Calls waiting for a slot, oldest first, each with the number it queued as. A waiter that
+    /// gave up (its call timed out) leaves a closed sender, skipped when its turn comes.
+    waiting: VecDeque<(u64, oneshot::Sender<CallSlot>)>,
 }
 
 impl Lane {
     fn is_idle(&self) -> bool {
         self.in_use == 0 && self.waiting.is_empty()
+    }
+
+    /// The oldest waiter, and with it the queue's capacity past [`KEPT_QUEUE`] once it empties.
+    fn next_waiter(&mut self) -> Option<oneshot::Sender<CallSlot>> {
+        let (_, waiter) = self.waiting.pop_front()?;
+        if self.waiting.is_empty() && self.waiting.capacity() > KEPT_QUEUE {
+            self.waiting.shrink_to(KEPT_QUEUE);
+        }
+        Some(waiter)
     }
 }
 
@@ -109,6 +128,7 @@ impl CallSlots {
                 free: total,
                 per_mapping: total.div_ceil(2),
                 waiting: 0,
+                queued: 0,
                 lanes: FxHashMap::default(),
                 trials: Lane::default(),
             })),
@@ -135,7 +155,7 @@ impl CallSlots {
             SlotShare::Mapping => state.mapping_key(mapping),
             SlotShare::Trials => LaneKey::Trials,
         };
-        let (free, per_mapping) = (state.free, state.per_mapping);
+        let (free, per_mapping, queued) = (state.free, state.per_mapping, state.queued);
         let lane = state
             .lane(&key)
             .expect("the key's lane was just found or made");
@@ -149,11 +169,12 @@ impl CallSlots {
         let mut gave_up = 0;
         if lane.waiting.len() >= 2 * per_mapping {
             let before = lane.waiting.len();
-            lane.waiting.retain(|waiter| !waiter.is_closed());
+            lane.waiting.retain(|(_, waiter)| !waiter.is_closed());
             gave_up = before - lane.waiting.len();
         }
         let (sender, receiver) = oneshot::channel();
-        lane.waiting.push_back(sender);
+        lane.waiting.push_back((queued, sender));
+        state.queued += 1;
         state.waiting = state.waiting + 1 - gave_up;
         Err(Queued(receiver))
     }
@@ -190,25 +211,29 @@ impl Drop for CallSlot {
     }
 }
 
-/// Hands free slots to waiting calls, the mapping with the fewest calls in progress first. Runs
-/// under the lock; a slot whose waiter has gone is taken back without being dropped (its drop
-/// would take the lock again).
+/// Hands free slots to waiting calls: the lane with the fewest calls in progress first, and
+/// between lanes with as many, the one whose oldest waiter queued first. Runs under the lock; a
+/// slot whose waiter has gone is taken back without being dropped (its drop would take the lock
+/// again).
 fn dispatch(state: &mut State, shared: &Arc<Mutex<State>>) {
     while state.free > 0 && state.waiting > 0 {
         let per_mapping = state.per_mapping;
-        let ready = |lane: &Lane| !lane.waiting.is_empty() && lane.in_use < per_mapping;
-        let trials = ready(&state.trials).then_some((LaneKey::Trials, state.trials.in_use));
+        // A lane that may take a slot, ranked by its calls in progress, then its oldest waiter.
+        let rank = |lane: &Lane| match lane.waiting.front() {
+            Some((queued, _)) if lane.in_use < per_mapping => Some((lane.in_use, *queued)),
+            _ => None,
+        };
+        let trials = rank(&state.trials).map(|rank| (LaneKey::Trials, rank));
         let next = state
             .lanes
             .iter()
-            .filter(|(_, lane)| ready(lane))
-            .map(|(key, lane)| (LaneKey::Mapping(Arc::clone(key)), lane.in_use))
+            .filter_map(|(key, lane)| Some((LaneKey::Mapping(Arc::clone(key)), rank(lane)?)))
             .chain(trials)
-            .min_by_key(|(_, in_use)| *in_use)
+            .min_by_key(|(_, rank)| *rank)
             .map(|(key, _)| key);
         let Some(key) = next else { break };
         let lane = state.lane(&key).expect("just found");
-        let waiter = lane.waiting.pop_front().expect("has waiters");
+        let waiter = lane.next_waiter().expect("has waiters");
         lane.in_use += 1;
         state.free -= 1;
         state.waiting -= 1;
@@ -326,6 +351,7 @@ mod tests {
         assert!(!t3.is_finished());
         t3.abort();
     }
+
     #[test]
     fn an_idle_lane_is_kept_for_its_mappings_next_call_and_idle_lanes_are_bounded() {
         let slots = CallSlots::new(4);
@@ -347,5 +373,53 @@ mod tests {
         assert_eq!(counts(&slots), (3, vec![("busy".into(), 1, 0)]));
         drop(held);
         assert_eq!(counts(&slots), (4, vec![]));
+    }
+
+    /// A freed slot that two lanes with as many calls in progress may take goes to the call
+    /// that queued first: here the dry run's, which lost every such tie to a mapping's.
+    #[tokio::test]
+    async fn a_tie_between_lanes_goes_to_the_call_that_queued_first() {
+        let slots = CallSlots::new(4);
+        let b1 = slots.acquire(SlotShare::Mapping, "b").await;
+        let _b2 = slots.acquire(SlotShare::Mapping, "b").await;
+        let _a1 = slots.acquire(SlotShare::Mapping, "a").await;
+        let _t1 = slots.acquire(SlotShare::Trials, "a").await;
+        let trial = slots.claim(SlotShare::Trials, "a").err().unwrap();
+        let live = slots.claim(SlotShare::Mapping, "a").err().unwrap();
+        assert_eq!(
+            counts(&slots),
+            (
+                0,
+                vec![
+                    ("(trials)".into(), 1, 1),
+                    ("a".into(), 1, 1),
+                    ("b".into(), 2, 0)
+                ]
+            )
+        );
+        drop(b1);
+        assert_eq!(counts(&slots).1[0], ("(trials)".into(), 2, 0));
+        assert_eq!(counts(&slots).1[1], ("a".into(), 1, 1));
+        let _t2 = trial.wait().await;
+        drop(live);
+    }
+
+    /// A lane's queue gives back what a burst made it take once it empties.
+    #[tokio::test]
+    async fn an_emptied_queue_gives_its_capacity_back() {
+        let slots = CallSlots::new(2);
+        let mut slot = slots.acquire(SlotShare::Mapping, "a").await;
+        let burst: Vec<Queued> = (0..100)
+            .map(|_| slots.claim(SlotShare::Mapping, "a").err().unwrap())
+            .collect();
+        let capacity = |slots: &CallSlots| lock(&slots.state).lanes["a"].waiting.capacity();
+        assert!(capacity(&slots) >= 100);
+        for queued in burst {
+            drop(slot);
+            slot = queued.wait().await;
+        }
+        drop(slot);
+        assert_eq!(counts(&slots), (2, vec![]));
+        assert!(capacity(&slots) <= KEPT_QUEUE, "{}", capacity(&slots));
     }
 }
