@@ -31,9 +31,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 mod support;
+use support::receiver::Receiver;
 use support::{
     SERIAL, build_js, build_transforms, echo_router, example_payload, installed, listening,
-    selected, serve_in_thread, start_hookgate, start_hookgate_under, stop, wait_for_empty_queue,
+    selected, serve_in_thread, start_hookgate, start_hookgate_under, stop, wait_for_empty_outbox,
+    wait_for_empty_queue,
 };
 
 /// Transform calls at once (`hooks.transformLimits.maxConcurrent`) in the benchmark's
@@ -56,6 +58,10 @@ fn pooled() -> bool {
 
 const HOOK_TOKEN: &str = "bench-hook-token-0123";
 const GATEWAY_TOKEN: &str = "bench-gateway-token-0123";
+/// What the callbacks are signed with (docs/outbound.md, "Signatures and rotation").
+const CALLBACK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+/// `gateway.secretsKey`, which subscriptions need (docs/subscriptions.md).
+const SECRETS_KEY: &str = "bench-sealing-key-0123456789abcdef0123";
 
 /// Which server a case is sent to.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -82,6 +88,12 @@ struct Case {
     /// The request queues an agent run, whose work is counted: the queue is left to drain
     /// before the counters are zeroed and before they are dumped.
     runs: bool,
+    /// Each run posts a callback to the bench's [`Receiver`]: every one is received, and the
+    /// outbox empty, before the counters are zeroed and before they are dumped.
+    callbacks: bool,
+    /// The hook is a subscription made with this body of `POST /api/hooks` once the server is
+    /// up, before the warm-up; each request is signed with its secret, without the hook token.
+    subscription: Option<Value>,
 }
 
 fn case(name: &'static str, file: &'static str, path: &'static str, body: Value) -> Case {
@@ -93,6 +105,8 @@ fn case(name: &'static str, file: &'static str, path: &'static str, body: Value)
         body: body.to_string(),
         headers: Vec::new(),
         runs: false,
+        callbacks: false,
+        subscription: None,
     }
 }
 
@@ -140,6 +154,17 @@ fn cases() -> Vec<Case> {
         Case {
             headers: vec![("x-github-event", "issues")],
             runs: true,
+            callbacks: true,
+            ..case(
+                "callback → agent (issues)",
+                "callback",
+                "/hooks/issues-callback",
+                issues.clone(),
+            )
+        },
+        Case {
+            headers: vec![("x-github-event", "issues")],
+            runs: true,
             ..case("github → agent, fresh", "github", "/hooks/github", issues)
         },
         case(
@@ -155,6 +180,18 @@ fn cases() -> Vec<Case> {
             title,
         ),
         Case {
+            // The template → wake case's mapping, made at runtime and signed as GitHub signs.
+            subscription: Some(json!({"name": "deploy-sub", "provider": "github",
+                "mapping": {"action": "wake", "wakeMode": "next-heartbeat",
+                            "textTemplate": "Deployed {{service}} {{version}}"}})),
+            ..case(
+                "subscription → wake",
+                "subscription",
+                "/hooks/deploy-sub",
+                json!({"service": "api", "version": format!("1.2.{SERIAL}")}),
+            )
+        },
+        Case {
             server: Server::Edge,
             ..case(
                 "edge stores a wake",
@@ -166,15 +203,27 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// The ratios the issues name (35; 50 for JavaScript; 46 for the edge): (what, numerator,
-/// denominator, its target when it has one).
-const RATIOS: [(&str, &str, &str, Option<f64>); 7] = [
+/// The ratios the issues name (35; 50 for JavaScript, callbacks and subscriptions; 46 for the
+/// edge): (what, numerator, denominator, its target when it has one).
+const RATIOS: [(&str, &str, &str, Option<f64>); 9] = [
     ("wake / echo", "/hooks/wake", "axum echo", Some(2.5)),
     ("agent / wake", "/hooks/agent", "/hooks/wake", Some(1.8)),
     (
         "template wake / wake",
         "template → wake",
         "/hooks/wake",
+        None,
+    ),
+    (
+        "callback agent / template agent",
+        "callback → agent (issues)",
+        "template → agent (issues)",
+        None,
+    ),
+    (
+        "subscription wake / template wake",
+        "subscription → wake",
+        "template → wake",
         None,
     ),
     (
@@ -205,11 +254,13 @@ const RATIOS: [(&str, &str, &str, Option<f64>); 7] = [
 
 /// A configuration directory with the github and JavaScript transforms in place. A `.wasm`
 /// module gets a fresh instance per call; naming the JavaScript one `.mjs` keeps its instances
-/// (docs/transforms.md).
-fn prepare_dir(wasm: &Path, js: &Path) -> tempfile::TempDir {
+/// (docs/transforms.md). Runs of the `issues-callback` mapping post their outcome to
+/// `callback_url`, on 127.0.0.1, which `outbound.allowHosts` lists.
+fn prepare_dir(wasm: &Path, js: &Path, callback_url: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("hooks/transforms");
     std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(dir.path().join("secrets.key"), SECRETS_KEY).unwrap();
     std::fs::copy(wasm.join("github.wasm"), root.join("github.wasm")).unwrap();
     std::fs::copy(js, root.join("title.wasm")).unwrap();
     // Under callgrind a call runs some 50 times slower, and a transform's time limit is wall
@@ -219,15 +270,19 @@ fn prepare_dir(wasm: &Path, js: &Path) -> tempfile::TempDir {
     if pooled() {
         limits["maxConcurrent"] = json!(MAX_CONCURRENT);
     }
+    let issue = "GitHub issue {{action}} in {{repository.full_name}}: #{{issue.number}} {{issue.title}} ({{issue.html_url}})";
     let config = json!({
-        "gateway": {"auth": {"token": GATEWAY_TOKEN}},
+        "gateway": {"auth": {"token": GATEWAY_TOKEN}, "secretsKey": {"file": "secrets.key"}},
+        "outbound": {"allowHosts": ["127.0.0.1"]},
         "hooks": {"enabled": true, "token": HOOK_TOKEN, "transformLimits": limits,
          "mappings": [
             {"id": "deploy", "match": {"path": "deploy"}, "action": "wake", "wakeMode": "next-heartbeat",
              "textTemplate": "Deployed {{service}} {{version}}"},
             {"id": "issues-run", "match": {"path": "issues-run"}, "action": "agent", "name": "GitHub",
-             "wakeMode": "next-heartbeat",
-             "messageTemplate": "GitHub issue {{action}} in {{repository.full_name}}: #{{issue.number}} {{issue.title}} ({{issue.html_url}})"},
+             "wakeMode": "next-heartbeat", "messageTemplate": issue},
+            {"id": "issues-callback", "match": {"path": "issues-callback"}, "action": "agent",
+             "name": "GitHub", "wakeMode": "next-heartbeat", "messageTemplate": issue,
+             "callback": {"url": callback_url, "secret": CALLBACK_SECRET, "format": "outcome"}},
             {"id": "github", "match": {"path": "github"}, "wakeMode": "next-heartbeat",
              "transform": {"module": "github.wasm"}},
             {"id": "title", "match": {"path": "title"}, "action": "wake", "textTemplate": "-",
@@ -278,12 +333,20 @@ impl Connection {
         }
     }
 
-    /// Sends `case`'s request with `serial` in its body; panics unless the answer is a 2xx.
-    fn send(&mut self, case: &Case, serial: u64) {
+    /// Sends `case`'s request with `serial` in its body, signed with the subscription's
+    /// `secret` when it has one, else with the hook token; panics unless the answer is a 2xx.
+    fn send(&mut self, case: &Case, serial: u64, secret: Option<&str>) {
         let body = case.body.replace(SERIAL, &serial.to_string());
+        let credential = match secret {
+            Some(secret) => format!(
+                "x-hub-signature-256: {}",
+                support::subscription::github_signature(secret, body.as_bytes())
+            ),
+            None => format!("authorization: Bearer {HOOK_TOKEN}"),
+        };
         let mut request = format!(
             "POST {} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
-             authorization: Bearer {HOOK_TOKEN}\r\ncontent-length: {}\r\n",
+             {credential}\r\ncontent-length: {}\r\n",
             case.path,
             self.authority,
             body.len()
@@ -417,9 +480,10 @@ struct Plan {
     serial: u64,
 }
 
-/// Measures `case`; returns the instructions its server retired for `plan.requests` requests
-/// and keeps their profile as `<out>/<case.file>.callgrind.out`.
-fn measure(case: &Case, dir: &Path, out: &Path, plan: &mut Plan) -> u64 {
+/// Measures `case`, whose callbacks go to `receiver`; returns the instructions its server
+/// retired for `plan.requests` requests and keeps their profile as
+/// `<out>/<case.file>.callgrind.out`.
+fn measure(case: &Case, dir: &Path, out: &Path, plan: &mut Plan, receiver: &Receiver) -> u64 {
     let profile = out.join(format!("{}.callgrind.out", case.file));
     // callgrind numbers the dumps it is asked for: the first is `<file>.1`.
     let dump = PathBuf::from(format!("{}.1", profile.display()));
@@ -428,14 +492,24 @@ fn measure(case: &Case, dir: &Path, out: &Path, plan: &mut Plan) -> u64 {
     let (child, base) = start_under_callgrind(case, dir, &profile, &log);
     let server = Running(Some(child));
     let pid = server.0.as_ref().unwrap().id();
+    let secret = case
+        .subscription
+        .as_ref()
+        .map(|spec| support::subscription::create(&base, GATEWAY_TOKEN, spec));
     let mut connection = Connection::open(&base);
+    let mut callbacks = receiver.verified();
     let mut send = |count: u64, plan: &mut Plan| {
         for _ in 0..count {
-            connection.send(case, plan.serial);
+            connection.send(case, plan.serial, secret.as_deref());
             plan.serial += 1;
         }
         if case.runs {
             wait_for_empty_queue(&base, GATEWAY_TOKEN);
+        }
+        if case.callbacks {
+            callbacks += count;
+            receiver.wait_for(callbacks);
+            wait_for_empty_outbox(&base, GATEWAY_TOKEN);
         }
     };
     send(plan.warmup, plan);
@@ -510,7 +584,8 @@ fn main() {
         .into_iter()
         .filter(|c| selected("INSTR_CASE", c.name))
         .collect();
-    let dir = prepare_dir(&build_transforms(), &build_js());
+    let receiver = Receiver::start(CALLBACK_SECRET);
+    let dir = prepare_dir(&build_transforms(), &build_js(), &receiver.url);
     // Once natively first, so that the servers under callgrind find the transforms compiled.
     let (warming, _, _) = start_hookgate(dir.path());
     stop(warming);
@@ -525,7 +600,8 @@ fn main() {
     );
     let mut figures: Vec<(&str, f64)> = Vec::new();
     for case in &cases {
-        let per_request = measure(case, dir.path(), &out, &mut plan) as f64 / plan.requests as f64;
+        let instructions = measure(case, dir.path(), &out, &mut plan, &receiver);
+        let per_request = instructions as f64 / plan.requests as f64;
         println!(
             "{:<28} {:>9.1}k  {}.callgrind.out",
             case.name,

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use sha2::Digest;
 
+pub mod receiver;
+pub mod subscription;
 pub mod wrk;
 
 /// Builds the transforms for `wasm32-wasip2`; returns the directory of the `.wasm` files.
@@ -328,29 +330,63 @@ pub fn run(command: &mut Command) {
 /// Waits (at most two minutes) until the server has no queued or running run, asking its
 /// operator API with `gateway_token`.
 pub fn wait_for_empty_queue(base: &str, gateway_token: &str) {
+    wait_for_none(base, gateway_token, "runs", &["queued", "running"]);
+}
+
+/// Waits (at most two minutes) until the server's outbox has no message waiting for its run,
+/// pending or being sent, asking its operator API with `gateway_token`; panics when one is
+/// left, or when one failed.
+pub fn wait_for_empty_outbox(base: &str, gateway_token: &str) {
+    let statuses = ["waiting", "pending", "sending"];
+    assert!(
+        wait_for_none(base, gateway_token, "outbound", &statuses),
+        "messages still in the outbox after two minutes"
+    );
+    assert!(
+        !listed(base, gateway_token, "outbound", "failed"),
+        "a message failed: see {base}/api/outbound?status=failed"
+    );
+}
+
+/// Waits (at most two minutes) until `GET /api/<list>?status=<status>` lists nothing for each
+/// of `statuses`; returns whether it came to that.
+fn wait_for_none(base: &str, gateway_token: &str, list: &str, statuses: &[&str]) -> bool {
     let deadline = Instant::now() + Duration::from_secs(120);
-    let busy = |status: &str| {
-        let url = format!("{base}/api/runs?status={status}&limit=1");
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let Ok(response) = reqwest::Client::new()
-                .get(&url)
-                .bearer_auth(gateway_token)
-                .send()
-                .await
-            else {
-                return true;
-            };
-            let body: serde_json::Value = response.json().await.unwrap_or(serde_json::Value::Null);
-            body["runs"].as_array().is_none_or(|runs| !runs.is_empty())
-        })
-    };
-    while Instant::now() < deadline && (busy("queued") || busy("running")) {
+    loop {
+        let busy = statuses
+            .iter()
+            .any(|status| listed(base, gateway_token, list, status));
+        if !busy {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Whether `GET /api/<list>?status=<status>&limit=1` lists anything (`runs` or `outbound`,
+/// whose answers hold the list under `runs` and `messages`); true when it cannot be asked.
+fn listed(base: &str, gateway_token: &str, list: &str, status: &str) -> bool {
+    let url = format!("{base}/api/{list}?status={status}&limit=1");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let Ok(response) = reqwest::Client::new()
+            .get(&url)
+            .bearer_auth(gateway_token)
+            .send()
+            .await
+        else {
+            return true;
+        };
+        let body: serde_json::Value = response.json().await.unwrap_or(serde_json::Value::Null);
+        let items = if list == "runs" { "runs" } else { "messages" };
+        body[items].as_array().is_none_or(|found| !found.is_empty())
+    })
 }
 
 /// The bare axum server of the baselines: answers any request with its own body as JSON.
