@@ -31,6 +31,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 mod support;
+use support::callgrind::{Running, callgrind_control, dumped_instructions};
 use support::receiver::Receiver;
 use support::{
     SERIAL, build_js, build_transforms, echo_router, example_payload, installed, listening,
@@ -62,6 +63,8 @@ const GATEWAY_TOKEN: &str = "bench-gateway-token-0123";
 const CALLBACK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 /// `gateway.secretsKey`, which subscriptions need (docs/subscriptions.md).
 const SECRETS_KEY: &str = "bench-sealing-key-0123456789abcdef0123";
+/// The text of the template → wake case's wake, and of the subscription's.
+const DEPLOY_TEXT: &str = "Deployed {{service}} {{version}}";
 
 /// Which server a case is sent to.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -140,7 +143,12 @@ fn cases() -> Vec<Case> {
                 json!({"message": format!("benchmark run {SERIAL}"), "wakeMode": "next-heartbeat", "deliver": false}),
             )
         },
-        case("template → wake", "template-wake", "/hooks/deploy", deploy),
+        case(
+            "template → wake",
+            "template-wake",
+            "/hooks/deploy",
+            deploy.clone(),
+        ),
         Case {
             headers: vec![("x-github-event", "issues")],
             runs: true,
@@ -183,12 +191,12 @@ fn cases() -> Vec<Case> {
             // The template → wake case's mapping, made at runtime and signed as GitHub signs.
             subscription: Some(json!({"name": "deploy-sub", "provider": "github",
                 "mapping": {"action": "wake", "wakeMode": "next-heartbeat",
-                            "textTemplate": "Deployed {{service}} {{version}}"}})),
+                            "textTemplate": DEPLOY_TEXT}})),
             ..case(
                 "subscription → wake",
                 "subscription",
                 "/hooks/deploy-sub",
-                json!({"service": "api", "version": format!("1.2.{SERIAL}")}),
+                deploy.clone(),
             )
         },
         Case {
@@ -277,7 +285,7 @@ fn prepare_dir(wasm: &Path, js: &Path, callback_url: &str) -> tempfile::TempDir 
         "hooks": {"enabled": true, "token": HOOK_TOKEN, "transformLimits": limits,
          "mappings": [
             {"id": "deploy", "match": {"path": "deploy"}, "action": "wake", "wakeMode": "next-heartbeat",
-             "textTemplate": "Deployed {{service}} {{version}}"},
+             "textTemplate": DEPLOY_TEXT},
             {"id": "issues-run", "match": {"path": "issues-run"}, "action": "agent", "name": "GitHub",
              "wakeMode": "next-heartbeat", "messageTemplate": issue},
             {"id": "issues-callback", "match": {"path": "issues-callback"}, "action": "agent",
@@ -398,29 +406,6 @@ impl Connection {
     }
 }
 
-/// Runs `callgrind_control <flag> <pid>`, which returns once the running callgrind has done it.
-fn callgrind_control(flag: &str, pid: u32) {
-    let output = Command::new("callgrind_control")
-        .args([flag, &pid.to_string()])
-        .output()
-        .expect("callgrind_control");
-    assert!(output.status.success(), "callgrind_control {flag} failed");
-}
-
-/// The instructions a callgrind dump counted: its `summary:` line, else its `totals:` line.
-fn dumped_instructions(dump: &Path) -> u64 {
-    let text =
-        std::fs::read_to_string(dump).unwrap_or_else(|e| panic!("reading {}: {e}", dump.display()));
-    let field = |prefix: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(prefix))
-            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-    };
-    field("summary:")
-        .or_else(|| field("totals:"))
-        .unwrap_or_else(|| panic!("no summary in {}", dump.display()))
-}
-
 /// Starts `case`'s server under callgrind writing to `profile`, its standard error to `log`;
 /// returns it and its base URL.
 fn start_under_callgrind(case: &Case, dir: &Path, profile: &Path, log: &Path) -> (Child, String) {
@@ -450,25 +435,6 @@ fn start_under_callgrind(case: &Case, dir: &Path, profile: &Path, log: &Path) ->
                 .expect("valgrind");
             let base = listening(&mut child);
             (child, base)
-        }
-    }
-}
-
-/// A server under callgrind, killed when dropped: a case that fails leaves none running.
-struct Running(Option<Child>);
-
-impl Running {
-    /// Stops the server as an operator would (`SIGTERM`) and waits for it.
-    fn stop(mut self) {
-        stop(self.0.take().unwrap());
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
         }
     }
 }

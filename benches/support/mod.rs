@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use sha2::Digest;
 
+pub mod callgrind;
 pub mod receiver;
 pub mod subscription;
 pub mod wrk;
