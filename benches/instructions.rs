@@ -73,6 +73,10 @@ enum Server {
     Echo,
     /// hookgate without a model provider: runs end at once.
     Hookgate,
+    /// hookgate with `outbound` and `gateway.secretsKey` set, on a configuration of its own
+    /// (`outbound/` beside the main one, [`prepare_dir`]): set in the main one, they cost every
+    /// agent run of the other cases some 50k (328.1k → 378.1k for the template agent).
+    Outbound,
     /// hookgate as an edge (docs/edge.md), on a configuration of its own ([`edge_dir`]): it
     /// stores each hook request for a private node and answers `202`.
     Edge,
@@ -160,6 +164,7 @@ fn cases() -> Vec<Case> {
             )
         },
         Case {
+            server: Server::Outbound,
             headers: vec![("x-github-event", "issues")],
             runs: true,
             callbacks: true,
@@ -189,6 +194,7 @@ fn cases() -> Vec<Case> {
         ),
         Case {
             // The template → wake case's mapping, made at runtime and signed as GitHub signs.
+            server: Server::Outbound,
             subscription: Some(json!({"name": "deploy-sub", "provider": "github",
                 "mapping": {"action": "wake", "wakeMode": "next-heartbeat",
                             "textTemplate": DEPLOY_TEXT}})),
@@ -262,13 +268,13 @@ const RATIOS: [(&str, &str, &str, Option<f64>); 9] = [
 
 /// A configuration directory with the github and JavaScript transforms in place. A `.wasm`
 /// module gets a fresh instance per call; naming the JavaScript one `.mjs` keeps its instances
-/// (docs/transforms.md). Runs of the `issues-callback` mapping post their outcome to
+/// (docs/transforms.md). Beside it, in `outbound/`, the configuration of the callback and
+/// subscription cases: runs of its `issues-callback` mapping post their outcome to
 /// `callback_url`, on 127.0.0.1, which `outbound.allowHosts` lists.
 fn prepare_dir(wasm: &Path, js: &Path, callback_url: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("hooks/transforms");
     std::fs::create_dir_all(&root).unwrap();
-    std::fs::write(dir.path().join("secrets.key"), SECRETS_KEY).unwrap();
     std::fs::copy(wasm.join("github.wasm"), root.join("github.wasm")).unwrap();
     std::fs::copy(js, root.join("title.wasm")).unwrap();
     // Under callgrind a call runs some 50 times slower, and a transform's time limit is wall
@@ -280,17 +286,13 @@ fn prepare_dir(wasm: &Path, js: &Path, callback_url: &str) -> tempfile::TempDir 
     }
     let issue = "GitHub issue {{action}} in {{repository.full_name}}: #{{issue.number}} {{issue.title}} ({{issue.html_url}})";
     let config = json!({
-        "gateway": {"auth": {"token": GATEWAY_TOKEN}, "secretsKey": {"file": "secrets.key"}},
-        "outbound": {"allowHosts": ["127.0.0.1"]},
+        "gateway": {"auth": {"token": GATEWAY_TOKEN}},
         "hooks": {"enabled": true, "token": HOOK_TOKEN, "transformLimits": limits,
          "mappings": [
             {"id": "deploy", "match": {"path": "deploy"}, "action": "wake", "wakeMode": "next-heartbeat",
              "textTemplate": DEPLOY_TEXT},
             {"id": "issues-run", "match": {"path": "issues-run"}, "action": "agent", "name": "GitHub",
              "wakeMode": "next-heartbeat", "messageTemplate": issue},
-            {"id": "issues-callback", "match": {"path": "issues-callback"}, "action": "agent",
-             "name": "GitHub", "wakeMode": "next-heartbeat", "messageTemplate": issue,
-             "callback": {"url": callback_url, "secret": CALLBACK_SECRET, "format": "outcome"}},
             {"id": "github", "match": {"path": "github"}, "wakeMode": "next-heartbeat",
              "transform": {"module": "github.wasm"}},
             {"id": "title", "match": {"path": "title"}, "action": "wake", "textTemplate": "-",
@@ -302,6 +304,20 @@ fn prepare_dir(wasm: &Path, js: &Path, callback_url: &str) -> tempfile::TempDir 
         "agents": {"defaults": {"heartbeat": {"every": "0"}}},
     });
     std::fs::write(dir.path().join("hookgate.json5"), config.to_string()).unwrap();
+    let outbound = dir.path().join("outbound");
+    std::fs::create_dir_all(&outbound).unwrap();
+    std::fs::write(outbound.join("secrets.key"), SECRETS_KEY).unwrap();
+    let config = json!({
+        "gateway": {"auth": {"token": GATEWAY_TOKEN}, "secretsKey": {"file": "secrets.key"}},
+        "outbound": {"allowHosts": ["127.0.0.1"]},
+        "hooks": {"enabled": true, "token": HOOK_TOKEN, "mappings": [
+            {"id": "issues-callback", "match": {"path": "issues-callback"}, "action": "agent",
+             "name": "GitHub", "wakeMode": "next-heartbeat", "messageTemplate": issue,
+             "callback": {"url": callback_url, "secret": CALLBACK_SECRET, "format": "outcome"}},
+        ]},
+        "agents": {"defaults": {"heartbeat": {"every": "0"}}},
+    });
+    std::fs::write(outbound.join("hookgate.json5"), config.to_string()).unwrap();
     dir
 }
 
@@ -418,6 +434,10 @@ fn start_under_callgrind(case: &Case, dir: &Path, profile: &Path, log: &Path) ->
     match case.server {
         Server::Hookgate => {
             let (child, base, _) = start_hookgate_under(dir, &wrapper, stderr());
+            (child, base)
+        }
+        Server::Outbound => {
+            let (child, base, _) = start_hookgate_under(&dir.join("outbound"), &wrapper, stderr());
             (child, base)
         }
         Server::Edge => {
