@@ -74,8 +74,10 @@ enum Server {
     /// hookgate without a model provider: runs end at once.
     Hookgate,
     /// hookgate with `outbound` and `gateway.secretsKey` set, on a configuration of its own
-    /// (`outbound/` beside the main one, [`prepare_dir`]): set in the main one, they cost every
-    /// agent run of the other cases some 50k (328.1k → 378.1k for the template agent).
+    /// (`outbound/` beside the main one, [`prepare_dir`]), so that the other cases count what
+    /// a server without them does. The `template → agent, outbound on` case holds what these
+    /// keys cost a run that has no callback of its own: every run once woke the webhooks'
+    /// worker (376.8k against 330.5k, docs/performance.md).
     Outbound,
     /// hookgate as an edge (docs/edge.md), on a configuration of its own ([`edge_dir`]): it
     /// stores each hook request for a private node and answers `202`.
@@ -164,6 +166,19 @@ fn cases() -> Vec<Case> {
             )
         },
         Case {
+            // The template → agent case where callbacks are configured for another mapping:
+            // a run without a callback must not pay for those of others.
+            server: Server::Outbound,
+            headers: vec![("x-github-event", "issues")],
+            runs: true,
+            ..case(
+                "template → agent, outbound on",
+                "template-agent-outbound",
+                "/hooks/issues-run",
+                issues.clone(),
+            )
+        },
+        Case {
             server: Server::Outbound,
             headers: vec![("x-github-event", "issues")],
             runs: true,
@@ -219,7 +234,7 @@ fn cases() -> Vec<Case> {
 
 /// The ratios the issues name (35; 50 for JavaScript, callbacks and subscriptions; 46 for the
 /// edge): (what, numerator, denominator, its target when it has one).
-const RATIOS: [(&str, &str, &str, Option<f64>); 9] = [
+const RATIOS: [(&str, &str, &str, Option<f64>); 10] = [
     ("wake / echo", "/hooks/wake", "axum echo", Some(2.5)),
     ("agent / wake", "/hooks/agent", "/hooks/wake", Some(1.8)),
     (
@@ -227,6 +242,12 @@ const RATIOS: [(&str, &str, &str, Option<f64>); 9] = [
         "template → wake",
         "/hooks/wake",
         None,
+    ),
+    (
+        "template agent, outbound on / off",
+        "template → agent, outbound on",
+        "template → agent (issues)",
+        Some(1.03),
     ),
     (
         "callback agent / template agent",
@@ -314,6 +335,8 @@ fn prepare_dir(wasm: &Path, js: &Path, callback_url: &str) -> tempfile::TempDir 
             {"id": "issues-callback", "match": {"path": "issues-callback"}, "action": "agent",
              "name": "GitHub", "wakeMode": "next-heartbeat", "messageTemplate": issue,
              "callback": {"url": callback_url, "secret": CALLBACK_SECRET, "format": "outcome"}},
+            {"id": "issues-run", "match": {"path": "issues-run"}, "action": "agent", "name": "GitHub",
+             "wakeMode": "next-heartbeat", "messageTemplate": issue},
         ]},
         "agents": {"defaults": {"heartbeat": {"every": "0"}}},
     });

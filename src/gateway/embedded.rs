@@ -29,22 +29,24 @@ pub struct Embedded {
 
 /// [`runs::queue_or_start`], with the run's callback kept waiting for its end when the run is
 /// new (a repeat's callback is the first run's), and its `run.started` sent to the endpoints of
-/// `outbound` when it is stored running.
+/// `outbound` when it is stored running; the last of the three is whether that message was
+/// made pending (an endpoint subscribes), which gives the webhooks' worker work.
 pub(super) fn queue_with_callback(
     conn: &rusqlite::Connection,
     run: &NewRun,
     claim: Option<&IdempotencyClaim>,
     started_at: Option<&str>,
     outbound: Option<&OutboundSettings>,
-) -> rusqlite::Result<(RunQueued, Stored)> {
+) -> rusqlite::Result<(RunQueued, Stored, bool)> {
     let (queued, stored) = runs::queue_or_start(conn, run, claim, started_at)?;
+    let mut announced = false;
     if matches!(queued, RunQueued::New { .. }) {
         webhooks::await_callback(conn, run)?;
         if let (Stored::Running, Some(outbound)) = (stored, outbound) {
-            webhooks::on_event(conn, outbound, Event::RunStarted, run, None)?;
+            announced = webhooks::on_event(conn, outbound, Event::RunStarted, run, None)?;
         }
     }
-    Ok((queued, stored))
+    Ok((queued, stored, announced))
 }
 
 impl Embedded {
@@ -145,19 +147,18 @@ impl Embedded {
         let endpoints = webhooks::with_endpoints(&settings);
         let admitted = edge_marks::spawn_carried(async move {
             let started_at = now_rfc3339();
-            let announced = endpoints.is_some();
-            let (queued, stored, run) = ctx
+            let (queued, stored, announced, run) = ctx
                 .store
                 .write(move |conn| {
                     let outbound = endpoints.as_ref().map(|s| &s.outbound);
-                    let (queued, stored) = queue_with_callback(
+                    let (queued, stored, announced) = queue_with_callback(
                         conn,
                         &run,
                         claim.as_ref(),
                         Some(&started_at),
                         outbound,
                     )?;
-                    Ok((queued, stored, run))
+                    Ok((queued, stored, announced, run))
                 })
                 .await?;
             if announced {

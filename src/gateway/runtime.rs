@@ -289,7 +289,7 @@ impl Runtime {
         };
         self.store
             .write(move |conn| {
-                let (queued, _) = queue_with_callback(conn, &run, claim.as_ref(), None, None)?;
+                let (queued, _, _) = queue_with_callback(conn, &run, claim.as_ref(), None, None)?;
                 if let RunQueued::New { run_id } = &queued {
                     held::hold(conn, run_id, &by)?;
                     if let Some(settings) = &endpoints {

@@ -180,18 +180,22 @@ async fn start_queued(
         }
         let started_at = now_rfc3339();
         let endpoints = webhooks::with_endpoints(&settings);
-        let announced = endpoints.is_some();
         let claimed = ctx
             .store
             .write(move |conn| {
-                let run = runs::claim(conn, &run_id, &started_at)?;
-                if let (Some(run), Some(settings)) = (&run, &endpoints) {
-                    webhooks::on_event(conn, &settings.outbound, Event::RunStarted, run, None)?;
-                }
-                Ok(run)
+                let Some(run) = runs::claim(conn, &run_id, &started_at)? else {
+                    return Ok(None);
+                };
+                let announced = match &endpoints {
+                    Some(settings) => {
+                        webhooks::on_event(conn, &settings.outbound, Event::RunStarted, &run, None)?
+                    }
+                    None => false,
+                };
+                Ok(Some((run, announced)))
             })
             .await;
-        let Ok(Some(run)) = claimed else {
+        let Ok(Some((run, announced))) = claimed else {
             lock(busy).remove(&session_key);
             continue;
         };
@@ -291,14 +295,15 @@ async fn execute(ctx: &Context, signals: &Signals, run: NewRun) {
         outbox: job.map(OutboxItem::Delivery),
         webhooks: outbound.then(|| (Arc::clone(&settings), Box::new(run))),
     };
-    // Only a run with a reply to deliver gives the outbox work: waking it for the others cost
-    // two reads of the outbox per run (about 30k instructions, profiled under /hooks/agent).
+    // Only a run with a reply to deliver gives the outbox work, and only one whose end made a
+    // webhook pending gives its worker work: waking either for the others costs two reads of
+    // the outbox per run (about 30k instructions, profiled under /hooks/agent).
     let delivers = finished.outbox.is_some();
-    if finished.record(ctx).await {
+    if let Some(Recorded { webhooks_pending }) = finished.record(ctx).await {
         if delivers {
             signals.outbox_ready.notify_one();
         }
-        if outbound {
+        if webhooks_pending {
             signals.webhooks_ready.notify_one();
         }
         if wakes_now {
@@ -320,6 +325,12 @@ const RECORD_MAX_WAIT: Duration = Duration::from_secs(2);
 
 /// What a finished run writes, in one transaction: its outcome with its delivery record and
 /// summary event, and the delivery's outbox row.
+/// What recording a run's end did beyond the run's own row.
+struct Recorded {
+    /// Its callback or an endpoint's message became pending: the webhooks' worker has work.
+    webhooks_pending: bool,
+}
+
 #[derive(Clone)]
 struct Finished {
     run_id: String,
@@ -334,8 +345,9 @@ struct Finished {
 impl Finished {
     /// Writes the outcome, trying again with a growing wait while the store refuses writes for
     /// a reason that passes (a full disk, a failed commit), for up to [`RECORD_PATIENCE`].
-    /// Whether it was recorded. Logs the first failure and the recovery, not every try.
-    async fn record(self, ctx: &Context) -> bool {
+    /// What was recorded, or `None` when it could not be. Logs the first failure and the
+    /// recovery, not every try.
+    async fn record(self, ctx: &Context) -> Option<Recorded> {
         let deadline = tokio::time::Instant::now() + RECORD_PATIENCE;
         let mut wait = RECORD_FIRST_WAIT;
         let mut tries = 0u32;
@@ -352,30 +364,33 @@ impl Finished {
                 .store
                 .write(move |conn| {
                     runs::finish(conn, &run_id, &outcome, &delivery, summary_now.as_ref())?;
-                    if let Some((settings, run)) = &outbound {
-                        webhooks::on_end(conn, &settings.outbound, run, &outcome)?;
+                    let webhooks_pending = match &outbound {
+                        Some((settings, run)) => {
+                            webhooks::on_end(conn, &settings.outbound, run, &outcome)?
+                        }
+                        None => false,
+                    };
+                    if let Some(item) = outbox {
+                        item.insert(conn, Some(&run_id))?;
                     }
-                    match outbox {
-                        Some(item) => item.insert(conn, Some(&run_id)),
-                        None => Ok(()),
-                    }
+                    Ok(Recorded { webhooks_pending })
                 })
                 .await;
             tries += 1;
             let run_id = &self.run_id;
             let err = match written {
-                Ok(()) if tries > 1 => {
+                Ok(recorded) if tries > 1 => {
                     tracing::warn!(%run_id, tries, "the run's outcome is recorded now");
-                    return true;
+                    return Some(recorded);
                 }
-                Ok(()) => return true,
+                Ok(recorded) => return Some(recorded),
                 Err(err) => err,
             };
             let passes = matches!(err, StoreError::Full | StoreError::Commit(_));
             if !passes || tokio::time::Instant::now() + wait > deadline {
                 // The run stays `running`; the next start queues it again.
                 tracing::error!(%err, %run_id, tries, "cannot record the run's outcome; given up");
-                return false;
+                return None;
             }
             if tries == 1 {
                 tracing::error!(%err, %run_id,
