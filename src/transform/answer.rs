@@ -179,6 +179,7 @@ fn option_string(
 mod tests {
     use wasmtime::component::__internal::ComponentVariant;
 
+    use super::super::request::walk_fields;
     use super::*;
 
     /// The offsets written here against the ones wasmtime computes, field by field as its
@@ -204,11 +205,7 @@ mod tests {
             OPTION_STRING,
             OPTION_U32,
         ];
-        let mut offset = 0;
-        let walked: Vec<usize> = fields
-            .iter()
-            .map(|field| field.next_field32_size(&mut offset))
-            .collect();
+        let (walked, offset) = walk_fields(&fields);
         assert_eq!(walked, OVERRIDES);
         assert_eq!(offset.next_multiple_of(4), OVERRIDES_SIZE);
         assert_eq!(<Option<bool> as ComponentVariant>::PAYLOAD_OFFSET32, 1);

@@ -250,6 +250,19 @@ fn put_pair(record: &mut [u8], at: usize, (ptr, len): (u32, u32)) {
     record[at + 4..at + 8].copy_from_slice(&len.to_le_bytes());
 }
 
+/// The offset of each of `fields` laid one after another as the canonical ABI lays out a
+/// record's fields (as wasmtime's derive walks them), and where the last one ends: what the
+/// tests check this module's and `answer`'s offsets against.
+#[cfg(test)]
+pub(super) fn walk_fields(fields: &[CanonicalAbiInfo]) -> (Vec<usize>, usize) {
+    let mut offset = 0;
+    let walked = fields
+        .iter()
+        .map(|field| field.next_field32_size(&mut offset))
+        .collect();
+    (walked, offset)
+}
+
 #[cfg(test)]
 mod tests {
     use wasmtime::component::__internal::ComponentVariant;
@@ -271,11 +284,7 @@ mod tests {
             OPTION_STRING,
             OPTION_STRING,
         ];
-        let mut offset = 0;
-        let walked: Vec<usize> = fields
-            .iter()
-            .map(|field| field.next_field32_size(&mut offset))
-            .collect();
+        let (walked, offset) = walk_fields(&fields);
         assert_eq!(walked, REQUEST);
         assert_eq!(offset, REQUEST_SIZE);
         assert_eq!(<(String, String) as ComponentType>::SIZE32, PAIR_SIZE);
