@@ -289,10 +289,21 @@ CREATE INDEX heartbeat_turns_by_agent ON heartbeat_turns (agent, finished_at);
 /// Webhooks by their run: a run's callback waits in the outbox for the run's end, a run's
 /// messages are sent in order, and its record lists them (`outbound::webhooks`); only webhook
 /// rows are in it, so replies and relays pay nothing for it. The operator lists messages by
-/// status (`GET /api/outbound?status=failed`).
+/// status (`GET /api/outbound?status=failed`); [`SCHEMA_V24`] replaces the second index.
 const SCHEMA_V23: &str = "
 CREATE INDEX outbox_webhooks_by_run ON outbox (run_id) WHERE kind = 'webhook';
 CREATE INDEX outbox_by_kind ON outbox (kind, status, id);
+";
+
+/// Each lane's pending rows by when they are due, in place of the rows of a kind by status and
+/// id: a lane's worker reads only its own kinds when it looks for what is due and for when it
+/// next is (`outbound::outbox_rows::due` and `next_due_ms`). Through `outbox_due` alone it
+/// stepped through every pending row of every lane, so a backlog of callbacks cost the
+/// replies' worker a look at each of them at every poll. The operator's listing of messages by
+/// status never ordered by this index's `id` (it sorts), and finds them by kind as before.
+const SCHEMA_V24: &str = "
+DROP INDEX outbox_by_kind;
+CREATE INDEX outbox_due_by_kind ON outbox (kind, status, next_at_ms);
 ";
 
 /// The request log, in a database of its own (`requests.db`): every request under the hook
@@ -422,6 +433,7 @@ pub(in crate::gateway) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             (21, SCHEMA_V21),
             (22, SCHEMA_V22),
             (23, SCHEMA_V23),
+            (24, SCHEMA_V24),
         ],
     )
 }
