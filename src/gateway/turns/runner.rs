@@ -323,14 +323,14 @@ const RECORD_PATIENCE: Duration = Duration::from_secs(3600);
 const RECORD_FIRST_WAIT: Duration = Duration::from_millis(100);
 const RECORD_MAX_WAIT: Duration = Duration::from_secs(2);
 
-/// What a finished run writes, in one transaction: its outcome with its delivery record and
-/// summary event, and the delivery's outbox row.
 /// What recording a run's end did beyond the run's own row.
 struct Recorded {
     /// Its callback or an endpoint's message became pending: the webhooks' worker has work.
     webhooks_pending: bool,
 }
 
+/// What a finished run writes, in one transaction: its outcome with its delivery record and
+/// summary event, and the delivery's outbox row.
 #[derive(Clone)]
 struct Finished {
     run_id: String,
