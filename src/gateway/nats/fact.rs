@@ -287,8 +287,7 @@ impl Fact {
                     runs::finish(conn, run_id, outcome, delivery, summary.as_ref())?;
                     if let Some(stamp) = callbacks {
                         let waiting = outbound_webhooks::waiting_callbacks(conn, run_id)?;
-                        let pending = stamp.callbacks(run_id, outcome, waiting);
-                        outbound_webhooks::write(conn, run_id, &pending)?;
+                        outbound_webhooks::release_waiting(conn, stamp, run_id, outcome, waiting)?;
                     }
                     outbound_webhooks::write(conn, run_id, webhooks)?;
                 }

@@ -261,9 +261,11 @@ pub fn on_end(
         started_at: started_at.as_deref(),
         upstream_run_id: upstream_run_id.as_deref(),
     };
-    let messages = end_messages(outbound, run, outcome, start, waiting);
-    write(conn, &run.run_id, &messages)?;
-    Ok(!messages.is_empty())
+    let stamp = RunEndStamp::new(outbound, run, start);
+    let released = release_waiting(conn, &stamp, &run.run_id, outcome, waiting)?;
+    let endpoints = endpoint_end_messages(outbound, run, outcome, &stamp);
+    write(conn, &run.run_id, &endpoints)?;
+    Ok(released > 0 || !endpoints.is_empty())
 }
 
 /// `run.finished` for a run that ended `ok`, `run.failed` otherwise.
@@ -292,22 +294,6 @@ pub struct RunStart<'a> {
     pub started_at: Option<&'a str>,
     /// Forward mode: the upstream's run id, when the relay landed.
     pub upstream_run_id: Option<&'a str>,
-}
-
-/// The messages of a run's end: each of its `waiting` callbacks with the outcome as its body
-/// (its `webhook-id` kept), and a `run.finished` or `run.failed` message to each endpoint
-/// subscribed.
-pub fn end_messages(
-    outbound: &OutboundSettings,
-    run: &NewRun,
-    outcome: &RunOutcome,
-    start: RunStart<'_>,
-    waiting: Vec<WebhookMessage>,
-) -> Vec<WebhookMessage> {
-    let stamp = RunEndStamp::new(outbound, run, start);
-    let mut messages = stamp.callbacks(&run.run_id, outcome, waiting);
-    messages.extend(endpoint_end_messages(outbound, run, outcome, &stamp));
-    messages
 }
 
 /// What the messages of a run's end say besides its outcome and each callback's request, fixed
@@ -551,17 +537,52 @@ pub fn event_messages(
     messages
 }
 
-/// The waiting callbacks of `run_id`.
-pub fn waiting_callbacks(conn: &Connection, run_id: &str) -> rusqlite::Result<Vec<WebhookMessage>> {
+/// A callback waiting in the outbox for its run's end.
+pub struct Waiting {
+    /// Its outbox row.
+    row: i64,
+    message: WebhookMessage,
+}
+
+/// The waiting callbacks of `run_id`, with their rows.
+pub fn waiting_callbacks(conn: &Connection, run_id: &str) -> rusqlite::Result<Vec<Waiting>> {
     let rows = conn
         .prepare_cached(
-            "SELECT payload FROM outbox
+            "SELECT id, payload FROM outbox
              WHERE run_id = ?1 AND kind = 'webhook' AND status = 'waiting'",
         )?
-        .query_map(params![run_id], |row| row.get::<_, String>(0))?
+        .query_map(params![run_id], |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+        })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows
         .into_iter()
-        .filter_map(|payload| serde_json::from_str(&payload).ok())
+        .filter_map(|(row, payload)| {
+            let message = serde_json::from_str(&payload).ok()?;
+            Some(Waiting { row, message })
+        })
         .collect())
+}
+
+/// Makes the `waiting` callbacks of run `run_id` pending with `outcome` as their bodies
+/// ([`RunEndStamp::callbacks`]), each in its own row, read in this transaction: none is looked
+/// for again by its `webhook-id`, as [`write`] does for a callback it is given. How many.
+pub fn release_waiting(
+    conn: &Connection,
+    stamp: &RunEndStamp,
+    run_id: &str,
+    outcome: &RunOutcome,
+    waiting: Vec<Waiting>,
+) -> rusqlite::Result<usize> {
+    let (rows, messages): (Vec<i64>, Vec<WebhookMessage>) = waiting
+        .into_iter()
+        .map(|waiting| (waiting.row, waiting.message))
+        .unzip();
+    // One message a row, in the rows' order.
+    let pending = stamp.callbacks(run_id, outcome, messages);
+    let released = pending.len();
+    for (row, message) in rows.into_iter().zip(pending) {
+        OutboxItem::Webhook(message).release(conn, row)?;
+    }
+    Ok(released)
 }
