@@ -261,10 +261,14 @@ async fn refusals_beyond_the_bound_are_counted_and_told_with_the_next_message(ba
         },
     )
     .await;
-    // Every message written is sent before they are compared.
+    // Every message written is sent before they are compared: none is left to send, and each
+    // row listed was received. Retention's first pass, a minute after the start, deletes the
+    // rows sent (docs/configuration.md#retention), so a test that ran that long lists fewer
+    // rows than were received; the comparison below tells a missing message by the refusals
+    // it would have told of.
     eventually("every message to be sent", async || {
         let rows = outbox(&server).await;
-        rows.iter().all(|r| r["status"] == "done") && receiver.received().await.len() == rows.len()
+        rows.iter().all(|r| r["status"] == "done") && receiver.received().await.len() >= rows.len()
     })
     .await;
     let mut written: Vec<(usize, Value)> = receiver
