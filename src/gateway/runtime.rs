@@ -278,27 +278,40 @@ impl Runtime {
         claim: Option<IdempotencyClaim>,
         by: HeldBy,
     ) -> Result<RunQueued, StoreError> {
-        let endpoints = match &self.backend {
+        let embedded = match &self.backend {
             Backend::Nats(cluster) => {
                 let settings = self.config.current();
                 let held = cluster.hold_run(run, claim, by, &settings.outbound);
                 return Ok(Box::pin(held).await?);
             }
             Backend::Forward(forward) => return Box::pin(forward.hold_run(run, claim, by)).await,
-            Backend::Embedded(embedded) => webhooks::with_endpoints(&embedded.settings()),
+            Backend::Embedded(embedded) => embedded,
         };
-        self.store
+        let endpoints = webhooks::with_endpoints(&embedded.settings());
+        let (queued, announced) = self
+            .store
             .write(move |conn| {
                 let (queued, _, _) = queue_with_callback(conn, &run, claim.as_ref(), None, None)?;
+                let mut announced = false;
                 if let RunQueued::New { run_id } = &queued {
                     held::hold(conn, run_id, &by)?;
                     if let Some(settings) = &endpoints {
-                        webhooks::on_event(conn, &settings.outbound, Event::RunHeld, &run, None)?;
+                        announced = webhooks::on_event(
+                            conn,
+                            &settings.outbound,
+                            Event::RunHeld,
+                            &run,
+                            None,
+                        )?;
                     }
                 }
-                Ok(queued)
+                Ok((queued, announced))
             })
-            .await
+            .await?;
+        if announced {
+            embedded.signals().webhooks_ready.notify_one();
+        }
+        Ok(queued)
     }
 
     /// Adds a batch mapping's request to the open batch of its mapping and session key, and

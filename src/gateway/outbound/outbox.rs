@@ -334,9 +334,13 @@ async fn give_up(ctx: &Context, signals: &Signals, row: &Row, error: &SendError)
     let (run_id, item, error) = (row.run_id.clone(), row.item.clone(), error.clone());
     let endpoints = webhooks::with_endpoints(&ctx.config.current());
     let outbound = active_outbound(ctx);
-    if outbound.is_some() && matches!(&row.item, Some(OutboxItem::Relay(_))) {
-        signals.webhooks_ready.notify_one();
-    }
+    // A relay's end or a reply's `delivery.failed` may make webhooks pending: their worker is
+    // woken once they are committed.
+    let announces = match &row.item {
+        Some(OutboxItem::Relay(_)) => outbound.is_some(),
+        Some(OutboxItem::Delivery(_)) => endpoints.is_some(),
+        _ => false,
+    };
     let result = ctx
         .store
         .write(move |conn| {
@@ -382,6 +386,9 @@ async fn give_up(ctx: &Context, signals: &Signals, row: &Row, error: &SendError)
     if matches!(&row.item, Some(OutboxItem::Relay(_))) {
         // A relayed run failed for good: its lane slot is free for the next.
         signals.outbox_ready.notify_one();
+    }
+    if announces && result.is_ok() {
+        signals.webhooks_ready.notify_one();
     }
     let wake_now = matches!(&row.item, Some(OutboxItem::Delivery(job)) if job.wake_now && job.summary.is_some());
     match result {
