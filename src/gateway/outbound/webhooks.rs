@@ -544,11 +544,12 @@ pub struct Waiting {
     message: WebhookMessage,
 }
 
-/// The waiting callbacks of `run_id`, with their rows.
+/// The waiting callbacks of `run_id`, with their rows: found by the run (the index named, since
+/// by kind and status SQLite would step through the waiting callbacks of every run).
 pub fn waiting_callbacks(conn: &Connection, run_id: &str) -> rusqlite::Result<Vec<Waiting>> {
     let rows = conn
         .prepare_cached(
-            "SELECT id, payload FROM outbox
+            "SELECT id, payload FROM outbox INDEXED BY outbox_webhooks_by_run
              WHERE run_id = ?1 AND kind = 'webhook' AND status = 'waiting'",
         )?
         .query_map(params![run_id], |row| {
