@@ -261,11 +261,11 @@ async fn refusals_beyond_the_bound_are_counted_and_told_with_the_next_message(ba
         },
     )
     .await;
-    // Every message written is sent before they are compared: none is left to send, and each
-    // row listed was received. Retention's first pass, a minute after the start, deletes the
-    // rows sent (docs/configuration.md#retention), so a test that ran that long lists fewer
-    // rows than were received; the comparison below tells a missing message by the refusals
-    // it would have told of.
+    // Every message written is sent before they are compared: none is left to send, and the
+    // receiver has at least as many as are listed. Retention's pass a minute after the start
+    // deletes the rows sent (docs/configuration.md#retention), so a test that ran that long
+    // lists fewer rows than were received; the comparison below tells a missing message by the
+    // refusals the next would then tell of, and a message received twice by its position.
     eventually("every message to be sent", async || {
         let rows = outbox(&server).await;
         rows.iter().all(|r| r["status"] == "done") && receiver.received().await.len() >= rows.len()

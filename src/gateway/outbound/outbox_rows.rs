@@ -221,9 +221,10 @@ impl Row {
 }
 
 /// A statement on the rows of one lane: `$head`, the lane's kinds, then `$tail`, each lane's
-/// a literal built at compile time. The kinds are written in rather than bound: a bound kind,
-/// or a list of them, costs SQLite an ephemeral table at every query (about 20k instructions
-/// of a callback's `due`) and keeps it from reading the lane's rows in the index's order.
+/// a literal built at compile time. The kinds are written in rather than bound as a list: a
+/// bound list (`kind IN (?, ?)`, even of one kind twice) costs SQLite an ephemeral table at
+/// every query (about 20k instructions of a callback's `due`) and keeps it from reading a
+/// one-kind lane's rows in the index's order.
 macro_rules! per_lane {
     ($lane:expr, $head:expr, $tail:expr) => {
         match $lane {

@@ -295,8 +295,8 @@ CREATE INDEX outbox_webhooks_by_run ON outbox (run_id) WHERE kind = 'webhook';
 CREATE INDEX outbox_by_kind ON outbox (kind, status, id);
 ";
 
-/// Each lane's pending rows by when they are due, in place of the rows of a kind by status and
-/// id: a lane's worker reads only its own kinds when it looks for what is due and for when it
+/// Each kind's rows by status and due time, in place of by status and id: a lane's worker
+/// reads only its own kinds' pending rows when it looks for what is due and for when it
 /// next is (`outbound::outbox_rows::due` and `next_due_ms`). Through `outbox_due` alone it
 /// stepped through every pending row of every lane, so a backlog of callbacks cost the
 /// replies' worker a look at each of them at every poll. The operator's listing of messages by
