@@ -124,6 +124,13 @@ fn cases() -> Vec<Case> {
     let issues = example_payload("github-issues.json");
     let deploy = json!({"service": "api", "version": format!("1.2.{SERIAL}")});
     let title = json!({"title": format!("a benchmark {SERIAL}"), "n": 1});
+    // A GitHub `issues` delivery that queues an agent run, on `server`.
+    let issues_run = |name, file, path, server| Case {
+        server,
+        headers: vec![("x-github-event", "issues")],
+        runs: true,
+        ..case(name, file, path, issues.clone())
+    };
     vec![
         Case {
             server: Server::Echo,
@@ -155,46 +162,35 @@ fn cases() -> Vec<Case> {
             "/hooks/deploy",
             deploy.clone(),
         ),
+        issues_run(
+            "template → agent (issues)",
+            "template-agent",
+            "/hooks/issues-run",
+            Server::Hookgate,
+        ),
+        // The template → agent case where callbacks are configured for another mapping: a run
+        // without a callback must not pay for those of others.
+        issues_run(
+            "template → agent, outbound on",
+            "template-agent-outbound",
+            "/hooks/issues-run",
+            Server::Outbound,
+        ),
         Case {
-            headers: vec![("x-github-event", "issues")],
-            runs: true,
-            ..case(
-                "template → agent (issues)",
-                "template-agent",
-                "/hooks/issues-run",
-                issues.clone(),
-            )
-        },
-        Case {
-            // The template → agent case where callbacks are configured for another mapping:
-            // a run without a callback must not pay for those of others.
-            server: Server::Outbound,
-            headers: vec![("x-github-event", "issues")],
-            runs: true,
-            ..case(
-                "template → agent, outbound on",
-                "template-agent-outbound",
-                "/hooks/issues-run",
-                issues.clone(),
-            )
-        },
-        Case {
-            server: Server::Outbound,
-            headers: vec![("x-github-event", "issues")],
-            runs: true,
             callbacks: true,
-            ..case(
+            ..issues_run(
                 "callback → agent (issues)",
                 "callback",
                 "/hooks/issues-callback",
-                issues.clone(),
+                Server::Outbound,
             )
         },
-        Case {
-            headers: vec![("x-github-event", "issues")],
-            runs: true,
-            ..case("github → agent, fresh", "github", "/hooks/github", issues)
-        },
+        issues_run(
+            "github → agent, fresh",
+            "github",
+            "/hooks/github",
+            Server::Hookgate,
+        ),
         case(
             "js → wake, .mjs kept",
             "js-kept",
