@@ -237,6 +237,29 @@ mod tests {
         })
     }
 
+    /// `gateway.retention` keeping everything it governs.
+    const KEEP_ALL: Retention = Retention {
+        events: None,
+        runs: None,
+        requests: None,
+        requests_max_bytes: None,
+    };
+
+    /// One batch of a pass at `now`, from the start.
+    async fn prune_once(store: &Store, retention: Retention, now: i64) {
+        store
+            .write(move |conn| prune_batch(conn, retention, now, Cursor::default()))
+            .await
+            .unwrap();
+    }
+
+    /// The first column of `sql`'s rows.
+    fn strings(conn: &Connection, sql: &str) -> rusqlite::Result<Vec<String>> {
+        let mut stmt = conn.prepare(sql)?;
+        let rows = stmt.query_map([], |row| row.get::<_, String>(0))?;
+        rows.collect()
+    }
+
     #[tokio::test]
     async fn old_finished_work_goes_and_pending_work_and_zero_retention_stay() {
         let dir = tempfile::tempdir().unwrap();
@@ -245,17 +268,8 @@ mod tests {
             .write(|conn| insert_old(conn, "2020-01-01T00:00:00.000Z"))
             .await
             .unwrap();
-        let keep = Retention {
-            events: None,
-            runs: None,
-            requests: None,
-            requests_max_bytes: None,
-        };
         let now = now_ms();
-        store
-            .write(move |conn| prune_batch(conn, keep, now, Cursor::default()))
-            .await
-            .unwrap();
+        prune_once(&store, KEEP_ALL, now).await;
         let kept = store
             .read(|conn| Ok((count(conn, "events")?, count(conn, "runs")?)))
             .await;
@@ -267,17 +281,12 @@ mod tests {
             requests: day,
             requests_max_bytes: None,
         };
-        store
-            .write(move |conn| prune_batch(conn, month, now, Cursor::default()))
-            .await
-            .unwrap();
+        prune_once(&store, month, now).await;
         let left = store
             .read(|conn| {
-                let mut stmt = conn.prepare("SELECT status FROM runs ORDER BY status")?;
-                let statuses = stmt.query_map([], |row| row.get::<_, String>(0))?;
                 Ok((
                     count(conn, "events")?,
-                    statuses.collect::<rusqlite::Result<Vec<_>>>()?,
+                    strings(conn, "SELECT status FROM runs ORDER BY status")?,
                 ))
             })
             .await
@@ -296,6 +305,39 @@ mod tests {
             ),
             "the pending event and the runs still to run, held or relay stay"
         );
+        store.close();
+    }
+
+    /// Replay records are the pass's alone to prune (answering a delivery leaves old ones be),
+    /// and it prunes them whatever `gateway.retention` keeps.
+    #[tokio::test]
+    async fn replay_records_go_once_their_window_has_passed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), true).unwrap();
+        let now = now_ms();
+        let window = millis(REPLAY_WINDOW);
+        store
+            .write(move |conn| {
+                for (key, at) in [
+                    ("expired", now - window - 1),
+                    ("young", now - window + 60_000),
+                ] {
+                    conn.execute(
+                        "INSERT INTO deliveries (key, status, content_type, body, first_at_ms)
+                         VALUES (?1, 200, NULL, x'', ?2)",
+                        params![key, at],
+                    )?;
+                }
+                Ok(())
+            })
+            .await
+            .unwrap();
+        prune_once(&store, KEEP_ALL, now).await;
+        let left = store
+            .read(|conn| strings(conn, "SELECT key FROM deliveries"))
+            .await
+            .unwrap();
+        assert_eq!(left, vec!["young".to_string()]);
         store.close();
     }
 

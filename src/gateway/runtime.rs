@@ -434,7 +434,7 @@ impl Runtime {
             return Ok(Box::pin(cluster.answer_delivery(&key, &answer)).await?);
         }
         self.store
-            .write(move |conn| replay::answer(conn, &key, &answer, now_ms()))
+            .write(move |conn| replay::answer(conn, &key, &answer))
             .await
     }
 
