@@ -32,14 +32,19 @@ pub enum Lane {
     Webhooks,
 }
 
-impl Lane {
-    fn kinds(self) -> (&'static str, &'static str) {
-        match self {
-            Lane::Deliveries => ("delivery", "delivery"),
-            Lane::Relays => ("forward-wake", "forward-run"),
-            Lane::Webhooks => ("webhook", "webhook"),
+/// A statement on the rows of one lane: `$head`, the lane's kinds, then `$tail`, each lane's
+/// a literal built at compile time; the one place a lane's kinds are spelled. The kinds are
+/// written in rather than bound as a list: a bound list (`kind IN (?, ?)`, even of one kind
+/// twice) costs SQLite an ephemeral table at every query (about 20k instructions of a
+/// callback's `due`) and keeps it from reading a one-kind lane's rows in the index's order.
+macro_rules! per_lane {
+    ($lane:expr, $head:expr, $tail:expr) => {
+        match $lane {
+            Lane::Deliveries => concat!($head, "kind = 'delivery'", $tail),
+            Lane::Relays => concat!($head, "kind IN ('forward-wake', 'forward-run')", $tail),
+            Lane::Webhooks => concat!($head, "kind = 'webhook'", $tail),
         }
-    }
+    };
 }
 
 /// A webhook row is due only when no earlier message of its run to the same destination is
@@ -220,21 +225,6 @@ impl Row {
     }
 }
 
-/// A statement on the rows of one lane: `$head`, the lane's kinds, then `$tail`, each lane's
-/// a literal built at compile time. The kinds are written in rather than bound as a list: a
-/// bound list (`kind IN (?, ?)`, even of one kind twice) costs SQLite an ephemeral table at
-/// every query (about 20k instructions of a callback's `due`) and keeps it from reading a
-/// one-kind lane's rows in the index's order.
-macro_rules! per_lane {
-    ($lane:expr, $head:expr, $tail:expr) => {
-        match $lane {
-            Lane::Deliveries => concat!($head, "kind = 'delivery'", $tail),
-            Lane::Relays => concat!($head, "kind IN ('forward-wake', 'forward-run')", $tail),
-            Lane::Webhooks => concat!($head, "kind = 'webhook'", $tail),
-        }
-    };
-}
-
 /// The rows of `lane` pending and due by `now_ms`, the longest due first (then the oldest), at
 /// most `limit`. Read in the order of the index of each kind's pending rows by due time, so a
 /// lane steps through its own due rows only, and through no more of them than it takes: not
@@ -371,12 +361,12 @@ pub(super) fn record_parts(conn: &Connection, id: i64, parts_sent: usize) -> rus
 /// returned, to be given up as uncertain (a chat message is never sent twice).
 pub(super) fn abandon_in_flight(conn: &Connection, lane: Lane) -> rusqlite::Result<Vec<Row>> {
     if lane != Lane::Deliveries {
-        let (a, b) = lane.kinds();
-        conn.prepare_cached(
-            "UPDATE outbox SET status = 'pending'
-             WHERE status = 'sending' AND kind IN (?1, ?2)",
-        )?
-        .execute(params![a, b])?;
+        conn.prepare_cached(per_lane!(
+            lane,
+            "UPDATE outbox SET status = 'pending' WHERE status = 'sending' AND ",
+            ""
+        ))?
+        .execute([])?;
         return Ok(Vec::new());
     }
     let mut stmt = conn.prepare(
